@@ -1,0 +1,27 @@
+"""Defaults, in one place, as named constants."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Final
+
+DEFAULT_BASE_URL: Final = "https://openrouter.ai/api/v1"
+ENV_BASE_URL: Final = "OPENROUTER_BASE_URL"
+ENV_API_KEY: Final = "OPENROUTER_API_KEY"
+
+DEFAULT_CONNECT_TIMEOUT: Final = 10.0
+"""Seconds to open a connection."""
+DEFAULT_METADATA_TIMEOUT: Final = 30.0
+"""Seconds for a whole metadata request (models, endpoints, key, generation)."""
+DEFAULT_REQUEST_TIMEOUT: Final = 600.0
+"""Seconds for a whole non-streaming completion (long reasoning outputs take minutes)."""
+DEFAULT_STREAM_IDLE_TIMEOUT: Final = 120.0
+"""Seconds allowed between two chunks of a stream."""
+
+DEFAULT_CATALOG_TTL: Final = 300.0
+"""Seconds a fetched endpoint listing stays fresh: OpenRouter's own max-age."""
+
+PER_MILLION: Final = Decimal(1_000_000)
+"""Prices are listed per token; people read them per million tokens."""
+
+USER_AGENT: Final = "provider-router/0.1"

@@ -1,0 +1,331 @@
+"""Every error provider_router raises, under one root.
+
+Misuse (a wrong argument, a bad data file) and runtime failure (OpenRouter or a
+provider said no, the money ran out) are separate branches, so a caller can
+catch "my mistake" apart from "the world's":
+
+    ProviderRouterError
+    ├── ConfigurationError (ValueError)      misuse: bad argument, option or setting
+    │   ├── DataFileError                    a data file is wrong; names file and line
+    │   └── MissingDependencyError (ImportError)
+    │                                        an optional extra is not installed
+    ├── APIError                             talking to OpenRouter failed
+    │   ├── APIConnectionError (ConnectionError)
+    │   │   └── RequestTimeout (TimeoutError)
+    │   ├── InvalidResponseError             a body that is not what the route returns
+    │   │   └── ResponseCarriedError         HTTP 200 whose body or stream carries an error
+    │   └── APIStatusError                   a non-2xx answer; carries status, body, headers
+    │       ├── BadRequestError              400 (and 422)
+    │       ├── AuthenticationError          401
+    │       ├── PaymentRequiredError         402, with ``limit_source``
+    │       ├── PermissionDeniedError        403
+    │       ├── NotFoundError                404
+    │       ├── RateLimitError               429, with ``retry_after``
+    │       └── ProviderUnavailableError     5xx: 500, 502, 503, 524, 529
+    ├── BudgetError                          the money side said no
+    │   ├── BudgetExhausted                  the ledger cannot cover a reservation
+    │   └── CreditsExhausted                 OpenRouter's balance or key limit ran out
+    ├── PolicyViolationError                 an unallowed provider served a request
+    └── AllAttemptsFailed (ExceptionGroup)   every attempt failed; holds each attempt's error
+
+Only ``_http`` translates aiohttp's exceptions into these (``raise ... from exc``).
+No message, repr or attribute here ever holds an API key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "APIConnectionError",
+    "APIError",
+    "APIStatusError",
+    "AllAttemptsFailed",
+    "AuthenticationError",
+    "BadRequestError",
+    "BudgetError",
+    "BudgetExhausted",
+    "ConfigurationError",
+    "CreditsExhausted",
+    "DataFileError",
+    "InvalidResponseError",
+    "MissingDependencyError",
+    "NotFoundError",
+    "PaymentRequiredError",
+    "PermissionDeniedError",
+    "PolicyViolationError",
+    "ProviderRouterError",
+    "ProviderUnavailableError",
+    "RateLimitError",
+    "RequestTimeout",
+    "ResponseCarriedError",
+    "error_for_status",
+]
+
+
+class ProviderRouterError(Exception):
+    """Root of every error this package raises."""
+
+
+# --- misuse -----------------------------------------------------------------
+
+
+class ConfigurationError(ProviderRouterError, ValueError):
+    """A wrong argument, option or setting: fix the call, not the network."""
+
+
+class DataFileError(ConfigurationError):
+    """A data file (market, faults, plan, prompts, snapshot) is wrong.
+
+    The message always names the file and, where there is one, the line.
+    """
+
+    def __init__(self, path: str | Path, message: str, *, line: int | None = None) -> None:
+        self.path = Path(path)
+        self.line = line
+        self.detail = message
+        where = f"{self.path}:{line}" if line is not None else str(self.path)
+        super().__init__(f"{where}: {message}")
+
+
+class MissingDependencyError(ConfigurationError, ImportError):
+    """An optional extra is needed: the message says what to install."""
+
+    def __init__(self, feature: str, extra: str) -> None:
+        self.feature = feature
+        self.extra = extra
+        super().__init__(
+            f"{feature} needs the optional dependency set {extra!r}: "
+            f"pip install 'provider-router[{extra}]'"
+        )
+
+
+# --- talking to OpenRouter ----------------------------------------------------
+
+
+class APIError(ProviderRouterError):
+    """Talking to OpenRouter failed.
+
+    Attributes:
+        provider_name: the upstream provider involved, when OpenRouter named one.
+    """
+
+    provider_name: str | None = None
+
+
+class APIConnectionError(APIError, ConnectionError):
+    """The connection failed or was cut before a complete answer arrived."""
+
+
+class RequestTimeout(APIConnectionError, TimeoutError):
+    """No (complete) answer within the configured timeout."""
+
+
+class InvalidResponseError(APIError):
+    """The body is not what the route returns: says what was expected and what came."""
+
+
+class ResponseCarriedError(InvalidResponseError):
+    """HTTP 200, but the body (or a stream chunk) carries an ``error`` object.
+
+    OpenRouter does this when a provider fails after the response has started:
+    ``finish_reason: "error"`` and an ``error`` with code and message.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | None = None,
+        provider_name: str | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.code = code
+        self.provider_name = provider_name
+        self.body = body
+        super().__init__(message)
+
+
+class APIStatusError(APIError):
+    """OpenRouter answered with a non-2xx status.
+
+    Attributes:
+        status: the HTTP status.
+        message: OpenRouter's ``error.message`` (or the reason phrase).
+        body: the parsed JSON body, or ``None`` when it was not JSON.
+        headers: response headers, lower-cased names.
+        provider_name: ``error.metadata.provider_name`` when present.
+        error_type: ``error.metadata.error_type`` (or ``error.error_type``) when present.
+        retry_after: seconds to wait, from ``Retry-After`` or the body, when given.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        provider_name: str | None = None,
+        error_type: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.status = status
+        self.message = message
+        self.body = body
+        self.headers: dict[str, str] = {k.lower(): v for k, v in (headers or {}).items()}
+        self.provider_name = provider_name
+        self.error_type = error_type
+        self.retry_after = retry_after
+        where = f" from {provider_name}" if provider_name else ""
+        super().__init__(f"HTTP {status}{where}: {message}")
+
+
+class BadRequestError(APIStatusError):
+    """400 or 422: the request itself is wrong; retrying will not help."""
+
+
+class AuthenticationError(APIStatusError):
+    """401: missing, unknown or expired key."""
+
+
+class PaymentRequiredError(APIStatusError):
+    """402: credits or a key limit do not cover the request.
+
+    Attributes:
+        limit_source: ``error.metadata.limit_source`` when OpenRouter says which
+            limit it was (for example ``"key"`` or ``"account"``), else ``None``.
+    """
+
+    @property
+    def limit_source(self) -> str | None:
+        metadata = _error_metadata(self.body)
+        value = metadata.get("limit_source")
+        return value if isinstance(value, str) else None
+
+
+class PermissionDeniedError(APIStatusError):
+    """403: the key may not do this, or moderation refused the input."""
+
+
+class NotFoundError(APIStatusError):
+    """404: unknown model, or no endpoint left after the routing filters."""
+
+
+class RateLimitError(APIStatusError):
+    """429: OpenRouter or the upstream provider is rate limiting us."""
+
+
+class ProviderUnavailableError(APIStatusError):
+    """5xx: the provider failed, is down or overloaded, or the edge timed out."""
+
+
+_STATUS_ERRORS: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    402: PaymentRequiredError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    422: BadRequestError,
+    429: RateLimitError,
+}
+
+
+def error_for_status(status: int) -> type[APIStatusError]:
+    """The exception class for an HTTP status (408 maps to a timeout elsewhere)."""
+    if status >= 500:
+        return ProviderUnavailableError
+    return _STATUS_ERRORS.get(status, APIStatusError)
+
+
+def _error_metadata(body: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    if not body:
+        return {}
+    error = body.get("error")
+    if not isinstance(error, Mapping):
+        return {}
+    metadata = error.get("metadata")
+    return metadata if isinstance(metadata, Mapping) else {}
+
+
+# --- money ----------------------------------------------------------------------
+
+
+class BudgetError(ProviderRouterError):
+    """The money side refused: our ledger or OpenRouter's balance."""
+
+
+class BudgetExhausted(BudgetError):
+    """The ledger cannot cover a reservation.
+
+    Attributes:
+        requested: the reservation asked for, in USD.
+        spent: settled spend so far, in USD.
+        reserved: held by requests in flight, in USD.
+        limit: the ledger's limit, in USD.
+    """
+
+    def __init__(
+        self, *, requested: Decimal, spent: Decimal, reserved: Decimal, limit: Decimal
+    ) -> None:
+        self.requested = requested
+        self.spent = spent
+        self.reserved = reserved
+        self.limit = limit
+        available = limit - spent - reserved
+        super().__init__(
+            f"budget exhausted: a reservation of ${requested} does not fit "
+            f"(limit ${limit}, spent ${spent}, reserved ${reserved}, available ${available})"
+        )
+
+
+class CreditsExhausted(BudgetError):
+    """OpenRouter's balance or the key's limit ran out (a 402 that will not pass).
+
+    Attributes:
+        limit_source: which limit OpenRouter named, when it did.
+        spent: what this client spent, in USD.
+        remaining: what OpenRouter or the ledger says is left, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        limit_source: str | None = None,
+        spent: Decimal | None = None,
+        remaining: Decimal | None = None,
+    ) -> None:
+        self.limit_source = limit_source
+        self.spent = spent
+        self.remaining = remaining
+        parts = [message]
+        if limit_source:
+            parts.append(f"limit_source={limit_source}")
+        if spent is not None:
+            parts.append(f"spent ${spent}")
+        if remaining is not None:
+            parts.append(f"remaining ${remaining}")
+        super().__init__("; ".join(parts))
+
+
+# --- policy -----------------------------------------------------------------------
+
+
+class PolicyViolationError(ProviderRouterError):
+    """A provider the policy does not allow served a request."""
+
+    def __init__(self, provider: str, allowed: Sequence[str]) -> None:
+        self.provider = provider
+        self.allowed = tuple(allowed)
+        super().__init__(
+            f"request served by {provider!r}, which the policy does not allow "
+            f"(allowed: {', '.join(self.allowed) or 'none'})"
+        )
+
+
+class AllAttemptsFailed(ExceptionGroup[Exception], ProviderRouterError):
+    """Every attempt at a request failed; ``exceptions`` holds each attempt's error."""

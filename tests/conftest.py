@@ -1,0 +1,48 @@
+"""Shared test set-up: no real network, the reference data, and small helpers."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DATA_DIR = Path(__file__).parent / "data"
+FIXTURES_DIR = DATA_DIR / "fixtures"
+OPENAPI_PATH = DATA_DIR / "openrouter-openapi.yaml"
+
+_real_getaddrinfo = socket.getaddrinfo
+
+
+def _is_loopback(host: object) -> bool:
+    if host is None:
+        return True
+    if isinstance(host, bytes):
+        host = host.decode()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(str(host)).is_loopback
+    except ValueError:
+        return False
+
+
+def _loopback_only_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+    if not _is_loopback(host):
+        raise OSError(f"tests may only reach loopback addresses, not {host!r}")
+    return _real_getaddrinfo(host, *args, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _no_real_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refuse any name resolution that is not loopback: tests never reach the internet."""
+    monkeypatch.setattr(socket, "getaddrinfo", _loopback_only_getaddrinfo)
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    monkeypatch.delenv("OPENROUTER_BASE_URL", raising=False)
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    return FIXTURES_DIR
