@@ -25,3 +25,14 @@ PER_MILLION: Final = Decimal(1_000_000)
 """Prices are listed per token; people read them per million tokens."""
 
 USER_AGENT: Final = "provider-router/0.1"
+
+DEFAULT_RETRY_ATTEMPTS: Final = 6
+"""Attempts per request, the first included."""
+DEFAULT_RETRY_DEADLINE: Final = 900.0
+"""Seconds from a request's first attempt after which no retry starts."""
+DEFAULT_RETRY_BASE_DELAY: Final = 0.5
+"""Ceiling of the first jittered backoff, in seconds."""
+DEFAULT_RETRY_MAX_DELAY: Final = 30.0
+"""Largest backoff ceiling, in seconds."""
+DEFAULT_RETRY_MAX_RETRY_AFTER: Final = 300.0
+"""A ``Retry-After`` longer than this gives up rather than waits."""

@@ -18,7 +18,16 @@ from provider_router._exceptions import ProviderRouterError
 from provider_router.cli._logging import configure_logging
 
 # One module per sub-command, in the order `--help` lists them.
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = (
+    "endpoints",
+    "simulate",
+    "project",
+    "run",
+    "export",
+    "demo",
+    "merge",
+    "ledger",
+)
 
 EXIT_OK = 0
 EXIT_ERROR = 1

@@ -1,0 +1,191 @@
+"""How fast is the local OpenRouter? ``python -m bench simulator [--requests N] [--concurrency C]``.
+
+The server runs in its own process (one core), a raw aiohttp client in this one
+(the other core). Each scenario is measured twice: against a bare aiohttp+uvloop
+server that returns pre-built bytes of the same size and shape (the baseline, in
+the same run) and against the simulator at infinite speed (zero latency), so the
+numbers are reported as ratios to the baseline as well as absolutes. The server's
+CPU comes from /proc (user + system), so "CPU per 1,000 requests" is the
+simulator's own cost, whoever the bottleneck is; "one-core capacity" is 1 / that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+COMPLETION_TOKENS = 256
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _baseline_app(sample_json: bytes, sample_chunks: list[bytes]) -> web.Application:
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        if not body.get("stream"):
+            return web.Response(body=sample_json, content_type="application/json")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for chunk in sample_chunks:
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/api/v1/chat/completions", chat)
+    return app
+
+
+def _serve(kind: str, ready: Any, sample_json: bytes, sample_chunks: list[bytes]) -> None:
+    import uvloop
+
+    from provider_router.testing import SimulatorServer
+
+    async def main() -> None:
+        if kind == "baseline":
+            runner = web.AppRunner(_baseline_app(sample_json, sample_chunks), access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+            await site.start()
+            port = runner.addresses[0][1]
+        else:
+            sim = SimulatorServer(
+                speed=math.inf, credits=10**9, completion_tokens=COMPLETION_TOKENS, log_limit=1000
+            )
+            await sim.start()
+            port = sim.port
+        ready.send(port)
+        await asyncio.Event().wait()
+
+    uvloop.run(main())
+
+
+@dataclass
+class Result:
+    requests: int
+    seconds: float
+    server_cpu: float
+    client_cpu: float
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    @property
+    def cpu_ms_per_1000(self) -> float:
+        return self.server_cpu / self.requests * 1000 * 1000
+
+
+def _body(i: int, stream: bool) -> bytes:
+    return json.dumps(
+        {
+            "model": "moonshotai/kimi-k2.5",
+            "messages": [{"role": "user", "content": f"Write sample {i} of the data set."}],
+            "max_tokens": 1024,
+            "stream": stream,
+        }
+    ).encode()
+
+
+async def _load(port: int, pid: int, n: int, concurrency: int, stream: bool) -> Result:
+    url = f"http://127.0.0.1:{port}/api/v1/chat/completions"
+    headers = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
+    bodies = [_body(i, stream) for i in range(n)]
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    next_index = 0
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+
+        async def worker() -> None:
+            nonlocal next_index
+            while next_index < n:
+                body = bodies[next_index]
+                next_index += 1
+                async with session.post(url, data=body) as response:
+                    await response.read()
+                    if response.status != 200:
+                        raise RuntimeError(f"status {response.status}")
+
+        cpu0, client0, t0 = _cpu_seconds(pid), time.process_time(), time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        seconds = time.perf_counter() - t0
+        return Result(n, seconds, _cpu_seconds(pid) - cpu0, time.process_time() - client0)
+
+
+def _samples() -> tuple[bytes, list[bytes]]:
+    """Bytes shaped like the simulator's answers, for the baseline server."""
+
+    async def grab() -> tuple[bytes, list[bytes]]:
+        from provider_router.testing import SimulatorServer
+
+        async with (
+            SimulatorServer(speed=math.inf, completion_tokens=COMPLETION_TOKENS) as sim,
+            aiohttp.ClientSession(headers={"Authorization": "Bearer x"}) as session,
+        ):
+            url = sim.url + "/chat/completions"
+            async with session.post(url, data=_body(0, False)) as response:
+                sample_json = await response.read()
+            async with session.post(url, data=_body(0, True)) as response:
+                text = await response.read()
+        chunks = [c + b"\n\n" for c in text.split(b"\n\n") if c]
+        return sample_json, chunks
+
+    return asyncio.run(grab())
+
+
+def _run(
+    kind: str, n: int, concurrency: int, stream: bool, samples: tuple[bytes, list[bytes]]
+) -> Result:
+    parent, child = multiprocessing.Pipe()
+    process = multiprocessing.get_context("fork").Process(
+        target=_serve, args=(kind, child, *samples), daemon=True
+    )
+    process.start()
+    try:
+        port = parent.recv()
+        assert process.pid is not None
+        import uvloop
+
+        return uvloop.run(_load(port, process.pid, n, concurrency, stream))
+    finally:
+        process.terminate()
+        process.join()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench simulator")
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=2_000)
+    args = parser.parse_args(argv)
+    samples = _samples()
+    print(
+        f"simulator benchmark: {args.requests} requests, {args.concurrency} concurrent, "
+        f"{COMPLETION_TOKENS} completion tokens, speed=inf; {os.cpu_count()} CPUs"
+    )
+    header = ("scenario", "req/s", "server CPU ms/1k", "1-core cap req/s", "vs baseline")
+    print(f"{header[0]:<24}{header[1]:>9}{header[2]:>18}{header[3]:>18}{header[4]:>13}")
+    for stream in (False, True):
+        label = "stream" if stream else "json"
+        base = _run("baseline", args.requests, args.concurrency, stream, samples)
+        sim = _run("simulator", args.requests, args.concurrency, stream, samples)
+        for name, result in ((f"baseline {label}", base), (f"simulator {label}", sim)):
+            ratio = result.cpu_ms_per_1000 / base.cpu_ms_per_1000
+            print(
+                f"{name:<24}{result.rps:>9.0f}{result.cpu_ms_per_1000:>18.0f}"
+                f"{1000 / result.cpu_ms_per_1000 * 1000:>18.0f}{ratio:>12.2f}x"
+            )
+    return 0

@@ -1,0 +1,179 @@
+"""Reading one chat-completion attempt: a JSON body or a stream of chunks.
+
+Both paths produce a :class:`Completion`, the raw material of a
+:class:`~provider_router.results.ChatResult`. An error carried inside a 200
+(``error`` at the top level, ``choices[0].error`` or ``finish_reason: "error"``)
+is kept on :attr:`Completion.error` rather than raised here, because the caller
+must still settle whatever usage came with it before it retries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from provider_router._exceptions import InvalidResponseError, ResponseCarriedError
+from provider_router.records import describe_json
+from provider_router.results import StreamDelta, Usage
+
+__all__ = ["Completion", "StreamAccumulator", "parse_completion"]
+
+
+@dataclass(slots=True)
+class Completion:
+    """What one attempt produced."""
+
+    text: str = ""
+    reasoning: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    generation_id: str | None = None
+    finish_reason: str | None = None
+    native_finish_reason: str | None = None
+    usage: Usage | None = None
+    message: Mapping[str, Any] = field(default_factory=dict)
+    error: ResponseCarriedError | None = None
+
+
+def _carried_error(
+    error: object, body: Mapping[str, Any], provider: str | None
+) -> ResponseCarriedError:
+    code: int | None = None
+    message = "the response carries an error"
+    if isinstance(error, Mapping):
+        raw_code = error.get("code")
+        code = raw_code if isinstance(raw_code, int) else None
+        raw_message = error.get("message")
+        if isinstance(raw_message, str) and raw_message:
+            message = raw_message
+        metadata = error.get("metadata")
+        if isinstance(metadata, Mapping) and isinstance(metadata.get("provider_name"), str):
+            provider = metadata["provider_name"]
+    what = f"error {code}" if code is not None else "an error"
+    where = f" from {provider}" if provider else ""
+    return ResponseCarriedError(
+        f"HTTP 200 carrying {what}{where}: {message}",
+        code=code,
+        provider_name=provider,
+        body=body,
+    )
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def parse_completion(body: object) -> Completion:
+    """Read a non-streaming ``/chat/completions`` body.
+
+    Raises:
+        InvalidResponseError: the body is not a chat completion (no ``choices``
+            and no ``error``).
+    """
+    if not isinstance(body, Mapping):
+        raise InvalidResponseError(f"expected a chat completion object, got {describe_json(body)}")
+    provider = _str(body.get("provider"))
+    result = Completion(
+        provider=provider,
+        model=_str(body.get("model")),
+        generation_id=_str(body.get("id")),
+        usage=Usage.from_json(body.get("usage")),
+    )
+    choices = body.get("choices")
+    if "error" in body and body["error"] is not None:
+        result.error = _carried_error(body["error"], body, provider)
+    if not isinstance(choices, list) or not choices:
+        if result.error is None:
+            raise InvalidResponseError(
+                "expected a chat completion with a non-empty 'choices' list, got "
+                + describe_json(body)
+            )
+        return result
+    choice = choices[0]
+    if not isinstance(choice, Mapping):
+        raise InvalidResponseError(
+            f"expected choices[0] to be an object, got {describe_json(choice)}"
+        )
+    message = choice.get("message")
+    if isinstance(message, Mapping):
+        result.message = message
+        result.text = _str(message.get("content")) or ""
+        result.reasoning = _str(message.get("reasoning"))
+    result.finish_reason = _str(choice.get("finish_reason"))
+    result.native_finish_reason = _str(choice.get("native_finish_reason"))
+    if result.error is None and (
+        choice.get("error") is not None or result.finish_reason == "error"
+    ):
+        result.error = _carried_error(choice.get("error"), body, provider)
+    return result
+
+
+class StreamAccumulator:
+    """Builds a :class:`Completion` from decoded stream chunks, one at a time."""
+
+    __slots__ = ("_reasoning", "_text", "result")
+
+    def __init__(self) -> None:
+        self.result = Completion()
+        self._text: list[str] = []
+        self._reasoning: list[str] = []
+
+    def feed(self, chunk: object, attempt: int = 1) -> StreamDelta | None:
+        """Take one chunk; return the text it adds (``None`` when it adds none).
+
+        Raises:
+            InvalidResponseError: the chunk is not a JSON object.
+        """
+        if not isinstance(chunk, Mapping):
+            raise InvalidResponseError(
+                f"expected a stream chunk object, got {describe_json(chunk)}"
+            )
+        result = self.result
+        if result.generation_id is None:
+            result.generation_id = _str(chunk.get("id"))
+            result.provider = _str(chunk.get("provider"))
+            result.model = _str(chunk.get("model"))
+        usage = chunk.get("usage")
+        if usage is not None:
+            result.usage = Usage.from_json(usage)
+        error = chunk.get("error")
+        choices = chunk.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        delta: StreamDelta | None = None
+        if isinstance(choice, Mapping):
+            part = choice.get("delta")
+            if isinstance(part, Mapping):
+                text = part.get("content")
+                reasoning = part.get("reasoning")
+                if text and isinstance(text, str):
+                    self._text.append(text)
+                else:
+                    text = ""
+                if reasoning and isinstance(reasoning, str):
+                    self._reasoning.append(reasoning)
+                else:
+                    reasoning = ""
+                if text or reasoning:
+                    delta = StreamDelta(text=text, reasoning=reasoning, attempt=attempt)
+            finish = choice.get("finish_reason")
+            # The usage chunk may repeat the finish reason: the first one stands.
+            if finish is not None and result.finish_reason is None:
+                result.finish_reason = _str(finish)
+                result.native_finish_reason = _str(choice.get("native_finish_reason"))
+            if error is None and choice.get("error") is not None:
+                error = choice.get("error")
+        if (error is not None or result.finish_reason == "error") and result.error is None:
+            result.error = _carried_error(error, chunk, result.provider)
+        return delta
+
+    def finish(self) -> Completion:
+        """The accumulated completion."""
+        result = self.result
+        result.text = "".join(self._text)
+        result.reasoning = "".join(self._reasoning) if self._reasoning else None
+        message: dict[str, Any] = {"role": "assistant", "content": result.text}
+        if result.reasoning is not None:
+            message["reasoning"] = result.reasoning
+        result.message = message
+        return result

@@ -1,0 +1,532 @@
+"""The only module that touches aiohttp: one session, and every error mapped here.
+
+:class:`HttpClient` owns an :class:`aiohttp.ClientSession` (created lazily,
+inside the running loop) with the base URL, the ``Authorization`` header built
+once from a secret key, the ``User-Agent``, timeouts and connector limits.
+Request methods translate foreign failures exactly once:
+
+* a non-2xx answer → :func:`error_from_response` (an :class:`APIStatusError`
+  subclass chosen by status, with OpenRouter's error body parsed; 408 → timeout);
+* ``TimeoutError`` → :class:`RequestTimeout`; any other ``aiohttp.ClientError``
+  → :class:`APIConnectionError`, both ``from`` the original;
+* a 2xx body that is not JSON → :class:`InvalidResponseError` saying what was
+  expected and what came.
+
+The key is a :class:`pydantic.SecretStr`: it never appears in a repr, a message
+or a log line. Request methods are lean (no per-call allocations beyond the
+request itself) because later they carry every completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from collections.abc import AsyncIterator, Mapping
+from http import HTTPStatus
+from types import TracebackType
+from typing import Any, Final
+
+import aiohttp
+from pydantic import SecretStr
+
+from provider_router._constants import (
+    DEFAULT_BASE_URL,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_METADATA_TIMEOUT,
+    ENV_API_KEY,
+    ENV_BASE_URL,
+    USER_AGENT,
+)
+from provider_router._exceptions import (
+    APIConnectionError,
+    APIError,
+    ConfigurationError,
+    InvalidResponseError,
+    RequestTimeout,
+    error_for_status,
+)
+from provider_router.sse import SSEParser
+
+__all__ = [
+    "HttpClient",
+    "PostRequest",
+    "PostResponse",
+    "connection_error",
+    "decode_json",
+    "error_from_response",
+    "resolve_api_key",
+    "resolve_base_url",
+]
+
+DEFAULT_CONNECTION_LIMIT: Final = 100
+"""Connections the session keeps open at most (aiohttp's own default)."""
+
+_SNIPPET: Final = 200
+_KEY_PATTERN: Final = re.compile(r"sk-or-[A-Za-z0-9-]{8,}")
+
+Params = Mapping[str, str | int | float]
+
+
+def resolve_base_url(base_url: str | None = None) -> str:
+    """``base_url``, else ``$OPENROUTER_BASE_URL``, else OpenRouter's; without trailing ``/``.
+
+    Raises:
+        ConfigurationError: the URL is not http(s).
+    """
+    url = base_url or os.environ.get(ENV_BASE_URL) or DEFAULT_BASE_URL
+    url = url.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigurationError(f"base URL must start with http:// or https://, got {url!r}")
+    return url
+
+
+def resolve_api_key(api_key: str | SecretStr | None = None) -> SecretStr | None:
+    """``api_key``, else ``$OPENROUTER_API_KEY``, else ``None`` (metadata needs no key)."""
+    if isinstance(api_key, SecretStr):
+        api_key = api_key.get_secret_value()
+    key = (api_key or os.environ.get(ENV_API_KEY) or "").strip()
+    return SecretStr(key) if key else None
+
+
+def _redact(text: str) -> str:
+    # A server could echo the key back; never let it into a message.
+    return _KEY_PATTERN.sub("sk-or-***", text)
+
+
+def _snippet(body: bytes) -> str:
+    text = body[:_SNIPPET].decode("utf-8", errors="replace")
+    return _redact(text) + ("..." if len(body) > _SNIPPET else "")
+
+
+def decode_json(body: bytes, *, what: str, expect: str = "a JSON object") -> Any:
+    """Decode a 2xx body (leading whitespace is fine: OpenRouter sends some).
+
+    Raises:
+        InvalidResponseError: the body is empty or not JSON; names ``what`` and ``expect``.
+    """
+    if not body.strip():
+        raise InvalidResponseError(f"{what}: expected {expect}, got an empty body")
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidResponseError(
+            f"{what}: expected {expect}, got a body that is not JSON ({exc}): {_snippet(body)!r}"
+        ) from None
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if value >= 0 else None
+    if isinstance(value, str):
+        try:
+            seconds = float(value.strip())
+        except ValueError:
+            return None  # an HTTP-date: rare here; the body usually says it too
+        return seconds if seconds >= 0 else None
+    return None
+
+
+def _retry_after(headers: Mapping[str, str], error: Mapping[str, Any]) -> float | None:
+    if "retry-after" in headers:
+        seconds = _float(headers["retry-after"])
+        if seconds is not None:
+            return seconds
+    metadata = error.get("metadata")
+    if isinstance(metadata, Mapping):
+        for key in ("retry_after_seconds_raw", "retry_after_seconds"):
+            seconds = _float(metadata.get(key))
+            if seconds is not None:
+                return seconds
+        upstream = metadata.get("headers")
+        if isinstance(upstream, Mapping):
+            for name, value in upstream.items():
+                if str(name).lower() == "retry-after":
+                    return _float(value)
+    availability = error.get("availability")
+    if isinstance(availability, Mapping):
+        return _float(availability.get("retry_after"))
+    return None
+
+
+def error_from_response(
+    status: int, headers: Mapping[str, str], body: bytes, *, what: str = "request"
+) -> APIError:
+    """The exception for a non-2xx answer, with OpenRouter's error body parsed.
+
+    Reads ``error.message``, ``error.metadata.provider_name``, the error type
+    (``error.metadata.error_type`` or ``error.error_type``) and the retry delay
+    (``Retry-After`` header, ``metadata.retry_after_seconds``, the upstream
+    headers OpenRouter relays, or ``error.availability.retry_after``). A 408 is
+    a :class:`RequestTimeout`; everything else an :class:`APIStatusError` subclass.
+    """
+    lowered = {k.lower(): v for k, v in headers.items()}
+    parsed: Any = None
+    try:
+        parsed = json.loads(body) if body.strip() else None
+    except (ValueError, UnicodeDecodeError):
+        parsed = None
+    payload: Mapping[str, Any] | None = parsed if isinstance(parsed, Mapping) else None
+    error_obj = payload.get("error") if payload is not None else None
+    error: Mapping[str, Any] = error_obj if isinstance(error_obj, Mapping) else {}
+    metadata_obj = error.get("metadata")
+    metadata: Mapping[str, Any] = metadata_obj if isinstance(metadata_obj, Mapping) else {}
+
+    message = error.get("message")
+    if not isinstance(message, str) or not message:
+        text = _snippet(body).strip()
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:
+            phrase = "error"
+        message = text if text and payload is None else phrase
+    message = _redact(message)
+    provider = metadata.get("provider_name")
+    error_type = metadata.get("error_type") or error.get("error_type")
+    if status == 408:
+        return RequestTimeout(f"{what}: HTTP 408: {message}")
+    return error_for_status(status)(
+        status,
+        message,
+        body=payload,
+        headers=lowered,
+        provider_name=provider if isinstance(provider, str) else None,
+        error_type=error_type if isinstance(error_type, str) else None,
+        retry_after=_retry_after(lowered, error),
+    )
+
+
+def connection_error(exc: BaseException, *, what: str, timeout: float | None) -> APIConnectionError:
+    """Our error for a transport failure (raise it ``from exc``)."""
+    if isinstance(exc, TimeoutError):
+        limit = f" within {timeout:g} s" if timeout is not None else ""
+        return RequestTimeout(f"{what}: no complete answer{limit}")
+    detail = _redact(str(exc)) or type(exc).__name__
+    return APIConnectionError(f"{what}: connection failed: {detail}")
+
+
+class HttpClient:
+    """One aiohttp session to OpenRouter (or the local one), with errors mapped.
+
+    Args:
+        base_url: API root; default ``$OPENROUTER_BASE_URL`` or OpenRouter's.
+        api_key: bearer key; default ``$OPENROUTER_API_KEY``; optional for metadata.
+        timeout: seconds for a whole request unless a call says otherwise.
+        connect_timeout: seconds to open a connection.
+        limit: most connections open at once (``0`` = no limit).
+        limit_per_host: most connections to one host (``0`` = no limit).
+        user_agent: the ``User-Agent`` header.
+        headers: extra headers sent with every request.
+        session: an existing session to use instead (not closed by us; its own
+            headers apply, so it must already carry any auth it needs).
+
+    Use as ``async with HttpClient() as http:`` or call :meth:`aclose`.
+    """
+
+    __slots__ = (
+        "_api_key",
+        "_connect_timeout",
+        "_headers",
+        "_limit",
+        "_limit_per_host",
+        "_owns_session",
+        "_session",
+        "_timeout",
+        "_timeouts",
+        "base_url",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | SecretStr | None = None,
+        *,
+        timeout: float = DEFAULT_METADATA_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        limit: int = DEFAULT_CONNECTION_LIMIT,
+        limit_per_host: int = 0,
+        user_agent: str = USER_AGENT,
+        headers: Mapping[str, str] | None = None,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        if timeout <= 0 or connect_timeout <= 0:
+            raise ConfigurationError(
+                f"timeouts must be > 0 s, got timeout={timeout}, connect_timeout={connect_timeout}"
+            )
+        if limit < 0 or limit_per_host < 0:
+            raise ConfigurationError("connection limits must be ≥ 0 (0 means unlimited)")
+        self.base_url = resolve_base_url(base_url)
+        self._api_key = resolve_api_key(api_key)
+        self.timeout = timeout
+        self._connect_timeout = connect_timeout
+        self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
+        self._timeouts: dict[tuple[float | None, float | None], aiohttp.ClientTimeout] = {}
+        self._limit = limit
+        self._limit_per_host = limit_per_host
+        self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
+        self._headers.update(headers or {})
+        if self._api_key is not None:
+            self._headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
+        self._session = session
+        self._owns_session = session is None
+
+    def __repr__(self) -> str:
+        key = "set" if self._api_key is not None else "none"
+        return f"HttpClient(base_url={self.base_url!r}, api_key=<{key}>)"
+
+    @property
+    def has_api_key(self) -> bool:
+        """Whether requests carry an ``Authorization`` header."""
+        return self._api_key is not None
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`aclose` ran (or an adopted session was closed)."""
+        return self._session is not None and self._session.closed
+
+    def url(self, path: str) -> str:
+        """The absolute URL of ``path`` (relative to the base URL)."""
+        return f"{self.base_url}/{path.lstrip('/')}"
+
+    def timeout_for(self, seconds: float | None) -> aiohttp.ClientTimeout:
+        """The per-request timeout object for ``seconds`` (the default when ``None``)."""
+        if seconds is None:
+            return self._timeout
+        return aiohttp.ClientTimeout(total=seconds, connect=self._connect_timeout)
+
+    def session(self) -> aiohttp.ClientSession:
+        """The session, created on first use (inside the running event loop)."""
+        session = self._session
+        if session is None:
+            connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=self._limit_per_host)
+            session = aiohttp.ClientSession(
+                connector=connector, headers=self._headers, timeout=self._timeout
+            )
+            self._session = session
+        elif session.closed:
+            raise ConfigurationError("this HttpClient is closed; create a new one")
+        return session
+
+    async def get_json(
+        self,
+        path: str,
+        params: Params | None = None,
+        *,
+        expect: str = "a JSON object",
+        request_timeout: float | None = None,
+    ) -> Any:
+        """GET ``path`` and decode the JSON body.
+
+        Args:
+            path: relative to the base URL (``"/models"``).
+            params: query parameters.
+            expect: what the body should be, for the error when it is not JSON.
+            request_timeout: seconds for this request (default: the client's).
+
+        Raises:
+            APIStatusError: a non-2xx answer (the subclass says which).
+            RequestTimeout: no complete answer in time (or HTTP 408).
+            APIConnectionError: the connection failed.
+            InvalidResponseError: the body is not JSON.
+        """
+        url = self.url(path)
+        what = f"GET {url}"
+        session = self.session()
+        try:
+            async with session.get(
+                url, params=params, timeout=self.timeout_for(request_timeout)
+            ) as response:
+                body = await response.read()
+                status = response.status
+                headers = response.headers
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise connection_error(
+                exc, what=what, timeout=self.timeout if request_timeout is None else request_timeout
+            ) from exc
+        if not 200 <= status < 300:
+            raise error_from_response(status, headers, body, what=what)
+        return decode_json(body, what=what, expect=expect)
+
+    def post(
+        self,
+        path: str,
+        payload: bytes,
+        *,
+        request_timeout: float | None = None,
+        idle_timeout: float | None = None,
+    ) -> PostRequest:
+        """POST an encoded JSON ``payload``: ``async with http.post(...) as response``.
+
+        The answer's status is checked on entry (a non-2xx raises, mapped like
+        :meth:`get_json`); the body is read from the :class:`PostResponse`, whole
+        (:meth:`PostResponse.json`) or as server-sent events (:meth:`PostResponse.events`).
+
+        Args:
+            path: relative to the base URL (``"/chat/completions"``).
+            payload: the request body, already JSON-encoded (callers encode once).
+            request_timeout: seconds for the whole exchange (default: the client's).
+            idle_timeout: seconds of silence allowed between two reads of the body.
+        """
+        key = (request_timeout, idle_timeout)
+        timeout = self._timeouts.get(key)
+        if timeout is None:
+            timeout = aiohttp.ClientTimeout(
+                total=self.timeout if request_timeout is None else request_timeout,
+                connect=self._connect_timeout,
+                sock_read=idle_timeout,
+            )
+            self._timeouts[key] = timeout
+        seconds = self.timeout if request_timeout is None else request_timeout
+        return PostRequest(self.session(), self.url(path), payload, timeout, seconds)
+
+    async def post_json(
+        self, path: str, body: Mapping[str, Any], *, request_timeout: float | None = None
+    ) -> Any:
+        """POST ``body`` as JSON and decode the JSON answer (errors as :meth:`post`)."""
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        async with self.post(path, payload, request_timeout=request_timeout) as response:
+            return await response.json()
+
+    async def aclose(self) -> None:
+        """Close the session if this client created it. Safe to call twice."""
+        session = self._session
+        if session is not None and self._owns_session and not session.closed:
+            await session.close()
+
+    async def __aenter__(self) -> HttpClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+_JSON_CONTENT: Final = {"Content-Type": "application/json"}
+
+
+class PostRequest:
+    """One POST in flight; entering it sends the request and checks the status."""
+
+    __slots__ = ("_payload", "_response", "_seconds", "_session", "_timeout", "_url")
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        payload: bytes,
+        timeout: aiohttp.ClientTimeout,
+        seconds: float,
+    ) -> None:
+        self._session = session
+        self._url = url
+        self._payload = payload
+        self._timeout = timeout
+        self._seconds = seconds
+        self._response: aiohttp.ClientResponse | None = None
+
+    async def __aenter__(self) -> PostResponse:
+        what = f"POST {self._url}"
+        try:
+            response = await self._session.post(
+                self._url, data=self._payload, headers=_JSON_CONTENT, timeout=self._timeout
+            )
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise connection_error(exc, what=what, timeout=self._seconds) from exc
+        status = response.status
+        if not 200 <= status < 300:
+            try:
+                body = await response.read()
+            except (TimeoutError, aiohttp.ClientError):
+                body = b""
+            finally:
+                response.release()
+            raise error_from_response(status, response.headers, body, what=what)
+        self._response = response
+        return PostResponse(response, what, self._seconds)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        response = self._response
+        if response is not None:
+            self._response = None
+            if exc_type is None:
+                response.release()
+            else:
+                # The body was not read to its end: the connection cannot be reused.
+                response.close()
+
+
+class PostResponse:
+    """A 2xx answer to :meth:`HttpClient.post`: headers now, the body on demand.
+
+    Attributes:
+        status: the HTTP status.
+        headers: the response headers (case-insensitive lookup).
+    """
+
+    __slots__ = ("_response", "_seconds", "_what", "headers", "status")
+
+    def __init__(self, response: aiohttp.ClientResponse, what: str, seconds: float) -> None:
+        self._response = response
+        self._what = what
+        self._seconds = seconds
+        self.status = response.status
+        self.headers: Mapping[str, str] = response.headers
+
+    async def json(self, *, expect: str = "a JSON object") -> Any:
+        """Read the whole body and decode it.
+
+        Raises:
+            RequestTimeout: the body did not arrive in time.
+            APIConnectionError: the connection broke (a truncated body).
+            InvalidResponseError: the body is not JSON.
+        """
+        try:
+            body = await self._response.read()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise connection_error(exc, what=self._what, timeout=self._seconds) from exc
+        return decode_json(body, what=self._what, expect=expect)
+
+    async def events(self, *, idle_timeout: float | None = None) -> AsyncIterator[str]:
+        """Yield the ``data`` of each server-sent event (``"[DONE]"`` included).
+
+        Keep-alive comments are skipped and do not count as activity: with
+        ``idle_timeout``, a stream that sends nothing but keep-alives for that
+        long raises :class:`RequestTimeout`.
+
+        Raises:
+            RequestTimeout: silence (or only keep-alives) for too long, or the
+                total deadline passed.
+            APIConnectionError: the connection broke mid-stream.
+        """
+        parser = SSEParser()
+        loop = asyncio.get_running_loop()
+        last_event = loop.time()
+        try:
+            async for chunk in self._response.content.iter_any():
+                events = parser.feed(chunk)
+                if events:
+                    last_event = loop.time()
+                    for data in events:
+                        yield data
+                elif idle_timeout is not None and loop.time() - last_event > idle_timeout:
+                    raise RequestTimeout(
+                        f"{self._what}: no stream event within {idle_timeout:g} s "
+                        "(only keep-alives)"
+                    )
+        except RequestTimeout:
+            raise
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise connection_error(exc, what=self._what, timeout=self._seconds) from exc

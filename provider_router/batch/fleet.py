@@ -1,0 +1,535 @@
+"""Several workers, one plan: the prompts of a shared plan as Redis streams.
+
+Every worker of a fleet runs the same plan with the same ``--workers-share NAME``.
+Redis's own work distribution does the rest:
+
+* **Enqueue once.** Each dataset is a stream with one consumer group. The first
+  worker to take the loader lock (``SET NX`` with an expiry it renews) reads the
+  input files and adds every prompt; each add is guarded by a Lua script
+  (``SADD`` to the set of enqueued ids, ``XADD`` only when new), so a loader that
+  dies half-way and the one that takes over never enqueue a prompt twice. A
+  ``loaded`` marker says when the whole plan is in. Workers start consuming at
+  once, while the loader is still adding.
+* **Claim.** ``XREADGROUP`` hands each entry to exactly one worker.
+* **Acknowledge when journaled.** A worker writes the result to its own journal
+  and outputs first, then :meth:`FleetQueue.complete` acknowledges (``XACK``),
+  deletes the entry and counts it in the fleet's tallies, in one script; a second
+  completion of the same prompt (possible only if a worker was presumed dead
+  while it was merely slow) is counted as a duplicate, and ``provider-router
+  merge`` keeps exactly one record.
+* **Recover a dead worker's prompts.** A live worker touches its pending entries
+  every ``idle_timeout / 3`` seconds (a heartbeat); entries idle longer than
+  ``idle_timeout`` belong to a dead worker, and ``XAUTOCLAIM`` moves them to a
+  live one (:meth:`FleetQueue.reclaim`).
+* **Give back.** A worker that stops (budget spent, Ctrl-C) puts its claimed but
+  unsent prompts back at the end of the stream; a prompt that failed for good is
+  parked until a worker next joins (the next run).
+
+Progress is fleet-wide: :meth:`FleetQueue.progress` reads every dataset's tally
+(completed, tokens, cost), what is in flight (the group's pending entries) and
+what is still queued.
+
+Needs the ``redis`` extra: ``pip install 'provider-router[redis]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import structlog
+
+from provider_router._exceptions import ConfigurationError, MissingDependencyError
+from provider_router._money import from_units
+from provider_router.batch import _fleet_lua as lua
+from provider_router.batch.inputs import Prompt, PromptReader, first_problem_error, validate_files
+from provider_router.batch.plan import Plan
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = [
+    "DEFAULT_FLEET_PREFIX",
+    "DEFAULT_IDLE_TIMEOUT",
+    "FleetProgress",
+    "FleetQueue",
+    "FleetTally",
+    "WorkItem",
+]
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_FLEET_PREFIX: Final = "provider-router:fleet"
+DEFAULT_IDLE_TIMEOUT: Final = 30.0
+"""Seconds a worker may stay silent before its claimed prompts go to the others."""
+GROUP: Final = "workers"
+_LOAD_BATCH = 500
+_LOCK_SECONDS = 30.0
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _import_redis() -> Any:
+    try:
+        import redis.asyncio
+    except ImportError as exc:
+        raise MissingDependencyError("Shared workers (--workers-share)", "redis") from exc
+    return redis.asyncio
+
+
+def plan_fingerprint(plan: Plan) -> str:
+    """What must agree between the workers of one fleet: model and datasets."""
+    shape = {"model": plan.model, "datasets": [d.name for d in plan.datasets]}
+    return hashlib.sha256(_dumps(shape).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    """One claimed prompt.
+
+    Attributes:
+        dataset: the dataset it belongs to.
+        prompt: the prompt, as the loader read it (source file and line included).
+        entry_id: its stream entry (what is acknowledged).
+        attempts: how many times it was given back or failed before.
+    """
+
+    dataset: str
+    prompt: Prompt
+    entry_id: str
+    attempts: int = 0
+
+    @property
+    def payload(self) -> str:
+        """The prompt as the stream stores it."""
+        return _encode_prompt(self.prompt)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetTally:
+    """One dataset's progress over the whole fleet (every worker, every run).
+
+    Attributes:
+        total: prompts enqueued (valid lines of the inputs).
+        completed: prompts completed (each counted once).
+        output_tokens: their completion tokens.
+        prompt_tokens: their prompt tokens.
+        cost_units: their cost in integer picodollars.
+        duplicates: completions of an already completed prompt (merge drops them).
+        parked: prompts that failed for good this run (re-queued by the next run).
+        in_flight: claimed by a worker and not completed.
+        queued: not yet claimed.
+        bad_lines: input lines the loader skipped.
+    """
+
+    total: int = 0
+    completed: int = 0
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    cost_units: int = 0
+    duplicates: int = 0
+    parked: int = 0
+    in_flight: int = 0
+    queued: int = 0
+    bad_lines: int = 0
+
+    @property
+    def cost(self) -> Decimal:
+        """The cost of the completed prompts in USD."""
+        return from_units(self.cost_units)
+
+    @property
+    def remaining(self) -> int:
+        """Prompts not completed (queued, in flight, or parked)."""
+        return self.queued + self.in_flight + self.parked
+
+
+@dataclass(frozen=True, slots=True)
+class FleetProgress:
+    """A snapshot of the whole fleet's work.
+
+    Attributes:
+        datasets: each dataset's tally, in plan order.
+        loaded: every prompt of the plan has been enqueued.
+        workers: workers that were heard from within the idle timeout.
+    """
+
+    datasets: Mapping[str, FleetTally] = field(default_factory=dict)
+    loaded: bool = False
+    workers: int = 0
+
+    @property
+    def drained(self) -> bool:
+        """Nothing left to claim or in flight (parked failures aside)."""
+        return self.loaded and all(t.queued + t.in_flight == 0 for t in self.datasets.values())
+
+
+def _encode_prompt(prompt: Prompt) -> str:
+    return _dumps(
+        {
+            "m": prompt.messages,
+            "md": prompt.metadata,
+            "src": str(prompt.source),
+            "ln": prompt.line,
+            "loc": prompt.location,
+        }
+    )
+
+
+def _decode_item(dataset: str, entry_id: str, fields: Mapping[str, str]) -> WorkItem:
+    data = json.loads(fields["p"])
+    prompt = Prompt(fields["id"], data["m"], data["md"], Path(data["src"]), data["ln"], data["loc"])
+    return WorkItem(dataset, prompt, entry_id, int(fields.get("n", 0)))
+
+
+class FleetQueue:
+    """The shared work queue of one plan (see the module docstring).
+
+    Args:
+        url: a Redis URL such as ``redis://host:6379/0``.
+        name: the fleet's name (``--workers-share NAME``); workers with the same
+            name and plan share the work.
+        worker: this worker's consumer name (default: host, pid and a random suffix).
+        idle_timeout: seconds after which a silent worker's claimed prompts are
+            reclaimed by the others; heartbeats go out every third of it.
+        prefix: the key prefix (keys are ``<prefix>:{<name>}:...``).
+
+    Raises:
+        MissingDependencyError: the ``redis`` package is not installed.
+        ConfigurationError: a bad name or idle timeout.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        *,
+        worker: str | None = None,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        prefix: str = DEFAULT_FLEET_PREFIX,
+    ) -> None:
+        aioredis = _import_redis()
+        if not name or "{" in name or "}" in name:
+            raise ConfigurationError(f"a fleet name must be non-empty, without braces: {name!r}")
+        if not idle_timeout > 0:
+            raise ConfigurationError(f"idle_timeout must be positive seconds, got {idle_timeout!r}")
+        self.name = name
+        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
+        self.idle_timeout = float(idle_timeout)
+        self._base = f"{prefix}:{{{name}}}:"
+        self._client: Redis = aioredis.Redis.from_url(url, decode_responses=True)
+        self._scripts = {
+            key: self._client.register_script(getattr(lua, key))
+            for key in ("ENQUEUE", "COMPLETE", "GIVE_BACK", "UNPARK", "TOUCH")
+        }
+        self._lock_renew = self._client.register_script(lua.LOCK_RENEW)
+        self._lock_release = self._client.register_script(lua.LOCK_RELEASE)
+        self._plan: Plan | None = None
+        self._strict = False
+        self._loader: asyncio.Task[None] | None = None
+        self.load_problems: list[Exception] = []
+        """Bad lines this worker's loader skipped (empty unless it loaded)."""
+
+    def __repr__(self) -> str:
+        return f"FleetQueue(name={self.name!r}, worker={self.worker!r})"
+
+    def _key(self, kind: str, dataset: str | None = None) -> str:
+        return self._base + (kind if dataset is None else f"{kind}:{dataset}")
+
+    @property
+    def datasets(self) -> list[str]:
+        """The plan's dataset names (after :meth:`join`)."""
+        if self._plan is None:
+            raise ConfigurationError("join the fleet first: await queue.join(plan)")
+        return [d.name for d in self._plan.datasets]
+
+    # --- joining and loading ----------------------------------------------------------
+
+    async def join(self, plan: Plan, *, strict: bool = False) -> None:
+        """Join the fleet for ``plan``: check it matches, and start loading if no one has.
+
+        Prompts parked as failed go back into the queue. Loading runs in the
+        background; claim at once.
+
+        Raises:
+            ConfigurationError: the fleet's name is in use by a different plan.
+            DataFileError: ``strict`` and an input line is bad (before anything
+                is enqueued).
+        """
+        if strict:
+            for spec in plan.datasets:
+                _, problems = await asyncio.to_thread(validate_files, spec.inputs)
+                if problems:
+                    raise first_problem_error(problems)
+        fingerprint = plan_fingerprint(plan)
+        meta = self._key("meta")
+        await self._client.hsetnx(meta, "fingerprint", fingerprint)
+        stored = await self._client.hget(meta, "fingerprint")
+        if stored != fingerprint:
+            raise ConfigurationError(
+                f"the fleet {self.name!r} already runs another plan (other model or "
+                "datasets); give this plan its own --workers-share name"
+            )
+        self._plan = plan
+        self._strict = strict
+        for dataset in self.datasets:
+            try:
+                await self._client.xgroup_create(
+                    self._key("s", dataset), GROUP, id="0", mkstream=True
+                )
+            except Exception as exc:  # the group exists: another worker made it
+                if "BUSYGROUP" not in str(exc):
+                    raise
+            # Prompts parked as failed get another chance whenever a worker joins.
+            await self._scripts["UNPARK"](
+                keys=[self._key(kind, dataset) for kind in ("s", "parked", "tally")]
+            )
+        await self.maintain(reclaim=False)
+        log.info("fleet.join", fleet=self.name, worker=self.worker)
+
+    async def _take_lock(self) -> bool:
+        taken = await self._client.set(
+            self._key("lock"), self.worker, nx=True, px=int(_LOCK_SECONDS * 1000)
+        )
+        return bool(taken)
+
+    async def _load(self, plan: Plan) -> None:
+        """Enqueue every prompt of ``plan`` (idempotent), holding the loader lock."""
+        lock = self._key("lock")
+        try:
+            for dataset in plan.datasets:
+                keys = [
+                    self._key("ids", dataset.name),
+                    self._key("s", dataset.name),
+                    self._key("tally", dataset.name),
+                ]
+                reader = PromptReader(dataset.inputs)
+                args: list[str] = []
+                for prompt in reader:
+                    args += (prompt.id, _encode_prompt(prompt))
+                    if len(args) >= 2 * _LOAD_BATCH:
+                        await self._enqueue(keys, args, lock)
+                        args = []
+                if args:
+                    await self._enqueue(keys, args, lock)
+                self.load_problems.extend(reader.problems)
+                await self._client.hset(self._key("meta"), f"bad:{dataset.name}", reader.bad_lines)
+            await self._client.hset(self._key("meta"), "loaded", 1)
+            log.info("fleet.loaded", fleet=self.name, worker=self.worker)
+        finally:
+            await self._lock_release(keys=[lock], args=[self.worker])
+
+    async def _enqueue(self, keys: list[str], args: list[str], lock: str) -> None:
+        renewed = await self._lock_renew(keys=[lock], args=[self.worker, int(_LOCK_SECONDS * 1000)])
+        if not renewed:
+            raise ConfigurationError("lost the fleet's loader lock (this worker stalled)")
+        await self._scripts["ENQUEUE"](keys=keys, args=args)
+
+    async def _loaded(self) -> bool:
+        return bool(await self._client.hget(self._key("meta"), "loaded"))
+
+    # --- claiming and completing -----------------------------------------------------
+
+    async def claim(
+        self, count: int, *, datasets: Iterable[str] | None = None, block: float | None = None
+    ) -> list[WorkItem]:
+        """Claim up to about ``count`` new prompts, spread over ``datasets`` (default: all).
+
+        Args:
+            count: how many the worker can take now.
+            datasets: the datasets still wanted (a dataset at its target is left out).
+            block: seconds to wait for a prompt when none is queued (``None``: do not wait).
+        """
+        names = list(self.datasets if datasets is None else datasets)
+        if count < 1 or not names:
+            return []
+        per = max(1, count // len(names))
+        streams = {self._key("s", ds): ">" for ds in names}
+        reply = await self._client.xreadgroup(
+            GROUP,
+            self.worker,
+            streams,  # type: ignore[arg-type]
+            count=per,
+            block=None if block is None else max(1, int(block * 1000)),
+        )
+        items: list[WorkItem] = []
+        replies: list[Any] = list(reply or [])
+        for stream, entries in replies:
+            dataset = str(stream)[len(self._base) + 2 :]
+            items.extend(_decode_item(dataset, eid, f) for eid, f in entries if f)
+        return items
+
+    async def complete(self, results: Sequence[tuple[WorkItem, int, int, int]]) -> list[bool]:
+        """Acknowledge journaled results: ``(item, output_tokens, prompt_tokens, cost_units)``.
+
+        Call only once the result is durably in this worker's journal and output.
+        Returns, per result, ``True`` for a first completion and ``False`` for a
+        duplicate (the prompt was already completed by another worker).
+        """
+        by_dataset: dict[str, list[int]] = {}
+        for index, (item, *_rest) in enumerate(results):
+            by_dataset.setdefault(item.dataset, []).append(index)
+        first = [False] * len(results)
+        for dataset, indexes in by_dataset.items():
+            args: list[Any] = [GROUP]
+            for index in indexes:
+                item, out, prompt_tokens, cost = results[index]
+                args += (item.entry_id, item.prompt.id, out, prompt_tokens, cost)
+            keys = [
+                self._key("s", dataset),
+                self._key("done", dataset),
+                self._key("tally", dataset),
+            ]
+            flags = await self._scripts["COMPLETE"](keys=keys, args=args)
+            for index, flag in zip(indexes, flags, strict=True):
+                first[index] = bool(flag)
+        duplicates = first.count(False)
+        if duplicates:
+            log.warning("fleet.duplicates", fleet=self.name, count=duplicates)
+        return first
+
+    async def give_back(self, items: Sequence[WorkItem], *, park: bool = False) -> int:
+        """Return claimed prompts to the queue (``park``: set them aside until the next run).
+
+        Only prompts this worker still holds are returned; the count says how many.
+        A given-back prompt counts one more attempt.
+        """
+        given = 0
+        by_dataset: dict[str, list[WorkItem]] = {}
+        for item in items:
+            by_dataset.setdefault(item.dataset, []).append(item)
+        for dataset, group in by_dataset.items():
+            args: list[Any] = [GROUP, self.worker, 1 if park else 0]
+            for item in group:
+                args += (item.entry_id, item.prompt.id, item.payload, item.attempts + 1)
+            keys = [
+                self._key("s", dataset),
+                self._key("parked", dataset),
+                self._key("tally", dataset),
+            ]
+            given += int(await self._scripts["GIVE_BACK"](keys=keys, args=args))
+        return given
+
+    # --- keeping the fleet healthy ---------------------------------------------------------
+
+    async def maintain(self, *, reclaim: bool = True) -> list[WorkItem]:
+        """The periodic duty of every worker (call every ``idle_timeout / 3`` seconds).
+
+        Touches this worker's claimed prompts (so no one takes them), takes over
+        loading if the loader died before finishing, and (``reclaim``) returns
+        the prompts of dead workers that this worker now holds.
+        """
+        for dataset in self.datasets:
+            await self._scripts["TOUCH"](keys=[self._key("s", dataset)], args=[GROUP, self.worker])
+        loading = self._loader is not None and not self._loader.done()
+        if (
+            not loading
+            and self._plan is not None
+            and not await self._loaded()
+            and await self._take_lock()
+        ):
+            self._loader = asyncio.create_task(self._load(self._plan))
+        return await self.reclaim() if reclaim else []
+
+    async def reclaim(self, *, count: int = 1000) -> list[WorkItem]:
+        """Take over prompts idle longer than ``idle_timeout`` (their worker died).
+
+        Prompts already completed (the dead worker acknowledged nothing, but
+        another worker did the prompt) are acknowledged and dropped here.
+        """
+        idle_ms = int(self.idle_timeout * 1000)
+        found: list[WorkItem] = []
+        for dataset in self.datasets:
+            stream = self._key("s", dataset)
+            start = "0-0"
+            while True:
+                reply = await self._client.xautoclaim(
+                    stream, GROUP, self.worker, idle_ms, start_id=start, count=count
+                )
+                start, entries = reply[0], reply[1]
+                found.extend(_decode_item(dataset, eid, f) for eid, f in entries if f)
+                if start == "0-0" or not entries:
+                    break
+        if not found:
+            return []
+        found = await self._drop_done(found)
+        log.warning("fleet.reclaimed", fleet=self.name, worker=self.worker, prompts=len(found))
+        return found
+
+    async def _drop_done(self, items: list[WorkItem]) -> list[WorkItem]:
+        keep: list[WorkItem] = []
+        for dataset in {item.dataset for item in items}:
+            mine = [item for item in items if item.dataset == dataset]
+            flags = await self._client.smismember(
+                self._key("done", dataset), [item.prompt.id for item in mine]
+            )
+            stale = [item.entry_id for item, done in zip(mine, flags, strict=True) if done]
+            if stale:
+                stream = self._key("s", dataset)
+                await self._client.xack(stream, GROUP, *stale)
+                await self._client.xdel(stream, *stale)
+            keep.extend(item for item, done in zip(mine, flags, strict=True) if not done)
+        return keep
+
+    async def wait_loaded(self) -> None:
+        """Wait until this worker's own loader (if it is loading) has finished."""
+        if self._loader is not None:
+            await self._loader
+
+    # --- progress ---------------------------------------------------------------------------
+
+    async def progress(self) -> FleetProgress:
+        """The whole fleet's progress, per dataset."""
+        names = self.datasets
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hgetall(self._key("meta"))
+        for dataset in names:
+            stream = self._key("s", dataset)
+            pipe.hgetall(self._key("tally", dataset))
+            pipe.xlen(stream)
+            pipe.xpending(stream, GROUP)
+            pipe.xinfo_consumers(stream, GROUP)
+        replies = await pipe.execute()
+        meta = replies[0]
+        tallies: dict[str, FleetTally] = {}
+        workers: set[str] = set()
+        idle_ms = self.idle_timeout * 1000
+        for index, dataset in enumerate(names):
+            tally, length, pending, consumers = replies[1 + 4 * index : 5 + 4 * index]
+            in_flight = int(pending["pending"])
+            workers.update(c["name"] for c in consumers if c.get("inactive", c["idle"]) < idle_ms)
+            tallies[dataset] = FleetTally(
+                total=int(tally.get("total", 0)),
+                completed=int(tally.get("completed", 0)),
+                output_tokens=int(tally.get("out", 0)),
+                prompt_tokens=int(tally.get("in", 0)),
+                cost_units=int(tally.get("cost", 0)),
+                duplicates=int(tally.get("duplicates", 0)),
+                parked=int(tally.get("parked", 0)),
+                in_flight=in_flight,
+                queued=max(int(length) - in_flight, 0),
+                bad_lines=int(meta.get(f"bad:{dataset}", 0)),
+            )
+        return FleetProgress(tallies, loaded=meta.get("loaded") == "1", workers=len(workers))
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop loading (another worker takes over) and close the connection."""
+        if self._loader is not None and not self._loader.done():
+            self._loader.cancel()
+            await asyncio.gather(self._loader, return_exceptions=True)
+        await self._client.aclose()
+
+    async def __aenter__(self) -> FleetQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

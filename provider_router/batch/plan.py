@@ -1,0 +1,381 @@
+"""The plan of a batch job: which datasets, how much of each, with what model and money.
+
+A plan comes from a YAML or TOML file (:func:`load_plan`) or, for one dataset,
+from command-line flags (:meth:`Plan.single`); both give the same :class:`Plan`.
+
+```yaml
+model: moonshotai/kimi-k2.5
+budget: 100            # USD, a hard cap for the whole plan
+concurrency: 2000
+policy: {exclude_below: int4}
+generation: {max_tokens: 8192, temperature: 0.6, reasoning: {effort: high}}
+datasets:
+  - name: b3
+    inputs: [prompts/magicoder.jsonl]     # relative to the plan file
+    target_output_tokens: 7_000_000       # stop this dataset once reached
+  - name: b4
+    input: prompts/opencodeinstruct.jsonl
+    max_requests: 20000
+    generation: {max_tokens: 4096}        # overrides the plan's defaults
+```
+
+Errors name the file and, for YAML, the line of the offending value.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from provider_router._exceptions import ConfigurationError, DataFileError
+from provider_router._money import to_decimal
+
+__all__ = [
+    "DEFAULT_BATCH_CONCURRENCY",
+    "DEFAULT_BATCH_MAX_TOKENS",
+    "DatasetSpec",
+    "GenerationParams",
+    "Plan",
+    "load_plan",
+    "reached",
+]
+
+DEFAULT_BATCH_CONCURRENCY = 256
+"""Requests in flight when neither the plan nor a flag says (the reference job uses 2,000)."""
+DEFAULT_BATCH_MAX_TOKENS = 8192
+"""Completion-token cap per request when neither the plan nor a flag says."""
+
+_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_REASONING_EFFORTS = frozenset({"max", "xhigh", "high", "medium", "low", "minimal", "none"})
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GenerationParams(_Frozen):
+    """Sampling parameters sent with every request of a dataset.
+
+    ``reasoning`` takes OpenRouter's object (``{effort: high}``, ``{max_tokens: N}``,
+    ``{exclude: true}``, ``{enabled: false}``), an effort word, or a boolean.
+    Unset fields (``None``) are not sent, and a dataset's values override the plan's.
+    """
+
+    max_tokens: int | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    reasoning: dict[str, Any] | None = None
+
+    @field_validator("reasoning", mode="before")
+    @classmethod
+    def _reasoning(cls, value: object) -> object:
+        if value is None or isinstance(value, dict):
+            return value
+        if isinstance(value, bool):
+            return {"enabled": value}
+        if isinstance(value, str):
+            if value not in _REASONING_EFFORTS:
+                efforts = ", ".join(sorted(_REASONING_EFFORTS))
+                raise ValueError(f"unknown reasoning effort {value!r} (one of: {efforts})")
+            return {"effort": value}
+        raise ValueError("reasoning must be an object, an effort word or a boolean")
+
+    def merged(self, override: GenerationParams) -> GenerationParams:
+        """These parameters with every field ``override`` sets replacing ours."""
+        return self.model_copy(update=override.model_dump(exclude_none=True))
+
+    def request_params(self) -> dict[str, Any]:
+        """The request-body fields these parameters send (unset ones left out)."""
+        return self.model_dump(exclude_none=True)
+
+
+class DatasetSpec(_Frozen):
+    """One dataset: its prompt files, how much to generate, and its parameters.
+
+    A dataset stops at whichever comes first: its prompts run out, its completed
+    output tokens reach ``target_output_tokens``, or ``max_requests`` prompts
+    have been completed. Its outputs go to ``<out>/<name>.jsonl``.
+    """
+
+    name: str
+    inputs: tuple[Path, ...] = Field(min_length=1)
+    target_output_tokens: int | None = Field(default=None, gt=0)
+    max_requests: int | None = Field(default=None, gt=0)
+    generation: GenerationParams = GenerationParams()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _input_alias(cls, data: object) -> object:
+        if isinstance(data, dict) and "input" in data:
+            data = dict(data)
+            if "inputs" in data:
+                raise ValueError("give `input` or `inputs`, not both")
+            data["inputs"] = [data.pop("input")]
+        return data
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME_PATTERN.match(value):
+            raise ValueError(
+                f"dataset name {value!r} must be 1-64 letters, digits, '_', '.' or '-' "
+                "(it names the output file)"
+            )
+        return value
+
+
+class Plan(_Frozen):
+    """A whole batch job: model, policy, money, concurrency and datasets.
+
+    Attributes:
+        model: the OpenRouter model id.
+        budget: the hard cap in USD for all datasets together (``None`` only
+            until the command line supplies one).
+        concurrency: requests in flight at most.
+        policy: keyword arguments of :class:`~provider_router.ProviderPolicy`.
+        generation: defaults for every dataset's generation parameters.
+        datasets: the datasets, in the order their work is interleaved.
+    """
+
+    model: str = Field(min_length=1)
+    budget: Decimal | None = None
+    concurrency: int = Field(default=DEFAULT_BATCH_CONCURRENCY, gt=0)
+    policy: dict[str, Any] = Field(default_factory=dict)
+    generation: GenerationParams = GenerationParams(max_tokens=DEFAULT_BATCH_MAX_TOKENS)
+    datasets: tuple[DatasetSpec, ...] = Field(min_length=1)
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget(cls, value: object) -> object:
+        if value is None:
+            return None
+        amount = to_decimal(value, what="budget")
+        if amount <= 0:
+            raise ValueError("budget must be more than $0")
+        return amount
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Plan:
+        seen: set[str] = set()
+        for dataset in self.datasets:
+            if dataset.name in seen:
+                raise ValueError(f"dataset name {dataset.name!r} appears twice")
+            seen.add(dataset.name)
+        return self
+
+    def params_for(self, dataset: DatasetSpec) -> GenerationParams:
+        """The generation parameters one dataset actually uses."""
+        params = self.generation.merged(dataset.generation)
+        if params.max_tokens is None:
+            params = params.model_copy(update={"max_tokens": DEFAULT_BATCH_MAX_TOKENS})
+        return params
+
+    def dataset(self, name: str) -> DatasetSpec:
+        """The dataset called ``name``."""
+        for dataset in self.datasets:
+            if dataset.name == name:
+                return dataset
+        raise KeyError(name)
+
+    def with_overrides(
+        self,
+        *,
+        model: str | None = None,
+        budget: Decimal | None = None,
+        concurrency: int | None = None,
+        max_tokens: int | None = None,
+        exclude_below: str | None = None,
+        target_output_tokens: int | None = None,
+    ) -> Plan:
+        """This plan with the given command-line values replacing the file's."""
+        update: dict[str, Any] = {}
+        if model is not None:
+            update["model"] = model
+        if budget is not None:
+            update["budget"] = budget
+        if concurrency is not None:
+            update["concurrency"] = concurrency
+        if max_tokens is not None:
+            update["generation"] = self.generation.model_copy(update={"max_tokens": max_tokens})
+        if exclude_below is not None:
+            update["policy"] = {**self.policy, "exclude_below": exclude_below}
+        if target_output_tokens is not None:
+            update["datasets"] = tuple(
+                d.model_copy(update={"target_output_tokens": target_output_tokens})
+                for d in self.datasets
+            )
+        data = self.model_dump()
+        data.update(update)
+        return _validate(data, source=None)
+
+    @classmethod
+    def single(
+        cls,
+        inputs: Sequence[str | Path],
+        *,
+        model: str,
+        budget: Decimal | None,
+        name: str | None = None,
+        concurrency: int | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        reasoning: object = None,
+        exclude_below: str | None = None,
+        target_output_tokens: int | None = None,
+        max_requests: int | None = None,
+    ) -> Plan:
+        """A one-dataset plan from command-line values (the dataset is named after the file)."""
+        paths = [Path(p) for p in inputs]
+        if not paths:
+            raise ConfigurationError("give a prompts file (PROMPTS.jsonl) or --plan")
+        data: dict[str, Any] = {
+            "model": model,
+            "budget": budget,
+            "policy": {"exclude_below": exclude_below} if exclude_below else {},
+            "generation": {
+                "max_tokens": max_tokens or DEFAULT_BATCH_MAX_TOKENS,
+                "temperature": temperature,
+                "reasoning": reasoning,
+            },
+            "datasets": [
+                {
+                    "name": name or _name_from_path(paths[0]),
+                    "inputs": paths,
+                    "target_output_tokens": target_output_tokens,
+                    "max_requests": max_requests,
+                }
+            ],
+        }
+        if concurrency is not None:
+            data["concurrency"] = concurrency
+        return _validate(data, source=None)
+
+
+def reached(dataset: DatasetSpec, completed: int, output_tokens: int) -> bool:
+    """Whether a dataset has reached its output-token target or its request cap."""
+    target, cap = dataset.target_output_tokens, dataset.max_requests
+    return (target is not None and output_tokens >= target) or (
+        cap is not None and completed >= cap
+    )
+
+
+def _name_from_path(path: Path) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", path.stem).strip("-.") or "prompts"
+    if not name[0].isalnum():
+        name = "d" + name
+    return name[:64]
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    loc = ".".join(str(part) for part in error["loc"] if part not in {"__root__"})
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{loc}: {message}" if loc else message
+
+
+def _validate(
+    data: Any, *, source: Path | None, lines: Mapping[tuple[Any, ...], int] | None = None
+) -> Plan:
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = errors[0]
+        detail = _describe(first)
+        if len(errors) > 1:
+            detail += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+        if source is None:
+            raise ConfigurationError(f"invalid plan: {detail}") from None
+        line = _line_for(tuple(first["loc"]), lines or {})
+        raise DataFileError(source, f"invalid plan: {detail}", line=line) from None
+
+
+def _line_for(loc: tuple[Any, ...], lines: Mapping[tuple[Any, ...], int]) -> int | None:
+    # The deepest ancestor of the error's location that the YAML parser saw.
+    for end in range(len(loc), -1, -1):
+        line = lines.get(loc[:end])
+        if line is not None:
+            return line
+    return None
+
+
+def _yaml_lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            _yaml_lines(value, (*path, key.value), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _yaml_lines(item, (*path, index), out)
+
+
+def _read_yaml(path: Path, text: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    try:
+        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        raise DataFileError(path, f"not valid YAML: {exc.problem or exc}", line=line) from None
+    except yaml.YAMLError as exc:
+        raise DataFileError(path, f"not valid YAML: {exc}") from None
+    lines: dict[tuple[Any, ...], int] = {}
+    if node is not None:
+        _yaml_lines(node, (), lines)
+    return data, lines
+
+
+def _read_toml(path: Path, text: str) -> Any:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        found = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        line = int(found.group(1)) if found else None
+        raise DataFileError(path, f"not valid TOML: {message}", line=line) from None
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read a plan from a YAML (``.yaml``/``.yml``) or TOML (``.toml``) file.
+
+    Input paths in the file are relative to the file's directory.
+
+    Raises:
+        DataFileError: the file is unreadable, not YAML/TOML, or not a valid plan;
+            the message names the file, the line where known, and the field.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in {".yaml", ".yml", ".toml"}:
+        raise DataFileError(path, "a plan file must end in .yaml, .yml or .toml")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DataFileError(path, f"cannot read plan file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DataFileError(path, f"plan file is not UTF-8 text (byte {exc.start})") from None
+    lines: dict[tuple[Any, ...], int] = {}
+    if suffix in {".yaml", ".yml"}:
+        data, lines = _read_yaml(path, text)
+    else:
+        data = _read_toml(path, text)
+    if not isinstance(data, dict):
+        raise DataFileError(path, "a plan must be a mapping with `model` and `datasets`", line=1)
+    datasets = data.get("datasets")
+    if isinstance(datasets, list):
+        base = path.parent
+        for entry in datasets:
+            if isinstance(entry, dict):
+                for key in ("input", "inputs"):
+                    value = entry.get(key)
+                    if isinstance(value, str):
+                        entry[key] = str(base / value)
+                    elif isinstance(value, list):
+                        entry[key] = [str(base / v) if isinstance(v, str) else v for v in value]
+    return _validate(data, source=path, lines=lines)

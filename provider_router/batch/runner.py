@@ -1,0 +1,649 @@
+"""The batch runner: a plan's datasets through the routed, budgeted client, exactly once.
+
+:class:`BatchRunner` streams each dataset's prompts, skips what the journal has
+already completed, and keeps up to ``plan.concurrency`` requests in flight on one
+:class:`~provider_router.Router` (datasets interleaved round-robin). Each result
+is committed to the journal and its dataset's output file; the journal is
+flushed once per event-loop turn, so a burst of completions costs two writes.
+
+* **Targets.** A dataset's output-token target counts completed tokens. A new
+  request is sent only while ``completed + in_flight × mean tokens per request``
+  is below the target, so dispatch slows as the target nears and the overshoot
+  is at most the tokens of the requests still in flight when it is reached.
+* **Money.** Every request reserves its worst case in a SQLite ledger beside the
+  outputs (``ledger.sqlite``; the budget is its limit). When the ledger cannot
+  cover another request (:class:`~provider_router.BudgetExhausted`) or OpenRouter
+  says the credits are gone (:class:`~provider_router.CreditsExhausted`), the
+  runner stops taking work, lets requests in flight finish, and reports what is
+  left and what finishing would cost at the observed rates.
+* **Stopping.** :meth:`BatchRunner.stop` (the first Ctrl-C) stops taking work and
+  lets requests in flight finish; :meth:`BatchRunner.abandon` (the second) cancels
+  them, and the client reconciles or counts each at its worst case.
+* **Resuming.** Running the same plan into the same directory again continues:
+  crashed requests are reconciled through the ledger (by generation id where one
+  was known), and done prompts are skipped unparsed while the input files are
+  unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from provider_router._exceptions import (
+    AllAttemptsFailed,
+    AuthenticationError,
+    BudgetExhausted,
+    ConfigurationError,
+    CreditsExhausted,
+    ProviderRouterError,
+)
+from provider_router._money import from_units, to_units
+from provider_router.batch.inputs import Prompt, PromptReader, count_lines, first_problem_error
+from provider_router.batch.journal import DatasetTally, FileJournal
+from provider_router.batch.output import encode_record, make_record
+from provider_router.batch.plan import DatasetSpec, Plan, reached
+from provider_router.batch.summary import (
+    Counter,
+    DatasetReport,
+    RunSummary,
+    StopReason,
+    money_to_finish,
+)
+from provider_router.client import Router
+from provider_router.ledger import Ledger, LedgerState
+from provider_router.ledger.sqlite import SQLiteLedger
+from provider_router.policy import ProviderPolicy
+from provider_router.results import ChatResult
+
+__all__ = ["LEDGER_FILE", "SUMMARY_FILE", "BatchRunner", "DatasetProgress", "RunProgress"]
+
+log = structlog.get_logger(__name__)
+
+LEDGER_FILE = "ledger.sqlite"
+SUMMARY_FILE = "summary.json"
+_FATAL = (AuthenticationError, ConfigurationError)
+"""Failures every other request would hit too: stop the run instead of counting them."""
+
+
+@dataclass(slots=True)
+class _Dataset:
+    spec: DatasetSpec
+    params: dict[str, Any]
+    max_tokens: int
+    reader: PromptReader
+    prompts: Iterator[Prompt]
+    tally: DatasetTally
+    counter: Counter
+    relocate: bool
+    lines: int | None = None
+    inflight: int = 0
+    exhausted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetProgress:
+    """One dataset's progress, for the live display.
+
+    Attributes:
+        name: the dataset.
+        completed: prompts completed over every run.
+        total: prompts it will complete at most (lines, capped by ``max_requests``), if known.
+        output_tokens: completed output tokens over every run.
+        target_output_tokens: the target, if any.
+        in_flight: requests in flight now.
+        cost: USD of its completions over every run.
+        run: this run's counter.
+        finished: nothing more will be sent for it.
+    """
+
+    name: str
+    completed: int
+    total: int | None
+    output_tokens: int
+    target_output_tokens: int | None
+    in_flight: int
+    cost: Decimal
+    run: Counter
+    finished: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """A snapshot of the whole run for the progress display."""
+
+    datasets: tuple[DatasetProgress, ...]
+    elapsed: float
+    ledger: LedgerState | None
+    in_flight: int
+    stopping: StopReason | None
+    failures_by_kind: Mapping[str, int] = field(default_factory=dict)
+    retries: int = 0
+    rate_limited: int = 0
+    errors: int = 0
+
+
+class BatchRunner:
+    """Run a :class:`~provider_router.batch.plan.Plan` into a job directory.
+
+    Args:
+        plan: what to generate (must have a budget).
+        out: the job directory: outputs, journal, ledger and summary go there.
+        strict: read every input line before spending anything and fail on the
+            first bad one (default: skip bad lines and report them).
+        base_url, api_key: OpenRouter's (defaults from the environment).
+        router_options: further :class:`~provider_router.Router` keyword arguments.
+        ledger: a ledger to use instead of ``<out>/ledger.sqlite`` (its limit is
+            set to the plan's budget).
+
+    Example::
+
+        runner = BatchRunner(load_plan("plan.yaml"), "runs/b3")
+        summary = await runner.run()
+        print(summary.reason, summary.spent)
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        out: str | Path,
+        *,
+        strict: bool = False,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        router_options: Mapping[str, Any] | None = None,
+        ledger: Ledger | None = None,
+    ) -> None:
+        if plan.budget is None:
+            raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
+        self.plan = plan
+        self.budget: Decimal = plan.budget
+        self.out = Path(out)
+        self.strict = strict
+        self._base_url = base_url
+        self._api_key = api_key
+        self._router_options = dict(router_options or {})
+        self._given_ledger = ledger
+        self.ledger: Ledger | None = None
+        self.router: Router | None = None
+        self.journal: FileJournal | None = None
+        self._datasets: list[_Dataset] = []
+        self._providers: dict[str, Counter] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reason: StopReason | None = None
+        self._message = ""
+        self._wake = asyncio.Event()
+        self._flush_pending = False
+        self._started = time.monotonic()
+        self._recovered: list[str] = []
+        self.ledger_state: LedgerState | None = None
+
+    # --- control ----------------------------------------------------------------------
+
+    def stop(self, reason: StopReason = StopReason.INTERRUPTED, message: str = "") -> None:
+        """Stop taking new work; requests in flight finish (the first Ctrl-C)."""
+        if self._reason is None:
+            self._reason = reason
+            self._message = message
+            log.info("batch.stopping", reason=reason.value, in_flight=len(self._tasks))
+        self._wake.set()
+
+    def abandon(self) -> None:
+        """Cancel requests in flight (the second Ctrl-C); they are counted at worst case."""
+        self._reason = StopReason.ABANDONED
+        self._message = "requests in flight were abandoned and counted at their worst case"
+        for task in list(self._tasks):
+            task.cancel()
+        self._wake.set()
+
+    @property
+    def stopping(self) -> StopReason | None:
+        """Why the runner stopped taking work, or None while it runs."""
+        return self._reason
+
+    # --- the run -------------------------------------------------------------------------
+
+    async def run(self) -> RunSummary:
+        """Run the plan until it is done, the money runs out, or :meth:`stop` is called.
+
+        Raises:
+            DataFileError: with ``strict``, the first bad input line (nothing is spent).
+            ConfigurationError: the directory is in use or holds foreign outputs.
+            ProviderRouterError: the router could not start (e.g. a rejected key).
+        """
+        self._started = time.monotonic()
+        journal = self.journal = FileJournal.open(self.out)
+        reason = "error"
+        try:
+            self._recovered += journal.repairs
+            if journal.lost:
+                self._recovered.append(
+                    f"{len(journal.lost)} request(s) were in flight when the last run died; "
+                    "their prompts run again and their cost is reconciled by the ledger"
+                )
+            journal.prepare([d.name for d in self.plan.datasets])
+            if self.strict:
+                await asyncio.to_thread(self._validate_inputs)
+            summary = await self._run_with_ledger(journal)
+            reason = summary.reason.value
+            return summary
+        finally:
+            journal.close(reason)
+
+    def _validate_inputs(self) -> None:
+        for spec in self.plan.datasets:
+            reader = PromptReader(list(spec.inputs))
+            for _ in reader:
+                pass
+            if reader.problems:
+                raise first_problem_error(reader.problems)
+
+    async def _open_ledger(self) -> Ledger:
+        if self._given_ledger is not None:
+            ledger = self._given_ledger
+        else:
+            path = self.out / LEDGER_FILE
+            ledger = SQLiteLedger(path, None if path.exists() else self.budget)
+        state = await ledger.snapshot()
+        if state.limit != self.budget:
+            await ledger.set_limit(self.budget)
+            self._recovered.append(f"budget changed from ${state.limit} to ${self.budget}")
+            if self.journal is not None:
+                self.journal.note("budget", old=str(state.limit), new=str(self.budget))
+        return ledger
+
+    async def _run_with_ledger(self, journal: FileJournal) -> RunSummary:
+        ledger = self.ledger = await self._open_ledger()
+        try:
+            router = Router(
+                self.plan.model,
+                policy=ProviderPolicy(**self.plan.policy),
+                ledger=ledger,
+                max_concurrency=self.plan.concurrency,
+                base_url=self._base_url,
+                api_key=self._api_key,
+                **{"budget_wait": True, **self._router_options},
+            )
+            async with router:
+                self.router = router
+                report = await ledger.recover(router.resolve)
+                if report.reconciled or report.worst_case:
+                    self._recovered.append(
+                        f"ledger: {len(report.reconciled)} crashed request(s) reconciled "
+                        f"(${report.reconciled_cost}), {len(report.worst_case)} counted at "
+                        f"worst case (${report.worst_case_cost})"
+                    )
+                await self._prepare_datasets(journal)
+                await self._dispatch(journal, router)
+            self.ledger_state = await ledger.snapshot()
+            return self._summary()
+        finally:
+            if self._given_ledger is None:
+                await ledger.close()
+
+    async def _prepare_datasets(self, journal: FileJournal) -> None:
+        for spec in self.plan.datasets:
+            params = self.plan.params_for(spec).request_params()
+            max_tokens = int(params.pop("max_tokens"))
+            fingerprint = _fingerprint(spec.inputs)
+            fast = journal.fast_resume_ok(spec.name, fingerprint)
+            if fast:
+                reader = PromptReader(
+                    list(spec.inputs),
+                    skip=journal.done_locations(spec.name),
+                    taken=journal.done_ids(spec.name),
+                )
+            else:
+                reader = PromptReader(list(spec.inputs))
+                journal.record_inputs(spec.name, fingerprint)
+            self._datasets.append(
+                _Dataset(
+                    spec=spec,
+                    params=params,
+                    max_tokens=max_tokens,
+                    reader=reader,
+                    prompts=iter(reader),
+                    tally=journal.tally(spec.name),
+                    counter=Counter(),
+                    relocate=not fast,
+                )
+            )
+        for dataset in self._datasets:
+            task = asyncio.ensure_future(self._count_lines(dataset))
+            self._background(task)
+
+    async def _count_lines(self, dataset: _Dataset) -> None:
+        try:
+            counts = [await asyncio.to_thread(count_lines, p) for p in dataset.spec.inputs]
+        except OSError:
+            return
+        dataset.lines = sum(counts)
+
+    def _background(self, task: asyncio.Future[None]) -> None:
+        # Progress counting only: never awaited, never allowed to fail the run.
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    # --- dispatching -----------------------------------------------------------------------
+
+    def _can_send(self, ds: _Dataset) -> bool:
+        if ds.exhausted:
+            return False
+        spec = ds.spec
+        tally = ds.tally
+        if spec.max_requests is not None and tally.completed + ds.inflight >= spec.max_requests:
+            return False
+        target = spec.target_output_tokens
+        if target is not None:
+            if tally.completed:
+                per_request = tally.output_tokens / tally.completed
+            else:
+                per_request = ds.max_tokens / 2
+            if tally.output_tokens + ds.inflight * per_request >= target:
+                return False
+        return True
+
+    def _next(self, journal: FileJournal, start: int) -> tuple[_Dataset, Prompt] | None:
+        count = len(self._datasets)
+        for step in range(count):
+            ds = self._datasets[(start + step) % count]
+            name = ds.spec.name
+            while self._can_send(ds):
+                prompt = next(ds.prompts, None)
+                if prompt is None:
+                    ds.exhausted = True
+                    break
+                if journal.claim(name, prompt.id):
+                    return ds, prompt
+                if ds.relocate and journal.is_done(name, prompt.id):
+                    journal.relocate(name, prompt.id, prompt.location)
+        return None
+
+    async def _dispatch(self, journal: FileJournal, router: Router) -> None:
+        slots = asyncio.Semaphore(self.plan.concurrency)
+        turn = itertools.count()
+        while self._reason is None:
+            await slots.acquire()
+            if self._reason is not None:
+                slots.release()
+                break
+            picked = self._next(journal, next(turn))
+            if picked is None:
+                slots.release()
+                # (A finished task leaves `_tasks` a loop turn later; `inflight` is exact.)
+                if not any(ds.inflight for ds in self._datasets):
+                    break
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            ds, prompt = picked
+            ds.inflight += 1
+            task = asyncio.ensure_future(self._one(journal, router, ds, prompt, slots))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        journal.flush()
+        if self._reason is None:
+            unfinished = [d for d in self._datasets if d.counter.failures and not self._done(d)]
+            self._reason = StopReason.INCOMPLETE if unfinished else StopReason.COMPLETE
+            if unfinished:
+                self._message = "some prompts failed; run the same command again to retry them"
+
+    async def _one(
+        self,
+        journal: FileJournal,
+        router: Router,
+        ds: _Dataset,
+        prompt: Prompt,
+        slots: asyncio.Semaphore,
+    ) -> None:
+        name = ds.spec.name
+        counter = ds.counter
+        started = time.time()
+        counter.started(started)
+        try:
+            result = await router.chat(
+                prompt.messages, max_tokens=ds.max_tokens, key=f"{name}/{prompt.id}", **ds.params
+            )
+        except asyncio.CancelledError:
+            journal.release(name, prompt.id, reason="abandoned")
+            counter.failed("Abandoned")
+            raise
+        except BaseException as exc:
+            journal.release(name, prompt.id, reason=type(exc).__name__)
+            self._failed(ds, exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            self._completed(journal, ds, prompt, result, started)
+        finally:
+            ds.inflight -= 1
+            counter.ended(time.time())
+            slots.release()
+            self._wake.set()
+
+    def _failed(self, ds: _Dataset, exc: BaseException) -> None:
+        # Out of money is not a failure of the prompt: it was never sent.
+        if isinstance(exc, BudgetExhausted):
+            self.stop(StopReason.BUDGET, f"the budget of ${self.budget} is used up: {exc}")
+            return
+        if isinstance(exc, CreditsExhausted):
+            self.stop(StopReason.CREDITS, f"OpenRouter's credits ran out: {exc}")
+            return
+        kind = type(exc).__name__
+        retries = 0
+        if isinstance(exc, AllAttemptsFailed):
+            retries = len(exc.exceptions) - 1
+            kind = type(exc.exceptions[-1]).__name__
+        ds.counter.failed(kind, retries)
+        provider = getattr(exc, "provider_name", None)
+        if provider:
+            self._provider(provider).failed(kind, retries)
+        if isinstance(exc, _FATAL):
+            self.stop(StopReason.ERROR, f"stopped: {exc}")
+        elif not isinstance(exc, ProviderRouterError):
+            log.error("batch.unexpected_error", dataset=ds.spec.name, error=repr(exc))
+
+    def _completed(
+        self, journal: FileJournal, ds: _Dataset, prompt: Prompt, result: ChatResult, started: float
+    ) -> None:
+        finished = time.time()
+        usage = result.usage
+        prompt_tokens = usage.prompt_tokens if usage else 0
+        output_tokens = usage.completion_tokens if usage else 0
+        reasoning_tokens = usage.reasoning_tokens if usage else 0
+        cost = result.cost if result.cost is not None else Decimal(0)
+        provider = self._provider(result.provider or "unknown")
+        provider.started(started)
+        provider.ended(finished)
+        if result.quarantined:
+            # Never accepted as data: the prompt runs again (a later run may route it well).
+            journal.release(ds.spec.name, prompt.id, reason="policy_violation")
+            ds.counter.failed("PolicyViolation", result.attempts - 1)
+            provider.failed("PolicyViolation", result.attempts - 1)
+            provider.cost += cost
+            return
+        record = make_record(
+            prompt_id=prompt.id,
+            dataset=ds.spec.name,
+            messages=prompt.messages,
+            text=result.text,
+            reasoning=result.reasoning,
+            finish_reason=result.finish_reason,
+            provider=result.provider,
+            model=self.plan.model,
+            served_model=result.model,
+            generation_id=result.generation_id,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=output_tokens,
+            reasoning_tokens=reasoning_tokens,
+            cached_tokens=usage.cached_tokens if usage else 0,
+            cost=cost,
+            metadata=prompt.metadata,
+            started_at=started,
+            finished_at=finished,
+        )
+        journal.complete(
+            ds.spec.name,
+            prompt.id,
+            encode_record(record),
+            output_tokens=output_tokens,
+            prompt_tokens=prompt_tokens,
+            cost_units=to_units(cost),
+            location=prompt.location,
+        )
+        if not self._flush_pending:
+            self._flush_pending = True
+            asyncio.get_running_loop().call_soon(self._flush, journal)
+        retries = result.attempts - 1
+        for counter in (ds.counter, provider):
+            counter.requests += 1
+            counter.prompt_tokens += prompt_tokens
+            counter.output_tokens += output_tokens
+            counter.reasoning_tokens += reasoning_tokens
+            counter.cost += cost
+            counter.retries += retries
+
+    def _flush(self, journal: FileJournal) -> None:
+        self._flush_pending = False
+        journal.flush()
+
+    def _provider(self, name: str) -> Counter:
+        counter = self._providers.get(name)
+        if counter is None:
+            counter = self._providers[name] = Counter()
+        return counter
+
+    # --- reporting ----------------------------------------------------------------------------
+
+    def _total(self, ds: _Dataset) -> int | None:
+        if ds.exhausted:
+            total: int | None = ds.tally.completed + ds.inflight + ds.counter.failures
+        elif ds.lines is not None:
+            total = ds.lines - ds.reader.bad_lines
+        else:
+            total = None
+        if total is not None and ds.spec.max_requests is not None:
+            total = min(total, ds.spec.max_requests)
+        return total
+
+    def _done(self, ds: _Dataset) -> bool:
+        if reached(ds.spec, ds.tally.completed, ds.tally.output_tokens):
+            return True
+        return ds.exhausted and not ds.counter.failures and ds.inflight == 0
+
+    def progress(self) -> RunProgress:
+        """A snapshot for the progress display (cheap; call it a few times a second)."""
+        failures: dict[str, int] = {}
+        retries = 0
+        datasets = []
+        for ds in self._datasets:
+            for kind, n in ds.counter.failures_by_kind.items():
+                failures[kind] = failures.get(kind, 0) + n
+            retries += ds.counter.retries
+            datasets.append(
+                DatasetProgress(
+                    name=ds.spec.name,
+                    completed=ds.tally.completed,
+                    total=self._total(ds),
+                    output_tokens=ds.tally.output_tokens,
+                    target_output_tokens=ds.spec.target_output_tokens,
+                    in_flight=ds.inflight,
+                    cost=from_units(ds.tally.cost_units),
+                    run=ds.counter,
+                    finished=self._done(ds) or (ds.exhausted and ds.inflight == 0),
+                )
+            )
+        errors = rate_limited = 0
+        if self.router is not None:
+            for stats in self.router.health.snapshot().values():
+                errors += stats.errors
+                rate_limited += stats.rate_limited
+        return RunProgress(
+            datasets=tuple(datasets),
+            elapsed=time.monotonic() - self._started,
+            ledger=self.ledger_state,
+            in_flight=len(self._tasks),
+            stopping=self._reason,
+            failures_by_kind=failures,
+            retries=retries,
+            rate_limited=rate_limited,
+            errors=errors,
+        )
+
+    def _summary(self) -> RunSummary:
+        reports = []
+        for ds in self._datasets:
+            reports.append(
+                DatasetReport(
+                    name=ds.spec.name,
+                    prompts=self._total(ds),
+                    completed=ds.tally.completed,
+                    output_tokens=ds.tally.output_tokens,
+                    cost=from_units(ds.tally.cost_units),
+                    target_output_tokens=ds.spec.target_output_tokens,
+                    max_requests=ds.spec.max_requests,
+                    bad_lines=ds.reader.bad_lines,
+                    lost=ds.tally.lost,
+                    run=ds.counter,
+                )
+            )
+        cost = sum((r.cost for r in reports), Decimal(0))
+        tokens = sum(r.output_tokens for r in reports)
+        fallback = cost / tokens if tokens else None
+        for report in reports:
+            report.to_finish = money_to_finish(report, fallback)
+        unknown = any(r.to_finish is None for r in reports)
+        to_finish = (
+            None if unknown else sum((r.to_finish or Decimal(0) for r in reports), Decimal(0))
+        )
+        health: dict[str, dict[str, Any]] = {}
+        if self.router is not None:
+            for name, stats in self.router.health.snapshot().items():
+                health[name] = {"errors": stats.errors, "rate_limited": stats.rate_limited}
+        state = self.ledger_state
+        reason = self._reason or StopReason.COMPLETE
+        message = self._message
+        if reason in (StopReason.BUDGET, StopReason.CREDITS) and to_finish is not None:
+            message += f"; about ${to_finish} more finishes the plan at the observed rates"
+        if reason is not StopReason.COMPLETE:
+            message += "; run the same command again to resume" + (
+                " (with a higher --budget)" if reason is StopReason.BUDGET else ""
+            )
+        bad = [str(p) for ds in self._datasets for p in ds.reader.problems]
+        summary = RunSummary(
+            reason=reason,
+            datasets=reports,
+            providers=dict(self._providers),
+            provider_health=health,
+            budget=self.budget,
+            spent=state.spent if state else Decimal(0),
+            reserved=state.reserved if state else Decimal(0),
+            to_finish=to_finish,
+            wall_time=time.monotonic() - self._started,
+            bad_lines=bad,
+            recovered=list(self._recovered),
+            message=message.lstrip("; "),
+        )
+        summary.write(self.out / SUMMARY_FILE)
+        return summary
+
+
+def _fingerprint(paths: tuple[Path, ...]) -> list[Any]:
+    fingerprint: list[Any] = []
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            fingerprint.append([str(path), None, None])
+            continue
+        fingerprint.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+    return fingerprint

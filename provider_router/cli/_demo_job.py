@@ -1,0 +1,136 @@
+"""Steps 2 and 3 of ``provider-router demo``: project, then run the reference job.
+
+A scaled-down version of the reference scenario: six datasets (B3 … B8) of
+synthetic prompts, each with an output-token target, Kimi K2.5 under
+``exclude_below="int4"``. The local OpenRouter runs in-process with simulated
+time (a minute of generation takes a few milliseconds) and a credit balance
+that covers about half the plan, so the run stops when the credits run out;
+the demo tops the balance up and runs the same plan again, which resumes and
+completes without redoing or losing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from decimal import Decimal
+from pathlib import Path
+from typing import Final, TextIO, cast
+
+from rich.console import Console
+
+from provider_router.batch.plan import Plan
+from provider_router.batch.progress import show_progress
+from provider_router.batch.runner import BatchRunner
+from provider_router.batch.summary import RunSummary, StopReason
+from provider_router.cli._logging import configure_logging
+from provider_router.projection import project
+from provider_router.projection_report import render_projection
+from provider_router.records import ModelEndpoints
+from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
+from provider_router.workload import WorkloadEstimate
+
+__all__ = ["DEMO_DATASETS", "demo_plan", "run_reference_job"]
+
+DEMO_DATASETS: Final = ("B3", "B4", "B5", "B6", "B7", "B8")
+_PROMPTS_PER_DATASET: Final = 120
+_TARGET_OUTPUT_TOKENS: Final = 30_000
+_MAX_TOKENS: Final = 2048
+_CONCURRENCY: Final = 64
+_BUDGET: Final = Decimal(5)
+_SPEED: Final = 1500.0
+_SOURCES: Final = ("magicoder", "opencodeinstruct")
+
+
+def _write_prompts(directory: Path) -> list[Path]:
+    paths = []
+    for index, name in enumerate(DEMO_DATASETS):
+        path = directory / f"{name.lower()}.jsonl"
+        with path.open("w") as fh:
+            for n in range(_PROMPTS_PER_DATASET):
+                line = {
+                    "id": f"{name.lower()}-{n:04d}",
+                    "prompt": f"Write a Python function for task {n} of set {name}, with tests.",
+                    "source": _SOURCES[index % len(_SOURCES)],
+                }
+                fh.write(json.dumps(line) + "\n")
+        paths.append(path)
+    return paths
+
+
+def demo_plan(directory: Path) -> Plan:
+    """The scaled-down reference plan over prompt files written into ``directory``."""
+    paths = _write_prompts(directory)
+    return Plan.model_validate(
+        {
+            "model": "moonshotai/kimi-k2.5",
+            "budget": _BUDGET,
+            "concurrency": _CONCURRENCY,
+            "policy": {"exclude_below": "int4"},
+            "generation": {"max_tokens": _MAX_TOKENS},
+            "datasets": [
+                {"name": name, "input": str(path), "target_output_tokens": _TARGET_OUTPUT_TOKENS}
+                for name, path in zip(DEMO_DATASETS, paths, strict=True)
+            ],
+        }
+    )
+
+
+def _projected_cost(console: Console, plan: Plan, market: ModelEndpoints) -> Decimal:
+    """Step 2: the projection of the plan on the bundled market."""
+    console.rule("2. What the plan will cost")
+    workload = WorkloadEstimate(
+        prompt_tokens=Decimal(20), completion_tokens=Decimal(400), source="demo guess"
+    )
+    projection = project(plan, market, None, workload)
+    render_projection(projection, file=cast(TextIO, console.file))
+    return projection.total.cost().expected
+
+
+async def _run(console: Console, plan: Plan, out: Path, credits: Decimal) -> list[RunSummary]:
+    summaries = []
+    async with SimulatorServer(
+        credits=credits, speed=_SPEED, seed=7, api_keys=[DEFAULT_TEST_KEY]
+    ) as sim:
+        for attempt in (1, 2):
+            runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
+            display = asyncio.ensure_future(show_progress(runner, console, "auto", interval=1.0))
+            try:
+                summary = await runner.run()
+            finally:
+                display.cancel()
+                await asyncio.gather(display, return_exceptions=True)
+            summaries.append(summary)
+            summary.render(console)
+            if summary.reason is not StopReason.CREDITS or attempt == 2:
+                break
+            top_up = (summary.to_finish or credits) * 2
+            console.rule(f"4. Top up ${top_up:.2f} and run the same plan again: it resumes")
+            sim.top_up(top_up)
+    return summaries
+
+
+def run_reference_job(console: Console, market: ModelEndpoints, out: Path | None) -> int:
+    """Steps 2–5: project the plan, run it out of credits, top up, resume, summarise."""
+    # The client warns once per request the credits refused; the demo says it once itself.
+    configure_logging(level="error")
+    with tempfile.TemporaryDirectory(prefix="provider-router-demo-") as tmp:
+        work = Path(tmp)
+        plan = demo_plan(work)
+        projected = _projected_cost(console, plan, market)
+        credits = (projected / 2).quantize(Decimal("0.01"))
+        console.rule(
+            f"3. Run {len(plan.datasets)} datasets on the local OpenRouter with ${credits} of "
+            "credits (about half the plan)"
+        )
+        job = out if out is not None else work / "run"
+        summaries = asyncio.run(_run(console, plan, job, credits))
+        final = summaries[-1]
+        console.rule("5. Done")
+        stops = " → ".join(s.reason.value for s in summaries)
+        console.print(
+            f"Runs: {stops}. Spent ${final.spent:.4f} in total (projected ${projected:.4f}); "
+            f"outputs in {job if out is not None else 'a temporary directory'}"
+        )
+        return 0 if final.reason is StopReason.COMPLETE else final.exit_code

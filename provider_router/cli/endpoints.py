@@ -1,0 +1,316 @@
+"""``provider-router endpoints MODEL``: every endpoint, the policy's verdict, and the ranking.
+
+::
+
+    provider-router endpoints moonshotai/kimi-k2.5 [--exclude-below int4]
+        [--unknown assume_native|reject|accept] [--exclude-provider NAME ...]
+        [--only NAME ...] [--min-uptime PCT] [--allow-down]
+        [--prompt-tokens N --completion-tokens N] [--json]
+        [--base-url URL | --snapshot FILE]
+
+The listing comes from ``--snapshot FILE`` (offline), else ``--base-url`` /
+``$OPENROUTER_BASE_URL``, else OpenRouter. The table shows each endpoint's
+provider, tag, quantization, prices per million tokens, uptime, status, the
+verdict with its reason, and, for allowed endpoints, the rank and the expected
+cost of 1,000 requests of the workload. ``--json`` prints the same as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import dataclass
+from typing import Any, Final
+
+from rich.console import Console
+from rich.table import Table
+
+from provider_router.catalog import Catalog
+from provider_router.cli._render import (
+    format_per_million,
+    format_percent,
+    format_usd,
+    make_console,
+    print_json,
+)
+from provider_router.policy import Decision, Decisions, ProviderPolicy
+from provider_router.ranking import RankedEndpoint, Workload, rank
+from provider_router.records import EndpointHealth, ModelEndpoints, Quantization
+
+__all__ = [
+    "DEFAULT_COMPLETION_TOKENS",
+    "DEFAULT_PROMPT_TOKENS",
+    "EndpointReport",
+    "add_policy_arguments",
+    "build_report",
+    "load_listing",
+    "policy_from_args",
+    "register",
+    "render_report",
+    "report_json",
+]
+
+DEFAULT_PROMPT_TOKENS: Final = 200
+DEFAULT_COMPLETION_TOKENS: Final = 2000
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of tokens: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a token count must be ≥ 0, got {value}")
+    return value
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"a percentage must be 0..100, got {text!r}")
+    return value
+
+
+def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``ProviderPolicy`` flags, shared by every command that filters endpoints."""
+    ranked = [q.value for q in Quantization if q is not Quantization.UNKNOWN]
+    parser.add_argument(
+        "--exclude-below",
+        choices=ranked,
+        metavar="PRECISION",
+        help=f"reject endpoints below this precision ({', '.join(ranked)})",
+    )
+    parser.add_argument(
+        "--unknown",
+        choices=["assume_native", "reject", "accept"],
+        default="assume_native",
+        help="how to judge undeclared quantization (default: assume the model's native precision)",
+    )
+    parser.add_argument(
+        "--exclude-provider",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="reject a provider by name, slug or tag (repeatable)",
+    )
+    parser.add_argument(
+        "--only", action="append", metavar="NAME", help="allow only these providers (repeatable)"
+    )
+    parser.add_argument(
+        "--min-uptime", type=_percent, metavar="PCT", help="reject endpoints below this uptime"
+    )
+    parser.add_argument(
+        "--allow-down", action="store_true", help="keep endpoints whose status means down"
+    )
+
+
+def policy_from_args(args: argparse.Namespace) -> ProviderPolicy:
+    """The policy the policy flags describe."""
+    health = {EndpointHealth.OK, EndpointHealth.DEGRADED, EndpointHealth.UNKNOWN}
+    if args.allow_down:
+        health.add(EndpointHealth.DOWN)
+    return ProviderPolicy(
+        args.exclude_below,
+        unknown=args.unknown,
+        exclude_providers=args.exclude_provider,
+        only=args.only,
+        min_uptime=args.min_uptime,
+        allowed_health=health,
+    )
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "endpoints",
+        help="list a model's endpoints with verdicts, prices and ranking",
+        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
+    )
+    parser.add_argument("model", help="model id, e.g. moonshotai/kimi-k2.5")
+    add_policy_arguments(parser)
+    parser.add_argument(
+        "--prompt-tokens", type=_count, default=DEFAULT_PROMPT_TOKENS, metavar="N",
+        help=f"prompt tokens per request (default {DEFAULT_PROMPT_TOKENS})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--completion-tokens", type=_count, default=DEFAULT_COMPLETION_TOKENS, metavar="N",
+        help=f"output tokens per request (default {DEFAULT_COMPLETION_TOKENS})",
+    )  # fmt: skip
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--base-url", metavar="URL", help="API root (default: $OPENROUTER_BASE_URL)"
+    )
+    source.add_argument("--snapshot", metavar="FILE", help="read the listing from a snapshot file")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(handler=_handle)
+
+
+async def load_listing(
+    model_id: str, *, base_url: str | None = None, snapshot: str | None = None
+) -> ModelEndpoints:
+    """The endpoints of ``model_id`` from a snapshot file, or fetched."""
+    if snapshot is not None:
+        return await Catalog.load_snapshot(snapshot).endpoints(model_id)
+    async with Catalog(base_url=base_url) as catalog:
+        return await catalog.endpoints(model_id)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointReport:
+    """Everything the endpoints command shows, computed once for table and JSON alike."""
+
+    listing: ModelEndpoints
+    policy: ProviderPolicy
+    workload: Workload
+    decisions: Decisions
+    ranked: tuple[RankedEndpoint, ...]
+
+    def rows(self) -> list[tuple[Decision, RankedEndpoint | None]]:
+        """Allowed endpoints by rank, then rejected ones in listing order."""
+        by_endpoint = {id(r.endpoint): r for r in self.ranked}
+        allowed = [(d, by_endpoint[id(d.endpoint)]) for d in self.decisions if d.allowed]
+        allowed.sort(key=lambda row: row[1].rank)
+        rejected: list[tuple[Decision, RankedEndpoint | None]] = [
+            (d, None) for d in self.decisions if not d.allowed
+        ]
+        return [*allowed, *rejected]
+
+
+def build_report(
+    listing: ModelEndpoints, policy: ProviderPolicy, workload: Workload
+) -> EndpointReport:
+    """Judge and rank a listing (pure)."""
+    decisions = policy.evaluate(listing)
+    return EndpointReport(
+        listing, policy, workload, decisions, tuple(rank(decisions.allowed, workload=workload))
+    )
+
+
+def _status(decision: Decision) -> str:
+    endpoint = decision.endpoint
+    if endpoint.status is None:
+        return "-"
+    return f"{int(endpoint.status)} {endpoint.health.value}"
+
+
+def _quantization(decision: Decision) -> str:
+    endpoint = decision.endpoint
+    raw = endpoint.quantization_raw or "null"
+    effective = decision.effective_quantization
+    if endpoint.quantization in (None, Quantization.UNKNOWN) and effective is not None:
+        return f"{raw} (→{effective.value})"
+    return raw
+
+
+def render_report(report: EndpointReport, console: Console) -> None:
+    """The endpoints table, and a one-line summary of the best choice."""
+    workload = report.workload
+    table = Table(
+        title=f"{report.listing.id}: {len(report.decisions)} endpoints, "
+        f"{len(report.ranked)} allowed",
+        caption=f"workload: {workload.prompt_tokens} prompt + {workload.output_tokens} output "
+        "tokens per request; $/1k req = expected cost of 1,000 successful requests",
+        title_justify="left",
+        caption_justify="left",
+    )
+    for header, justify in (
+        ("#", "right"), ("provider", "left"), ("tag", "left"), ("quant", "left"),
+        ("prompt $/M", "right"), ("compl. $/M", "right"), ("uptime", "right"),
+        ("status", "left"), ("verdict", "left"), ("$/1k req", "right"), ("reason", "left"),
+    ):  # fmt: skip
+        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for decision, ranked in report.rows():
+        endpoint = decision.endpoint
+        verdict = "[green]allowed[/]" if decision.allowed else "[red]rejected[/]"
+        table.add_row(
+            "" if ranked is None else str(ranked.rank),
+            endpoint.provider_name,
+            endpoint.slug,
+            _quantization(decision),
+            format_per_million(endpoint.pricing.prompt),
+            format_per_million(endpoint.pricing.completion),
+            format_percent(endpoint.uptime),
+            _status(decision),
+            verdict,
+            "" if ranked is None else format_usd(ranked.effective_cost_per_1k_requests, places=2),
+            decision.reason,
+        )
+    console.print(table)
+    if report.ranked:
+        best = report.ranked[0]
+        console.print(
+            f"best: {best.endpoint.provider_name} ({best.endpoint.slug}) at "
+            f"{format_usd(best.cost_per_request, places=6)} per request, "
+            f"{format_usd(best.cost_per_million_output_tokens, places=2)} per million output tokens"
+        )
+    else:
+        console.print("[red]no endpoint passes the policy[/]")
+
+
+def report_json(report: EndpointReport) -> dict[str, Any]:
+    """The report as plain JSON-able data (Decimals stay exact via the renderer)."""
+    policy = report.policy
+    endpoints = []
+    for decision, ranked in report.rows():
+        endpoint = decision.endpoint
+        pricing = endpoint.pricing
+        endpoints.append(
+            {
+                "provider_name": endpoint.provider_name,
+                "tag": endpoint.tag,
+                "quantization": endpoint.quantization_raw,
+                "effective_quantization": decision.effective_quantization,
+                "prompt_per_million": pricing.prompt_per_million,
+                "completion_per_million": pricing.completion_per_million,
+                "cache_read_per_million": pricing.cache_read_per_million,
+                "uptime_last_30m": endpoint.uptime_last_30m,
+                "status": None if endpoint.status is None else int(endpoint.status),
+                "health": endpoint.health,
+                "allowed": decision.allowed,
+                "code": decision.code,
+                "reason": decision.reason,
+                "rank": None if ranked is None else ranked.rank,
+                "cost_per_request": None if ranked is None else ranked.cost_per_request,
+                "cost_per_1k_requests": None if ranked is None else ranked.cost_per_1k_requests,
+                "expected_cost_per_success": (
+                    None if ranked is None else ranked.expected_cost_per_success
+                ),
+                "cost_per_million_output_tokens": (
+                    None if ranked is None else ranked.cost_per_million_output_tokens
+                ),
+                "success_probability": None if ranked is None else ranked.success_probability,
+            }
+        )
+    return {
+        "model": report.listing.id,
+        "policy": {
+            "exclude_below": policy.exclude_below,
+            "unknown": policy.unknown,
+            "exclude_providers": policy.exclude_providers,
+            "only": policy.only,
+            "min_uptime": policy.min_uptime,
+            "allowed_health": policy.allowed_health,
+        },
+        "workload": {
+            "prompt_tokens": report.workload.prompt_tokens,
+            "completion_tokens": report.workload.completion_tokens,
+        },
+        "endpoints": endpoints,
+    }
+
+
+def _handle(args: argparse.Namespace) -> int:
+    policy = policy_from_args(args)
+    workload = Workload(prompt_tokens=args.prompt_tokens, completion_tokens=args.completion_tokens)
+    listing = asyncio.run(load_listing(args.model, base_url=args.base_url, snapshot=args.snapshot))
+    report = build_report(listing, policy, workload)
+    if args.json:
+        print_json(report_json(report))
+    else:
+        render_report(report, make_console())
+    if not report.ranked:
+        print("provider-router: no endpoint passes the policy", file=sys.stderr)
+    return 0

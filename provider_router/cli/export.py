@@ -1,0 +1,82 @@
+"""``provider-router export``: outputs as EAGLE-3 / SpecForge training conversations.
+
+::
+
+    provider-router export DIR [DIR/b3.jsonl ...] --to train.jsonl [--reasoning] [--all-finishes]
+
+Each argument is a job directory (every ``<dataset>.jsonl`` in it) or an output
+file. Writes ``{"id": "<dataset>/<id>", "conversations": [...]}`` lines; see
+docs/output.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from provider_router._exceptions import ConfigurationError
+from provider_router.batch.export import export_conversations
+from provider_router.batch.journal import JOURNAL_FILE
+
+__all__ = ["output_files", "register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="export run outputs as EAGLE-3 / SpecForge `conversations` JSONL",
+        description=(
+            "Write the records of job directories or output files as training conversations "
+            "({id, conversations: [{role, content}...]}), SpecForge's format."
+        ),
+    )
+    parser.add_argument("sources", nargs="+", metavar="DIR|FILE", help="job dirs or outputs")
+    parser.add_argument("--to", required=True, metavar="FILE", help="where to write ('-': stdout)")
+    parser.add_argument(
+        "--reasoning", action="store_true", help="keep reasoning as `reasoning_content`"
+    )
+    parser.add_argument(
+        "--all-finishes",
+        action="store_true",
+        help="keep truncated replies too (default: only finish_reason=stop)",
+    )
+    parser.set_defaults(handler=_handle)
+
+
+def output_files(sources: list[str]) -> list[Path]:
+    """The output files named by ``sources`` (directories expand to their datasets)."""
+    files: list[Path] = []
+    for source in sources:
+        path = Path(source)
+        if path.is_dir():
+            found = sorted(p for p in path.glob("*.jsonl") if p.name != JOURNAL_FILE)
+            if not found:
+                raise ConfigurationError(f"{path} holds no output files (<dataset>.jsonl)")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ConfigurationError(f"{path} is neither a job directory nor an output file")
+    return files
+
+
+def _handle(args: argparse.Namespace) -> int:
+    files = output_files(args.sources)
+    finishes = None if args.all_finishes else ("stop",)
+    if args.to == "-":
+        report = export_conversations(
+            files, sys.stdout, reasoning=args.reasoning, finish_reasons=finishes
+        )
+    else:
+        with open(args.to, "w", encoding="utf-8") as out:
+            report = export_conversations(
+                files, out, reasoning=args.reasoning, finish_reasons=finishes
+            )
+    skipped = ", ".join(f"{reason}: {n}" for reason, n in sorted(report.skipped.items()))
+    print(
+        f"exported {report.written} conversation(s) from {len(files)} file(s)"
+        + (f"; skipped {skipped}" if skipped else ""),
+        file=sys.stderr,
+    )
+    return 0

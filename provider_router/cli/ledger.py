@@ -1,0 +1,130 @@
+"""``provider-router ledger``: look at a budget ledger, or top it up.
+
+::
+
+    provider-router ledger show runs/b3.ledger [--json]
+    provider-router ledger show redis://host:6379/0 --name b3
+    provider-router ledger topup runs/b3.ledger --limit 150     (or --add 50)
+
+A target starting with ``redis://`` or ``rediss://`` is a Redis ledger (``--name``
+says which); anything else is a SQLite file, which must already exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from provider_router._exceptions import ConfigurationError
+from provider_router.cli._render import print_json
+from provider_router.ledger import LedgerState, RedisLedger, Reservation, SQLiteLedger
+from provider_router.ledger._durable import DurableLedger
+
+__all__ = ["register"]
+
+
+def _usd(text: str) -> Decimal:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not an amount in USD: {text!r}") from None
+    if not value.is_finite() or value < 0:
+        raise argparse.ArgumentTypeError(f"not a non-negative amount in USD: {text!r}")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("ledger", help="show or top up a budget ledger")
+    commands = parser.add_subparsers(dest="ledger_command", metavar="ACTION", required=True)
+
+    show = commands.add_parser("show", help="limit, spent, reserved and open reservations")
+    _add_target(show)
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    show.set_defaults(handler=_show)
+
+    topup = commands.add_parser("topup", help="change the budget")
+    _add_target(topup)
+    amount = topup.add_mutually_exclusive_group(required=True)
+    amount.add_argument("--limit", type=_usd, help="the new limit in USD")
+    amount.add_argument("--add", type=_usd, help="USD to add to the current limit")
+    topup.set_defaults(handler=_topup)
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", help="a SQLite ledger file, or a redis:// URL")
+    parser.add_argument("--name", default=None, help="the ledger's name (Redis only)")
+
+
+def _open(args: argparse.Namespace) -> DurableLedger:
+    target: str = args.target
+    if target.startswith(("redis://", "rediss://", "unix://")):
+        if not args.name:
+            raise ConfigurationError("a Redis ledger needs --name")
+        return RedisLedger(target, args.name)
+    if args.name:
+        raise ConfigurationError("--name is for Redis ledgers; a SQLite file is its own name")
+    if not Path(target).is_file():
+        raise ConfigurationError(f"no ledger file at {target}")
+    return SQLiteLedger(target)
+
+
+def _show(args: argparse.Namespace) -> int:
+    async def read() -> tuple[LedgerState, list[Reservation]]:
+        async with _open(args) as ledger:
+            return await ledger.snapshot(), await ledger.open_reservations()
+
+    state, open_ = asyncio.run(read())
+    if args.json:
+        print_json({**_state_dict(state), "open_reservations": [_res_dict(r) for r in open_]})
+        return 0
+    print(f"limit      ${state.limit.normalize():f}")
+    print(f"spent      ${state.spent.normalize():f}")
+    print(f"reserved   ${state.reserved.normalize():f}  ({state.open} open)")
+    print(f"available  ${state.available.normalize():f}")
+    print(
+        f"settled {state.settled}, released {state.released}, recovered {state.recovered};"
+        f" drift ${state.drift.normalize():f} over ${state.estimated.normalize():f} estimated;"
+        f" overrun ${state.overrun.normalize():f}"
+    )
+    for res in open_:
+        print(
+            f"  open {res.id}  ${res.amount.normalize():f}  key={res.key}"
+            f"  generation={res.generation_id or '-'}  owner={res.owner}"
+        )
+    return 0
+
+
+def _topup(args: argparse.Namespace) -> int:
+    async def change() -> LedgerState:
+        async with _open(args) as ledger:
+            limit = args.limit
+            if limit is None:
+                limit = (await ledger.snapshot()).limit + args.add
+            await ledger.set_limit(limit)
+            return await ledger.snapshot()
+
+    state = asyncio.run(change())
+    print(f"limit ${state.limit.normalize():f}, available ${state.available.normalize():f}")
+    return 0
+
+
+def _state_dict(state: LedgerState) -> dict[str, Any]:
+    names = ("limit", "spent", "reserved", "estimated", "drift", "overrun")
+    out: dict[str, Any] = {name: str(getattr(state, name).normalize()) for name in names}
+    out["available"] = str(state.available.normalize())
+    out.update(open=state.open, settled=state.settled, released=state.released)
+    out["recovered"] = state.recovered
+    return out
+
+
+def _res_dict(res: Reservation) -> dict[str, Any]:
+    return {
+        "id": res.id,
+        "key": res.key,
+        "amount": str(res.amount.normalize()),
+        "generation_id": res.generation_id,
+        "owner": res.owner,
+    }

@@ -1,0 +1,69 @@
+"""``provider-router merge DIR... --out MERGED``: one output per dataset from a fleet's workers.
+
+::
+
+    provider-router merge runs/worker-1 runs/worker-2 runs/worker-3 --out runs/merged [--json]
+
+Each DIR is one worker's ``--out`` directory. Only records their journals
+committed are taken, each prompt id once per dataset (the first directory
+given wins a duplicate), into ``MERGED/<dataset>.jsonl``; ``MERGED/merge.json``
+says what came from where. Merging again rewrites the same result. See
+docs/workers.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from provider_router.batch.merge import merge_outputs
+from provider_router.cli._render import format_usd, make_console, print_json
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "merge",
+        help="merge the outputs of several workers, each prompt once",
+        description=(
+            "Merge the job directories of a fleet's workers into one output per dataset, "
+            "each prompt exactly once (see docs/workers.md)."
+        ),
+    )
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="a worker's --out directory")
+    parser.add_argument("--out", required=True, metavar="MERGED", help="where merged outputs go")
+    parser.add_argument("--json", action="store_true", help="print the merge report as JSON")
+    parser.set_defaults(handler=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    report = merge_outputs(args.dirs, args.out)
+    if args.json:
+        print_json(report.to_json())
+        return 0
+    table = Table(title=f"Merged into {report.out}")
+    for column in (
+        "dataset",
+        "records",
+        "duplicates dropped",
+        "output tokens",
+        "cost",
+        "spent twice",
+    ):
+        table.add_column(column, justify="left" if column == "dataset" else "right")
+    for name, merged in report.datasets.items():
+        table.add_row(
+            name,
+            f"{merged.records:,}",
+            f"{merged.duplicates:,}",
+            f"{merged.output_tokens:,}",
+            format_usd(merged.cost),
+            format_usd(merged.duplicate_cost),
+        )
+    console = make_console()
+    console.print(table)
+    if not report.datasets:
+        console.print("No completed records in these directories.")
+    return 0

@@ -1,0 +1,372 @@
+"""``provider-router project``: what a plan costs, and how much of it fits a budget.
+
+Two forms::
+
+    provider-router project plan.yaml [--budget 100] [--pilot 200] [--json]
+    provider-router project --model M --datasets 6 --target-output-tokens 10M \\
+        --prompt-tokens 200 --completion-tokens 2000 --budget 100 [--exclude-below int4]
+
+The market comes from ``--snapshot FILE`` (offline), else ``--base-url`` /
+``$OPENROUTER_BASE_URL`` (the local simulator's URL works), else OpenRouter.
+With a plan, prompt tokens are estimated from each dataset's files and response
+lengths come from ``--completion-tokens`` or from a pilot (``--pilot N`` sends N
+sampled prompts through the router, which needs ``$OPENROUTER_API_KEY``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from provider_router._exceptions import ConfigurationError
+from provider_router.batch.plan import Plan, load_plan
+from provider_router.catalog import Catalog
+from provider_router.client import Router
+from provider_router.ledger import MemoryLedger
+from provider_router.policy import ProviderPolicy
+from provider_router.projection import Projection, project
+from provider_router.projection_report import render_projection
+from provider_router.records import ModelEndpoints
+from provider_router.workload import DatasetDemand, WorkloadEstimate
+from provider_router.workload_stats import (
+    PilotResult,
+    PromptFileStats,
+    measure_prompts,
+    run_pilot,
+    sample_prompts,
+)
+
+__all__ = ["parse_count", "register"]
+
+_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9}
+_COUNT = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([kKmMgGbB]?)\s*$")
+
+
+def parse_count(text: str) -> int:
+    """``"10M"`` → 10,000,000; ``"7.5m"``, ``"250k"``, ``"1_000"`` and ``"2,000"`` work too.
+
+    Raises:
+        argparse.ArgumentTypeError: not a whole, non-negative count.
+    """
+    match = _COUNT.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a token count: {text!r} (e.g. 2000, 250k, 10M)")
+    number = Decimal(match.group(1).replace("_", "").replace(",", ""))
+    value = number * _SUFFIXES[match.group(2).lower()]
+    if value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens")
+    return int(value)
+
+
+def _amount(text: str) -> Decimal:
+    try:
+        value = Decimal(text.strip().lstrip("$"))
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not an amount in USD: {text!r}") from None
+    if not value.is_finite() or value <= 0:
+        raise argparse.ArgumentTypeError(f"a budget must be more than $0, got {text!r}")
+    return value
+
+
+def _decimal(text: str) -> Decimal:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value.is_finite() or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number ≥ 0, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = parse_count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "project",
+        help="project what a plan costs and how much fits a budget",
+        description=(
+            "Project the cost of a batch plan (or of a uniform plan given by flags) on "
+            "the endpoints the policy allows: per dataset and in total, low / expected / "
+            "high, under the cheapest allowed endpoint and the expected routing mix, and "
+            "what a budget buys. See docs/projection.md."
+        ),
+    )
+    parser.add_argument("plan", nargs="?", metavar="PLAN", help="plan file (YAML or TOML)")
+    uniform = parser.add_argument_group("a uniform plan without a file")
+    uniform.add_argument("--model", help="model id (with a plan file: overrides it)")
+    uniform.add_argument("--datasets", type=_positive, help="how many identical datasets")
+    uniform.add_argument(
+        "--target-output-tokens",
+        type=_positive,
+        metavar="N",
+        help="output tokens per dataset (10M, 250k...; with a plan: overrides every dataset's)",
+    )
+    uniform.add_argument(
+        "--max-requests", type=_positive, metavar="N", help="request cap per dataset"
+    )
+    workload = parser.add_argument_group("the workload")
+    workload.add_argument(
+        "--prompt-tokens",
+        type=_decimal,
+        metavar="N",
+        help="prompt tokens per request (with a plan: default estimated from its files)",
+    )
+    workload.add_argument(
+        "--completion-tokens",
+        type=_decimal,
+        metavar="N",
+        help="expected output tokens per response, reasoning included",
+    )
+    workload.add_argument("--completion-tokens-low", type=_decimal, metavar="N")
+    workload.add_argument("--completion-tokens-high", type=_decimal, metavar="N")
+    workload.add_argument(
+        "--reasoning-tokens",
+        type=_decimal,
+        default=Decimal(0),
+        metavar="N",
+        help="of which reasoning (default 0)",
+    )
+    workload.add_argument(
+        "--cached-share",
+        type=_decimal,
+        default=Decimal(0),
+        metavar="F",
+        help="fraction of prompt tokens read from the provider's cache (default 0)",
+    )
+    workload.add_argument(
+        "--pilot",
+        type=_positive,
+        metavar="N",
+        help="measure response lengths by sending N sampled prompts of the plan first",
+    )
+    workload.add_argument("--pilot-concurrency", type=_positive, default=16, metavar="C")
+    workload.add_argument("--seed", type=int, default=0, help="pilot sampling seed (default 0)")
+    parser.add_argument("--budget", type=_amount, metavar="USD", help="fit the plan into this")
+    parser.add_argument(
+        "--exclude-below", metavar="PRECISION", help="reject endpoints below this (e.g. int4)"
+    )
+    market = parser.add_argument_group("the market")
+    market.add_argument("--base-url", help="API root (default $OPENROUTER_BASE_URL or OpenRouter)")
+    market.add_argument("--snapshot", metavar="FILE", help="read the market from a snapshot")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.set_defaults(handler=_handle)
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """Everything the projection needs, gathered from flags and files."""
+
+    model: str
+    plan: Plan | None
+    demands: tuple[DatasetDemand, ...]
+    policy: ProviderPolicy
+    budget: Decimal | None
+
+
+def _policy(args: argparse.Namespace, plan: Plan | None) -> ProviderPolicy:
+    options: dict[str, Any] = dict(plan.policy) if plan is not None else {}
+    if args.exclude_below is not None:
+        options["exclude_below"] = args.exclude_below
+    try:
+        return ProviderPolicy(**options)
+    except TypeError as exc:
+        raise ConfigurationError(f"invalid policy in the plan: {exc}") from None
+
+
+def _flag_workload(args: argparse.Namespace, prompt_tokens: Decimal | None) -> WorkloadEstimate:
+    if prompt_tokens is None:
+        raise ConfigurationError("give --prompt-tokens N (prompt tokens per request)")
+    if args.completion_tokens is None:
+        raise ConfigurationError(
+            "give --completion-tokens N (expected output tokens per response)"
+            + (", or --pilot N to measure them" if args.plan else "")
+        )
+    return WorkloadEstimate(
+        prompt_tokens,
+        args.completion_tokens,
+        completion_tokens_low=args.completion_tokens_low,
+        completion_tokens_high=args.completion_tokens_high,
+        reasoning_tokens=args.reasoning_tokens,
+        cached_prompt_share=args.cached_share,
+    )
+
+
+def _uniform_job(args: argparse.Namespace) -> tuple[_Job, WorkloadEstimate]:
+    if args.model is None:
+        raise ConfigurationError("give a PLAN file, or --model M for a uniform plan")
+    if args.pilot is not None:
+        raise ConfigurationError("--pilot needs a PLAN file: it samples the plan's prompts")
+    if args.target_output_tokens is None and args.max_requests is None:
+        raise ConfigurationError(
+            "a uniform plan needs --target-output-tokens N or --max-requests N per dataset"
+        )
+    count = args.datasets or 1
+    width = len(str(count))
+    demands = tuple(
+        DatasetDemand(
+            f"dataset-{i:0{width}d}",
+            target_output_tokens=args.target_output_tokens,
+            max_requests=args.max_requests,
+        )
+        for i in range(1, count + 1)
+    )
+    job = _Job(args.model, None, demands, _policy(args, None), args.budget)
+    return job, _flag_workload(args, args.prompt_tokens)
+
+
+def _plan_job(
+    args: argparse.Namespace,
+) -> tuple[_Job, dict[str, PromptFileStats]]:
+    if args.datasets is not None:
+        raise ConfigurationError("--datasets is for a uniform plan; a plan file lists its own")
+    plan = load_plan(args.plan).with_overrides(
+        model=args.model, target_output_tokens=args.target_output_tokens
+    )
+    files = {d.name: measure_prompts(d.inputs) for d in plan.datasets}
+    demands = tuple(
+        DatasetDemand(
+            d.name,
+            target_output_tokens=d.target_output_tokens,
+            max_requests=args.max_requests or d.max_requests,
+            available_prompts=files[d.name].prompts,
+        )
+        for d in plan.datasets
+    )
+    budget = args.budget if args.budget is not None else plan.budget
+    return _Job(plan.model, plan, demands, _policy(args, plan), budget), files
+
+
+async def _market(args: argparse.Namespace, model: str) -> ModelEndpoints:
+    if args.snapshot:
+        catalog = Catalog.load_snapshot(args.snapshot)
+    else:
+        catalog = Catalog(base_url=args.base_url)
+    async with catalog:
+        return await catalog.endpoints(model)
+
+
+async def _pilot(
+    args: argparse.Namespace, job: _Job, listing: ModelEndpoints, n: int
+) -> PilotResult:
+    plan = job.plan
+    assert plan is not None  # _uniform_job refuses --pilot
+    # The same share of the pilot from every dataset, sampled uniformly within it.
+    share = math.ceil(n / len(plan.datasets))
+    prompts = []
+    for index, dataset in enumerate(plan.datasets):
+        sample, _ = sample_prompts(dataset.inputs, share, seed=args.seed + index)
+        prompts.extend(sample)
+    first = plan.datasets[0]
+    params = plan.params_for(first).request_params()
+    max_tokens = params.pop("max_tokens")
+    ledger = MemoryLedger(job.budget) if job.budget is not None else None
+    async with Router(
+        job.model,
+        policy=job.policy,
+        ledger=ledger,
+        endpoints=listing,
+        base_url=args.base_url,
+        max_concurrency=args.pilot_concurrency,
+    ) as router:
+        return await run_pilot(
+            router,
+            prompts[:n],
+            max_tokens=max_tokens,
+            concurrency=args.pilot_concurrency,
+            params=params,
+        )
+
+
+def _workloads(
+    args: argparse.Namespace,
+    job: _Job,
+    files: dict[str, PromptFileStats],
+    pilot: PilotResult | None,
+) -> tuple[WorkloadEstimate, tuple[DatasetDemand, ...]]:
+    if pilot is not None:
+        # Measured prompt tokens beat the approximation; one pooled workload.
+        return pilot.estimate, job.demands
+    if job.plan is None:
+        return _flag_workload(args, args.prompt_tokens), job.demands
+    own = {
+        name: _flag_workload(args, args.prompt_tokens or stats.mean_tokens)
+        for name, stats in files.items()
+    }
+    demands = tuple(
+        DatasetDemand(
+            d.name,
+            target_output_tokens=d.target_output_tokens,
+            max_requests=d.max_requests,
+            available_prompts=d.available_prompts,
+            workload=own[d.name],
+        )
+        for d in job.demands
+    )
+    return own[job.demands[0].name], demands
+
+
+async def _gather(args: argparse.Namespace) -> tuple[Projection, PilotResult | None]:
+    if args.plan is None:
+        job, _ = _uniform_job(args)
+        files: dict[str, PromptFileStats] = {}
+    else:
+        job, files = _plan_job(args)
+    listing = await _market(args, job.model)
+    pilot = None
+    if args.pilot is not None:
+        pilot = await _pilot(args, job, listing, args.pilot)
+    workload, demands = _workloads(args, job, files, pilot)
+    projection = project(demands, listing, job.policy, workload, budget=job.budget)
+    return projection, pilot
+
+
+def _pilot_dict(pilot: PilotResult) -> dict[str, Any]:
+    stats = pilot.completion
+    return {
+        "requests": pilot.requests,
+        "failures": pilot.failures,
+        "cost": str(pilot.cost),
+        "providers": dict(pilot.providers),
+        "completion_tokens": {
+            "mean": stats.mean,
+            "mean_low": stats.mean_low,
+            "mean_high": stats.mean_high,
+            "confidence": stats.confidence,
+            "stdev": stats.stdev,
+            "p10": stats.p10,
+            "p50": stats.p50,
+            "p90": stats.p90,
+        },
+    }
+
+
+def _handle(args: argparse.Namespace) -> int:
+    projection, pilot = asyncio.run(_gather(args))
+    if args.json:
+        data = projection.to_dict()
+        data["pilot"] = None if pilot is None else _pilot_dict(pilot)
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if pilot is not None:
+        stats = pilot.completion
+        print(
+            f"pilot: {pilot.requests} requests ({pilot.failures} failed), spent "
+            f"${pilot.cost:.4f}; output tokens per response {stats.mean:.0f} "
+            f"(95% CI {stats.mean_low:.0f}–{stats.mean_high:.0f}, p10 {stats.p10:.0f}, "
+            f"p90 {stats.p90:.0f})"
+        )
+    render_projection(projection, file=sys.stdout)
+    return 0

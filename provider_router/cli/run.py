@@ -1,0 +1,204 @@
+"""``provider-router run``: generate a plan's outputs, resumably, within a budget.
+
+::
+
+    provider-router run PROMPTS.jsonl --out DIR --model M --budget USD \\
+        [--max-tokens N] [--concurrency C] [--exclude-below int4] \\
+        [--target-output-tokens N] [--max-requests N] [--temperature T] \\
+        [--plan plan.yaml] [--strict] [--base-url URL] [--progress auto|rich|plain|off]
+
+Outputs (``DIR/<dataset>.jsonl``), the journal, the SQLite ledger and
+``summary.json`` all live in DIR. Running the same command again resumes; running
+it with a higher ``--budget`` continues after a top-up. The API key comes from
+``OPENROUTER_API_KEY`` (never from a flag: flags show up in process listings).
+
+Exit codes: 0 done, 1 error, 2 usage, 3 budget used up, 4 OpenRouter credits
+exhausted, 5 finished with failed prompts (re-run to retry them), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rich.console import Console
+
+from provider_router._exceptions import ConfigurationError
+from provider_router._money import to_decimal
+from provider_router.batch.plan import Plan, load_plan
+from provider_router.batch.progress import show_progress
+from provider_router.batch.runner import BatchRunner
+from provider_router.batch.summary import RunSummary, StopReason
+from provider_router.cli._render import make_console
+
+__all__ = ["plan_from_args", "register", "run_batch"]
+
+T = TypeVar("T")
+
+
+def _usd(value: str) -> Decimal:
+    try:
+        amount = to_decimal(value, what="--budget")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if amount <= 0:
+        raise argparse.ArgumentTypeError("--budget must be more than 0 USD")
+    return amount
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {number}")
+    return number
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="generate responses for prompt files within a budget (resumable)",
+        description=(
+            "Send every prompt of one or more datasets through the routed, budgeted client, "
+            "writing DIR/<dataset>.jsonl. Re-running the same command resumes; a higher "
+            "--budget continues after a top-up. Exit codes: 0 done, 3 budget used up, "
+            "4 credits exhausted, 5 some prompts failed, 130 interrupted."
+        ),
+    )
+    parser.add_argument("prompts", nargs="*", metavar="PROMPTS.jsonl", help="prompt files")
+    parser.add_argument("--out", required=True, metavar="DIR", help="job directory")
+    parser.add_argument("--plan", metavar="FILE", help="plan file (.yaml/.yml/.toml)")
+    parser.add_argument("--model", help="OpenRouter model id, e.g. moonshotai/kimi-k2.5")
+    parser.add_argument("--budget", type=_usd, metavar="USD", help="hard spending cap")
+    parser.add_argument("--max-tokens", type=_positive, metavar="N", help="completion cap")
+    parser.add_argument("--concurrency", type=_positive, metavar="C", help="requests in flight")
+    parser.add_argument("--exclude-below", metavar="Q", help="lowest precision allowed (int4)")
+    parser.add_argument(
+        "--target-output-tokens", type=_positive, metavar="N", help="stop each dataset at N"
+    )
+    parser.add_argument("--max-requests", type=_positive, metavar="N", help="cap per dataset")
+    parser.add_argument("--temperature", type=float, metavar="T", help="sampling temperature")
+    parser.add_argument("--name", help="dataset name (default: the prompts file's name)")
+    parser.add_argument(
+        "--strict", action="store_true", help="any bad input line is fatal before spending"
+    )
+    parser.add_argument("--base-url", help="OpenRouter API root (default: OPENROUTER_BASE_URL)")
+    parser.add_argument(
+        "--progress",
+        choices=["auto", "rich", "plain", "off"],
+        default="auto",
+        help="live table on a terminal (auto), plain log lines, or nothing",
+    )
+    parser.set_defaults(handler=_handle)
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    """The plan the flags describe (a plan file with flag overrides, or flags alone)."""
+    if args.plan:
+        if args.prompts:
+            raise ConfigurationError("give prompt files or --plan, not both")
+        plan = load_plan(args.plan)
+        return plan.with_overrides(
+            model=args.model,
+            budget=args.budget,
+            concurrency=args.concurrency,
+            max_tokens=args.max_tokens,
+            exclude_below=args.exclude_below,
+            target_output_tokens=args.target_output_tokens,
+        )
+    if not args.prompts:
+        raise ConfigurationError("give a prompts file (PROMPTS.jsonl) or --plan FILE")
+    if not args.model:
+        raise ConfigurationError("--model is required without --plan")
+    return Plan.single(
+        args.prompts,
+        model=args.model,
+        budget=args.budget,
+        name=args.name,
+        concurrency=args.concurrency,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        exclude_below=args.exclude_below,
+        target_output_tokens=args.target_output_tokens,
+        max_requests=args.max_requests,
+    )
+
+
+async def run_batch(
+    runner: BatchRunner,
+    *,
+    console: Console,
+    progress: str = "auto",
+    install_signals: bool = True,
+) -> RunSummary:
+    """Run with a progress display; the first Ctrl-C stops, the second abandons."""
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def on_interrupt() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            console.print(
+                "Stopping: no new requests; letting those in flight finish "
+                "(Ctrl-C again abandons them, counted at worst case)…"
+            )
+            runner.stop(StopReason.INTERRUPTED, "interrupted by Ctrl-C")
+        else:
+            console.print("Abandoning requests in flight…")
+            runner.abandon()
+
+    if install_signals:
+        loop.add_signal_handler(signal.SIGINT, on_interrupt)
+        loop.add_signal_handler(signal.SIGTERM, on_interrupt)
+    display = asyncio.ensure_future(show_progress(runner, console, progress))  # type: ignore[arg-type]
+    try:
+        return await runner.run()
+    finally:
+        display.cancel()
+        await asyncio.gather(display, return_exceptions=True)
+        if install_signals:
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _run_loop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    try:
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main())
+
+
+def _handle(args: argparse.Namespace) -> int:
+    plan = plan_from_args(args)
+    if plan.budget is None:
+        raise ConfigurationError("--budget USD is required (or `budget:` in the plan file)")
+    console = make_console(sys.stderr)
+    out = make_console()
+    runner = BatchRunner(plan, Path(args.out), strict=args.strict, base_url=args.base_url)
+
+    async def main() -> RunSummary:
+        return await run_batch(runner, console=console, progress=args.progress)
+
+    summary = _run_loop(main)
+    summary.render(out)
+    # Plain prints: a command to copy must not be wrapped or styled.
+    for note in summary.recovered:
+        print(f"resumed: {note}", file=sys.stderr)
+    if summary.reason is not StopReason.COMPLETE:
+        print(f"To resume: {shlex.join(['provider-router', *sys.argv[1:]])}", file=sys.stderr)
+    print(f"Summary: {Path(args.out) / 'summary.json'}", file=sys.stderr)
+    return summary.exit_code

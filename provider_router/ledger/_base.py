@@ -1,0 +1,272 @@
+"""The ledger contract: reserve before a request, settle or release after it.
+
+A :class:`Ledger` holds a budget (``limit``) and two running totals: ``spent``
+(settled, authoritative costs) and ``reserved`` (worst cases held by requests in
+flight). A reservation is admitted only if ``spent + reserved + amount <= limit``;
+so spending can pass the limit only when a request's authoritative cost is larger
+than the worst case it reserved (``overrun``), never by admission.
+
+Money is ``Decimal`` at the API and integer picodollars (:mod:`provider_router._money`)
+inside, so ``spent`` equals the sum of the settled costs to the last digit.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from types import TracebackType
+from typing import Protocol, Self, TypeAlias, runtime_checkable
+
+from provider_router._exceptions import BudgetExhausted, ConfigurationError
+from provider_router._money import from_units, to_units
+
+__all__ = [
+    "CostResolver",
+    "Ledger",
+    "LedgerState",
+    "RecoveryReport",
+    "Reservation",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A hold on part of the budget, returned by :meth:`Ledger.reserve`.
+
+    Attributes:
+        id: unique within the ledger (across processes and runs).
+        units: the held amount in integer picodollars (rounded up from the request).
+        key: the caller's label for what the money is for (a prompt id, a request key).
+        generation_id: OpenRouter's generation id, when known (filled in on
+            reservations listed by :meth:`Ledger.open_reservations`).
+        owner: the ledger instance (process) that holds it.
+    """
+
+    id: str
+    units: int
+    key: str
+    generation_id: str | None = None
+    owner: str | None = None
+
+    @property
+    def amount(self) -> Decimal:
+        """The held amount in USD."""
+        return from_units(self.units)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerState:
+    """A consistent snapshot of a ledger's totals (USD, exact).
+
+    Attributes:
+        limit: the budget.
+        spent: the sum of every settled cost (and of worst cases counted by recovery).
+        reserved: held by reservations still open.
+        open: how many reservations are open.
+        settled: how many were settled (including those reconciled by recovery).
+        released: how many were released without a charge.
+        recovered: how many were closed by recovery (reconciled or counted at worst case).
+        estimated: the sum of local estimates given to ``settle``.
+        drift: the sum of ``cost - estimate`` over settles that gave an estimate.
+        overrun: the sum of ``cost - reservation`` over settles that cost more than
+            they reserved: the only way ``spent + reserved`` can pass ``limit``.
+    """
+
+    limit: Decimal
+    spent: Decimal
+    reserved: Decimal
+    open: int
+    settled: int
+    released: int
+    recovered: int
+    estimated: Decimal
+    drift: Decimal
+    overrun: Decimal
+
+    @property
+    def available(self) -> Decimal:
+        """What a new reservation can still take (never negative)."""
+        return max(self.limit - self.spent - self.reserved, Decimal(0))
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What :meth:`Ledger.recover` did with the reservations of dead owners.
+
+    Attributes:
+        reconciled: reservations settled at the cost the resolver returned.
+        worst_case: reservations counted at their full reserved amount.
+        reconciled_cost: the sum charged for the reconciled ones (USD).
+        worst_case_cost: the sum charged for the worst-case ones (USD).
+    """
+
+    reconciled: tuple[Reservation, ...] = ()
+    worst_case: tuple[Reservation, ...] = ()
+    reconciled_cost: Decimal = Decimal(0)
+    worst_case_cost: Decimal = Decimal(0)
+
+
+CostResolver: TypeAlias = Callable[[Reservation], Awaitable[Decimal | None]]
+"""Asked for the authoritative cost of an orphaned reservation during recovery
+(the client asks OpenRouter's ``/generation?id=``); ``None`` means unknown, and the
+reservation is then counted at its worst case."""
+
+
+@runtime_checkable
+class Ledger(Protocol):
+    """A budget that concurrent requests (and processes) can never overspend.
+
+    Every backend (memory, SQLite, Redis) passes one contract test suite.
+    Use it as an async context manager, or call :meth:`close`.
+    """
+
+    async def reserve(
+        self, amount: Decimal, *, key: str, wait: bool | float = False
+    ) -> Reservation:
+        """Hold ``amount`` (USD, rounded up to a picodollar) before sending a request.
+
+        Args:
+            amount: the request's worst-case cost; must be ``>= 0``.
+            key: what the money is for (recorded with the reservation).
+            wait: ``False`` raises at once when it does not fit; ``True`` waits for
+                requests in flight to settle; a number waits at most that many seconds.
+                Waiting stops early when even settling everything in flight could not
+                make room (``spent + amount > limit``).
+
+        Raises:
+            BudgetExhausted: the reservation does not fit (after waiting, if asked).
+            ConfigurationError: ``amount`` is negative or not finite.
+        """
+        ...
+
+    async def attach(self, reservation: Reservation, generation_id: str) -> None:
+        """Record OpenRouter's generation id durably, as soon as it is known."""
+        ...
+
+    async def settle(
+        self,
+        reservation: Reservation,
+        cost: Decimal,
+        *,
+        estimate: Decimal | None = None,
+        provider: str | None = None,
+        generation_id: str | None = None,
+    ) -> None:
+        """Close a reservation at its authoritative cost (may exceed the reservation).
+
+        Raises:
+            ConfigurationError: the reservation is not open in this ledger (unknown,
+                or already settled or released), or ``cost`` is negative.
+        """
+        ...
+
+    async def release(self, reservation: Reservation) -> None:
+        """Close a reservation that cost nothing (the request was never charged)."""
+        ...
+
+    async def snapshot(self) -> LedgerState:
+        """The current totals."""
+        ...
+
+    async def open_reservations(self) -> list[Reservation]:
+        """Every open reservation, of every owner, with its generation id if known."""
+        ...
+
+    async def recover(self, resolve: CostResolver | None = None) -> RecoveryReport:
+        """Close the open reservations of owners that died (crashed runs).
+
+        Each is settled at the cost ``resolve`` returns, or, when it returns ``None``
+        (or fails, or is not given), counted at its full reserved amount. A late
+        settle by an owner that was only slow corrects a worst-case charge to the
+        true cost; nothing is ever counted twice.
+        """
+        ...
+
+    async def set_limit(self, limit: Decimal) -> None:
+        """Change the budget (a top-up); wakes reservations waiting for room."""
+        ...
+
+    async def close(self) -> None:
+        """Wait for pending writes, then free the backend's resources."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+# --- helpers shared by the backends ---------------------------------------------
+
+
+class ClosingContext:
+    """``async with ledger:`` closes it on the way out (backends inherit this)."""
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def amount_units(amount: Decimal, *, what: str, round_up: bool) -> int:
+    """Validate a USD amount from a caller and convert it to picodollars."""
+    if not isinstance(amount, Decimal | int) or isinstance(amount, bool):
+        raise ConfigurationError(f"{what} must be a Decimal, got {type(amount).__name__}")
+    if isinstance(amount, Decimal) and not amount.is_finite():
+        raise ConfigurationError(f"{what} must be finite, got {amount}")
+    if amount < 0:
+        raise ConfigurationError(f"{what} must not be negative, got {amount}")
+    return to_units(Decimal(amount), round_up=round_up)
+
+
+def exhausted(requested: int, limit: int, spent: int, reserved: int) -> BudgetExhausted:
+    """A :class:`BudgetExhausted` from integer totals."""
+    return BudgetExhausted(
+        requested=from_units(requested),
+        spent=from_units(spent),
+        reserved=from_units(reserved),
+        limit=from_units(limit),
+    )
+
+
+def new_owner() -> str:
+    """A unique id for one ledger instance: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True only when ``owner`` ran on this host and its process no longer exists.
+
+    False means "alive or unknown" (another host, or a live pid, which may have
+    been reused): then only lease expiry frees its reservations.
+    """
+    host, _, rest = owner.partition(":")
+    pid_text, _, _ = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

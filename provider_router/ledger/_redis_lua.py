@@ -1,0 +1,136 @@
+"""The Redis ledger's server-side scripts (Lua, run atomically by Redis).
+
+Keys (``P`` is ``<prefix>:{<name>}:``; the braces keep every key of one ledger
+in one cluster slot):
+
+- ``P totals``     hash: limit, spent, reserved and the counters, integer units
+- ``P leases``     sorted set: open reservation id → lease deadline (epoch seconds)
+- ``P recovered``  hash: id → units charged at worst case by recovery, or ``-1``
+                   when recovery reconciled it at its real cost
+- ``P r:<id>``     hash per open reservation: u (units), k (key), o (owner), g (generation id)
+
+Lua numbers are doubles, exact up to 2^53 units ($9,007.19): the Python side
+refuses limits above that, so every sum here is exact.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+FIELDS_PER_OP: Final = 7
+"""Each op is ``kind, id, units, key, cost, estimate ('' = none), generation_id``."""
+
+INIT: Final = """
+local T = KEYS[1]
+local limit = redis.call('HGET', T, 'limit')
+if limit then return limit end
+if ARGV[1] == '' then return false end
+redis.call('HSET', T, 'limit', ARGV[1], 'spent', 0, 'reserved', 0, 'n_open', 0,
+  'n_settled', 0, 'n_released', 0, 'n_recovered', 0, 'estimated', 0, 'drift', 0, 'overrun', 0)
+return ARGV[1]
+"""
+
+# Kinds and outcomes match provider_router.ledger._batch.
+BATCH: Final = """
+local T, L, REC = KEYS[1], KEYS[2], KEYS[3]
+local P, now, lease, owner = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local names = {'limit', 'spent', 'reserved', 'n_open', 'n_settled', 'n_released',
+  'n_recovered', 'estimated', 'drift', 'overrun'}
+local raw = redis.call('HMGET', T, unpack(names))
+if not raw[1] then return redis.error_reply('ERR provider-router ledger missing') end
+local v = {}
+for j = 1, #names do v[names[j]] = tonumber(raw[j]) end
+
+local function charge(held, cost, est)
+  v.spent = v.spent + cost
+  v.n_settled = v.n_settled + 1
+  if est ~= '' then
+    v.estimated = v.estimated + tonumber(est)
+    v.drift = v.drift + cost - tonumber(est)
+  end
+  if cost > held then v.overrun = v.overrun + cost - held end
+end
+
+local function entry(id)
+  local f = redis.call('HMGET', P .. 'r:' .. id, 'u', 'k', 'g', 'o')
+  return {id, f[1], f[2], f[3] or '', f[4]}
+end
+
+local outcomes, payloads = {}, {}
+local n = 0
+for i = 5, #ARGV, 7 do
+  n = n + 1
+  local kind, id, units, key = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
+  local cost, est, gen = tonumber(ARGV[i + 4]), ARGV[i + 5], ARGV[i + 6]
+  local r, pay = 0, {}
+  local R = P .. 'r:' .. id
+  if kind == 0 then -- reserve
+    if v.spent + v.reserved + units <= v.limit then
+      redis.call('HSET', R, 'u', ARGV[i + 2], 'k', key, 'o', owner)
+      redis.call('ZADD', L, now + lease, id)
+      v.reserved = v.reserved + units
+      v.n_open = v.n_open + 1
+    elseif v.spent + units <= v.limit then r = 1 else r = 2 end
+  elseif kind == 1 then -- attach
+    if redis.call('EXISTS', R) == 1 then redis.call('HSET', R, 'g', gen) else r = 3 end
+  elseif kind == 2 or kind == 3 or kind == 8 or kind == 9 then
+    local held = redis.call('HGET', R, 'u')
+    if held then
+      held = tonumber(held)
+      redis.call('DEL', R)
+      redis.call('ZREM', L, id)
+      v.reserved = v.reserved - held
+      v.n_open = v.n_open - 1
+      if kind == 2 then charge(held, cost, est)
+      elseif kind == 3 then v.n_released = v.n_released + 1
+      elseif kind == 8 then
+        charge(held, cost, '')
+        v.n_recovered = v.n_recovered + 1
+        redis.call('HSET', REC, id, -1)
+      else
+        v.spent = v.spent + held
+        v.n_recovered = v.n_recovered + 1
+        redis.call('HSET', REC, id, string.format('%d', held))
+      end
+    else
+      local rec = redis.call('HGET', REC, id)
+      if rec and rec ~= '-1' and (kind == 2 or kind == 3) then
+        -- counted at worst case while its owner was only slow: the truth wins
+        local charged = tonumber(rec)
+        v.spent = v.spent - charged
+        if kind == 2 then charge(charged, cost, est) else v.n_released = v.n_released + 1 end
+        redis.call('HDEL', REC, id)
+        r = 4
+      elseif rec == '-1' and (kind == 2 or kind == 3) then r = 4
+      else r = 3 end
+    end
+  elseif kind == 4 then -- set limit
+    v.limit = units
+  elseif kind == 5 then -- snapshot
+    for j = 1, #names do pay[j] = string.format('%d', v[names[j]]) end
+  elseif kind == 6 then -- list open
+    for _, oid in ipairs(redis.call('ZRANGE', L, 0, -1)) do pay[#pay + 1] = entry(oid) end
+  elseif kind == 7 then -- claim expired leases (now is the claimer's clock)
+    for _, oid in ipairs(redis.call('ZRANGEBYSCORE', L, '-inf', '(' .. ARGV[i + 4])) do
+      local e = entry(oid)
+      if e[5] ~= owner then
+        redis.call('HSET', P .. 'r:' .. oid, 'o', owner)
+        redis.call('ZADD', L, now + lease, oid)
+        pay[#pay + 1] = e
+      end
+    end
+  elseif kind == 10 then -- renew one of ours, if it is still open
+    redis.call('ZADD', L, 'XX', now + lease, id)
+  end
+  outcomes[n] = r
+  payloads[n] = pay
+end
+local out = {}
+for j = 1, #names do out[j] = string.format('%d', v[names[j]]) end
+redis.call('HSET', T, unpack((function()
+  local kv = {}
+  for j = 1, #names do kv[#kv + 1] = names[j]; kv[#kv + 1] = out[j] end
+  return kv
+end)()))
+return {out, outcomes, payloads}
+"""

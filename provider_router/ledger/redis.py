@@ -1,0 +1,169 @@
+"""A ledger in Redis: one budget for any number of processes on any number of hosts.
+
+Each batch of operations (see ``_batch.py``) is one Lua script call, which Redis
+runs atomically: every reserve checks and updates the shared totals in one
+indivisible step, so no two workers can ever together pass the limit. Money is
+kept as integer picodollars.
+
+Reservations carry a lease that their owner renews; a worker that dies stops
+renewing, and whoever calls :meth:`RedisLedger.recover` after the lease ran out
+reconciles its open reservations (through the generation id where known) or
+counts them at worst case. Lease deadlines use the callers' wall clocks, so the
+hosts' clocks must agree to well within a lease (NTP does).
+
+Needs the ``redis`` extra: ``pip install 'provider-router[redis]'``.
+"""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Final
+
+from provider_router._exceptions import ConfigurationError, MissingDependencyError
+from provider_router._money import from_units
+from provider_router._types import Clock
+from provider_router.ledger import _batch as b
+from provider_router.ledger._base import LedgerState, Reservation, amount_units
+from provider_router.ledger._durable import DurableLedger
+from provider_router.ledger._redis_lua import BATCH, INIT
+from provider_router.ledger._totals import Totals
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["RedisLedger"]
+
+DEFAULT_PREFIX: Final = "provider-router:ledger"
+DEFAULT_LEASE: Final = 60.0
+DEFAULT_POLL_INTERVAL: Final = 0.05
+MAX_UNITS: Final = 2**53 - 1
+"""Lua computes in doubles: exact up to here ($9,007.19)."""
+
+
+def _import_redis() -> Any:
+    try:
+        import redis.asyncio
+    except ImportError as exc:
+        raise MissingDependencyError("RedisLedger", "redis") from exc
+    return redis.asyncio
+
+
+def _check_units(units: int, what: str) -> int:
+    if units > MAX_UNITS:
+        raise ConfigurationError(
+            f"{what} ${from_units(units)} is above what a Redis ledger holds exactly "
+            f"(${from_units(MAX_UNITS)}): Redis scripts compute in doubles"
+        )
+    return units
+
+
+class RedisLedger(DurableLedger):
+    """A :class:`~provider_router.Ledger` shared through Redis.
+
+    Args:
+        url: a Redis URL such as ``redis://host:6379/0``.
+        name: the ledger's name; every process using the same name shares one budget.
+        limit: the budget in USD; required the first time a name is used. Opening
+            an existing ledger with a different limit is refused (use :meth:`set_limit`).
+        lease: seconds an open reservation stays owned without renewal.
+        poll_interval: seconds between retries of waiting reservations.
+        prefix: the key prefix (keys are ``<prefix>:{<name>}:...``).
+        clock: wall-clock seconds for leases; injected in tests.
+
+    Raises:
+        MissingDependencyError: the ``redis`` package is not installed.
+        ConfigurationError: a bad name or limit (a missing or changed limit is
+            reported by the first operation, which is the first to reach Redis).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        limit: Decimal | None = None,
+        *,
+        lease: float = DEFAULT_LEASE,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        prefix: str = DEFAULT_PREFIX,
+        clock: Clock = time.time,
+    ) -> None:
+        aioredis = _import_redis()
+        super().__init__(lease=lease, poll_interval=poll_interval, clock=clock)
+        if not name or "{" in name or "}" in name:
+            raise ConfigurationError(
+                f"a Redis ledger name must be non-empty, without braces: {name!r}"
+            )
+        self.name = name
+        self._limit = (
+            None
+            if limit is None
+            else _check_units(amount_units(limit, what="limit", round_up=False), "limit")
+        )
+        base = f"{prefix}:{{{name}}}:"
+        self._keys = [base + "totals", base + "leases", base + "recovered"]
+        self._res_prefix = base
+        self._client: Redis = aioredis.Redis.from_url(url)
+        self._batch_script = self._client.register_script(BATCH)
+        self._ready = False
+        self._url = url
+
+    def __repr__(self) -> str:
+        return f"RedisLedger(name={self.name!r})"
+
+    async def _init(self) -> None:
+        arg = "" if self._limit is None else str(self._limit)
+        stored = await self._client.eval(INIT, 1, self._keys[0], arg)
+        if stored is None:
+            raise ConfigurationError(f"Redis ledger {self.name!r} is new: give it a limit")
+        stored_units = int(stored)
+        if self._limit is not None and stored_units != self._limit:
+            raise ConfigurationError(
+                f"Redis ledger {self.name!r} has a limit of ${from_units(stored_units)}, not "
+                f"${from_units(self._limit)}: change it with set_limit() or "
+                "`provider-router ledger topup`, never by reopening"
+            )
+        self._ready = True
+
+    async def _execute(self, batch: list[b.Op]) -> tuple[int, int, int]:
+        if not self._ready:
+            await self._init()
+        now = self._clock()
+        args: list[Any] = [self._res_prefix, repr(now), repr(self.lease), self.owner]
+        groups: list[b.Op] = []
+        for op in batch:
+            if op.kind == b.SET_LIMIT:
+                _check_units(op.units, "limit")
+            if op.kind == b.RENEW:
+                for res_id in op.value[1]:
+                    args += (b.RENEW, res_id, 0, "", 0, "", "")
+                    groups.append(op)
+                continue
+            cost: Any = repr(op.value) if op.kind == b.CLAIM else op.cost
+            est = "" if op.estimate is None else op.estimate
+            args += (op.kind, op.id, op.units, op.key, cost, est, op.generation_id or "")
+            groups.append(op)
+        totals, outcomes, payloads = await self._batch_script(keys=self._keys, args=args)
+        for op, outcome, payload in zip(groups, outcomes, payloads, strict=True):
+            op.outcome = int(outcome)
+            if op.kind == b.SNAPSHOT:
+                op.value = _state(payload)
+            elif op.kind in (b.LIST_OPEN, b.CLAIM):
+                op.value = [_reservation(entry) for entry in payload]
+        return int(totals[0]), int(totals[1]), int(totals[2])
+
+    async def _close_store(self) -> None:
+        await self._client.aclose()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _state(payload: list[bytes]) -> LedgerState:
+    return Totals(*(int(x) for x in payload)).state()
+
+
+def _reservation(entry: list[bytes]) -> Reservation:
+    res_id, units, key, gen, owner = (_text(x) for x in entry)
+    return Reservation(res_id, int(units), key, gen or None, owner)

@@ -1,0 +1,346 @@
+"""The embedded default ledger: one SQLite file, safe for several processes on one machine.
+
+Every batch of operations is one ``BEGIN IMMEDIATE`` transaction (the write lock
+is taken before the totals are read, so two processes can never both admit the
+last dollar), committed in WAL mode with ``synchronous=FULL``: a reservation is on
+disk before :meth:`SQLiteLedger.reserve` returns, so a crash cannot forget it.
+Concurrent calls share transactions (group commit, see ``_batch.py``).
+
+By default the transactions run in one dedicated thread, so a commit's fsync or
+another process holding the lock never stalls the event loop; ``executor="loop"``
+runs them on the loop itself (a little less CPU per batch, but blocking).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from provider_router._exceptions import ConfigurationError, DataFileError
+from provider_router._types import Clock
+from provider_router.ledger import _batch as b
+from provider_router.ledger._base import Reservation, amount_units, owner_is_dead
+from provider_router.ledger._durable import DurableLedger
+from provider_router.ledger._totals import FIELDS, Totals
+
+__all__ = ["SQLiteLedger"]
+
+SCHEMA_VERSION: Final = 1
+DEFAULT_LEASE: Final = 60.0
+DEFAULT_POLL_INTERVAL: Final = 0.05
+_BUSY_TIMEOUT_MS: Final = 30_000
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS totals (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    {", ".join(f"{name} INTEGER NOT NULL" for name in FIELDS)}
+);
+CREATE TABLE IF NOT EXISTS reservations (
+    id TEXT PRIMARY KEY,
+    key TEXT NOT NULL,
+    units INTEGER NOT NULL,
+    -- open | settled | released | recovered (worst case charged) | reconciled
+    state TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    lease_until REAL NOT NULL,
+    created REAL NOT NULL,
+    generation_id TEXT,
+    cost INTEGER,
+    estimate INTEGER,
+    provider TEXT,
+    closed REAL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS reservations_open ON reservations (owner) WHERE state = 'open';
+PRAGMA user_version = {SCHEMA_VERSION};
+"""
+
+# Column names come from our own FIELDS constant, never from input.
+_SELECT_TOTALS = f"SELECT {', '.join(FIELDS)} FROM totals WHERE id = 1"  # noqa: S608
+_UPDATE_TOTALS = f"UPDATE totals SET {', '.join(f'{n} = ?' for n in FIELDS)} WHERE id = 1"  # noqa: S608
+_INSERT = (
+    "INSERT INTO reservations (id, key, units, state, owner, lease_until, created)"
+    " VALUES (?, ?, ?, 'open', ?, ?, ?)"
+)
+_STATE = "SELECT state, units, generation_id FROM reservations WHERE id = ?"
+_CLOSE = (
+    "UPDATE reservations SET state = ?, cost = ?, estimate = ?, provider = ?,"
+    " generation_id = coalesce(?, generation_id), closed = ? WHERE id = ?"
+)
+_OPEN_ROWS = "SELECT id, units, key, generation_id, owner, lease_until FROM reservations"
+
+
+class _Store:
+    """Applies batches of ops to the database; runs in one thread at a time."""
+
+    def __init__(self, con: sqlite3.Connection, owner: str, lease: float, clock: Clock) -> None:
+        self.con = con
+        self.owner = owner
+        self.lease = lease
+        self.clock = clock
+        self._handlers: dict[int, Callable[[b.Op, Totals, float], None]] = {
+            b.RESERVE: self._reserve,
+            b.ATTACH: self._attach,
+            b.SETTLE: self._settle,
+            b.RELEASE: self._release,
+            b.SET_LIMIT: self._set_limit,
+            b.SNAPSHOT: self._snapshot,
+            b.LIST_OPEN: self._list_open,
+            b.CLAIM: self._claim,
+            b.RECONCILE: self._reconcile,
+            b.CHARGE_WORST: self._charge_worst,
+            b.RENEW: self._renew,
+        }
+
+    def apply(self, batch: list[b.Op]) -> tuple[int, int, int]:
+        con = self.con
+        now = self.clock()
+        handlers = self._handlers
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            t = Totals(*con.execute(_SELECT_TOTALS).fetchone())
+            before = t.row()
+            for op in batch:
+                handlers[op.kind](op, t, now)
+            if t.row() != before:
+                con.execute(_UPDATE_TOTALS, t.row())
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return t.limit_units, t.spent, t.reserved
+
+    def _reserve(self, op: b.Op, t: Totals, now: float) -> None:
+        if t.fits(op.units):
+            self.con.execute(_INSERT, (op.id, op.key, op.units, self.owner, now + self.lease, now))
+            t.admit(op.units)
+            op.outcome = b.OK
+        else:
+            op.outcome = b.REFUSED if t.can_ever_fit(op.units) else b.NEVER
+
+    def _attach(self, op: b.Op, t: Totals, now: float) -> None:
+        cur = self.con.execute(
+            "UPDATE reservations SET generation_id = ? WHERE id = ? AND state = 'open'",
+            (op.generation_id, op.id),
+        )
+        op.outcome = b.OK if cur.rowcount else b.NOT_OPEN
+
+    def _lookup(self, op: b.Op) -> tuple[str, int] | None:
+        row = self.con.execute(_STATE, (op.id,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def _close(self, op: b.Op, state: str, now: float, cost: int | None) -> None:
+        self.con.execute(
+            _CLOSE, (state, cost, op.estimate, op.provider, op.generation_id, now, op.id)
+        )
+
+    def _settle(self, op: b.Op, t: Totals, now: float) -> None:
+        found = self._lookup(op)
+        if found is None:
+            op.outcome = b.NOT_OPEN
+            return
+        state, held = found
+        if state == "open":
+            t.settle(held, op.cost, op.estimate)
+        elif state == "recovered":
+            # Counted at worst case by a recoverer while we were slow: correct it.
+            t.spent -= held
+            t.charge(held, op.cost, op.estimate)
+            op.outcome = b.LATE
+        else:
+            op.outcome = b.LATE if state == "reconciled" else b.NOT_OPEN
+            return
+        self._close(op, "settled", now, op.cost)
+
+    def _release(self, op: b.Op, t: Totals, now: float) -> None:
+        found = self._lookup(op)
+        if found is None:
+            op.outcome = b.NOT_OPEN
+            return
+        state, held = found
+        if state == "open":
+            t.release(held)
+        elif state == "recovered":
+            t.spent -= held
+            t.n_released += 1
+            op.outcome = b.LATE
+        else:
+            op.outcome = b.LATE if state == "reconciled" else b.NOT_OPEN
+            return
+        self._close(op, "released", now, 0)
+
+    def _reconcile(self, op: b.Op, t: Totals, now: float) -> None:
+        found = self._lookup(op)
+        if found is None or found[0] != "open":
+            op.outcome = b.NOT_OPEN
+            return
+        t.settle(found[1], op.cost, None)
+        t.n_recovered += 1
+        self._close(op, "reconciled", now, op.cost)
+
+    def _charge_worst(self, op: b.Op, t: Totals, now: float) -> None:
+        found = self._lookup(op)
+        if found is None or found[0] != "open":
+            op.outcome = b.NOT_OPEN
+            return
+        t.charge_worst_case(found[1])
+        self._close(op, "recovered", now, found[1])
+
+    def _set_limit(self, op: b.Op, t: Totals, now: float) -> None:
+        t.limit_units = op.units
+
+    def _snapshot(self, op: b.Op, t: Totals, now: float) -> None:
+        op.value = t.state()
+
+    def _list_open(self, op: b.Op, t: Totals, now: float) -> None:
+        rows = self.con.execute(_OPEN_ROWS + " WHERE state = 'open' ORDER BY created, id")
+        op.value = [Reservation(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+    def _claim(self, op: b.Op, t: Totals, now: float) -> None:
+        rows = self.con.execute(_OPEN_ROWS + " WHERE state = 'open' AND owner != ?", (self.owner,))
+        orphans = [
+            Reservation(r[0], r[1], r[2], r[3], self.owner)
+            for r in rows.fetchall()
+            if r[5] < op.value or owner_is_dead(r[4])
+        ]
+        self.con.executemany(
+            "UPDATE reservations SET owner = ?, lease_until = ? WHERE id = ?",
+            [(self.owner, now + self.lease, res.id) for res in orphans],
+        )
+        op.value = orphans
+
+    def _renew(self, op: b.Op, t: Totals, now: float) -> None:
+        self.con.execute(
+            "UPDATE reservations SET lease_until = ? WHERE owner = ? AND state = 'open'",
+            (op.value[0], self.owner),
+        )
+
+
+def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    con = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=False, timeout=_BUSY_TIMEOUT_MS / 1000
+    )
+    try:
+        con.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        con.execute("PRAGMA journal_mode = WAL")
+        con.execute(f"PRAGMA synchronous = {synchronous}")
+    except sqlite3.DatabaseError as exc:
+        con.close()
+        raise DataFileError(path, f"not a ledger database: {exc}") from exc
+    return con
+
+
+def _open_totals(con: sqlite3.Connection, path: Path, limit: Decimal | None) -> None:
+    """Create the schema, or check an existing ledger; refuse a silent limit change."""
+    version = con.execute("PRAGMA user_version").fetchone()[0]
+    if version not in (0, SCHEMA_VERSION):
+        raise DataFileError(path, f"ledger schema version {version} is not {SCHEMA_VERSION}")
+    if version == 0:
+        con.executescript(_SCHEMA)  # idempotent: concurrent creators are fine
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        row = con.execute(_SELECT_TOTALS).fetchone()
+        units = None if limit is None else amount_units(limit, what="limit", round_up=False)
+        if row is None:
+            if units is None:
+                raise ConfigurationError(f"{path} is a new ledger: give it a limit")
+            con.execute(
+                f"INSERT INTO totals (id, {', '.join(FIELDS)}) VALUES (1{', ?' * len(FIELDS)})",  # noqa: S608
+                Totals(units).row(),
+            )
+        elif units is not None and units != row[0]:
+            stored = Totals(*row).state().limit
+            raise ConfigurationError(
+                f"{path} has a limit of ${stored}, not ${limit}: change it with set_limit()"
+                " or `provider-router ledger topup`, never by reopening"
+            )
+        con.execute("COMMIT")
+    except BaseException:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise
+
+
+class SQLiteLedger(DurableLedger):
+    """A :class:`~provider_router.Ledger` in one SQLite file.
+
+    Args:
+        path: the database file (created with its parent directory if missing).
+        limit: the budget in USD; required for a new file. Reopening an existing
+            ledger with a different limit is refused (use :meth:`set_limit`).
+        lease: seconds an open reservation stays owned without renewal.
+        poll_interval: seconds between retries of waiting reservations.
+        synchronous: SQLite's ``synchronous`` pragma; ``FULL`` (the default)
+            survives power loss, ``NORMAL`` only a process crash.
+        executor: ``"thread"`` (default) or ``"loop"``; see the module docstring.
+        clock: wall-clock seconds for leases; injected in tests.
+
+    Raises:
+        ConfigurationError: a new file without a limit, or a changed limit.
+        DataFileError: the file is not a ledger database.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        limit: Decimal | None = None,
+        *,
+        lease: float = DEFAULT_LEASE,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL",
+        executor: Literal["thread", "loop"] = "thread",
+        clock: Clock = time.time,
+    ) -> None:
+        super().__init__(lease=lease, poll_interval=poll_interval, clock=clock)
+        if synchronous not in ("FULL", "NORMAL", "OFF"):
+            raise ConfigurationError(f"synchronous must be FULL, NORMAL or OFF: {synchronous!r}")
+        if executor not in ("thread", "loop"):
+            raise ConfigurationError(f"executor must be 'thread' or 'loop', got {executor!r}")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        con = _connect(self.path, synchronous)
+        try:
+            _open_totals(con, self.path, limit)
+        except sqlite3.DatabaseError as exc:
+            con.close()
+            raise DataFileError(self.path, f"not a ledger database: {exc}") from exc
+        except BaseException:
+            con.close()
+            raise
+        self._store = _Store(con, self.owner, self.lease, clock)
+        self._pool = ThreadPoolExecutor(1, "ledger-sqlite") if executor == "thread" else None
+
+    def __repr__(self) -> str:
+        return f"SQLiteLedger({str(self.path)!r})"
+
+    async def _execute(self, batch: list[b.Op]) -> tuple[int, int, int]:
+        if self._pool is None:
+            return self._store.apply(batch)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._store.apply, batch)
+
+    async def _close_store(self) -> None:
+        if self._pool is None:
+            self._store.con.close()
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._pool, self._store.con.close)
+        self._pool.shutdown(wait=True)
+
+    def audit(self) -> dict[str, Any]:
+        """Recompute the totals from the rows (synchronous; for tests and the CLI)."""
+        con = sqlite3.connect(self.path)
+        try:
+            q = con.execute(
+                "SELECT coalesce(sum(CASE WHEN state IN ('settled', 'reconciled', 'recovered')"
+                " THEN cost END), 0), coalesce(sum(CASE WHEN state = 'open' THEN units END), 0),"
+                " sum(state = 'open') FROM reservations"
+            ).fetchone()
+        finally:
+            con.close()
+        return {"spent_units": q[0], "reserved_units": q[1], "open": q[2] or 0}

@@ -1,0 +1,252 @@
+"""Projections as JSON-ready dicts (and, for the CLI, as text).
+
+Money and fractional token counts become decimal strings, so a reader can
+parse them back exactly.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any, Final, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from provider_router.projection import (
+    BudgetFit,
+    CostRange,
+    DatasetProjection,
+    Projection,
+    Scenario,
+)
+from provider_router.records import Endpoint
+from provider_router.workload import WorkloadEstimate
+
+__all__ = ["format_tokens", "format_usd", "projection_to_dict", "render_projection"]
+
+_CENT: Final = Decimal("0.01")
+
+
+def projection_to_dict(projection: Projection) -> dict[str, Any]:
+    """A JSON-ready form of ``projection`` (money and fractional tokens as strings)."""
+    return {
+        "model": projection.model_id,
+        "workload": _workload_dict(projection.workload),
+        "cheapest": _endpoint_dict(projection.cheapest),
+        "mix": [
+            {**_endpoint_dict(s.endpoint), "rank": s.rank, "share": str(s.share)}
+            for s in projection.mix
+        ],
+        "datasets": [_dataset_dict(d) for d in projection.datasets],
+        "total": _dataset_dict(projection.total),
+        "budget": [_fit_dict(f) for f in projection.budget_fits],
+    }
+
+
+def _endpoint_dict(endpoint: Endpoint) -> dict[str, Any]:
+    pricing = endpoint.pricing
+    return {
+        "provider": endpoint.provider_name,
+        "slug": endpoint.slug,
+        "prompt_per_million": str(pricing.prompt_per_million),
+        "completion_per_million": str(pricing.completion_per_million),
+        "uptime": endpoint.uptime,
+    }
+
+
+def _workload_dict(workload: WorkloadEstimate) -> dict[str, Any]:
+    return {
+        "prompt_tokens": str(workload.prompt_tokens),
+        "completion_tokens": {
+            "low": str(workload.low),
+            "expected": str(workload.completion_tokens),
+            "high": str(workload.high),
+        },
+        "reasoning_tokens": str(workload.reasoning_tokens),
+        "cached_prompt_share": str(workload.cached_prompt_share),
+        "source": workload.source,
+    }
+
+
+def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
+    tokens = scenario.tokens
+    return {
+        "completion_tokens_per_response": str(scenario.completion_tokens_per_response),
+        "requests": tokens.requests,
+        "prompt_tokens": tokens.prompt_tokens,
+        "cached_tokens": tokens.cached_tokens,
+        "completion_tokens": tokens.completion_tokens,
+        "reasoning_tokens": tokens.reasoning_tokens,
+        "cost_cheapest": str(scenario.cost_cheapest),
+        "cost_mix": str(scenario.cost_mix),
+    }
+
+
+def _dataset_dict(dataset: DatasetProjection) -> dict[str, Any]:
+    return {
+        "name": dataset.name,
+        "target_output_tokens": dataset.target_output_tokens,
+        "limited_by": dataset.limited_by,
+        "target_reached": dataset.target_reached,
+        "low": _scenario_dict(dataset.low),
+        "expected": _scenario_dict(dataset.expected),
+        "high": _scenario_dict(dataset.high),
+    }
+
+
+def _fit_dict(fit: BudgetFit) -> dict[str, Any]:
+    return {
+        "basis": fit.basis,
+        "budget": str(fit.budget),
+        "needed": {
+            "low": str(fit.needed.low),
+            "expected": str(fit.needed.expected),
+            "high": str(fit.needed.high),
+        },
+        "fits": fit.fits,
+        "fits_high": fit.fits_high,
+        "uniform_target": fit.uniform_target,
+        "uniform_target_conservative": fit.uniform_target_conservative,
+        "whole_datasets": list(fit.whole_datasets),
+        "partial": None
+        if fit.partial is None
+        else {
+            "name": fit.partial.name,
+            "output_tokens": fit.partial.output_tokens,
+            "cost": str(fit.partial.cost),
+        },
+    }
+
+
+# --- text -----------------------------------------------------------------------------
+
+
+def format_tokens(count: int | None) -> str:
+    """``7_422_000`` → ``"7.42M"``; ``None`` → ``"-"``."""
+    if count is None:
+        return "-"
+    for size, suffix in ((10**9, "G"), (10**6, "M"), (10**3, "k")):
+        if abs(count) >= size:
+            return f"{Decimal(count) / size:.2f}{suffix}"
+    return str(count)
+
+
+def format_usd(amount: Decimal) -> str:
+    """Dollars to the cent (half-even), for people; JSON keeps the exact value."""
+    return f"${amount.quantize(_CENT, rounding=ROUND_HALF_EVEN):,}"
+
+
+def _range(cost: CostRange) -> str:
+    if cost.low == cost.high:
+        return format_usd(cost.expected)
+    return f"{format_usd(cost.expected)} ({format_usd(cost.low)}–{format_usd(cost.high)})"
+
+
+def _market_table(projection: Projection) -> Table:
+    table = Table(title=f"Routing for {projection.model_id}", title_justify="left")
+    for column in ("rank", "provider", "$/M in", "$/M out", "uptime", "share"):
+        table.add_column(column, justify="left" if column == "provider" else "right")
+    shares = {s.endpoint.slug: s.share for s in projection.mix}
+    for entry in projection.ranked:
+        endpoint = entry.endpoint
+        pricing = endpoint.pricing
+        share = shares.get(endpoint.slug, Decimal(0))
+        cheapest = " (cheapest)" if endpoint == projection.cheapest else ""
+        table.add_row(
+            str(entry.rank),
+            f"{endpoint.provider_name}{cheapest}",
+            f"{pricing.prompt_per_million:.2f}",
+            f"{pricing.completion_per_million:.2f}",
+            "-" if endpoint.uptime is None else f"{endpoint.uptime:.1f}%",
+            f"{share:.2%}",
+        )
+    rejected = len(projection.decisions.rejected)
+    if rejected:
+        table.caption = f"{rejected} endpoint(s) rejected by the policy"
+    return table
+
+
+def _dataset_table(projection: Projection) -> Table:
+    workload = projection.workload
+    table = Table(
+        title=(
+            f"Projection: {workload.prompt_tokens:.0f} prompt tokens, "
+            f"{workload.completion_tokens:.0f} output tokens per response "
+            f"({workload.low:.0f}–{workload.high:.0f}; {workload.source})"
+        ),
+        title_justify="left",
+    )
+    for column in (
+        "dataset",
+        "target",
+        "requests",
+        "prompt",
+        "cached",
+        "output",
+        "reasoning",
+        "cost, cheapest",
+        "cost, routing mix",
+    ):
+        table.add_column(column, justify="left" if column == "dataset" else "right")
+    for row in (*projection.datasets, projection.total):
+        tokens = row.expected.tokens
+        target = format_tokens(row.target_output_tokens)
+        if not row.target_reached and row.name != "total":
+            target += f" (stops at {row.limited_by})"
+        table.add_row(
+            row.name,
+            target,
+            f"{tokens.requests:,}",
+            format_tokens(tokens.prompt_tokens),
+            format_tokens(tokens.cached_tokens),
+            format_tokens(tokens.completion_tokens),
+            format_tokens(tokens.reasoning_tokens),
+            _range(row.cost("cheapest")),
+            _range(row.cost("mix")),
+            end_section=row is projection.datasets[-1],
+        )
+    return table
+
+
+def _fit_lines(fit: BudgetFit) -> list[str]:
+    basis = "cheapest allowed endpoint" if fit.basis == "cheapest" else "expected routing mix"
+    verdict = "fits" if fit.fits else "EXCEEDS"
+    lines = [
+        f"{basis}: the full plan needs {_range(fit.needed)} — {verdict} "
+        f"the {format_usd(fit.budget)} budget"
+    ]
+    if fit.uniform_target is not None:
+        conservative = fit.uniform_target_conservative
+        lines.append(
+            f"  largest uniform target per dataset that fits: "
+            f"{format_tokens(fit.uniform_target)} output tokens"
+            + (
+                f" ({format_tokens(conservative)} at the high estimate)"
+                if conservative != fit.uniform_target
+                else ""
+            )
+        )
+    elif not fit.fits_high:
+        lines.append(
+            f"  at the high estimate cap each dataset at "
+            f"{format_tokens(fit.uniform_target_conservative)} output tokens"
+        )
+    if not fit.fits:
+        whole = ", ".join(fit.whole_datasets) or "none"
+        lines.append(f"  whole datasets in priority order: {whole}")
+        if fit.partial is not None:
+            lines.append(
+                f"  then {format_tokens(fit.partial.output_tokens)} output tokens of "
+                f"{fit.partial.name} ({format_usd(fit.partial.cost)})"
+            )
+    return lines
+
+
+def render_projection(projection: Projection, *, file: TextIO) -> None:
+    """Print ``projection`` as tables (and the budget fit as sentences) to ``file``."""
+    console = Console(file=file, width=None if file.isatty() else 140, soft_wrap=False)
+    console.print(_market_table(projection))
+    console.print(_dataset_table(projection))
+    for fit in projection.budget_fits:
+        for line in _fit_lines(fit):
+            console.print(line, highlight=False, markup=False)

@@ -1,0 +1,217 @@
+"""What a workload costs on each endpoint, adjusted for reliability, best first.
+
+Pure: no I/O, no clock. Every number is an exact :class:`~decimal.Decimal`
+(uptime percentages are converted through their shortest decimal form), and
+the order is total, so the same endpoints rank the same way whatever order
+they come in.
+
+The score is the *expected cost per successful request*: the cost of one
+request divided by the endpoint's success probability (its uptime). It is an
+upper bound: OpenRouter does not bill most failed requests, but a stream that
+dies midway is billed for what it produced, and a failed attempt costs time
+and a retry. Endpoints OpenRouter marks down go last; at equal score a
+degraded endpoint follows a healthy one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Final
+
+from provider_router._exceptions import ConfigurationError
+from provider_router._money import to_decimal
+from provider_router.records import Endpoint, EndpointHealth
+
+__all__ = ["DEFAULT_ASSUMED_UPTIME", "RankedEndpoint", "Workload", "rank", "workload_cost"]
+
+DEFAULT_ASSUMED_UPTIME: Final = Decimal(95)
+"""Uptime percent assumed when an endpoint reports none: OpenRouter's "normal routing" floor."""
+
+_MIN_SUCCESS: Final = Decimal("0.01")
+"""A 0 % uptime would divide by zero; one success in a hundred is the floor."""
+
+_HEALTH_ORDER: Final = {
+    EndpointHealth.OK: 0,
+    EndpointHealth.UNKNOWN: 0,
+    EndpointHealth.DEGRADED: 1,
+    EndpointHealth.DOWN: 2,
+}
+
+_THOUSAND: Final = Decimal(1000)
+_MILLION: Final = Decimal(1_000_000)
+_HUNDRED: Final = Decimal(100)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The shape of one request, as an expected value.
+
+    Args:
+        prompt_tokens: prompt tokens per request (including cached ones).
+        completion_tokens: visible output tokens per request.
+        reasoning_tokens: reasoning tokens per request; billed at the completion
+            rate, on top of ``completion_tokens``.
+        cached_prompt_share: fraction (0..1) of the prompt read from the
+            provider's cache; billed at ``input_cache_read`` where priced.
+    """
+
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int = 0
+    cached_prompt_share: Decimal = field(default=Decimal(0))
+
+    def __post_init__(self) -> None:
+        for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigurationError(f"Workload.{name} must be an integer ≥ 0, got {value!r}")
+        try:
+            share = to_decimal(self.cached_prompt_share, what="Workload.cached_prompt_share")
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        if not 0 <= share <= 1:
+            raise ConfigurationError(
+                f"Workload.cached_prompt_share must be between 0 and 1, got {share}"
+            )
+        object.__setattr__(self, "cached_prompt_share", share)
+
+    @property
+    def output_tokens(self) -> int:
+        """Billed output tokens per request: completion plus reasoning."""
+        return self.completion_tokens + self.reasoning_tokens
+
+    @property
+    def cached_tokens(self) -> Decimal:
+        """Expected cached prompt tokens per request (may be fractional)."""
+        return self.prompt_tokens * self.cached_prompt_share
+
+
+def workload_cost(endpoint: Endpoint, workload: Workload) -> Decimal:
+    """Exact expected USD of one request of ``workload`` on ``endpoint``.
+
+    Raises:
+        ConfigurationError: the endpoint's pricing is dynamic (``"-1"``), so it
+            has no cost to compute.
+    """
+    if endpoint.pricing.is_dynamic:
+        raise ConfigurationError(
+            f"endpoint {endpoint.slug!r} ({endpoint.provider_name}) has dynamic pricing "
+            "('-1' sentinel) and cannot be ranked"
+        )
+    return endpoint.pricing.cost(
+        workload.prompt_tokens,
+        workload.output_tokens,
+        cached_tokens=workload.cached_tokens,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RankedEndpoint:
+    """An endpoint's place in the ranking and the numbers that put it there.
+
+    Attributes:
+        rank: 1 for the best.
+        endpoint: the endpoint.
+        cost_per_request: expected USD per request of the workload.
+        cost_per_1k_requests: the same, per 1,000 requests.
+        cost_per_million_output_tokens: USD per million billed output tokens
+            (``None`` for a workload with no output).
+        success_probability: uptime as a fraction (floored at 0.01).
+        uptime_assumed: true when the endpoint reported no uptime and
+            ``assumed_uptime`` was used.
+        expected_cost_per_success: ``cost_per_request / success_probability``,
+            the primary sort key.
+        health: what the endpoint's status means (the second key).
+    """
+
+    rank: int
+    endpoint: Endpoint
+    cost_per_request: Decimal
+    cost_per_1k_requests: Decimal
+    cost_per_million_output_tokens: Decimal | None
+    success_probability: Decimal
+    uptime_assumed: bool
+    expected_cost_per_success: Decimal
+    health: EndpointHealth
+
+    @property
+    def effective_cost_per_1k_requests(self) -> Decimal:
+        """Expected cost per 1,000 successful requests."""
+        return self.expected_cost_per_success * _THOUSAND
+
+
+def _success_probability(endpoint: Endpoint, assumed_uptime: Decimal) -> tuple[Decimal, bool]:
+    uptime = endpoint.uptime
+    if uptime is None:
+        percent, assumed = assumed_uptime, True
+    else:
+        percent, assumed = to_decimal(uptime, what="uptime"), False
+    return max(percent / _HUNDRED, _MIN_SUCCESS), assumed
+
+
+def rank(
+    endpoints: Iterable[Endpoint],
+    *,
+    workload: Workload,
+    assumed_uptime: Decimal | float | int = DEFAULT_ASSUMED_UPTIME,
+) -> list[RankedEndpoint]:
+    """Rank endpoints by expected cost per successful request of ``workload``.
+
+    Sort keys, in order: down endpoints last; expected cost per success; health
+    (healthy before degraded); plain cost per request; higher success
+    probability; then the endpoint's slug, provider name and name, and finally
+    its full JSON form, so the result never depends on the input order.
+
+    Args:
+        endpoints: candidates, typically ``decisions.allowed``.
+        workload: the request shape to price.
+        assumed_uptime: percent used for endpoints that report no uptime.
+
+    Raises:
+        ConfigurationError: an endpoint has dynamic pricing, or ``assumed_uptime``
+            is not a percentage.
+    """
+    try:
+        assumed = to_decimal(assumed_uptime, what="assumed_uptime")
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    if not 0 <= assumed <= 100:
+        raise ConfigurationError(f"assumed_uptime must be a percentage 0..100, got {assumed}")
+    output_tokens = workload.output_tokens
+    scored = []
+    for endpoint in endpoints:
+        cost = workload_cost(endpoint, workload)
+        success, uptime_assumed = _success_probability(endpoint, assumed)
+        expected = cost / success
+        health = endpoint.health
+        key = (
+            health is EndpointHealth.DOWN,
+            expected,
+            _HEALTH_ORDER[health],
+            cost,
+            -success,
+            endpoint.sort_key,
+            endpoint.model_dump_json(),
+        )
+        scored.append((key, endpoint, cost, success, uptime_assumed, expected, health))
+    scored.sort(key=lambda item: item[0])
+    return [
+        RankedEndpoint(
+            rank=position,
+            endpoint=endpoint,
+            cost_per_request=cost,
+            cost_per_1k_requests=cost * _THOUSAND,
+            cost_per_million_output_tokens=(
+                cost * _MILLION / output_tokens if output_tokens else None
+            ),
+            success_probability=success,
+            uptime_assumed=uptime_assumed,
+            expected_cost_per_success=expected,
+            health=health,
+        )
+        for position, (_, endpoint, cost, success, uptime_assumed, expected, health) in enumerate(
+            scored, start=1
+        )
+    ]

@@ -1,0 +1,140 @@
+"""What a finished chat request returns: plain slotted dataclasses, cheap to build.
+
+The per-request path builds these, so they are dataclasses parsed by hand from
+the decoded JSON, not pydantic models (validation costs more than the request
+itself at 2,000 in flight).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from provider_router._money import to_decimal
+
+__all__ = ["ChatResult", "StreamDelta", "Usage"]
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts and cost of one request, as OpenRouter reported them.
+
+    ``cached_tokens`` and ``cache_write_tokens`` are part of ``prompt_tokens``;
+    ``reasoning_tokens`` are part of ``completion_tokens`` (and billed at the
+    completion rate). ``cost`` is the authoritative USD charge, ``None`` when the
+    response did not say.
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost: Decimal | None = None
+
+    @classmethod
+    def from_json(cls, raw: object) -> Usage | None:
+        """Parse a response's ``usage`` object; ``None`` when there is none.
+
+        Tolerant: missing or malformed counts read as 0, an unparsable cost as
+        ``None`` (unknown, never 0).
+        """
+        if not isinstance(raw, Mapping):
+            return None
+        prompt_details = raw.get("prompt_tokens_details")
+        completion_details = raw.get("completion_tokens_details")
+        if not isinstance(prompt_details, Mapping):
+            prompt_details = {}
+        if not isinstance(completion_details, Mapping):
+            completion_details = {}
+        cost_raw = raw.get("cost")
+        cost: Decimal | None = None
+        if cost_raw is not None:
+            try:
+                cost = to_decimal(cost_raw, what="usage.cost")
+            except ValueError:
+                cost = None
+            if cost is not None and cost < 0:
+                cost = None
+        prompt = _int(raw.get("prompt_tokens"))
+        completion = _int(raw.get("completion_tokens"))
+        return cls(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=_int(raw.get("total_tokens")) or prompt + completion,
+            cached_tokens=_int(prompt_details.get("cached_tokens")),
+            cache_write_tokens=_int(prompt_details.get("cache_write_tokens")),
+            reasoning_tokens=_int(completion_details.get("reasoning_tokens")),
+            cost=cost,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResult:
+    """One completed chat request.
+
+    Attributes:
+        text: the assistant's reply (``message.content``; ``""`` when none).
+        reasoning: the reasoning text, when the model produced one.
+        provider: display name of the provider that served it (e.g. ``"Chutes"``).
+        model: the model (permaslug) that served it.
+        generation_id: OpenRouter's ``gen-...`` id, for ``/generation``.
+        finish_reason: normalised finish reason (``stop``, ``length``, ``tool_calls``...).
+        usage: token counts and cost, when reported.
+        cost: the USD charged to the ledger: ``usage.cost``, else what
+            ``/generation`` said, else the reserved worst case.
+        estimate: our own price of it from the catalog listing, when computable.
+        reserved: the worst case that was reserved for it.
+        quarantined: ``True`` when a provider the policy does not allow served
+            it: the output must not be used as if it were compliant.
+        quarantine_reason: why, when quarantined.
+        attempts: attempts it took (1 = first try).
+        latency: seconds from the first attempt to the result.
+        message: the raw assistant message (``reasoning_details``, ``tool_calls``...).
+        native_finish_reason: the provider's own finish reason.
+    """
+
+    text: str
+    reasoning: str | None
+    provider: str | None
+    model: str | None
+    generation_id: str | None
+    finish_reason: str | None
+    usage: Usage | None
+    cost: Decimal | None
+    estimate: Decimal | None = None
+    reserved: Decimal | None = None
+    quarantined: bool = False
+    quarantine_reason: str | None = None
+    attempts: int = 1
+    latency: float = 0.0
+    message: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    native_finish_reason: str | None = None
+
+    @property
+    def drift(self) -> Decimal | None:
+        """``cost - estimate``: how far our own price was from OpenRouter's."""
+        if self.cost is None or self.estimate is None:
+            return None
+        return self.cost - self.estimate
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDelta:
+    """A piece of a streamed reply.
+
+    When an attempt fails mid-stream and is retried, deltas of the new attempt
+    carry a higher ``attempt``: a consumer that shows text as it arrives should
+    discard what it showed for the earlier attempt.
+    """
+
+    text: str = ""
+    reasoning: str = ""
+    attempt: int = 1

@@ -1,0 +1,246 @@
+"""The ``provider`` routing object, and the price ceilings a reservation assumes.
+
+A :class:`RoutePlan` is computed once per catalog refresh from the policy's
+decisions and the ranking, so the per-request path only picks a prebuilt dict:
+
+* ``order``: the allowed endpoints' tags, best rank first (demoted providers
+  moved to the end, see :mod:`provider_router.health`);
+* ``only``: exactly those tags, so OpenRouter cannot route anywhere else;
+* ``ignore``: the rejected endpoints' tags (belt and braces: also rejected if an
+  account-wide setting widened ``only``);
+* ``allow_fallbacks``: fallbacks stay inside ``only``;
+* ``max_price``: the highest prompt, completion and per-request prices among
+  the allowed endpoints, in USD per million tokens (per request for
+  ``request``), as strings (the OpenAPI type). These are the very ceilings the
+  ledger reservation is computed from, so OpenRouter cannot serve a request
+  at a price the reservation did not cover.
+
+Tags are used rather than base slugs because a base slug (``deepinfra``)
+matches every endpoint of a provider, including a rejected quantization.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Final, Protocol
+
+from provider_router._constants import PER_MILLION
+from provider_router._exceptions import ConfigurationError
+from provider_router.ranking import RankedEndpoint, Workload, rank
+from provider_router.records import Endpoint, Pricing
+
+__all__ = ["RoutePlan", "build_route_plan", "estimate_prompt_tokens"]
+
+_ZERO: Final = Decimal(0)
+
+MESSAGE_OVERHEAD_TOKENS: Final = 8
+"""Template tokens a chat message adds around its content (role markers, separators)."""
+REQUEST_OVERHEAD_TOKENS: Final = 16
+"""Template tokens a request adds once (the assistant turn's opening)."""
+
+
+class _Decision(Protocol):
+    @property
+    def endpoint(self) -> Endpoint: ...
+    @property
+    def allowed(self) -> bool: ...
+
+
+def estimate_prompt_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
+    """An upper bound on the prompt tokens of ``messages``, without a tokenizer.
+
+    Byte-level BPE tokenizers (Kimi's included) emit at least one byte per token,
+    so the UTF-8 length of the text bounds its token count; each message adds
+    :data:`MESSAGE_OVERHEAD_TOKENS` of template. It overestimates ordinary text
+    about fourfold, which only makes the prompt part of a reservation (small
+    beside ``max_tokens`` of completion) safely large.
+    """
+    total = REQUEST_OVERHEAD_TOKENS
+    for message in messages:
+        total += MESSAGE_OVERHEAD_TOKENS
+        content = message.get("content")
+        if isinstance(content, str):
+            total += len(content.encode())
+        elif content is not None:
+            # Multi-part content or tool payloads: count their JSON text.
+            total += len(repr(content).encode())
+        for key in ("tool_calls", "name", "tool_call_id", "reasoning"):
+            extra = message.get(key)
+            if extra:
+                total += len(repr(extra).encode())
+    return total
+
+
+# Ceilings include every override (long-context, time-of-day): a worst case must
+# hold whichever price applies when the request runs.
+def _prompt_ceiling(pricing: Pricing) -> Decimal:
+    prices = [pricing.prompt, pricing.input_cache_write, pricing.input_cache_write_1h]
+    for o in pricing.overrides:
+        prices += [o.prompt, o.input_cache_write, o.input_cache_write_1h]
+    return max(p for p in prices if p is not None)
+
+
+def _completion_ceiling(pricing: Pricing) -> Decimal:
+    prices = [pricing.completion, pricing.internal_reasoning]
+    prices += [o.completion for o in pricing.overrides]
+    return max(p for p in prices if p is not None)
+
+
+def _per_million(price: Decimal) -> str:
+    return format(price * PER_MILLION, "f")
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    """Where requests for one model may go, best first, and at what price ceilings.
+
+    Attributes:
+        model: the model id.
+        ranked: the allowed endpoints, ranked for the workload.
+        ignore: tags of the rejected endpoints.
+        allowed_providers: display names of the allowed endpoints' providers: a
+            response served by any other provider is a policy violation.
+        ambiguous_providers: display names that have both allowed and rejected
+            endpoints; a response names only the provider, so for these the
+            check rests on ``only`` (tags) alone.
+        max_prompt_price: highest prompt-side price per token (cache writes included).
+        max_completion_price: highest completion (or reasoning) price per token.
+        max_request_price: highest per-request fee.
+        allow_fallbacks: sent as ``provider.allow_fallbacks``.
+    """
+
+    model: str
+    ranked: tuple[RankedEndpoint, ...]
+    ignore: tuple[str, ...]
+    allowed_providers: frozenset[str]
+    ambiguous_providers: frozenset[str]
+    max_prompt_price: Decimal
+    max_completion_price: Decimal
+    max_request_price: Decimal
+    allow_fallbacks: bool = True
+    _pricing_by_provider: Mapping[str, tuple[Pricing, ...]] = field(default_factory=dict)
+    _cache: dict[frozenset[str], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """Allowed tags, best rank first (before demotion)."""
+        return tuple(r.endpoint.slug for r in self.ranked)
+
+    def provider_object(self, demoted: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """The request's ``provider`` object; providers in ``demoted`` go last.
+
+        The dict is cached per demoted set and shared between requests: callers
+        must not mutate it.
+        """
+        cached = self._cache.get(demoted)
+        if cached is not None:
+            return cached
+        healthy = [r.endpoint.slug for r in self.ranked if r.endpoint.provider_name not in demoted]
+        sick = [r.endpoint.slug for r in self.ranked if r.endpoint.provider_name in demoted]
+        order = healthy + sick
+        obj: dict[str, Any] = {
+            "order": order,
+            "only": list(self.order),
+            "allow_fallbacks": self.allow_fallbacks,
+            "max_price": {
+                "prompt": _per_million(self.max_prompt_price),
+                "completion": _per_million(self.max_completion_price),
+                "request": format(self.max_request_price, "f"),
+            },
+        }
+        if self.ignore:
+            obj["ignore"] = list(self.ignore)
+        if len(self._cache) < 64:
+            self._cache[demoted] = obj
+        return obj
+
+    def worst_case(self, prompt_tokens: int, max_tokens: int) -> Decimal:
+        """The most a request can cost on any allowed endpoint (USD, exact)."""
+        return (
+            prompt_tokens * self.max_prompt_price
+            + max_tokens * self.max_completion_price
+            + self.max_request_price
+        )
+
+    def estimate(
+        self,
+        provider: str | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+        *,
+        cached_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> Decimal | None:
+        """Our own price of a finished request, from the serving provider's listing.
+
+        ``None`` when the provider is not one of the allowed ones or the counts
+        are inconsistent. A provider with several allowed endpoints is priced at
+        the dearest (a response does not say which endpoint served it).
+        """
+        pricings = self._pricing_by_provider.get(provider) if provider else None
+        if not pricings:
+            return None
+        try:
+            return max(
+                p.cost(
+                    prompt_tokens,
+                    completion_tokens,
+                    cached_tokens=cached_tokens,
+                    cache_write_tokens=cache_write_tokens,
+                )
+                for p in pricings
+            )
+        except ValueError:
+            return None
+
+
+def build_route_plan(
+    model: str,
+    decisions: Iterable[_Decision],
+    *,
+    workload: Workload,
+    allow_fallbacks: bool = True,
+) -> RoutePlan:
+    """Rank the allowed endpoints and fix the routing object and price ceilings.
+
+    Endpoints with dynamic pricing (``"-1"``) are treated as rejected: a request
+    routed to them could not be reserved for.
+
+    Raises:
+        ConfigurationError: the policy allows no priced endpoint of ``model``.
+    """
+    allowed: list[Endpoint] = []
+    rejected: list[Endpoint] = []
+    for decision in decisions:
+        endpoint = decision.endpoint
+        if decision.allowed and not endpoint.pricing.is_dynamic:
+            allowed.append(endpoint)
+        else:
+            rejected.append(endpoint)
+    if not allowed:
+        raise ConfigurationError(
+            f"the policy allows no endpoint of {model!r} "
+            f"({len(rejected)} rejected); nothing can be routed"
+        )
+    ranked = tuple(rank(allowed, workload=workload))
+    allowed_tags = {e.slug for e in allowed}
+    ignore = tuple(sorted({e.slug for e in rejected} - allowed_tags))
+    allowed_names = frozenset(e.provider_name for e in allowed)
+    rejected_names = frozenset(e.provider_name for e in rejected)
+    pricing_by_provider: dict[str, list[Pricing]] = {}
+    for endpoint in allowed:
+        pricing_by_provider.setdefault(endpoint.provider_name, []).append(endpoint.pricing)
+    return RoutePlan(
+        model=model,
+        ranked=ranked,
+        ignore=ignore,
+        allowed_providers=allowed_names,
+        ambiguous_providers=allowed_names & rejected_names,
+        max_prompt_price=max(_prompt_ceiling(e.pricing) for e in allowed),
+        max_completion_price=max(_completion_ceiling(e.pricing) for e in allowed),
+        max_request_price=max((e.pricing.request or _ZERO) for e in allowed),
+        allow_fallbacks=allow_fallbacks,
+        _pricing_by_provider={k: tuple(v) for k, v in pricing_by_provider.items()},
+    )

@@ -1,0 +1,343 @@
+"""The simulator's state and its aiohttp routes (except chat, in ``chat.py``).
+
+:class:`Simulator` owns everything that changes while the simulator runs: the
+account, the faults, the request log, the generations, and the per-provider
+in-flight counts. :func:`make_app` binds it to an ``aiohttp.web.Application``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from aiohttp import web
+
+from provider_router._money import from_units
+from provider_router._types import Clock, Sleep
+from provider_router.testing import bodies
+from provider_router.testing.billing import Account, KeyState
+from provider_router.testing.faults import Fault, FaultBook
+from provider_router.testing.introspection import RequestLog, RequestRecord
+from provider_router.testing.market import Market
+from provider_router.testing.synth import Lengths
+
+__all__ = ["Simulator", "make_app"]
+
+JSON = "application/json"
+RECENT_FAILURE_WINDOW = 30.0
+"""Simulated seconds a failed provider counts as unstable for default routing."""
+
+
+class Simulator:
+    """The simulated OpenRouter: market, account, faults, clock and what it saw.
+
+    Args:
+        market: the market (default: the bundled Kimi K2.5 one).
+        faults: fault rules (see :mod:`provider_router.testing.faults`).
+        seed: makes every random draw (routing, lengths, faults, ids) reproducible.
+        credits: the account's total credits in USD.
+        api_keys: accepted keys (optionally mapped to a per-key USD limit);
+            None accepts any non-empty key.
+        speed: time compression; 1000 makes a 2-minute generation take 120 ms;
+            ``math.inf`` never waits.
+        completion_tokens: fixed completion length, or None for the seeded
+            log-normal around ``median_completion_tokens``.
+        stream_chunk_tokens: tokens per SSE chunk.
+        generation_404s: how many lookups of a fresh generation id answer 404
+            before the record appears (the real one lags a little).
+        clock / sleep: injected monotonic clock and sleep.
+    """
+
+    def __init__(
+        self,
+        market: Market | None = None,
+        faults: Iterable[Fault] = (),
+        *,
+        seed: int = 0,
+        credits: Decimal | int | str = 100,
+        api_keys: Iterable[str] | Mapping[str, Decimal | int | str | None] | None = None,
+        speed: float = 1.0,
+        completion_tokens: int | None = None,
+        median_completion_tokens: float = 400.0,
+        stream_chunk_tokens: int = 16,
+        generation_404s: int = 1,
+        keepalive_seconds: float = 5.0,
+        log_limit: int = 100_000,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if not speed > 0:
+            raise ValueError(f"speed must be positive, got {speed}")
+        if completion_tokens is not None and completion_tokens < 1:
+            raise ValueError(f"completion_tokens must be at least 1, got {completion_tokens}")
+        if stream_chunk_tokens < 1:
+            raise ValueError("stream_chunk_tokens must be at least 1")
+        self.market = market or Market.default()
+        self.faults = FaultBook(faults)
+        self.seed = seed
+        self.account = Account(credits, api_keys)
+        self.speed = speed
+        self.instant = math.isinf(speed)
+        self.lengths = Lengths(median=median_completion_tokens, fixed=completion_tokens)
+        self.stream_chunk_tokens = stream_chunk_tokens
+        self.generation_404s = generation_404s
+        self.keepalive_seconds = keepalive_seconds
+        self.log_limit = log_limit
+        self.log = RequestLog(log_limit)
+        self.clock = clock
+        self.sleep = sleep
+        self._t0 = clock()
+        self.generations: dict[str, bodies.Generation] = {}
+        self.generation_misses: dict[str, int] = {}
+        self.in_flight: dict[str, int] = {}
+        self.key_in_flight: dict[str, int] = {}
+        self.failed_at: dict[str, float] = {}
+        self.down: dict[str, bool] = {}
+        self.caches: dict[str, set[int]] = {}
+        self._occurrences: dict[int, int] = {}
+        self.stopping = asyncio.Event()
+
+    # --- time and randomness ------------------------------------------------
+
+    def now(self) -> float:
+        """Simulated seconds since start (real seconds when speed is infinite)."""
+        elapsed = self.clock() - self._t0
+        return elapsed if self.instant else elapsed * self.speed
+
+    async def wait(self, simulated_seconds: float) -> None:
+        """Sleep for a simulated duration (not at all when speed is infinite)."""
+        if not self.instant and simulated_seconds > 0:
+            await self.sleep(simulated_seconds / self.speed)
+
+    def real_seconds(self, simulated_seconds: float) -> float:
+        return 0.0 if self.instant else simulated_seconds / self.speed
+
+    def rng_for(self, fingerprint: int) -> random.Random:
+        """A random stream for one request: same seed + same request => same draws,
+        whatever order concurrent requests arrive in; a repeat gets the next stream."""
+        occurrence = self._occurrences.get(fingerprint, 0) + 1
+        self._occurrences[fingerprint] = occurrence
+        return random.Random((self.seed << 80) ^ (fingerprint << 24) ^ occurrence)
+
+    def unstable_tags(self) -> set[str]:
+        if not self.failed_at:
+            return set()
+        now = self.now()
+        for tag, when in list(self.failed_at.items()):
+            if now - when >= RECENT_FAILURE_WINDOW:
+                del self.failed_at[tag]
+        return set(self.failed_at)
+
+    # --- runtime controls for tests and the demo ----------------------------
+
+    def top_up(self, amount: Decimal | int | str) -> None:
+        """Add credits to the account (negative removes)."""
+        self.account.top_up(amount)
+
+    def set_balance(self, amount: Decimal | int | str) -> None:
+        """Make the account balance exactly ``amount`` USD."""
+        self.account.set_credits(amount)
+
+    @property
+    def balance(self) -> Decimal:
+        """The account balance in USD (credits − usage), exact."""
+        return from_units(self.account.balance)
+
+    @property
+    def usage(self) -> Decimal:
+        return from_units(self.account.usage)
+
+    def set_down(self, provider: str, down: bool = True) -> None:
+        """Take a provider (tag or slug) down or bring it back."""
+        self.down[provider.lower()] = down
+
+    def is_down(self, tag: str, slug: str, market_down: bool) -> bool:
+        if self.down:
+            for name in (tag, slug):
+                if name in self.down:
+                    return self.down[name]
+        return market_down
+
+    def add_fault(self, fault: Fault) -> Fault:
+        return self.faults.add(fault)
+
+    # --- auth -----------------------------------------------------------------
+
+    def authenticate(self, request: web.Request) -> KeyState | web.Response:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return json_error(401, "No auth credentials found")
+        key = self.account.key(token)
+        if key is None:
+            return json_error(401, "User not found.")
+        return key
+
+
+def json_response(
+    body: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.Response(body=bodies.dumps(body), status=status, content_type=JSON, headers=headers)
+
+
+def json_error(
+    status: int,
+    message: str,
+    metadata: dict[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
+    return json_response(bodies.error_body(status, message, metadata), status, headers)
+
+
+def _finish(
+    sim: Simulator, record: RequestRecord, response: web.StreamResponse
+) -> web.StreamResponse:
+    record.status = response.status
+    sim.log.finish(record)
+    return response
+
+
+SIM_KEY: web.AppKey[Simulator] = web.AppKey("simulator", Simulator)
+
+
+async def models(request: web.Request) -> web.StreamResponse:
+    sim = request.app[SIM_KEY]
+    record = sim.log.start("models")
+    return _finish(sim, record, web.Response(body=sim.market.models_body, content_type=JSON))
+
+
+async def providers(request: web.Request) -> web.StreamResponse:
+    sim = request.app[SIM_KEY]
+    record = sim.log.start("providers")
+    return _finish(sim, record, web.Response(body=sim.market.providers_body, content_type=JSON))
+
+
+async def endpoints(request: web.Request) -> web.StreamResponse:
+    sim = request.app[SIM_KEY]
+    record = sim.log.start("endpoints")
+    model_id = f"{request.match_info['author']}/{request.match_info['slug']}"
+    record.model = model_id
+    body = sim.market.endpoints_bodies.get(model_id)
+    if body is None:
+        return _finish(sim, record, json_error(404, f"No endpoints found for {model_id}."))
+    return _finish(sim, record, web.Response(body=body, content_type=JSON))
+
+
+AccountHandler = Callable[
+    [Simulator, web.Request, RequestRecord, KeyState], Awaitable[web.Response]
+]
+
+
+def _account_route(
+    route: str,
+) -> Callable[[AccountHandler], Callable[[web.Request], Awaitable[web.StreamResponse]]]:
+    """Wrap a route that needs a valid key: log it, answer 401 without one."""
+
+    def wrap(handler: AccountHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def route_handler(request: web.Request) -> web.StreamResponse:
+            sim = request.app[SIM_KEY]
+            record = sim.log.start(route)
+            key = sim.authenticate(request)
+            if isinstance(key, web.Response):
+                return _finish(sim, record, key)
+            record.key_label = key.label
+            return _finish(sim, record, await handler(sim, request, record, key))
+
+        return route_handler
+
+    return wrap
+
+
+@_account_route("key")
+async def key_info(
+    sim: Simulator, request: web.Request, record: RequestRecord, key: KeyState
+) -> web.Response:
+    usage = bodies.usd(key.usage)
+    limit = None if key.limit is None else bodies.usd(key.limit)
+    remaining = None if key.limit is None else bodies.usd(key.limit - key.usage)
+    data = {
+        "label": key.label,
+        "limit": limit,
+        "limit_remaining": remaining,
+        "limit_reset": None,
+        "include_byok_in_limit": False,
+        "usage": usage,
+        "usage_daily": usage,
+        "usage_weekly": usage,
+        "usage_monthly": usage,
+        "byok_usage": 0,
+        "byok_usage_daily": 0,
+        "byok_usage_weekly": 0,
+        "byok_usage_monthly": 0,
+        "is_free_tier": False,
+        "is_management_key": False,
+        "is_provisioning_key": False,
+        "creator_user_id": bodies.USER_ID,
+        "expires_at": None,
+        "rate_limit": {
+            "requests": -1,
+            "interval": "10s",
+            "note": "This field is deprecated and safe to ignore.",
+        },
+    }
+    return json_response({"data": data})
+
+
+@_account_route("credits")
+async def credits(
+    sim: Simulator, request: web.Request, record: RequestRecord, key: KeyState
+) -> web.Response:
+    data = {
+        "total_credits": bodies.usd(sim.account.credits),
+        "total_usage": bodies.usd(sim.account.usage),
+    }
+    return json_response({"data": data})
+
+
+@_account_route("generation")
+async def generation(
+    sim: Simulator, request: web.Request, record: RequestRecord, key: KeyState
+) -> web.Response:
+    gen_id = request.query.get("id", "")
+    record.generation_id = gen_id or None
+    if not gen_id:
+        return json_error(400, "Missing required query parameter: id")
+    data = sim.generations.get(gen_id)
+    if data is not None and data.key_label != key.label:
+        data = None
+    if data is not None:
+        misses = sim.generation_misses.get(gen_id, 0)
+        if misses < sim.generation_404s:
+            # The real record shows up a moment after the response; clients retry.
+            sim.generation_misses[gen_id] = misses + 1
+            data = None
+    if data is None:
+        return json_error(404, f"Generation {gen_id} not found")
+    return json_response({"data": data.body()})
+
+
+async def not_found(request: web.Request) -> web.StreamResponse:
+    return json_error(404, "Not Found")
+
+
+def make_app(sim: Simulator) -> web.Application:
+    """An aiohttp application serving ``sim`` under ``/api/v1``."""
+    from provider_router.testing.chat import chat_completions
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[SIM_KEY] = sim
+    app.router.add_get("/api/v1/models", models)
+    app.router.add_get("/api/v1/models/{author}/{slug}/endpoints", endpoints)
+    app.router.add_get("/api/v1/providers", providers)
+    app.router.add_post("/api/v1/chat/completions", chat_completions)
+    app.router.add_get("/api/v1/generation", generation)
+    app.router.add_get("/api/v1/key", key_info)
+    app.router.add_get("/api/v1/auth/key", key_info)
+    app.router.add_get("/api/v1/credits", credits)
+    return app

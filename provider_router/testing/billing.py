@@ -1,0 +1,186 @@
+"""The simulated account: credits, per-key limits, in-flight holds and exact charges.
+
+All amounts are integer picodollars (``provider_router._money``), so a charge is
+exact and sums never drift. How the simulator decides that a request "cannot be
+covered" (docs/simulator.md, "Credits and 402"):
+
+* Before routing, the worst case of the request is computed like OpenRouter's
+  pre-flight check: every prompt token at the primary endpoint's prompt price,
+  plus ``max_tokens`` (or, when absent, the endpoint's ``max_completion_tokens``,
+  else its context length minus the prompt) at its completion price, plus the
+  per-request fee.
+* A key with a limit whose remaining amount (limit − usage − the key's holds)
+  is below the worst case gets 402 ``limit_source: "openrouter_key_limit"``.
+* An account whose balance is ≤ 0 or below the worst case gets 402
+  ``openrouter_credits``; one whose balance covers it but not on top of the holds
+  of requests already in flight gets 402 ``openrouter_in_flight_budget`` with a
+  ``Retry-After`` (transient: it clears as in-flight requests settle).
+* An admitted request holds its worst case until it settles; it is then charged
+  its actual cost, so the balance may end slightly negative when a fallback is
+  dearer than the primary, as on the real service.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+
+from provider_router._money import from_units, to_decimal, to_units
+from provider_router.testing.market import EndpointSpec
+
+__all__ = ["Account", "Cost", "KeyState", "PaymentDenied", "compute_cost"]
+
+CREDITS_URL = "https://openrouter.ai/settings/credits"
+KEYS_URL = "https://openrouter.ai/settings/keys"
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What one served request costs, in picodollars."""
+
+    prompt: int
+    completion: int
+    request: int
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion + self.request
+
+
+def compute_cost(
+    endpoint: EndpointSpec, prompt_tokens: int, cached_tokens: int, completion_tokens: int
+) -> Cost:
+    """Exact cost: uncached prompt, cached prompt (at the cache-read price when the
+    endpoint has one), completion including reasoning, and the per-request fee."""
+    cache_price = endpoint.cache_read_units
+    if cache_price is None:
+        cache_price = endpoint.prompt_units
+    prompt = (prompt_tokens - cached_tokens) * endpoint.prompt_units + cached_tokens * cache_price
+    return Cost(prompt, completion_tokens * endpoint.completion_units, endpoint.request_units)
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentDenied:
+    """A 402 decision: which limit, and OpenRouter's wording."""
+
+    limit_source: str
+    message: str
+    retry_after: float | None = None
+
+
+class KeyState:
+    """One API key: its label, optional limit, usage and holds. Never shows the key."""
+
+    __slots__ = ("holds", "label", "limit", "requests", "usage")
+
+    def __init__(self, label: str, limit: int | None) -> None:
+        self.label = label
+        self.limit = limit
+        self.usage = 0
+        self.holds = 0
+        self.requests = 0
+
+    def __repr__(self) -> str:
+        return f"KeyState(label={self.label!r}, limit={self.limit}, usage={self.usage})"
+
+
+def key_label(key: str) -> str:
+    """A stable, non-secret name for a key: enough to tell keys apart in a log."""
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
+class Account:
+    """The account balance shared by every key, the keys, and the in-flight holds."""
+
+    def __init__(
+        self,
+        credits: Decimal | int | str,
+        api_keys: Iterable[str] | Mapping[str, Decimal | int | str | None] | None,
+    ) -> None:
+        self.credits = to_units(to_decimal(credits, what="credits"))
+        self.usage = 0
+        self.holds = 0
+        self.open = api_keys is None
+        self.keys: dict[str, KeyState] = {}
+        if api_keys is not None:
+            limits = api_keys if isinstance(api_keys, Mapping) else dict.fromkeys(api_keys)
+            for key, limit in limits.items():
+                if not isinstance(key, str) or not key.strip():
+                    raise ValueError("api_keys must be non-empty strings")
+                units = None if limit is None else to_units(to_decimal(limit, what="key limit"))
+                self.keys[key] = KeyState(key_label(key), units)
+
+    @property
+    def balance(self) -> int:
+        return self.credits - self.usage
+
+    def key(self, token: str) -> KeyState | None:
+        """The key for a bearer token, or None when it is not accepted."""
+        state = self.keys.get(token)
+        if state is None and self.open and token:
+            state = self.keys[token] = KeyState(key_label(token), None)
+        return state
+
+    def top_up(self, amount: Decimal | int | str) -> None:
+        """Add credits (negative amounts remove them)."""
+        self.credits += to_units(to_decimal(amount, what="top-up"))
+
+    def set_credits(self, amount: Decimal | int | str) -> None:
+        """Set total credits so that the balance becomes ``amount``."""
+        self.credits = self.usage + to_units(to_decimal(amount, what="credits"))
+
+    def check(
+        self, key: KeyState, worst: int, max_out: int, fixed: int, completion_unit: int
+    ) -> PaymentDenied | None:
+        """Whether ``worst`` picodollars can be held for ``key`` (None: yes)."""
+
+        def affordable(remaining: int) -> int:
+            if completion_unit <= 0:
+                return max_out
+            return max(0, (remaining - fixed) // completion_unit)
+
+        if key.limit is not None:
+            remaining = key.limit - key.usage - key.holds
+            if worst > remaining:
+                return PaymentDenied(
+                    "openrouter_key_limit",
+                    "This request requires more credits, or fewer max_tokens. You requested up "
+                    f"to {max_out} tokens, but can only afford {affordable(remaining)}. To "
+                    f"increase, visit {KEYS_URL} and create a key with a higher monthly limit",
+                )
+        balance = self.balance
+        if balance <= 0:
+            return PaymentDenied(
+                "openrouter_credits",
+                f"Insufficient credits. Add more using {CREDITS_URL}",
+            )
+        if worst > balance:
+            return PaymentDenied(
+                "openrouter_credits",
+                "This request requires more credits, or fewer max_tokens. You requested up "
+                f"to {max_out} tokens, but can only afford {affordable(balance)}. To increase, "
+                f"visit {CREDITS_URL} and add more credits",
+            )
+        if worst > balance - self.holds:
+            return PaymentDenied(
+                "openrouter_in_flight_budget",
+                "Your in-flight requests already hold most of your remaining credits. This "
+                f"request needs up to ${from_units(worst)}; retry when some requests finish, "
+                "or lower max_tokens",
+                retry_after=1.0,
+            )
+        return None
+
+    def hold(self, key: KeyState, amount: int) -> None:
+        key.holds += amount
+        self.holds += amount
+
+    def release(self, key: KeyState, amount: int) -> None:
+        key.holds -= amount
+        self.holds -= amount
+
+    def charge(self, key: KeyState, amount: int) -> None:
+        key.usage += amount
+        self.usage += amount

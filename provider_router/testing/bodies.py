@@ -1,0 +1,238 @@
+"""The JSON bodies OpenRouter sends, built as plain dicts (no models on the hot path).
+
+Shapes follow captured responses (docs/simulator.md cites them): the top-level
+``provider`` display name, ``usage.cost`` in USD with ``cost_details``,
+``prompt_tokens_details.cached_tokens``, ``completion_tokens_details.reasoning_tokens``,
+``native_finish_reason``, and error bodies ``{"error": {"code", "message",
+"metadata"}, "user_id"}``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from provider_router._money import UNITS_PER_USD
+from provider_router.testing.billing import Cost
+from provider_router.testing.market import ModelSpec
+
+__all__ = ["Generation", "chat_result", "chunk", "dumps", "error_body", "usage_body"]
+
+# One encoder for every body: json.dumps(separators=...) would build a new one per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+USER_ID = "user_simulator"
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact JSON, as OpenRouter sends it."""
+    return _ENCODER.encode(obj).encode()
+
+
+def usd(units: int) -> float:
+    """Picodollars as a JSON number. Exact in text: at most 15 significant digits here,
+    and Python's float repr prints the shortest string that reads back the same."""
+    return units / UNITS_PER_USD
+
+
+def usage_body(
+    prompt_tokens: int,
+    cached_tokens: int,
+    completion_tokens: int,
+    reasoning_tokens: int,
+    cost: Cost,
+) -> dict[str, Any]:
+    total = usd(cost.total)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "cost": total,
+        "is_byok": False,
+        "prompt_tokens_details": {
+            "cached_tokens": cached_tokens,
+            "cache_write_tokens": 0,
+            "audio_tokens": 0,
+            "video_tokens": 0,
+        },
+        "cost_details": {
+            "upstream_inference_cost": total,
+            "upstream_inference_prompt_cost": usd(cost.prompt),
+            "upstream_inference_completions_cost": usd(cost.completion),
+        },
+        "completion_tokens_details": {
+            "reasoning_tokens": reasoning_tokens,
+            "image_tokens": 0,
+            "audio_tokens": 0,
+        },
+    }
+
+
+def reasoning_details(text: str) -> list[dict[str, Any]]:
+    return [{"type": "reasoning.text", "text": text, "format": "unknown", "index": 0}]
+
+
+def chat_result(
+    gen_id: str,
+    created: int,
+    model: str,
+    provider: str,
+    content: str,
+    reasoning: str | None,
+    finish_reason: str,
+    usage: dict[str, Any],
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": content,
+        "refusal": None,
+        "reasoning": reasoning,
+    }
+    if reasoning:
+        message["reasoning_details"] = reasoning_details(reasoning)
+    choice: dict[str, Any] = {
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "native_finish_reason": finish_reason,
+        "index": 0,
+        "message": message,
+    }
+    if error is not None:
+        choice["error"] = error
+    return {
+        "id": gen_id,
+        "provider": provider,
+        "model": model,
+        "object": "chat.completion",
+        "created": created,
+        "choices": [choice],
+        "system_fingerprint": None,
+        "usage": usage,
+    }
+
+
+def chunk(
+    gen_id: str,
+    created: int,
+    model: str,
+    provider: str,
+    delta: dict[str, Any],
+    finish_reason: str | None = None,
+    usage: dict[str, Any] | None = None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": gen_id,
+        "provider": provider,
+        "model": model,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "choices": [
+            {
+                "index": 0,
+                "delta": delta,
+                "finish_reason": finish_reason,
+                "native_finish_reason": finish_reason,
+                "logprobs": None,
+            }
+        ],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    if error is not None:
+        body["error"] = error
+    return body
+
+
+def error_body(code: int, message: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if metadata is not None:
+        error["metadata"] = metadata
+    return {"error": error, "user_id": USER_ID}
+
+
+def provider_error_body(
+    code: int, provider: str, raw: str, error_type: str, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """An upstream failure relayed by OpenRouter: 'Provider returned error'."""
+    metadata: dict[str, Any] = {"raw": raw, "provider_name": provider, "is_byok": False}
+    metadata["error_type"] = error_type
+    if extra:
+        metadata.update(extra)
+    return error_body(code, "Provider returned error", metadata)
+
+
+@dataclass(slots=True)
+class Generation:
+    """What ``GET /generation`` returns for one id; the body is built only when asked."""
+
+    id: str
+    key_label: str
+    created: int
+    model: ModelSpec
+    streamed: bool
+    provider: str
+    ttft: float
+    duration: float
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    cached_tokens: int
+    cost_units: int
+    attempts: list[tuple[str, int]]
+    user_agent: str | None
+    referer: str | None
+
+    def body(self) -> dict[str, Any]:
+        names = {e.tag: e.provider_name for e in self.model.endpoints}
+        cost = usd(self.cost_units)
+        return {
+            "id": self.id,
+            "upstream_id": f"chatcmpl-{self.id[-12:]}",
+            "total_cost": cost,
+            "cache_discount": None,
+            "upstream_inference_cost": cost,
+            "created_at": datetime.fromtimestamp(self.created, UTC).isoformat(),
+            "model": self.model.canonical_slug,
+            "app_id": None,
+            "streamed": self.streamed,
+            "cancelled": False,
+            "provider_name": self.provider,
+            "latency": round(self.ttft * 1000, 1),
+            "moderation_latency": None,
+            "generation_time": round(self.duration * 1000, 1),
+            "finish_reason": self.finish_reason,
+            "native_finish_reason": self.finish_reason,
+            "service_tier": None,
+            "tokens_prompt": self.prompt_tokens,
+            "tokens_completion": self.completion_tokens,
+            "native_tokens_prompt": self.prompt_tokens,
+            "native_tokens_completion": self.completion_tokens,
+            "native_tokens_completion_images": 0,
+            "native_tokens_reasoning": self.reasoning_tokens,
+            "native_tokens_cached": self.cached_tokens,
+            "num_media_prompt": None,
+            "num_input_audio_prompt": None,
+            "num_media_completion": 0,
+            "num_search_results": None,
+            "num_fetches": None,
+            "web_search_engine": None,
+            "origin": "",
+            "usage": cost,
+            "is_byok": False,
+            "external_user": None,
+            "api_type": "completions",
+            "preset_id": None,
+            "router": None,
+            "provider_responses": [
+                {"status": status, "endpoint_id": tag, "provider_name": names.get(tag, tag)}
+                for tag, status in self.attempts
+            ],
+            "user_agent": self.user_agent,
+            "http_referer": self.referer,
+            "data_region": "global",
+            "workspace_id": None,
+        }

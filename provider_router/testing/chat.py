@@ -1,0 +1,292 @@
+"""``POST /api/v1/chat/completions``: validate, route, bill, fail or serve.
+
+The order follows OpenRouter's: authenticate, validate the body, parse the
+``provider`` object, apply platform rate limits, route, run the pre-flight credit
+check (402), then try endpoints in route order, falling back past failures that
+happen before any byte is sent. The serving attempt answers as JSON or SSE
+(``delivery.py``); the account is charged what was generated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import zlib
+from typing import Any
+
+from aiohttp import web
+
+from provider_router.testing import bodies
+from provider_router.testing.app import SIM_KEY, Simulator, _finish, json_error
+from provider_router.testing.billing import KeyState
+from provider_router.testing.delivery import Attempt, serve
+from provider_router.testing.faults import ATTEMPT_KINDS, Fault
+from provider_router.testing.introspection import RequestRecord
+from provider_router.testing.market import EndpointSpec, ModelSpec
+from provider_router.testing.routing import (
+    DOCS_URL,
+    REQUEST_PARAMETERS,
+    RoutingError,
+    parse_preferences,
+    plan_route,
+)
+from provider_router.testing.synth import count_prompt_tokens
+
+__all__ = ["chat_completions"]
+
+_ERROR_TYPES = {
+    429: "rate_limit_exceeded",
+    500: "server",
+    502: "provider_unavailable",
+    503: "provider_unavailable",
+    504: "timeout",
+    524: "timeout",
+    529: "provider_overloaded",
+}
+_RAW = {
+    500: "Internal Server Error",
+    502: "Bad Gateway: upstream connect error or disconnect/reset before headers",
+    503: "Service Unavailable: no healthy upstream",
+    504: "Gateway Timeout",
+    524: "A timeout occurred",
+    529: "Overloaded",
+}
+
+
+def retry_after_header(real_seconds: float) -> str:
+    """Seconds to wait in real time: whole seconds, or a decimal below one second
+    (a simulator at speed 1000 cannot ask for 0.017 s in whole seconds)."""
+    if real_seconds >= 1:
+        return str(math.ceil(real_seconds))
+    return f"{real_seconds:.3f}".rstrip("0").rstrip(".") or "0"
+
+
+def _bad_request(message: str) -> web.Response:
+    return json_error(400, message, {"error_type": "invalid_request"})
+
+
+def _routing_error(error: RoutingError) -> web.Response:
+    metadata: dict[str, Any] = {
+        "error_type": "not_found" if error.status == 404 else "invalid_request"
+    }
+    response = bodies.error_body(error.status, error.message, metadata)
+    if error.status == 404:
+        response["error"]["availability"] = {
+            "code": "constraint_filtered",
+            "retryable": False,
+            "requested_models": [error.model],
+            "excluded_by": list(error.excluded_by),
+            "docs_url": DOCS_URL,
+        }
+    return web.Response(
+        body=bodies.dumps(response), status=error.status, content_type="application/json"
+    )
+
+
+def _attempt_failure(
+    sim: Simulator, fault: Fault | None, endpoint: EndpointSpec, model: ModelSpec
+) -> tuple[web.Response, str]:
+    """The error OpenRouter relays when an upstream fails before answering."""
+    if fault is None:  # the endpoint is down
+        status, kind = 503, "down"
+    else:
+        status, kind = fault.status or 502, fault.kind
+    headers: dict[str, str] = {}
+    extra: dict[str, Any] = {}
+    if status == 429:
+        real = sim.real_seconds(fault.retry_after if fault else 1.0)
+        header = retry_after_header(real)
+        headers["Retry-After"] = header
+        extra = {
+            "retry_after_seconds": math.ceil(real),
+            "retry_after_seconds_raw": round(real, 3),
+            "headers": {"Retry-After": header},
+        }
+        raw = (
+            f"{model.id} is temporarily rate-limited upstream. Please retry shortly, or add your "
+            "own key to accumulate your rate limits: https://openrouter.ai/settings/integrations"
+        )
+    else:
+        raw = (fault.message if fault and fault.message else None) or _RAW.get(
+            status, "Upstream error"
+        )
+    body = bodies.provider_error_body(
+        status, endpoint.provider_name, raw, _ERROR_TYPES.get(status, "provider_unavailable"), extra
+    )
+    response = web.Response(
+        body=bodies.dumps(body), status=status, content_type="application/json", headers=headers
+    )
+    return response, kind
+
+
+def _platform_limit(sim: Simulator, fault: Fault) -> web.Response:
+    real = sim.real_seconds(fault.retry_after)
+    header = retry_after_header(real)
+    reset_ms = str(int((sim.clock() + real) * 1000))
+    limit = str(fault.max_in_flight if fault.max_in_flight is not None else 1)
+    rate_headers = {
+        "X-RateLimit-Limit": limit,
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": reset_ms,
+    }
+    metadata = {"headers": rate_headers, "provider_name": None, "error_type": "rate_limit_exceeded"}
+    return json_error(
+        429,
+        "Rate limit exceeded: requests-per-key.",
+        metadata,
+        headers={"Retry-After": header, **rate_headers},
+    )
+
+
+def _parse_max_tokens(body: dict[str, Any]) -> int | web.Response | None:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return _bad_request(f"{name}: expected a positive integer, got {value!r}")
+        return value
+    return None
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    sim = request.app[SIM_KEY]
+    record = sim.log.start("chat")
+    try:
+        response = await _chat(sim, request, record)
+    except asyncio.CancelledError:
+        record.status, record.outcome = 499, "client_closed"
+        sim.log.finish(record)
+        raise
+    return _finish(sim, record, response)
+
+
+async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> web.StreamResponse:
+    key = sim.authenticate(request)
+    if isinstance(key, web.Response):
+        return key
+    record.key_label = key.label
+    raw = await request.read()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return _bad_request("Invalid JSON in request body")
+    if not isinstance(body, dict):
+        return _bad_request("Request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return _bad_request("messages: expected a non-empty array of messages")
+    model_id = body.get("model")
+    model = sim.market.models.get(model_id) if isinstance(model_id, str) else None
+    record.model = model_id if isinstance(model_id, str) else None
+    if model is None:
+        return _bad_request(f"{model_id} is not a valid model ID")
+    stream = body.get("stream") is True
+    record.stream = stream
+    record.routing = body.get("provider")
+    max_tokens = _parse_max_tokens(body)
+    if isinstance(max_tokens, web.Response):
+        return max_tokens
+    record.max_tokens = max_tokens
+    try:
+        prefs = parse_preferences(body.get("provider"))
+    except RoutingError as exc:
+        return _routing_error(exc)
+
+    rng = sim.rng_for(zlib.crc32(raw))
+    if sim.faults.platform:
+        key_flight = sim.key_in_flight.get(key.label, 0)
+        fault = sim.faults.check_platform(key.label, model.id, stream, sim.now(), rng, key_flight)
+        if fault is not None:
+            record.outcome = "rate_limit"
+            sim.log.counters["fault.rate_limit"] += 1
+            return _platform_limit(sim, fault)
+
+    used = [p for p in REQUEST_PARAMETERS if p in body]
+    try:
+        candidates = plan_route(model, prefs, used, rng, sim.unstable_tags())
+    except RoutingError as exc:
+        return _routing_error(exc)
+
+    prompt_tokens = count_prompt_tokens(messages)
+    primary = candidates[0]
+    max_out = (
+        max_tokens
+        or primary.max_completion_tokens
+        or max(1, primary.context_length - prompt_tokens)
+    )
+    fixed = prompt_tokens * primary.prompt_units + primary.request_units
+    worst = fixed + max_out * primary.completion_units
+    denied = sim.account.check(key, worst, max_out, fixed, primary.completion_units)
+    if denied is not None:
+        record.limit_source = denied.limit_source
+        record.outcome = "payment_required"
+        metadata = {
+            "provider_name": None,
+            "limit_source": denied.limit_source,
+            "error_type": "payment_required",
+        }
+        headers = None
+        if denied.retry_after is not None:
+            headers = {"Retry-After": retry_after_header(sim.real_seconds(denied.retry_after))}
+        return json_error(402, denied.message, metadata, headers)
+
+    sim.account.hold(key, worst)
+    sim.key_in_flight[key.label] = sim.key_in_flight.get(key.label, 0) + 1
+    try:
+        return await _attempts(
+            sim, request, record, key, body, model, candidates, prompt_tokens, max_tokens, rng
+        )
+    finally:
+        sim.key_in_flight[key.label] -= 1
+        sim.account.release(key, worst)
+
+
+async def _attempts(
+    sim: Simulator,
+    request: web.Request,
+    record: RequestRecord,
+    key: KeyState,
+    body: dict[str, Any],
+    model: ModelSpec,
+    candidates: list[EndpointSpec],
+    prompt_tokens: int,
+    max_tokens: int | None,
+    rng: Any,
+) -> web.StreamResponse:
+    failure: web.Response | None = None
+    failure_kind = "error"
+    stream = record.stream
+    for endpoint in candidates:
+        tag = endpoint.tag
+        fault: Fault | None = None
+        if sim.faults.attempt:
+            in_flight = sim.in_flight.get(tag, 0)
+            fault = sim.faults.check_attempt(
+                tag, endpoint.slug, key.label, model.id, stream, sim.now(), rng, in_flight
+            )
+        if sim.is_down(tag, endpoint.slug, endpoint.down) or (
+            fault is not None and fault.kind in ATTEMPT_KINDS
+        ):
+            failure, failure_kind = _attempt_failure(sim, fault, endpoint, model)
+            record.attempts.append((tag, failure.status))
+            sim.log.counters["fault." + failure_kind] += 1
+            sim.failed_at[tag] = sim.now()
+            if fault is not None and fault.no_fallback:
+                break
+            continue
+        record.attempts.append((tag, 200))
+        if fault is not None:
+            sim.log.counters["fault." + fault.kind] += 1
+        attempt = Attempt(
+            sim, request, record, key, body, model, endpoint, prompt_tokens, max_tokens, rng, fault
+        )
+        sim.in_flight[tag] = sim.in_flight.get(tag, 0) + 1
+        try:
+            return await serve(attempt)
+        finally:
+            sim.in_flight[tag] -= 1
+    assert failure is not None
+    record.outcome = failure_kind
+    return failure

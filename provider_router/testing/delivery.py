@@ -1,0 +1,409 @@
+"""The serving attempt: generate, wait like the provider would, answer, charge.
+
+Non-streaming answers are one JSON body, preceded by the whitespace OpenRouter
+sends while it waits. Streaming answers are SSE: ``: OPENROUTER PROCESSING``
+comments until the first token, ``data:`` chunks (reasoning first, then content),
+a finish chunk, a usage chunk, and ``data: [DONE]``.
+
+Delivery faults shape the answer: ``hang`` never answers (until ``hang_seconds``,
+then 524), ``reset`` drops the connection, ``truncate`` cuts the body short,
+``error_200`` / ``stream_error`` end with ``finish_reason: "error"``. Charges:
+a normal answer costs its tokens; ``error_200``/``stream_error`` and ``hang``
+cost nothing (zero-completion insurance); ``reset`` and ``truncate`` are charged
+in full (the provider generated it; the network lost it); a client that
+disconnects mid-stream pays for the tokens sent so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import string
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from provider_router.testing import bodies
+from provider_router.testing.app import Simulator, json_error
+from provider_router.testing.billing import Cost, KeyState, compute_cost
+from provider_router.testing.faults import Fault
+from provider_router.testing.introspection import RequestRecord
+from provider_router.testing.market import EndpointSpec, ModelSpec
+from provider_router.testing.synth import (
+    CompletionShape,
+    filler,
+    prefix_fingerprint,
+    shape_completion,
+)
+
+__all__ = ["Attempt", "serve"]
+
+KEEPALIVE = b": OPENROUTER PROCESSING\n\n"
+DONE = b"data: [DONE]\n\n"
+WHITESPACE = b"\n         \n\n"
+COMPLETION_TOKENS_HEADER = "X-Simulator-Completion-Tokens"
+_ID_ALPHABET = string.ascii_letters + string.digits
+_MIDWAY_ERROR = {
+    "code": 502,
+    "message": "Provider disconnected unexpectedly",
+    "metadata": {"error_type": "provider_unavailable"},
+}
+
+
+@dataclass(slots=True)
+class Attempt:
+    sim: Simulator
+    request: web.Request
+    record: RequestRecord
+    key: KeyState
+    body: dict[str, Any]
+    model: ModelSpec
+    endpoint: EndpointSpec
+    prompt_tokens: int
+    max_tokens: int | None
+    rng: random.Random
+    fault: Fault | None
+
+
+@dataclass(slots=True)
+class _Plan:
+    gen_id: str
+    created: int
+    shape: CompletionShape
+    cached_tokens: int
+    ttft: float
+    tokens_per_second: float
+
+
+def _completion_total(attempt: Attempt) -> int:
+    override = attempt.request.headers.get(COMPLETION_TOKENS_HEADER)
+    if override is not None and override.isdigit() and int(override) > 0:
+        return int(override)
+    return attempt.sim.lengths.draw(attempt.rng)
+
+
+def _cached_tokens(attempt: Attempt) -> int:
+    endpoint = attempt.endpoint
+    if not endpoint.supports_implicit_caching:
+        return 0
+    fingerprint, tokens = prefix_fingerprint(attempt.body["messages"])
+    if tokens <= 0:
+        return 0
+    cache = attempt.sim.caches.setdefault(endpoint.tag, set())
+    if fingerprint in cache:
+        return tokens
+    cache.add(fingerprint)
+    return 0
+
+
+def _plan(attempt: Attempt) -> _Plan:
+    rng = attempt.rng
+    created = int(time.time())
+    gen_id = f"gen-{created}-{''.join(rng.choices(_ID_ALPHABET, k=20))}"
+    shape = shape_completion(attempt.body, _completion_total(attempt), attempt.max_tokens)
+    endpoint = attempt.endpoint
+    ttft = endpoint.latency_ms / 1000 * math.exp(rng.gauss(0.0, 0.25))
+    tps = endpoint.throughput * math.exp(rng.gauss(0.0, 0.15))
+    return _Plan(gen_id, created, shape, _cached_tokens(attempt), ttft, tps)
+
+
+def _charge(attempt: Attempt, plan: _Plan, completion_tokens: int, reasoning_tokens: int) -> Cost:
+    cost = compute_cost(
+        attempt.endpoint, attempt.prompt_tokens, plan.cached_tokens, completion_tokens
+    )
+    attempt.sim.account.charge(attempt.key, cost.total)
+    record = attempt.record
+    record.cost_units = cost.total
+    record.completion_tokens = completion_tokens
+    record.reasoning_tokens = reasoning_tokens
+    return cost
+
+
+def _remember(
+    attempt: Attempt,
+    plan: _Plan,
+    cost_units: int,
+    completion: int,
+    reasoning: int,
+    finish: str,
+    latency_s: float,
+) -> None:
+    """Store what ``GET /generation`` will return for this id."""
+    endpoint = attempt.endpoint
+    record = attempt.record
+    record.generation_id = plan.gen_id
+    record.tag = endpoint.tag
+    record.provider = endpoint.provider_name
+    record.prompt_tokens = attempt.prompt_tokens
+    record.cached_tokens = plan.cached_tokens
+    record.finish_reason = finish
+    headers = attempt.request.headers
+    generations = attempt.sim.generations
+    if len(generations) >= attempt.sim.log_limit:
+        # Bounded like the request log: the oldest record goes first.
+        oldest = next(iter(generations))
+        del generations[oldest]
+        attempt.sim.generation_misses.pop(oldest, None)
+    generations[plan.gen_id] = bodies.Generation(
+        plan.gen_id,
+        attempt.key.label,
+        plan.created,
+        attempt.model,
+        record.stream,
+        endpoint.provider_name,
+        plan.ttft,
+        latency_s,
+        finish,
+        attempt.prompt_tokens,
+        completion,
+        reasoning,
+        plan.cached_tokens,
+        cost_units,
+        record.attempts,
+        headers.get("User-Agent"),
+        headers.get("HTTP-Referer"),
+    )
+
+
+async def serve(attempt: Attempt) -> web.StreamResponse:
+    """Answer with the attempt's endpoint, shaped by its delivery fault if any."""
+    fault = attempt.fault
+    if fault is not None and fault.kind == "hang":
+        return await _hang(attempt, fault)
+    plan = _plan(attempt)
+    if attempt.record.stream:
+        return await _stream(attempt, plan)
+    return await _json(attempt, plan)
+
+
+async def _hang(attempt: Attempt, fault: Fault) -> web.StreamResponse:
+    sim = attempt.sim
+    attempt.record.outcome = "hang"
+    timeout = None if fault.hang_seconds is None else sim.real_seconds(fault.hang_seconds)
+    try:
+        await asyncio.wait_for(sim.stopping.wait(), timeout)
+    except TimeoutError:
+        return json_error(
+            524, "Request timed out. Please try again later.", {"error_type": "timeout"}
+        )
+    _abort(attempt.request)
+    return web.Response(status=503)
+
+
+def _abort(request: web.Request) -> None:
+    transport = request.transport
+    if transport is not None:
+        transport.abort()
+
+
+def _reasoning_text(attempt: Attempt, plan: _Plan, tokens: int) -> str | None:
+    if not plan.shape.show_reasoning or plan.shape.reasoning_tokens == 0:
+        return None
+    return filler(0, tokens, reasoning=True)
+
+
+async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
+    sim = attempt.sim
+    shape = plan.shape
+    fault = attempt.fault
+    kind = fault.kind if fault is not None else None
+    endpoint = attempt.endpoint
+    model_slug = attempt.model.canonical_slug
+    duration = plan.ttft + shape.completion_tokens / plan.tokens_per_second
+    if kind == "error_200":
+        after = fault.after_tokens if fault and fault.after_tokens is not None else 0
+        reasoning = min(after, shape.reasoning_tokens)
+        content_tokens = min(max(after - reasoning, 0), shape.content_tokens)
+        await sim.wait(plan.ttft + (reasoning + content_tokens) / plan.tokens_per_second)
+        usage = bodies.usage_body(attempt.prompt_tokens, plan.cached_tokens, 0, 0, Cost(0, 0, 0))
+        payload = bodies.chat_result(
+            plan.gen_id,
+            plan.created,
+            model_slug,
+            endpoint.provider_name,
+            filler(0, content_tokens),
+            _reasoning_text(attempt, plan, reasoning),
+            "error",
+            usage,
+            error=dict(_MIDWAY_ERROR),
+        )
+        attempt.record.outcome = "error_200"
+        _remember(attempt, plan, 0, 0, 0, "error", duration)
+        return _json_body(attempt, plan, bodies.dumps(payload))
+    await sim.wait(duration)
+    cost = _charge(attempt, plan, shape.completion_tokens, shape.reasoning_tokens)
+    usage = bodies.usage_body(
+        attempt.prompt_tokens,
+        plan.cached_tokens,
+        shape.completion_tokens,
+        shape.reasoning_tokens,
+        cost,
+    )
+    payload = bodies.chat_result(
+        plan.gen_id,
+        plan.created,
+        model_slug,
+        endpoint.provider_name,
+        filler(0, shape.content_tokens),
+        _reasoning_text(attempt, plan, shape.reasoning_tokens),
+        shape.finish_reason,
+        usage,
+    )
+    _remember(
+        attempt,
+        plan,
+        cost.total,
+        shape.completion_tokens,
+        shape.reasoning_tokens,
+        shape.finish_reason,
+        duration,
+    )
+    data = WHITESPACE + bodies.dumps(payload)
+    if kind == "reset":
+        attempt.record.outcome = "reset"
+        _abort(attempt.request)
+        return web.Response(status=502)
+    if kind == "truncate":
+        attempt.record.outcome = "truncate"
+        response = web.StreamResponse(headers={"X-Generation-Id": plan.gen_id})
+        response.content_type = "application/json"
+        response.content_length = len(data)
+        await response.prepare(attempt.request)
+        await response.write(data[: len(data) // 2])
+        _abort(attempt.request)
+        return response
+    return _json_body(attempt, plan, data)
+
+
+def _json_body(attempt: Attempt, plan: _Plan, data: bytes) -> web.Response:
+    return web.Response(
+        body=data, content_type="application/json", headers={"X-Generation-Id": plan.gen_id}
+    )
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + bodies.dumps(payload) + b"\n\n"
+
+
+async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
+    sim = attempt.sim
+    shape = plan.shape
+    fault = attempt.fault
+    kind = fault.kind if fault is not None else None
+    endpoint = attempt.endpoint
+    gen_id, created, model_slug, provider = (
+        plan.gen_id,
+        plan.created,
+        attempt.model.canonical_slug,
+        endpoint.provider_name,
+    )
+    total = shape.completion_tokens
+    stop_at = total
+    if kind in ("error_200", "stream_error", "reset", "truncate"):
+        default = 0 if kind == "error_200" else total // 2
+        stop_at = min(
+            total, fault.after_tokens if fault and fault.after_tokens is not None else default
+        )
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Generation-Id": gen_id,
+        }
+    )
+    await response.prepare(attempt.request)
+    sent = 0
+    charged = False
+    try:
+        await response.write(KEEPALIVE)
+        waited = 0.0
+        while plan.ttft - waited > sim.keepalive_seconds:
+            await sim.wait(sim.keepalive_seconds)
+            waited += sim.keepalive_seconds
+            await response.write(KEEPALIVE)
+        await sim.wait(plan.ttft - waited)
+        step = sim.stream_chunk_tokens
+        tps = plan.tokens_per_second
+        while sent < stop_at:
+            n = min(step, stop_at - sent)
+            await sim.wait(n / tps)
+            delta: dict[str, Any] = {"role": "assistant", "content": ""}
+            if sent < shape.reasoning_tokens:
+                n = min(n, shape.reasoning_tokens - sent)
+                if shape.show_reasoning:
+                    text = filler(sent, sent + n, reasoning=True)
+                    delta["reasoning"] = text
+                    delta["reasoning_details"] = bodies.reasoning_details(text)
+            else:
+                start = sent - shape.reasoning_tokens
+                delta["content"] = filler(start, start + n)
+            sent += n
+            if "reasoning" in delta or delta["content"]:
+                await response.write(
+                    _sse(bodies.chunk(gen_id, created, model_slug, provider, delta))
+                )
+        reasoning_sent = min(sent, shape.reasoning_tokens)
+        duration = plan.ttft + sent / tps
+        if kind in ("error_200", "stream_error"):
+            attempt.record.outcome = kind
+            error_chunk = bodies.chunk(
+                gen_id,
+                created,
+                model_slug,
+                provider,
+                {"role": "assistant", "content": ""},
+                "error",
+                error=dict(_MIDWAY_ERROR),
+            )
+            await response.write(_sse(error_chunk))
+            _remember(attempt, plan, 0, 0, 0, "error", duration)
+            await response.write_eof()
+            return response
+        cost = _charge(
+            attempt,
+            plan,
+            total if kind in ("reset", "truncate") else sent,
+            shape.reasoning_tokens if kind else reasoning_sent,
+        )
+        charged = True
+        _remember(
+            attempt,
+            plan,
+            cost.total,
+            attempt.record.completion_tokens,
+            attempt.record.reasoning_tokens,
+            shape.finish_reason,
+            duration,
+        )
+        if kind == "reset":
+            attempt.record.outcome = "reset"
+            _abort(attempt.request)
+            return response
+        if kind == "truncate":
+            attempt.record.outcome = "truncate"
+            await response.write_eof()
+            return response
+        usage = bodies.usage_body(
+            attempt.prompt_tokens, plan.cached_tokens, total, shape.reasoning_tokens, cost
+        )
+        final_delta = {"role": "assistant", "content": ""}
+        finish = shape.finish_reason
+        await response.write(
+            _sse(bodies.chunk(gen_id, created, model_slug, provider, final_delta, finish))
+            + _sse(
+                bodies.chunk(
+                    gen_id, created, model_slug, provider, final_delta, finish, usage=usage
+                )
+            )
+            + DONE
+        )
+        await response.write_eof()
+        return response
+    except (ConnectionResetError, asyncio.CancelledError):
+        if not charged:
+            # The client went away: it pays for what was generated so far.
+            _charge(attempt, plan, sent, min(sent, shape.reasoning_tokens))
+        raise

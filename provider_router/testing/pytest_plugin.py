@@ -1,0 +1,73 @@
+"""Pytest fixtures for the local OpenRouter.
+
+Enable with ``pytest_plugins = ["provider_router.testing.pytest_plugin"]`` in a
+conftest. Fixtures:
+
+* ``openrouter_sim``: a running :class:`SimulatorServer` with the default market,
+  seed 0, $100 of credits, the key :data:`DEFAULT_TEST_KEY`, and speed ``inf`` (no
+  waiting). Tests change it at runtime (``top_up``, ``add_fault``, ``set_down``).
+* ``openrouter_sim_factory``: an async factory ``await factory(**kwargs)`` for
+  simulators with other settings; all are stopped after the test.
+* ``openrouter_api_key``: the key the fixtures accept.
+
+Tests that need settings at start-up can also mark themselves:
+``@pytest.mark.openrouter_sim(faults=[...], credits=5, speed=1000)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from provider_router.testing.server import DEFAULT_TEST_KEY, SimulatorServer
+
+__all__ = ["openrouter_api_key", "openrouter_sim", "openrouter_sim_factory"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "openrouter_sim(**kwargs): settings for the openrouter_sim fixture"
+    )
+
+
+def _defaults(kwargs: dict[str, Any]) -> dict[str, Any]:
+    kwargs.setdefault("api_keys", [DEFAULT_TEST_KEY])
+    kwargs.setdefault("speed", math.inf)
+    return kwargs
+
+
+@pytest.fixture
+def openrouter_api_key() -> str:
+    """The API key the simulator fixtures accept."""
+    return DEFAULT_TEST_KEY
+
+
+@pytest_asyncio.fixture
+async def openrouter_sim(request: pytest.FixtureRequest) -> AsyncIterator[SimulatorServer]:
+    """A running local OpenRouter (see the module docstring for its settings)."""
+    marker = request.node.get_closest_marker("openrouter_sim")
+    kwargs = _defaults(dict(marker.kwargs) if marker is not None else {})
+    async with SimulatorServer(**kwargs) as sim:
+        yield sim
+
+
+@pytest_asyncio.fixture
+async def openrouter_sim_factory() -> AsyncIterator[Callable[..., Awaitable[SimulatorServer]]]:
+    """``await factory(**kwargs)`` starts another simulator; all stop after the test."""
+    started: list[SimulatorServer] = []
+
+    async def factory(**kwargs: Any) -> SimulatorServer:
+        sim = SimulatorServer(**_defaults(kwargs))
+        await sim.start()
+        started.append(sim)
+        return sim
+
+    try:
+        yield factory
+    finally:
+        for sim in reversed(started):
+            await sim.stop()

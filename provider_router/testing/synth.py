@@ -1,0 +1,161 @@
+"""Synthetic completions: token counts, completion lengths and filler text.
+
+Nothing here understands language. Prompt tokens are estimated from characters
+(about four per token plus a few per message, as chat templates add), completion
+lengths are drawn from a seeded log-normal distribution (or fixed), and the text
+is a fixed vocabulary cycled so that ``n`` tokens are always the same ``n`` words.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CompletionShape", "Lengths", "count_prompt_tokens", "filler", "prefix_fingerprint"]
+
+_WORDS = tuple(
+    " ".join(
+        [
+            "the model writes a short answer about data sets tokens routing price cache",
+            "provider latency budget stream quality careful draft training sample output",
+            "reason check plan step result value input summary example detail number",
+        ]
+    ).split(" ")
+)
+_VOCAB_TOKENS = 4096
+
+
+def _vocabulary(tokens: list[str]) -> tuple[str, list[int]]:
+    return "".join(tokens), list(itertools.accumulate((len(t) for t in tokens), initial=0))
+
+
+_BLOCK, _OFFSETS = _vocabulary(
+    [" " + _WORDS[(i * 7 + i // len(_WORDS)) % len(_WORDS)] for i in range(_VOCAB_TOKENS)]
+)
+_REASONING_BLOCK, _REASONING_OFFSETS = _vocabulary(
+    [
+        " Considering" if i % 9 == 0 else " " + _WORDS[(i * 5) % len(_WORDS)]
+        for i in range(_VOCAB_TOKENS)
+    ]
+)
+
+
+def filler(start: int, stop: int, *, reasoning: bool = False) -> str:
+    """The text of tokens ``start`` to ``stop`` (exclusive) of a synthetic output."""
+    block, offsets = (_REASONING_BLOCK, _REASONING_OFFSETS) if reasoning else (_BLOCK, _OFFSETS)
+    if stop <= start:
+        return ""
+    first, last = divmod(start, _VOCAB_TOKENS), divmod(stop, _VOCAB_TOKENS)
+    if first[0] == last[0]:
+        return block[offsets[first[1]] : offsets[last[1]]]
+    parts = [block[offsets[first[1]] :]]
+    parts.extend(block for _ in range(last[0] - first[0] - 1))
+    parts.append(block[: offsets[last[1]]])
+    return "".join(parts)
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    return ""
+
+
+def count_prompt_tokens(messages: Sequence[Any]) -> int:
+    """About four characters per token, plus four per message and three to prime the reply."""
+    total = 3
+    for message in messages:
+        if isinstance(message, Mapping):
+            total += 4 + (len(_text_of(message.get("content"))) + 3) // 4
+    return total
+
+
+def prefix_fingerprint(messages: Sequence[Any]) -> tuple[int, int]:
+    """(fingerprint, tokens) of everything before the last message: what a cache could hold."""
+    if len(messages) < 2:
+        return 0, 0
+    prefix = messages[:-1]
+    text = "\x1e".join(
+        f"{m.get('role')}\x1f{_text_of(m.get('content'))}" for m in prefix if isinstance(m, Mapping)
+    )
+    return zlib.crc32(text.encode()), count_prompt_tokens(prefix) - 3
+
+
+@dataclass(frozen=True, slots=True)
+class Lengths:
+    """How long completions are: ``fixed`` tokens, or log-normal around ``median``."""
+
+    median: float = 400.0
+    sigma: float = 0.6
+    fixed: int | None = None
+
+    def draw(self, rng: random.Random) -> int:
+        if self.fixed is not None:
+            return self.fixed
+        return max(1, round(self.median * math.exp(rng.gauss(0.0, self.sigma))))
+
+
+_EFFORT_SHARE = {"minimal": 0.1, "low": 0.2, "medium": 0.35, "high": 0.55, "xhigh": 0.7, "max": 0.8}
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionShape:
+    """The tokens a request will produce: reasoning first, then content."""
+
+    reasoning_tokens: int
+    content_tokens: int
+    finish_reason: str
+    show_reasoning: bool
+
+    @property
+    def completion_tokens(self) -> int:
+        return self.reasoning_tokens + self.content_tokens
+
+
+def _reasoning_request(body: Mapping[str, Any]) -> tuple[float, bool, int | None] | None:
+    """(share of output spent reasoning, whether to show it, reasoning cap) or None."""
+    reasoning = body.get("reasoning")
+    include = body.get("include_reasoning")
+    effort = body.get("reasoning_effort")
+    if reasoning is None and include is None and effort is None:
+        return None
+    if include is not None and reasoning is None:
+        reasoning = {} if include else {"exclude": True}
+    if not isinstance(reasoning, Mapping):
+        reasoning = {}
+    if reasoning.get("enabled") is False:
+        return None
+    effort = reasoning.get("effort", effort)
+    if effort == "none":
+        return None
+    cap = reasoning.get("max_tokens")
+    cap = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 0 else None
+    share = _EFFORT_SHARE.get(effort if isinstance(effort, str) else "medium", 0.35)
+    return share, not reasoning.get("exclude", False), cap
+
+
+def shape_completion(
+    body: Mapping[str, Any], total: int, max_tokens: int | None
+) -> CompletionShape:
+    """Split ``total`` drawn tokens into reasoning and content, honouring max_tokens."""
+    wants = _reasoning_request(body)
+    reasoning = 0
+    show = False
+    if wants is not None:
+        share, show, cap = wants
+        reasoning = round(total * share)
+        if cap is not None:
+            reasoning = min(reasoning, cap)
+    content = max(total - reasoning, 1)
+    finish = "stop"
+    if max_tokens is not None and reasoning + content > max_tokens:
+        finish = "length"
+        reasoning = min(reasoning, max_tokens)
+        content = max_tokens - reasoning
+    return CompletionShape(reasoning, content, finish, show)

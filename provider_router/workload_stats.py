@@ -1,0 +1,283 @@
+"""Workload statistics from data: prompt tokens from input files, response lengths from a pilot.
+
+Prompt tokens are *estimated* from the prompt files without calling anyone. With
+no tokenizer the estimate is the usual approximation for BPE chat models: about
+four characters per token of text, plus four tokens of chat template per message
+and three to prime the reply (OpenAI's cookbook rule; within about ±25 % of a real
+tokenizer on English prose and code, worse on CJK text, where a character is often
+a token of its own). Pass ``count_tokens`` (any ``str -> int``, e.g. a ``tiktoken``
+encoding's ``lambda s: len(enc.encode(s))`` or a Hugging Face tokenizer's) to count
+exactly; the template overhead is still added.
+
+Response lengths cannot be estimated from the prompts: a *pilot* sends a sample of
+real prompts (:func:`run_pilot`, through the routed, budgeted
+:class:`~provider_router.Router`, against OpenRouter or the local simulator),
+measures ``usage``, and turns it into a :class:`~provider_router.workload.WorkloadEstimate`
+whose response-length range is the confidence interval of the mean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Final
+
+import structlog
+
+from provider_router._exceptions import ConfigurationError, DataFileError, ProviderRouterError
+from provider_router._types import Message
+from provider_router.batch.inputs import Prompt, PromptReader
+from provider_router.client import Router
+from provider_router.results import Usage
+from provider_router.workload import SampleStats, WorkloadEstimate, estimate_from_samples
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "PilotResult",
+    "PromptFileStats",
+    "approx_prompt_tokens",
+    "measure_prompts",
+    "run_pilot",
+    "sample_prompts",
+]
+
+log = structlog.get_logger(__name__)
+
+CHARS_PER_TOKEN: Final = 4
+"""Characters of text per token in the approximation (BPE tokenizers, English and code)."""
+_MESSAGE_OVERHEAD: Final = 4
+_REPLY_PRIMING: Final = 3
+
+TokenCounter = Callable[[str], int]
+"""Counts the tokens of a text (a real tokenizer)."""
+
+
+def _text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
+    return ""
+
+
+def approx_prompt_tokens(
+    messages: Sequence[Message], *, count_tokens: TokenCounter | None = None
+) -> int:
+    """Prompt tokens of ``messages``: the documented approximation, or exact text counts.
+
+    Without ``count_tokens``: ``ceil(characters / 4)`` per message text. With it:
+    its count. Either way each message adds 4 tokens of chat template and the
+    request 3 to prime the reply.
+    """
+    total = _REPLY_PRIMING
+    for message in messages:
+        text = _text(message.get("content"))
+        if count_tokens is not None:
+            tokens = count_tokens(text)
+        else:
+            tokens = -(-len(text) // CHARS_PER_TOKEN)
+        total += _MESSAGE_OVERHEAD + tokens
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class PromptFileStats:
+    """What the prompt files of a dataset hold.
+
+    Attributes:
+        prompts: usable prompts (bad lines excluded).
+        problems: the bad lines, each naming file and line.
+        tokens: statistics of the per-prompt token estimate (``None`` when fewer
+            than two prompts).
+        mean_tokens: mean prompt tokens per request (0 when there are none).
+        method: ``"approximation"`` or ``"tokenizer"``.
+    """
+
+    prompts: int
+    problems: tuple[DataFileError, ...]
+    tokens: SampleStats | None
+    mean_tokens: Decimal
+    method: str
+
+
+def measure_prompts(
+    paths: Iterable[str | Path],
+    *,
+    count_tokens: TokenCounter | None = None,
+    limit: int | None = None,
+) -> PromptFileStats:
+    """Stream prompt files (JSONL) and estimate the prompt tokens of each line.
+
+    Args:
+        paths: the dataset's prompt files.
+        count_tokens: a real tokenizer's count (default: the approximation).
+        limit: read at most this many usable prompts (a sample of a huge file;
+            ``prompts`` is then at most ``limit``).
+
+    Raises:
+        DataFileError: no file holds a single usable prompt (names the first problem).
+    """
+    reader = PromptReader([Path(p) for p in paths])
+    counts: list[int] = []
+    for prompt in reader:
+        counts.append(approx_prompt_tokens(prompt.messages, count_tokens=count_tokens))
+        if limit is not None and len(counts) >= limit:
+            break
+    if not counts:
+        if reader.problems:
+            first = reader.problems[0]
+            raise DataFileError(
+                first.path, f"no usable prompt; first problem: {first.detail}", line=first.line
+            )
+        raise DataFileError(
+            Path(next(iter(reader.paths), Path("."))), "no prompts in the dataset's files"
+        )
+    mean = Decimal(sum(counts)) / len(counts)
+    return PromptFileStats(
+        prompts=len(counts),
+        problems=tuple(reader.problems),
+        tokens=SampleStats.of(counts) if len(counts) >= 2 else None,
+        mean_tokens=mean.quantize(Decimal("0.01")),
+        method="approximation" if count_tokens is None else "tokenizer",
+    )
+
+
+def sample_prompts(
+    paths: Iterable[str | Path], n: int, *, seed: int = 0
+) -> tuple[list[Prompt], int]:
+    """A uniform random sample of ``n`` prompts (reservoir sampling: one pass, O(n) memory).
+
+    Returns ``(sample, prompts seen)``; the sample keeps file order, so the same
+    seed and files give the same pilot.
+
+    Raises:
+        ConfigurationError: ``n`` is not positive.
+    """
+    if n < 1:
+        raise ConfigurationError(f"a pilot needs at least 1 prompt, got {n}")
+    rng = random.Random(seed)
+    reservoir: list[tuple[int, Prompt]] = []
+    seen = 0
+    for prompt in PromptReader([Path(p) for p in paths]):
+        if len(reservoir) < n:
+            reservoir.append((seen, prompt))
+        else:
+            slot = rng.randrange(seen + 1)
+            if slot < n:
+                reservoir[slot] = (seen, prompt)
+        seen += 1
+    reservoir.sort(key=lambda item: item[0])
+    return [prompt for _, prompt in reservoir], seen
+
+
+@dataclass(frozen=True, slots=True)
+class PilotResult:
+    """What a pilot measured.
+
+    Attributes:
+        usages: the ``usage`` of every request that completed.
+        failures: requests that failed (their errors are logged as ``pilot.failed``).
+        cost: USD the pilot spent (OpenRouter's ``usage.cost``).
+        providers: completed requests per serving provider.
+        completion: statistics of output tokens per response (reasoning included).
+        estimate: the workload it implies, with the CI of the mean response length.
+    """
+
+    usages: tuple[Usage, ...]
+    failures: int
+    cost: Decimal
+    providers: Mapping[str, int]
+    completion: SampleStats
+    estimate: WorkloadEstimate
+
+    @property
+    def requests(self) -> int:
+        """Requests that completed."""
+        return len(self.usages)
+
+
+async def run_pilot(
+    router: Router,
+    prompts: Iterable[Prompt | Sequence[Message]],
+    *,
+    max_tokens: int,
+    concurrency: int = 16,
+    confidence: float = 0.95,
+    params: Mapping[str, Any] | None = None,
+) -> PilotResult:
+    """Send ``prompts`` through ``router`` and measure what comes back.
+
+    Requests that fail are counted, not retried beyond the router's own policy;
+    a pilot whose router runs out of credits stops and uses what it measured.
+
+    Args:
+        router: an open :class:`~provider_router.Router` (its ledger, if any,
+            caps what the pilot spends).
+        prompts: the prompts to send (e.g. from :func:`sample_prompts`).
+        max_tokens: the completion cap, as the real run will use it (it shapes
+            the lengths you measure).
+        concurrency: requests in flight.
+        confidence: of the response-length interval.
+        params: further request fields (``temperature``, ``reasoning``...), as the
+            real run will send them.
+
+    Raises:
+        ConfigurationError: fewer than two requests completed (no interval).
+    """
+    if concurrency < 1:
+        raise ConfigurationError(f"pilot concurrency must be ≥ 1, got {concurrency}")
+    extra = dict(params or {})
+    gate = asyncio.Semaphore(concurrency)
+    usages: list[Usage] = []
+    providers: Counter[str] = Counter()
+    cost = Decimal(0)
+    failures = 0
+
+    async def one(prompt: Prompt | Sequence[Message]) -> None:
+        nonlocal cost, failures
+        messages = prompt.messages if isinstance(prompt, Prompt) else prompt
+        key = prompt.id if isinstance(prompt, Prompt) else None
+        async with gate:
+            if router.stopped is not None:
+                failures += 1
+                return
+            try:
+                result = await router.chat(messages, max_tokens=max_tokens, key=key, **extra)
+            except ProviderRouterError as exc:
+                failures += 1
+                log.warning("pilot.failed", key=key, error_type=type(exc).__name__)
+                return
+        if result.usage is None:
+            failures += 1
+            return
+        usages.append(result.usage)
+        providers[result.provider or "unknown"] += 1
+        cost += result.cost or Decimal(0)
+
+    await asyncio.gather(*(one(p) for p in prompts))
+    if len(usages) < 2:
+        raise ConfigurationError(
+            f"the pilot completed {len(usages)} request(s) ({failures} failed): "
+            "at least 2 are needed to estimate response lengths"
+        )
+    estimate = estimate_from_samples(
+        [u.prompt_tokens for u in usages],
+        [u.completion_tokens for u in usages],
+        reasoning_tokens=[u.reasoning_tokens for u in usages],
+        cached_tokens=[u.cached_tokens for u in usages],
+        confidence=confidence,
+    )
+    log.info("pilot.done", requests=len(usages), failures=failures, cost=str(cost))
+    return PilotResult(
+        usages=tuple(usages),
+        failures=failures,
+        cost=cost,
+        providers=dict(providers),
+        completion=SampleStats.of([u.completion_tokens for u in usages], confidence=confidence),
+        estimate=estimate,
+    )

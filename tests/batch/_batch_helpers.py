@@ -1,0 +1,66 @@
+"""Helpers for the batch tests: prompt files, output reading, ledger audits."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from provider_router._money import from_units
+
+
+def write_prompts(path: Path, count: int, *, prefix: str = "q", extra: Iterable[str] = ()) -> Path:
+    """``count`` prompt lines with ids ``<prefix><n>``, then any ``extra`` raw lines."""
+    with path.open("w") as fh:
+        for n in range(count):
+            fh.write(json.dumps({"id": f"{prefix}{n}", "prompt": f"question {n}", "n": n}) + "\n")
+        for line in extra:
+            fh.write(line + "\n")
+    return path
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def ledger_rows(directory: Path) -> list[dict[str, Any]]:
+    con = sqlite3.connect(directory / "ledger.sqlite")
+    con.row_factory = sqlite3.Row
+    try:
+        return [dict(row) for row in con.execute("SELECT * FROM reservations")]
+    finally:
+        con.close()
+
+
+def ledger_spent(directory: Path) -> Decimal:
+    con = sqlite3.connect(directory / "ledger.sqlite")
+    try:
+        (units,) = con.execute("SELECT spent FROM totals").fetchone()
+    finally:
+        con.close()
+    return from_units(units)
+
+
+def assert_consistent(directory: Path, datasets: Iterable[str]) -> list[dict[str, Any]]:
+    """Outputs hold each id once, and every output is a settled ledger row at its cost."""
+    rows = ledger_rows(directory)
+    by_generation = {row["generation_id"]: row for row in rows if row["state"] == "settled"}
+    records: list[dict[str, Any]] = []
+    for ds in datasets:
+        found = read_records(directory / f"{ds}.jsonl")
+        ids = [r["id"] for r in found]
+        assert len(ids) == len(set(ids)), f"an id appears twice in {ds}"
+        for record in found:
+            row = by_generation[record["generation_id"]]
+            assert row["key"] == f"{ds}/{record['id']}"
+            assert from_units(row["cost"]) == Decimal(record["cost"])
+        records += found
+    assert not [r for r in rows if r["state"] == "open"], "open reservations left"
+    spent = sum((from_units(r["cost"] or 0) for r in rows), Decimal(0))
+    assert spent == ledger_spent(directory), (spent, ledger_spent(directory))
+    return records

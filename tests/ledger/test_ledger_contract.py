@@ -1,0 +1,367 @@
+"""One contract, every backend: memory, SQLite (thread and in-loop) and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from decimal import Decimal
+
+import pytest
+
+from provider_router import BudgetExhausted, ConfigurationError, Ledger, Reservation
+from tests.ledger.conftest import PERSISTENT, Backend
+
+D = Decimal
+
+
+async def test_backends_satisfy_the_protocol(backend: Backend) -> None:
+    assert isinstance(backend.make(D(1)), Ledger)
+
+
+async def test_reserve_then_settle_moves_the_hold_into_spent(backend: Backend) -> None:
+    ledger = backend.make(D("10"))
+    res = await ledger.reserve(D("2.5"), key="p1")
+    assert res.amount == D("2.5")
+    assert res.key == "p1"
+    state = await ledger.snapshot()
+    assert (state.spent, state.reserved, state.available, state.open) == (0, D("2.5"), D("7.5"), 1)
+    await ledger.settle(res, D("1.25"), provider="chutes")
+    state = await ledger.snapshot()
+    assert (state.spent, state.reserved, state.available) == (D("1.25"), 0, D("8.75"))
+    assert (state.open, state.settled, state.released) == (0, 1, 0)
+
+
+async def test_release_charges_nothing(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    res = await ledger.reserve(D("1"), key="p")
+    await ledger.release(res)
+    state = await ledger.snapshot()
+    assert (state.spent, state.reserved, state.released, state.open) == (0, 0, 1, 0)
+
+
+async def test_reservations_round_up_to_a_picodollar(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    res = await ledger.reserve(D("0.0000000000001"), key="tiny")
+    assert res.units == 1
+    assert res.amount == D("1E-12")
+
+
+async def test_exhaustion_raises_with_the_numbers_and_changes_nothing(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    await ledger.reserve(D("0.6"), key="a")
+    with pytest.raises(BudgetExhausted) as info:
+        await ledger.reserve(D("0.5"), key="b")
+    err = info.value
+    assert (err.requested, err.limit, err.spent, err.reserved) == (D("0.5"), 1, 0, D("0.6"))
+    state = await ledger.snapshot()
+    assert (state.reserved, state.open) == (D("0.6"), 1)
+
+
+async def test_an_exact_fit_is_admitted(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    await ledger.reserve(D("0.4"), key="a")
+    await ledger.reserve(D("0.6"), key="b")
+    assert (await ledger.snapshot()).available == 0
+
+
+async def test_waiting_reservation_is_admitted_when_a_settle_frees_room(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    first = await ledger.reserve(D("0.6"), key="a")
+    waiting = asyncio.create_task(ledger.reserve(D("0.6"), key="b", wait=True))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    await ledger.settle(first, D("0.3"))
+    second = await waiting
+    assert second.key == "b"
+    state = await ledger.snapshot()
+    assert (state.spent, state.reserved) == (D("0.3"), D("0.6"))
+
+
+async def test_waiting_stops_when_settling_everything_could_not_make_room(
+    backend: Backend,
+) -> None:
+    ledger = backend.make(D("1"))
+    res = await ledger.reserve(D("0.7"), key="a")
+    waiting = asyncio.create_task(ledger.reserve(D("0.4"), key="b", wait=True))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    await ledger.settle(res, D("0.7"))  # only 0.3 can ever be free now
+    with pytest.raises(BudgetExhausted):
+        await waiting
+    with pytest.raises(BudgetExhausted):
+        await ledger.reserve(D("0.4"), key="c", wait=True)
+
+
+async def test_waiting_with_a_timeout_gives_up(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    await ledger.reserve(D("0.9"), key="held")
+    with pytest.raises(BudgetExhausted):
+        await ledger.reserve(D("0.2"), key="b", wait=0.02)
+    state = await ledger.snapshot()
+    assert (state.reserved, state.open) == (D("0.9"), 1)
+
+
+async def test_top_up_admits_a_waiting_reservation(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    await ledger.reserve(D("0.9"), key="held")
+    waiting = asyncio.create_task(ledger.reserve(D("0.5"), key="b", wait=True))
+    await asyncio.sleep(0)
+    await ledger.set_limit(D("2"))
+    assert (await waiting).amount == D("0.5")
+    state = await ledger.snapshot()
+    assert (state.limit, state.reserved) == (2, D("1.4"))
+
+
+async def test_a_cancelled_waiter_leaves_nothing_held(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    held = await ledger.reserve(D("0.9"), key="held")
+    waiting = asyncio.create_task(ledger.reserve(D("0.5"), key="b", wait=True))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await ledger.release(held)
+    state = await ledger.snapshot()
+    assert (state.reserved, state.open) == (0, 0)
+
+
+async def test_closing_twice_is_refused(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    res = await ledger.reserve(D("0.1"), key="a")
+    await ledger.settle(res, D("0.1"))
+    with pytest.raises(ConfigurationError, match="not open"):
+        await ledger.settle(res, D("0.1"))
+    with pytest.raises(ConfigurationError, match="not open"):
+        await ledger.release(res)
+    other = await ledger.reserve(D("0.1"), key="b")
+    await ledger.release(other)
+    with pytest.raises(ConfigurationError, match="not open"):
+        await ledger.settle(other, D("0"))
+    assert (await ledger.snapshot()).spent == D("0.1")
+
+
+async def test_unknown_reservations_are_refused(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    ghost = Reservation("nope", 5, "k")
+    with pytest.raises(ConfigurationError, match="'nope'"):
+        await ledger.settle(ghost, D("0"))
+    with pytest.raises(ConfigurationError, match="'nope'"):
+        await ledger.attach(ghost, "gen-1")
+
+
+@pytest.mark.parametrize(
+    ("amount", "message"),
+    [(D("-1"), "negative"), (D("NaN"), "finite"), (D("Infinity"), "finite"), (0.5, "Decimal")],
+)
+async def test_bad_amounts_are_refused(backend: Backend, amount: object, message: str) -> None:
+    ledger = backend.make(D("1"))
+    with pytest.raises(ConfigurationError, match=message):
+        await ledger.reserve(amount, key="k")  # type: ignore[arg-type]
+    res = await ledger.reserve(D("0.1"), key="k")
+    with pytest.raises(ConfigurationError, match=message):
+        await ledger.settle(res, amount)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=message):
+        await ledger.set_limit(amount)  # type: ignore[arg-type]
+
+
+async def test_a_settle_above_its_reservation_is_recorded_truthfully(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    res = await ledger.reserve(D("0.9"), key="a")
+    await ledger.settle(res, D("1.05"), estimate=D("0.8"))
+    state = await ledger.snapshot()
+    assert (state.spent, state.overrun, state.available) == (D("1.05"), D("0.15"), 0)
+    assert (state.estimated, state.drift) == (D("0.8"), D("0.25"))
+    with pytest.raises(BudgetExhausted):
+        await ledger.reserve(D("0"), key="nothing fits past the limit")
+
+
+async def test_drift_is_the_sum_of_cost_minus_estimate(backend: Backend) -> None:
+    ledger = backend.make(D("10"))
+    for cost, estimate in [(D("1.2"), D("1")), (D("0.5"), D("0.75")), (D("0.3"), None)]:
+        res = await ledger.reserve(D("2"), key="k")
+        await ledger.settle(res, cost, estimate=estimate)
+    state = await ledger.snapshot()
+    assert (state.estimated, state.drift, state.spent) == (D("1.75"), D("-0.05"), D("2.0"))
+
+
+async def test_spent_is_the_exact_sum_of_many_odd_costs(backend: Backend) -> None:
+    ledger = backend.make(D("100"))
+    costs = [D("0.000001234567") * (i + 1) + D("0.000000000007") for i in range(200)]
+    reservations = await asyncio.gather(
+        *(ledger.reserve(D("0.01"), key=str(i)) for i in range(len(costs)))
+    )
+    await asyncio.gather(*(ledger.settle(r, c) for r, c in zip(reservations, costs, strict=True)))
+    state = await ledger.snapshot()
+    assert state.spent == sum(costs)
+    assert (state.reserved, state.settled) == (0, 200)
+
+
+async def test_costs_finer_than_a_picodollar_are_recorded_rounded(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    for cost in (D("0.0000000000015"), D("0.0000000000025"), D("1.2345678901234e-5")):
+        await ledger.settle(await ledger.reserve(D("0.1"), key="k"), cost)
+    # Half-even to the picodollar: 2 + 2 + 12,345,679 units.
+    assert (await ledger.snapshot()).spent == D("0.000012345683")
+
+
+async def test_concurrent_reservations_never_pass_the_limit(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    results = await asyncio.gather(
+        *(ledger.reserve(D("0.03"), key=str(i)) for i in range(100)), return_exceptions=True
+    )
+    admitted = [r for r in results if isinstance(r, Reservation)]
+    assert len(admitted) == 33
+    assert all(isinstance(r, BudgetExhausted) for r in results if r not in admitted)
+
+
+async def test_attach_records_the_generation_id(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    res = await ledger.reserve(D("0.1"), key="k")
+    await ledger.attach(res, "gen-abc")
+    [listed] = await ledger.open_reservations()
+    assert (listed.id, listed.units, listed.key, listed.generation_id) == (
+        res.id,
+        res.units,
+        "k",
+        "gen-abc",
+    )
+    await ledger.settle(res, D("0.05"))
+    assert await ledger.open_reservations() == []
+
+
+async def test_a_live_owner_has_nothing_to_recover(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    await ledger.reserve(D("0.1"), key="k")
+    report = await ledger.recover()
+    assert report.reconciled == ()
+    assert report.worst_case == ()
+    assert (await ledger.snapshot()).open == 1
+
+
+async def test_the_ledger_is_an_async_context_manager(backend: Backend) -> None:
+    async with backend.make(D("1")) as ledger:
+        await ledger.reserve(D("0.1"), key="k")
+    with pytest.raises(ConfigurationError, match="closed"):
+        await ledger.reserve(D("0.1"), key="k")
+
+
+# --- persistent backends: state survives the process --------------------------------
+
+
+persistent_only = pytest.mark.parametrize("backend_name", PERSISTENT, indirect=True)
+
+
+@pytest.fixture
+def persistent(backend: Backend) -> Backend:
+    assert backend.persistent
+    return backend
+
+
+def _later(seconds: float) -> float:
+    return time.time() + seconds
+
+
+@persistent_only
+async def test_open_reservations_survive_a_reopen(persistent: Backend) -> None:
+    first = persistent.make(D("5"))
+    res = await first.reserve(D("1"), key="k")
+    await first.attach(res, "gen-1")
+    await first.close()
+    second = persistent.make(None)
+    [listed] = await second.open_reservations()
+    assert (listed.id, listed.generation_id) == (res.id, "gen-1")
+    state = await second.snapshot()
+    assert (state.limit, state.reserved, state.open) == (5, 1, 1)
+
+
+@persistent_only
+async def test_a_new_ledger_needs_a_limit_and_a_reopen_keeps_it(persistent: Backend) -> None:
+    with pytest.raises(ConfigurationError, match="limit"):
+        await persistent.make(None).snapshot()
+    ledger = persistent.make(D("5"))
+    await ledger.snapshot()
+    with pytest.raises(ConfigurationError, match="set_limit"):
+        await persistent.make(D("6")).snapshot()
+    await ledger.set_limit(D("6"))
+    assert (await persistent.make(D("6")).snapshot()).limit == 6
+
+
+@persistent_only
+async def test_recovery_reconciles_or_counts_at_worst_case(persistent: Backend) -> None:
+    crashed = persistent.make(D("10"), lease=30)
+    known = await crashed.reserve(D("2"), key="known")
+    await crashed.attach(known, "gen-known")
+    await crashed.reserve(D("3"), key="unknown")
+    failing = await crashed.reserve(D("1"), key="failing")
+    await crashed.attach(failing, "gen-failing")
+    await crashed.close()  # stops renewing, as a crash would
+
+    asked: list[str | None] = []
+
+    async def resolve(res: Reservation) -> Decimal | None:
+        asked.append(res.generation_id)
+        if res.generation_id == "gen-failing":
+            raise ConnectionError("OpenRouter unreachable")
+        return D("0.75") if res.generation_id == "gen-known" else None
+
+    early = persistent.make(None, lease=30)
+    assert (await early.recover(resolve)).worst_case == ()  # the lease has not run out
+    survivor = persistent.make(None, lease=30, clock=lambda: _later(31))
+    report = await survivor.recover(resolve)
+    assert sorted(asked, key=str) == sorted(["gen-known", None, "gen-failing"], key=str)
+    assert [r.key for r in report.reconciled] == ["known"]
+    assert sorted(r.key for r in report.worst_case) == ["failing", "unknown"]
+    assert (report.reconciled_cost, report.worst_case_cost) == (D("0.75"), D("4"))
+    state = await survivor.snapshot()
+    assert (state.spent, state.reserved, state.open, state.recovered) == (D("4.75"), 0, 0, 3)
+    assert (await survivor.recover(resolve)).worst_case == ()  # never counted twice
+    assert (await survivor.snapshot()).spent == D("4.75")
+
+
+@persistent_only
+async def test_a_late_settle_corrects_a_worst_case_charge(persistent: Backend) -> None:
+    slow = persistent.make(D("10"), lease=30)
+    res = await slow.reserve(D("2"), key="slow")
+    gone = await slow.reserve(D("1"), key="never charged")
+    survivor = persistent.make(None, lease=30, clock=lambda: _later(31))
+    report = await survivor.recover()
+    assert report.worst_case_cost == D("3")
+    assert (await survivor.snapshot()).spent == D("3")
+    await slow.settle(res, D("0.5"))  # the owner was only slow: the truth wins
+    await slow.release(gone)
+    state = await survivor.snapshot()
+    assert (state.spent, state.reserved) == (D("0.5"), 0)
+    with pytest.raises(ConfigurationError, match="not open"):
+        await slow.settle(res, D("0.5"))
+
+
+@persistent_only
+async def test_a_late_settle_after_reconciliation_is_not_counted_twice(
+    persistent: Backend,
+) -> None:
+    slow = persistent.make(D("10"), lease=30)
+    res = await slow.reserve(D("2"), key="slow")
+
+    async def resolve(r: Reservation) -> Decimal:
+        return D("0.4")
+
+    survivor = persistent.make(None, lease=30, clock=lambda: _later(31))
+    assert (await survivor.recover(resolve)).reconciled_cost == D("0.4")
+    await slow.settle(res, D("0.4"))
+    assert (await survivor.snapshot()).spent == D("0.4")
+
+
+@persistent_only
+async def test_leases_are_renewed_by_a_live_owner(persistent: Backend) -> None:
+    now = [time.time()]
+    owner = persistent.make(D("10"), lease=30, clock=lambda: now[0])
+    await owner.reserve(D("1"), key="k")
+    now[0] += 25
+    owner._renew()  # type: ignore[attr-defined]  # what its timer does every lease / 3
+    await owner.snapshot()  # the renewal is written with this batch at the latest
+    at_40s = now[0] + 15
+    survivor = persistent.make(None, lease=30, clock=lambda: at_40s)
+    assert (await survivor.recover()).worst_case == ()
+    at_60s = now[0] + 35
+    later = persistent.make(None, lease=30, clock=lambda: at_60s)
+    assert [r.key for r in (await later.recover()).worst_case] == ["k"]

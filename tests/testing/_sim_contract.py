@@ -1,0 +1,93 @@
+"""Validate simulator responses against OpenRouter's OpenAPI description.
+
+The description (tests/data/openrouter-openapi.yaml, OpenAPI 3.1) is loaded once;
+each response is checked against the schema the spec gives for its path, method,
+status and content type, with ``$ref``s resolved inside the document. OpenAPI 3.1
+schemas are JSON Schema 2020-12, so the nullable types (``type: [x, "null"]``) and
+``anyOf`` need no translation; ``discriminator`` is advisory and the ``oneOf`` it
+annotates is still checked. When a route does not list a status (OpenRouter
+documents only some per route), the generic error schema for that status is used.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+SPEC_PATH = Path(__file__).parents[1] / "data" / "openrouter-openapi.yaml"
+_BASE = "urn:openrouter-openapi"
+_ERROR_SCHEMAS = {
+    400: "BadRequestResponse",
+    401: "UnauthorizedResponse",
+    402: "PaymentRequiredResponse",
+    403: "ForbiddenResponse",
+    404: "NotFoundResponse",
+    408: "RequestTimeoutResponse",
+    429: "TooManyRequestsResponse",
+    500: "InternalServerResponse",
+    502: "BadGatewayResponse",
+    503: "ServiceUnavailableResponse",
+    524: "EdgeNetworkTimeoutResponse",
+    529: "ProviderOverloadedResponse",
+}
+
+
+def _pointer(*parts: str) -> str:
+    return "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+class Contract:
+    def __init__(self, path: Path = SPEC_PATH) -> None:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        with path.open(encoding="utf-8") as handle:
+            self.doc: dict[str, Any] = yaml.load(handle, Loader=loader)  # noqa: S506
+        resource = Resource.from_contents(self.doc, default_specification=DRAFT202012)
+        self.registry: Registry[Any] = Registry().with_resource(_BASE, resource)
+
+    def schema_ref(self, path: str, method: str, status: int, content_type: str) -> str:
+        operation = self.doc["paths"][path][method]
+        response = operation["responses"].get(str(status))
+        if response is not None and content_type in response.get("content", {}):
+            pointer = _pointer(
+                "paths", path, method, "responses", str(status), "content", content_type, "schema"
+            )
+            return f"{_BASE}#/{pointer}"
+        if content_type == "application/json" and status in _ERROR_SCHEMAS:
+            return f"{_BASE}#/components/schemas/{_ERROR_SCHEMAS[status]}"
+        raise AssertionError(
+            f"the spec has no {status} {content_type} response for {method.upper()} {path}"
+        )
+
+    @functools.cache  # noqa: B019 - one Contract per session
+    def validator(self, ref: str) -> jsonschema.Draft202012Validator:
+        return jsonschema.Draft202012Validator({"$ref": ref}, registry=self.registry)
+
+    def validate(
+        self, path: str, method: str, status: int, body: Any, content_type: str = "application/json"
+    ) -> None:
+        """Raise AssertionError listing every violation of the spec by ``body``."""
+        validator = self.validator(self.schema_ref(path, method, status, content_type))
+        errors = sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path))
+        if errors:
+            lines = [
+                f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message[:300]}"
+                for e in errors[:10]
+            ]
+            raise AssertionError(
+                f"{method.upper()} {path} {status} violates the spec:\n" + "\n".join(lines)
+            )
+
+    def validate_chunk(self, chunk: Any) -> None:
+        """One SSE ``data:`` payload of a chat completion stream."""
+        self.validate("/chat/completions", "post", 200, {"data": chunk}, "text/event-stream")
+
+
+@functools.cache
+def contract() -> Contract:
+    return Contract()
