@@ -29,6 +29,7 @@ import resource
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -306,60 +307,103 @@ async def _budget_run(seed: int, concurrency: int, reservations: int) -> dict[st
     }
 
 
+def _budget_main(seed: int) -> dict[str, Any]:
+    """One budget run in a pool process (quiet logs: this measures money, not CPU)."""
+    import structlog
+
+    _uvloop()
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(30), cache_logger_on_first_use=True
+    )
+    return asyncio.run(_budget_run(seed, 2000, reservations=1000))
+
+
 # --- rate limits --------------------------------------------------------------------
 
 
-async def _rate_limit_run(k: int, speed: float, seconds: float, concurrency: int) -> dict[str, Any]:
-    from provider_router import ProviderPolicy, Router
-    from provider_router.testing import SimulatorServer
+async def _rate_limit_run(
+    url: str, rate: float, seconds: float, concurrency: int
+) -> dict[str, Any]:
+    """Drive the Router for ``seconds`` against a simulator that admits ``rate`` requests/s.
 
-    faults = [{"kind": "rate_limit", "scope": "platform", "max_in_flight": k, "no_fallback": True}]
-    async with SimulatorServer(
-        api_keys=[KEY],
-        credits=10**6,
-        speed=speed,
-        completion_tokens=COMPLETION_TOKENS,
-        faults=faults,
-    ) as sim:
-        async with Router(
-            MODEL,
-            policy=ProviderPolicy(exclude_below="int4"),
-            max_concurrency=concurrency,
-            base_url=sim.url,
-            api_key=KEY,
-        ) as router:
-            deadline = time.perf_counter() + seconds
-            ok = 0
+    The simulator runs in its own process (as OpenRouter is remote: its 429s come
+    back while this loop is busy sending). Every failed attempt here is a 429
+    (the only fault), so the 429s are counted from the attempts each request took.
+    """
+    from provider_router import AllAttemptsFailed, ProviderPolicy, Router
 
-            async def worker() -> None:
-                nonlocal ok
-                while time.perf_counter() < deadline:
-                    try:
-                        await router.chat(MESSAGES, max_tokens=MAX_TOKENS)
-                    except Exception:  # noqa: S112 - failures are counted by the simulator
-                        continue
+    async with Router(
+        MODEL,
+        policy=ProviderPolicy(exclude_below="int4"),
+        max_concurrency=concurrency,
+        base_url=url,
+        api_key=KEY,
+    ) as router:
+        deadline = time.perf_counter() + seconds
+        ok = 0
+        rejected = 0
+
+        async def worker() -> None:
+            nonlocal ok, rejected
+            while time.perf_counter() < deadline:
+                try:
+                    result = await router.chat(MESSAGES, max_tokens=MAX_TOKENS)
+                except AllAttemptsFailed as exc:
+                    rejected += len(exc.errors)
+                    continue
+                except Exception:
+                    rejected += 1
+                    continue
+                # Requests finishing after the deadline count toward the 429 share
+                # but not toward goodput (measured over the deadline only).
+                if time.perf_counter() <= deadline:
                     ok += 1
+                rejected += result.attempts - 1
 
-            t0 = time.perf_counter()
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
-            wall = time.perf_counter() - t0
-            window = router.limiter.limit
-        records = sim.log.chat()
-        served = [r for r in records if r.status == 200]
-    total = len(records)
-    rate_limited = sum(1 for r in records if r.status == 429)
-    mean_latency = BASE_LATENCY / speed
-    ideal = k / mean_latency
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        window = router.limiter.limit
+        sent = router.requests + router.failures
+    attempts = sent + rejected - router.failures
     return {
-        "k": k,
-        "R": ideal,
-        "goodput": ok / wall,
-        "goodput_share": ok / wall / ideal,
-        "requests": total,
-        "served": len(served),
-        "share_429": rate_limited / max(total, 1),
+        "R": rate,
+        "seconds": round(deadline - t0, 2),
+        "goodput": round(ok / (deadline - t0), 1),
+        "goodput_share": round(ok / (deadline - t0) / rate, 4),
+        "attempts": attempts,
+        "share_429": round(rejected / max(attempts, 1), 4),
         "final_window": window,
     }
+
+
+def _rate_limit_main(url: str, rate: float, seconds: float, concurrency: int, out: Any) -> None:
+    _uvloop()
+    out.send(asyncio.run(_rate_limit_run(url, rate, seconds, concurrency)))
+
+
+def run_rate_limit(rate: float, burst: float, latency: float, seconds: float) -> dict[str, Any]:
+    speed = BASE_LATENCY / latency
+    # The bucket runs on simulated seconds: ``rate / speed`` per simulated second
+    # is ``rate`` per real second; Retry-After is one real second.
+    fault = {
+        "kind": "rate_limit",
+        "scope": "platform",
+        "per_second": rate / speed,
+        "burst": burst,
+        "retry_after": speed,
+    }
+    sim = Sim(speed, [fault])
+    try:
+        parent, child = mp.Pipe()
+        process = mp.get_context("fork").Process(
+            target=_rate_limit_main, args=(sim.url, rate, seconds, 2000, child)
+        )
+        process.start()
+        result: dict[str, Any] = parent.recv()
+        process.join()
+    finally:
+        sim.stop()
+    return {"burst": burst, "latency": latency, **result}
 
 
 # --- report -------------------------------------------------------------------------
@@ -370,6 +414,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller runs")
     parser.add_argument("--skip", default="", help="comma list: throughput,budget,ratelimit,openai")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--jobs", type=int, default=2, help="budget runs in parallel")
+    parser.add_argument(
+        "--rate", type=float, default=200.0, help="rate-limit runs: R, requests/s admitted"
+    )
+    parser.add_argument(
+        "--burst",
+        type=float,
+        nargs="+",
+        default=[200.0, 20.0],
+        help="rate-limit runs: token-bucket depths to try (one run each)",
+    )
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     quick = args.quick
@@ -394,14 +449,15 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 sim.stop()
     if "budget" not in skip:
-        _uvloop()
         runs = 10 if quick else 50
-        budget = []
-        for seed in range(runs):
-            budget.append(asyncio.run(_budget_run(seed, concurrency, reservations=1000)))
-            print(f"[budget] run {seed}: {budget[-1]}", file=sys.stderr)
+        t0 = time.perf_counter()
+        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("fork")) as pool:
+            budget = list(pool.map(_budget_main, range(runs)))
+        for row in budget:
+            print(f"[budget] run {row['seed']}: {row}", file=sys.stderr)
         results["budget"] = {
             "runs": runs,
+            "wall_seconds": round(time.perf_counter() - t0, 1),
             "max_overspend": str(max(r["overspend"] for r in budget)),
             "min_spent_share": str(min(r["spent_share"] for r in budget)),
             "ledger_equals_charged": all(r["ledger_spent"] == r["charged"] for r in budget),
@@ -410,15 +466,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[budget] {results['budget']}", file=sys.stderr)
     if "ratelimit" not in skip:
         _uvloop()
-        results["ratelimit"] = asyncio.run(
-            _rate_limit_run(
-                k=100,
-                speed=BASE_LATENCY / 0.5,
-                seconds=10 if quick else 30,
-                concurrency=concurrency,
-            )
-        )
-        print(f"[ratelimit] {results['ratelimit']}", file=sys.stderr)
+        runs = []
+        for burst in args.burst:
+            runs.append(run_rate_limit(args.rate, burst, 0.5, 10 if quick else 30))
+            print(f"[ratelimit] {runs[-1]}", file=sys.stderr)
+        results["ratelimit"] = runs
     text = json.dumps(results, indent=2, default=str)
     print(text)
     if args.json:

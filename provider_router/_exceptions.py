@@ -197,7 +197,8 @@ class PaymentRequiredError(APIStatusError):
 
     Attributes:
         limit_source: ``error.metadata.limit_source`` when OpenRouter says which
-            limit it was (for example ``"key"`` or ``"account"``), else ``None``.
+            limit it was (``"openrouter_credits"``, ``"openrouter_key_limit"``, or the
+            transient ``"openrouter_in_flight_budget"``), else ``None``.
     """
 
     @property

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import aiohttp
 from pydantic import SecretStr
+from yarl import URL
 
 from provider_router._constants import (
     DEFAULT_BASE_URL,
@@ -236,6 +237,7 @@ class HttpClient:
         "_session",
         "_timeout",
         "_timeouts",
+        "_urls",
         "base_url",
         "timeout",
     )
@@ -265,6 +267,7 @@ class HttpClient:
         self._connect_timeout = connect_timeout
         self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
         self._timeouts: dict[tuple[float | None, float | None], aiohttp.ClientTimeout] = {}
+        self._urls: dict[str, URL] = {}
         self._limit = limit
         self._limit_per_host = limit_per_host
         self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
@@ -381,7 +384,11 @@ class HttpClient:
             )
             self._timeouts[key] = timeout
         seconds = self.timeout if request_timeout is None else request_timeout
-        return PostRequest(self.session(), self.url(path), payload, timeout, seconds)
+        url = self._urls.get(path)
+        if url is None:
+            # Parsed once: aiohttp would parse a string URL on every request.
+            url = self._urls[path] = URL(self.url(path))
+        return PostRequest(self.session(), url, payload, timeout, seconds)
 
     async def post_json(
         self, path: str, body: Mapping[str, Any], *, request_timeout: float | None = None
@@ -420,7 +427,7 @@ class PostRequest:
     def __init__(
         self,
         session: aiohttp.ClientSession,
-        url: str,
+        url: URL,
         payload: bytes,
         timeout: aiohttp.ClientTimeout,
         seconds: float,
@@ -433,13 +440,12 @@ class PostRequest:
         self._response: aiohttp.ClientResponse | None = None
 
     async def __aenter__(self) -> PostResponse:
-        what = f"POST {self._url}"
         try:
             response = await self._session.post(
                 self._url, data=self._payload, headers=_JSON_CONTENT, timeout=self._timeout
             )
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise connection_error(exc, what=what, timeout=self._seconds) from exc
+            raise connection_error(exc, what=f"POST {self._url}", timeout=self._seconds) from exc
         status = response.status
         if not 200 <= status < 300:
             try:
@@ -448,9 +454,9 @@ class PostRequest:
                 body = b""
             finally:
                 response.release()
-            raise error_from_response(status, response.headers, body, what=what)
+            raise error_from_response(status, response.headers, body, what=f"POST {self._url}")
         self._response = response
-        return PostResponse(response, what, self._seconds)
+        return PostResponse(response, self._url, self._seconds)
 
     async def __aexit__(
         self,
@@ -476,14 +482,24 @@ class PostResponse:
         headers: the response headers (case-insensitive lookup).
     """
 
-    __slots__ = ("_response", "_seconds", "_what", "headers", "status")
+    __slots__ = ("_response", "_seconds", "_url", "headers", "status")
 
-    def __init__(self, response: aiohttp.ClientResponse, what: str, seconds: float) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, url: URL, seconds: float) -> None:
         self._response = response
-        self._what = what
+        self._url = url
         self._seconds = seconds
         self.status = response.status
         self.headers: Mapping[str, str] = response.headers
+
+    @property
+    def _what(self) -> str:
+        # Built only for an error message: most responses never need it.
+        return f"POST {self._url}"
+
+    @property
+    def complete(self) -> bool:
+        """Whether the whole body has already arrived (reading it will not wait)."""
+        return self._response.content.is_eof()
 
     async def json(self, *, expect: str = "a JSON object") -> Any:
         """Read the whole body and decode it.

@@ -20,26 +20,29 @@ One request goes through these steps (``docs/client.md`` tells the whole story):
 Logs: ``route.attempt`` (debug) per failed attempt, ``route.done`` (info) per
 finished request, ``route.failed`` (warning), ``route.policy_violation`` (error),
 ``route.credits_exhausted`` (error). The API key never appears in any of them.
+
+The money side (settle, release, reconcile) lives in :mod:`provider_router._billing`,
+request encoding in :mod:`provider_router._request`, streaming in
+:mod:`provider_router.streaming`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import structlog
 from pydantic import SecretStr
 
 from provider_router import _http
-from provider_router._completion import Completion, StreamAccumulator, parse_completion
+from provider_router._billing import Billing, Charged
+from provider_router._completion import Completion, parse_completion
 from provider_router._constants import (
     DEFAULT_CATALOG_TTL,
     DEFAULT_CONNECT_TIMEOUT,
@@ -47,17 +50,13 @@ from provider_router._constants import (
     DEFAULT_STREAM_IDLE_TIMEOUT,
 )
 from provider_router._exceptions import (
-    APIConnectionError,
-    APIStatusError,
     ConfigurationError,
     CreditsExhausted,
-    InvalidResponseError,
-    NotFoundError,
     PaymentRequiredError,
     RateLimitError,
 )
-from provider_router._money import to_decimal
-from provider_router._types import Clock, JSONObject, Message, Sleep
+from provider_router._request import PreparedRequest, RequestEncoder
+from provider_router._types import Clock, Message, Sleep
 from provider_router.catalog import Catalog
 from provider_router.health import ProviderHealth
 from provider_router.ledger import Ledger, Reservation
@@ -68,45 +67,20 @@ from provider_router.records import ModelEndpoints
 from provider_router.results import ChatResult, StreamDelta
 from provider_router.retry import RetryPolicy
 from provider_router.routing import RoutePlan, build_route_plan, estimate_prompt_tokens
-from provider_router.sse import DONE
+from provider_router.streaming import ChatStream, read_stream
 
 __all__ = ["ChatStream", "Router"]
 
 log = structlog.get_logger(__name__)
 
-_CHAT_PATH = "/chat/completions"
-_GENERATION_PATH = "/generation"
+_CHAT_PATH: Final = "/chat/completions"
+_RESERVED_PARAMS: Final = ("model", "provider", "messages", "stream")
 
-TRANSIENT_402_SOURCES = frozenset({"openrouter_in_flight_budget"})
-"""``limit_source`` values of a 402 that clears by itself as requests in flight settle."""
+DEFAULT_SLOW_START: Final = 0.05
+"""Seconds in which the default limiter's window doubles until the first 429."""
 
 DEFAULT_WORKLOAD = Workload(prompt_tokens=500, completion_tokens=2000)
 """The request shape endpoints are ranked for when none is given."""
-
-
-@dataclass(slots=True)
-class _Request:
-    """What every attempt of one request shares."""
-
-    body: JSONObject
-    payload: bytes
-    stream: bool
-    key: str
-    worst_case: Decimal
-    prompt_estimate: int
-    plan: RoutePlan
-    on_delta: Callable[[StreamDelta], Any] | None
-    generation_id: str | None = None
-    attempts: int = 0
-    errors: list[str] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Charged:
-    completion: Completion
-    cost: Decimal | None
-    estimate: Decimal | None
-    reserved: Decimal | None
 
 
 class Router:
@@ -144,7 +118,9 @@ class Router:
         connect_timeout: seconds to open a connection.
         credits_hold_timeout: seconds one request may spend waiting out
             temporary (in-flight hold) 402s.
-        limiter: the concurrency limiter (default: AIMD up to ``max_concurrency``).
+        limiter: the concurrency limiter (default: AIMD up to ``max_concurrency``
+            after a slow start that doubles every 50 ms from 32 until the first
+            429, with every 429 capping the window at the requests in flight).
         health: per-provider health tracking (default :class:`ProviderHealth`).
         params: default request parameters merged under each call's own.
         clock: monotonic seconds; sleep: awaited between retries; rng: jitter.
@@ -189,9 +165,11 @@ class Router:
         ):
             if not value > 0:
                 raise ConfigurationError(f"{name} must be > 0 seconds, got {value!r}")
+        for reserved_name in _RESERVED_PARAMS:
+            if params and reserved_name in params:
+                raise ConfigurationError(f"params: {reserved_name!r} is set by the Router")
         self.model = model
         self.policy = policy if policy is not None else ProviderPolicy()
-        self.ledger = ledger
         self.base_url = _http.resolve_base_url(base_url)
         self._api_key = _http.resolve_api_key(api_key)
         self._catalog = catalog
@@ -203,10 +181,18 @@ class Router:
         self.budget_wait = budget_wait
         self.catalog_ttl = catalog_ttl
         self.limiter = (
-            limiter if limiter is not None else AdaptiveLimiter(max_concurrency, clock=clock)
+            limiter
+            if limiter is not None
+            else AdaptiveLimiter(
+                max_concurrency,
+                slow_start=DEFAULT_SLOW_START,
+                shrink_to_in_flight=True,
+                accelerate=True,
+                clock=clock,
+            )
         )
         self.health = health if health is not None else ProviderHealth(clock=clock)
-        self._params = dict(params or {})
+        self._encoder = RequestEncoder(model, params or {})
         self._clock = clock
         self._sleep = sleep
         self._rng = rng if rng is not None else random.Random()
@@ -214,18 +200,15 @@ class Router:
         self._stream_idle_timeout = stream_idle_timeout
         self._stream_deadline = stream_deadline
         self._connect_timeout = connect_timeout
-        self._credits_hold_timeout = credits_hold_timeout
         self._http: _http.HttpClient | None = None
         self._plan: RoutePlan | None = None
         self._plan_time = 0.0
         self._refresh: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[None]] = set()
-        self._stopped: CreditsExhausted | None = None
-        self._stopped_message = ""
+        self._billing = Billing(
+            model, ledger, self._open_http, sleep, credits_hold_timeout=credits_hold_timeout
+        )
         self._seq = itertools.count(1)
         self._in_flight = 0
-        self.spent = Decimal(0)
-        """USD this router charged to its ledger (settled costs)."""
         self.requests = 0
         """Requests finished successfully."""
         self.failures = 0
@@ -236,6 +219,26 @@ class Router:
     def __repr__(self) -> str:
         state = "open" if self._http is not None else "closed"
         return f"Router(model={self.model!r}, base_url={self.base_url!r}, {state})"
+
+    @property
+    def ledger(self) -> Ledger | None:
+        """The budget every attempt reserves from (``None``: unchecked)."""
+        return self._billing.ledger
+
+    @ledger.setter
+    def ledger(self, ledger: Ledger | None) -> None:
+        self._billing.ledger = ledger
+
+    @property
+    def spent(self) -> Decimal:
+        """USD this router charged to its ledger (settled costs)."""
+        return self._billing.spent
+
+    def _open_http(self) -> _http.HttpClient:
+        http = self._http
+        if http is None:
+            raise ConfigurationError("the Router is not open: use `async with Router(...)`")
+        return http
 
     # --- life cycle -------------------------------------------------------------
 
@@ -276,11 +279,7 @@ class Router:
             self._refresh.cancel()
             await asyncio.gather(self._refresh, return_exceptions=True)
             self._refresh = None
-        if self._background:
-            _, pending = await asyncio.wait(self._background, timeout=30.0)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self._billing.drain(grace=30.0)
         if self._own_catalog and self._catalog is not None:
             await self._catalog.aclose()
             self._catalog = None
@@ -340,7 +339,7 @@ class Router:
     @property
     def stopped(self) -> CreditsExhausted | None:
         """Why the router takes no new work (credits ran out), or ``None``."""
-        return self._stopped
+        return self._billing.stopped
 
     @property
     def in_flight(self) -> int:
@@ -377,8 +376,8 @@ class Router:
             AllAttemptsFailed: every attempt failed with a retryable error.
             APIStatusError: a non-retryable answer (400, 401, 403, 404...).
         """
-        if self._stopped is not None:
-            raise self._stopped_error()
+        if self._billing.stopped is not None:
+            raise self._billing.stopped_error()
         request = self._build_request(messages, max_tokens, stream, key, on_delta, params)
         start = self._clock()
         self._in_flight += 1
@@ -412,31 +411,25 @@ class Router:
         key: str | None,
         on_delta: Callable[[StreamDelta], Any] | None,
         params: Mapping[str, Any],
-    ) -> _Request:
+    ) -> PreparedRequest:
         if self._http is None:
             raise ConfigurationError("the Router is not open: use `async with Router(...)`")
         if max_tokens is None and self.ledger is not None:
             raise ConfigurationError("max_tokens is required when a ledger is used")
         if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
             raise ConfigurationError(f"max_tokens must be a positive int, got {max_tokens!r}")
-        for reserved_name in ("model", "provider", "messages", "stream"):
-            if reserved_name in params:
-                raise ConfigurationError(f"{reserved_name!r} is set by the Router, not per call")
-        plan = self._current_plan()
-        body: JSONObject = {"model": self.model, "messages": messages}
-        if self._params:
-            body.update(self._params)
         if params:
-            body.update(params)
-        if max_tokens is not None:
-            body["max_tokens"] = max_tokens
-        if stream:
-            body["stream"] = True
-        body["provider"] = plan.provider_object(self.health.demoted())
+            for reserved_name in _RESERVED_PARAMS:
+                if reserved_name in params:
+                    raise ConfigurationError(
+                        f"{reserved_name!r} is set by the Router, not per call"
+                    )
+        plan = self._current_plan()
+        encoder = self._encoder
+        provider = encoder.provider_bytes(plan, self.health.demoted())
         prompt_estimate = estimate_prompt_tokens(messages)
-        return _Request(
-            body=body,
-            payload=json.dumps(body, separators=(",", ":")).encode(),
+        return PreparedRequest(
+            payload=encoder.encode(messages, max_tokens, stream, params, provider),
             stream=stream,
             key=key if key is not None else f"req-{next(self._seq)}",
             worst_case=plan.worst_case(prompt_estimate, max_tokens or 0),
@@ -455,7 +448,7 @@ class Router:
         """
         return ChatStream(self, messages, max_tokens=max_tokens, params=params)
 
-    def _finish(self, request: _Request, charged: _Charged, latency: float) -> ChatResult:
+    def _finish(self, request: PreparedRequest, charged: Charged, latency: float) -> ChatResult:
         completion = charged.completion
         plan = request.plan
         quarantined = completion.provider not in plan.allowed_providers
@@ -476,24 +469,7 @@ class Router:
             )
         self.requests += 1
         usage = completion.usage
-        result = ChatResult(
-            text=completion.text,
-            reasoning=completion.reasoning,
-            provider=completion.provider,
-            model=completion.model,
-            generation_id=completion.generation_id,
-            finish_reason=completion.finish_reason,
-            usage=usage,
-            cost=charged.cost,
-            estimate=charged.estimate,
-            reserved=charged.reserved,
-            quarantined=quarantined,
-            quarantine_reason=reason,
-            attempts=request.attempts,
-            latency=latency,
-            message=completion.message,
-            native_finish_reason=completion.native_finish_reason,
-        )
+        result = charged.result(request.attempts, latency, reason)
         log.info(
             "route.done",
             model=self.model,
@@ -515,22 +491,28 @@ class Router:
 
     # --- one attempt ------------------------------------------------------------------
 
-    async def _attempt(self, request: _Request, attempt: int) -> _Charged:
-        if self._stopped is not None:
-            raise self._stopped_error()
+    async def _attempt(self, request: PreparedRequest, attempt: int) -> Charged:
+        if self._billing.stopped is not None:
+            raise self._billing.stopped_error()
         request.attempts = attempt
         request.generation_id = None
         ticket = await self.limiter.acquire()
         outcome: Outcome = "neutral"
         started = self._clock()
         reservation: Reservation | None = None
+        billing = self._billing
         try:
-            if self.ledger is not None:
-                reservation = await self.ledger.reserve(
-                    request.worst_case, key=request.key, wait=self.budget_wait
+            reservation = await billing.reserve(request, self.budget_wait)
+            try:
+                completion = await self._exchange(request, attempt, reservation)
+            except PaymentRequiredError as exc:
+                completion = await billing.hold_402(
+                    exc,
+                    lambda: self._exchange(request, attempt, reservation),
+                    key=request.key,
+                    in_flight=self._in_flight,
                 )
-            completion = await self._exchange_holding_402(request, attempt, reservation)
-            charged = await self._charge(request, completion, reservation)
+            charged = await billing.charge(request, completion, reservation)
             reservation = None
             if completion.error is not None:
                 raise completion.error
@@ -550,7 +532,7 @@ class Router:
             if provider:
                 self.health.record_failure(provider, rate_limited=outcome == "rate_limited")
             if reservation is not None:
-                await self._close_failed(reservation, request, exc)
+                await billing.close_failed(reservation, request, exc)
             if isinstance(exc, Exception):
                 log.debug(
                     "route.attempt",
@@ -566,34 +548,8 @@ class Router:
         finally:
             self.limiter.release(ticket, outcome)
 
-    async def _exchange_holding_402(
-        self, request: _Request, attempt: int, reservation: Reservation | None
-    ) -> Completion:
-        waited = 0.0
-        while True:
-            try:
-                return await self._exchange(request, attempt, reservation)
-            except PaymentRequiredError as exc:
-                delay = exc.retry_after if exc.retry_after and exc.retry_after > 0 else 1.0
-                transient = exc.limit_source in TRANSIENT_402_SOURCES
-                if transient and waited + delay <= self._credits_hold_timeout:
-                    log.info(
-                        "route.credits_hold",
-                        model=self.model,
-                        key=request.key,
-                        retry_after=delay,
-                        in_flight=self._in_flight,
-                    )
-                    waited += delay
-                    await self._sleep(delay)
-                    continue
-                if transient:
-                    raise  # held for too long: fail this request, keep the router going
-                await self._stop_for_credits(exc)
-                raise self._stopped_error() from exc
-
     async def _exchange(
-        self, request: _Request, attempt: int, reservation: Reservation | None
+        self, request: PreparedRequest, attempt: int, reservation: Reservation | None
     ) -> Completion:
         http = self._http
         if http is None:
@@ -609,128 +565,20 @@ class Router:
             post = http.post(_CHAT_PATH, request.payload, request_timeout=self._request_timeout)
         async with post as response:
             generation_id = response.headers.get("x-generation-id")
-            if generation_id:
-                request.generation_id = generation_id
-                if reservation is not None:
-                    await self.ledger.attach(reservation, generation_id)  # type: ignore[union-attr]
             if not request.stream:
+                if generation_id:
+                    if response.complete:
+                        # The whole body is here: the settle that follows records
+                        # the id durably, one ledger write instead of two.
+                        request.generation_id = generation_id
+                    else:
+                        await self._billing.attach(request, reservation, generation_id)
                 return parse_completion(await response.json())
-            return await self._read_stream(request, attempt, reservation, response)
-
-    async def _read_stream(
-        self,
-        request: _Request,
-        attempt: int,
-        reservation: Reservation | None,
-        response: _http.PostResponse,
-    ) -> Completion:
-        accumulator = StreamAccumulator()
-        on_delta = request.on_delta
-        done = False
-        async for data in response.events(idle_timeout=self._stream_idle_timeout):
-            if data == DONE:
-                done = True
-                break
-            try:
-                chunk = json.loads(data)
-            except ValueError as exc:
-                raise InvalidResponseError(f"a stream event is not JSON: {data[:200]!r}") from exc
-            known = accumulator.result.generation_id
-            delta = accumulator.feed(chunk, attempt)
-            generation_id = accumulator.result.generation_id
-            if known is None and generation_id and request.generation_id is None:
-                request.generation_id = generation_id
-                if reservation is not None and self.ledger is not None:
-                    await self.ledger.attach(reservation, generation_id)
-            if delta is not None and on_delta is not None:
-                on_delta(delta)
-        completion = accumulator.finish()
-        if not done and completion.error is None:
-            raise APIConnectionError("the stream ended before its [DONE] event")
-        return completion
-
-    # --- money ----------------------------------------------------------------------------
-
-    async def _charge(
-        self, request: _Request, completion: Completion, reservation: Reservation | None
-    ) -> _Charged:
-        """Settle (or release) the reservation of an attempt that got an answer."""
-        usage = completion.usage
-        cost = usage.cost if usage is not None else None
-        estimate = None
-        if usage is not None:
-            estimate = request.plan.estimate(
-                completion.provider,
-                usage.prompt_tokens,
-                usage.completion_tokens,
-                cached_tokens=usage.cached_tokens,
-                cache_write_tokens=usage.cache_write_tokens,
-            )
-        if completion.error is not None and cost is None:
-            # Zero completion insurance: an error finish is not charged.
-            if reservation is not None and self.ledger is not None:
-                await self.ledger.release(reservation)
-            return _Charged(completion, None, estimate, None)
-        if cost is None:
-            generation_id = completion.generation_id or request.generation_id
             if generation_id:
-                cost = await self.generation_cost(generation_id)
-            if cost is None:
-                cost = request.worst_case
-                log.warning(
-                    "route.cost_unknown",
-                    model=self.model,
-                    key=request.key,
-                    generation_id=generation_id,
-                    charged=str(cost),
-                )
-        if reservation is not None and self.ledger is not None:
-            await self.ledger.settle(
-                reservation,
-                cost,
-                estimate=estimate,
-                provider=completion.provider,
-                generation_id=completion.generation_id or request.generation_id,
+                await self._billing.attach(request, reservation, generation_id)
+            return await read_stream(
+                response, request, attempt, reservation, self._billing, self._stream_idle_timeout
             )
-        self.spent += cost
-        return _Charged(
-            completion, cost, estimate, reservation.amount if reservation is not None else None
-        )
-
-    async def _close_failed(
-        self, reservation: Reservation, request: _Request, exc: BaseException
-    ) -> None:
-        """Release or reconcile the reservation of an attempt that failed."""
-        ledger = self.ledger
-        if ledger is None:
-            return
-        never_billed = isinstance(exc, APIStatusError | CreditsExhausted) or (
-            request.generation_id is None and isinstance(exc, Exception)
-        )
-        if never_billed and isinstance(exc, Exception):
-            await ledger.release(reservation)
-            return
-        # The provider may have produced (and billed) something, or we were
-        # cancelled mid-request: ask OpenRouter in the background (a cancelled
-        # task must not wait here), counting the worst case if it cannot say.
-        task = asyncio.ensure_future(self._reconcile(reservation, request.generation_id))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _reconcile(self, reservation: Reservation, generation_id: str | None) -> None:
-        ledger = self.ledger
-        assert ledger is not None
-        cost = await self.generation_cost(generation_id) if generation_id else None
-        charged = cost if cost is not None else reservation.amount
-        await ledger.settle(reservation, charged, generation_id=generation_id)
-        self.spent += charged
-        log.info(
-            "route.reconciled",
-            model=self.model,
-            generation_id=generation_id,
-            cost=str(charged),
-            worst_case=cost is None,
-        )
 
     async def generation_cost(
         self, generation_id: str, *, attempts: int = 6, delay: float = 0.5
@@ -741,33 +589,7 @@ class Router:
         (``attempts`` times, doubling ``delay``). ``None`` when it never appears
         or the lookup fails: the caller then counts the worst case.
         """
-        http = self._http
-        if http is None:
-            raise ConfigurationError("the Router is not open: use `async with Router(...)`")
-        wait = delay
-        for attempt in range(1, attempts + 1):
-            try:
-                body = await http.get_json(_GENERATION_PATH, params={"id": generation_id})
-            except NotFoundError:
-                if attempt == attempts:
-                    return None
-                await self._sleep(wait)
-                wait *= 2
-                continue
-            except (APIStatusError, APIConnectionError, InvalidResponseError) as exc:
-                log.warning(
-                    "route.generation_lookup_failed", generation_id=generation_id, error=str(exc)
-                )
-                return None
-            data = body.get("data") if isinstance(body, Mapping) else None
-            total = data.get("total_cost") if isinstance(data, Mapping) else None
-            if total is None:
-                return None
-            try:
-                return to_decimal(total, what="total_cost")
-            except ValueError:
-                return None
-        return None
+        return await self._billing.generation_cost(generation_id, attempts=attempts, delay=delay)
 
     async def resolve(self, reservation: Reservation) -> Decimal | None:
         """A :data:`~provider_router.ledger.Resolver` for ``Ledger.recover``.
@@ -778,112 +600,3 @@ class Router:
         if not reservation.generation_id:
             return None
         return await self.generation_cost(reservation.generation_id)
-
-    def _stopped_error(self) -> CreditsExhausted:
-        # A fresh instance per raise: concurrent requests must not share a traceback.
-        stopped = self._stopped
-        assert stopped is not None
-        return CreditsExhausted(
-            self._stopped_message,
-            limit_source=stopped.limit_source,
-            spent=self.spent,
-            remaining=stopped.remaining,
-        )
-
-    async def _stop_for_credits(self, exc: PaymentRequiredError) -> None:
-        if self._stopped is None:
-            remaining = None
-            if self.ledger is not None:
-                try:
-                    remaining = (await self.ledger.snapshot()).available
-                except Exception:  # a report, not a reason to fail differently
-                    remaining = None
-            self._stopped_message = (
-                f"OpenRouter refused with 402 ({exc.message}); the router takes no new work"
-            )
-            self._stopped = CreditsExhausted(
-                self._stopped_message,
-                limit_source=exc.limit_source,
-                spent=self.spent,
-                remaining=remaining,
-            )
-            log.error(
-                "route.credits_exhausted",
-                model=self.model,
-                limit_source=exc.limit_source,
-                spent=str(self.spent),
-                in_flight=self._in_flight,
-            )
-
-
-class ChatStream:
-    """An async iterator of :class:`StreamDelta` for one streamed request.
-
-    Use as ``async with router.stream(...) as stream: async for delta in stream``;
-    afterwards :attr:`result` is the :class:`ChatResult`. Leaving the block early
-    cancels the request.
-    """
-
-    def __init__(
-        self,
-        router: Router,
-        messages: Sequence[Message],
-        *,
-        max_tokens: int | None,
-        params: Mapping[str, Any],
-    ) -> None:
-        self._router = router
-        self._messages = messages
-        self._max_tokens = max_tokens
-        self._params = dict(params)
-        self._queue: asyncio.Queue[StreamDelta | None] = asyncio.Queue()
-        self._task: asyncio.Task[ChatResult] | None = None
-        self.result: ChatResult | None = None
-
-    async def __aenter__(self) -> Self:
-        self._start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def _start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(
-                self._router.chat(
-                    self._messages,
-                    max_tokens=self._max_tokens,
-                    stream=True,
-                    on_delta=self._queue.put_nowait,
-                    **self._params,
-                )
-            )
-            self._task.add_done_callback(lambda _: self._queue.put_nowait(None))
-
-    def __aiter__(self) -> AsyncIterator[StreamDelta]:
-        return self._deltas()
-
-    async def _deltas(self) -> AsyncIterator[StreamDelta]:
-        self._start()
-        assert self._task is not None
-        while True:
-            delta = await self._queue.get()
-            if delta is None:
-                break
-            yield delta
-        self.result = await self._task
-
-    async def aclose(self) -> None:
-        """Cancel the request if it is still running."""
-        task = self._task
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        elif task is not None and task.done() and not task.cancelled():
-            # Surface nothing here: the iterator re-raises the task's error.
-            task.exception()

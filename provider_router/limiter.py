@@ -1,4 +1,4 @@
-"""An adaptive concurrency limiter: additive increase, multiplicative decrease."""
+"""An adaptive concurrency limiter: slow start, additive increase, multiplicative decrease."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ from typing import Literal, TypeAlias
 from provider_router._exceptions import ConfigurationError
 from provider_router._types import Clock
 
-__all__ = ["AdaptiveLimiter", "Outcome"]
+__all__ = ["SLOW_START_WINDOW", "AdaptiveLimiter", "Outcome"]
+
+SLOW_START_WINDOW = 32
+"""Where a slow start begins unless ``initial`` says otherwise."""
+
+_LN2 = math.log(2)
 
 Outcome: TypeAlias = Literal["success", "rate_limited", "neutral"]
 """How a request that held a slot ended, as far as the limiter cares."""
@@ -20,9 +25,16 @@ Outcome: TypeAlias = Literal["success", "rate_limited", "neutral"]
 class AdaptiveLimiter:
     """Caps requests in flight at a window that adapts to rate limits (AIMD).
 
-    The window starts at ``initial`` (default: ``max_concurrency``) and moves
-    like TCP's congestion window:
+    The window starts at ``initial`` (default: ``max_concurrency``, or
+    :data:`SLOW_START_WINDOW` with a slow start) and moves like TCP's congestion
+    window:
 
+    * **slow start** (with ``slow_start`` seconds): from the first
+      :meth:`acquire`, the window doubles every ``slow_start`` seconds of
+      ``clock``, paced by time rather than by answers (an answer can take
+      minutes, a 429 comes back in milliseconds), until ``max_concurrency`` or
+      the first counted 429, which ends it. A timer admits waiters as the window
+      grows.
     * **multiplicative decrease**: a request that ends ``"rate_limited"`` (a 429)
       multiplies the window by ``decrease_factor``, never below
       ``min_concurrency``. One overshoot makes many requests fail together, so
@@ -33,6 +45,16 @@ class AdaptiveLimiter:
       about ``increase`` slots per window's worth of successes, never above
       ``max_concurrency``.
     * ``"neutral"`` outcomes (other failures) only free the slot.
+    * with ``accelerate``, the additive step itself doubles with every window's
+      worth of successes since the last decrease (capped at half the
+      window per window of successes): after a deep cut the window climbs back
+      in a few round trips rather than one slot per round trip, and near the
+      limit it still probes gently.
+    * with ``shrink_to_in_flight``, every 429 (counted or not) also caps the
+      window at the requests still in flight: the refused request's slot is not
+      handed to a waiter, who would only draw the next 429. New requests then go
+      out as answers come back, so a rate-limited run cannot turn into a storm
+      of instant 429s while the multiplicative decrease is cooling down.
 
     Usage::
 
@@ -54,10 +76,16 @@ class AdaptiveLimiter:
         decrease_factor: multiplier on a counted 429, in (0, 1).
         increase: slots added per window's worth of successes, > 0.
         cooldown: minimum seconds between two decreases.
-        clock: monotonic seconds (injected in tests).
+        slow_start: seconds for the window to double during slow start;
+            ``None`` starts at ``initial`` with no slow start.
+        shrink_to_in_flight: cap the window at the requests in flight on every 429.
+        accelerate: let the additive step grow between decreases (see above).
+        clock: monotonic seconds (injected in tests; with a slow start, call
+            :meth:`tick` after moving a fake clock).
     """
 
     __slots__ = (
+        "_accelerate",
         "_clock",
         "_cooldown",
         "_decrease_factor",
@@ -68,6 +96,13 @@ class AdaptiveLimiter:
         "_limit",
         "_max",
         "_min",
+        "_probe",
+        "_ramp",
+        "_ramp_base",
+        "_ramp_from",
+        "_ramping",
+        "_shrink",
+        "_timer",
         "_waiters",
         "_window",
     )
@@ -81,6 +116,9 @@ class AdaptiveLimiter:
         decrease_factor: float = 0.9,
         increase: float = 1.0,
         cooldown: float = 0.1,
+        slow_start: float | None = None,
+        shrink_to_in_flight: bool = False,
+        accelerate: bool = False,
         clock: Clock = time.monotonic,
     ) -> None:
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
@@ -92,7 +130,10 @@ class AdaptiveLimiter:
                 f"min_concurrency must be in [1, max_concurrency={max_concurrency}], "
                 f"got {min_concurrency}"
             )
-        start = max_concurrency if initial is None else initial
+        if slow_start is not None and not slow_start > 0:
+            raise ConfigurationError(f"slow_start must be > 0 seconds or None, got {slow_start}")
+        default = max_concurrency if slow_start is None else min(max_concurrency, SLOW_START_WINDOW)
+        start = max(min_concurrency, default) if initial is None else initial
         if not min_concurrency <= start <= max_concurrency:
             raise ConfigurationError(
                 f"initial must be in [min_concurrency={min_concurrency}, "
@@ -116,6 +157,14 @@ class AdaptiveLimiter:
         self._epoch = 0
         self._in_flight = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._ramp = slow_start if slow_start is not None else 1.0
+        self._ramping = slow_start is not None and start < max_concurrency
+        self._ramp_base = float(start)
+        self._ramp_from: float | None = None
+        self._shrink = shrink_to_in_flight
+        self._accelerate = accelerate
+        self._probe = 1.0
+        self._timer: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
         return (
@@ -132,6 +181,11 @@ class AdaptiveLimiter:
     def window(self) -> float:
         """The exact window, fractional slots included."""
         return self._window
+
+    @property
+    def slow_start(self) -> bool:
+        """Whether the window is still in its time-paced slow start."""
+        return self._ramping
 
     @property
     def max_concurrency(self) -> int:
@@ -154,11 +208,16 @@ class AdaptiveLimiter:
 
     async def acquire(self) -> int:
         """Wait for a slot; return the ticket to hand back to :meth:`release`."""
+        if self._ramping:
+            self._ramp_up()
         if self._in_flight < self._limit and not self._waiters:
             self._in_flight += 1
             return self._epoch
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         self._waiters.append(future)
+        if self._ramping and self._timer is None:
+            self._timer = loop.call_later(self._ramp / 4, self.tick)
         try:
             await future
         except asyncio.CancelledError:
@@ -182,17 +241,60 @@ class AdaptiveLimiter:
             raise RuntimeError("AdaptiveLimiter.release() called more times than acquire()")
         self._in_flight -= 1
         if outcome == "success":
-            if self._window < self._max:
-                self._set_window(min(self._max, self._window + self._increase / self._window))
+            if self._ramping:
+                self._ramp_up()
+            window = self._window
+            if window < self._max:
+                step = self._increase / window
+                if self._accelerate:
+                    step *= self._probe
+                    self._probe = min(self._probe * (1.0 + _LN2 / window), max(1.0, window / 2))
+                self._set_window(min(self._max, window + step))
         elif outcome == "rate_limited":
+            if self._shrink and self._window > self._in_flight:
+                self._set_window(float(max(self._min, self._in_flight)))
             now = self._clock()
             if ticket >= self._epoch and now - self._last_decrease >= self._cooldown:
+                self._end_slow_start()
+                self._probe = 1.0
                 self._epoch += 1
                 self._last_decrease = now
                 self._set_window(max(float(self._min), self._window * self._decrease_factor))
         elif outcome != "neutral":
             raise ValueError(f"unknown outcome {outcome!r}")
         self._wake()
+
+    def tick(self) -> None:
+        """Grow a slow-starting window to what the clock allows and admit waiters.
+
+        The limiter's own timer calls this while requests wait in slow start.
+        """
+        self._timer = None
+        if not self._ramping:
+            return
+        self._ramp_up()
+        self._wake()
+        if self._ramping and self._waiters:
+            self._timer = asyncio.get_running_loop().call_later(self._ramp / 4, self.tick)
+
+    def _ramp_up(self) -> None:
+        now = self._clock()
+        if self._ramp_from is None:
+            self._ramp_from = now
+            return
+        doublings = min(64.0, (now - self._ramp_from) / self._ramp)
+        window = self._ramp_base * 2.0**doublings
+        if window >= self._max:
+            window = float(self._max)
+            self._end_slow_start()
+        if window > self._window:
+            self._set_window(window)
+
+    def _end_slow_start(self) -> None:
+        self._ramping = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _set_window(self, window: float) -> None:
         self._window = window

@@ -37,6 +37,8 @@ async def _settle() -> None:
         ({"max_concurrency": 10, "decrease_factor": 0.0}, "decrease_factor"),
         ({"max_concurrency": 10, "increase": 0}, "increase"),
         ({"max_concurrency": 10, "cooldown": -1}, "cooldown"),
+        ({"max_concurrency": 10, "slow_start": 0}, "slow_start"),
+        ({"max_concurrency": 10, "slow_start": -1.0}, "slow_start"),
     ],
 )
 def test_rejects_bad_settings(kwargs: dict, message: str) -> None:
@@ -259,3 +261,106 @@ async def test_aimd_settles_near_a_capacity_under_a_simulated_rate_limit() -> No
     tail = limits[-100:]
     assert min(tail) >= 45
     assert max(tail) <= 56
+
+
+async def test_slow_start_doubles_the_window_per_period_of_the_clock() -> None:
+    clock = Clock()
+    limiter = AdaptiveLimiter(1000, slow_start=0.05, clock=clock)
+    assert limiter.slow_start
+    assert limiter.limit == 32  # SLOW_START_WINDOW
+    tickets = [await limiter.acquire() for _ in range(32)]  # the clock starts here
+    waiters = [asyncio.create_task(limiter.acquire()) for _ in range(100)]
+    await _settle()
+    assert limiter.waiting == 100
+    clock.now = 0.05  # one doubling: 64
+    limiter.tick()
+    await _settle()
+    assert limiter.limit == 64
+    assert limiter.in_flight == 64
+    assert limiter.waiting == 68
+    clock.now = 0.10  # 128
+    limiter.tick()
+    await _settle()
+    assert limiter.in_flight == 128
+    clock.now = 0.15  # 256: everyone is in
+    limiter.tick()
+    await _settle()
+    assert limiter.in_flight == 132
+    assert all(w.done() for w in waiters)
+    clock.now = 1.0  # 32 * 2**20 is past the ceiling: slow start is over
+    limiter.release(tickets[0], "success")
+    assert limiter.limit == 1000
+    assert not limiter.slow_start
+
+
+async def test_slow_start_timer_admits_waiters_without_answers() -> None:
+    # Real time here: the limiter's own timer must grow the window while nothing returns.
+    limiter = AdaptiveLimiter(8, initial=1, slow_start=0.001)
+    await limiter.acquire()
+    waiters = [asyncio.create_task(limiter.acquire()) for _ in range(7)]
+    await asyncio.wait_for(asyncio.gather(*waiters), timeout=5)
+    assert limiter.in_flight == 8
+
+
+async def test_first_counted_429_ends_slow_start_at_what_was_in_flight() -> None:
+    clock = Clock()
+    limiter = AdaptiveLimiter(
+        2000, slow_start=0.05, shrink_to_in_flight=True, decrease_factor=0.5, clock=clock
+    )
+    tickets = [await limiter.acquire() for _ in range(32)]
+    clock.now = 0.2  # the window would be 512 by now
+    tickets += [await limiter.acquire() for _ in range(8)]
+    assert limiter.limit == 512
+    limiter.release(tickets.pop(), "rate_limited")  # 39 still in flight
+    assert not limiter.slow_start
+    assert limiter.window == 39 * 0.5
+    clock.now = 10.0  # time no longer grows the window
+    limiter.release(tickets.pop(), "success")
+    assert limiter.limit == 19
+
+
+async def test_shrink_to_in_flight_does_not_hand_a_429s_slot_to_a_waiter() -> None:
+    clock = Clock()
+    limiter = AdaptiveLimiter(10, shrink_to_in_flight=True, cooldown=5.0, clock=clock)
+    tickets = [await limiter.acquire() for _ in range(10)]
+    limiter.release(tickets.pop(), "rate_limited")  # counted: 9 in flight, x0.9
+    assert limiter.limit == 8
+    waiter = asyncio.create_task(limiter.acquire())
+    await _settle()
+    assert not waiter.done()
+    # Not counted (cool-down), yet the slot is not handed on either.
+    limiter.release(tickets.pop(), "neutral")  # 8 in flight
+    limiter.release(tickets.pop(), "rate_limited")  # 7 in flight: window capped at 7
+    await _settle()
+    assert limiter.limit == 7
+    assert not waiter.done()
+    # A success frees a slot for the waiter (ack clocking).
+    limiter.release(tickets.pop(), "success")
+    await _settle()
+    assert waiter.done()
+
+
+async def test_plain_aimd_hands_a_429s_slot_on() -> None:
+    limiter = AdaptiveLimiter(10, cooldown=5.0, clock=Clock())
+    tickets = [await limiter.acquire() for _ in range(10)]
+    limiter.release(tickets.pop(), "rate_limited")  # window 9, 9 in flight
+    limiter.release(tickets.pop(), "rate_limited")  # cool-down: no decrease; 8 in flight
+    waiter = asyncio.create_task(limiter.acquire())
+    await _settle()
+    assert waiter.done()
+
+
+async def test_accelerate_grows_the_step_between_decreases() -> None:
+    plain = AdaptiveLimiter(1000, initial=20)
+    fast = AdaptiveLimiter(1000, initial=20, accelerate=True)
+    for limiter in (plain, fast):
+        for _ in range(100):  # about five windows' worth of successes
+            limiter.release(await limiter.acquire(), "success")
+    assert 24 <= plain.limit <= 25  # about one slot per window
+    assert fast.limit >= 35  # the step doubled each window
+    # A decrease resets the step to one slot per window.
+    fast.release(await fast.acquire(), "rate_limited")
+    before = fast.window
+    for _ in range(int(before)):
+        fast.release(await fast.acquire(), "success")
+    assert fast.window - before < 1.6

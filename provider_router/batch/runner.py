@@ -251,7 +251,11 @@ class BatchRunner:
             ledger = self._given_ledger
         else:
             path = self.out / LEDGER_FILE
-            ledger = SQLiteLedger(path, None if path.exists() else self.budget)
+            # NORMAL survives a killed process, as the journal does (it is flushed, not
+            # fsynced, per batch); FULL would put an fsync in front of every send.
+            ledger = SQLiteLedger(
+                path, None if path.exists() else self.budget, synchronous="NORMAL"
+            )
         state = await ledger.snapshot()
         if state.limit != self.budget:
             await ledger.set_limit(self.budget)

@@ -37,6 +37,7 @@ from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.cli._render import make_console
+from provider_router.cli.project import parse_count
 
 __all__ = ["plan_from_args", "register", "run_batch"]
 
@@ -54,12 +55,9 @@ def _usd(value: str) -> Decimal:
 
 
 def _positive(value: str) -> int:
-    try:
-        number = int(value.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    number = parse_count(value)  # "7M", "250k", "2,000" read as people write them
     if number <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number above 0, got {number}")
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {value!r}")
     return number
 
 

@@ -263,9 +263,16 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
     )
     data = WHITESPACE + bodies.dumps(payload)
     if kind == "reset":
+        # Like the real service: headers (with the generation id) and the
+        # keep-alive whitespace are already out when the connection drops, so a
+        # client can still reconcile the charge through /generation.
         attempt.record.outcome = "reset"
+        response = web.StreamResponse(headers={"X-Generation-Id": plan.gen_id})
+        response.content_type = "application/json"
+        await response.prepare(attempt.request)
+        await response.write(WHITESPACE)
         _abort(attempt.request)
-        return web.Response(status=502)
+        return response
     if kind == "truncate":
         attempt.record.outcome = "truncate"
         response = web.StreamResponse(headers={"X-Generation-Id": plan.gen_id})

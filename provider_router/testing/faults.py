@@ -12,7 +12,11 @@ has a ``kind``, an optional scope (``provider`` tag or slug, ``key``, ``model``,
   the next ``times`` ones ("429 twice, then succeed" is ``times: 2``);
 * ``window``: only between ``start`` and ``end`` simulated seconds;
 * ``max_in_flight`` (rate limits): fire while that many requests are already in
-  flight at the provider (or for the key, with ``scope: platform``).
+  flight at the provider (or for the key, with ``scope: platform``);
+* ``per_second`` (rate limits): a token bucket per provider tag (or per key, with
+  ``scope: platform``) admitting that many attempts per simulated second, with
+  ``burst`` tokens of capacity (default: one second's worth); it reads only the
+  simulator's clock, so a run with an injected clock is deterministic.
 
 Kinds that fail an attempt before any byte is sent (``rate_limit``,
 ``provider_error``, ``down``) let OpenRouter fall back to the next provider unless
@@ -51,6 +55,8 @@ _FIELDS = (
     "times",
     "window",
     "max_in_flight",
+    "per_second",
+    "burst",
     "status",
     "retry_after",
     "after_tokens",
@@ -75,6 +81,8 @@ class Fault:
     times: int | None = None
     window: tuple[float, float] | None = None
     max_in_flight: int | None = None
+    per_second: float | None = None
+    burst: float | None = None
     status: int | None = None
     retry_after: float = 1.0
     after_tokens: int | None = None
@@ -83,6 +91,7 @@ class Fault:
     message: str | None = None
     seen: int = 0
     fired: int = 0
+    _buckets: dict[str, tuple[float, float]] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -95,6 +104,17 @@ class Fault:
             )
         if self.scope == "platform" and self.kind != "rate_limit":
             raise ConfigurationError("only rate_limit faults can have scope 'platform'")
+        if self.per_second is not None:
+            if self.kind != "rate_limit" or self.max_in_flight is not None:
+                raise ConfigurationError(
+                    "per_second is a rate_limit trigger (not with max_in_flight)"
+                )
+            if not self.per_second > 0:
+                raise ConfigurationError(f"per_second must be > 0, got {self.per_second}")
+            if self.burst is None:
+                self.burst = max(1.0, self.per_second)
+        if self.burst is not None and not self.burst >= 1:
+            raise ConfigurationError(f"burst must be >= 1, got {self.burst}")
         if self.rate is not None and not 0 <= self.rate <= 1:
             raise ConfigurationError(f"fault rate must be within [0, 1], got {self.rate}")
         if self.provider is not None:
@@ -124,10 +144,16 @@ class Fault:
             return False
         return self.window is None or self.window[0] <= now < self.window[1]
 
-    def fires(self, rng: random.Random, in_flight: int) -> bool:
-        """Count one matching attempt and decide whether the fault fires on it."""
+    def fires(self, rng: random.Random, in_flight: int, now: float = 0.0, bucket: str = "") -> bool:
+        """Count one matching attempt and decide whether the fault fires on it.
+
+        ``now`` (simulated seconds) and ``bucket`` (a tag or key label) feed the
+        ``per_second`` token bucket.
+        """
         if self.max_in_flight is not None:
             hit = in_flight >= self.max_in_flight
+        elif self.per_second is not None:
+            hit = not self._take_token(bucket, now)
         else:
             self.seen += 1
             if self.seen <= self.after:
@@ -139,6 +165,15 @@ class Fault:
         if hit:
             self.fired += 1
         return hit
+
+    def _take_token(self, bucket: str, now: float) -> bool:
+        assert self.per_second is not None
+        assert self.burst is not None
+        tokens, last = self._buckets.get(bucket, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.per_second)
+        admitted = tokens >= 1.0
+        self._buckets[bucket] = (tokens - 1.0 if admitted else tokens, now)
+        return admitted
 
 
 class FaultBook:
@@ -168,7 +203,9 @@ class FaultBook:
     ) -> Fault | None:
         """A platform rate limit for this key, checked before routing."""
         for fault in self.platform:
-            if fault.applies(None, None, key, model, stream, now) and fault.fires(rng, in_flight):
+            if fault.applies(None, None, key, model, stream, now) and fault.fires(
+                rng, in_flight, now, key
+            ):
                 return fault
         return None
 
@@ -185,7 +222,9 @@ class FaultBook:
     ) -> Fault | None:
         """The first fault that fires for this attempt at this endpoint, if any."""
         for fault in self.attempt:
-            if fault.applies(tag, slug, key, model, stream, now) and fault.fires(rng, in_flight):
+            if fault.applies(tag, slug, key, model, stream, now) and fault.fires(
+                rng, in_flight, now, tag
+            ):
                 return fault
         return None
 
@@ -220,6 +259,8 @@ def fault_from_mapping(
             times=f.opt_integer("times", minimum=0),
             window=window,
             max_in_flight=f.opt_integer("max_in_flight", minimum=0),
+            per_second=f.opt_number("per_second", minimum=0),
+            burst=f.opt_number("burst", minimum=1),
             status=f.opt_integer("status"),
             retry_after=f.number("retry_after", 1.0, minimum=0),
             after_tokens=f.opt_integer("after_tokens", minimum=0),

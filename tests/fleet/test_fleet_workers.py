@@ -58,6 +58,21 @@ async def _wait(proc: subprocess.Popen[str], seconds: float) -> tuple[str, str]:
     return config.with_suffix(".out").read_text(), config.with_suffix(".err").read_text()
 
 
+async def _busiest_worker(observer: FleetQueue) -> int | None:
+    """The index of the worker holding the most claimed prompts, if any holds one."""
+    held: dict[str, int] = {}
+    for ds in ("a", "b"):
+        summary = await observer._client.xpending(observer._key("s", ds), GROUP)
+        for consumer in summary.get("consumers") or []:
+            name = consumer["name"]
+            name = name.decode() if isinstance(name, bytes) else name
+            held[name] = held.get(name, 0) + int(consumer["pending"])
+    workers = {name: count for name, count in held.items() if name.startswith("w") and count}
+    if not workers:
+        return None
+    return int(max(sorted(workers), key=workers.__getitem__)[1:])
+
+
 def _committed(path: Path) -> set[str]:
     return {r["id"] for _, r in read_outputs(path)} if path.exists() else set()
 
@@ -97,28 +112,31 @@ async def test_four_workers_one_killed_spend_the_budget_once_and_lose_nothing(
         observer = FleetQueue(redis_server.url, fleet_name, worker="observer")
         await observer.join(plan)
         try:
-            # Kill worker 0 mid-plan, while it holds claimed prompts.
-            while True:
+            # Kill a worker mid-plan, at a moment when it holds claimed prompts.
+            victim = None
+            while victim is None:
                 progress = await observer.progress()
                 done = sum(t.completed for t in progress.datasets.values())
-                if done >= 40:
-                    break
                 assert all(w.poll() is None for w in workers), "a worker exited early"
-                await asyncio.sleep(0.05)
-            workers[0].send_signal(signal.SIGKILL)
-            await _wait(workers[0], 10)
+                if done >= 40:
+                    victim = await _busiest_worker(observer)
+                if victim is None:
+                    await asyncio.sleep(0.02)
+            workers[victim].send_signal(signal.SIGKILL)
+            await _wait(workers[victim], 10)
             held = {}
             for ds in ("a", "b"):
                 pending = await observer._client.xpending_range(
-                    observer._key("s", ds), GROUP, "-", "+", 1000, consumername="w0"
+                    observer._key("s", ds), GROUP, "-", "+", 1000, consumername=f"w{victim}"
                 )
                 entries = await observer._client.xrange(observer._key("s", ds))
                 by_entry = {eid: fields["id"] for eid, fields in entries}
                 held[ds] = {by_entry[p["message_id"]] for p in pending}
             assert sum(len(ids) for ids in held.values()) > 0
+            survivors = [w for i, w in enumerate(workers) if i != victim]
 
-            outputs = [await _wait(w, 60) for w in workers[1:]]
-            for w, (_, err) in zip(workers[1:], outputs, strict=True):
+            outputs = [await _wait(w, 60) for w in survivors]
+            for w, (_, err) in zip(survivors, outputs, strict=True):
                 assert w.returncode == 0, err[-3000:]
             stats = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
             assert sum(s["budget_stops"] for s in stats) >= 3  # the money, not the work, ran out
@@ -131,6 +149,10 @@ async def test_four_workers_one_killed_spend_the_budget_once_and_lose_nothing(
             }
             final = await observer.progress()
         finally:
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
+                    w.wait()
             await observer.close()
         charged = CREDITS - sim.balance
 
@@ -154,10 +176,11 @@ async def test_four_workers_one_killed_spend_the_budget_once_and_lose_nothing(
         # plus what the killed worker journaled but could not acknowledge.
         assert set(ids) == set().union(*committed)
         assert fleet_done[ds] <= set(ids)
-        assert set(ids) - fleet_done[ds] <= committed[0]
+        assert set(ids) - fleet_done[ds] <= committed[victim]
         assert report.datasets[ds].records == len(ids)
         # What the killed worker had claimed but not committed, the others completed.
-        assert held[ds] - committed[0] <= set().union(*committed[1:])
+        others = [c for i, c in enumerate(committed) if i != victim]
+        assert held[ds] - committed[victim] <= set().union(*others)
     merged_cost = sum((d.cost + d.duplicate_cost for d in report.datasets.values()), Decimal(0))
     assert merged_cost <= state.spent
     assert from_units(sum(t.cost_units for t in final.datasets.values())) <= merged_cost

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,34 @@ async def test_max_in_flight_rate_limit(start_sim: StartSim) -> None:
     assert statuses == [200, 200, 429, 429, 429]
 
 
+async def test_per_second_rate_limit_is_a_token_bucket_on_the_sim_clock(
+    start_sim: StartSim,
+) -> None:
+    now = [0.0]
+    fault = {"kind": "rate_limit", "scope": "platform", "per_second": 2, "burst": 3}
+    sim, client = await start_sim(faults=[fault], speed=math.inf, clock=lambda: now[0])
+
+    async def statuses(n: int) -> list[int]:
+        return [(await client.chat(content=f"r{i}", max_tokens=5)).status for i in range(n)]
+
+    assert await statuses(5) == [200, 200, 200, 429, 429]  # the burst, then empty
+    now[0] = 1.0  # two tokens came back
+    assert await statuses(3) == [200, 200, 429]
+    now[0] = 100.0  # refills to the burst, no further
+    assert await statuses(4) == [200, 200, 200, 429]
+    assert sim.requests[-1].outcome == "rate_limit"
+
+
+async def test_per_second_buckets_are_per_provider_tag(start_sim: StartSim) -> None:
+    now = [0.0]
+    fault = {"kind": "rate_limit", "per_second": 1, "no_fallback": True}
+    _, client = await start_sim(faults=[fault], speed=math.inf, clock=lambda: now[0])
+    first = await client.chat(max_tokens=5, provider=ONLY_CHUTES)
+    again = await client.chat(max_tokens=5, provider=ONLY_CHUTES)
+    other = await client.chat(max_tokens=5, provider={"only": ["deepinfra"]})
+    assert (first.status, again.status, other.status) == (200, 429, 200)
+
+
 async def test_error_200_is_free_and_says_error(start_sim: StartSim) -> None:
     sim, client = await start_sim(
         faults=[{"kind": "error_200", "provider": "chutes", "after_tokens": 3}]
@@ -291,7 +320,15 @@ def test_fault_files_load(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"kind": "nope"}, {"kind": "hang", "scope": "platform"}, {"kind": "rate_limit", "rate": 1.5}],
+    [
+        {"kind": "nope"},
+        {"kind": "hang", "scope": "platform"},
+        {"kind": "rate_limit", "rate": 1.5},
+        {"kind": "rate_limit", "per_second": 0},
+        {"kind": "provider_error", "per_second": 5},
+        {"kind": "rate_limit", "per_second": 5, "max_in_flight": 3},
+        {"kind": "rate_limit", "per_second": 5, "burst": 0.5},
+    ],
 )
 def test_bad_faults_are_configuration_errors(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):

@@ -1,0 +1,348 @@
+"""The router's money: settling, releasing and reconciling ledger reservations.
+
+:class:`Billing` owns what the :class:`~provider_router.Router` charged
+(:attr:`Billing.spent`) and the background reconciliations of cut responses.
+It also owns the router's reaction to a 402 (:meth:`Billing.hold_402`): a
+temporary in-flight hold is waited out; an exhausted balance or key limit stops
+the router (:attr:`Billing.stopped`). One attempt's reservation ends in exactly
+one of three ways:
+
+* **settled** to ``usage.cost`` when an answer came (``/generation`` is asked
+  when the answer carried no cost; the worst case is charged when neither says);
+* **released** when OpenRouter cannot have billed it (an HTTP error, a
+  failure before any generation id, an error finish without usage);
+* **reconciled** in the background through ``/generation`` when it may have been
+  billed (a response cut after its generation id, a cancelled request), at the
+  worst case when OpenRouter cannot say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Final
+
+import structlog
+
+from provider_router import _http
+from provider_router._completion import Completion
+from provider_router._exceptions import (
+    APIConnectionError,
+    APIStatusError,
+    CreditsExhausted,
+    InvalidResponseError,
+    NotFoundError,
+    PaymentRequiredError,
+)
+from provider_router._money import to_decimal
+from provider_router._request import PreparedRequest
+from provider_router._types import Sleep
+from provider_router.ledger import Ledger, Reservation
+from provider_router.results import ChatResult
+
+__all__ = ["Billing", "Charged"]
+
+# The router's events keep one logger name, wherever the code lives (docs/client.md).
+log = structlog.get_logger("provider_router.client")
+
+_GENERATION_PATH: Final = "/generation"
+
+TRANSIENT_402_SOURCES: Final = frozenset({"openrouter_in_flight_budget"})
+"""``limit_source`` values of a 402 that clears by itself as requests in flight settle."""
+
+
+@dataclass(slots=True)
+class Charged:
+    """An attempt that got an answer, and what it was charged."""
+
+    completion: Completion
+    cost: Decimal | None
+    estimate: Decimal | None
+    reserved: Decimal | None
+
+    def result(self, attempts: int, latency: float, quarantine_reason: str | None) -> ChatResult:
+        """The :class:`ChatResult` of the request this attempt finished."""
+        completion = self.completion
+        return ChatResult(
+            text=completion.text,
+            reasoning=completion.reasoning,
+            provider=completion.provider,
+            model=completion.model,
+            generation_id=completion.generation_id,
+            finish_reason=completion.finish_reason,
+            usage=completion.usage,
+            cost=self.cost,
+            estimate=self.estimate,
+            reserved=self.reserved,
+            quarantined=quarantine_reason is not None,
+            quarantine_reason=quarantine_reason,
+            attempts=attempts,
+            latency=latency,
+            message=completion.message,
+            native_finish_reason=completion.native_finish_reason,
+        )
+
+
+class Billing:
+    """Settles, releases and reconciles one router's reservations.
+
+    Args:
+        model: the router's model (for log lines).
+        ledger: the budget, or ``None`` (costs are still counted in ``spent``).
+        http: returns the router's open HTTP client (raises when closed).
+        sleep: awaited between ``/generation`` lookups and temporary 402s.
+        credits_hold_timeout: seconds one request may wait out temporary 402s.
+    """
+
+    __slots__ = (
+        "_background",
+        "_hold_timeout",
+        "_http",
+        "_sleep",
+        "_stopped_message",
+        "ledger",
+        "model",
+        "spent",
+        "stopped",
+    )
+
+    def __init__(
+        self,
+        model: str,
+        ledger: Ledger | None,
+        http: Callable[[], _http.HttpClient],
+        sleep: Sleep,
+        *,
+        credits_hold_timeout: float = 300.0,
+    ) -> None:
+        self.model = model
+        self.ledger = ledger
+        self._http = http
+        self._sleep = sleep
+        self._background: set[asyncio.Task[None]] = set()
+        self._hold_timeout = credits_hold_timeout
+        self.spent = Decimal(0)
+        """USD charged to the ledger (settled costs)."""
+        self.stopped: CreditsExhausted | None = None
+        """Why the router takes no new work (credits ran out), or ``None``."""
+        self._stopped_message = ""
+
+    async def reserve(self, request: PreparedRequest, wait: bool | float) -> Reservation | None:
+        """Reserve the request's worst case (``None`` without a ledger)."""
+        if self.ledger is None:
+            return None
+        return await self.ledger.reserve(request.worst_case, key=request.key, wait=wait)
+
+    async def attach(
+        self, request: PreparedRequest, reservation: Reservation | None, generation_id: str
+    ) -> None:
+        """Remember the generation id, durably on the reservation when there is one."""
+        request.generation_id = generation_id
+        if reservation is not None and self.ledger is not None:
+            await self.ledger.attach(reservation, generation_id)
+
+    async def charge(
+        self, request: PreparedRequest, completion: Completion, reservation: Reservation | None
+    ) -> Charged:
+        """Settle (or release) the reservation of an attempt that got an answer."""
+        usage = completion.usage
+        cost = usage.cost if usage is not None else None
+        estimate = None
+        if usage is not None:
+            estimate = request.plan.estimate(
+                completion.provider,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                cached_tokens=usage.cached_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+            )
+        ledger = self.ledger
+        if completion.error is not None and cost is None:
+            # Zero completion insurance: an error finish is not charged.
+            if reservation is not None and ledger is not None:
+                await ledger.release(reservation)
+            return Charged(completion, None, estimate, None)
+        generation_id = completion.generation_id or request.generation_id
+        if cost is None:
+            if generation_id:
+                cost = await self.generation_cost(generation_id)
+            if cost is None:
+                cost = request.worst_case
+                log.warning(
+                    "route.cost_unknown",
+                    model=self.model,
+                    key=request.key,
+                    generation_id=generation_id,
+                    charged=str(cost),
+                )
+        if reservation is not None and ledger is not None:
+            await ledger.settle(
+                reservation,
+                cost,
+                estimate=estimate,
+                provider=completion.provider,
+                generation_id=generation_id,
+            )
+        self.spent += cost
+        return Charged(
+            completion, cost, estimate, reservation.amount if reservation is not None else None
+        )
+
+    async def close_failed(
+        self, reservation: Reservation, request: PreparedRequest, exc: BaseException
+    ) -> None:
+        """Release or reconcile the reservation of an attempt that failed."""
+        ledger = self.ledger
+        if ledger is None:
+            return
+        never_billed = isinstance(exc, APIStatusError | CreditsExhausted) or (
+            request.generation_id is None and isinstance(exc, Exception)
+        )
+        if never_billed and isinstance(exc, Exception):
+            await ledger.release(reservation)
+            return
+        # The provider may have produced (and billed) something, or we were
+        # cancelled mid-request: ask OpenRouter in the background (a cancelled
+        # task must not wait here), counting the worst case if it cannot say.
+        task = asyncio.ensure_future(self._reconcile(reservation, request.generation_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _reconcile(self, reservation: Reservation, generation_id: str | None) -> None:
+        ledger = self.ledger
+        assert ledger is not None
+        cost = await self.generation_cost(generation_id) if generation_id else None
+        charged = cost if cost is not None else reservation.amount
+        await ledger.settle(reservation, charged, generation_id=generation_id)
+        self.spent += charged
+        log.info(
+            "route.reconciled",
+            model=self.model,
+            generation_id=generation_id,
+            cost=str(charged),
+            worst_case=cost is None,
+        )
+
+    async def drain(self, grace: float) -> None:
+        """Let background reconciliations finish; cancel any still running after ``grace`` s."""
+        if not self._background:
+            return
+        _, pending = await asyncio.wait(self._background, timeout=grace)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def generation_cost(
+        self, generation_id: str, *, attempts: int = 6, delay: float = 0.5
+    ) -> Decimal | None:
+        """The authoritative cost of a generation from ``GET /generation?id=``.
+
+        The record appears a little after the response, so a 404 is retried
+        (``attempts`` times, doubling ``delay``). ``None`` when it never appears
+        or the lookup fails: the caller then counts the worst case.
+        """
+        http = self._http()
+        wait = delay
+        for attempt in range(1, attempts + 1):
+            try:
+                body = await http.get_json(_GENERATION_PATH, params={"id": generation_id})
+            except NotFoundError:
+                if attempt == attempts:
+                    return None
+                await self._sleep(wait)
+                wait *= 2
+                continue
+            except (APIStatusError, APIConnectionError, InvalidResponseError) as exc:
+                log.warning(
+                    "route.generation_lookup_failed", generation_id=generation_id, error=str(exc)
+                )
+                return None
+            data = body.get("data") if isinstance(body, Mapping) else None
+            total = data.get("total_cost") if isinstance(data, Mapping) else None
+            if total is None:
+                return None
+            try:
+                return to_decimal(total, what="total_cost")
+            except ValueError:
+                return None
+        return None
+
+    # --- 402: credits -----------------------------------------------------------------
+
+    async def hold_402(
+        self,
+        exc: PaymentRequiredError,
+        again: Callable[[], Awaitable[Completion]],
+        *,
+        key: str,
+        in_flight: int,
+    ) -> Completion:
+        """Wait out temporary 402s, calling ``again`` after each wait; stop on any other.
+
+        Raises:
+            PaymentRequiredError: a temporary hold lasted past ``credits_hold_timeout``.
+            CreditsExhausted: the balance or the key limit ran out (the router stops).
+        """
+        waited = 0.0
+        while True:
+            delay = exc.retry_after if exc.retry_after and exc.retry_after > 0 else 1.0
+            transient = exc.limit_source in TRANSIENT_402_SOURCES
+            if transient and waited + delay <= self._hold_timeout:
+                log.info(
+                    "route.credits_hold",
+                    model=self.model,
+                    key=key,
+                    retry_after=delay,
+                    in_flight=in_flight,
+                )
+                waited += delay
+                await self._sleep(delay)
+                try:
+                    return await again()
+                except PaymentRequiredError as refused:
+                    exc = refused
+                    continue
+            if transient:
+                raise exc  # held for too long: fail this request, keep the router going
+            await self._stop(exc, in_flight)
+            raise self.stopped_error() from exc
+
+    def stopped_error(self) -> CreditsExhausted:
+        """A fresh :class:`CreditsExhausted` for a stopped router."""
+        # A fresh instance per raise: concurrent requests must not share a traceback.
+        stopped = self.stopped
+        assert stopped is not None
+        return CreditsExhausted(
+            self._stopped_message,
+            limit_source=stopped.limit_source,
+            spent=self.spent,
+            remaining=stopped.remaining,
+        )
+
+    async def _stop(self, exc: PaymentRequiredError, in_flight: int) -> None:
+        if self.stopped is not None:
+            return
+        remaining = None
+        if self.ledger is not None:
+            try:
+                remaining = (await self.ledger.snapshot()).available
+            except Exception:  # a report, not a reason to fail differently
+                remaining = None
+        self._stopped_message = (
+            f"OpenRouter refused with 402 ({exc.message}); the router takes no new work"
+        )
+        self.stopped = CreditsExhausted(
+            self._stopped_message,
+            limit_source=exc.limit_source,
+            spent=self.spent,
+            remaining=remaining,
+        )
+        log.error(
+            "route.credits_exhausted",
+            model=self.model,
+            limit_source=exc.limit_source,
+            spent=str(self.spent),
+            in_flight=in_flight,
+        )

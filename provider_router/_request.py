@@ -1,0 +1,98 @@
+"""One chat request, prepared once and shared by its attempts; its JSON encoded cheaply.
+
+The per-request path encodes only what varies: the messages and the per-call
+fields. The model prefix is encoded when the router is built, the ``provider``
+object once per route plan and demoted set, and the tail for the common call
+shape (no extra parameters) once per ``(max_tokens, stream)`` pair.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+from provider_router._types import Message
+from provider_router.results import StreamDelta
+from provider_router.routing import RoutePlan
+
+__all__ = ["PreparedRequest", "RequestEncoder"]
+
+_encode: Final = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+"""Compact JSON, with one encoder reused (``json.dumps`` with options builds one per call)."""
+
+_TAIL_CACHE_SIZE: Final = 256
+
+
+@dataclass(slots=True)
+class PreparedRequest:
+    """What every attempt of one request shares."""
+
+    payload: bytes
+    stream: bool
+    key: str
+    worst_case: Decimal
+    prompt_estimate: int
+    plan: RoutePlan
+    on_delta: Callable[[StreamDelta], Any] | None
+    generation_id: str | None = None
+    attempts: int = 0
+
+
+class RequestEncoder:
+    """Builds the ``/chat/completions`` body of a router's requests as bytes.
+
+    Args:
+        model: the model id (fixed for the router).
+        defaults: request fields every call carries unless it overrides them.
+    """
+
+    __slots__ = ("_defaults", "_head", "_provider", "_tails")
+
+    def __init__(self, model: str, defaults: Mapping[str, Any]) -> None:
+        self._head = b'{"model":' + _encode(model).encode() + b',"messages":'
+        self._defaults = dict(defaults)
+        self._tails: dict[tuple[int | None, bool], bytes] = {}
+        self._provider: tuple[RoutePlan | None, frozenset[str] | None, bytes] = (None, None, b"")
+
+    def provider_bytes(self, plan: RoutePlan, demoted: frozenset[str]) -> bytes:
+        """The encoded ``provider`` object, recomputed only when the plan or demotions change."""
+        cached_plan, cached_demoted, encoded = self._provider
+        if cached_plan is plan and cached_demoted is demoted:
+            return encoded
+        encoded = _encode(plan.provider_object(demoted)).encode()
+        self._provider = (plan, demoted, encoded)
+        return encoded
+
+    def encode(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int | None,
+        stream: bool,
+        params: Mapping[str, Any],
+        provider: bytes,
+    ) -> bytes:
+        """The body: model, messages, defaults under ``params``, then the rest."""
+        if params:
+            tail = self._tail_of({**self._defaults, **params}, max_tokens, stream)
+        else:
+            key = (max_tokens, stream)
+            cached = self._tails.get(key)
+            if cached is None:
+                cached = self._tail_of(self._defaults, max_tokens, stream)
+                if len(self._tails) < _TAIL_CACHE_SIZE:
+                    self._tails[key] = cached
+            tail = cached
+        return b"".join((self._head, _encode(messages).encode(), tail, provider, b"}"))
+
+    @staticmethod
+    def _tail_of(fields: Mapping[str, Any], max_tokens: int | None, stream: bool) -> bytes:
+        rest = dict(fields)
+        if max_tokens is not None:
+            rest["max_tokens"] = max_tokens
+        if stream:
+            rest["stream"] = True
+        inner = _encode(rest)[1:-1]
+        return (b"," + inner.encode() if inner else b"") + b',"provider":'

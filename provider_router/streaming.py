@@ -1,0 +1,144 @@
+"""Streamed chat completions: reading one attempt's SSE stream, and :class:`ChatStream`.
+
+:func:`read_stream` turns the server-sent events of one attempt into a
+:class:`~provider_router._completion.Completion`, attaching the generation id to
+the reservation as soon as the first chunk names it and handing each text piece
+to ``on_delta``. :class:`ChatStream` is what :meth:`Router.stream` returns: an
+async iterator of :class:`~provider_router.results.StreamDelta` over a request
+that runs (with its retries) in a task of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from provider_router import _http
+from provider_router._billing import Billing
+from provider_router._completion import Completion, StreamAccumulator
+from provider_router._exceptions import APIConnectionError, InvalidResponseError
+from provider_router._request import PreparedRequest
+from provider_router._types import Message
+from provider_router.ledger import Reservation
+from provider_router.results import ChatResult, StreamDelta
+from provider_router.sse import DONE
+
+if TYPE_CHECKING:
+    from provider_router.client import Router
+
+__all__ = ["ChatStream", "read_stream"]
+
+
+async def read_stream(
+    response: _http.PostResponse,
+    request: PreparedRequest,
+    attempt: int,
+    reservation: Reservation | None,
+    billing: Billing,
+    idle_timeout: float,
+) -> Completion:
+    """Read one attempt's stream to its ``[DONE]``.
+
+    Raises:
+        InvalidResponseError: an event is not JSON.
+        APIConnectionError: the stream ended before ``[DONE]`` without an error.
+        RequestTimeout: silence (or only keep-alives) for ``idle_timeout``.
+    """
+    accumulator = StreamAccumulator()
+    on_delta = request.on_delta
+    done = False
+    async for data in response.events(idle_timeout=idle_timeout):
+        if data == DONE:
+            done = True
+            break
+        try:
+            chunk = json.loads(data)
+        except ValueError as exc:
+            raise InvalidResponseError(f"a stream event is not JSON: {data[:200]!r}") from exc
+        known = accumulator.result.generation_id
+        delta = accumulator.feed(chunk, attempt)
+        generation_id = accumulator.result.generation_id
+        if known is None and generation_id and request.generation_id is None:
+            await billing.attach(request, reservation, generation_id)
+        if delta is not None and on_delta is not None:
+            on_delta(delta)
+    completion = accumulator.finish()
+    if not done and completion.error is None:
+        raise APIConnectionError("the stream ended before its [DONE] event")
+    return completion
+
+
+class ChatStream:
+    """An async iterator of :class:`StreamDelta` for one streamed request.
+
+    Use as ``async with router.stream(...) as stream: async for delta in stream``;
+    afterwards :attr:`result` is the :class:`ChatResult`. Leaving the block early
+    cancels the request.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int | None,
+        params: Mapping[str, Any],
+    ) -> None:
+        self._router = router
+        self._messages = messages
+        self._max_tokens = max_tokens
+        self._params = dict(params)
+        self._queue: asyncio.Queue[StreamDelta | None] = asyncio.Queue()
+        self._task: asyncio.Task[ChatResult] | None = None
+        self.result: ChatResult | None = None
+
+    async def __aenter__(self) -> Self:
+        self._start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(
+                self._router.chat(
+                    self._messages,
+                    max_tokens=self._max_tokens,
+                    stream=True,
+                    on_delta=self._queue.put_nowait,
+                    **self._params,
+                )
+            )
+            self._task.add_done_callback(lambda _: self._queue.put_nowait(None))
+
+    def __aiter__(self) -> AsyncIterator[StreamDelta]:
+        return self._deltas()
+
+    async def _deltas(self) -> AsyncIterator[StreamDelta]:
+        self._start()
+        assert self._task is not None
+        while True:
+            delta = await self._queue.get()
+            if delta is None:
+                break
+            yield delta
+        self.result = await self._task
+
+    async def aclose(self) -> None:
+        """Cancel the request if it is still running."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        elif task is not None and task.done() and not task.cancelled():
+            # Surface nothing here: the iterator re-raises the task's error.
+            task.exception()
