@@ -1,4 +1,4 @@
-"""Client benchmarks: our Router against a bare aiohttp+uvloop loop (and the openai SDK).
+"""Client benchmarks: our Router against a bare aiohttp+uvloop loop (and openai, LiteLLM).
 
 Run: ``python -m bench client`` (or ``python bench/bench_client.py``); ``--quick``
 for a smaller run. Everything runs against the local OpenRouter
@@ -9,17 +9,20 @@ against the bare loop measured in the same run (the machine is shared: noisy).
 Sections:
 1. overhead and throughput at 2,000 in flight, 2 s and 200 ms latency: CPU per
    1,000 requests, requests/s, peak RSS: bare aiohttp, our full stack (policy,
-   routing, SQLite ledger, retries, info logging to a file), the openai SDK;
-2. budget runs: seeded runs at 2,000 concurrency with random completion lengths
-   until the budget is gone: overspend and the spent share at exhaustion;
-3. rate limits: the simulator admits ``K`` requests in flight for the key (R = K /
-   latency requests/s); goodput and the share of requests that drew a 429.
+   routing, SQLite ledger, retries, info logging to a file), the openai SDK and
+   LiteLLM's Router (when installed; it is not a dependency);
+2. budget runs: 50 seeded runs (``--jobs`` in parallel) at 2,000 concurrency with
+   random completion lengths until the budget is gone: overspend and the spent
+   share at exhaustion;
+3. rate limits: the simulator admits R requests/s for the key (a token bucket,
+   one run per ``--burst`` depth); goodput and the share of attempts drawing a 429.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import math
 import multiprocessing as mp
@@ -215,6 +218,33 @@ async def _openai(url: str, n: int, concurrency: int, provider: dict[str, Any]) 
         await client.close()
 
 
+async def _litellm(url: str, n: int, concurrency: int, provider: dict[str, Any]) -> Any:
+    # Not a dependency: ``pip install litellm`` to include it (the run says when absent).
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no download at import
+    from litellm import Router as LiteLLMRouter
+
+    router = LiteLLMRouter(
+        model_list=[
+            {
+                "model_name": "kimi",
+                "litellm_params": {"model": f"openrouter/{MODEL}", "api_base": url, "api_key": KEY},
+            }
+        ],
+        num_retries=0,
+    )
+
+    async def send() -> None:
+        response = await router.acompletion(
+            model="kimi",
+            messages=MESSAGES,
+            max_tokens=MAX_TOKENS,
+            extra_body={"provider": provider},
+        )
+        assert response.usage is not None
+
+    return await _measured(_drive(send, n, concurrency))
+
+
 async def _measured(drive: Any) -> dict[str, Any]:
     before = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
@@ -235,7 +265,7 @@ async def _measured(drive: Any) -> dict[str, Any]:
     }
 
 
-_CLIENTS = {"bare": _bare, "ours": _ours, "openai": _openai}
+_CLIENTS = {"bare": _bare, "ours": _ours, "openai": _openai, "litellm": _litellm}
 
 
 def _client_main(kind: str, url: str, n: int, concurrency: int, out: Any) -> None:
@@ -412,7 +442,9 @@ def run_rate_limit(rate: float, burst: float, latency: float, seconds: float) ->
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench client", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller runs")
-    parser.add_argument("--skip", default="", help="comma list: throughput,budget,ratelimit,openai")
+    parser.add_argument(
+        "--skip", default="", help="comma list: throughput,budget,ratelimit,openai,litellm"
+    )
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--jobs", type=int, default=2, help="budget runs in parallel")
     parser.add_argument(
@@ -440,9 +472,12 @@ def main(argv: list[str] | None = None) -> int:
             sim = Sim(speed)
             try:
                 section: dict[str, Any] = {}
-                kinds = ["bare", "ours"] + ([] if "openai" in skip else ["openai"])
+                kinds = ["bare", "ours"] + [k for k in ("openai", "litellm") if k not in skip]
+                if "litellm" in kinds and importlib.util.find_spec("litellm") is None:
+                    print("litellm is not installed: skipped", file=sys.stderr)
+                    kinds.remove("litellm")
                 for kind in kinds:
-                    count = n if kind != "openai" else min(n, 4000)
+                    count = n if kind in ("bare", "ours") else min(n, 4000)
                     section[kind] = run_client(kind, sim.url, count, concurrency)
                     print(f"[{label}] {kind}: {section[kind]}", file=sys.stderr)
                 results[f"throughput_{label}"] = section

@@ -7,12 +7,18 @@ process, one after another, in the same run:
 
 1. ``memory``: the Router with the in-memory ledger (the baseline);
 2. ``redis``: the same Router with the shared :class:`~provider_router.RedisLedger`;
-3. ``redis + fleet queue``: as 2, and every prompt is claimed from the fleet's
-   Redis stream and acknowledged after it completes (the whole worker path).
+3. ``redis + fleet queue``: as 2, and every prompt is claimed through a
+   :class:`~provider_router.FleetSource` (the fleet's Redis stream), journaled in
+   the worker's own :class:`~provider_router.batch.journal.FileJournal` (a small
+   record per result) and acknowledged by the source's writer after each flush:
+   the worker path of ``provider-router run --workers-share`` minus building the
+   full output record.
 
 Reported: requests/s, CPU per 1,000 requests, and each as a ratio against the
-memory ledger. The target: Redis may not cut throughput by more than 10 %.
-The machine is shared, so numbers are noisy; compare the ratios.
+memory ledger: the best round's, and the median and range of the per-round
+ratios (each round runs all three scenarios back to back). The target: Redis may
+not cut throughput by more than 10 %. The machine is shared, so numbers are
+noisy; compare the ratios.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import logging
 import multiprocessing as mp
 import platform
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -47,6 +54,8 @@ from bench.bench_ledger import _start_redis
 async def _router_run(kind: str, url: str, redis_url: str, n: int, concurrency: int) -> Any:
     from provider_router import MemoryLedger, ProviderPolicy, RedisLedger, Router
     from provider_router.batch.fleet import FleetQueue
+    from provider_router.batch.fleet_source import FleetSource
+    from provider_router.batch.journal import FileJournal
     from provider_router.batch.plan import Plan
 
     limit = Decimal(10**3)
@@ -77,58 +86,75 @@ async def _router_run(kind: str, url: str, redis_url: str, n: int, concurrency: 
             plan = Plan.model_validate(
                 {"model": MODEL, "datasets": [{"name": "d", "input": str(path)}]}
             )
-            async with FleetQueue(redis_url, name, worker="bench") as queue:
-                await queue.join(plan)
+            queue = FleetQueue(redis_url, name, worker="bench")
+            journal = FileJournal.open(Path(tmp) / "out")
+            try:
+                source = FleetSource(queue, plan, journal=journal, prefetch=concurrency)
+                await source.start()
                 await queue.wait_loaded()
-                return await _measured(_fleet_loop(router, queue, concurrency))
+                return await _measured(_fleet_loop(router, source, n, concurrency))
+            finally:
+                await queue.close()
+                journal.close("bench")
 
 
-async def _fleet_loop(router: Any, queue: Any, concurrency: int) -> tuple[int, int, list[float]]:
+async def _fleet_loop(
+    router: Any, source: Any, n: int, concurrency: int
+) -> tuple[int, int, list[float]]:
     ok = failed = 0
     latencies: list[float] = []
-    done: list[tuple[Any, int, int, int]] = []
     slots = asyncio.Semaphore(concurrency)
     tasks: set[asyncio.Task[None]] = set()
+    journal = source.journal
+    loop = asyncio.get_running_loop()
     flushing = False
 
-    async def ack() -> None:
+    def flush() -> None:  # once per loop turn, as the batch runner does
         nonlocal flushing
-        await asyncio.sleep(0)  # one acknowledgement per loop turn, as after a journal flush
-        batch = done[:]
-        done.clear()
         flushing = False
-        await queue.complete(batch)
+        journal.flush()
 
     async def one(item: Any) -> None:
         nonlocal ok, failed, flushing
         t0 = time.perf_counter()
+        ds, pid = item.dataset, item.prompt.id
+        journal.claim(ds, pid)
         try:
             result = await router.chat(item.prompt.messages, max_tokens=MAX_TOKENS)
         except Exception:
             failed += 1
+            journal.release(ds, pid, reason="error")
         else:
             ok += 1
             latencies.append(time.perf_counter() - t0)
-            done.append((item, result.usage.completion_tokens, result.usage.prompt_tokens, 0))
+            usage = result.usage
+            record = b'{"id":"%s"}\n' % pid.encode()
+            journal.complete(
+                ds,
+                pid,
+                record,
+                output_tokens=usage.completion_tokens,
+                prompt_tokens=usage.prompt_tokens,
+                cost_units=0,
+            )
             if not flushing:
                 flushing = True
-                acker = asyncio.ensure_future(ack())
-                tasks.add(acker)
-                acker.add_done_callback(tasks.discard)
+                loop.call_soon(flush)
         finally:
             slots.release()
 
-    while True:
-        items = await queue.claim(concurrency)
-        if not items:
+    sent = 0
+    async for item in source:
+        await slots.acquire()
+        task = asyncio.ensure_future(one(item))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        sent += 1
+        if sent == n:  # all of them: do not wait for the fleet's drained signal
             break
-        for item in items:
-            await slots.acquire()
-            task = asyncio.ensure_future(one(item))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
     while tasks:
         await asyncio.gather(*list(tasks))
+    await source.close()
     return ok, failed, latencies
 
 
@@ -158,7 +184,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench fleet")
     parser.add_argument("--quick", action="store_true", help="a smaller run")
     parser.add_argument("--concurrency", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per scenario")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per scenario")
     args = parser.parse_args(argv)
     n = 4_000 if args.quick else 12_000
     redis_proc, redis_url = _start_redis()
@@ -180,16 +206,29 @@ def main(argv: list[str]) -> int:
     print(f"# fleet: {n:,} requests at {args.concurrency:,} in flight, {args.rounds} rounds")
     print(f"# {platform.platform()}, {platform.python_version()}, {mp.cpu_count()} cores")
     base = _best(results["memory"])
-    print("| ledger | requests/s | vs memory | CPU s per 1,000 req | vs memory | failed |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(
+        "| ledger | requests/s (best) | vs memory (best) | vs memory per round: median "
+        "[min–max] | CPU s per 1,000 req (best) | vs memory | CPU vs memory per round | failed |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for kind in kinds:
         best = _best(results[kind])
+        rps = [r["rps"] / m["rps"] for r, m in zip(results[kind], results["memory"], strict=True)]
+        cpu = [
+            r["cpu_per_1000"] / m["cpu_per_1000"]
+            for r, m in zip(results[kind], results["memory"], strict=True)
+        ]
         print(
             f"| {kind} | {best['rps']:,.0f} | {best['rps'] / base['rps']:.2f}× "
+            f"| {_spread(rps)} "
             f"| {best['cpu_per_1000']:.3f} | {best['cpu_per_1000'] / base['cpu_per_1000']:.2f}× "
-            f"| {best['failed']} |"
+            f"| {_spread(cpu)} | {sum(r['failed'] for r in results[kind])} |"
         )
     return 0
+
+
+def _spread(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f}× [{min(ratios):.2f}–{max(ratios):.2f}]"
 
 
 def _best(rounds: list[dict[str, Any]]) -> dict[str, Any]:

@@ -324,20 +324,13 @@ class Billing:
     async def _stop(self, exc: PaymentRequiredError, in_flight: int) -> None:
         if self.stopped is not None:
             return
-        remaining = None
-        if self.ledger is not None:
-            try:
-                remaining = (await self.ledger.snapshot()).available
-            except Exception:  # a report, not a reason to fail differently
-                remaining = None
+        # Mark the router stopped before any await: concurrent requests refused
+        # with the same 402 must find it stopped (one log line, no half state).
         self._stopped_message = (
             f"OpenRouter refused with 402 ({exc.message}); the router takes no new work"
         )
         self.stopped = CreditsExhausted(
-            self._stopped_message,
-            limit_source=exc.limit_source,
-            spent=self.spent,
-            remaining=remaining,
+            self._stopped_message, limit_source=exc.limit_source, spent=self.spent
         )
         log.error(
             "route.credits_exhausted",
@@ -345,4 +338,16 @@ class Billing:
             limit_source=exc.limit_source,
             spent=str(self.spent),
             in_flight=in_flight,
+        )
+        if self.ledger is None:
+            return
+        try:
+            remaining = (await self.ledger.snapshot()).available
+        except Exception:  # a report, not a reason to fail differently
+            return
+        self.stopped = CreditsExhausted(
+            self._stopped_message,
+            limit_source=exc.limit_source,
+            spent=self.spent,
+            remaining=remaining,
         )

@@ -289,7 +289,9 @@ class CreditsExhausted(BudgetError):
     Attributes:
         limit_source: which limit OpenRouter named, when it did.
         spent: what this client spent, in USD.
-        remaining: what OpenRouter or the ledger says is left, when known.
+        remaining: what this client's ledger still allows, when it has one. The
+            ledger's budget may outlast OpenRouter's balance: that is why this
+            error exists.
     """
 
     def __init__(
@@ -309,7 +311,7 @@ class CreditsExhausted(BudgetError):
         if spent is not None:
             parts.append(f"spent ${spent}")
         if remaining is not None:
-            parts.append(f"remaining ${remaining}")
+            parts.append(f"ledger budget left ${remaining}")
         super().__init__("; ".join(parts))
 
 

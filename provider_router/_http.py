@@ -48,6 +48,7 @@ from provider_router._exceptions import (
     RequestTimeout,
     error_for_status,
 )
+from provider_router._resource import AsyncResource
 from provider_router.sse import SSEParser
 
 __all__ = [
@@ -209,7 +210,7 @@ def connection_error(exc: BaseException, *, what: str, timeout: float | None) ->
     return APIConnectionError(f"{what}: connection failed: {detail}")
 
 
-class HttpClient:
+class HttpClient(AsyncResource):
     """One aiohttp session to OpenRouter (or the local one), with errors mapped.
 
     Args:
@@ -404,15 +405,7 @@ class HttpClient:
         if session is not None and self._owns_session and not session.closed:
             await session.close()
 
-    async def __aenter__(self) -> HttpClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _on_exit(self) -> None:
         await self.aclose()
 
 
@@ -513,7 +506,11 @@ class PostResponse:
             body = await self._response.read()
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise connection_error(exc, what=self._what, timeout=self._seconds) from exc
-        return decode_json(body, what=self._what, expect=expect)
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            # Let decode_json say what was wrong (empty, not JSON) and where.
+            return decode_json(body, what=self._what, expect=expect)
 
     async def events(self, *, idle_timeout: float | None = None) -> AsyncIterator[str]:
         """Yield the ``data`` of each server-sent event (``"[DONE]"`` included).

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, TypeVar
 
 import cachetools
@@ -37,6 +36,7 @@ from provider_router._exceptions import (
     NotFoundError,
 )
 from provider_router._http import HttpClient
+from provider_router._resource import AsyncResource
 from provider_router._types import Clock, ModelId
 from provider_router.records import (
     Model,
@@ -66,7 +66,7 @@ def _endpoints_path(model_id: str) -> str:
     return f"/models/{author}/{slug}/endpoints"
 
 
-class Catalog:
+class Catalog(AsyncResource):
     """Model and endpoint metadata, fetched on demand and cached for ``ttl`` seconds.
 
     Args:
@@ -263,15 +263,7 @@ class Catalog:
         if self._owns_http and self._http is not None:
             await self._http.aclose()
 
-    async def __aenter__(self) -> Catalog:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _on_exit(self) -> None:
         await self.aclose()
 
 

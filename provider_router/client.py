@@ -34,8 +34,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 import structlog
 from pydantic import SecretStr
@@ -56,6 +55,7 @@ from provider_router._exceptions import (
     RateLimitError,
 )
 from provider_router._request import PreparedRequest, RequestEncoder
+from provider_router._resource import AsyncResource
 from provider_router._types import Clock, Message, Sleep
 from provider_router.catalog import Catalog
 from provider_router.health import ProviderHealth
@@ -83,7 +83,7 @@ DEFAULT_WORKLOAD = Workload(prompt_tokens=500, completion_tokens=2000)
 """The request shape endpoints are ranked for when none is given."""
 
 
-class Router:
+class Router(AsyncResource):
     """Sends chat completions for one model only to allowed providers, within a budget.
 
     Use it as an async context manager::
@@ -242,16 +242,10 @@ class Router:
 
     # --- life cycle -------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
+    async def _on_enter(self) -> None:
         await self.open()
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _on_exit(self) -> None:
         await self.close()
 
     async def open(self) -> None:

@@ -45,11 +45,13 @@ class AdaptiveLimiter:
       about ``increase`` slots per window's worth of successes, never above
       ``max_concurrency``.
     * ``"neutral"`` outcomes (other failures) only free the slot.
-    * with ``accelerate``, the additive step itself doubles with every window's
-      worth of successes since the last decrease (capped at half the
-      window per window of successes): after a deep cut the window climbs back
-      in a few round trips rather than one slot per round trip, and near the
-      limit it still probes gently.
+    * with ``accelerate``, below the window of the last decrease (the last
+      known limit; none before the first decrease after slow start) the additive
+      step doubles with every window's worth of successes since that decrease
+      (at most half the window per window of successes): after a deep cut the
+      window climbs back in a few round trips rather than one slot per round
+      trip; past the last known limit it probes one slot per window again, so a
+      deep token bucket that hides the limit for seconds is not overrun.
     * with ``shrink_to_in_flight``, every 429 (counted or not) also caps the
       window at the requests still in flight: the refused request's slot is not
       handed to a waiter, who would only draw the next 429. New requests then go
@@ -86,6 +88,7 @@ class AdaptiveLimiter:
 
     __slots__ = (
         "_accelerate",
+        "_ceiling",
         "_clock",
         "_cooldown",
         "_decrease_factor",
@@ -164,6 +167,7 @@ class AdaptiveLimiter:
         self._shrink = shrink_to_in_flight
         self._accelerate = accelerate
         self._probe = 1.0
+        self._ceiling = math.inf
         self._timer: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
@@ -246,7 +250,7 @@ class AdaptiveLimiter:
             window = self._window
             if window < self._max:
                 step = self._increase / window
-                if self._accelerate:
+                if self._accelerate and window < self._ceiling:
                     step *= self._probe
                     self._probe = min(self._probe * (1.0 + _LN2 / window), max(1.0, window / 2))
                 self._set_window(min(self._max, window + step))
@@ -255,7 +259,10 @@ class AdaptiveLimiter:
                 self._set_window(float(max(self._min, self._in_flight)))
             now = self._clock()
             if ticket >= self._epoch and now - self._last_decrease >= self._cooldown:
-                self._end_slow_start()
+                if self._ramping:
+                    self._end_slow_start()  # a time-paced overshoot is no ceiling
+                else:
+                    self._ceiling = self._window
                 self._probe = 1.0
                 self._epoch += 1
                 self._last_decrease = now

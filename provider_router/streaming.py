@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from provider_router import _http
 from provider_router._billing import Billing
 from provider_router._completion import Completion, StreamAccumulator
 from provider_router._exceptions import APIConnectionError, InvalidResponseError
 from provider_router._request import PreparedRequest
+from provider_router._resource import AsyncResource
 from provider_router._types import Message
 from provider_router.ledger import Reservation
 from provider_router.results import ChatResult, StreamDelta
@@ -71,7 +71,7 @@ async def read_stream(
     return completion
 
 
-class ChatStream:
+class ChatStream(AsyncResource):
     """An async iterator of :class:`StreamDelta` for one streamed request.
 
     Use as ``async with router.stream(...) as stream: async for delta in stream``;
@@ -95,16 +95,10 @@ class ChatStream:
         self._task: asyncio.Task[ChatResult] | None = None
         self.result: ChatResult | None = None
 
-    async def __aenter__(self) -> Self:
+    async def _on_enter(self) -> None:
         self._start()
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _on_exit(self) -> None:
         await self.aclose()
 
     def _start(self) -> None:

@@ -364,3 +364,34 @@ async def test_accelerate_grows_the_step_between_decreases() -> None:
     for _ in range(int(before)):
         fast.release(await fast.acquire(), "success")
     assert fast.window - before < 1.6
+
+
+async def test_accelerate_stops_at_the_last_known_limit() -> None:
+    limiter = AdaptiveLimiter(1000, initial=100, accelerate=True, cooldown=0, clock=Clock())
+    limiter.release(await limiter.acquire(), "rate_limited")  # the limit: 100; window 90
+    assert limiter.limit == 90
+    for _ in range(400):  # accelerates back to 100 within a few windows...
+        limiter.release(await limiter.acquire(), "success")
+        if limiter.window >= 100:
+            break
+    assert limiter.window >= 100
+    # ...then probes one slot per window of successes, as plain AIMD does.
+    before = limiter.window
+    for _ in range(100):
+        limiter.release(await limiter.acquire(), "success")
+    assert limiter.window - before < 1.1
+
+
+async def test_a_slow_start_overshoot_sets_no_limit_to_stop_at() -> None:
+    clock = Clock()
+    limiter = AdaptiveLimiter(
+        1000, slow_start=0.05, shrink_to_in_flight=True, accelerate=True, clock=clock
+    )
+    tickets = [await limiter.acquire() for _ in range(20)]
+    limiter.release(tickets.pop(), "rate_limited")  # slow start ends at 19 * 0.9
+    assert limiter.limit == 17
+    for ticket in tickets:
+        limiter.release(ticket, "neutral")
+    for _ in range(200):
+        limiter.release(await limiter.acquire(), "success")
+    assert limiter.limit > 60  # still accelerating: no ceiling from the overshoot

@@ -35,7 +35,9 @@ return added
 
 COMPLETE: Final = """
 -- KEYS: stream, done, tally   ARGV: group, then (entry id, prompt id, out, in, cost)...
--- Returns 1 per first completion, 0 per duplicate (already done by another worker).
+-- Returns {flags, totals}: flags holds 1 per first completion, 0 per duplicate
+-- (already done by another worker); totals is the tally's completed, out, in
+-- and cost right after (so the worker's view of targets is fresh at each ack).
 local out = {}
 local t = {completed = 0, out = 0, ['in'] = 0, cost = 0, duplicates = 0}
 for i = 2, #ARGV, 5 do
@@ -55,7 +57,7 @@ end
 for field, value in pairs(t) do
   if value ~= 0 then redis.call('HINCRBY', KEYS[3], field, string.format('%d', value)) end
 end
-return out
+return {out, redis.call('HMGET', KEYS[3], 'completed', 'out', 'in', 'cost')}
 """
 
 GIVE_BACK: Final = """
@@ -96,13 +98,22 @@ return #all / 2
 """
 
 TOUCH: Final = """
--- KEYS: stream   ARGV: group, consumer
--- Reset the idle time of every entry this consumer holds (a heartbeat), so
--- no other worker reclaims them; entries others hold are never touched.
+-- KEYS: stream   ARGV: group, consumer, then (optionally) the entry ids to keep
+-- Reset the idle time of the entries this consumer holds (a heartbeat), so no
+-- other worker reclaims them; entries others hold are never touched. Given ids,
+-- only those of them it holds are touched: an entry the worker lost track of
+-- (say a claim whose reply never arrived) then idles out and is reclaimed.
 local held = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 100000, ARGV[2])
 if #held == 0 then return 0 end
+local keep = nil
+if #ARGV > 2 then
+  keep = {}
+  for i = 3, #ARGV do keep[ARGV[i]] = true end
+end
 local ids = {}
-for i = 1, #held do ids[i] = held[i][1] end
+for i = 1, #held do
+  if keep == nil or keep[held[i][1]] then ids[#ids + 1] = held[i][1] end
+end
 for i = 1, #ids, 1000 do
   local args = {'XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0}
   for j = i, math.min(i + 999, #ids) do args[#args + 1] = ids[j] end

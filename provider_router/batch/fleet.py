@@ -63,6 +63,8 @@ __all__ = [
     "FleetQueue",
     "FleetTally",
     "WorkItem",
+    "describe_error",
+    "is_transient",
 ]
 
 log = structlog.get_logger(__name__)
@@ -73,6 +75,14 @@ DEFAULT_IDLE_TIMEOUT: Final = 30.0
 GROUP: Final = "workers"
 _LOAD_BATCH = 500
 _LOCK_SECONDS = 30.0
+POOL_SIZE: Final = 8
+"""Connections per worker. A worker runs a handful of Redis calls at once (one
+blocking claim, the acknowledgement writer, the heartbeat, the loader, a
+progress read); more than that is a bug, and queues for a connection."""
+_POOL_WAIT = 30.0
+"""Seconds a call waits for a free connection before failing (never forever)."""
+_SOCKET_TIMEOUT = 30.0
+"""Seconds before a silent Redis counts as gone (a blocking claim waits far less)."""
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
@@ -82,6 +92,26 @@ def _import_redis() -> Any:
     except ImportError as exc:
         raise MissingDependencyError("Shared workers (--workers-share)", "redis") from exc
     return redis.asyncio
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a Redis failure may pass if retried (a lost or busy connection, a timeout).
+
+    Script errors, wrong types and our own :class:`ConfigurationError` are not:
+    retrying them cannot help.
+    """
+    try:
+        from redis import exceptions as redis_errors
+    except ImportError:  # pragma: no cover - fleets need redis
+        return False
+    transient = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
+    return isinstance(exc, transient)
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` (redis-py's own ``repr`` of its errors leaves the message out)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def plan_fingerprint(plan: Plan) -> str:
@@ -224,7 +254,17 @@ class FleetQueue:
         self.worker = worker or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
         self.idle_timeout = float(idle_timeout)
         self._base = f"{prefix}:{{{name}}}:"
-        self._client: Redis = aioredis.Redis.from_url(url, decode_responses=True)
+        # Blocking, bounded pool: a burst of calls queues for a connection instead of
+        # failing with MaxConnectionsError (the client closes the pool it owns).
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=POOL_SIZE,
+            timeout=_POOL_WAIT,
+            socket_timeout=_SOCKET_TIMEOUT,
+            socket_connect_timeout=_SOCKET_TIMEOUT,
+            decode_responses=True,
+        )
+        self._client: Redis = aioredis.Redis.from_pool(pool)
         self._scripts = {
             key: self._client.register_script(getattr(lua, key))
             for key in ("ENQUEUE", "COMPLETE", "GIVE_BACK", "UNPARK", "TOUCH")
@@ -236,6 +276,9 @@ class FleetQueue:
         self._loader: asyncio.Task[None] | None = None
         self.load_problems: list[Exception] = []
         """Bad lines this worker's loader skipped (empty unless it loaded)."""
+        self.totals: dict[str, tuple[int, int, int, int]] = {}
+        """Per dataset, the fleet's (completed, output tokens, prompt tokens, cost units)
+        as of this worker's last :meth:`complete` (which includes what it acknowledged)."""
 
     def __repr__(self) -> str:
         return f"FleetQueue(name={self.name!r}, worker={self.worker!r})"
@@ -387,7 +430,8 @@ class FleetQueue:
                 self._key("done", dataset),
                 self._key("tally", dataset),
             ]
-            flags = await self._scripts["COMPLETE"](keys=keys, args=args)
+            flags, totals = await self._scripts["COMPLETE"](keys=keys, args=args)
+            self.totals[dataset] = tuple(int(x or 0) for x in totals)  # type: ignore[assignment]
             for index, flag in zip(indexes, flags, strict=True):
                 first[index] = bool(flag)
         duplicates = first.count(False)
@@ -395,11 +439,14 @@ class FleetQueue:
             log.warning("fleet.duplicates", fleet=self.name, count=duplicates)
         return first
 
-    async def give_back(self, items: Sequence[WorkItem], *, park: bool = False) -> int:
+    async def give_back(
+        self, items: Sequence[WorkItem], *, park: bool = False, failed: bool = True
+    ) -> int:
         """Return claimed prompts to the queue (``park``: set them aside until the next run).
 
         Only prompts this worker still holds are returned; the count says how many.
-        A given-back prompt counts one more attempt.
+        A prompt given back because it ``failed`` counts one more attempt; one
+        returned unsent (the worker stopped, its dataset reached its target) does not.
         """
         given = 0
         by_dataset: dict[str, list[WorkItem]] = {}
@@ -408,7 +455,8 @@ class FleetQueue:
         for dataset, group in by_dataset.items():
             args: list[Any] = [GROUP, self.worker, 1 if park else 0]
             for item in group:
-                args += (item.entry_id, item.prompt.id, item.payload, item.attempts + 1)
+                attempts = item.attempts + 1 if failed else item.attempts
+                args += (item.entry_id, item.prompt.id, item.payload, attempts)
             keys = [
                 self._key("s", dataset),
                 self._key("parked", dataset),
@@ -419,15 +467,28 @@ class FleetQueue:
 
     # --- keeping the fleet healthy ---------------------------------------------------------
 
-    async def maintain(self, *, reclaim: bool = True) -> list[WorkItem]:
+    async def maintain(
+        self, *, reclaim: bool = True, holding: Mapping[str, Iterable[str]] | None = None
+    ) -> list[WorkItem]:
         """The periodic duty of every worker (call every ``idle_timeout / 3`` seconds).
 
         Touches this worker's claimed prompts (so no one takes them), takes over
         loading if the loader died before finishing, and (``reclaim``) returns
         the prompts of dead workers that this worker now holds.
+
+        Args:
+            reclaim: also take over the prompts of dead workers.
+            holding: the entry ids this worker knows it holds, per dataset; only
+                those are kept alive, so an entry it lost track of goes back to
+                the fleet after ``idle_timeout``. ``None``: keep every entry it holds.
         """
         for dataset in self.datasets:
-            await self._scripts["TOUCH"](keys=[self._key("s", dataset)], args=[GROUP, self.worker])
+            args = [GROUP, self.worker]
+            if holding is not None:
+                # A sentinel id keeps the list non-empty: "keep none of them".
+                args += ["0-0", *holding.get(dataset, ())]
+            await self._scripts["TOUCH"](keys=[self._key("s", dataset)], args=args)
+        self._check_loader()
         loading = self._loader is not None and not self._loader.done()
         if (
             not loading
@@ -437,6 +498,25 @@ class FleetQueue:
         ):
             self._loader = asyncio.create_task(self._load(self._plan))
         return await self.reclaim() if reclaim else []
+
+    def _check_loader(self) -> None:
+        """Collect a finished loader's outcome (its failure is never left unretrieved).
+
+        A transient failure lets go of the loading (the lock is released), so the
+        next heartbeat of any worker takes over; any other failure is raised.
+        """
+        loader = self._loader
+        if loader is None or not loader.done():
+            return
+        self._loader = None
+        exc = None if loader.cancelled() else loader.exception()
+        if exc is None:
+            return
+        if not is_transient(exc):
+            raise exc
+        log.warning(
+            "fleet.load_failed", fleet=self.name, worker=self.worker, error=describe_error(exc)
+        )
 
     async def reclaim(self, *, count: int = 1000) -> list[WorkItem]:
         """Take over prompts idle longer than ``idle_timeout`` (their worker died).
@@ -479,9 +559,14 @@ class FleetQueue:
         return keep
 
     async def wait_loaded(self) -> None:
-        """Wait until this worker's own loader (if it is loading) has finished."""
+        """Wait until this worker's own loader (if it is loading) has finished.
+
+        Raises:
+            Exception: what made the loader fail.
+        """
         if self._loader is not None:
-            await self._loader
+            loader, self._loader = self._loader, None
+            await loader
 
     # --- progress ---------------------------------------------------------------------------
 

@@ -17,6 +17,9 @@ datasets:
     input: prompts/opencodeinstruct.jsonl
     max_requests: 20000
     generation: {max_tokens: 4096}        # overrides the plan's defaults
+# Several workers sharing this plan and one budget (docs/workers.md):
+ledger: redis://redis.internal:6379/0     # --ledger
+workers_share: b3-b8                      # --workers-share
 ```
 
 Errors name the file and, for YAML, the line of the offending value.
@@ -53,6 +56,8 @@ DEFAULT_BATCH_MAX_TOKENS = 8192
 """Completion-token cap per request when neither the plan nor a flag says."""
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_SHARED_NAME = re.compile(r"^[^{}\s]{1,128}$")
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _REASONING_EFFORTS = frozenset({"max", "xhigh", "high", "medium", "low", "minimal", "none"})
 
 
@@ -142,6 +147,11 @@ class Plan(_Frozen):
         policy: keyword arguments of :class:`~provider_router.ProviderPolicy`.
         generation: defaults for every dataset's generation parameters.
         datasets: the datasets, in the order their work is interleaved.
+        ledger: a Redis URL: keep the budget there (shared by every process using
+            it) instead of in ``<out>/ledger.sqlite``.
+        ledger_name: the shared ledger's name (default: ``workers_share``).
+        workers_share: the name under which several workers share this plan's
+            prompts through ``ledger``'s Redis (see docs/workers.md).
     """
 
     model: str = Field(min_length=1)
@@ -150,6 +160,42 @@ class Plan(_Frozen):
     policy: dict[str, Any] = Field(default_factory=dict)
     generation: GenerationParams = GenerationParams(max_tokens=DEFAULT_BATCH_MAX_TOKENS)
     datasets: tuple[DatasetSpec, ...] = Field(min_length=1)
+    ledger: str | None = None
+    ledger_name: str | None = None
+    workers_share: str | None = None
+
+    @field_validator("ledger")
+    @classmethod
+    def _ledger_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(_REDIS_SCHEMES):
+            raise ValueError(
+                f"ledger must be a Redis URL (redis://host:6379/0, rediss://, unix://), "
+                f"got {value!r}; without it the ledger is <out>/ledger.sqlite"
+            )
+        return value
+
+    @field_validator("ledger_name", "workers_share")
+    @classmethod
+    def _shared_name(cls, value: str | None) -> str | None:
+        if value is not None and not _SHARED_NAME.match(value):
+            raise ValueError(f"{value!r} must be 1-128 characters without spaces or braces")
+        return value
+
+    @model_validator(mode="after")
+    def _shared_needs_ledger(self) -> Plan:
+        if self.workers_share is not None and self.ledger is None:
+            raise ValueError(
+                "workers_share needs a shared ledger: ledger: redis://host:6379/0 "
+                "(or --ledger); the fleet's queue and budget live in that Redis"
+            )
+        if self.ledger is not None and self.shared_ledger_name is None:
+            raise ValueError("a Redis ledger needs a name: ledger_name (or workers_share)")
+        return self
+
+    @property
+    def shared_ledger_name(self) -> str | None:
+        """The Redis ledger's name: ``ledger_name``, else the ``workers_share`` name."""
+        return self.ledger_name or self.workers_share
 
     @field_validator("budget", mode="before")
     @classmethod
@@ -193,9 +239,19 @@ class Plan(_Frozen):
         max_tokens: int | None = None,
         exclude_below: str | None = None,
         target_output_tokens: int | None = None,
+        ledger: str | None = None,
+        ledger_name: str | None = None,
+        workers_share: str | None = None,
     ) -> Plan:
         """This plan with the given command-line values replacing the file's."""
         update: dict[str, Any] = {}
+        for key, value in (
+            ("ledger", ledger),
+            ("ledger_name", ledger_name),
+            ("workers_share", workers_share),
+        ):
+            if value is not None:
+                update[key] = value
         if model is not None:
             update["model"] = model
         if budget is not None:

@@ -5,7 +5,9 @@ here runs on the per-request path. Per dataset it shows requests done / total,
 output tokens toward the target, spend, effective $ per million output tokens,
 requests/s and tokens/s (this run), and an ETA in time and money; the header
 shows the ledger's spend and what is left of the budget, requests in flight,
-and errors and retries by kind.
+and errors and retries by kind. In a fleet (``--workers-share``) the figures,
+rates and ETAs are the whole fleet's, the ledger is the shared one, and the
+header counts the live workers.
 """
 
 from __future__ import annotations
@@ -71,7 +73,10 @@ def _header(p: RunProgress) -> str:
             f"spent ${p.ledger.spent:.4f} of ${p.ledger.limit} "
             f"(reserved ${p.ledger.reserved:.4f}, left ${p.ledger.available:.4f})"
         )
-    parts.append(f"in flight {p.in_flight}")
+    if p.workers is not None:
+        parts.append(f"fleet: {p.workers} worker(s), {p.in_flight} in flight here")
+    else:
+        parts.append(f"in flight {p.in_flight}")
     parts.append(f"retries {p.retries}, errors {p.errors}, 429s {p.rate_limited}")
     if p.failures_by_kind:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(p.failures_by_kind.items()))

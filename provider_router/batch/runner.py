@@ -28,9 +28,10 @@ flushed once per event-loop turn, so a burst of completions costs two writes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -47,8 +48,10 @@ from provider_router._exceptions import (
     ProviderRouterError,
 )
 from provider_router._money import from_units, to_units
+from provider_router.batch.fleet import FleetQueue, FleetTally, WorkItem, describe_error
+from provider_router.batch.fleet_source import FleetSource
 from provider_router.batch.inputs import Prompt, PromptReader, count_lines, first_problem_error
-from provider_router.batch.journal import DatasetTally, FileJournal
+from provider_router.batch.journal import DatasetTally, FileJournal, Journal
 from provider_router.batch.output import encode_record, make_record
 from provider_router.batch.plan import DatasetSpec, Plan, reached
 from provider_router.batch.summary import (
@@ -79,7 +82,7 @@ class _Dataset:
     spec: DatasetSpec
     params: dict[str, Any]
     max_tokens: int
-    reader: PromptReader
+    reader: PromptReader | None  # None in a fleet: the fleet's loader reads the files
     prompts: Iterator[Prompt]
     tally: DatasetTally
     counter: Counter
@@ -118,7 +121,12 @@ class DatasetProgress:
 
 @dataclass(frozen=True, slots=True)
 class RunProgress:
-    """A snapshot of the whole run for the progress display."""
+    """A snapshot of the whole run for the progress display.
+
+    In a fleet (``workers`` is set) the datasets' figures, rates and ETAs are the
+    whole fleet's, ``ledger`` is the shared ledger, and ``in_flight`` is this
+    worker's requests.
+    """
 
     datasets: tuple[DatasetProgress, ...]
     elapsed: float
@@ -129,6 +137,7 @@ class RunProgress:
     retries: int = 0
     rate_limited: int = 0
     errors: int = 0
+    workers: int | None = None
 
 
 class BatchRunner:
@@ -142,7 +151,14 @@ class BatchRunner:
         base_url, api_key: OpenRouter's (defaults from the environment).
         router_options: further :class:`~provider_router.Router` keyword arguments.
         ledger: a ledger to use instead of ``<out>/ledger.sqlite`` (its limit is
-            set to the plan's budget).
+            set to the plan's budget); for a fleet, the shared
+            :class:`~provider_router.RedisLedger`. The caller closes it.
+        fleet: share the plan with other workers through this
+            :class:`~provider_router.FleetQueue` (see docs/workers.md): prompts are
+            claimed from the fleet instead of read from the files, results go to
+            ``out`` (this worker's own directory) and are acknowledged to the fleet,
+            and progress and summary show the whole fleet. Give it the fleet's
+            shared ``ledger`` too. The runner closes the queue.
 
     Example::
 
@@ -161,9 +177,15 @@ class BatchRunner:
         api_key: str | None = None,
         router_options: Mapping[str, Any] | None = None,
         ledger: Ledger | None = None,
+        fleet: FleetQueue | None = None,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
+        if fleet is not None and ledger is None:
+            raise ConfigurationError(
+                "workers sharing a plan must share one budget: give the fleet's ledger "
+                "(--ledger redis://...)"
+            )
         self.plan = plan
         self.budget: Decimal = plan.budget
         self.out = Path(out)
@@ -172,6 +194,10 @@ class BatchRunner:
         self._api_key = api_key
         self._router_options = dict(router_options or {})
         self._given_ledger = ledger
+        self._fleet = fleet
+        self.source: FleetSource | None = None
+        """The fleet source while a fleet run is going on."""
+        self._fleet_start: dict[str, FleetTally] = {}
         self.ledger: Ledger | None = None
         self.router: Router | None = None
         self.journal: FileJournal | None = None
@@ -194,12 +220,16 @@ class BatchRunner:
             self._reason = reason
             self._message = message
             log.info("batch.stopping", reason=reason.value, in_flight=len(self._tasks))
+        if self.source is not None:
+            self.source.stop()
         self._wake.set()
 
     def abandon(self) -> None:
         """Cancel requests in flight (the second Ctrl-C); they are counted at worst case."""
         self._reason = StopReason.ABANDONED
         self._message = "requests in flight were abandoned and counted at their worst case"
+        if self.source is not None:
+            self.source.stop()
         for task in list(self._tasks):
             task.cancel()
         self._wake.set()
@@ -230,13 +260,17 @@ class BatchRunner:
                     "their prompts run again and their cost is reconciled by the ledger"
                 )
             journal.prepare([d.name for d in self.plan.datasets])
-            if self.strict:
+            if self.strict and self._fleet is None:  # a fleet checks when joining
                 await asyncio.to_thread(self._validate_inputs)
             summary = await self._run_with_ledger(journal)
             reason = summary.reason.value
             return summary
         finally:
-            journal.close(reason)
+            try:
+                if self._fleet is not None:
+                    await self._fleet.close()
+            finally:
+                journal.close(reason)
 
     def _validate_inputs(self) -> None:
         for spec in self.plan.datasets:
@@ -285,8 +319,11 @@ class BatchRunner:
                         f"(${report.reconciled_cost}), {len(report.worst_case)} counted at "
                         f"worst case (${report.worst_case_cost})"
                     )
-                await self._prepare_datasets(journal)
-                await self._dispatch(journal, router)
+                if self._fleet is not None:
+                    await self._run_fleet(self._fleet, journal, ledger, router)
+                else:
+                    await self._prepare_datasets(journal)
+                    await self._dispatch(journal, router)
             self.ledger_state = await ledger.snapshot()
             return self._summary()
         finally:
@@ -323,6 +360,55 @@ class BatchRunner:
         for dataset in self._datasets:
             task = asyncio.ensure_future(self._count_lines(dataset))
             self._background(task)
+
+    async def _run_fleet(
+        self, fleet: FleetQueue, journal: FileJournal, ledger: Ledger, router: Router
+    ) -> None:
+        source = FleetSource(
+            fleet,
+            self.plan,
+            journal=journal,
+            prefetch=self.plan.concurrency,
+            strict=self.strict,
+            ledger=ledger,
+            resolve=router.resolve,
+        )
+        await source.start()
+        self.source = source
+        failed: BaseException | None = None
+        try:
+            self._fleet_start = dict(source.progress.datasets)
+            for spec in self.plan.datasets:
+                params = self.plan.params_for(spec).request_params()
+                self._datasets.append(
+                    _Dataset(
+                        spec=spec,
+                        params=params,
+                        max_tokens=int(params.pop("max_tokens")),
+                        reader=None,
+                        prompts=iter(()),
+                        tally=source.tally(spec.name),
+                        counter=Counter(),
+                        relocate=False,
+                    )
+                )
+            await self._dispatch(source.journal, router)
+        finally:
+            # Given back, acknowledged, heartbeat stopped: before the journal closes.
+            try:
+                await source.close()
+            except Exception as exc:
+                failed = exc
+        if failed is not None:
+            log.error("batch.fleet_failed", error=describe_error(failed))
+            if self._reason in (None, StopReason.COMPLETE, StopReason.INCOMPLETE):
+                self._reason = StopReason.ERROR
+                self._message = f"the fleet's Redis failed: {describe_error(failed)}"
+        else:
+            with contextlib.suppress(Exception):  # a last look for the summary only
+                await source.refresh()
+        for ds in self._datasets:
+            ds.tally = source.tally(ds.spec.name)
 
     async def _count_lines(self, dataset: _Dataset) -> None:
         try:
@@ -370,15 +456,63 @@ class BatchRunner:
                     journal.relocate(name, prompt.id, prompt.location)
         return None
 
-    async def _dispatch(self, journal: FileJournal, router: Router) -> None:
+    async def _next_claimed(
+        self, journal: Journal, items: AsyncIterator[WorkItem]
+    ) -> tuple[_Dataset, Prompt] | None:
+        """The next prompt the fleet gives this worker, or None when it has no more."""
+        source = self.source
+        assert source is not None
+        by_name = {ds.spec.name: ds for ds in self._datasets}
+        while self._reason is None:
+            for ds in self._datasets:
+                ds.tally = journal.tally(ds.spec.name)
+                if reached(ds.spec, ds.tally.completed, ds.tally.output_tokens):
+                    source.exclude(ds.spec.name)  # for the whole fleet: its tally is shared
+            try:
+                item = await anext(items, None)
+            except Exception as exc:  # the fleet's Redis failed for good: stop, loudly
+                log.error("batch.fleet_failed", error=describe_error(exc))
+                self.stop(StopReason.ERROR, f"the fleet's Redis failed: {describe_error(exc)}")
+                return None
+            if item is None:
+                if self._reason is None:
+                    for ds in self._datasets:
+                        ds.exhausted = True
+                return None
+            ds = by_name[item.dataset]
+            # Near a target, wait for requests in flight to land (each wake is one
+            # landing) rather than overshoot; once reached, the prompt goes back.
+            while not self._can_send(ds) and self._reason is None:
+                ds.tally = journal.tally(ds.spec.name)
+                if reached(ds.spec, ds.tally.completed, ds.tally.output_tokens):
+                    source.exclude(ds.spec.name)
+                    break
+                self._wake.clear()
+                await self._wake.wait()
+            if self._reason is not None or not self._can_send(ds):
+                source.put_back(item)
+                continue
+            if journal.claim(ds.spec.name, item.prompt.id):
+                return ds, item.prompt
+        return None
+
+    async def _dispatch(self, journal: Journal, router: Router) -> None:
         slots = asyncio.Semaphore(self.plan.concurrency)
         turn = itertools.count()
+        items = aiter(self.source) if self.source is not None else None
         while self._reason is None:
             await slots.acquire()
             if self._reason is not None:
                 slots.release()
                 break
-            picked = self._next(journal, next(turn))
+            if items is not None:
+                picked = await self._next_claimed(journal, items)
+                if picked is None:
+                    slots.release()
+                    break
+            else:
+                assert isinstance(journal, FileJournal)
+                picked = self._next(journal, next(turn))
             if picked is None:
                 slots.release()
                 # (A finished task leaves `_tasks` a loop turn later; `inflight` is exact.)
@@ -396,14 +530,18 @@ class BatchRunner:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         journal.flush()
         if self._reason is None:
-            unfinished = [d for d in self._datasets if d.counter.failures and not self._done(d)]
+            unfinished = [
+                d
+                for d in self._datasets
+                if (d.counter.failures or self.source is not None) and not self._done(d)
+            ]
             self._reason = StopReason.INCOMPLETE if unfinished else StopReason.COMPLETE
             if unfinished:
                 self._message = "some prompts failed; run the same command again to retry them"
 
     async def _one(
         self,
-        journal: FileJournal,
+        journal: Journal,
         router: Router,
         ds: _Dataset,
         prompt: Prompt,
@@ -422,8 +560,10 @@ class BatchRunner:
             counter.failed("Abandoned")
             raise
         except BaseException as exc:
-            journal.release(name, prompt.id, reason=type(exc).__name__)
+            # Counted (and a stop for money decided) first: a fleet gives the prompt
+            # back as unsent, not as failed, once its worker is stopping.
             self._failed(ds, exc)
+            journal.release(name, prompt.id, reason=type(exc).__name__)
             if not isinstance(exc, Exception):
                 raise
         else:
@@ -457,7 +597,7 @@ class BatchRunner:
             log.error("batch.unexpected_error", dataset=ds.spec.name, error=repr(exc))
 
     def _completed(
-        self, journal: FileJournal, ds: _Dataset, prompt: Prompt, result: ChatResult, started: float
+        self, journal: Journal, ds: _Dataset, prompt: Prompt, result: ChatResult, started: float
     ) -> None:
         finished = time.time()
         usage = result.usage
@@ -516,7 +656,7 @@ class BatchRunner:
             counter.cost += cost
             counter.retries += retries
 
-    def _flush(self, journal: FileJournal) -> None:
+    def _flush(self, journal: Journal) -> None:
         self._flush_pending = False
         journal.flush()
 
@@ -528,10 +668,18 @@ class BatchRunner:
 
     # --- reporting ----------------------------------------------------------------------------
 
+    def _fleet_tally(self, ds: _Dataset) -> FleetTally | None:
+        if self.source is None:
+            return None
+        return self.source.progress.datasets.get(ds.spec.name, FleetTally())
+
     def _total(self, ds: _Dataset) -> int | None:
-        if ds.exhausted:
-            total: int | None = ds.tally.completed + ds.inflight + ds.counter.failures
-        elif ds.lines is not None:
+        fleet = self._fleet_tally(ds)
+        if fleet is not None:
+            total: int | None = fleet.total  # every prompt the fleet's loader enqueued
+        elif ds.exhausted:
+            total = ds.tally.completed + ds.inflight + ds.counter.failures
+        elif ds.lines is not None and ds.reader is not None:
             total = ds.lines - ds.reader.bad_lines
         else:
             total = None
@@ -542,27 +690,52 @@ class BatchRunner:
     def _done(self, ds: _Dataset) -> bool:
         if reached(ds.spec, ds.tally.completed, ds.tally.output_tokens):
             return True
+        fleet = self._fleet_tally(ds)
+        if fleet is not None:  # the fleet drained it; prompts parked as failed remain
+            return ds.exhausted and fleet.parked == 0 and ds.inflight == 0
         return ds.exhausted and not ds.counter.failures and ds.inflight == 0
+
+    def _fleet_rates(self, ds: _Dataset, tally: DatasetTally) -> Counter:
+        """The fleet's work since this worker started, for rates and ETAs (with our failures)."""
+        start = self._fleet_start.get(ds.spec.name, FleetTally())
+        own = ds.counter
+        return Counter(
+            requests=tally.completed - start.completed,
+            output_tokens=tally.output_tokens - start.output_tokens,
+            cost=from_units(tally.cost_units - start.cost_units),
+            failures=own.failures,
+            retries=own.retries,
+            failures_by_kind=own.failures_by_kind,
+            first_start=own.first_start,
+            last_end=own.last_end,
+        )
 
     def progress(self) -> RunProgress:
         """A snapshot for the progress display (cheap; call it a few times a second)."""
         failures: dict[str, int] = {}
         retries = 0
         datasets = []
+        source = self.source
         for ds in self._datasets:
             for kind, n in ds.counter.failures_by_kind.items():
                 failures[kind] = failures.get(kind, 0) + n
             retries += ds.counter.retries
+            tally, run, in_flight = ds.tally, ds.counter, ds.inflight
+            fleet = self._fleet_tally(ds)
+            if source is not None and fleet is not None:
+                tally = source.tally(ds.spec.name)
+                run = self._fleet_rates(ds, tally)
+                in_flight = fleet.in_flight
             datasets.append(
                 DatasetProgress(
                     name=ds.spec.name,
-                    completed=ds.tally.completed,
+                    completed=tally.completed,
                     total=self._total(ds),
-                    output_tokens=ds.tally.output_tokens,
+                    output_tokens=tally.output_tokens,
                     target_output_tokens=ds.spec.target_output_tokens,
-                    in_flight=ds.inflight,
-                    cost=from_units(ds.tally.cost_units),
-                    run=ds.counter,
+                    in_flight=in_flight,
+                    cost=from_units(tally.cost_units),
+                    run=run,
                     finished=self._done(ds) or (ds.exhausted and ds.inflight == 0),
                 )
             )
@@ -581,6 +754,7 @@ class BatchRunner:
             retries=retries,
             rate_limited=rate_limited,
             errors=errors,
+            workers=None if source is None else source.progress.workers,
         )
 
     def _summary(self) -> RunSummary:
@@ -595,7 +769,7 @@ class BatchRunner:
                     cost=from_units(ds.tally.cost_units),
                     target_output_tokens=ds.spec.target_output_tokens,
                     max_requests=ds.spec.max_requests,
-                    bad_lines=ds.reader.bad_lines,
+                    bad_lines=self._bad_lines(ds),
                     lost=ds.tally.lost,
                     run=ds.counter,
                 )
@@ -622,7 +796,10 @@ class BatchRunner:
             message += "; run the same command again to resume" + (
                 " (with a higher --budget)" if reason is StopReason.BUDGET else ""
             )
-        bad = [str(p) for ds in self._datasets for p in ds.reader.problems]
+        if self._fleet is not None:
+            bad = [str(p) for p in self._fleet.load_problems]
+        else:
+            bad = [str(p) for ds in self._datasets if ds.reader for p in ds.reader.problems]
         summary = RunSummary(
             reason=reason,
             datasets=reports,
@@ -636,9 +813,44 @@ class BatchRunner:
             bad_lines=bad,
             recovered=list(self._recovered),
             message=message.lstrip("; "),
+            fleet=self._fleet_report(),
         )
         summary.write(self.out / SUMMARY_FILE)
         return summary
+
+    def _bad_lines(self, ds: _Dataset) -> int:
+        fleet = self._fleet_tally(ds)
+        if fleet is not None:
+            return fleet.bad_lines
+        return ds.reader.bad_lines if ds.reader is not None else 0
+
+    def _fleet_report(self) -> dict[str, Any] | None:
+        """The fleet's side of the summary: who did what, what is left (None outside a fleet)."""
+        source = self.source
+        if source is None:
+            return None
+        progress = source.progress
+        return {
+            "name": source.queue.name,
+            "worker": source.queue.worker,
+            "workers": progress.workers,
+            "this_worker": {
+                "completed": sum(ds.counter.requests for ds in self._datasets),
+                "reclaimed_from_dead_workers": source.reclaimed,
+                "duplicates": source.duplicates,
+            },
+            "datasets": {
+                name: {
+                    "total": t.total,
+                    "completed": t.completed,
+                    "queued": t.queued,
+                    "in_flight": t.in_flight,
+                    "parked": t.parked,
+                    "duplicates": t.duplicates,
+                }
+                for name, t in progress.datasets.items()
+            },
+        }
 
 
 def _fingerprint(paths: tuple[Path, ...]) -> list[Any]:

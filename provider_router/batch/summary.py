@@ -235,6 +235,9 @@ class RunSummary:
         bad_lines: ``file:line: problem`` for each line skipped in this run.
         recovered: notes on what resuming repaired (journal, ledger).
         message: one line on why it stopped.
+        fleet: in a fleet, the fleet's name, workers and per-dataset queue state,
+            and what this worker did; the datasets' figures and ``spent`` are then
+            the whole fleet's (None outside a fleet).
     """
 
     reason: StopReason
@@ -249,6 +252,7 @@ class RunSummary:
     bad_lines: list[str]
     recovered: list[str]
     message: str = ""
+    fleet: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -273,6 +277,7 @@ class RunSummary:
             },
             "bad_lines": self.bad_lines,
             "recovered": self.recovered,
+            **({"fleet": self.fleet} if self.fleet is not None else {}),
         }
 
     def write(self, path: Path) -> None:
@@ -343,6 +348,19 @@ class RunSummary:
                 f"{c.wall_time:.1f}s",
             )
         console.print(providers)
+        if self.fleet is not None:
+            mine = self.fleet["this_worker"]
+            left = sum(d["queued"] + d["in_flight"] for d in self.fleet["datasets"].values())
+            parked = sum(d["parked"] for d in self.fleet["datasets"].values())
+            console.print(
+                f"Fleet {self.fleet['name']!r} ({self.fleet['workers']} live worker(s)): the "
+                f"figures above are the whole fleet's; this worker completed "
+                f"{mine['completed']:,}, took over {mine['reclaimed_from_dead_workers']:,} "
+                f"from dead workers; {left:,} prompt(s) still queued or in flight, "
+                f"{parked:,} parked as failed",
+                markup=False,
+                highlight=False,
+            )
         to_finish = "unknown" if self.to_finish is None else f"${self.to_finish}"
         console.print(
             f"[bold]{self.reason.value}[/bold]: spent ${self.spent:.4f} of ${self.budget} "

@@ -26,7 +26,7 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 
-from provider_router.catalog import Catalog
+from provider_router.cli._options import add_market_arguments, load_listing
 from provider_router.cli._render import (
     format_per_million,
     format_percent,
@@ -139,23 +139,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--completion-tokens", type=_count, default=DEFAULT_COMPLETION_TOKENS, metavar="N",
         help=f"output tokens per request (default {DEFAULT_COMPLETION_TOKENS})",
     )  # fmt: skip
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--base-url", metavar="URL", help="API root (default: $OPENROUTER_BASE_URL)"
-    )
-    source.add_argument("--snapshot", metavar="FILE", help="read the listing from a snapshot file")
+    add_market_arguments(parser.add_mutually_exclusive_group())
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(handler=_handle)
-
-
-async def load_listing(
-    model_id: str, *, base_url: str | None = None, snapshot: str | None = None
-) -> ModelEndpoints:
-    """The endpoints of ``model_id`` from a snapshot file, or fetched."""
-    if snapshot is not None:
-        return await Catalog.load_snapshot(snapshot).endpoints(model_id)
-    async with Catalog(base_url=base_url) as catalog:
-        return await catalog.endpoints(model_id)
 
 
 @dataclass(frozen=True, slots=True)

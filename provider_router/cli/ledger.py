@@ -14,26 +14,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from provider_router._exceptions import ConfigurationError
+from provider_router.cli._options import non_negative_usd
 from provider_router.cli._render import print_json
 from provider_router.ledger import LedgerState, RedisLedger, Reservation, SQLiteLedger
 from provider_router.ledger._durable import DurableLedger
 
 __all__ = ["register"]
-
-
-def _usd(text: str) -> Decimal:
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"not an amount in USD: {text!r}") from None
-    if not value.is_finite() or value < 0:
-        raise argparse.ArgumentTypeError(f"not a non-negative amount in USD: {text!r}")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -48,8 +38,8 @@ def register(subparsers: Any) -> None:
     topup = commands.add_parser("topup", help="change the budget")
     _add_target(topup)
     amount = topup.add_mutually_exclusive_group(required=True)
-    amount.add_argument("--limit", type=_usd, help="the new limit in USD")
-    amount.add_argument("--add", type=_usd, help="USD to add to the current limit")
+    amount.add_argument("--limit", type=non_negative_usd, help="the new limit in USD")
+    amount.add_argument("--add", type=non_negative_usd, help="USD to add to the current limit")
     topup.set_defaults(handler=_topup)
 
 

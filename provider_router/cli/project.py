@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import math
-import re
 import sys
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -27,7 +26,13 @@ from typing import Any
 
 from provider_router._exceptions import ConfigurationError
 from provider_router.batch.plan import Plan, load_plan
-from provider_router.catalog import Catalog
+from provider_router.cli._options import (
+    add_market_arguments,
+    budget_usd,
+    load_listing,
+    parse_count,
+    positive_count,
+)
 from provider_router.client import Router
 from provider_router.ledger import MemoryLedger
 from provider_router.policy import ProviderPolicy
@@ -43,36 +48,8 @@ from provider_router.workload_stats import (
     sample_prompts,
 )
 
+# parse_count moved to cli/_options.py; it stays importable from here (cli/run.py uses it).
 __all__ = ["parse_count", "register"]
-
-_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9}
-_COUNT = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([kKmMgGbB]?)\s*$")
-
-
-def parse_count(text: str) -> int:
-    """``"10M"`` → 10,000,000; ``"7.5m"``, ``"250k"``, ``"1_000"`` and ``"2,000"`` work too.
-
-    Raises:
-        argparse.ArgumentTypeError: not a whole, non-negative count.
-    """
-    match = _COUNT.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a token count: {text!r} (e.g. 2000, 250k, 10M)")
-    number = Decimal(match.group(1).replace("_", "").replace(",", ""))
-    value = number * _SUFFIXES[match.group(2).lower()]
-    if value != value.to_integral_value():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens")
-    return int(value)
-
-
-def _amount(text: str) -> Decimal:
-    try:
-        value = Decimal(text.strip().lstrip("$"))
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"not an amount in USD: {text!r}") from None
-    if not value.is_finite() or value <= 0:
-        raise argparse.ArgumentTypeError(f"a budget must be more than $0, got {text!r}")
-    return value
 
 
 def _decimal(text: str) -> Decimal:
@@ -82,13 +59,6 @@ def _decimal(text: str) -> Decimal:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value.is_finite() or value < 0:
         raise argparse.ArgumentTypeError(f"must be a number ≥ 0, got {text!r}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = parse_count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
     return value
 
 
@@ -106,15 +76,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("plan", nargs="?", metavar="PLAN", help="plan file (YAML or TOML)")
     uniform = parser.add_argument_group("a uniform plan without a file")
     uniform.add_argument("--model", help="model id (with a plan file: overrides it)")
-    uniform.add_argument("--datasets", type=_positive, help="how many identical datasets")
+    uniform.add_argument("--datasets", type=positive_count, help="how many identical datasets")
     uniform.add_argument(
         "--target-output-tokens",
-        type=_positive,
+        type=positive_count,
         metavar="N",
         help="output tokens per dataset (10M, 250k...; with a plan: overrides every dataset's)",
     )
     uniform.add_argument(
-        "--max-requests", type=_positive, metavar="N", help="request cap per dataset"
+        "--max-requests", type=positive_count, metavar="N", help="request cap per dataset"
     )
     workload = parser.add_argument_group("the workload")
     workload.add_argument(
@@ -147,19 +117,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     workload.add_argument(
         "--pilot",
-        type=_positive,
+        type=positive_count,
         metavar="N",
         help="measure response lengths by sending N sampled prompts of the plan first",
     )
-    workload.add_argument("--pilot-concurrency", type=_positive, default=16, metavar="C")
+    workload.add_argument("--pilot-concurrency", type=positive_count, default=16, metavar="C")
     workload.add_argument("--seed", type=int, default=0, help="pilot sampling seed (default 0)")
-    parser.add_argument("--budget", type=_amount, metavar="USD", help="fit the plan into this")
+    parser.add_argument("--budget", type=budget_usd, metavar="USD", help="fit the plan into this")
     parser.add_argument(
         "--exclude-below", metavar="PRECISION", help="reject endpoints below this (e.g. int4)"
     )
-    market = parser.add_argument_group("the market")
-    market.add_argument("--base-url", help="API root (default $OPENROUTER_BASE_URL or OpenRouter)")
-    market.add_argument("--snapshot", metavar="FILE", help="read the market from a snapshot")
+    add_market_arguments(parser.add_argument_group("the market"))
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(handler=_handle)
 
@@ -248,15 +216,6 @@ def _plan_job(
     return _Job(plan.model, plan, demands, _policy(args, plan), budget), files
 
 
-async def _market(args: argparse.Namespace, model: str) -> ModelEndpoints:
-    if args.snapshot:
-        catalog = Catalog.load_snapshot(args.snapshot)
-    else:
-        catalog = Catalog(base_url=args.base_url)
-    async with catalog:
-        return await catalog.endpoints(model)
-
-
 async def _pilot(
     args: argparse.Namespace, job: _Job, listing: ModelEndpoints, n: int
 ) -> PilotResult:
@@ -323,7 +282,7 @@ async def _gather(args: argparse.Namespace) -> tuple[Projection, PilotResult | N
         files: dict[str, PromptFileStats] = {}
     else:
         job, files = _plan_job(args)
-    listing = await _market(args, job.model)
+    listing = await load_listing(job.model, base_url=args.base_url, snapshot=args.snapshot)
     pilot = None
     if args.pilot is not None:
         pilot = await _pilot(args, job, listing, args.pilot)

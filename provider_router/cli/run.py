@@ -5,12 +5,18 @@
     provider-router run PROMPTS.jsonl --out DIR --model M --budget USD \\
         [--max-tokens N] [--concurrency C] [--exclude-below int4] \\
         [--target-output-tokens N] [--max-requests N] [--temperature T] \\
-        [--plan plan.yaml] [--strict] [--base-url URL] [--progress auto|rich|plain|off]
+        [--plan plan.yaml] [--strict] [--base-url URL] [--progress auto|rich|plain|off] \\
+        [--ledger redis://HOST:6379/0 [--ledger-name NAME] [--workers-share NAME]]
 
 Outputs (``DIR/<dataset>.jsonl``), the journal, the SQLite ledger and
 ``summary.json`` all live in DIR. Running the same command again resumes; running
 it with a higher ``--budget`` continues after a top-up. The API key comes from
 ``OPENROUTER_API_KEY`` (never from a flag: flags show up in process listings).
+
+With ``--ledger redis://...`` the budget lives in Redis instead, shared by every
+process using it; with ``--workers-share NAME`` several workers (each with its own
+DIR) share the plan's prompts through that Redis, and ``provider-router merge``
+joins their outputs (docs/workers.md).
 
 Exit codes: 0 done, 1 error, 2 usage, 3 budget used up, 4 OpenRouter credits
 exhausted, 5 finished with failed prompts (re-run to retry them), 130 interrupted.
@@ -32,14 +38,17 @@ from rich.console import Console
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._money import to_decimal
+from provider_router.batch.fleet import DEFAULT_IDLE_TIMEOUT, FleetQueue
 from provider_router.batch.plan import Plan, load_plan
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.cli._render import make_console
 from provider_router.cli.project import parse_count
+from provider_router.ledger import RedisLedger
+from provider_router.ledger.redis import DEFAULT_LEASE
 
-__all__ = ["plan_from_args", "register", "run_batch"]
+__all__ = ["open_shared_ledger", "plan_from_args", "register", "run_batch"]
 
 T = TypeVar("T")
 
@@ -59,6 +68,16 @@ def _positive(value: str) -> int:
     if number <= 0:
         raise argparse.ArgumentTypeError(f"expected a number above 0, got {value!r}")
     return number
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {value!r}")
+    return seconds
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -96,6 +115,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="auto",
         help="live table on a terminal (auto), plain log lines, or nothing",
     )
+    shared = parser.add_argument_group("several workers, one budget (docs/workers.md)")
+    shared.add_argument(
+        "--ledger", metavar="URL", help="keep the budget in Redis (redis://host:6379/0)"
+    )
+    shared.add_argument(
+        "--ledger-name", metavar="NAME", help="the Redis ledger's name (default: --workers-share)"
+    )
+    shared.add_argument(
+        "--workers-share",
+        metavar="NAME",
+        help="share the plan's prompts with the other workers of this name (needs --ledger)",
+    )
+    shared.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        default=DEFAULT_IDLE_TIMEOUT,
+        metavar="S",
+        help="a silent worker's prompts go to the others after S seconds (default %(default)s)",
+    )
+    shared.add_argument(
+        "--lease",
+        type=_seconds,
+        default=DEFAULT_LEASE,
+        metavar="S",
+        help="a dead worker's reservations are recovered after S seconds (default %(default)s)",
+    )
     parser.set_defaults(handler=_handle)
 
 
@@ -112,12 +157,15 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             max_tokens=args.max_tokens,
             exclude_below=args.exclude_below,
             target_output_tokens=args.target_output_tokens,
+            ledger=args.ledger,
+            ledger_name=args.ledger_name,
+            workers_share=args.workers_share,
         )
     if not args.prompts:
         raise ConfigurationError("give a prompts file (PROMPTS.jsonl) or --plan FILE")
     if not args.model:
         raise ConfigurationError("--model is required without --plan")
-    return Plan.single(
+    plan = Plan.single(
         args.prompts,
         model=args.model,
         budget=args.budget,
@@ -129,6 +177,33 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         target_output_tokens=args.target_output_tokens,
         max_requests=args.max_requests,
     )
+    if args.ledger or args.ledger_name or args.workers_share:
+        plan = plan.with_overrides(
+            ledger=args.ledger, ledger_name=args.ledger_name, workers_share=args.workers_share
+        )
+    return plan
+
+
+async def open_shared_ledger(
+    url: str, name: str, budget: Decimal, *, lease: float = DEFAULT_LEASE
+) -> RedisLedger:
+    """The Redis ledger ``name``: created with ``budget`` as its limit if it is new.
+
+    An existing ledger keeps its limit here; the runner then raises or lowers it
+    to the plan's budget (as a resume with another ``--budget`` does), so every
+    worker of a fleet should be given the same budget.
+    """
+    ledger = RedisLedger(url, name, lease=lease)
+    try:
+        if await ledger.exists():
+            return ledger
+    except BaseException:
+        await ledger.close()
+        raise
+    # A new ledger: the first worker sets its limit (workers starting together
+    # with the same budget all may; a different budget is refused by Redis).
+    await ledger.close()
+    return RedisLedger(url, name, budget, lease=lease)
 
 
 async def run_batch(
@@ -186,10 +261,31 @@ def _handle(args: argparse.Namespace) -> int:
         raise ConfigurationError("--budget USD is required (or `budget:` in the plan file)")
     console = make_console(sys.stderr)
     out = make_console()
-    runner = BatchRunner(plan, Path(args.out), strict=args.strict, base_url=args.base_url)
 
     async def main() -> RunSummary:
-        return await run_batch(runner, console=console, progress=args.progress)
+        budget = plan.budget
+        assert budget is not None
+        ledger = fleet = None
+        if plan.ledger is not None:
+            name = plan.shared_ledger_name
+            assert name is not None  # the plan checks it
+            ledger = await open_shared_ledger(plan.ledger, name, budget, lease=args.lease)
+        try:
+            if plan.workers_share is not None:
+                assert plan.ledger is not None
+                fleet = FleetQueue(plan.ledger, plan.workers_share, idle_timeout=args.idle_timeout)
+            runner = BatchRunner(
+                plan,
+                Path(args.out),
+                strict=args.strict,
+                base_url=args.base_url,
+                ledger=ledger,
+                fleet=fleet,
+            )
+            return await run_batch(runner, console=console, progress=args.progress)
+        finally:
+            if ledger is not None:
+                await ledger.close()
 
     summary = _run_loop(main)
     summary.render(out)

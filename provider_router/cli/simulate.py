@@ -13,10 +13,11 @@ import math
 import signal
 import sys
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import TextIO
 
 from provider_router._exceptions import ConfigurationError
+from provider_router.cli._options import usd
 from provider_router.testing.server import SimulatorServer
 
 __all__ = ["register", "serve"]
@@ -32,16 +33,6 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _amount(text: str) -> Decimal:
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"not an amount in USD: {text!r}") from None
-    if not value.is_finite():
-        raise argparse.ArgumentTypeError(f"not an amount in USD: {text!r}")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "simulate",
@@ -54,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--faults", metavar="FILE", help="fault file (JSON or YAML)")
     parser.add_argument(
         "--credits",
-        type=_amount,
+        type=usd,
         default=Decimal(100),
         help="account credits in USD (default: 100)",
     )

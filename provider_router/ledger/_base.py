@@ -206,24 +206,6 @@ class Ledger(Protocol):
 # --- helpers shared by the backends ---------------------------------------------
 
 
-class ClosingContext:
-    """``async with ledger:`` closes it on the way out (backends inherit this)."""
-
-    async def close(self) -> None:
-        raise NotImplementedError
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-
 def amount_units(amount: Decimal, *, what: str, round_up: bool) -> int:
     """Validate a USD amount from a caller and convert it to picodollars."""
     if not isinstance(amount, Decimal | int) or isinstance(amount, bool):

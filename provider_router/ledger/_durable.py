@@ -18,10 +18,10 @@ import structlog
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._money import from_units
+from provider_router._resource import AsyncResource
 from provider_router._types import Clock
 from provider_router.ledger import _batch as b
 from provider_router.ledger._base import (
-    ClosingContext,
     CostResolver,
     LedgerState,
     RecoveryReport,
@@ -35,7 +35,7 @@ log = structlog.get_logger(__name__)
 _RESOLVE_CONCURRENCY = 32
 
 
-class DurableLedger(ClosingContext):
+class DurableLedger(AsyncResource):
     """Shared implementation of the :class:`~provider_router.Ledger` protocol.
 
     Args:
@@ -221,3 +221,6 @@ class DurableLedger(ClosingContext):
         if self._batcher.mine:
             log.warning("ledger.closed_with_open", open=len(self._batcher.mine))
         await self._close_store()
+
+    async def _on_exit(self) -> None:
+        await self.close()

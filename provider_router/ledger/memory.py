@@ -15,8 +15,8 @@ from decimal import Decimal
 import structlog
 
 from provider_router._exceptions import ConfigurationError
+from provider_router._resource import AsyncResource
 from provider_router.ledger._base import (
-    ClosingContext,
     CostResolver,
     LedgerState,
     RecoveryReport,
@@ -42,7 +42,7 @@ class _Waiter:
         self.timer: asyncio.TimerHandle | None = None
 
 
-class MemoryLedger(ClosingContext):
+class MemoryLedger(AsyncResource):
     """A :class:`~provider_router.Ledger` held in memory.
 
     Args:
@@ -200,6 +200,9 @@ class MemoryLedger(ClosingContext):
             if not waiter.future.done():
                 waiter.future.set_exception(ConfigurationError("the ledger was closed"))
         self._waiters.clear()
+
+    async def _on_exit(self) -> None:
+        await self.close()
 
     def _check_open(self) -> None:
         if self._closed:

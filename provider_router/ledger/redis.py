@@ -111,6 +111,10 @@ class RedisLedger(DurableLedger):
     def __repr__(self) -> str:
         return f"RedisLedger(name={self.name!r})"
 
+    async def exists(self) -> bool:
+        """Whether a ledger of this name is already in Redis (a new one needs a limit)."""
+        return bool(await self._client.exists(self._keys[0]))
+
     async def _init(self) -> None:
         arg = "" if self._limit is None else str(self._limit)
         stored = await self._client.eval(INIT, 1, self._keys[0], arg)

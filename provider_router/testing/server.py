@@ -8,11 +8,11 @@ import time
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
 
+from provider_router._resource import AsyncResource
 from provider_router._types import Clock, Sleep
 from provider_router.testing.app import Simulator, make_app
 from provider_router.testing.faults import Fault, fault_from_mapping, load_faults
@@ -41,7 +41,7 @@ def _faults(faults: Iterable[Fault | Mapping[str, Any]] | str | Path | None) -> 
     return [f if isinstance(f, Fault) else fault_from_mapping(f) for f in faults]
 
 
-class SimulatorServer:
+class SimulatorServer(AsyncResource):
     """The local OpenRouter on ``127.0.0.1`` (free port unless ``port`` is given).
 
     Use as ``async with SimulatorServer(...) as sim:``; ``sim.url`` is the base URL
@@ -117,16 +117,10 @@ class SimulatorServer:
         runner, self._runner = self._runner, None
         await runner.cleanup()
 
-    async def __aenter__(self) -> SimulatorServer:
+    async def _on_enter(self) -> None:
         await self.start()
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _on_exit(self) -> None:
         await self.stop()
 
     # --- conveniences for tests ------------------------------------------------

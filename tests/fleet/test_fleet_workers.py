@@ -1,4 +1,11 @@
-"""Four worker processes, one Redis, one local OpenRouter, one budget; one is SIGKILLed."""
+"""Four `provider-router run --workers-share` processes, one Redis, one local OpenRouter.
+
+One budget that runs out mid-plan; the worker holding the most claimed prompts
+is SIGKILLed. Proves, through the real command and `provider-router merge`:
+total spend ≤ limit and ≥ 99 % of it, every completed prompt exactly once after
+merging, the killed worker's claimed prompts completed by the others, and each
+survivor's summary showing the whole fleet.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +15,16 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from provider_router import RedisLedger
-from provider_router._money import from_units
 from provider_router.batch.fleet import GROUP, FleetQueue
-from provider_router.batch.merge import merge_outputs
+from provider_router.batch.merge import MERGE_REPORT_FILE
 from provider_router.batch.output import read_outputs
 from provider_router.batch.plan import load_plan
 from provider_router.cli import main
@@ -26,128 +34,154 @@ from tests.ledger.conftest import RedisServer
 
 pytestmark = pytest.mark.redis
 
-WORKER = Path(__file__).with_name("fleet_worker.py")
 ROOT = Path(__file__).parents[2]
 KEY = "sk-sim-fleet"
 LIMIT = Decimal("0.25")
 CREDITS = Decimal(5)
+WORKERS = 4
+DATASETS = ("a", "b")
+KILL_DEADLINE = 30.0
+"""Seconds for the fleet to complete its first prompts (it takes about 2)."""
+EXIT_DEADLINE = 60.0
+"""Seconds for the survivors to spend the budget and stop (it takes about 10)."""
 
 PLAN = """\
 model: moonshotai/kimi-k2.5
+budget: {limit}
 concurrency: 24
-policy: {exclude_below: int4}
-generation: {max_tokens: 128}
+policy: {{exclude_below: int4}}
+generation: {{max_tokens: 128}}
 datasets:
-  - {name: a, input: a.jsonl}
-  - {name: b, input: b.jsonl}
+  - {{name: a, input: a.jsonl}}
+  - {{name: b, input: b.jsonl}}
+ledger: {redis}
+workers_share: {fleet}
 """
 
 
-def _spawn(config: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def _spawn(tmp_path: Path, index: int, base_url: str) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OPENROUTER_API_KEY": KEY,
+        "PYTHONUNBUFFERED": "1",
+    }
+    log = tmp_path / f"w{index}"
     # Files, not pipes: a worker must never block on a pipe nobody reads yet.
-    with config.with_suffix(".out").open("w") as out, config.with_suffix(".err").open("w") as err:
-        return subprocess.Popen(  # noqa: S603 - our own worker script
-            [sys.executable, str(WORKER), str(config)], stdout=out, stderr=err, env=env, text=True
+    with log.with_suffix(".out").open("w") as out, log.with_suffix(".err").open("w") as err:
+        return subprocess.Popen(  # noqa: S603 - our own command
+            [
+                sys.executable,
+                "-m",
+                "provider_router",
+                "--log-level",
+                "warning",
+                "run",
+                "--plan",
+                str(tmp_path / "plan.yaml"),
+                "--out",
+                str(log),
+                "--base-url",
+                base_url,
+                "--progress",
+                "off",
+                "--idle-timeout",
+                "1.5",
+                "--lease",
+                "1.5",
+            ],
+            stdout=out,
+            stderr=err,
+            env=env,
+            text=True,
         )
 
 
-async def _wait(proc: subprocess.Popen[str], seconds: float) -> tuple[str, str]:
-    await asyncio.to_thread(proc.wait, timeout=seconds)
-    config = Path(proc.args[-1])  # type: ignore[index]
-    return config.with_suffix(".out").read_text(), config.with_suffix(".err").read_text()
+def _stderr(tmp_path: Path, index: int) -> str:
+    return (tmp_path / f"w{index}.err").read_text()[-3000:]
 
 
-async def _busiest_worker(observer: FleetQueue) -> int | None:
-    """The index of the worker holding the most claimed prompts, if any holds one."""
+async def _busiest_worker(observer: FleetQueue, pids: dict[int, int]) -> tuple[int, str] | None:
+    """(index, consumer name) of the worker holding the most claimed prompts, if any holds one."""
     held: dict[str, int] = {}
-    for ds in ("a", "b"):
+    for ds in DATASETS:
         summary = await observer._client.xpending(observer._key("s", ds), GROUP)
         for consumer in summary.get("consumers") or []:
-            name = consumer["name"]
-            name = name.decode() if isinstance(name, bytes) else name
-            held[name] = held.get(name, 0) + int(consumer["pending"])
-    workers = {name: count for name, count in held.items() if name.startswith("w") and count}
-    if not workers:
+            held[consumer["name"]] = held.get(consumer["name"], 0) + int(consumer["pending"])
+    # Consumer names are host:pid:suffix.
+    owned = {name: n for name, n in held.items() if n and int(name.split(":")[-2]) in pids}
+    if not owned:
         return None
-    return int(max(sorted(workers), key=workers.__getitem__)[1:])
+    name = max(sorted(owned), key=owned.__getitem__)
+    return pids[int(name.split(":")[-2])], name
 
 
 def _committed(path: Path) -> set[str]:
     return {r["id"] for _, r in read_outputs(path)} if path.exists() else set()
 
 
+async def _wait_exit(proc: subprocess.Popen[str], deadline: float) -> int:
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            raise AssertionError("a worker did not stop in time (hung?)")
+        await asyncio.sleep(0.05)
+    return proc.returncode
+
+
 @pytest.mark.slow
-async def test_four_workers_one_killed_spend_the_budget_once_and_lose_nothing(
+async def test_four_run_commands_one_killed_spend_the_budget_once_and_lose_nothing(
     redis_server: RedisServer, tmp_path: Path, fleet_name: str
 ) -> None:
     write_prompts(tmp_path / "a.jsonl", 800)
     write_prompts(tmp_path / "b.jsonl", 800, start=1000)
-    (tmp_path / "plan.yaml").write_text(PLAN)
+    (tmp_path / "plan.yaml").write_text(
+        PLAN.format(limit=LIMIT, redis=redis_server.url, fleet=fleet_name)
+    )
     plan = load_plan(tmp_path / "plan.yaml")
-    ledger_name = f"{fleet_name}-ledger"
     async with SimulatorServer(speed=15, seed=3, credits=CREDITS, api_keys=[KEY]) as sim:
-        workers = []
-        for index in range(4):
-            config = tmp_path / f"w{index}.json"
-            config.write_text(
-                json.dumps(
-                    {
-                        "plan": str(tmp_path / "plan.yaml"),
-                        "redis": redis_server.url,
-                        "fleet": fleet_name,
-                        "worker": f"w{index}",
-                        "idle": 1.5,
-                        "ledger": ledger_name,
-                        "limit": str(LIMIT),
-                        "lease": 1.5,
-                        "out": str(tmp_path / f"w{index}"),
-                        "base_url": sim.url,
-                        "api_key": KEY,
-                    }
-                )
-            )
-            workers.append(_spawn(config))
-
+        workers = [_spawn(tmp_path, i, sim.url) for i in range(WORKERS)]
+        pids = {w.pid: i for i, w in enumerate(workers)}
         observer = FleetQueue(redis_server.url, fleet_name, worker="observer")
-        await observer.join(plan)
         try:
+            await observer.join(plan)
             # Kill a worker mid-plan, at a moment when it holds claimed prompts.
-            victim = None
-            while victim is None:
+            deadline = time.monotonic() + KILL_DEADLINE
+            picked = None
+            while picked is None:
+                for i, w in enumerate(workers):
+                    assert w.poll() is None, f"worker {i} exited early:\n{_stderr(tmp_path, i)}"
+                if time.monotonic() > deadline:
+                    tails = "\n".join(_stderr(tmp_path, i) for i in range(WORKERS))
+                    raise AssertionError(f"the fleet completed too little in time:\n{tails}")
                 progress = await observer.progress()
-                done = sum(t.completed for t in progress.datasets.values())
-                assert all(w.poll() is None for w in workers), "a worker exited early"
-                if done >= 40:
-                    victim = await _busiest_worker(observer)
-                if victim is None:
+                if sum(t.completed for t in progress.datasets.values()) >= 40:
+                    picked = await _busiest_worker(observer, pids)
+                if picked is None:
                     await asyncio.sleep(0.02)
+            victim, consumer = picked
             workers[victim].send_signal(signal.SIGKILL)
-            await _wait(workers[victim], 10)
+            await _wait_exit(workers[victim], time.monotonic() + 10)
             held = {}
-            for ds in ("a", "b"):
+            for ds in DATASETS:
+                stream = observer._key("s", ds)
                 pending = await observer._client.xpending_range(
-                    observer._key("s", ds), GROUP, "-", "+", 1000, consumername=f"w{victim}"
+                    stream, GROUP, "-", "+", 1000, consumername=consumer
                 )
-                entries = await observer._client.xrange(observer._key("s", ds))
-                by_entry = {eid: fields["id"] for eid, fields in entries}
+                by_entry = {eid: f["id"] for eid, f in await observer._client.xrange(stream)}
                 held[ds] = {by_entry[p["message_id"]] for p in pending}
             assert sum(len(ids) for ids in held.values()) > 0
-            survivors = [w for i, w in enumerate(workers) if i != victim]
+            survivors = [i for i in range(WORKERS) if i != victim]
 
-            outputs = [await _wait(w, 60) for w in survivors]
-            for w, (_, err) in zip(survivors, outputs, strict=True):
-                assert w.returncode == 0, err[-3000:]
-            stats = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
-            assert sum(s["budget_stops"] for s in stats) >= 3  # the money, not the work, ran out
-            # Every prompt the killed worker held went to a survivor.
-            assert sum(s["reclaimed"] for s in stats) >= sum(len(ids) for ids in held.values())
-
+            deadline = time.monotonic() + EXIT_DEADLINE
+            for i in survivors:
+                code = await _wait_exit(workers[i], deadline)
+                # The money, not the work, ran out: exit code 3 for every survivor.
+                assert code == 3, f"worker {i} exited {code}:\n{_stderr(tmp_path, i)}"
+                assert "Traceback" not in _stderr(tmp_path, i), _stderr(tmp_path, i)
             fleet_done = {
                 ds: set(await observer._client.smembers(observer._key("done", ds)))
-                for ds in ("a", "b")
+                for ds in DATASETS
             }
-            final = await observer.progress()
         finally:
             for w in workers:
                 if w.poll() is None:
@@ -157,7 +191,7 @@ async def test_four_workers_one_killed_spend_the_budget_once_and_lose_nothing(
         charged = CREDITS - sim.balance
 
     # Money: the shared ledger never passed the limit and used (nearly) all of it.
-    async with RedisLedger(redis_server.url, ledger_name, lease=1.5) as ledger:
+    async with RedisLedger(redis_server.url, fleet_name, lease=1.5) as ledger:
         await ledger.recover()
         state = await ledger.snapshot()
     assert state.spent <= LIMIT
@@ -165,24 +199,50 @@ async def test_four_workers_one_killed_spend_the_budget_once_and_lose_nothing(
     assert (state.open, state.reserved) == (0, 0)
     assert charged <= state.spent  # what OpenRouter really charged is covered
 
-    # Work: merging gives every completed prompt exactly once.
-    dirs = [tmp_path / f"w{i}" for i in range(4)]
-    report = merge_outputs(dirs, tmp_path / "merged")
-    for ds in ("a", "b"):
-        ids = [r["id"] for _, r in read_outputs(tmp_path / "merged" / f"{ds}.jsonl")]
+    # Each survivor's summary shows the whole fleet, not just itself.
+    summaries: list[dict[str, Any]] = [
+        json.loads((tmp_path / f"w{i}" / "summary.json").read_text()) for i in survivors
+    ]
+    for summary in summaries:
+        assert summary["reason"] == "budget_exhausted"
+        assert summary["fleet"]["name"] == fleet_name
+        own_cost = sum(Decimal(d["this_run"]["cost"]) for d in summary["datasets"].values())
+        assert own_cost < Decimal(summary["spent_usd"]) <= LIMIT
+        for ds in DATASETS:
+            assert summary["datasets"][ds]["prompts"] == 800
+            mine = summary["datasets"][ds]["this_run"]["requests"]
+            assert summary["datasets"][ds]["completed"] > mine
+    for ds in DATASETS:
+        # The last survivor to stop saw every acknowledged completion.
+        assert max(s["datasets"][ds]["completed"] for s in summaries) == len(fleet_done[ds])
+    # Every prompt the killed worker held went to a survivor.
+    reclaimed = sum(s["fleet"]["this_worker"]["reclaimed_from_dead_workers"] for s in summaries)
+    assert reclaimed >= sum(len(ids) for ids in held.values())
+
+    # Work: the documented merge gives every completed prompt exactly once.
+    dirs = [tmp_path / f"w{i}" for i in range(WORKERS)]
+    merged = tmp_path / "merged"
+    assert main(["merge", *map(str, dirs), "--out", str(merged), "--json"]) == 0
+    report = json.loads((merged / MERGE_REPORT_FILE).read_text())
+    merged_cost = Decimal(0)
+    for ds in DATASETS:
+        ids = [r["id"] for _, r in read_outputs(merged / f"{ds}.jsonl")]
         assert len(ids) == len(set(ids))
-        committed = [_committed(tmp_path / f"w{i}" / f"{ds}.jsonl") for i in range(4)]
+        committed = [_committed(d / f"{ds}.jsonl") for d in dirs]
         # Every prompt any worker committed is there once: the fleet's completions
         # plus what the killed worker journaled but could not acknowledge.
         assert set(ids) == set().union(*committed)
         assert fleet_done[ds] <= set(ids)
         assert set(ids) - fleet_done[ds] <= committed[victim]
-        assert report.datasets[ds].records == len(ids)
+        assert report["datasets"][ds]["records"] == len(ids)
         # What the killed worker had claimed but not committed, the others completed.
         others = [c for i, c in enumerate(committed) if i != victim]
         assert held[ds] - committed[victim] <= set().union(*others)
-    merged_cost = sum((d.cost + d.duplicate_cost for d in report.datasets.values()), Decimal(0))
+        merged_cost += Decimal(report["datasets"][ds]["cost"])
+        merged_cost += Decimal(report["datasets"][ds]["duplicate_cost"])
     assert merged_cost <= state.spent
-    assert from_units(sum(t.cost_units for t in final.datasets.values())) <= merged_cost
-    # The documented command does the same.
-    assert main(["merge", *map(str, dirs), "--out", str(tmp_path / "merged"), "--json"]) == 0
+    fleet_cost = sum(
+        (Decimal(s["datasets"][ds]["cost"]) for ds in DATASETS for s in summaries[:1]),
+        Decimal(0),
+    )
+    assert fleet_cost <= merged_cost

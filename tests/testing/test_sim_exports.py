@@ -51,17 +51,32 @@ def test_the_simulator_imports_nothing_from_the_client_side() -> None:
     }
     package = Path(testing.__file__).parent
     for path in package.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            modules = []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                modules.append(node.module)
-            elif isinstance(node, ast.Import):
-                modules.extend(alias.name for alias in node.names)
-            for module in modules:
-                parts = module.split(".")
-                if parts[0] == "provider_router" and len(parts) > 1 and parts[1] != "testing":
-                    assert parts[1] not in client_side, f"{path.name} imports {module}"
-                    assert parts[1] in {"_money", "_constants", "_types", "_exceptions"}, module
+        for module in _package_imports(path):
+            parts = module.split(".")
+            if len(parts) > 1 and parts[1] != "testing":
+                assert parts[1] not in client_side, f"{path.name} imports {module}"
+                assert parts[1] in NEUTRAL, module
+
+
+# Modules both sides may use: they import nothing but each other.
+NEUTRAL = {"_money", "_constants", "_types", "_exceptions", "_resource"}
+
+
+def _package_imports(path: Path) -> list[str]:
+    modules = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            modules.append(node.module)
+        elif isinstance(node, ast.Import):
+            modules.extend(alias.name for alias in node.names)
+    return [m for m in modules if m.split(".")[0] == "provider_router"]
+
+
+def test_the_neutral_modules_import_only_each_other() -> None:
+    package = Path(provider_router.__file__).parent
+    for name in NEUTRAL:
+        for module in _package_imports(package / f"{name}.py"):
+            assert module.split(".")[1] in NEUTRAL, f"{name}.py imports {module}"
 
 
 def test_the_simulator_is_not_re_exported_from_the_top_package() -> None:

@@ -1,0 +1,361 @@
+"""The journal's file format: its entries, replaying them, and repairing a crash.
+
+:class:`FileJournal` (in :mod:`provider_router.batch.journal`) writes the
+entries; this module reads them back. :func:`replay` rebuilds every dataset's
+state from ``journal.jsonl``, drops a torn last line, cuts uncommitted bytes off
+the outputs and revokes completions whose records the disk lost, and reports
+what it repaired and which requests were in flight when the last run died.
+
+Entries (one JSON object a line, each with an ``op``):
+
+* ``claim`` / ``done`` / ``revoke`` / ``locate``: one line per dataset per flush,
+  with column arrays (``ids``; for ``done`` and ``revoke`` also ``end``, ``out``,
+  ``in``, ``cost``, ``loc``);
+* ``gen``, ``fail``, ``lost``: one prompt's generation id, failure, or loss;
+* ``output``, ``truncate``: an output file the journal owns, and its cut length;
+* ``inputs``: the input files' fingerprint; ``journal``, ``run``, ``stop``...:
+  informational.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Final
+
+from provider_router._exceptions import ConfigurationError, DataFileError
+
+__all__ = [
+    "COLUMNS",
+    "FORMAT_VERSION",
+    "JOURNAL_FILE",
+    "NO_LOCATION",
+    "Batch",
+    "DatasetState",
+    "DatasetTally",
+    "LostRequest",
+    "OutputFile",
+    "Replay",
+    "dumps",
+    "lock_directory",
+    "output_path",
+    "replay",
+    "unlock",
+]
+
+JOURNAL_FILE: Final = "journal.jsonl"
+FORMAT_VERSION: Final = 1
+NO_LOCATION: Final = -1
+COLUMNS: Final = ("ids", "end", "out", "in", "cost", "loc")
+dumps: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_LOCK_FILE: Final = ".journal.lock"
+_LOAD_CHUNK_LINES: Final = 20_000
+
+
+def output_path(directory: Path, dataset: str) -> Path:
+    """Where a dataset's output records go."""
+    return directory / f"{dataset}.jsonl"
+
+
+@dataclass
+class DatasetTally:
+    """What the journal has recorded for one dataset, over every run.
+
+    Attributes:
+        completed: prompts completed.
+        output_tokens: their completion tokens (reasoning included).
+        prompt_tokens: their prompt tokens.
+        cost_units: their authoritative cost, in integer picodollars.
+        failed: failures recorded (a failed prompt is retried on the next run).
+        lost: requests that were in flight when a run died.
+    """
+
+    completed: int = 0
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    cost_units: int = 0
+    failed: int = 0
+    lost: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LostRequest:
+    """A request that was in flight when a previous run died (its result is gone)."""
+
+    dataset: str
+    prompt_id: str
+    generation_id: str | None
+
+
+class OutputFile:
+    """An output file the journal owns: its committed size, records not yet written."""
+
+    __slots__ = ("fh", "path", "pending", "size")
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.path = path
+        self.size = size
+        self.fh: IO[bytes] | None = None
+        self.pending: list[bytes] = []
+
+
+class Batch:
+    """Consecutive claims or completions of one dataset: one journal line."""
+
+    __slots__ = ("columns", "ds", "op")
+
+    def __init__(self, op: str, ds: str) -> None:
+        self.op = op
+        self.ds = ds
+        self.columns: dict[str, list[Any]] = {"ids": []}
+        if op == "done":
+            for name in COLUMNS[1:]:
+                self.columns[name] = []
+
+    def encode(self) -> bytes:
+        return dumps({"op": self.op, "ds": self.ds, **self.columns}).encode()
+
+
+class DatasetState:
+    """What the journal knows of one dataset: done ids, their input locations, totals."""
+
+    __slots__ = ("done", "inputs", "locations", "tally")
+
+    def __init__(self) -> None:
+        self.done: set[str] = set()
+        self.locations: set[int] = set()
+        self.tally = DatasetTally()
+        self.inputs: list[Any] | None = None
+
+
+def lock_directory(directory: Path) -> IO[bytes]:
+    """Take the job directory's advisory lock (one process per journal).
+
+    Raises:
+        ConfigurationError: another process holds it.
+    """
+    fh = (directory / _LOCK_FILE).open("a+b")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise ConfigurationError(
+            f"another provider-router process is using {directory} "
+            "(its journal is locked); wait for it or use another --out"
+        ) from None
+    return fh
+
+
+def unlock(fh: IO[bytes]) -> None:
+    """Give back a lock taken by :func:`lock_directory`."""
+    with contextlib.suppress(OSError):
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    fh.close()
+
+
+def replay(directory: Path) -> Replay:
+    """Read ``directory``'s journal, repairing what a crash left behind.
+
+    Raises:
+        DataFileError: the journal is damaged before its last line (names the line).
+    """
+    result = Replay(directory)
+    result.repair_entries = result._load()
+    return result
+
+
+class Replay:
+    """The state a journal file records, rebuilt by :func:`replay`.
+
+    Attributes:
+        states: every dataset's done ids, locations and tally.
+        outputs: the output files the journal owns, at their committed size.
+        lost: requests that were in flight when the last run died.
+        repairs: human-readable notes on what had to be repaired.
+        repair_entries: journal entries recording those repairs (to append).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / JOURNAL_FILE
+        self.states: defaultdict[str, DatasetState] = defaultdict(DatasetState)
+        self.outputs: dict[str, OutputFile] = {}
+        self.lost: list[LostRequest] = []
+        self.repairs: list[str] = []
+        self.repair_entries: list[dict[str, Any]] = []
+
+    def _read_lines(self) -> list[bytes]:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise DataFileError(self.path, f"cannot read journal: {exc.strerror or exc}") from None
+        if data and not data.endswith(b"\n"):
+            # A crash mid-append leaves a torn last line; it was never committed.
+            keep = data.rfind(b"\n") + 1
+            with self.path.open("r+b") as fh:
+                fh.truncate(keep)
+            self.repairs.append(
+                f"dropped a torn last line ({len(data) - keep} bytes) of {self.path}"
+            )
+            data = data[:keep]
+        return data.split(b"\n")[:-1] if data else []
+
+    def _entries(self, lines: list[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+        for start in range(0, len(lines), _LOAD_CHUNK_LINES):
+            chunk = lines[start : start + _LOAD_CHUNK_LINES]
+            try:
+                entries = json.loads(b"[" + b",".join(chunk) + b"]")
+            except ValueError:
+                entries = [self._parse_one(start + i + 1, line) for i, line in enumerate(chunk)]
+            for offset, entry in enumerate(entries):
+                lineno = start + offset + 1
+                if not isinstance(entry, dict) or "op" not in entry:
+                    raise DataFileError(self.path, "journal entry has no `op`", line=lineno)
+                yield lineno, entry
+
+    def _parse_one(self, lineno: int, line: bytes) -> Any:
+        try:
+            return json.loads(line)
+        except ValueError as exc:
+            raise DataFileError(
+                self.path,
+                f"journal line is damaged ({exc}); it is not the last line, so this is "
+                "not a crash the journal can repair — was the file edited?",
+                line=lineno,
+            ) from None
+
+    def _load(self) -> list[dict[str, Any]]:
+        """Replay the journal; return the entries that record what had to be repaired."""
+        lines = self._read_lines()
+        # The committed length of each output: the last `done` end or `truncate` size.
+        ends: dict[str, int] = {}
+        open_claims: dict[tuple[str, str], str | None] = {}  # claim → generation id
+        try:
+            for lineno, entry in self._entries(lines):
+                self._replay(lineno, entry, ends, open_claims)
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, DataFileError):
+                raise
+            raise DataFileError(self.path, f"journal entry is malformed: {exc!r}") from None
+        self.lost = [LostRequest(ds, pid, gen) for (ds, pid), gen in open_claims.items()]
+        for request in self.lost:
+            self.states[request.dataset].tally.lost += 1
+        repairs: list[dict[str, Any]] = []
+        for ds in sorted(ends):
+            repairs += self._repair_output(ds, ends[ds], lines)
+        return repairs
+
+    def _replay(
+        self,
+        lineno: int,
+        entry: dict[str, Any],
+        ends: dict[str, int],
+        open_claims: dict[tuple[str, str], str | None],
+    ) -> None:
+        op = entry["op"]
+        if op == "done":
+            ds = entry["ds"]
+            ids = entry["ids"]
+            state = self.states[ds]
+            for pid in ids:
+                open_claims.pop((ds, pid), None)
+            before = len(state.done)
+            state.done.update(ids)
+            if len(state.done) - before != len(ids):
+                raise DataFileError(self.path, f"an id of {ds!r} is done twice", line=lineno)
+            state.locations.update(entry["loc"])
+            self._count(state, entry, 1)
+            if entry["end"]:
+                ends[ds] = entry["end"][-1]
+        elif op == "claim":
+            ds = entry["ds"]
+            for pid in entry["ids"]:
+                open_claims[(ds, pid)] = None
+        elif op == "gen":
+            key = (entry["ds"], entry["id"])
+            if key in open_claims:
+                open_claims[key] = entry["gen"]
+        elif op == "fail":
+            open_claims.pop((entry["ds"], entry["id"]), None)
+            self.states[entry["ds"]].tally.failed += 1
+        elif op == "lost":
+            open_claims.pop((entry["ds"], entry["id"]), None)
+            self.states[entry["ds"]].tally.lost += 1
+        elif op == "revoke":
+            state = self.states[entry["ds"]]
+            state.done.difference_update(entry["ids"])
+            state.locations.difference_update(entry["loc"])
+            self._count(state, entry, -1)
+        elif op == "truncate":
+            ends[entry["ds"]] = entry["size"]
+        elif op == "output":
+            ends.setdefault(entry["ds"], 0)
+        elif op == "inputs":
+            # Other files (or changed ones): earlier locations mean nothing any more.
+            state = self.states[entry["ds"]]
+            state.inputs = entry["files"]
+            state.locations.clear()
+        elif op == "locate":
+            self.states[entry["ds"]].locations.update(entry["loc"])
+
+    @staticmethod
+    def _count(state: DatasetState, entry: dict[str, Any], sign: int) -> None:
+        tally = state.tally
+        tally.completed += sign * len(entry["ids"])
+        tally.output_tokens += sign * sum(entry["out"])
+        tally.prompt_tokens += sign * sum(entry["in"])
+        tally.cost_units += sign * sum(entry["cost"])
+
+    def _repair_output(self, ds: str, committed: int, lines: list[bytes]) -> list[dict[str, Any]]:
+        path = output_path(self.directory, ds)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        repairs: list[dict[str, Any]] = []
+        if size < committed:
+            committed, repairs = self._revoke_past(ds, size, lines)
+        if size > committed:
+            with path.open("r+b") as fh:
+                fh.truncate(committed)
+            self.repairs.append(f"cut {size - committed} uncommitted bytes from the end of {path}")
+        self.outputs[ds] = OutputFile(path, committed)
+        return repairs
+
+    def _revoke_past(
+        self, ds: str, size: int, lines: list[bytes]
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """Revoke the completions whose record lies past ``size`` (rare: a lost output)."""
+        current: dict[str, tuple[int, ...]] = {}
+        for _, entry in self._entries(lines):
+            if entry.get("ds") != ds:
+                continue
+            if entry["op"] == "done":
+                for row in zip(*(entry[c] for c in COLUMNS), strict=True):
+                    current[row[0]] = row
+            elif entry["op"] == "revoke":
+                for pid in entry["ids"]:
+                    current.pop(pid, None)
+        gone = [row for row in current.values() if row[1] > size]
+        revoke = Batch("revoke", ds)
+        revoke.columns = {name: [row[i] for row in gone] for i, name in enumerate(COLUMNS)}
+        state = self.states[ds]
+        state.done.difference_update(revoke.columns["ids"])
+        state.locations.difference_update(revoke.columns["loc"])
+        self._count(state, revoke.columns, -1)
+        committed = max((row[1] for row in current.values() if row[1] <= size), default=0)
+        self.repairs.append(
+            f"{output_path(self.directory, ds)} is shorter than the journal says: "
+            f"{len(gone)} completed prompts were lost from it and will run again"
+        )
+        return committed, [
+            {"op": "revoke", "ds": ds, **revoke.columns},
+            {"op": "truncate", "ds": ds, "size": committed},
+        ]

@@ -1,0 +1,53 @@
+"""AsyncResource: the one implementation of ``async with`` (provider_router/_resource.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from provider_router._resource import AsyncResource
+
+
+class _Recording(AsyncResource):
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def _on_enter(self) -> None:
+        self.calls.append("enter")
+
+    async def _on_exit(self) -> None:
+        self.calls.append("exit")
+
+
+class _CloseOnly(AsyncResource):
+    closed = False
+
+    async def _on_exit(self) -> None:
+        self.closed = True
+
+
+async def test_entering_gives_the_object_and_leaving_runs_the_exit_hook() -> None:
+    resource = _Recording()
+    async with resource as entered:
+        assert entered is resource
+        assert resource.calls == ["enter"]
+    assert resource.calls == ["enter", "exit"]
+
+
+async def test_the_exit_hook_runs_when_the_block_raises_and_the_error_propagates() -> None:
+    resource = _Recording()
+    with pytest.raises(KeyError, match="boom"):
+        async with resource:
+            raise KeyError("boom")
+    assert resource.calls == ["enter", "exit"]
+
+
+async def test_entering_does_nothing_unless_asked() -> None:
+    async with _CloseOnly() as resource:
+        assert not resource.closed
+    assert resource.closed
+
+
+async def test_a_subclass_without_an_exit_hook_fails_loudly() -> None:
+    with pytest.raises(NotImplementedError):
+        async with AsyncResource():
+            pass
