@@ -30,7 +30,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from bench.bench_client import BASE_LATENCY, COMPLETION_TOKENS, KEY, MAX_TOKENS, MODEL, Sim
+from bench.bench_client import (
+    BASE_LATENCY,
+    COMPLETION_TOKENS,
+    KEY,
+    MAX_TOKENS,
+    MODEL,
+    Sim,
+    _provider_object,
+)
 
 DATASETS = ("d1", "d2")
 
@@ -103,8 +111,15 @@ def _run_child(url: str, directory: str, concurrency: int, conn: Any) -> None:
     conn.send(result)
 
 
-def _bare_child(url: str, requests: int, concurrency: int, conn: Any) -> None:
-    """The baseline: a bare aiohttp loop sending the same requests (no routing, no money)."""
+def _bare_child(
+    url: str, requests: int, concurrency: int, provider: dict[str, Any], conn: Any
+) -> None:
+    """The baseline: a bare aiohttp loop sending the same requests (no routing, no money).
+
+    It sends the runner's ``provider`` object, so both reach the same endpoints (the
+    simulator's providers differ in latency; without it OpenRouter's default spread
+    answers faster than the endpoint the runner's route plan puts first).
+    """
     _uvloop()
     import aiohttp
 
@@ -113,12 +128,14 @@ def _bare_child(url: str, requests: int, concurrency: int, conn: Any) -> None:
             "model": MODEL,
             "messages": [{"role": "user", "content": "Task: one line."}],
             "max_tokens": MAX_TOKENS,
+            "provider": provider,
         }
     ).encode()
 
-    async def main() -> float:
+    async def main() -> dict[str, float]:
         connector = aiohttp.TCPConnector(limit=concurrency)
         headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+        latencies: list[float] = []
         async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
             started = 0
 
@@ -126,14 +143,22 @@ def _bare_child(url: str, requests: int, concurrency: int, conn: Any) -> None:
                 nonlocal started
                 while started < requests:
                     started += 1
+                    sent = time.perf_counter()
                     async with session.post(f"{url}/chat/completions", data=body) as response:
-                        await response.read()
+                        json.loads(await response.read())
+                    latencies.append(time.perf_counter() - sent)
 
             t0 = time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(concurrency)))
-            return time.perf_counter() - t0
+            wall = time.perf_counter() - t0
+        latencies.sort()
+        return {
+            "wall": wall,
+            "mean_latency": sum(latencies) / len(latencies),
+            "max_latency": latencies[-1],
+        }
 
-    conn.send({"wall": asyncio.run(main())})
+    conn.send(asyncio.run(main()))
 
 
 def _child(target: Any, *args: Any) -> dict[str, Any]:
@@ -148,29 +173,40 @@ def _child(target: Any, *args: Any) -> dict[str, Any]:
 # --- sections -----------------------------------------------------------------------------
 
 
-def throughput(requests: int, concurrency: int, speed: float) -> None:
+def throughput(requests: int, concurrency: int, speed: float, rounds: int = 1) -> None:
     latency = BASE_LATENCY / speed
     ideal = requests * latency / concurrency
-    sim = Sim(speed)
-    try:
-        bare = _child(_bare_child, sim.url, requests, concurrency)
-        with tempfile.TemporaryDirectory() as tmp:
-            _write_prompts(Path(tmp), requests)
-            ours = _child(_run_child, sim.url, tmp, concurrency)
-    finally:
-        sim.stop()
     print(
         f"\n## throughput: {requests:,} requests, 2 datasets, {concurrency:,} in flight, "
         f"latency {latency * 1000:.0f} ms ({COMPLETION_TOKENS} tokens), ideal {ideal:.2f} s"
     )
-    print("| loop | wall s | vs ideal | CPU s per 1,000 | peak RSS MB |")
-    print("|---|---:|---:|---:|---:|")
-    print(f"| bare aiohttp | {bare['wall']:.2f} | {bare['wall'] / ideal:.3f}× | - | - |")
     print(
-        f"| batch runner | {ours['wall']:.2f} | {ours['wall'] / ideal:.3f}× | "
-        f"{ours['cpu'] / ours['requests'] * 1000:.2f} | {ours['rss_mb']:.0f} |"
+        "| round | loop | wall s | vs ideal | vs bare | CPU s per 1,000 | peak RSS MB "
+        "| mean / max latency s |"
     )
-    print(f"(runner: {ours['requests']:,} requests, {ours['failures']} failures, {ours['reason']})")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    sim = Sim(speed)
+    try:
+        provider = _provider_object(sim.url)
+        for n in range(1, rounds + 1):
+            bare = _child(_bare_child, sim.url, requests, concurrency, provider)
+            with tempfile.TemporaryDirectory() as tmp:
+                _write_prompts(Path(tmp), requests)
+                ours = _child(_run_child, sim.url, tmp, concurrency)
+            print(
+                f"| {n} | bare aiohttp | {bare['wall']:.2f} | {bare['wall'] / ideal:.3f}× | "
+                f"1.000× | - | - | {bare['mean_latency']:.2f} / {bare['max_latency']:.2f} |"
+            )
+            print(
+                f"| {n} | batch runner | {ours['wall']:.2f} | {ours['wall'] / ideal:.3f}× | "
+                f"{ours['wall'] / bare['wall']:.3f}× | "
+                f"{ours['cpu'] / ours['requests'] * 1000:.2f} | {ours['rss_mb']:.0f} | - |",
+                flush=True,
+            )
+            if ours["failures"] or ours["reason"] != "complete":
+                print(f"(runner: {ours['failures']} failures, {ours['reason']})")
+    finally:
+        sim.stop()
 
 
 def memory(lines: int, concurrency: int, speed: float) -> None:
@@ -278,15 +314,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=2_000)
     parser.add_argument("--speed", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=1, help="throughput rounds (bare, runner)")
     parser.add_argument("--resume-ids", type=int, default=1_000_000)
     parser.add_argument("--sections", default="throughput,memory,resume")
     args = parser.parse_args(argv)
     if args.quick:
         args.requests, args.resume_ids = 4_000, 100_000
     sections = set(args.sections.split(","))
+    import structlog  # quiet the parent's own catalog fetch
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     print(f"python {sys.version.split()[0]}; budget-free plan (${Decimal(100000)}), model {MODEL}")
     if "throughput" in sections:
-        throughput(args.requests, args.concurrency, args.speed)
+        throughput(args.requests, args.concurrency, args.speed, args.rounds)
     if "memory" in sections:
         memory(args.requests, args.concurrency, args.speed * 10)
     if "resume" in sections:

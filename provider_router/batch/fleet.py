@@ -49,6 +49,7 @@ import structlog
 
 from provider_router._exceptions import ConfigurationError, MissingDependencyError
 from provider_router._money import from_units
+from provider_router._resource import AsyncResource
 from provider_router.batch import _fleet_lua as lua
 from provider_router.batch.inputs import Prompt, PromptReader, first_problem_error, validate_files
 from provider_router.batch.plan import Plan
@@ -219,7 +220,7 @@ def _decode_item(dataset: str, entry_id: str, fields: Mapping[str, str]) -> Work
     return WorkItem(dataset, prompt, entry_id, int(fields.get("n", 0)))
 
 
-class FleetQueue:
+class FleetQueue(AsyncResource):
     """The shared work queue of one plan (see the module docstring).
 
     Args:
@@ -613,8 +614,5 @@ class FleetQueue:
             await asyncio.gather(self._loader, return_exceptions=True)
         await self._client.aclose()
 
-    async def __aenter__(self) -> FleetQueue:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
+    async def _on_exit(self) -> None:
         await self.close()

@@ -25,6 +25,7 @@ Building a record is on the per-request path, so it is a plain dict and one
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -76,8 +77,28 @@ class OutputRecord(TypedDict):
     latency_s: float
 
 
+_second: list[Any] = [None, ""]
+"""The last whole second formatted (``[second, "YYYY-MM-DDTHH:MM:SS"]``): records
+finishing in the same second share it, so most records format only milliseconds."""
+
+
 def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    # As datetime.fromtimestamp(ts).isoformat(timespec="milliseconds"): microseconds
+    # rounded, then milliseconds truncated.
+    frac, whole = math.modf(ts)
+    micro = round(frac * 1e6)
+    second = int(whole)
+    if micro >= 1_000_000:
+        second += 1
+        micro -= 1_000_000
+    elif micro < 0:
+        second -= 1
+        micro += 1_000_000
+    milli = micro // 1000
+    if _second[0] != second:
+        _second[1] = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _second[0] = second
+    return f"{_second[1]}.{milli:03d}Z"
 
 
 def make_record(

@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from provider_router._constants import REDIS_URL_SCHEMES
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._money import to_decimal
 
@@ -57,7 +58,6 @@ DEFAULT_BATCH_MAX_TOKENS = 8192
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SHARED_NAME = re.compile(r"^[^{}\s]{1,128}$")
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _REASONING_EFFORTS = frozenset({"max", "xhigh", "high", "medium", "low", "minimal", "none"})
 
 
@@ -167,7 +167,7 @@ class Plan(_Frozen):
     @field_validator("ledger")
     @classmethod
     def _ledger_url(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(_REDIS_SCHEMES):
+        if value is not None and not value.startswith(REDIS_URL_SCHEMES):
             raise ValueError(
                 f"ledger must be a Redis URL (redis://host:6379/0, rediss://, unix://), "
                 f"got {value!r}; without it the ledger is <out>/ledger.sqlite"

@@ -204,6 +204,7 @@ class BatchRunner:
         self._datasets: list[_Dataset] = []
         self._providers: dict[str, Counter] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._running = 0  # requests dispatched and not yet finished (exact, unlike _tasks)
         self._reason: StopReason | None = None
         self._message = ""
         self._wake = asyncio.Event()
@@ -497,24 +498,25 @@ class BatchRunner:
         return None
 
     async def _dispatch(self, journal: Journal, router: Router) -> None:
-        slots = asyncio.Semaphore(self.plan.concurrency)
+        # A plain count of requests running, not an asyncio.Semaphore: each finished
+        # request sets `_wake`, and one wake-up refills every slot freed since (the
+        # semaphore's per-slot wake-ups and scans cost more than its bookkeeping).
+        concurrency = self.plan.concurrency
         turn = itertools.count()
         items = aiter(self.source) if self.source is not None else None
         while self._reason is None:
-            await slots.acquire()
-            if self._reason is not None:
-                slots.release()
-                break
+            if self._running >= concurrency:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
             if items is not None:
                 picked = await self._next_claimed(journal, items)
                 if picked is None:
-                    slots.release()
                     break
             else:
                 assert isinstance(journal, FileJournal)
                 picked = self._next(journal, next(turn))
             if picked is None:
-                slots.release()
                 # (A finished task leaves `_tasks` a loop turn later; `inflight` is exact.)
                 if not any(ds.inflight for ds in self._datasets):
                     break
@@ -523,7 +525,8 @@ class BatchRunner:
                 continue
             ds, prompt = picked
             ds.inflight += 1
-            task = asyncio.ensure_future(self._one(journal, router, ds, prompt, slots))
+            self._running += 1
+            task = asyncio.ensure_future(self._one(journal, router, ds, prompt))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         if self._tasks:
@@ -545,7 +548,6 @@ class BatchRunner:
         router: Router,
         ds: _Dataset,
         prompt: Prompt,
-        slots: asyncio.Semaphore,
     ) -> None:
         name = ds.spec.name
         counter = ds.counter
@@ -570,8 +572,8 @@ class BatchRunner:
             self._completed(journal, ds, prompt, result, started)
         finally:
             ds.inflight -= 1
+            self._running -= 1
             counter.ended(time.time())
-            slots.release()
             self._wake.set()
 
     def _failed(self, ds: _Dataset, exc: BaseException) -> None:

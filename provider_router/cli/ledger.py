@@ -6,8 +6,9 @@
     provider-router ledger show redis://host:6379/0 --name b3
     provider-router ledger topup runs/b3.ledger --limit 150     (or --add 50)
 
-A target starting with ``redis://`` or ``rediss://`` is a Redis ledger (``--name``
-says which); anything else is a SQLite file, which must already exist.
+A target starting with ``redis://``, ``rediss://`` or ``unix://`` is a Redis
+ledger (``--name`` says which); anything else is a SQLite file, which must
+already exist.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from provider_router._constants import REDIS_URL_SCHEMES
 from provider_router._exceptions import ConfigurationError
 from provider_router.cli._options import non_negative_usd
 from provider_router.cli._render import print_json
@@ -50,7 +52,7 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
 
 def _open(args: argparse.Namespace) -> DurableLedger:
     target: str = args.target
-    if target.startswith(("redis://", "rediss://", "unix://")):
+    if target.startswith(REDIS_URL_SCHEMES):
         if not args.name:
             raise ConfigurationError("a Redis ledger needs --name")
         return RedisLedger(target, args.name)

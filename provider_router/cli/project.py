@@ -48,7 +48,7 @@ from provider_router.workload_stats import (
     sample_prompts,
 )
 
-# parse_count moved to cli/_options.py; it stays importable from here (cli/run.py uses it).
+# parse_count lives in cli/_options.py; it stays importable from here for older callers.
 __all__ = ["parse_count", "register"]
 
 

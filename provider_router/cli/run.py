@@ -37,37 +37,19 @@ from typing import Any, TypeVar
 from rich.console import Console
 
 from provider_router._exceptions import ConfigurationError
-from provider_router._money import to_decimal
 from provider_router.batch.fleet import DEFAULT_IDLE_TIMEOUT, FleetQueue
 from provider_router.batch.plan import Plan, load_plan
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import RunSummary, StopReason
+from provider_router.cli._options import budget_usd, positive_count
 from provider_router.cli._render import make_console
-from provider_router.cli.project import parse_count
 from provider_router.ledger import RedisLedger
 from provider_router.ledger.redis import DEFAULT_LEASE
 
 __all__ = ["open_shared_ledger", "plan_from_args", "register", "run_batch"]
 
 T = TypeVar("T")
-
-
-def _usd(value: str) -> Decimal:
-    try:
-        amount = to_decimal(value, what="--budget")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if amount <= 0:
-        raise argparse.ArgumentTypeError("--budget must be more than 0 USD")
-    return amount
-
-
-def _positive(value: str) -> int:
-    number = parse_count(value)  # "7M", "250k", "2,000" read as people write them
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number above 0, got {value!r}")
-    return number
 
 
 def _seconds(value: str) -> float:
@@ -95,14 +77,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--out", required=True, metavar="DIR", help="job directory")
     parser.add_argument("--plan", metavar="FILE", help="plan file (.yaml/.yml/.toml)")
     parser.add_argument("--model", help="OpenRouter model id, e.g. moonshotai/kimi-k2.5")
-    parser.add_argument("--budget", type=_usd, metavar="USD", help="hard spending cap")
-    parser.add_argument("--max-tokens", type=_positive, metavar="N", help="completion cap")
-    parser.add_argument("--concurrency", type=_positive, metavar="C", help="requests in flight")
+    parser.add_argument("--budget", type=budget_usd, metavar="USD", help="hard spending cap")
+    parser.add_argument("--max-tokens", type=positive_count, metavar="N", help="completion cap")
+    parser.add_argument(
+        "--concurrency", type=positive_count, metavar="C", help="requests in flight"
+    )
     parser.add_argument("--exclude-below", metavar="Q", help="lowest precision allowed (int4)")
     parser.add_argument(
-        "--target-output-tokens", type=_positive, metavar="N", help="stop each dataset at N"
+        "--target-output-tokens", type=positive_count, metavar="N", help="stop each dataset at N"
     )
-    parser.add_argument("--max-requests", type=_positive, metavar="N", help="cap per dataset")
+    parser.add_argument("--max-requests", type=positive_count, metavar="N", help="cap per dataset")
     parser.add_argument("--temperature", type=float, metavar="T", help="sampling temperature")
     parser.add_argument("--name", help="dataset name (default: the prompts file's name)")
     parser.add_argument(

@@ -72,6 +72,13 @@ _CLOSE = (
     "UPDATE reservations SET state = ?, cost = ?, estimate = ?, provider = ?,"
     " generation_id = coalesce(?, generation_id), closed = ? WHERE id = ?"
 )
+# Settle or release an open reservation in one statement (the common case); anything
+# else (already closed, recovered by another process, unknown) takes the slow path.
+_CLOSE_OPEN = (
+    "UPDATE reservations SET state = ?, cost = ?, estimate = ?, provider = ?,"
+    " generation_id = coalesce(?, generation_id), closed = ?"
+    " WHERE id = ? AND state = 'open' RETURNING units"
+)
 _OPEN_ROWS = "SELECT id, units, key, generation_id, owner, lease_until FROM reservations"
 
 
@@ -139,7 +146,18 @@ class _Store:
             _CLOSE, (state, cost, op.estimate, op.provider, op.generation_id, now, op.id)
         )
 
+    def _close_open(self, op: b.Op, state: str, now: float, cost: int) -> int | None:
+        """Close ``op``'s reservation if it is open; its units, or None if it was not open."""
+        rows = self.con.execute(
+            _CLOSE_OPEN, (state, cost, op.estimate, op.provider, op.generation_id, now, op.id)
+        ).fetchall()  # fetchall: step the statement to its end before COMMIT
+        return rows[0][0] if rows else None
+
     def _settle(self, op: b.Op, t: Totals, now: float) -> None:
+        held = self._close_open(op, "settled", now, op.cost)
+        if held is not None:
+            t.settle(held, op.cost, op.estimate)
+            return
         found = self._lookup(op)
         if found is None:
             op.outcome = b.NOT_OPEN
@@ -158,6 +176,10 @@ class _Store:
         self._close(op, "settled", now, op.cost)
 
     def _release(self, op: b.Op, t: Totals, now: float) -> None:
+        held = self._close_open(op, "released", now, 0)
+        if held is not None:
+            t.release(held)
+            return
         found = self._lookup(op)
         if found is None:
             op.outcome = b.NOT_OPEN

@@ -17,7 +17,7 @@ from _batch_helpers import assert_consistent, ledger_rows, ledger_spent, read_re
 
 from provider_router._money import from_units
 from provider_router.batch.journal import FileJournal
-from provider_router.cli import main
+from provider_router.cli import build_parser, main
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]
@@ -178,6 +178,34 @@ async def test_exit_codes_for_money(tmp_path: Path, openrouter_sim_factory: Fact
     assert len(assert_consistent(out, SIZES)) == sum(SIZES.values())
 
 
+def test_run_flags_read_amounts_and_counts_as_people_write_them() -> None:
+    counts = ["--concurrency", "2,000", "--target-output-tokens", "10M", "--max-requests", "250k"]
+    args = build_parser().parse_args(
+        ["run", "p.jsonl", "--out", "o", "--budget", "$100", "--max-tokens", "8k", *counts]
+    )
+    assert args.budget == Decimal(100)
+    assert (args.max_tokens, args.concurrency) == (8_000, 2_000)
+    assert (args.target_output_tokens, args.max_requests) == (10_000_000, 250_000)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--budget", "0", "argument --budget: a budget must be more than $0, got '0'"),
+        ("--budget", "ten", "argument --budget: not an amount in USD: 'ten'"),
+        ("--concurrency", "0", "argument --concurrency: must be at least 1, got '0'"),
+        ("--max-tokens", "2.5", "argument --max-tokens: '2.5' is not a whole number of tokens"),
+    ],
+)
+def test_run_rejects_bad_amounts_and_counts(
+    flag: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["run", "p.jsonl", "--out", "o", flag, value])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_flag_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     prompts = write_prompts(tmp_path / "p.jsonl", 2)
     assert main(["run", str(prompts), "--out", str(tmp_path / "o"), "--budget", "1"]) == 1
@@ -188,7 +216,7 @@ def test_flag_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "--budget USD is required" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["run", str(prompts), "--out", "o", "--model", "m/x", "--budget", "-1"])
-    assert "--budget must be more than 0" in capsys.readouterr().err
+    assert "argument --budget: a budget must be more than $0, got '-1'" in capsys.readouterr().err
     bad_plan = tmp_path / "plan.yaml"
     bad_plan.write_text("model: m/x\ndatasets:\n  - {name: a, input: p.jsonl, max_requests: -1}\n")
     assert main(["run", "--plan", str(bad_plan), "--out", str(tmp_path / "o")]) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,28 @@ def test_record_shape_and_exact_cost() -> None:
     assert decoded["started_at"] == "2026-04-27T19:58:05.041Z"
     assert decoded["latency_s"] == 6.733
     assert "Hello — hi!" in line.decode()  # UTF-8, not \\u escapes
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [
+        0.0,
+        1777319885.041,
+        1777319885.0009999,  # microseconds round down, milliseconds truncate
+        1777319885.9999996,  # microseconds round up into the next second
+        1777319886.0,
+        1777319885.5,
+        1777319885.0004,
+    ],
+)
+def test_timestamps_match_datetime_isoformat(ts: float) -> None:
+    # The per-second cache must format exactly as datetime does, in any order of calls.
+    expected = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+    for previous in (ts - 1.0, ts, ts + 0.9):
+        make_record(**sample(started_at=previous, finished_at=previous))
+        record = make_record(**sample(started_at=ts, finished_at=ts))
+        assert record["started_at"] == expected.replace("+00:00", "Z")
+        assert record["finished_at"] == record["started_at"]
 
 
 def test_text_with_newlines_stays_one_line() -> None:
