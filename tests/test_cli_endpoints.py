@@ -194,6 +194,8 @@ def test_bad_flags_are_usage_errors(
 def test_demo_prints_verdicts_and_ranking_offline(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "demo")
     assert code == 0
+    # The market comes from the in-process local OpenRouter, read like the real one.
+    assert "Local OpenRouter at http://127.0.0.1:" in out
     assert "ProviderPolicy(exclude_below='int4')" in out
     assert "9 allowed" in out
     assert "nvfp4 is below the int4 floor" in out

@@ -1,4 +1,4 @@
-"""Steps 2 and 3 of ``provider-router demo``: project, then run the reference job.
+"""Steps 2 to 5 of ``provider-router demo``: project, then run the reference job.
 
 A scaled-down version of the reference scenario: six datasets (B3 … B8) of
 synthetic prompts, each with an output-token target, Kimi K2.5 under
@@ -31,7 +31,7 @@ from provider_router.records import ModelEndpoints
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 from provider_router.workload import WorkloadEstimate
 
-__all__ = ["DEMO_DATASETS", "demo_plan", "run_reference_job"]
+__all__ = ["DEMO_DATASETS", "DEMO_SPEED", "demo_plan", "run_reference_job"]
 
 DEMO_DATASETS: Final = ("B3", "B4", "B5", "B6", "B7", "B8")
 _PROMPTS_PER_DATASET: Final = 120
@@ -39,7 +39,8 @@ _TARGET_OUTPUT_TOKENS: Final = 30_000
 _MAX_TOKENS: Final = 2048
 _CONCURRENCY: Final = 64
 _BUDGET: Final = Decimal(5)
-_SPEED: Final = 1500.0
+DEMO_SPEED: Final = 1500.0
+"""Simulated time runs this much faster: a minute of generation takes 40 ms."""
 _SOURCES: Final = ("magicoder", "opencodeinstruct")
 
 
@@ -78,7 +79,7 @@ def demo_plan(directory: Path) -> Plan:
 
 
 def _projected_cost(console: Console, plan: Plan, market: ModelEndpoints) -> Decimal:
-    """Step 2: the projection of the plan on the bundled market."""
+    """Step 2: the projection of the plan on the market the run will use."""
     console.rule("2. What the plan will cost")
     workload = WorkloadEstimate(
         prompt_tokens=Decimal(20), completion_tokens=Decimal(400), source="demo guess"
@@ -88,44 +89,50 @@ def _projected_cost(console: Console, plan: Plan, market: ModelEndpoints) -> Dec
     return projection.total.cost().expected
 
 
-async def _run(console: Console, plan: Plan, out: Path, credits: Decimal) -> list[RunSummary]:
+async def _run(
+    console: Console, sim: SimulatorServer, plan: Plan, out: Path, credits: Decimal
+) -> list[RunSummary]:
     summaries = []
-    async with SimulatorServer(
-        credits=credits, speed=_SPEED, seed=7, api_keys=[DEFAULT_TEST_KEY]
-    ) as sim:
-        for attempt in (1, 2):
-            runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
-            display = asyncio.ensure_future(show_progress(runner, console, "auto", interval=1.0))
-            try:
-                summary = await runner.run()
-            finally:
-                display.cancel()
-                await asyncio.gather(display, return_exceptions=True)
-            summaries.append(summary)
-            summary.render(console)
-            if summary.reason is not StopReason.CREDITS or attempt == 2:
-                break
-            top_up = (summary.to_finish or credits) * 2
-            console.rule(f"4. Top up ${top_up:.2f} and run the same plan again: it resumes")
-            sim.top_up(top_up)
+    for attempt in (1, 2):
+        runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
+        display = asyncio.ensure_future(show_progress(runner, console, "auto", interval=1.0))
+        try:
+            summary = await runner.run()
+        finally:
+            display.cancel()
+            await asyncio.gather(display, return_exceptions=True)
+        summaries.append(summary)
+        summary.render(console)
+        if summary.reason is not StopReason.CREDITS or attempt == 2:
+            break
+        top_up = (summary.to_finish or credits) * 2
+        console.rule(f"4. Top up ${top_up:.2f} and run the same plan again: it resumes")
+        sim.top_up(top_up)
     return summaries
 
 
-def run_reference_job(console: Console, market: ModelEndpoints, out: Path | None) -> int:
-    """Steps 2–5: project the plan, run it out of credits, top up, resume, summarise."""
-    # The client warns once per request the credits refused; the demo says it once itself.
+async def run_reference_job(
+    console: Console, sim: SimulatorServer, market: ModelEndpoints, out: Path | None
+) -> int:
+    """Steps 2–5 on the running local OpenRouter ``sim``, whose listing is ``market``.
+
+    Projects the plan, sets the credits to about half of it, runs out of credits,
+    tops up, resumes to completion and summarises.
+    """
+    # One error line says the credits ran out; the summary explains the rest.
     configure_logging(level="error")
     with tempfile.TemporaryDirectory(prefix="provider-router-demo-") as tmp:
         work = Path(tmp)
         plan = demo_plan(work)
         projected = _projected_cost(console, plan, market)
         credits = (projected / 2).quantize(Decimal("0.01"))
+        sim.set_balance(credits)
         console.rule(
             f"3. Run {len(plan.datasets)} datasets on the local OpenRouter with ${credits} of "
             "credits (about half the plan)"
         )
         job = out if out is not None else work / "run"
-        summaries = asyncio.run(_run(console, plan, job, credits))
+        summaries = await _run(console, sim, plan, job, credits)
         final = summaries[-1]
         console.rule("5. Done")
         stops = " → ".join(s.reason.value for s in summaries)

@@ -1,13 +1,13 @@
-"""``provider-router demo``: the router's first decisions on a bundled market, offline.
+"""``provider-router demo``: the whole job on the local OpenRouter, offline.
 
-Loads the Kimi K2.5 market snapshot shipped in ``provider_router/data``, judges
-every endpoint under ``ProviderPolicy(exclude_below="int4")``, and ranks the
-survivors for a typical dataset-generation request. No network, no key.
-Later steps of the full job hang off :func:`run_demo` one function each:
-the projection of a scaled-down reference plan (six datasets), and the run
-itself on the local OpenRouter (in-process, simulated time) with a small credit
-balance: it stops when the credits run out, the balance is topped up, and the
-same run resumes and completes, exactly once.
+Starts the local OpenRouter in-process with its default Kimi K2.5 market, reads
+the model's endpoints from it through a :class:`Catalog` (as a real run reads
+OpenRouter's), judges every endpoint under ``ProviderPolicy(exclude_below="int4")``
+and ranks the survivors for a typical dataset-generation request. Then, one
+function per step: the projection of a scaled-down reference plan (six datasets),
+and the run itself (simulated time) with a small credit balance: it stops when the
+credits run out, the balance is topped up, and the same run resumes and completes,
+exactly once. No network, no key.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Final
 from rich.console import Console
 
 from provider_router.catalog import Catalog
-from provider_router.cli._demo_job import run_reference_job
+from provider_router.cli._demo_job import DEMO_SPEED, run_reference_job
 from provider_router.cli._render import make_console
 from provider_router.cli.endpoints import (
     DEFAULT_COMPLETION_TOKENS,
@@ -32,6 +32,7 @@ from provider_router.cli.endpoints import (
 from provider_router.policy import ProviderPolicy
 from provider_router.ranking import Workload
 from provider_router.records import ModelEndpoints
+from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 __all__ = ["DEMO_MODEL", "bundled_snapshot", "load_demo_market", "register", "run_demo"]
 
@@ -65,17 +66,24 @@ def run_demo(console: Console, *, out: Path | None = None, job: bool = True) -> 
     Args:
         console: where to print.
         out: the job directory of the simulated run (default: a temporary one).
-        job: also project and run the scaled-down reference job (steps 2 and 3).
+        job: also project and run the scaled-down reference job (steps 2 to 5).
     """
-    market = load_demo_market()
-    console.print(
-        f"Market snapshot: {bundled_snapshot().name} ({len(market.endpoints)} endpoints, "
-        "offline: no network, no key)"
-    )
-    show_endpoints(console, market)
-    if not job:
-        return 0
-    return run_reference_job(console, market, out)
+    return asyncio.run(_demo(console, out=out, job=job))
+
+
+async def _demo(console: Console, *, out: Path | None, job: bool) -> int:
+    # The credits are set once the projection says what the plan costs.
+    async with SimulatorServer(speed=DEMO_SPEED, seed=7, api_keys=[DEFAULT_TEST_KEY]) as sim:
+        async with Catalog(base_url=sim.url, api_key=DEFAULT_TEST_KEY) as catalog:
+            market = await catalog.endpoints(DEMO_MODEL)
+        console.print(
+            f"Local OpenRouter at {sim.url}: the default Kimi K2.5 market "
+            f"({len(market.endpoints)} endpoints), in-process; no network, no key"
+        )
+        show_endpoints(console, market)
+        if not job:
+            return 0
+        return await run_reference_job(console, sim, market, out)
 
 
 def _handle(args: argparse.Namespace) -> int:
