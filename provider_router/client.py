@@ -586,7 +586,7 @@ class Router(AsyncResource):
         return await self._billing.generation_cost(generation_id, attempts=attempts, delay=delay)
 
     async def resolve(self, reservation: Reservation) -> Decimal | None:
-        """A :data:`~provider_router.ledger.Resolver` for ``Ledger.recover``.
+        """A :data:`~provider_router.ledger.CostResolver` for ``Ledger.recover``.
 
         Resolves an orphaned reservation's cost through its generation id;
         ``None`` (count the worst case) when it has none or the lookup fails.
