@@ -22,7 +22,9 @@ class AsyncResource:
 
     Entering awaits :meth:`_on_enter` (nothing by default) and gives back the object
     itself; leaving awaits :meth:`_on_exit`, also when the block raised, and never
-    suppresses the exception.
+    suppresses the exception. When the block is already failing, an error from the
+    clean-up does not replace it: the block's error is raised, with a note naming
+    the clean-up failure.
     """
 
     __slots__ = ()
@@ -44,4 +46,10 @@ class AsyncResource:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self._on_exit()
+        if exc is None:
+            await self._on_exit()
+            return
+        try:
+            await self._on_exit()
+        except Exception as cleanup:
+            exc.add_note(f"while cleaning up after it: {cleanup!r}")

@@ -8,7 +8,6 @@ from decimal import Decimal
 
 import pytest
 
-from provider_router.cli import _options, project
 from provider_router.cli._options import (
     add_market_arguments,
     budget_usd,
@@ -16,10 +15,6 @@ from provider_router.cli._options import (
     positive_count,
     usd,
 )
-
-
-def test_parse_count_is_still_importable_from_the_project_command() -> None:
-    assert project.parse_count is _options.parse_count
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from provider_router.cli import main
-from provider_router.cli.project import parse_count
+from provider_router.cli._options import parse_count
 from provider_router.testing.server import SimulatorServer
 
 MODEL = "moonshotai/kimi-k2.5"

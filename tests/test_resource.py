@@ -51,3 +51,21 @@ async def test_a_subclass_without_an_exit_hook_fails_loudly() -> None:
     with pytest.raises(NotImplementedError):
         async with AsyncResource():
             pass
+
+
+class _FailingClose(AsyncResource):
+    async def _on_exit(self) -> None:
+        raise OSError("socket already gone")
+
+
+async def test_a_clean_up_error_surfaces_when_the_block_succeeded() -> None:
+    with pytest.raises(OSError, match="socket already gone"):
+        async with _FailingClose():
+            pass
+
+
+async def test_a_clean_up_error_never_replaces_the_blocks_own_error() -> None:
+    with pytest.raises(KeyError) as caught:
+        async with _FailingClose():
+            raise KeyError("the real failure")
+    assert caught.value.__notes__ == ["while cleaning up after it: OSError('socket already gone')"]

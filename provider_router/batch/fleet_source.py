@@ -31,11 +31,11 @@ import asyncio
 import collections
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
+from provider_router._resource import AsyncResource
 from provider_router._types import Sleep
 from provider_router.batch.fleet import (
     FleetProgress,
@@ -135,7 +135,7 @@ class FleetJournal:
         return getattr(self.local, name)
 
 
-class FleetSource:
+class FleetSource(AsyncResource):
     """Claims prompts from a :class:`FleetQueue` for one worker (see the module docstring).
 
     Args:
@@ -260,22 +260,11 @@ class FleetSource:
             self._raised = True
             raise self._error
 
-    async def __aenter__(self) -> Self:
+    async def _on_enter(self) -> None:
         await self.start()
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            await self.close()
-            return
-        # Already failing: clean up, but let the original error be the one raised.
-        with contextlib.suppress(Exception):
-            await self.close()
+    async def _on_exit(self) -> None:
+        await self.close()
 
     # --- Redis, carefully ------------------------------------------------------------------
 

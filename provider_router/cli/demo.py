@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from importlib import resources
 from pathlib import Path
 from typing import Final
 
@@ -34,20 +33,9 @@ from provider_router.ranking import Workload
 from provider_router.records import ModelEndpoints
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
-__all__ = ["DEMO_MODEL", "bundled_snapshot", "load_demo_market", "register", "run_demo"]
+__all__ = ["DEMO_MODEL", "register", "run_demo"]
 
 DEMO_MODEL: Final = "moonshotai/kimi-k2.5"
-_SNAPSHOT: Final = "kimi-k2.5.endpoints.json"
-
-
-def bundled_snapshot() -> Path:
-    """Path of the bundled Kimi K2.5 endpoints listing (OpenRouter's wire format)."""
-    return Path(str(resources.files("provider_router") / "data" / _SNAPSHOT))
-
-
-def load_demo_market() -> ModelEndpoints:
-    """The bundled listing, parsed through an offline :class:`Catalog`."""
-    return asyncio.run(Catalog.load_snapshot(bundled_snapshot()).endpoints(DEMO_MODEL))
 
 
 def show_endpoints(console: Console, market: ModelEndpoints) -> None:

@@ -30,7 +30,6 @@ from provider_router.cli._options import (
     add_market_arguments,
     budget_usd,
     load_listing,
-    parse_count,
     positive_count,
 )
 from provider_router.client import Router
@@ -48,8 +47,7 @@ from provider_router.workload_stats import (
     sample_prompts,
 )
 
-# parse_count lives in cli/_options.py; it stays importable from here for older callers.
-__all__ = ["parse_count", "register"]
+__all__ = ["register"]
 
 
 def _decimal(text: str) -> Decimal:
