@@ -78,11 +78,12 @@ def chat_result(
     created: int,
     model: str,
     provider: str,
-    content: str,
+    content: str | None,
     reasoning: str | None,
     finish_reason: str,
     usage: dict[str, Any],
     error: dict[str, Any] | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {
         "role": "assistant",
@@ -90,6 +91,8 @@ def chat_result(
         "refusal": None,
         "reasoning": reasoning,
     }
+    if tool_calls:
+        message["tool_calls"] = tool_calls
     if reasoning:
         message["reasoning_details"] = reasoning_details(reasoning)
     choice: dict[str, Any] = {

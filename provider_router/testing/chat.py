@@ -32,6 +32,12 @@ from provider_router.testing.routing import (
     plan_route,
 )
 from provider_router.testing.synth import count_prompt_tokens
+from provider_router.testing.tools import (
+    ToolError,
+    ToolRequest,
+    check_tool_messages,
+    parse_tool_request,
+)
 
 __all__ = ["chat_completions"]
 
@@ -190,6 +196,11 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
         return max_tokens
     record.max_tokens = max_tokens
     try:
+        tool_request = parse_tool_request(body)
+        check_tool_messages(messages)
+    except ToolError as exc:
+        return _bad_request(str(exc))
+    try:
         prefs = parse_preferences(body.get("provider"))
     except RoutingError as exc:
         return _routing_error(exc)
@@ -236,7 +247,17 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
     sim.key_in_flight[key.label] = sim.key_in_flight.get(key.label, 0) + 1
     try:
         return await _attempts(
-            sim, request, record, key, body, model, candidates, prompt_tokens, max_tokens, rng
+            sim,
+            request,
+            record,
+            key,
+            body,
+            model,
+            candidates,
+            prompt_tokens,
+            max_tokens,
+            rng,
+            tool_request,
         )
     finally:
         sim.key_in_flight[key.label] -= 1
@@ -254,6 +275,7 @@ async def _attempts(
     prompt_tokens: int,
     max_tokens: int | None,
     rng: Any,
+    tool_request: ToolRequest | None,
 ) -> web.StreamResponse:
     failure: web.Response | None = None
     failure_kind = "error"
@@ -280,7 +302,18 @@ async def _attempts(
         if fault is not None:
             sim.log.counters["fault." + fault.kind] += 1
         attempt = Attempt(
-            sim, request, record, key, body, model, endpoint, prompt_tokens, max_tokens, rng, fault
+            sim,
+            request,
+            record,
+            key,
+            body,
+            model,
+            endpoint,
+            prompt_tokens,
+            max_tokens,
+            rng,
+            fault,
+            tool_request,
         )
         sim.in_flight[tag] = sim.in_flight.get(tag, 0) + 1
         try:

@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from provider_router.testing import bodies
+from provider_router.testing import bodies, tools
 from provider_router.testing.app import Simulator, json_error
 from provider_router.testing.billing import Cost, KeyState, compute_cost
 from provider_router.testing.faults import Fault
@@ -38,6 +38,7 @@ from provider_router.testing.synth import (
     prefix_fingerprint,
     shape_completion,
 )
+from provider_router.testing.tools import PlannedCall, ToolRequest
 
 __all__ = ["Attempt", "serve"]
 
@@ -66,6 +67,7 @@ class Attempt:
     max_tokens: int | None
     rng: random.Random
     fault: Fault | None
+    tools: ToolRequest | None = None
 
 
 @dataclass(slots=True)
@@ -76,6 +78,7 @@ class _Plan:
     cached_tokens: int
     ttft: float
     tokens_per_second: float
+    calls: tuple[PlannedCall, ...] = ()
 
 
 def _completion_total(attempt: Attempt) -> int:
@@ -103,11 +106,17 @@ def _plan(attempt: Attempt) -> _Plan:
     rng = attempt.rng
     created = int(time.time())
     gen_id = f"gen-{created}-{''.join(rng.choices(_ID_ALPHABET, k=20))}"
-    shape = shape_completion(attempt.body, _completion_total(attempt), attempt.max_tokens)
+    total = _completion_total(attempt)
     endpoint = attempt.endpoint
     ttft = endpoint.latency_ms / 1000 * math.exp(rng.gauss(0.0, 0.25))
     tps = endpoint.throughput * math.exp(rng.gauss(0.0, 0.15))
-    return _Plan(gen_id, created, shape, _cached_tokens(attempt), ttft, tps)
+    # Drawn last, so a request without tools sees the same draws as before tools existed.
+    calls: tuple[PlannedCall, ...] = ()
+    if attempt.tools is not None:
+        calls = tools.plan_calls(attempt.tools, attempt.body["messages"], attempt.model.id, rng)
+    tool_tokens = sum(call.tokens for call in calls) if calls else None
+    shape = shape_completion(attempt.body, total, attempt.max_tokens, tool_tokens)
+    return _Plan(gen_id, created, shape, _cached_tokens(attempt), ttft, tps, calls)
 
 
 def _charge(attempt: Attempt, plan: _Plan, completion_tokens: int, reasoning_tokens: int) -> Cost:
@@ -247,10 +256,11 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         plan.created,
         model_slug,
         endpoint.provider_name,
-        filler(0, shape.content_tokens),
+        None if plan.calls else filler(0, shape.content_tokens),
         _reasoning_text(attempt, plan, shape.reasoning_tokens),
         shape.finish_reason,
         usage,
+        tool_calls=tools.message_calls(plan.calls, shape.content_tokens) if plan.calls else None,
     )
     _remember(
         attempt,
@@ -344,6 +354,15 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                     text = filler(sent, sent + n, reasoning=True)
                     delta["reasoning"] = text
                     delta["reasoning_details"] = bodies.reasoning_details(text)
+            elif plan.calls:
+                start = sent - shape.reasoning_tokens
+                sent += n
+                for entry in tools.stream_deltas(plan.calls, start, start + n):
+                    call_delta = {"content": None, "role": "assistant", "tool_calls": [entry]}
+                    await response.write(
+                        _sse(bodies.chunk(gen_id, created, model_slug, provider, call_delta))
+                    )
+                continue
             else:
                 start = sent - shape.reasoning_tokens
                 delta["content"] = filler(start, start + n)

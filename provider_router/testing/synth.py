@@ -141,9 +141,12 @@ def _reasoning_request(body: Mapping[str, Any]) -> tuple[float, bool, int | None
 
 
 def shape_completion(
-    body: Mapping[str, Any], total: int, max_tokens: int | None
+    body: Mapping[str, Any], total: int, max_tokens: int | None, tool_tokens: int | None = None
 ) -> CompletionShape:
-    """Split ``total`` drawn tokens into reasoning and content, honouring max_tokens."""
+    """Split ``total`` drawn tokens into reasoning and content, honouring max_tokens.
+
+    With ``tool_tokens`` the model calls tools: the content is those tokens, not
+    the drawn remainder, and it finishes with ``tool_calls`` unless cut short."""
     wants = _reasoning_request(body)
     reasoning = 0
     show = False
@@ -154,6 +157,8 @@ def shape_completion(
             reasoning = min(reasoning, cap)
     content = max(total - reasoning, 1)
     finish = "stop"
+    if tool_tokens is not None:
+        content, finish = tool_tokens, "tool_calls"
     if max_tokens is not None and reasoning + content > max_tokens:
         finish = "length"
         reasoning = min(reasoning, max_tokens)

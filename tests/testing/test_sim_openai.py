@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import openai
 import pytest
 
@@ -76,3 +78,99 @@ async def test_openai_sdk_sees_a_402_as_its_own_error(
                 model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=10
             )
     assert caught.value.status_code == 402
+
+
+WEATHER_TOOL: openai.types.chat.ChatCompletionToolParam = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "description": "Current weather for a place.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "location": {"type": "string"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["location", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def _weather_arguments(arguments: str) -> dict[str, object]:
+    parsed = json.loads(arguments)
+    assert set(parsed) == {"location", "unit"}
+    assert isinstance(parsed["location"], str)
+    assert parsed["unit"] in ("celsius", "fahrenheit")
+    return parsed  # type: ignore[no-any-return]
+
+
+async def test_openai_sdk_tool_calls_json(
+    openrouter_sim: SimulatorServer, openrouter_api_key: str
+) -> None:
+    async with openai.AsyncOpenAI(
+        base_url=openrouter_sim.url, api_key=openrouter_api_key
+    ) as client:
+        completion = await client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Weather in Florence?"}],
+            tools=[WEATHER_TOOL],
+            tool_choice={"type": "function", "function": {"name": "weather"}},
+            max_tokens=300,
+        )
+        choice = completion.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert choice.message.content is None
+        calls = choice.message.tool_calls
+        assert calls is not None
+        assert len(calls) == 1
+        call = calls[0]
+        assert isinstance(call, openai.types.chat.ChatCompletionMessageFunctionToolCall)
+        assert call.function.name == "weather"
+        _weather_arguments(call.function.arguments)
+        # The SDK's own message type goes back into the conversation with the result.
+        follow_up = await client.chat.completions.create(
+            model=MODEL,
+            messages=[
+                {"role": "user", "content": "Weather in Florence?"},
+                choice.message.model_dump(exclude_none=True),  # type: ignore[misc]
+                {"role": "tool", "tool_call_id": call.id, "content": "21 C, sunny"},
+            ],
+            tools=[WEATHER_TOOL],
+            tool_choice="none",
+            max_tokens=30,
+        )
+    assert follow_up.choices[0].message.content
+    assert follow_up.choices[0].message.tool_calls is None
+
+
+async def test_openai_sdk_tool_calls_stream(
+    openrouter_sim: SimulatorServer, openrouter_api_key: str
+) -> None:
+    async with (
+        openai.AsyncOpenAI(base_url=openrouter_sim.url, api_key=openrouter_api_key) as client,
+        client.chat.completions.stream(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Weather in Florence and Rome?"}],
+            tools=[WEATHER_TOOL],
+            tool_choice="required",
+            max_tokens=300,
+        ) as stream,
+    ):
+        argument_deltas = 0
+        async for event in stream:
+            if event.type == "tool_calls.function.arguments.delta":
+                argument_deltas += 1
+        completion = await stream.get_final_completion()
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    calls = choice.message.tool_calls
+    assert calls
+    assert argument_deltas > len(calls), "arguments arrive in several deltas"
+    for call in calls:
+        assert call.type == "function"
+        assert call.function.name == "weather"
+        _weather_arguments(call.function.arguments)
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens > 0
