@@ -82,7 +82,7 @@ from provider_router.records import (
     ToolChoiceSupport,
     TopProvider,
 )
-from provider_router.results import ChatResult, StreamDelta, Usage
+from provider_router.results import ChatResult, StreamDelta, ToolCall, ToolCallDelta, Usage
 from provider_router.retry import Backoff, RetryPolicy, is_retryable
 from provider_router.routing import RoutePlan, build_route_plan, estimate_prompt_tokens
 from provider_router.workload import (
@@ -196,6 +196,8 @@ __all__ = [
     "StopReason",
     "StreamDelta",
     "TokenTotals",
+    "ToolCall",
+    "ToolCallDelta",
     "ToolChoiceSupport",
     "TopProvider",
     "Usage",

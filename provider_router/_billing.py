@@ -82,6 +82,7 @@ class Charged:
             latency=latency,
             message=completion.message,
             native_finish_reason=completion.native_finish_reason,
+            tool_calls=completion.tool_calls,
         )
 
 

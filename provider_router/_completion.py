@@ -15,7 +15,7 @@ from typing import Any
 
 from provider_router._exceptions import InvalidResponseError, ResponseCarriedError
 from provider_router.records import describe_json
-from provider_router.results import StreamDelta, Usage
+from provider_router.results import StreamDelta, ToolCall, ToolCallDelta, Usage
 
 __all__ = ["Completion", "StreamAccumulator", "parse_completion"]
 
@@ -34,6 +34,7 @@ class Completion:
     usage: Usage | None = None
     message: Mapping[str, Any] = field(default_factory=dict)
     error: ResponseCarriedError | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 def _carried_error(
@@ -100,6 +101,10 @@ def parse_completion(body: object) -> Completion:
         result.message = message
         result.text = _str(message.get("content")) or ""
         result.reasoning = _str(message.get("reasoning"))
+        raw_calls = message.get("tool_calls")
+        if isinstance(raw_calls, list):
+            parsed = (ToolCall.from_json(raw, i) for i, raw in enumerate(raw_calls))
+            result.tool_calls = tuple(call for call in parsed if call is not None)
     result.finish_reason = _str(choice.get("finish_reason"))
     result.native_finish_reason = _str(choice.get("native_finish_reason"))
     if result.error is None and (
@@ -109,15 +114,66 @@ def parse_completion(body: object) -> Completion:
     return result
 
 
+class _CallParts:
+    """One tool call being put together from stream deltas."""
+
+    __slots__ = ("arguments", "id", "index", "name")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+
 class StreamAccumulator:
     """Builds a :class:`Completion` from decoded stream chunks, one at a time."""
 
-    __slots__ = ("_reasoning", "_text", "result")
+    __slots__ = ("_calls", "_reasoning", "_slots", "_text", "result")
 
     def __init__(self) -> None:
         self.result = Completion()
         self._text: list[str] = []
         self._reasoning: list[str] = []
+        self._calls: dict[int, _CallParts] = {}
+        self._slots: dict[int, int] = {}  # the index a chunk says -> the call it feeds
+
+    def _feed_calls(self, entries: list[Any]) -> tuple[ToolCallDelta, ...]:
+        """Add ``delta.tool_calls`` entries to the calls, keyed by ``index``. An entry
+        whose new ``id`` differs from the call at its index starts another call: some
+        providers send every parallel call at index 0."""
+        deltas: list[ToolCallDelta] = []
+        calls = self._calls
+        for entry in entries:
+            if not isinstance(entry, Mapping):
+                continue
+            call_id = _str(entry.get("id")) or None
+            wire = entry.get("index")
+            if not isinstance(wire, int) or isinstance(wire, bool):
+                # No index: a new id starts the next call, a piece continues the last.
+                wire = max(calls, default=-1) + (1 if call_id else 0)
+                wire = max(wire, 0)
+            index = self._slots.get(wire, wire)
+            current = calls.get(index)
+            if current is not None and call_id and current.id and call_id != current.id:
+                index = max(calls) + 1
+                current = None
+            self._slots[wire] = index
+            if current is None:
+                current = calls[index] = _CallParts(index)
+            function = entry.get("function")
+            function = function if isinstance(function, Mapping) else {}
+            name = _str(function.get("name")) or None
+            arguments = function.get("arguments")
+            arguments = arguments if isinstance(arguments, str) else ""
+            if call_id and not current.id:
+                current.id = call_id
+            if name and not current.name:
+                current.name = name
+            if arguments:
+                current.arguments.append(arguments)
+            deltas.append(ToolCallDelta(index, arguments, call_id, name))
+        return tuple(deltas)
 
     def feed(self, chunk: object, attempt: int = 1) -> StreamDelta | None:
         """Take one chunk; return the text it adds (``None`` when it adds none).
@@ -154,8 +210,12 @@ class StreamAccumulator:
                     self._reasoning.append(reasoning)
                 else:
                     reasoning = ""
-                if text or reasoning:
-                    delta = StreamDelta(text=text, reasoning=reasoning, attempt=attempt)
+                entries = part.get("tool_calls")
+                calls = self._feed_calls(entries) if isinstance(entries, list) else ()
+                if text or reasoning or calls:
+                    delta = StreamDelta(
+                        text=text, reasoning=reasoning, attempt=attempt, tool_calls=calls
+                    )
             finish = choice.get("finish_reason")
             # The usage chunk may repeat the finish reason: the first one stands.
             if finish is not None and result.finish_reason is None:
@@ -175,5 +235,15 @@ class StreamAccumulator:
         message: dict[str, Any] = {"role": "assistant", "content": result.text}
         if result.reasoning is not None:
             message["reasoning"] = result.reasoning
+        if self._calls:
+            result.tool_calls = tuple(
+                ToolCall(parts.id, parts.name, "".join(parts.arguments), index)
+                for index, parts in sorted(self._calls.items())
+            )
+            message["tool_calls"] = [
+                {"index": call.index, **call.message()} for call in result.tool_calls
+            ]
+            if not result.text:
+                message["content"] = None
         result.message = message
         return result

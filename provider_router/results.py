@@ -7,14 +7,16 @@ itself at 2,000 in flight).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from provider_router._exceptions import InvalidResponseError
 from provider_router._money import to_decimal
 
-__all__ = ["ChatResult", "StreamDelta", "Usage"]
+__all__ = ["ChatResult", "StreamDelta", "ToolCall", "ToolCallDelta", "Usage"]
 
 
 def _int(value: object) -> int:
@@ -77,6 +79,86 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function call the model asked for (``message.tool_calls[i]``).
+
+    Attributes:
+        id: the call's id; a ``role: "tool"`` reply names it in ``tool_call_id``.
+        name: the function's name.
+        arguments: the arguments exactly as the model wrote them: a JSON text,
+            which may be cut short (``finish_reason: "length"``) or malformed.
+        index: position among the message's calls.
+    """
+
+    id: str
+    name: str
+    arguments: str
+    index: int = 0
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """The arguments as a JSON object (``{}`` for empty arguments).
+
+        Raises:
+            InvalidResponseError: the arguments are not a JSON object; the message
+                names the call and shows the start of the text.
+        """
+        if not self.arguments.strip():
+            return {}
+        try:
+            value = json.loads(self.arguments)
+        except ValueError as exc:
+            raise InvalidResponseError(
+                f"tool call {self.id!r} ({self.name}): arguments are not valid JSON "
+                f"({exc}): {self.arguments[:200]!r}"
+            ) from exc
+        if not isinstance(value, dict):
+            raise InvalidResponseError(
+                f"tool call {self.id!r} ({self.name}): arguments are JSON "
+                f"{type(value).__name__}, not an object: {self.arguments[:200]!r}"
+            )
+        return value
+
+    def message(self) -> dict[str, Any]:
+        """The call as an assistant message's ``tool_calls`` entry, to send it back."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+    @classmethod
+    def from_json(cls, raw: object, position: int) -> ToolCall | None:
+        """Read one ``tool_calls`` entry; ``None`` when it is not an object. Tolerant:
+        missing strings read as ``""``, an arguments object is re-encoded as JSON."""
+        if not isinstance(raw, Mapping):
+            return None
+        function = raw.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        arguments = function.get("arguments")
+        if isinstance(arguments, Mapping):
+            arguments = json.dumps(arguments)
+        index = raw.get("index")
+        return cls(
+            id=raw["id"] if isinstance(raw.get("id"), str) else "",
+            name=function["name"] if isinstance(function.get("name"), str) else "",
+            arguments=arguments if isinstance(arguments, str) else "",
+            index=index if isinstance(index, int) and not isinstance(index, bool) else position,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call: the first piece of a call carries its
+    ``id`` and ``name``; later pieces only ``index`` and more ``arguments`` text.
+    :attr:`ChatResult.tool_calls` holds the calls put together."""
+
+    index: int
+    arguments: str = ""
+    id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ChatResult:
     """One completed chat request.
 
@@ -87,6 +169,7 @@ class ChatResult:
         model: the model (permaslug) that served it.
         generation_id: OpenRouter's ``gen-...`` id, for ``/generation``.
         finish_reason: normalised finish reason (``stop``, ``length``, ``tool_calls``...).
+            ``tool_calls`` means the model wants :attr:`tool_calls` run.
         usage: token counts and cost, when reported.
         cost: the USD charged to the ledger: ``usage.cost``, else what
             ``/generation`` said, else the reserved worst case.
@@ -99,6 +182,7 @@ class ChatResult:
         latency: seconds from the first attempt to the result.
         message: the raw assistant message (``reasoning_details``, ``tool_calls``...).
         native_finish_reason: the provider's own finish reason.
+        tool_calls: the function calls the model asked for, in order (empty when none).
     """
 
     text: str
@@ -117,6 +201,7 @@ class ChatResult:
     latency: float = 0.0
     message: Mapping[str, Any] = field(default_factory=dict, repr=False)
     native_finish_reason: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @property
     def drift(self) -> Decimal | None:
@@ -130,6 +215,7 @@ class ChatResult:
 class StreamDelta:
     """A piece of a streamed reply.
 
+    ``tool_calls`` carries pieces of tool calls (see :class:`ToolCallDelta`).
     When an attempt fails mid-stream and is retried, deltas of the new attempt
     carry a higher ``attempt``: a consumer that shows text as it arrives should
     discard what it showed for the earlier attempt.
@@ -138,3 +224,4 @@ class StreamDelta:
     text: str = ""
     reasoning: str = ""
     attempt: int = 1
+    tool_calls: tuple[ToolCallDelta, ...] = ()
