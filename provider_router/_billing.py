@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final
 
-import structlog
-
 from provider_router import _http
 from provider_router._completion import Completion
 from provider_router._exceptions import (
@@ -36,6 +34,7 @@ from provider_router._exceptions import (
     NotFoundError,
     PaymentRequiredError,
 )
+from provider_router._log import get_logger
 from provider_router._money import to_decimal
 from provider_router._request import PreparedRequest
 from provider_router._types import Sleep
@@ -45,7 +44,7 @@ from provider_router.results import ChatResult
 __all__ = ["Billing", "Charged"]
 
 # The router's events keep one logger name, wherever the code lives (docs/client.md).
-log = structlog.get_logger("provider_router.client")
+log = get_logger("provider_router.client")
 
 _GENERATION_PATH: Final = "/generation"
 

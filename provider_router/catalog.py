@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import cachetools
-import structlog
 from pydantic import SecretStr
 
 from provider_router._constants import DEFAULT_CATALOG_TTL
@@ -36,6 +35,7 @@ from provider_router._exceptions import (
     NotFoundError,
 )
 from provider_router._http import HttpClient
+from provider_router._log import get_logger
 from provider_router._resource import AsyncResource
 from provider_router._types import Clock, ModelId
 from provider_router.records import (
@@ -48,7 +48,7 @@ from provider_router.records import (
 
 __all__ = ["SNAPSHOT_FORMAT", "Catalog"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SNAPSHOT_FORMAT: Final = "provider-router/catalog-snapshot@1"
 _MODELS_KEY: Final = "\x00models"  # cannot collide with a model id

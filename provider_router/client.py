@@ -17,9 +17,10 @@ One request goes through these steps (``docs/client.md`` tells the whole story):
    router (:class:`~provider_router.CreditsExhausted`) when credits or the key
    limit ran out.
 
-Logs: ``route.attempt`` (debug) per failed attempt, ``route.done`` (info) per
-finished request, ``route.failed`` (warning), ``route.policy_violation`` (error),
-``route.credits_exhausted`` (error). The API key never appears in any of them.
+Logs (stdlib logger ``provider_router.client``, silent unless the application
+configures logging): ``route.attempt`` (debug) per failed attempt, ``route.done``
+(debug) per finished request, ``route.failed`` (warning), ``route.policy_violation``
+(error), ``route.credits_exhausted`` (error). The API key never appears in any of them.
 
 The money side (settle, release, reconcile) lives in :mod:`provider_router._billing`,
 request encoding in :mod:`provider_router._request`, streaming in
@@ -36,7 +37,6 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
-import structlog
 from pydantic import SecretStr
 
 from provider_router import _http
@@ -54,6 +54,7 @@ from provider_router._exceptions import (
     PaymentRequiredError,
     RateLimitError,
 )
+from provider_router._log import DEBUG, get_logger
 from provider_router._request import PreparedRequest, RequestEncoder
 from provider_router._resource import AsyncResource
 from provider_router._types import Clock, Message, Sleep
@@ -71,7 +72,7 @@ from provider_router.streaming import ChatStream, read_stream
 
 __all__ = ["ChatStream", "Router"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _CHAT_PATH: Final = "/chat/completions"
 _RESERVED_PARAMS: Final = ("model", "provider", "messages", "stream")
@@ -462,9 +463,17 @@ class Router(AsyncResource):
                 generation_id=completion.generation_id,
             )
         self.requests += 1
-        usage = completion.usage
         result = charged.result(request.attempts, latency, reason)
-        log.info(
+        if log.isEnabledFor(DEBUG):
+            self._log_done(request, charged, latency, quarantined)
+        return result
+
+    def _log_done(
+        self, request: PreparedRequest, charged: Charged, latency: float, quarantined: bool
+    ) -> None:
+        completion = charged.completion
+        usage = completion.usage
+        log.debug(
             "route.done",
             model=self.model,
             key=request.key,
@@ -481,7 +490,6 @@ class Router(AsyncResource):
             latency=round(latency, 4),
             quarantined=quarantined,
         )
-        return result
 
     # --- one attempt ------------------------------------------------------------------
 
@@ -527,7 +535,7 @@ class Router(AsyncResource):
                 self.health.record_failure(provider, rate_limited=outcome == "rate_limited")
             if reservation is not None:
                 await billing.close_failed(reservation, request, exc)
-            if isinstance(exc, Exception):
+            if isinstance(exc, Exception) and log.isEnabledFor(DEBUG):
                 log.debug(
                     "route.attempt",
                     model=self.model,

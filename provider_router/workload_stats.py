@@ -27,9 +27,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
-import structlog
-
 from provider_router._exceptions import ConfigurationError, DataFileError, ProviderRouterError
+from provider_router._log import get_logger
 from provider_router._types import Message
 from provider_router.batch.inputs import Prompt, PromptReader
 from provider_router.client import Router
@@ -46,7 +45,7 @@ __all__ = [
     "sample_prompts",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CHARS_PER_TOKEN: Final = 4
 """Characters of text per token in the approximation (BPE tokenizers, English and code)."""

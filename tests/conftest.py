@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Any
 
 import pytest
 import structlog
+
+from provider_router._log import ROOT_LOGGER
 
 # The local OpenRouter fixtures: openrouter_sim, openrouter_sim_factory, openrouter_api_key.
 pytest_plugins = ["provider_router.testing.pytest_plugin"]
@@ -62,8 +65,54 @@ def _fresh_structlog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         real_configure(**kwargs)
 
     monkeypatch.setattr(structlog, "configure", configure_without_cache)
+    root = logging.getLogger(ROOT_LOGGER)
+    handlers, level = list(root.handlers), root.level
     yield
     structlog.reset_defaults()
+    # The CLI attaches a stderr handler to the package logger: drop it, or a later
+    # test would write through it to an already closed capture stream.
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+_RECORD_ATTRIBUTES = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys() | {"message", "asctime"}
+)
+
+
+class _EventCollector(logging.Handler):
+    """Collects the library's events as structlog-style dicts, through stdlib logging."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.events: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = {k: v for k, v in vars(record).items() if k not in _RECORD_ATTRIBUTES}
+        event["event"] = record.getMessage()
+        event["log_level"] = record.levelname.lower()
+        event["logger"] = record.name
+        self.events.append(event)
+
+
+@pytest.fixture
+def log_events() -> Iterator[list[dict[str, Any]]]:
+    """Every event the library logs during the test, at every level, as dicts.
+
+    Captured the way an application sees them: a stdlib handler on the package's
+    ``provider_router`` logger (the library's loggers ignore ``structlog.configure``,
+    so ``structlog.testing.capture_logs`` does not see them).
+    """
+    root = logging.getLogger(ROOT_LOGGER)
+    collector = _EventCollector()
+    level = root.level
+    root.addHandler(collector)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield collector.events
+    finally:
+        root.removeHandler(collector)
+        root.setLevel(level)
 
 
 @pytest.fixture

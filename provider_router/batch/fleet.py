@@ -45,9 +45,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import structlog
-
 from provider_router._exceptions import ConfigurationError, MissingDependencyError
+from provider_router._log import get_logger
 from provider_router._money import from_units
 from provider_router._resource import AsyncResource
 from provider_router.batch import _fleet_lua as lua
@@ -68,7 +67,7 @@ __all__ = [
     "is_transient",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_FLEET_PREFIX: Final = "provider-router:fleet"
 DEFAULT_IDLE_TIMEOUT: Final = 30.0

@@ -33,8 +33,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-import structlog
-
+from provider_router._log import get_logger
 from provider_router._resource import AsyncResource
 from provider_router._types import Sleep
 from provider_router.batch.fleet import (
@@ -51,7 +50,7 @@ from provider_router.ledger import CostResolver, Ledger
 
 __all__ = ["FleetJournal", "FleetSource"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 T = TypeVar("T")
 _POLL_SECONDS = 0.5

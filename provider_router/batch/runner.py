@@ -37,8 +37,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from provider_router._exceptions import (
     AllAttemptsFailed,
     AuthenticationError,
@@ -47,6 +45,7 @@ from provider_router._exceptions import (
     CreditsExhausted,
     ProviderRouterError,
 )
+from provider_router._log import get_logger
 from provider_router._money import from_units, to_units
 from provider_router.batch.fleet import FleetQueue, FleetTally, WorkItem, describe_error
 from provider_router.batch.fleet_source import FleetSource
@@ -69,7 +68,7 @@ from provider_router.results import ChatResult
 
 __all__ = ["LEDGER_FILE", "SUMMARY_FILE", "BatchRunner", "DatasetProgress", "RunProgress"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 LEDGER_FILE = "ledger.sqlite"
 SUMMARY_FILE = "summary.json"

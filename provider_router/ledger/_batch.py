@@ -18,12 +18,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
-
 from provider_router._exceptions import ConfigurationError
+from provider_router._log import get_logger
 from provider_router.ledger._base import Reservation, exhausted
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Op kinds. Reservations are applied after everything that may free room.
 RESERVE = 0

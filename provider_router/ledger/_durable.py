@@ -14,9 +14,8 @@ import os
 from decimal import Decimal
 from typing import Any
 
-import structlog
-
 from provider_router._exceptions import ConfigurationError
+from provider_router._log import get_logger
 from provider_router._money import from_units
 from provider_router._resource import AsyncResource
 from provider_router._types import Clock
@@ -30,7 +29,7 @@ from provider_router.ledger._base import (
     new_owner,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _RESOLVE_CONCURRENCY = 32
 

@@ -12,9 +12,8 @@ import itertools
 from collections import deque
 from decimal import Decimal
 
-import structlog
-
 from provider_router._exceptions import ConfigurationError
+from provider_router._log import DEBUG, get_logger
 from provider_router._resource import AsyncResource
 from provider_router.ledger._base import (
     CostResolver,
@@ -29,7 +28,7 @@ from provider_router.ledger._totals import Totals
 
 __all__ = ["MemoryLedger"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class _Waiter:
@@ -92,7 +91,8 @@ class MemoryLedger(AsyncResource):
         if wait is not True:
             waiter.timer = loop.call_later(float(wait), self._expire, waiter)
         self._waiters.append(waiter)
-        log.debug("ledger.wait", key=key, units=units)
+        if log.isEnabledFor(DEBUG):
+            log.debug("ledger.wait", key=key, units=units)
         try:
             return await waiter.future
         except asyncio.CancelledError:

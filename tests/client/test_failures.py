@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from decimal import Decimal
+from typing import Any
 
 import pytest
-import structlog
 from _router_helpers import KIMI, MESSAGES, MakeRouter, RecordingSleep
 
 from provider_router import (
@@ -145,19 +145,19 @@ async def test_provider_that_keeps_failing_is_demoted_to_the_end(
 
 
 async def test_credits_exhausted_stops_new_work(
-    openrouter_sim_factory, make_router: MakeRouter
+    openrouter_sim_factory, make_router: MakeRouter, log_events: list[dict[str, Any]]
 ) -> None:
     sim = await openrouter_sim_factory(credits="0.0003", completion_tokens=50)
     router = await make_router(sim, ledger=MemoryLedger(Decimal(1)))
     first = await router.chat(MESSAGES, max_tokens=100)
-    with structlog.testing.capture_logs() as logs, pytest.raises(CreditsExhausted) as info:
+    with pytest.raises(CreditsExhausted) as info:
         await router.chat(MESSAGES, max_tokens=100)
     assert info.value.limit_source == "openrouter_credits"
     assert info.value.spent == first.cost
     assert "spent $" in str(info.value)
     assert isinstance(info.value.__cause__, PaymentRequiredError)
     assert router.stopped is not None
-    assert any(e["event"] == "route.credits_exhausted" for e in logs)
+    assert any(e["event"] == "route.credits_exhausted" for e in log_events)
     sent = len(sim.requests)
     with pytest.raises(CreditsExhausted):
         await router.chat(MESSAGES, max_tokens=100)
@@ -175,7 +175,7 @@ async def test_key_limit_is_credits_exhausted_too(
 
 
 async def test_in_flight_hold_is_waited_out(
-    openrouter_sim_factory, make_router: MakeRouter
+    openrouter_sim_factory, make_router: MakeRouter, log_events: list[dict[str, Any]]
 ) -> None:
     # The balance covers one worst case at a time: concurrent requests meet the
     # in-flight hold (a transient 402) and wait for the first to settle.
@@ -185,16 +185,15 @@ async def test_in_flight_hold_is_waited_out(
         await asyncio.sleep(0.01)
 
     router = await make_router(sim, sleep=real_sleep, ledger=MemoryLedger(Decimal(1)))
-    with structlog.testing.capture_logs() as logs:
-        results = await asyncio.gather(*(router.chat(MESSAGES, max_tokens=1000) for _ in range(3)))
+    results = await asyncio.gather(*(router.chat(MESSAGES, max_tokens=1000) for _ in range(3)))
     assert len(results) == 3
     assert any(r.limit_source == "openrouter_in_flight_budget" for r in sim.requests)
-    assert any(e["event"] == "route.credits_hold" for e in logs)
+    assert any(e["event"] == "route.credits_hold" for e in log_events)
     assert router.stopped is None
 
 
 async def test_unallowed_provider_serving_is_quarantined(
-    openrouter_sim_factory, make_router: MakeRouter
+    openrouter_sim_factory, make_router: MakeRouter, log_events: list[dict[str, Any]]
 ) -> None:
     # The router routes on a listing where tag "chutes" is Chutes (int4); the live
     # market now serves that tag as "Impostor AI", a provider the policy never allowed.
@@ -210,14 +209,13 @@ async def test_unallowed_provider_serving_is_quarantined(
     live = Market([dataclasses.replace(model, endpoints=endpoints)], market.providers)
     sim = await openrouter_sim_factory(market=live, completion_tokens=30)
     router = await make_router(sim, endpoints=stale, ledger=MemoryLedger(Decimal(1)))
-    with structlog.testing.capture_logs() as logs:
-        result = await router.chat(MESSAGES, max_tokens=50)
+    result = await router.chat(MESSAGES, max_tokens=50)
     assert result.provider == "Impostor AI"
     assert result.quarantined
     assert result.quarantine_reason is not None
     assert "Impostor AI" in result.quarantine_reason
     assert router.quarantined == 1
-    violations = [e for e in logs if e["event"] == "route.policy_violation"]
+    violations = [e for e in log_events if e["event"] == "route.policy_violation"]
     assert len(violations) == 1
     assert violations[0]["provider"] == "Impostor AI"
     assert "Chutes" in violations[0]["allowed"]
@@ -226,23 +224,22 @@ async def test_unallowed_provider_serving_is_quarantined(
 
 
 async def test_secrets_never_reach_logs_reprs_or_errors(
-    openrouter_sim_factory, make_router: MakeRouter
+    openrouter_sim_factory, make_router: MakeRouter, log_events: list[dict[str, Any]]
 ) -> None:
     secret = "sk-or-v1-" + "ab" * 8 + "-not-a-real-key"
     sim = await openrouter_sim_factory(api_keys=[secret], completion_tokens=20)
     sim.add_fault({"kind": "rate_limit", "times": 1, "no_fallback": True})
     sim.add_fault({"kind": "reset", "times": 1, "after": 1, "no_fallback": True})
     errors: list[BaseException] = []
-    with structlog.testing.capture_logs() as logs:
-        router = await make_router(sim, api_key=secret, ledger=MemoryLedger(Decimal(1)))
-        await router.chat(MESSAGES, max_tokens=50, stream=True)
-        router._http._session._default_headers["Authorization"] = "Bearer sk-or-v1-wrong"  # type: ignore[union-attr]
-        try:
-            await router.chat(MESSAGES, max_tokens=50)
-        except AuthenticationError as exc:
-            errors.append(exc)
+    router = await make_router(sim, api_key=secret, ledger=MemoryLedger(Decimal(1)))
+    await router.chat(MESSAGES, max_tokens=50, stream=True)
+    router._http._session._default_headers["Authorization"] = "Bearer sk-or-v1-wrong"  # type: ignore[union-attr]
+    try:
+        await router.chat(MESSAGES, max_tokens=50)
+    except AuthenticationError as exc:
+        errors.append(exc)
     assert errors
-    texts = [repr(logs), repr(router), str(errors[0]), repr(errors[0]), repr(router._http)]
+    texts = [repr(log_events), repr(router), str(errors[0]), repr(errors[0]), repr(router._http)]
     texts.append(repr(vars(errors[0])))
     for text in texts:
         assert secret not in text

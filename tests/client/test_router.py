@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 from decimal import Decimal
+from typing import Any
 
 import pytest
-import structlog
 from _router_helpers import KIMI, MESSAGES, MakeRouter, RecordingSleep
 
 from provider_router import (
@@ -281,15 +281,14 @@ async def test_policy_excluding_everything_is_a_configuration_error(
 
 
 async def test_logs_one_canonical_line_per_request(
-    openrouter_sim: SimulatorServer, make_router: MakeRouter
+    openrouter_sim: SimulatorServer, make_router: MakeRouter, log_events: list[dict[str, Any]]
 ) -> None:
     router = await make_router(openrouter_sim, ledger=MemoryLedger(Decimal(1)))
-    with structlog.testing.capture_logs() as logs:
-        result = await router.chat(MESSAGES, max_tokens=20, key="prompt-7")
-    done = [e for e in logs if e["event"] == "route.done"]
+    result = await router.chat(MESSAGES, max_tokens=20, key="prompt-7")
+    done = [e for e in log_events if e["event"] == "route.done"]
     assert len(done) == 1
     line = done[0]
-    assert line["log_level"] == "info"
+    assert line["log_level"] == "debug"
     assert line["key"] == "prompt-7"
     assert line["provider"] == "Chutes"
     assert line["generation_id"] == result.generation_id
