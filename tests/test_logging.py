@@ -66,7 +66,7 @@ _UNCONFIGURED_RUN = textwrap.dedent(
 
 def test_unconfigured_library_prints_nothing() -> None:
     # A fresh interpreter: pytest itself configures logging in this one.
-    done = subprocess.run(
+    done = subprocess.run(  # noqa: S603 - our own fixed script
         [sys.executable, "-c", _UNCONFIGURED_RUN], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 7, done.stderr
