@@ -11,6 +11,13 @@ from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Final
 
 UNITS_PER_USD: Final = 10**12
+LEDGER_MAX_USD: Final = Decimal(4_000_000)
+"""The largest limit (and single cost) a ledger accepts: every backend holds it exactly.
+
+SQLite stores picodollars in signed 64-bit integers (up to about $9.2 million);
+this cap leaves room above a full budget for costs that overran their holds.
+"""
+LEDGER_MAX_UNITS: Final = int(LEDGER_MAX_USD) * UNITS_PER_USD
 _UNIT: Final = Decimal(1) / UNITS_PER_USD
 
 

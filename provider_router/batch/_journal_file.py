@@ -13,8 +13,9 @@ Entries (one JSON object a line, each with an ``op``):
   ``in``, ``cost``, ``loc``);
 * ``gen``, ``fail``, ``lost``: one prompt's generation id, failure, or loss;
 * ``output``, ``truncate``: an output file the journal owns, and its cut length;
-* ``inputs``: the input files' fingerprint; ``journal``, ``run``, ``stop``...:
-  informational.
+* ``inputs``: the input files' fingerprint; ``ledger``: the identity of the
+  ledger holding the job's money (a lost or swapped ledger is refused);
+  ``journal``, ``run``, ``stop``...: informational.
 """
 
 from __future__ import annotations
@@ -178,6 +179,8 @@ class Replay:
         lost: requests that were in flight when the last run died.
         repairs: human-readable notes on what had to be repaired.
         repair_entries: journal entries recording those repairs (to append).
+        ledger: the identity of the ledger the job's money is in (last recorded).
+        claimed: whether any request was ever sent (money may have been spent).
     """
 
     def __init__(self, directory: Path) -> None:
@@ -188,6 +191,8 @@ class Replay:
         self.lost: list[LostRequest] = []
         self.repairs: list[str] = []
         self.repair_entries: list[dict[str, Any]] = []
+        self.ledger: str | None = None
+        self.claimed = False
 
     def _read_lines(self) -> list[bytes]:
         try:
@@ -275,6 +280,7 @@ class Replay:
             if entry["end"]:
                 ends[ds] = entry["end"][-1]
         elif op == "claim":
+            self.claimed = True
             ds = entry["ds"]
             for pid in entry["ids"]:
                 open_claims[(ds, pid)] = None
@@ -304,6 +310,8 @@ class Replay:
             state.locations.clear()
         elif op == "locate":
             self.states[entry["ds"]].locations.update(entry["loc"])
+        elif op == "ledger":
+            self.ledger = entry["id"]
 
     @staticmethod
     def _count(state: DatasetState, entry: dict[str, Any], sign: int) -> None:

@@ -126,6 +126,8 @@ class FileJournal:
         directory: the job directory (outputs, journal, lock).
         lost: requests found in flight from a previous run.
         repairs: human-readable notes on what opening had to repair.
+        ledger: the identity of the ledger this job's money is in, once recorded.
+        spent_before: whether an earlier run sent requests (so a ledger must exist).
     """
 
     def __init__(self, directory: Path, *, autoflush: bool = False) -> None:
@@ -134,6 +136,8 @@ class FileJournal:
         self.autoflush = autoflush
         self.lost: list[LostRequest] = []
         self.repairs: list[str] = []
+        self.ledger: str | None = None
+        self.spent_before = False
         self._state: defaultdict[str, DatasetState] = defaultdict(DatasetState)
         self._inflight: dict[tuple[str, str], str | None] = {}
         self._outputs: dict[str, OutputFile] = {}
@@ -168,6 +172,8 @@ class FileJournal:
             journal._outputs = found.outputs
             journal.lost = found.lost
             journal.repairs = found.repairs
+            journal.ledger = found.ledger
+            journal.spent_before = found.claimed or found.ledger is not None
             journal._fh = journal.path.open("ab", buffering=0)
             if journal.path.stat().st_size == 0:
                 journal._note({"op": "journal", "v": FORMAT_VERSION})
@@ -353,6 +359,12 @@ class FileJournal:
 
     def _note(self, entry: dict[str, Any]) -> None:
         self._pending.append(dumps(entry).encode())
+
+    def record_ledger(self, identity: str) -> None:
+        """Record (durably, at once) which ledger holds this job's money."""
+        self.ledger = identity
+        self.note("ledger", id=identity)
+        self.flush()
 
     def note(self, op: str, **fields: Any) -> None:
         """Append an informational entry (a run's stop reason, a budget change...)."""

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from provider_router._constants import REDIS_URL_SCHEMES
 from provider_router._exceptions import ConfigurationError, DataFileError
-from provider_router._money import to_decimal
+from provider_router._money import LEDGER_MAX_USD, to_decimal
 
 __all__ = [
     "DEFAULT_BATCH_CONCURRENCY",
@@ -205,6 +205,11 @@ class Plan(_Frozen):
         amount = to_decimal(value, what="budget")
         if amount <= 0:
             raise ValueError("budget must be more than $0")
+        if amount > LEDGER_MAX_USD:
+            raise ValueError(
+                f"budget ${amount} is above the largest a ledger holds exactly "
+                f"(${LEDGER_MAX_USD:,}); run it as several jobs"
+            )
         return amount
 
     @model_validator(mode="after")

@@ -50,6 +50,7 @@ from provider_router._money import from_units, to_units
 from provider_router.batch.fleet import FleetQueue, FleetTally, WorkItem, describe_error
 from provider_router.batch.fleet_source import FleetSource
 from provider_router.batch.inputs import Prompt, PromptReader, count_lines, first_problem_error
+from provider_router.batch.job_ledger import open_job_ledger
 from provider_router.batch.journal import DatasetTally, FileJournal, Journal
 from provider_router.batch.output import encode_record, make_record
 from provider_router.batch.plan import DatasetSpec, Plan, reached
@@ -62,7 +63,6 @@ from provider_router.batch.summary import (
 )
 from provider_router.client import Router
 from provider_router.ledger import Ledger, LedgerState
-from provider_router.ledger.sqlite import SQLiteLedger
 from provider_router.policy import ProviderPolicy
 from provider_router.results import ChatResult
 
@@ -281,15 +281,9 @@ class BatchRunner:
                 raise first_problem_error(reader.problems)
 
     async def _open_ledger(self) -> Ledger:
-        if self._given_ledger is not None:
-            ledger = self._given_ledger
-        else:
-            path = self.out / LEDGER_FILE
-            # NORMAL survives a killed process, as the journal does (it is flushed, not
-            # fsynced, per batch); FULL would put an fsync in front of every send.
-            ledger = SQLiteLedger(
-                path, None if path.exists() else self.budget, synchronous="NORMAL"
-            )
+        ledger = await open_job_ledger(
+            self.out / LEDGER_FILE, self.budget, self.journal, self._given_ledger
+        )
         state = await ledger.snapshot()
         if state.limit != self.budget:
             await ledger.set_limit(self.budget)

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Protocol, Self, TypeAlias, runtime_checkable
 
 from provider_router._exceptions import BudgetExhausted, ConfigurationError
-from provider_router._money import from_units, to_units
+from provider_router._money import LEDGER_MAX_UNITS, LEDGER_MAX_USD, from_units, to_units
 
 __all__ = [
     "CostResolver",
@@ -206,15 +206,26 @@ class Ledger(Protocol):
 # --- helpers shared by the backends ---------------------------------------------
 
 
-def amount_units(amount: Decimal, *, what: str, round_up: bool) -> int:
-    """Validate a USD amount from a caller and convert it to picodollars."""
+def amount_units(amount: Decimal, *, what: str, round_up: bool, capped: bool = True) -> int:
+    """Validate a USD amount from a caller and convert it to picodollars.
+
+    A limit or cost above :data:`~provider_router._money.LEDGER_MAX_USD` is refused
+    (``capped``): no backend could store it exactly. A reservation amount is not
+    capped; it can never fit under a limit anyway (``BudgetExhausted``).
+    """
     if not isinstance(amount, Decimal | int) or isinstance(amount, bool):
         raise ConfigurationError(f"{what} must be a Decimal, got {type(amount).__name__}")
     if isinstance(amount, Decimal) and not amount.is_finite():
         raise ConfigurationError(f"{what} must be finite, got {amount}")
     if amount < 0:
         raise ConfigurationError(f"{what} must not be negative, got {amount}")
-    return to_units(Decimal(amount), round_up=round_up)
+    units = to_units(Decimal(amount), round_up=round_up)
+    if capped and units > LEDGER_MAX_UNITS:
+        raise ConfigurationError(
+            f"{what} ${amount} is above the largest amount a ledger holds exactly "
+            f"(${LEDGER_MAX_USD:,})"
+        )
+    return units
 
 
 def exhausted(requested: int, limit: int, spent: int, reserved: int) -> BudgetExhausted:

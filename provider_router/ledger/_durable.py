@@ -77,7 +77,7 @@ class DurableLedger(AsyncResource):
     async def reserve(
         self, amount: Decimal, *, key: str, wait: bool | float = False
     ) -> Reservation:
-        units = amount_units(amount, what="reservation amount", round_up=True)
+        units = amount_units(amount, what="reservation amount", round_up=True, capped=False)
         if self._closed:
             raise ConfigurationError("the ledger is closed")
         op = b.Op(b.RESERVE, f"{self._prefix}.{next(self._ids)}", units, key)

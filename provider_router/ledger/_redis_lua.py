@@ -20,14 +20,23 @@ from typing import Final
 FIELDS_PER_OP: Final = 7
 """Each op is ``kind, id, units, key, cost, estimate ('' = none), generation_id``."""
 
+# ARGV: limit ('' = do not create), a fresh identity. Returns {limit, identity, created}.
 INIT: Final = """
 local T = KEYS[1]
 local limit = redis.call('HGET', T, 'limit')
-if limit then return limit end
+if limit then
+  local id = redis.call('HGET', T, 'identity')
+  if not id then
+    id = ARGV[2]
+    redis.call('HSET', T, 'identity', id)
+  end
+  return {limit, id, 0}
+end
 if ARGV[1] == '' then return false end
 redis.call('HSET', T, 'limit', ARGV[1], 'spent', 0, 'reserved', 0, 'n_open', 0,
-  'n_settled', 0, 'n_released', 0, 'n_recovered', 0, 'estimated', 0, 'drift', 0, 'overrun', 0)
-return ARGV[1]
+  'n_settled', 0, 'n_released', 0, 'n_recovered', 0, 'estimated', 0, 'drift', 0, 'overrun', 0,
+  'identity', ARGV[2])
+return {ARGV[1], ARGV[2], 1}
 """
 
 # Kinds and outcomes match provider_router.ledger._batch.

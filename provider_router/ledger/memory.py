@@ -68,7 +68,7 @@ class MemoryLedger(AsyncResource):
     async def reserve(
         self, amount: Decimal, *, key: str, wait: bool | float = False
     ) -> Reservation:
-        units = amount_units(amount, what="reservation amount", round_up=True)
+        units = amount_units(amount, what="reservation amount", round_up=True, capped=False)
         self._check_open()
         totals = self._totals
         # A waiting caller queues behind earlier waiters; a non-waiting one may

@@ -17,6 +17,7 @@ Needs the ``redis`` extra: ``pip install 'provider-router[redis]'``.
 from __future__ import annotations
 
 import time
+import uuid
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
@@ -71,6 +72,11 @@ class RedisLedger(DurableLedger):
         prefix: the key prefix (keys are ``<prefix>:{<name>}:...``).
         clock: wall-clock seconds for leases; injected in tests.
 
+    Attributes:
+        identity: a random id fixed when the ledger was created (known after the
+            first call reached Redis); a batch journal records it.
+        created: whether this instance created the ledger.
+
     Raises:
         MissingDependencyError: the ``redis`` package is not installed.
         ConfigurationError: a bad name or limit (a missing or changed limit is
@@ -107,6 +113,8 @@ class RedisLedger(DurableLedger):
         self._batch_script = self._client.register_script(BATCH)
         self._ready = False
         self._url = url
+        self.identity: str | None = None
+        self.created = False
 
     def __repr__(self) -> str:
         return f"RedisLedger(name={self.name!r})"
@@ -117,9 +125,11 @@ class RedisLedger(DurableLedger):
 
     async def _init(self) -> None:
         arg = "" if self._limit is None else str(self._limit)
-        stored = await self._client.eval(INIT, 1, self._keys[0], arg)
-        if stored is None:
+        found = await self._client.eval(INIT, 1, self._keys[0], arg, uuid.uuid4().hex)
+        if found is None:
             raise ConfigurationError(f"Redis ledger {self.name!r} is new: give it a limit")
+        stored, identity, created = found
+        self.identity, self.created = _text(identity), bool(int(created))
         stored_units = int(stored)
         if self._limit is not None and stored_units != self._limit:
             raise ConfigurationError(

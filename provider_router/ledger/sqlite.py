@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
@@ -57,11 +58,20 @@ CREATE TABLE IF NOT EXISTS reservations (
     closed REAL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS reservations_open ON reservations (owner) WHERE state = 'open';
-PRAGMA user_version = {SCHEMA_VERSION};
+PRAGMA user_version = {SCHEMA_VERSION}
 """
+_SCHEMA_STATEMENTS: Final = tuple(part for part in _SCHEMA.split(";") if part.strip())
+# The ledger's identity: a random id fixed at creation, which a batch journal
+# records so that a lost or swapped ledger file is noticed (docs/ledger.md).
+_CREATE_META = (
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
+)
+_SELECT_IDENTITY = "SELECT value FROM meta WHERE name = 'identity'"
+_INSERT_IDENTITY = "INSERT INTO meta (name, value) VALUES ('identity', ?)"
 
 # Column names come from our own FIELDS constant, never from input.
 _SELECT_TOTALS = f"SELECT {', '.join(FIELDS)} FROM totals WHERE id = 1"  # noqa: S608
+_INSERT_TOTALS = f"INSERT INTO totals (id, {', '.join(FIELDS)}) VALUES (1{', ?' * len(FIELDS)})"  # noqa: S608
 _UPDATE_TOTALS = f"UPDATE totals SET {', '.join(f'{n} = ?' for n in FIELDS)} WHERE id = 1"  # noqa: S608
 _INSERT = (
     "INSERT INTO reservations (id, key, units, state, owner, lease_until, created)"
@@ -257,35 +267,48 @@ def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
     return con
 
 
-def _open_totals(con: sqlite3.Connection, path: Path, limit: Decimal | None) -> None:
-    """Create the schema, or check an existing ledger; refuse a silent limit change."""
-    version = con.execute("PRAGMA user_version").fetchone()[0]
-    if version not in (0, SCHEMA_VERSION):
-        raise DataFileError(path, f"ledger schema version {version} is not {SCHEMA_VERSION}")
-    if version == 0:
-        con.executescript(_SCHEMA)  # idempotent: concurrent creators are fine
+def _open_totals(
+    con: sqlite3.Connection, path: Path, limit: Decimal | None, *, keep_limit: bool
+) -> tuple[str, bool]:
+    """Create the ledger, or check an existing one; its identity, and whether it is new.
+
+    Creation (schema, totals row with the limit, identity) is one transaction, so
+    a crash or a refused limit leaves either no ledger or a whole one. A changed
+    limit is refused (unless ``keep_limit``): it is changed with ``set_limit``,
+    never by reopening.
+    """
+    units = None if limit is None else amount_units(limit, what="limit", round_up=False)
     con.execute("BEGIN IMMEDIATE")
     try:
-        row = con.execute(_SELECT_TOTALS).fetchone()
-        units = None if limit is None else amount_units(limit, what="limit", round_up=False)
+        version = con.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, SCHEMA_VERSION):
+            raise DataFileError(path, f"ledger schema version {version} is not {SCHEMA_VERSION}")
+        # A version-1 file without a totals row was left by an older release that
+        # created the schema and the row in separate transactions: it is still new.
+        row = con.execute(_SELECT_TOTALS).fetchone() if version else None
         if row is None:
             if units is None:
                 raise ConfigurationError(f"{path} is a new ledger: give it a limit")
-            con.execute(
-                f"INSERT INTO totals (id, {', '.join(FIELDS)}) VALUES (1{', ?' * len(FIELDS)})",  # noqa: S608
-                Totals(units).row(),
-            )
-        elif units is not None and units != row[0]:
+            for statement in _SCHEMA_STATEMENTS:
+                con.execute(statement)
+            con.execute(_INSERT_TOTALS, Totals(units).row())
+        elif units is not None and units != row[0] and not keep_limit:
             stored = Totals(*row).state().limit
             raise ConfigurationError(
                 f"{path} has a limit of ${stored}, not ${limit}: change it with set_limit()"
                 " or `provider-router ledger topup`, never by reopening"
             )
+        con.execute(_CREATE_META)  # ledgers from before identities get one now
+        found = con.execute(_SELECT_IDENTITY).fetchone()
+        identity: str = found[0] if found else uuid.uuid4().hex
+        if not found:
+            con.execute(_INSERT_IDENTITY, (identity,))
         con.execute("COMMIT")
     except BaseException:
         if con.in_transaction:
             con.execute("ROLLBACK")
         raise
+    return identity, row is None
 
 
 class SQLiteLedger(DurableLedger):
@@ -300,10 +323,18 @@ class SQLiteLedger(DurableLedger):
         synchronous: SQLite's ``synchronous`` pragma; ``FULL`` (the default)
             survives power loss, ``NORMAL`` only a process crash.
         executor: ``"thread"`` (default) or ``"loop"``; see the module docstring.
+        keep_limit: an existing ledger keeps its own limit (``limit`` only
+            creates a new one) instead of refusing a different one.
         clock: wall-clock seconds for leases; injected in tests.
 
+    Attributes:
+        identity: a random id fixed when the ledger was created (a batch journal
+            records it, so a lost or swapped ledger file is refused).
+        created: whether opening it created it.
+
     Raises:
-        ConfigurationError: a new file without a limit, or a changed limit.
+        ConfigurationError: a new file without a limit, a changed limit, or a limit
+            above $4,000,000.
         DataFileError: the file is not a ledger database.
     """
 
@@ -316,6 +347,7 @@ class SQLiteLedger(DurableLedger):
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL",
         executor: Literal["thread", "loop"] = "thread",
+        keep_limit: bool = False,
         clock: Clock = time.time,
     ) -> None:
         super().__init__(lease=lease, poll_interval=poll_interval, clock=clock)
@@ -327,7 +359,7 @@ class SQLiteLedger(DurableLedger):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         con = _connect(self.path, synchronous)
         try:
-            _open_totals(con, self.path, limit)
+            self.identity, self.created = _open_totals(con, self.path, limit, keep_limit=keep_limit)
         except sqlite3.DatabaseError as exc:
             con.close()
             raise DataFileError(self.path, f"not a ledger database: {exc}") from exc

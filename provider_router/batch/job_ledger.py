@@ -1,0 +1,100 @@
+"""A job's ledger belongs to its journal: a lost or swapped ledger never resets the budget.
+
+The journal records the identity of the ledger holding the job's money (a random
+id fixed when the ledger was created). When a job directory is opened again:
+
+* a ledger file that is missing or empty, while the journal shows that an
+  earlier run sent requests, is refused: creating a new one would restart the
+  budget at $0 although the money was spent;
+* a damaged ledger file is refused the same way;
+* a ledger whose identity is not the one the journal recorded (another job's
+  file copied in, a Redis ledger that was flushed and created again) is refused.
+
+Each refusal is a :class:`~provider_router.DataFileError` that names the file and
+says what to do: restore the job's own ledger, or start over in a new directory.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+from provider_router._exceptions import DataFileError
+from provider_router.batch.journal import FileJournal
+from provider_router.ledger import Ledger
+from provider_router.ledger.sqlite import SQLiteLedger
+
+__all__ = ["open_job_ledger"]
+
+_ADVICE = (
+    "starting a new ledger would reset the budget to $0 although the journal "
+    "shows money was spent. Restore the job's own ledger (for SQLite, "
+    "ledger.sqlite with its -wal file), or start the job over in a new --out directory"
+)
+
+
+async def open_job_ledger(
+    path: Path, budget: Decimal, journal: FileJournal | None, given: Ledger | None
+) -> Ledger:
+    """The ledger of the job whose journal is ``journal``: ``given``, else the file ``path``.
+
+    A new SQLite ledger is created with ``budget`` as its limit; an existing one
+    keeps its own (the runner changes it, and notes the change in the journal).
+
+    Raises:
+        DataFileError: the ledger is missing, damaged or foreign while the
+            journal shows that money was spent (see the module docstring).
+    """
+    if given is None:
+        spent_before = journal is not None and journal.spent_before
+        if spent_before and not _has_content(path):
+            raise _refuse(path, "is missing or empty", journal)
+        try:
+            # NORMAL survives a killed process, as the journal does (it is flushed, not
+            # fsynced, per batch); FULL would put an fsync in front of every send.
+            ledger: Ledger = SQLiteLedger(path, budget, keep_limit=True, synchronous="NORMAL")
+        except DataFileError as exc:
+            if not spent_before:
+                raise
+            raise _refuse(path, f"is damaged ({exc.detail})", journal) from exc
+    else:
+        ledger = given
+    if journal is None:
+        return ledger
+    try:
+        await ledger.snapshot()  # a Redis ledger learns its identity on first use
+        _check_identity(ledger, journal)
+    except BaseException:
+        if given is None:
+            await ledger.close()
+        raise
+    return ledger
+
+
+def _check_identity(ledger: Ledger, journal: FileJournal) -> None:
+    identity: str | None = getattr(ledger, "identity", None)
+    if identity is None:  # a MemoryLedger: nothing outlives the process anyway
+        return
+    where = getattr(ledger, "path", None) or repr(ledger)
+    if journal.ledger is None:
+        if journal.spent_before and getattr(ledger, "created", False):
+            raise _refuse(where, "was just created", journal)
+        journal.record_ledger(identity)
+    elif journal.ledger != identity:
+        raise _refuse(
+            where,
+            f"is not this job's ledger (it is {identity}, the journal has {journal.ledger})",
+            journal,
+        )
+
+
+def _refuse(where: object, what: str, journal: FileJournal | None) -> DataFileError:
+    source = journal.path if journal is not None else "the journal"
+    return DataFileError(str(where), f"{what}, but {source} records earlier runs: {_ADVICE}")
+
+
+def _has_content(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except FileNotFoundError:
+        return False
