@@ -202,20 +202,29 @@ class FleetProgress:
 
 
 def _encode_prompt(prompt: Prompt) -> str:
-    return _dumps(
-        {
-            "m": prompt.messages,
-            "md": prompt.metadata,
-            "src": str(prompt.source),
-            "ln": prompt.line,
-            "loc": prompt.location,
-        }
-    )
+    fields = {
+        "m": prompt.messages,
+        "md": prompt.metadata,
+        "src": str(prompt.source),
+        "ln": prompt.line,
+        "loc": prompt.location,
+    }
+    if prompt.request_fields:
+        fields["rq"] = prompt.request_fields
+    return _dumps(fields)
 
 
 def _decode_item(dataset: str, entry_id: str, fields: Mapping[str, str]) -> WorkItem:
     data = json.loads(fields["p"])
-    prompt = Prompt(fields["id"], data["m"], data["md"], Path(data["src"]), data["ln"], data["loc"])
+    prompt = Prompt(
+        fields["id"],
+        data["m"],
+        data["md"],
+        Path(data["src"]),
+        data["ln"],
+        data["loc"],
+        data.get("rq", {}),
+    )
     return WorkItem(dataset, prompt, entry_id, int(fields.get("n", 0)))
 
 

@@ -1,8 +1,9 @@
 """Streaming reader for prompt files (JSONL).
 
 Each line is one JSON object with either ``messages`` (OpenAI chat format) or
-``prompt`` (a string, sent as one user message), and optionally ``id``. Every
-other key is carried through untouched as metadata. A line without an ``id``
+``prompt`` (a string, sent as one user message), and optionally ``id``. ``tools``
+and ``tool_choice`` are request fields of that prompt (:attr:`Prompt.request_fields`).
+Every other key is carried through untouched as metadata. A line without an ``id``
 gets a stable one derived from its content, so re-reading the same file yields
 the same ids (that is what makes resuming possible).
 
@@ -26,6 +27,7 @@ from provider_router._exceptions import DataFileError
 from provider_router._types import JSONObject, Message
 
 __all__ = [
+    "REQUEST_KEYS",
     "Prompt",
     "PromptReader",
     "content_id",
@@ -36,7 +38,10 @@ __all__ = [
     "validate_files",
 ]
 
-_RESERVED_KEYS = frozenset({"id", "messages", "prompt"})
+REQUEST_KEYS = ("tools", "tool_choice")
+"""Keys of a prompt line sent with its request rather than kept as metadata."""
+_RESERVED_KEYS = frozenset({"id", "messages", "prompt", *REQUEST_KEYS})
+_TOOL_CHOICES = ("none", "auto", "required")
 _ID_PREFIX = "h"
 _ID_HEX_CHARS = 16
 _MAX_ID_CHARS = 512
@@ -59,6 +64,7 @@ class Prompt:
         id: the line's ``id``, or a stable id derived from ``messages``.
         messages: the chat messages to send (``prompt`` lines become one user message).
         metadata: every other key of the line, carried through to the output.
+        request_fields: the line's own request fields (``tools``, ``tool_choice``).
         source: the file it came from.
         line: its 1-based line number in that file.
         location: file index and byte offset in one integer (see :func:`location`):
@@ -71,6 +77,7 @@ class Prompt:
     source: Path
     line: int
     location: int = 0
+    request_fields: JSONObject = field(default_factory=dict)
 
     @property
     def file_index(self) -> int:
@@ -134,8 +141,32 @@ def _check_messages(value: object) -> str | None:
     return None
 
 
+def _check_tools(obj: JSONObject) -> str | None:
+    """Why the line's ``tools``/``tool_choice`` cannot be sent, or None when they can."""
+    tools = obj.get("tools")
+    if "tools" in obj and tools is not None:
+        if not isinstance(tools, list) or not tools:
+            return "`tools` must be a non-empty list of tool objects"
+        for index, tool in enumerate(tools):
+            if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+                return f"tools[{index}] must be an object with a `type` (e.g. 'function')"
+    choice = obj.get("tool_choice")
+    if choice is None or choice in _TOOL_CHOICES:
+        return None
+    if isinstance(choice, dict) and isinstance(choice.get("type"), str):
+        return None
+    return (
+        "`tool_choice` must be 'none', 'auto', 'required' or "
+        f'{{"type": "function", "function": {{"name": ...}}}}, got {choice!r}'
+    )
+
+
 def parse_prompt_line(raw: bytes | str) -> tuple[str | None, list[Message], JSONObject]:
     """Parse one JSONL line into ``(explicit id or None, messages, metadata)``.
+
+    The line's request fields (:data:`REQUEST_KEYS`) are checked here and left in
+    the returned metadata under their own keys; :class:`PromptReader` moves them to
+    :attr:`Prompt.request_fields`.
 
     Raises:
         ValueError: with a message saying what is wrong with the line.
@@ -177,7 +208,13 @@ def parse_prompt_line(raw: bytes | str) -> tuple[str | None, list[Message], JSON
             raise ValueError("`id` is empty")
         if len(explicit_id) > _MAX_ID_CHARS:
             raise ValueError(f"`id` is longer than {_MAX_ID_CHARS} characters")
+    problem = _check_tools(obj)
+    if problem:
+        raise ValueError(problem)
     metadata = {key: value for key, value in obj.items() if key not in _RESERVED_KEYS}
+    for key in REQUEST_KEYS:
+        if obj.get(key) is not None:
+            metadata[key] = obj[key]
     return explicit_id, messages, metadata
 
 
@@ -287,7 +324,8 @@ class PromptReader:
                 repeat += 1
                 prompt_id = f"{base}-{repeat}"
         self._seen.add(prompt_id)
-        return Prompt(prompt_id, messages, metadata, path, lineno, here)
+        request = {key: metadata.pop(key) for key in REQUEST_KEYS if key in metadata}
+        return Prompt(prompt_id, messages, metadata, path, lineno, here, request)
 
 
 def validate_files(paths: Iterable[Path]) -> tuple[int, list[DataFileError]]:

@@ -15,7 +15,10 @@
 ```
 
 ``messages`` is the input conversation plus the assistant's reply, ready to
-train on; reasoning is kept apart in ``reasoning``. ``cost`` is OpenRouter's
+train on; reasoning is kept apart in ``reasoning``. A reply that calls tools
+carries them in the assistant message's ``tool_calls`` (OpenAI format, arguments
+as the JSON text the model wrote), and a request sent with ``tools`` keeps them
+in the record's ``tools``, so the conversation can be rendered as it was. ``cost`` is OpenRouter's
 authoritative charge as an exact decimal string.
 
 Building a record is on the per-request path, so it is a plain dict and one
@@ -30,7 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from provider_router._exceptions import DataFileError
 from provider_router._types import JSONObject, Message
@@ -75,6 +78,7 @@ class OutputRecord(TypedDict):
     started_at: str
     finished_at: str
     latency_s: float
+    tools: NotRequired[list[JSONObject]]
 
 
 _second: list[Any] = [None, ""]
@@ -121,12 +125,17 @@ def make_record(
     metadata: Mapping[str, Any],
     started_at: float,
     finished_at: float,
+    tool_calls: Sequence[JSONObject] = (),
+    tools: Sequence[JSONObject] | None = None,
 ) -> OutputRecord:
     """Assemble one output record (times are Unix seconds)."""
-    return {
+    reply: Message = {"role": "assistant", "content": text or ""}
+    if tool_calls:
+        reply["tool_calls"] = list(tool_calls)
+    record: OutputRecord = {
         "id": prompt_id,
         "dataset": dataset,
-        "messages": [*messages, {"role": "assistant", "content": text or ""}],
+        "messages": [*messages, reply],
         "reasoning": reasoning or None,
         "finish_reason": finish_reason,
         "provider": provider,
@@ -146,6 +155,9 @@ def make_record(
         "finished_at": _iso(finished_at),
         "latency_s": round(finished_at - started_at, 3),
     }
+    if tools:
+        record["tools"] = list(tools)
+    return record
 
 
 def encode_record(record: OutputRecord) -> bytes:

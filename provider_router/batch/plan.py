@@ -59,6 +59,7 @@ DEFAULT_BATCH_MAX_TOKENS = 8192
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SHARED_NAME = re.compile(r"^[^{}\s]{1,128}$")
 _REASONING_EFFORTS = frozenset({"max", "xhigh", "high", "medium", "low", "minimal", "none"})
+_TOOL_CHOICES = frozenset({"none", "auto", "required"})
 
 
 class _Frozen(BaseModel):
@@ -70,6 +71,9 @@ class GenerationParams(_Frozen):
 
     ``reasoning`` takes OpenRouter's object (``{effort: high}``, ``{max_tokens: N}``,
     ``{exclude: true}``, ``{enabled: false}``), an effort word, or a boolean.
+    ``tools`` (OpenAI-format tool objects) and ``tool_choice`` (``none``, ``auto``,
+    ``required`` or ``{type: function, function: {name: ...}}``) are sent as given;
+    a prompt line's own ``tools``/``tool_choice`` override them (docs/batch.md).
     Unset fields (``None``) are not sent, and a dataset's values override the plan's.
     """
 
@@ -77,6 +81,20 @@ class GenerationParams(_Frozen):
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
     reasoning: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = Field(default=None, min_length=1)
+    tool_choice: str | dict[str, Any] | None = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, value: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+        if isinstance(value, str) and value not in _TOOL_CHOICES:
+            raise ValueError(
+                f"unknown tool_choice {value!r} (one of: auto, none, required, or "
+                "{type: function, function: {name: ...}})"
+            )
+        if isinstance(value, dict) and not isinstance(value.get("type"), str):
+            raise ValueError("tool_choice object needs a 'type' (e.g. 'function')")
+        return value
 
     @field_validator("reasoning", mode="before")
     @classmethod

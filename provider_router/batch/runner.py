@@ -47,6 +47,7 @@ from provider_router._exceptions import (
 )
 from provider_router._log import get_logger
 from provider_router._money import from_units, to_units
+from provider_router._types import JSONObject
 from provider_router.batch.fleet import FleetQueue, FleetTally, WorkItem, describe_error
 from provider_router.batch.fleet_source import FleetSource
 from provider_router.batch.inputs import Prompt, PromptReader, count_lines, first_problem_error
@@ -546,9 +547,10 @@ class BatchRunner:
         counter = ds.counter
         started = time.time()
         counter.started(started)
+        params = {**ds.params, **prompt.request_fields} if prompt.request_fields else ds.params
         try:
             result = await router.chat(
-                prompt.messages, max_tokens=ds.max_tokens, key=f"{name}/{prompt.id}", **ds.params
+                prompt.messages, max_tokens=ds.max_tokens, key=f"{name}/{prompt.id}", **params
             )
         except asyncio.CancelledError:
             journal.release(name, prompt.id, reason="abandoned")
@@ -562,7 +564,7 @@ class BatchRunner:
             if not isinstance(exc, Exception):
                 raise
         else:
-            self._completed(journal, ds, prompt, result, started)
+            self._completed(journal, ds, prompt, result, started, params.get("tools"))
         finally:
             ds.inflight -= 1
             self._running -= 1
@@ -592,7 +594,13 @@ class BatchRunner:
             log.error("batch.unexpected_error", dataset=ds.spec.name, error=repr(exc))
 
     def _completed(
-        self, journal: Journal, ds: _Dataset, prompt: Prompt, result: ChatResult, started: float
+        self,
+        journal: Journal,
+        ds: _Dataset,
+        prompt: Prompt,
+        result: ChatResult,
+        started: float,
+        tools: list[JSONObject] | None = None,
     ) -> None:
         finished = time.time()
         usage = result.usage
@@ -629,6 +637,8 @@ class BatchRunner:
             metadata=prompt.metadata,
             started_at=started,
             finished_at=finished,
+            tool_calls=[call.message() for call in result.tool_calls],
+            tools=tools,
         )
         journal.complete(
             ds.spec.name,

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from provider_router._exceptions import ConfigurationError
-from provider_router.batch.export import export_conversations
+from provider_router.batch.export import COMPLETE_FINISHES, export_conversations
 from provider_router.batch.journal import JOURNAL_FILE
 
 __all__ = ["output_files", "register"]
@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--all-finishes",
         action="store_true",
-        help="keep truncated replies too (default: only finish_reason=stop)",
+        help="keep truncated replies too (default: only finish_reason stop or tool_calls)",
     )
     parser.set_defaults(handler=_handle)
 
@@ -63,7 +63,7 @@ def output_files(sources: list[str]) -> list[Path]:
 
 def _handle(args: argparse.Namespace) -> int:
     files = output_files(args.sources)
-    finishes = None if args.all_finishes else ("stop",)
+    finishes = None if args.all_finishes else COMPLETE_FINISHES
     if args.to == "-":
         report = export_conversations(
             files, sys.stdout, reasoning=args.reasoning, finish_reasons=finishes

@@ -200,6 +200,9 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
         check_tool_messages(messages)
     except ToolError as exc:
         return _bad_request(str(exc))
+    if tool_request is not None:
+        record.tools = tuple(f.name for f in tool_request.functions)
+        record.tool_choice = body.get("tool_choice")
     try:
         prefs = parse_preferences(body.get("provider"))
     except RoutingError as exc:

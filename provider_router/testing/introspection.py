@@ -38,6 +38,8 @@ class RequestRecord:
         cost_units: what was charged, in picodollars (``cost`` gives USD).
         generation_id: the ``gen-...`` id, when a generation was served.
         limit_source: for 402s, which limit refused the request.
+        tools: names of the function tools the request offered, in order.
+        tool_choice: the request's ``tool_choice`` as sent (None when absent).
     """
 
     seq: int
@@ -58,6 +60,8 @@ class RequestRecord:
     cached_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
+    tools: tuple[str, ...] = ()
+    tool_choice: Any = None
     finish_reason: str | None = None
     limit_source: str | None = None
 
