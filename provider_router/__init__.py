@@ -5,6 +5,10 @@ Everything public is importable from here: ``import provider_router as pr``.
 
 from __future__ import annotations
 
+import importlib as _importlib
+import typing as _typing
+
+from provider_router import _log  # noqa: F401 - the package logger's NullHandler
 from provider_router._exceptions import (
     AllAttemptsFailed,
     APIConnectionError,
@@ -29,77 +33,181 @@ from provider_router._exceptions import (
     RequestTimeout,
     ResponseCarriedError,
 )
-from provider_router.batch.export import ExportReport, export_conversations
-from provider_router.batch.fleet import FleetProgress, FleetQueue, FleetTally, WorkItem
-from provider_router.batch.fleet_source import FleetJournal, FleetSource
-from provider_router.batch.inputs import Prompt, PromptReader
-from provider_router.batch.journal import DatasetTally, FileJournal, Journal, LostRequest
-from provider_router.batch.merge import DatasetMerge, MergeReport, merge_outputs
-from provider_router.batch.output import OutputRecord, read_outputs
-from provider_router.batch.plan import DatasetSpec, GenerationParams, Plan, load_plan
-from provider_router.batch.runner import BatchRunner, DatasetProgress, RunProgress
-from provider_router.batch.summary import RunSummary, StopReason
-from provider_router.catalog import Catalog
-from provider_router.client import ChatStream, Router
-from provider_router.health import ProviderHealth, ProviderStats
-from provider_router.ledger import (
-    CostResolver,
-    Ledger,
-    LedgerState,
-    MemoryLedger,
-    RecoveryReport,
-    RedisLedger,
-    Reservation,
-    SQLiteLedger,
-)
-from provider_router.limiter import AdaptiveLimiter
-from provider_router.policy import Decision, DecisionCode, Decisions, ProviderPolicy
-from provider_router.projection import (
-    BudgetFit,
-    CostRange,
-    DatasetProjection,
-    PartialDataset,
-    Projection,
-    RouteShare,
-    Scenario,
-    TokenTotals,
-    flat_pricing,
-    project,
-)
-from provider_router.quantization import NativePrecisionRegistry, precision_rank
-from provider_router.ranking import RankedEndpoint, Workload, rank, workload_cost
-from provider_router.records import (
-    Architecture,
-    Endpoint,
-    EndpointHealth,
-    EndpointStatus,
-    Model,
-    ModelEndpoints,
-    PercentileStats,
-    Pricing,
-    PricingOverride,
-    Quantization,
-    ToolChoiceSupport,
-    TopProvider,
-)
-from provider_router.results import ChatResult, StreamDelta, ToolCall, ToolCallDelta, Usage
-from provider_router.retry import Backoff, RetryPolicy, is_retryable
-from provider_router.routing import RoutePlan, build_route_plan, estimate_prompt_tokens
-from provider_router.workload import (
-    DatasetDemand,
-    SampleStats,
-    WorkloadEstimate,
-    demands_from_plan,
-    estimate_from_samples,
-)
-from provider_router.workload_stats import (
-    PilotResult,
-    PromptFileStats,
-    approx_prompt_tokens,
-    measure_prompts,
-    run_pilot,
-    sample_prompts,
-)
+
+if _typing.TYPE_CHECKING:
+    from provider_router.batch.export import ExportReport, export_conversations
+    from provider_router.batch.fleet import FleetProgress, FleetQueue, FleetTally, WorkItem
+    from provider_router.batch.fleet_source import FleetJournal, FleetSource
+    from provider_router.batch.inputs import Prompt, PromptReader
+    from provider_router.batch.journal import DatasetTally, FileJournal, Journal, LostRequest
+    from provider_router.batch.merge import DatasetMerge, MergeReport, merge_outputs
+    from provider_router.batch.output import OutputRecord, read_outputs
+    from provider_router.batch.plan import DatasetSpec, GenerationParams, Plan, load_plan
+    from provider_router.batch.runner import BatchRunner, DatasetProgress, RunProgress
+    from provider_router.batch.summary import RunSummary, StopReason
+    from provider_router.catalog import Catalog
+    from provider_router.client import ChatStream, Router
+    from provider_router.health import ProviderHealth, ProviderStats
+    from provider_router.ledger import (
+        CostResolver,
+        Ledger,
+        LedgerState,
+        MemoryLedger,
+        RecoveryReport,
+        RedisLedger,
+        Reservation,
+        SQLiteLedger,
+    )
+    from provider_router.limiter import AdaptiveLimiter
+    from provider_router.policy import Decision, DecisionCode, Decisions, ProviderPolicy
+    from provider_router.projection import (
+        BudgetFit,
+        CostRange,
+        DatasetProjection,
+        PartialDataset,
+        Projection,
+        RouteShare,
+        Scenario,
+        TokenTotals,
+        flat_pricing,
+        project,
+    )
+    from provider_router.quantization import NativePrecisionRegistry, precision_rank
+    from provider_router.ranking import RankedEndpoint, Workload, rank, workload_cost
+    from provider_router.records import (
+        Architecture,
+        Endpoint,
+        EndpointHealth,
+        EndpointStatus,
+        Model,
+        ModelEndpoints,
+        PercentileStats,
+        Pricing,
+        PricingOverride,
+        Quantization,
+        ToolChoiceSupport,
+        TopProvider,
+    )
+    from provider_router.results import ChatResult, StreamDelta, ToolCall, ToolCallDelta, Usage
+    from provider_router.retry import Backoff, RetryPolicy, is_retryable
+    from provider_router.routing import RoutePlan, build_route_plan, estimate_prompt_tokens
+    from provider_router.workload import (
+        DatasetDemand,
+        SampleStats,
+        WorkloadEstimate,
+        demands_from_plan,
+        estimate_from_samples,
+    )
+    from provider_router.workload_stats import (
+        PilotResult,
+        PromptFileStats,
+        approx_prompt_tokens,
+        measure_prompts,
+        run_pilot,
+        sample_prompts,
+    )
+
+# Everything but the exceptions loads on first use (PEP 562): `import provider_router`
+# stays cheap, and a plain Router never imports the batch runner, projection, rich,
+# YAML or sqlite3 (docs/performance.md, import time).
+_LAZY: dict[str, str] = {
+    "AdaptiveLimiter": "provider_router.limiter",
+    "Architecture": "provider_router.records",
+    "Backoff": "provider_router.retry",
+    "BatchRunner": "provider_router.batch.runner",
+    "BudgetFit": "provider_router.projection",
+    "Catalog": "provider_router.catalog",
+    "ChatResult": "provider_router.results",
+    "ChatStream": "provider_router.client",
+    "CostRange": "provider_router.projection",
+    "CostResolver": "provider_router.ledger",
+    "DatasetDemand": "provider_router.workload",
+    "DatasetMerge": "provider_router.batch.merge",
+    "DatasetProgress": "provider_router.batch.runner",
+    "DatasetProjection": "provider_router.projection",
+    "DatasetSpec": "provider_router.batch.plan",
+    "DatasetTally": "provider_router.batch.journal",
+    "Decision": "provider_router.policy",
+    "DecisionCode": "provider_router.policy",
+    "Decisions": "provider_router.policy",
+    "Endpoint": "provider_router.records",
+    "EndpointHealth": "provider_router.records",
+    "EndpointStatus": "provider_router.records",
+    "ExportReport": "provider_router.batch.export",
+    "FileJournal": "provider_router.batch.journal",
+    "FleetJournal": "provider_router.batch.fleet_source",
+    "FleetProgress": "provider_router.batch.fleet",
+    "FleetQueue": "provider_router.batch.fleet",
+    "FleetSource": "provider_router.batch.fleet_source",
+    "FleetTally": "provider_router.batch.fleet",
+    "GenerationParams": "provider_router.batch.plan",
+    "Journal": "provider_router.batch.journal",
+    "Ledger": "provider_router.ledger",
+    "LedgerState": "provider_router.ledger",
+    "LostRequest": "provider_router.batch.journal",
+    "MemoryLedger": "provider_router.ledger",
+    "MergeReport": "provider_router.batch.merge",
+    "Model": "provider_router.records",
+    "ModelEndpoints": "provider_router.records",
+    "NativePrecisionRegistry": "provider_router.quantization",
+    "OutputRecord": "provider_router.batch.output",
+    "PartialDataset": "provider_router.projection",
+    "PercentileStats": "provider_router.records",
+    "PilotResult": "provider_router.workload_stats",
+    "Plan": "provider_router.batch.plan",
+    "Pricing": "provider_router.records",
+    "PricingOverride": "provider_router.records",
+    "Projection": "provider_router.projection",
+    "Prompt": "provider_router.batch.inputs",
+    "PromptFileStats": "provider_router.workload_stats",
+    "PromptReader": "provider_router.batch.inputs",
+    "ProviderHealth": "provider_router.health",
+    "ProviderPolicy": "provider_router.policy",
+    "ProviderStats": "provider_router.health",
+    "Quantization": "provider_router.records",
+    "RankedEndpoint": "provider_router.ranking",
+    "RecoveryReport": "provider_router.ledger",
+    "RedisLedger": "provider_router.ledger",
+    "Reservation": "provider_router.ledger",
+    "RetryPolicy": "provider_router.retry",
+    "RoutePlan": "provider_router.routing",
+    "RouteShare": "provider_router.projection",
+    "Router": "provider_router.client",
+    "RunProgress": "provider_router.batch.runner",
+    "RunSummary": "provider_router.batch.summary",
+    "SQLiteLedger": "provider_router.ledger",
+    "SampleStats": "provider_router.workload",
+    "Scenario": "provider_router.projection",
+    "StopReason": "provider_router.batch.summary",
+    "StreamDelta": "provider_router.results",
+    "TokenTotals": "provider_router.projection",
+    "ToolCall": "provider_router.results",
+    "ToolCallDelta": "provider_router.results",
+    "ToolChoiceSupport": "provider_router.records",
+    "TopProvider": "provider_router.records",
+    "Usage": "provider_router.results",
+    "WorkItem": "provider_router.batch.fleet",
+    "Workload": "provider_router.ranking",
+    "WorkloadEstimate": "provider_router.workload",
+    "approx_prompt_tokens": "provider_router.workload_stats",
+    "build_route_plan": "provider_router.routing",
+    "demands_from_plan": "provider_router.workload",
+    "estimate_from_samples": "provider_router.workload",
+    "estimate_prompt_tokens": "provider_router.routing",
+    "export_conversations": "provider_router.batch.export",
+    "flat_pricing": "provider_router.projection",
+    "is_retryable": "provider_router.retry",
+    "load_plan": "provider_router.batch.plan",
+    "measure_prompts": "provider_router.workload_stats",
+    "merge_outputs": "provider_router.batch.merge",
+    "precision_rank": "provider_router.quantization",
+    "project": "provider_router.projection",
+    "rank": "provider_router.ranking",
+    "read_outputs": "provider_router.batch.output",
+    "run_pilot": "provider_router.workload_stats",
+    "sample_prompts": "provider_router.workload_stats",
+    "workload_cost": "provider_router.ranking",
+}
 
 __version__ = "0.1.0"
 
@@ -224,3 +332,16 @@ __all__ = [
     "sample_prompts",
     "workload_cost",
 ]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'provider_router' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -22,7 +22,7 @@ import structlog
 
 import provider_router
 from provider_router import MemoryLedger, ProviderPolicy, Router
-from provider_router._log import ROOT_LOGGER, get_logger
+from provider_router._log import ROOT_LOGGER, EventLogger, get_logger
 from provider_router.cli._logging import configure_logging
 from provider_router.testing import SimulatorServer
 from provider_router.testing.server import DEFAULT_TEST_KEY
@@ -107,16 +107,14 @@ async def test_per_request_events_build_nothing_below_their_level(
 
     calls: list[str] = []
 
-    class Recording(structlog.stdlib.BoundLogger):
-        def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
-            calls.append(str(event))
-            return super().debug(event, *args, **kw)
+    class Recording(EventLogger):
+        __slots__ = ()
 
-    recording = Recording(
-        logging.getLogger("provider_router.client"),
-        [structlog.stdlib.filter_by_level, structlog.stdlib.render_to_log_kwargs],
-        {},
-    )
+        def debug(self, event: str, **fields: Any) -> None:
+            calls.append(event)
+            super().debug(event, **fields)
+
+    recording = Recording(logging.getLogger("provider_router.client"))
     monkeypatch.setattr(client_module, "log", recording)
     root = logging.getLogger(ROOT_LOGGER)
     root.setLevel(logging.INFO)  # the autouse fixture restores it
@@ -184,3 +182,51 @@ def test_no_event_field_collides_with_a_log_record_attribute() -> None:
                     if kw.arg in _RECORD_ATTRIBUTES
                 ]
     assert bad == []
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in vars(record).items() if k not in _RECORD_ATTRIBUTES}
+
+
+@pytest.mark.parametrize("level", ["debug", "info", "warning", "error"])
+def test_records_match_structlog_render_to_log_kwargs(level: str) -> None:
+    # The same record as structlog.wrap_logger(..., [filter_by_level, render_to_log_kwargs]).
+    stdlib = logging.getLogger("provider_router.tests.equivalence")
+    handler = _Records()
+    stdlib.addHandler(handler)
+    stdlib.setLevel(logging.INFO)
+    try:
+        ours = get_logger(stdlib.name).bind(run="r-1")
+        theirs = structlog.wrap_logger(
+            stdlib,
+            processors=[structlog.stdlib.filter_by_level, structlog.stdlib.render_to_log_kwargs],
+            wrapper_class=structlog.stdlib.BoundLogger,
+        ).bind(run="r-1")
+        for logger in (ours, theirs):
+            try:
+                raise ValueError("boom")
+            except ValueError:
+                getattr(logger, level)("ledger.thing", key="k", units=3, exc_info=True)
+    finally:
+        stdlib.removeHandler(handler)
+        stdlib.setLevel(logging.NOTSET)
+    if level == "debug":
+        assert handler.records == []  # below the level: no record from either
+        return
+    mine, reference = handler.records
+    assert mine.getMessage() == reference.getMessage() == "ledger.thing"
+    assert mine.levelno == reference.levelno
+    assert _fields(mine) == _fields(reference) == {"run": "r-1", "key": "k", "units": 3}
+    assert mine.exc_info is not None
+    assert reference.exc_info is not None
+    assert mine.exc_info[0] is reference.exc_info[0] is ValueError
+    assert mine.funcName == "test_records_match_structlog_render_to_log_kwargs"
