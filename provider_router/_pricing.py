@@ -19,8 +19,11 @@ from provider_router._money import to_decimal
 
 __all__ = ["DYNAMIC_PRICE_SENTINEL", "RECORD_CONFIG", "Pricing", "PricingOverride"]
 
-RECORD_CONFIG: Final = ConfigDict(frozen=True, extra="ignore")
-"""What every metadata record is: tolerant going in (unknown fields ignored), frozen.
+RECORD_CONFIG: Final = ConfigDict(frozen=True, extra="allow")
+"""What every metadata record is: tolerant going in, frozen.
+
+A field we do not model is kept as sent (``record.model_extra``), never an error:
+OpenRouter adds fields often (docs/records.md), and a newer one must not break a run.
 
 Defined here, the lowest layer of the records; :mod:`provider_router.records` uses it too.
 """

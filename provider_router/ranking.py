@@ -6,7 +6,9 @@ the order is total, so the same endpoints rank the same way whatever order
 they come in.
 
 The score is the *expected cost per successful request*: the cost of one
-request divided by the endpoint's success probability (its uptime). It is an
+request divided by the endpoint's success probability, its uptime blended over
+the windows OpenRouter reports (:data:`UPTIME_WEIGHTS`: 5 min 0.2, 30 min 0.5,
+1 day 0.3, renormalised over the windows present). It is an
 upper bound: OpenRouter does not bill most failed requests, but a stream that
 dies midway is billed for what it produced, and a failed attempt costs time
 and a retry. Endpoints OpenRouter marks down go last; at equal score a
@@ -24,10 +26,33 @@ from provider_router._exceptions import ConfigurationError
 from provider_router._money import to_decimal
 from provider_router.records import Endpoint, EndpointHealth
 
-__all__ = ["DEFAULT_ASSUMED_UPTIME", "RankedEndpoint", "Workload", "rank", "workload_cost"]
+__all__ = [
+    "DEFAULT_ASSUMED_UPTIME",
+    "UPTIME_WEIGHTS",
+    "RankedEndpoint",
+    "Workload",
+    "blended_uptime",
+    "rank",
+    "workload_cost",
+]
 
 DEFAULT_ASSUMED_UPTIME: Final = Decimal(95)
 """Uptime percent assumed when an endpoint reports none: OpenRouter's "normal routing" floor."""
+
+UPTIME_WEIGHTS: Final = (
+    ("uptime_last_5m", Decimal("0.2")),
+    ("uptime_last_30m", Decimal("0.5")),
+    ("uptime_last_1d", Decimal("0.3")),
+)
+"""How much each uptime window counts in the reliability term (sum 1).
+
+Thirty minutes is the main signal: recent, yet over enough minutes to mean
+something. The day is the steadier record: a flaky provider that is fine right
+now still pays for its history. Five minutes reacts first to an outage in
+progress but is noisy (OpenRouter counts only minutes with 10 or more attempts,
+so it is often one or two minutes, or null). Windows an endpoint does not report
+are left out and the weights of the others renormalised, so a single window is
+used as is."""
 
 _MIN_SUCCESS: Final = Decimal("0.01")
 """A 0 % uptime would divide by zero; one success in a hundred is the floor."""
@@ -142,12 +167,26 @@ class RankedEndpoint:
         return self.expected_cost_per_success * _THOUSAND
 
 
+def blended_uptime(endpoint: Endpoint) -> Decimal | None:
+    """The endpoint's uptime percent, weighted over its windows (:data:`UPTIME_WEIGHTS`).
+
+    None when it reports no window at all (unknown, never 0).
+    """
+    total = weights = Decimal(0)
+    for name, weight in UPTIME_WEIGHTS:
+        value = getattr(endpoint, name)
+        if value is not None:
+            total += weight * to_decimal(value, what=name)
+            weights += weight
+    return None if not weights else total / weights
+
+
 def _success_probability(endpoint: Endpoint, assumed_uptime: Decimal) -> tuple[Decimal, bool]:
-    uptime = endpoint.uptime
+    uptime = blended_uptime(endpoint)
     if uptime is None:
         percent, assumed = assumed_uptime, True
     else:
-        percent, assumed = to_decimal(uptime, what="uptime"), False
+        percent, assumed = uptime, False
     return max(percent / _HUNDRED, _MIN_SUCCESS), assumed
 
 

@@ -1,7 +1,8 @@
 """Typed, frozen records of OpenRouter's model and endpoint metadata.
 
-Tolerant going in, frozen once built: unknown fields are ignored, fields that
-appeared over time are optional, ``null`` stays unknown (``None``, never 0).
+Tolerant going in, frozen once built: unknown fields are kept as sent
+(``record.model_extra``) and never fatal, fields that appeared over time are
+optional, ``null`` stays unknown (``None``, never 0).
 Prices are exact :class:`~decimal.Decimal` USD per token.
 
 The wire facts these records encode (see the API notes, §1 and §6):
@@ -42,6 +43,7 @@ __all__ = [
     "EndpointStatus",
     "Model",
     "ModelEndpoints",
+    "NativeTool",
     "PercentileStats",
     "Pricing",
     "PricingOverride",
@@ -79,6 +81,19 @@ class ToolChoiceSupport(BaseModel):
     auto: bool | None = None
     required: bool | None = None
     function: bool | None = None
+
+
+class NativeTool(BaseModel):
+    """A server tool the endpoint runs as the provider's own (``native_tools``, 2026).
+
+    ``name`` is OpenRouter's canonical ``openrouter:*`` name, ``type`` the provider
+    tool type the request is translated to (``web_search_20260209``, ``google_search``).
+    """
+
+    model_config = _RECORD
+
+    name: str
+    type: str
 
 
 class Architecture(BaseModel):
@@ -129,8 +144,14 @@ class Endpoint(BaseModel):
     throughput_last_30m: PercentileStats | None = None
     supports_voice_cloning: bool = False
     supports_tool_choice: ToolChoiceSupport | None = None
+    """Which ``tool_choice`` values passed OpenRouter's testing; None: not reported."""
     supports_multiple_audio_references: bool | None = None
     supports_image_reference: bool | None = None
+    supports_diarization: bool | None = None
+    service_tier: str | None = None
+    """The tier the endpoint sells (``flex``, ``priority``, ``ultrafast``, or a newer
+    one, kept as sent); None for a standard endpoint or when not reported."""
+    native_tools: tuple[NativeTool, ...] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -146,6 +167,14 @@ class Endpoint(BaseModel):
             out["supported_parameters"] = ()
         if out.get("supports_voice_cloning") is None:
             out["supports_voice_cloning"] = False
+        tools = out.get("native_tools")
+        if tools is None:
+            out["native_tools"] = ()
+        elif isinstance(tools, Mapping):
+            out["native_tools"] = tuple(
+                {"name": name, **spec} if isinstance(spec, Mapping) else {"name": name}
+                for name, spec in tools.items()
+            )
         return out
 
     @field_validator("status", mode="before")
@@ -177,6 +206,21 @@ class Endpoint(BaseModel):
     def health(self) -> EndpointHealth:
         """OK, degraded, down, or unknown (no status sent)."""
         return EndpointStatus.health_of(None if self.status is None else int(self.status))
+
+    def supports_tool_choice_value(self, value: object) -> bool | None:
+        """Whether this endpoint honours a request's ``tool_choice`` (None: not reported).
+
+        ``"none"``/``"auto"``/``"required"`` name their flag; a mapping naming a
+        function (``{"type": "function", ...}``) is the ``function`` flag.
+        """
+        support = self.supports_tool_choice
+        if support is None:
+            return None
+        if isinstance(value, Mapping):
+            return support.function
+        if value in ("none", "auto", "required"):
+            return getattr(support, str(value))  # type: ignore[no-any-return]
+        return None
 
     @property
     def uptime(self) -> float | None:

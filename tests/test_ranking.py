@@ -23,6 +23,7 @@ from provider_router import (
     rank,
     workload_cost,
 )
+from provider_router.ranking import UPTIME_WEIGHTS, blended_uptime
 from provider_router.records import parse_endpoints_response
 
 BUNDLED = Path(__file__).parent.parent / "provider_router" / "data" / "kimi-k2.5.endpoints.json"
@@ -222,3 +223,54 @@ def test_policy_and_ranking_are_deterministic_and_respect_the_floor(
             # ...and an undeclared one passes only on an assumed precision that meets it.
             assert decision.effective_quantization is not None
             assert precision_rank(decision.effective_quantization) >= precision_rank(floor)  # type: ignore[operator]
+
+
+# --- reliability: uptime blended over the windows ------------------------------------
+
+
+def test_an_outage_in_the_last_five_minutes_counts_against_a_good_half_hour() -> None:
+    """5 m / 30 m / 1 d weigh 0.2 / 0.5 / 0.3: a provider down right now loses its lead."""
+    failing_now = endpoint(
+        "chutes", "1e-6", "1e-6", uptime_last_5m=20, uptime_last_30m=99, uptime_last_1d=99
+    )
+    steady = endpoint(
+        "deepinfra", "1e-6", "1e-6", uptime_last_5m=98, uptime_last_30m=98, uptime_last_1d=98
+    )
+    first, second = rank([failing_now, steady], workload=WORKLOAD)
+    assert first.endpoint.tag == "deepinfra"
+    assert (
+        blended_uptime(failing_now)
+        == Decimal("0.2") * 20 + Decimal("0.5") * 99 + Decimal("0.3") * 99
+    )
+    assert second.success_probability == blended_uptime(failing_now) / 100
+
+
+def test_a_bad_day_counts_against_a_good_half_hour() -> None:
+    flaky = endpoint("chutes", "1e-6", "1e-6", uptime_last_30m=100, uptime_last_1d=60)
+    assert blended_uptime(flaky) == (Decimal("0.5") * 100 + Decimal("0.3") * 60) / Decimal("0.8")
+    steady = endpoint("deepinfra", "1e-6", "1e-6", uptime_last_30m=95, uptime_last_1d=95)
+    assert [r.endpoint.tag for r in rank([flaky, steady], workload=WORKLOAD)] == [
+        "deepinfra",
+        "chutes",
+    ]
+
+
+@pytest.mark.parametrize("window", ["uptime_last_5m", "uptime_last_30m", "uptime_last_1d"])
+def test_a_single_window_is_used_as_is(window: str) -> None:
+    only = endpoint("chutes", "1e-6", "1e-6", **{"uptime_last_30m": None, window: 87.5})
+    assert blended_uptime(only) == Decimal("87.5")
+    [entry] = rank([only], workload=WORKLOAD)
+    assert entry.success_probability == Decimal("0.875")
+    assert entry.uptime_assumed is False
+
+
+def test_no_window_at_all_is_unknown_and_the_assumed_uptime_applies() -> None:
+    blind = endpoint("chutes", "1e-6", "1e-6", uptime_last_30m=None)
+    assert blended_uptime(blind) is None
+    [entry] = rank([blind], workload=WORKLOAD, assumed_uptime=90)
+    assert entry.uptime_assumed is True
+    assert entry.success_probability == Decimal("0.9")
+
+
+def test_the_weights_sum_to_one() -> None:
+    assert sum(weight for _, weight in UPTIME_WEIGHTS) == 1

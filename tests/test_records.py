@@ -136,11 +136,18 @@ def test_every_public_endpoint_field_is_a_record_field() -> None:
 # --- tolerant going in ---------------------------------------------------------------
 
 
-def test_unknown_fields_are_ignored_and_missing_optional_fields_are_none() -> None:
+def test_unknown_fields_are_kept_and_missing_optional_fields_are_none() -> None:
     endpoint = Endpoint.model_validate(
-        {"name": "x", "provider_name": "P", "pricing": {"prompt": "0", "completion": "0"}, "new": 1}
+        {
+            "name": "x",
+            "provider_name": "P",
+            "pricing": {"prompt": "0", "completion": "0", "new_fee": "0.5"},
+            "new": {"nested": [1]},
+        }
     )
-    assert not hasattr(endpoint, "new")
+    assert endpoint.model_extra == {"new": {"nested": [1]}}
+    assert endpoint.pricing.model_extra == {"new_fee": "0.5"}
+    assert hash(endpoint) == hash(endpoint.model_copy())  # still hashable with extras
     assert endpoint.tag is None
     assert endpoint.uptime_last_30m is None  # unknown stays unknown, never 0
     assert endpoint.status is None
@@ -158,6 +165,63 @@ def test_wild_fields_are_kept() -> None:
     assert endpoint.supports_tool_choice is not None
     assert endpoint.supports_tool_choice.required is False
     assert endpoint.supports_image_reference is True
+
+
+def test_the_fields_the_newest_sdk_requires_are_typed() -> None:
+    """openrouter 1.3.84 ``PublicEndpoint`` (docs/records.md): typed where we use them."""
+    endpoint = Endpoint.model_validate(
+        _endpoint(
+            native_tools={"openrouter:web_search": {"type": "web_search_20260209"}},
+            service_tier="priority",
+            supports_diarization=False,
+            supports_tool_choice={"none": True, "auto": True, "required": False, "function": True},
+            perf_last_30m_by_workload={"text_generation": {"request_count": 12}},
+        )
+    )
+    assert [(t.name, t.type) for t in endpoint.native_tools] == [
+        ("openrouter:web_search", "web_search_20260209")
+    ]
+    assert endpoint.service_tier == "priority"
+    assert endpoint.supports_diarization is False
+    assert endpoint.model_extra == {
+        "perf_last_30m_by_workload": {"text_generation": {"request_count": 12}}
+    }
+    assert endpoint.supports_tool_choice_value("auto") is True
+    assert endpoint.supports_tool_choice_value("required") is False
+    assert endpoint.supports_tool_choice_value({"type": "function", "function": {}}) is True
+    assert endpoint.supports_tool_choice_value("sometimes") is None
+    hash(endpoint)
+
+
+@pytest.mark.parametrize("tier", ["ultrafast", "a-tier-from-2027", None])
+def test_service_tier_is_an_open_enum_kept_as_sent(tier: str | None) -> None:
+    assert Endpoint.model_validate(_endpoint(service_tier=tier)).service_tier == tier
+
+
+def test_an_endpoint_without_the_new_fields_is_unknown_not_false() -> None:
+    endpoint = Endpoint.model_validate(_endpoint())
+    assert endpoint.supports_tool_choice is None
+    assert endpoint.supports_tool_choice_value("required") is None
+    assert endpoint.supports_diarization is None
+    assert endpoint.native_tools == ()
+
+
+async def test_the_simulator_listing_parses_with_every_sdk_field(
+    openrouter_sim: Any, openrouter_api_key: str
+) -> None:
+    import aiohttp
+
+    headers = {"Authorization": f"Bearer {openrouter_api_key}"}
+    async with (
+        aiohttp.ClientSession(headers=headers) as session,
+        session.get(openrouter_sim.url + "/models/moonshotai/kimi-k2.5/endpoints") as response,
+    ):
+        body = await response.json()
+    listing = parse_endpoints_response(body)
+    for endpoint in listing.endpoints:
+        assert endpoint.supports_tool_choice is not None
+        assert endpoint.supports_diarization is False
+        assert endpoint.model_extra == {}, "every field the simulator sends is modelled"
 
 
 def test_records_are_frozen_and_hashable() -> None:

@@ -18,6 +18,7 @@ from typing import TextIO
 
 from provider_router._exceptions import ConfigurationError
 from provider_router.cli._options import usd
+from provider_router.testing.app import ROUTES
 from provider_router.testing.server import SimulatorServer
 
 __all__ = ["register", "serve"]
@@ -33,11 +34,19 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _routes_epilog() -> str:
+    width = max(len(f"{method} {path}") for method, path, _ in ROUTES)
+    lines = [f"  {f'{method} {path}':<{width}}  {what}" for method, path, what in ROUTES]
+    return "routes served under /api/v1:\n" + "\n".join(lines)
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "simulate",
         help="run the local OpenRouter simulator",
         description="Serve a simulated OpenRouter API on this machine (see docs/simulator.md).",
+        epilog=_routes_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default: 8080; 0 picks one)")

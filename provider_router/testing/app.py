@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from provider_router._money import from_units
+from provider_router._money import from_units, to_units
 from provider_router._types import Clock, Sleep
 from provider_router.testing import bodies
 from provider_router.testing.billing import Account, KeyState
@@ -26,9 +26,12 @@ from provider_router.testing.introspection import RequestLog, RequestRecord
 from provider_router.testing.market import Market
 from provider_router.testing.synth import Lengths
 
-__all__ = ["Simulator", "make_app"]
+__all__ = ["ROUTES", "Simulator", "make_app"]
 
 JSON = "application/json"
+FREE_MODEL_DAILY_REQUESTS = (50, 1000)
+"""OpenRouter's ``:free`` quota per UTC day: below $10 of credits purchased, and from $10."""
+FREE_MODEL_CREDIT_THRESHOLD = Decimal(10)
 RECENT_FAILURE_WINDOW = 30.0
 """Simulated seconds a failed provider counts as unstable for default routing."""
 
@@ -218,6 +221,25 @@ async def providers(request: web.Request) -> web.StreamResponse:
     return _finish(sim, record, web.Response(body=sim.market.providers_body, content_type=JSON))
 
 
+async def models_count(request: web.Request) -> web.StreamResponse:
+    sim = request.app[SIM_KEY]
+    record = sim.log.start("models_count")
+    body = sim.market.models_count_body
+    return _finish(sim, record, web.Response(body=body, content_type=JSON))
+
+
+async def model(request: web.Request) -> web.StreamResponse:
+    """``GET /model/{author}/{slug}``: one ``/models`` entry (by id or canonical slug)."""
+    sim = request.app[SIM_KEY]
+    record = sim.log.start("model")
+    model_id = f"{request.match_info['author']}/{request.match_info['slug']}"
+    record.model = model_id
+    body = sim.market.model_bodies.get(model_id)
+    if body is None:
+        return _finish(sim, record, json_error(404, f"Model {model_id} not found"))
+    return _finish(sim, record, web.Response(body=body, content_type=JSON))
+
+
 async def endpoints(request: web.Request) -> web.StreamResponse:
     sim = request.app[SIM_KEY]
     record = sim.log.start("endpoints")
@@ -261,6 +283,25 @@ async def key_info(
     usage = bodies.usd(key.usage)
     limit = None if key.limit is None else bodies.usd(key.limit)
     remaining = None if key.limit is None else bodies.usd(key.limit - key.usage)
+    # The only budget layer the simulator has is the key's own limit (no guardrails,
+    # no workspace budgets); it never resets, like a key limit without limit_reset.
+    budgets = []
+    if key.limit is not None:
+        budgets.append(
+            {
+                "scope": "key_limit",
+                "budget_id": None,
+                "guardrail_id": None,
+                "include_byok": False,
+                "limit_usd": limit,
+                "spend_usd": usage,
+                "remaining_usd": remaining,
+                "reset_interval": None,
+                "resets_at": None,
+            }
+        )
+    low, high = FREE_MODEL_DAILY_REQUESTS
+    free_limit = high if sim.account.credits >= to_units(FREE_MODEL_CREDIT_THRESHOLD) else low
     data = {
         "label": key.label,
         "limit": limit,
@@ -285,6 +326,13 @@ async def key_info(
             "interval": "10s",
             "note": "This field is deprecated and safe to ignore.",
         },
+        "allowed_data_regions": ["global"],
+        "budgets": budgets,
+        "effective_budget": budgets[0] if budgets else None,
+        # The simulated market has no :free variants, so nothing counts against it.
+        "free_model_daily_requests": {"limit": free_limit, "remaining": free_limit, "used": 0},
+        "organization_id": None,
+        "workspace_id": None,
     }
     return json_response({"data": data})
 
@@ -326,18 +374,42 @@ async def not_found(request: web.Request) -> web.StreamResponse:
     return json_error(404, "Not Found")
 
 
+ROUTES: tuple[tuple[str, str, str], ...] = (
+    ("GET", "/models", "the market's models (no key needed)"),
+    ("GET", "/models/count", "how many models the market lists"),
+    ("GET", "/model/{author}/{slug}", "one model, by id or canonical slug"),
+    ("GET", "/models/{author}/{slug}/endpoints", "a model's provider endpoints"),
+    ("GET", "/providers", "the providers of the market"),
+    ("POST", "/chat/completions", "chat, JSON or SSE stream"),
+    ("GET", "/generation", "a served generation by ?id= (lags a moment)"),
+    ("GET", "/key", "the calling key's usage, limit and budgets"),
+    ("GET", "/auth/key", "the same as /key (older path)"),
+    ("GET", "/credits", "the account's credits and usage"),
+)
+"""Every route served under ``/api/v1``: (method, path, what it answers).
+
+``provider-router simulate --help`` prints this table; docs/simulator.md has the
+fidelity of each."""
+
+
 def make_app(sim: Simulator) -> web.Application:
-    """An aiohttp application serving ``sim`` under ``/api/v1``."""
+    """An aiohttp application serving ``sim`` under ``/api/v1`` (the routes in :data:`ROUTES`)."""
     from provider_router.testing.chat import chat_completions
 
+    handlers: dict[str, Callable[[web.Request], Awaitable[web.StreamResponse]]] = {
+        "/models": models,
+        "/models/count": models_count,
+        "/model/{author}/{slug}": model,
+        "/models/{author}/{slug}/endpoints": endpoints,
+        "/providers": providers,
+        "/chat/completions": chat_completions,
+        "/generation": generation,
+        "/key": key_info,
+        "/auth/key": key_info,
+        "/credits": credits,
+    }
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[SIM_KEY] = sim
-    app.router.add_get("/api/v1/models", models)
-    app.router.add_get("/api/v1/models/{author}/{slug}/endpoints", endpoints)
-    app.router.add_get("/api/v1/providers", providers)
-    app.router.add_post("/api/v1/chat/completions", chat_completions)
-    app.router.add_get("/api/v1/generation", generation)
-    app.router.add_get("/api/v1/key", key_info)
-    app.router.add_get("/api/v1/auth/key", key_info)
-    app.router.add_get("/api/v1/credits", credits)
+    for method, path, _ in ROUTES:
+        app.router.add_route(method, "/api/v1" + path, handlers[path])
     return app

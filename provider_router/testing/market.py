@@ -59,6 +59,8 @@ _ENDPOINT_FIELDS = (
     "throughput",
     "supported_parameters",
     "supports_implicit_caching",
+    "service_tier",
+    "supports_tool_choice",
     "down",
 )
 _PRICING_FIELDS = ("prompt", "completion", "input_cache_read", "request", "discount")
@@ -71,6 +73,8 @@ _MODEL_FIELDS = (
     "context_length",
     "supported_parameters",
     "hugging_face_id",
+    "knowledge_cutoff",
+    "expiration_date",
     "endpoints",
 )
 _PROVIDER_FIELDS = (
@@ -82,6 +86,15 @@ _PROVIDER_FIELDS = (
     "headquarters",
     "datacenters",
 )
+
+
+TOOL_CHOICE_VARIANTS = ("none", "auto", "required", "function")
+"""The ``tool_choice`` values ``supports_tool_choice`` reports on (SDK ``ToolChoiceSupport``)."""
+
+
+def _json_number(value: float) -> int | float:
+    """A whole number as JSON writes it (``0``, as captured listings do, not ``0.0``)."""
+    return int(value) if value == int(value) else value
 
 
 def _per_token_string(per_million: Decimal) -> str:
@@ -120,6 +133,10 @@ class EndpointSpec:
     throughput: float = 40.0
     supported_parameters: tuple[str, ...] = ()
     supports_implicit_caching: bool = False
+    service_tier: str | None = None
+    tool_choice_support: tuple[str, ...] | None = None
+    """The ``tool_choice`` variants that passed testing; None: all of them when the
+    endpoint lists ``tool_choice`` in its parameters, none otherwise."""
     down: bool = False
     # Derived once: integer picodollars per token (per request for the fee).
     prompt_units: int = field(init=False, default=0)
@@ -137,6 +154,13 @@ class EndpointSpec:
         object.__setattr__(self, "request_units", int(self.request * UNITS_PER_USD))
         object.__setattr__(self, "blended_price", self.prompt + self.completion)
 
+    def tool_choice_flags(self) -> dict[str, bool]:
+        """``supports_tool_choice``: which ``tool_choice`` variants the endpoint honours."""
+        passed = self.tool_choice_support
+        if passed is None:
+            passed = TOOL_CHOICE_VARIANTS if "tool_choice" in self.supported_parameters else ()
+        return {variant: variant in passed for variant in TOOL_CHOICE_VARIANTS}
+
     def listing(self, model: ModelSpec) -> dict[str, Any]:
         """The ``PublicEndpoint`` object OpenRouter lists for this endpoint."""
         pricing: dict[str, Any] = {
@@ -147,7 +171,7 @@ class EndpointSpec:
             pricing["input_cache_read"] = _per_token_string(self.input_cache_read)
         if self.request:
             pricing["request"] = format(self.request.normalize(), "f")
-        pricing["discount"] = self.discount
+        pricing["discount"] = _json_number(self.discount)
         latency = self.latency_ms
         throughput = self.throughput
         return {
@@ -167,6 +191,15 @@ class EndpointSpec:
             "uptime_last_5m": self.uptime_last_5m,
             "uptime_last_1d": self.uptime_last_1d,
             "supports_implicit_caching": self.supports_implicit_caching,
+            # Fields the newest official SDK requires (docs/records.md): a text
+            # endpoint has no native server tools, no diarization, no voice input.
+            "native_tools": {},
+            "service_tier": self.service_tier,
+            "supports_diarization": False,
+            "supports_tool_choice": self.tool_choice_flags(),
+            "supports_voice_cloning": False,
+            "supports_image_reference": False,
+            "supports_multiple_audio_references": False,
             "latency_last_30m": {
                 "p50": latency,
                 "p75": round(latency * 1.5, 2),
@@ -195,10 +228,15 @@ class ModelSpec:
     endpoints: tuple[EndpointSpec, ...]
     supported_parameters: tuple[str, ...] = ()
     hugging_face_id: str | None = None
+    knowledge_cutoff: str | None = None
+    expiration_date: str | None = None
 
     def listing(self) -> dict[str, Any]:
-        """The ``Model`` object of ``GET /models``; pricing from the cheapest endpoint."""
-        cheapest = min(self.endpoints, key=lambda e: (e.blended_price, e.tag))
+        """The ``Model`` object of ``GET /models``; pricing from the cheapest stable endpoint."""
+        # A deranked or down endpoint does not set the model's headline price
+        # (BaseTen, down, matches Chutes' price but prices no cache reads).
+        stable = [e for e in self.endpoints if e.status >= 0 and not e.down] or self.endpoints
+        cheapest = min(stable, key=lambda e: (e.blended_price, e.tag))
         params = sorted(
             set(self.supported_parameters).union(*(e.supported_parameters for e in self.endpoints))
         )
@@ -229,7 +267,10 @@ class ModelSpec:
             "supported_parameters": params,
             "default_parameters": {},
             "supported_voices": None,
+            "knowledge_cutoff": self.knowledge_cutoff,
+            "expiration_date": self.expiration_date,
             "links": {"details": f"/api/v1/models/{self.canonical_slug}/endpoints"},
+            **({"reasoning": {"mandatory": False}} if "reasoning" in params else {}),
         }
 
     def endpoints_listing(self) -> dict[str, Any]:
@@ -310,6 +351,11 @@ class Market:
                 "links": {"next": None},
             }
         ).encode()
+        self.models_count_body = json.dumps({"data": {"count": len(unique)}}).encode()
+        self.model_bodies = {
+            key: json.dumps({"data": model.listing()}).encode()
+            for key, model in self.models.items()
+        }
         self.providers_body = json.dumps({"data": [p.listing() for p in self.providers]}).encode()
         self.endpoints_bodies = {
             key: json.dumps(model.endpoints_listing()).encode()
@@ -393,6 +439,15 @@ def _parse_endpoint(path: Path, data: object, where: str, line: int | None) -> E
         k: f.opt_number(k, minimum=0, maximum=100)
         for k in ("uptime_last_30m", "uptime_last_5m", "uptime_last_1d")
     }
+    tool_choice = None
+    if f.has("supports_tool_choice"):
+        tool_choice = tuple(f.text_list("supports_tool_choice"))
+        unknown = sorted(set(tool_choice) - set(TOOL_CHOICE_VARIANTS))
+        if unknown:
+            raise f.error(
+                "supports_tool_choice",
+                f"unknown variant(s) {unknown} (one of {list(TOOL_CHOICE_VARIANTS)})",
+            )
     return EndpointSpec(
         provider_name=provider,
         slug=slug,
@@ -406,6 +461,8 @@ def _parse_endpoint(path: Path, data: object, where: str, line: int | None) -> E
         throughput=f.number("throughput", 40.0, minimum=0.001),
         supported_parameters=tuple(f.text_list("supported_parameters")),
         supports_implicit_caching=f.flag("supports_implicit_caching", False),
+        service_tier=f.opt_text("service_tier"),
+        tool_choice_support=tool_choice,
         down=f.flag("down", False),
         uptime_last_30m=uptime["uptime_last_30m"],
         uptime_last_5m=uptime["uptime_last_5m"],
@@ -440,6 +497,8 @@ def _parse_model(path: Path, data: object, where: str, line: int | None) -> Mode
         endpoints=tuple(endpoints),
         supported_parameters=tuple(f.text_list("supported_parameters")),
         hugging_face_id=f.opt_text("hugging_face_id"),
+        knowledge_cutoff=f.opt_text("knowledge_cutoff"),
+        expiration_date=f.opt_text("expiration_date"),
     )
 
 

@@ -7,6 +7,10 @@ schemas are JSON Schema 2020-12, so the nullable types (``type: [x, "null"]``) a
 ``anyOf`` need no translation; ``discriminator`` is advisory and the ``oneOf`` it
 annotates is still checked. When a route does not list a status (OpenRouter
 documents only some per route), the generic error schema for that status is used.
+
+The description is extended by tests/data/openrouter-openapi-sdk-overlay.yaml: what
+the newest official ``openrouter`` SDK requires beyond it (docs/records.md lists each
+addition and the SDK model it comes from).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 SPEC_PATH = Path(__file__).parents[1] / "data" / "openrouter-openapi.yaml"
+OVERLAY_PATH = Path(__file__).parents[1] / "data" / "openrouter-openapi-sdk-overlay.yaml"
 _BASE = "urn:openrouter-openapi"
 _ERROR_SCHEMAS = {
     400: "BadRequestResponse",
@@ -42,11 +47,42 @@ def _pointer(*parts: str) -> str:
     return "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
+def _load_yaml(path: Path) -> Any:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with path.open(encoding="utf-8") as handle:
+        return yaml.load(handle, Loader=loader)  # noqa: S506
+
+
+def apply_overlay(doc: dict[str, Any], overlay: dict[str, Any]) -> None:
+    """Apply the SDK overlay's patches to ``doc`` in place.
+
+    A ``schema`` patch defines a new schema (refusing to replace an existing one,
+    so the description never silently loses a definition); a ``properties`` /
+    ``required`` patch extends an existing schema (its target must exist).
+    """
+    for patch in overlay["patches"]:
+        *parents, name = [
+            p.replace("~1", "/").replace("~0", "~") for p in patch["target"].split("/")[1:]
+        ]
+        node = doc
+        for part in parents:
+            node = node[part]
+        if "schema" in patch:
+            if name in node:
+                raise AssertionError(f"overlay would replace {patch['target']}")
+            node[name] = patch["schema"]
+            continue
+        target = node[name]
+        target.setdefault("properties", {}).update(patch.get("properties", {}))
+        required = target.setdefault("required", [])
+        required.extend(r for r in patch.get("required", []) if r not in required)
+
+
 class Contract:
-    def __init__(self, path: Path = SPEC_PATH) -> None:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        with path.open(encoding="utf-8") as handle:
-            self.doc: dict[str, Any] = yaml.load(handle, Loader=loader)  # noqa: S506
+    def __init__(self, path: Path = SPEC_PATH, overlay: Path | None = OVERLAY_PATH) -> None:
+        self.doc: dict[str, Any] = _load_yaml(path)
+        if overlay is not None:
+            apply_overlay(self.doc, _load_yaml(overlay))
         resource = Resource.from_contents(self.doc, default_specification=DRAFT202012)
         self.registry: Registry[Any] = Registry().with_resource(_BASE, resource)
 

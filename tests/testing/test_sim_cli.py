@@ -11,6 +11,7 @@ import pytest
 from provider_router.cli import build_parser, main
 from provider_router.cli.simulate import serve
 from provider_router.testing import SimulatorServer
+from provider_router.testing.app import ROUTES
 
 
 async def test_simulate_serves_until_stopped_and_says_it_accepts_any_key() -> None:
@@ -67,3 +68,25 @@ def test_simulate_reports_a_bad_market_file(
 def test_simulate_rejects_bad_options(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["simulate", *argv])
+
+
+def test_simulate_help_lists_every_route_it_serves(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = capsys.readouterr().out
+    for method, path, _ in ROUTES:
+        assert f"{method} {path}" in text
+    for path in ("/models/count", "/model/{author}/{slug}", "/providers", "/key", "/credits"):
+        assert path in text
+
+
+async def test_every_listed_route_is_served(openrouter_sim: SimulatorServer) -> None:
+    """No route in the help is a 404 of the router (a 401/400/404 *body* is an answer)."""
+    examples = {"{author}": "moonshotai", "{slug}": "kimi-k2.5"}
+    async with aiohttp.ClientSession() as session:
+        for method, path, _ in ROUTES:
+            url = openrouter_sim.url + path
+            for placeholder, value in examples.items():
+                url = url.replace(placeholder, value)
+            async with session.request(method, url, json={}) as response:
+                assert response.content_type == "application/json", (method, path)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from _sim_client import MODEL, SimClient, StartSim, chat_body
-from _sim_contract import contract
+from _sim_contract import apply_overlay, contract
 
 CHAT = "/chat/completions"
 
@@ -42,6 +42,35 @@ async def test_listing_routes(client: SimClient) -> None:
     check("/models/{author}/{slug}/endpoints", "get", 404, reply.json)
     reply = await client.get("/providers")
     check("/providers", "get", reply.status, reply.json)
+    reply = await client.get("/models/count")
+    assert reply.status == 200
+    check("/models/count", "get", 200, reply.json)
+    for model in (MODEL, "moonshotai/kimi-k2.5-0127"):
+        reply = await client.get(f"/model/{model}")
+        assert reply.status == 200
+        check("/model/{author}/{slug}", "get", 200, reply.json)
+    reply = await client.get("/model/nobody/nothing")
+    assert reply.status == 404
+    check("/model/{author}/{slug}", "get", 404, reply.json)
+
+
+def test_the_sdk_overlay_extends_the_description() -> None:
+    """What the newest SDK requires is required here too (docs/records.md lists it)."""
+    endpoint = contract().doc["components"]["schemas"]["PublicEndpoint"]
+    for name in ("native_tools", "service_tier", "supports_diarization", "supports_tool_choice"):
+        assert name in endpoint["required"]
+    key_data = contract().doc["paths"]["/key"]["get"]["responses"]["200"]["content"][
+        "application/json"
+    ]["schema"]["properties"]["data"]
+    assert "free_model_daily_requests" in key_data["required"]
+
+
+def test_the_overlay_never_replaces_a_definition() -> None:
+    doc: dict[str, Any] = {"components": {"schemas": {"X": {"type": "object"}}}}
+    with pytest.raises(AssertionError, match="replace"):
+        apply_overlay(doc, {"patches": [{"target": "/components/schemas/X", "schema": {}}]})
+    with pytest.raises(KeyError):
+        apply_overlay(doc, {"patches": [{"target": "/components/schemas/Y", "required": ["a"]}]})
 
 
 async def test_account_routes(client: SimClient, start_sim: StartSim) -> None:
@@ -60,6 +89,10 @@ async def test_account_routes(client: SimClient, start_sim: StartSim) -> None:
         reply = await client.get(path)
         assert reply.status == 200
         check(path, "get", 200, reply.json)
+    _, limited = await start_sim(key="sk-limited", api_keys={"sk-limited": "3"})
+    reply = await limited.get("/key")
+    assert reply.json["data"]["effective_budget"]["scope"] == "key_limit"
+    check("/key", "get", 200, reply.json)
     _, anonymous = await start_sim(key=None)
     for path in ("/key", "/credits", "/generation"):
         reply = await anonymous.get(path, id=gen_id)

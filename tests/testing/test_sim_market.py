@@ -125,6 +125,12 @@ HEAD = "models:\n  - id: a/b\n    endpoints:\n      - provider: X\n"
             5,
             "duplicate endpoint tag 'x'",
         ),
+        (
+            HEAD + "        supports_tool_choice: [auto, sometimes]\n"
+            "        pricing: {prompt: 1, completion: 1}\n",
+            5,
+            "supports_tool_choice: unknown variant(s) ['sometimes']",
+        ),
         ("models: [\n", 2, "invalid YAML"),
         ("models: 3\n", 1, "must be a list"),
     ],
@@ -144,3 +150,53 @@ def test_bad_market_files_name_file_line_and_field(
 def test_missing_market_file(tmp_path: Path) -> None:
     with pytest.raises(DataFileError, match="no such file"):
         Market.from_file(tmp_path / "absent.yaml")
+
+
+def test_discount_is_written_as_real_listings_write_it() -> None:
+    """Captured listings send ``"discount":0`` (an integer), never ``0.0``."""
+    body = Market.default().endpoints_bodies["moonshotai/kimi-k2.5"]
+    assert b'"discount": 0}' in body or b'"discount":0}' in body
+    parsed = json.loads(body, parse_float=Decimal)
+    for endpoint in parsed["data"]["endpoints"]:
+        assert type(endpoint["pricing"]["discount"]) is int
+    fixture = Path(__file__).parents[1] / "data" / "fixtures"
+    captured = next(fixture.glob("endpoints_google-gemini-2.5-pro-preview_2025-05-23*.json"))
+    real = json.loads(captured.read_text(), parse_float=Decimal)
+    assert type(real["data"]["endpoints"][0]["pricing"]["discount"]) is int
+
+
+def test_tool_choice_support_service_tier_and_model_dates_from_the_market_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "market.yaml"
+    path.write_text(
+        "models:\n  - id: a/b\n    knowledge_cutoff: '2025-01-31'\n    endpoints:\n"
+        "      - provider: X\n        pricing: {prompt: 1, completion: 1}\n"
+        "        supported_parameters: [tools, tool_choice]\n"
+        "        supports_tool_choice: [none, auto]\n        service_tier: flex\n"
+        "      - provider: Y\n        pricing: {prompt: 1, completion: 1}\n"
+        "        supported_parameters: [tools, tool_choice]\n"
+        "      - provider: Z\n        pricing: {prompt: 1, completion: 1}\n"
+    )
+    market = Market.from_file(path)
+    x, y, z = json.loads(market.endpoints_bodies["a/b"])["data"]["endpoints"]
+    assert x["supports_tool_choice"] == {
+        "none": True,
+        "auto": True,
+        "required": False,
+        "function": False,
+    }
+    assert x["service_tier"] == "flex"
+    assert all(y["supports_tool_choice"].values())
+    assert y["service_tier"] is None
+    assert not any(z["supports_tool_choice"].values())
+    model = json.loads(market.models_body)["data"][0]
+    assert model["knowledge_cutoff"] == "2025-01-31"
+    assert model["expiration_date"] is None
+    assert json.loads(market.models_count_body) == {"data": {"count": 1}}
+
+
+def test_the_model_price_is_the_cheapest_stable_endpoints() -> None:
+    """BaseTen (down, status -5) matches Chutes' price but prices no cache reads."""
+    kimi = json.loads(Market.default().models_body)["data"][0]
+    assert kimi["pricing"]["input_cache_read"] == "0.00000015"

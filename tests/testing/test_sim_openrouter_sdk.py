@@ -1,0 +1,231 @@
+"""The newest official ``openrouter`` SDK, pointed at the simulator, works unchanged.
+
+CI installs ``openrouter`` fresh and unpinned (the ``dev`` extra), so when OpenRouter's
+SDK starts requiring something new, these tests are what tell us. Each call goes over a
+real loopback socket through the SDK's own httpx client and its own response models;
+anything the simulator omits or shapes wrongly is a ``ResponseValidationError`` here.
+
+Outside CI a venv without the SDK skips these tests (saying so); with
+``PROVIDER_ROUTER_REQUIRE_OPENROUTER_SDK`` set (CI) a missing SDK fails them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
+
+REQUIRE_SDK_ENV = "PROVIDER_ROUTER_REQUIRE_OPENROUTER_SDK"
+if os.environ.get(REQUIRE_SDK_ENV):
+    import openrouter
+else:
+    openrouter = pytest.importorskip(
+        "openrouter", reason=f"the openrouter SDK is not installed ({REQUIRE_SDK_ENV} unset)"
+    )
+from openrouter import components, errors  # noqa: E402
+
+# The SDK warns when it reads the fields it still requires but has deprecated
+# (`rate_limit`, `is_provisioning_key` of the key metadata): its warning, not ours.
+pytestmark = pytest.mark.filterwarnings(r"ignore:warning. \*\* DEPRECATED \*\*:DeprecationWarning")
+
+AUTHOR, SLUG = "moonshotai", "kimi-k2.5"
+MODEL = f"{AUTHOR}/{SLUG}"
+MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "Plan a small routing test."}]
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "description": "Current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"location": {"type": "string"}},
+            "required": ["location"],
+        },
+    },
+}
+
+
+@pytest_asyncio.fixture
+async def sdk(openrouter_sim: SimulatorServer) -> AsyncIterator[Any]:
+    """The SDK client, no retries (a retry would hide a first failure)."""
+    async with openrouter.OpenRouter(
+        api_key=DEFAULT_TEST_KEY, server_url=openrouter_sim.url, retry_config=None
+    ) as client:
+        yield client
+
+
+async def test_sdk_version_is_a_current_one() -> None:
+    major, minor = (int(part) for part in openrouter.VERSION.split(".")[:2])
+    assert (major, minor) >= (1, 3), f"CI must test the newest SDK, got {openrouter.VERSION}"
+
+
+async def test_models_list_get_and_count(sdk: Any) -> None:
+    listing = await sdk.models.list_async()
+    models = listing.result.data
+    assert [m.id for m in models] == [MODEL]
+    kimi = models[0]
+    assert kimi.canonical_slug == "moonshotai/kimi-k2.5-0127"
+    assert kimi.pricing.input_cache_read is not None, "Kimi's listing prices cache reads"
+    assert kimi.reasoning is not None
+    assert kimi.reasoning.mandatory is False
+
+    one = await sdk.models.get_async(author=AUTHOR, slug=SLUG)
+    assert one.data.id == MODEL
+    assert one.data.pricing == kimi.pricing
+    by_canonical = await sdk.models.get_async(author=AUTHOR, slug="kimi-k2.5-0127")
+    assert by_canonical.data.id == MODEL
+
+    count = await sdk.models.count_async()
+    assert count.data.count == len(models)
+
+
+async def test_model_get_unknown_is_the_sdk_not_found_error(sdk: Any) -> None:
+    with pytest.raises(errors.NotFoundResponseError) as caught:
+        await sdk.models.get_async(author="nobody", slug="nothing")
+    assert caught.value.data.error.code == 404
+
+
+async def test_endpoints_list_parses_every_endpoint(
+    sdk: Any, openrouter_sim: SimulatorServer
+) -> None:
+    listing = await sdk.endpoints.list_async(author=AUTHOR, slug=SLUG)
+    endpoints = listing.data.endpoints
+    market = openrouter_sim.simulator.market.models[MODEL]
+    assert [e.tag for e in endpoints] == [e.tag for e in market.endpoints]
+    for endpoint in endpoints:
+        assert endpoint.native_tools == {}
+        assert endpoint.service_tier is None
+        assert endpoint.supports_diarization is False
+        flags = endpoint.supports_tool_choice
+        honoured = "tool_choice" in endpoint.supported_parameters
+        assert (flags.none, flags.auto, flags.required, flags.function) == (honoured,) * 4
+
+
+async def test_providers_list(sdk: Any, openrouter_sim: SimulatorServer) -> None:
+    providers = await sdk.providers.list_async()
+    slugs = {p.slug for p in providers.data}
+    market = openrouter_sim.simulator.market.models[MODEL]
+    assert {e.slug for e in market.endpoints} <= slugs
+
+
+async def test_chat_json_with_reasoning_then_credits_and_generation(
+    sdk: Any, openrouter_sim: SimulatorServer
+) -> None:
+    result = await sdk.chat.send_async(
+        model=MODEL, messages=MESSAGES, max_tokens=300, reasoning={"effort": "high"}
+    )
+    assert isinstance(result, components.ChatResult)
+    assert result.id.startswith("gen-")
+    message = result.choices[0].message
+    assert message.reasoning, "effort high shows reasoning"
+    assert result.usage is not None
+    assert result.usage.completion_tokens_details.reasoning_tokens > 0
+    cost = Decimal(str(result.usage.cost))
+    assert cost > 0
+
+    credits = await sdk.credits.get_credits_async()
+    assert Decimal(str(credits.data.total_usage)) == cost == openrouter_sim.simulator.usage
+
+    # The record lags the answer (generation_404s=1): the SDK's typed 404 first.
+    with pytest.raises(errors.NotFoundResponseError):
+        await sdk.generations.get_generation_async(id=result.id)
+    generation = await sdk.generations.get_generation_async(id=result.id)
+    assert generation.data.id == result.id
+    assert Decimal(str(generation.data.total_cost)) == cost
+    assert generation.data.native_tokens_reasoning == (
+        result.usage.completion_tokens_details.reasoning_tokens
+    )
+
+
+async def test_chat_stream_with_reasoning(sdk: Any) -> None:
+    stream = await sdk.chat.send_async(
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=200,
+        stream=True,
+        reasoning={"effort": "medium"},
+    )
+    reasoning: list[str] = []
+    content: list[str] = []
+    finish: list[str] = []
+    usage = None
+    async with stream as events:
+        async for chunk in events:
+            assert isinstance(chunk, components.ChatStreamChunk)
+            for choice in chunk.choices:
+                reasoning.append(choice.delta.reasoning or "")
+                content.append(choice.delta.content or "")
+                if choice.finish_reason:
+                    finish.append(choice.finish_reason)
+            if chunk.usage is not None:
+                usage = chunk.usage
+    assert "".join(reasoning).strip()
+    assert finish
+    assert finish[0] in ("stop", "length")
+    assert usage is not None
+    words = len("".join(reasoning).split()) + len("".join(content).split())
+    assert words == usage.completion_tokens
+
+
+async def test_chat_with_tools_parses(sdk: Any) -> None:
+    """Tools are accepted and the SDK parses the answer, JSON and stream."""
+    result = await sdk.chat.send_async(
+        model=MODEL, messages=MESSAGES, max_tokens=50, tools=[WEATHER_TOOL], tool_choice="auto"
+    )
+    assert result.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    stream = await sdk.chat.send_async(
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=50,
+        tools=[WEATHER_TOOL],
+        tool_choice="auto",
+        stream=True,
+    )
+    async with stream as events:
+        chunks = [chunk async for chunk in events]
+    assert any(chunk.usage is not None for chunk in chunks)
+
+
+async def test_current_key_metadata_without_a_limit(sdk: Any) -> None:
+    key = (await sdk.api_keys.get_current_key_metadata_async()).data
+    assert key.limit is None
+    assert key.budgets == []
+    assert key.effective_budget is None
+    assert key.allowed_data_regions == ["global"]
+    assert key.free_model_daily_requests.limit == 1000  # $100 of credits: the higher tier
+    assert key.organization_id is None
+    assert key.workspace_id is None
+
+
+async def test_current_key_metadata_with_a_limit_lists_its_budget(
+    openrouter_sim_factory: Any,
+) -> None:
+    sim = await openrouter_sim_factory(api_keys={"sk-limited": "2.5"}, credits=5)
+    async with openrouter.OpenRouter(
+        api_key="sk-limited", server_url=sim.url, retry_config=None
+    ) as client:
+        await client.chat.send_async(model=MODEL, messages=MESSAGES, max_tokens=20)
+        key = (await client.api_keys.get_current_key_metadata_async()).data
+    assert key.limit == 2.5
+    (budget,) = key.budgets
+    assert budget.scope == "key_limit"
+    assert budget.limit_usd == 2.5
+    assert Decimal(str(budget.spend_usd)) == sim.simulator.usage > 0
+    assert Decimal(str(budget.remaining_usd)) == Decimal("2.5") - sim.simulator.usage
+    assert key.effective_budget == budget
+    assert key.free_model_daily_requests.limit == 50  # under $10 of credits
+
+
+async def test_payment_required_is_the_sdk_typed_error(
+    sdk: Any, openrouter_sim: SimulatorServer
+) -> None:
+    openrouter_sim.set_balance(0)
+    with pytest.raises(errors.PaymentRequiredResponseError) as caught:
+        await sdk.chat.send_async(model=MODEL, messages=MESSAGES, max_tokens=10)
+    assert caught.value.data.error.code == 402
