@@ -228,27 +228,29 @@ async def models_count(request: web.Request) -> web.StreamResponse:
     return _finish(sim, record, web.Response(body=body, content_type=JSON))
 
 
-async def model(request: web.Request) -> web.StreamResponse:
-    """``GET /model/{author}/{slug}``: one ``/models`` entry (by id or canonical slug)."""
+def _per_model(
+    request: web.Request, route: str, rendered: Mapping[str, bytes], missing: str
+) -> web.StreamResponse:
+    """A pre-rendered body for ``{author}/{slug}`` (id or canonical slug), else 404."""
     sim = request.app[SIM_KEY]
-    record = sim.log.start("model")
+    record = sim.log.start(route)
     model_id = f"{request.match_info['author']}/{request.match_info['slug']}"
     record.model = model_id
-    body = sim.market.model_bodies.get(model_id)
+    body = rendered.get(model_id)
     if body is None:
-        return _finish(sim, record, json_error(404, f"Model {model_id} not found"))
+        return _finish(sim, record, json_error(404, missing.format(model_id)))
     return _finish(sim, record, web.Response(body=body, content_type=JSON))
+
+
+async def model(request: web.Request) -> web.StreamResponse:
+    """``GET /model/{author}/{slug}``: one ``/models`` entry."""
+    market = request.app[SIM_KEY].market
+    return _per_model(request, "model", market.model_bodies, "Model {} not found")
 
 
 async def endpoints(request: web.Request) -> web.StreamResponse:
-    sim = request.app[SIM_KEY]
-    record = sim.log.start("endpoints")
-    model_id = f"{request.match_info['author']}/{request.match_info['slug']}"
-    record.model = model_id
-    body = sim.market.endpoints_bodies.get(model_id)
-    if body is None:
-        return _finish(sim, record, json_error(404, f"No endpoints found for {model_id}."))
-    return _finish(sim, record, web.Response(body=body, content_type=JSON))
+    market = request.app[SIM_KEY].market
+    return _per_model(request, "endpoints", market.endpoints_bodies, "No endpoints found for {}.")
 
 
 AccountHandler = Callable[

@@ -23,8 +23,8 @@ class RequestRecord:
 
     Attributes:
         seq: arrival number, from 1.
-        route: ``chat``, ``generation``, ``key``, ``credits``, ``models``, ``endpoints``
-            or ``providers``.
+        route: ``chat``, ``generation``, ``key``, ``credits``, ``models``,
+            ``models_count``, ``model``, ``endpoints`` or ``providers``.
         key_label: a non-secret name of the API key (``key-<hash>``), or None.
         model: the requested model id (chat only).
         stream: whether a stream was requested.
