@@ -5,15 +5,25 @@
 It also owns the router's reaction to a 402 (:meth:`Billing.hold_402`): a
 temporary in-flight hold is waited out; an exhausted balance or key limit stops
 the router (:attr:`Billing.stopped`). One attempt's reservation ends in exactly
-one of three ways:
+one of four ways (docs/ledger.md, "Unknown is not free"):
 
-* **settled** to ``usage.cost`` when an answer came (``/generation`` is asked
-  when the answer carried no cost; the worst case is charged when neither says);
-* **released** when OpenRouter cannot have billed it (an HTTP error, a
-  failure before any generation id, an error finish without usage);
+* **settled** to ``usage.cost`` when an answer came, even without ``[DONE]``
+  (``/generation`` is asked when the answer carried no cost; the worst case is
+  charged when neither says);
+* **released** only when OpenRouter provably did not bill it: the request never
+  reached OpenRouter (:func:`provably_free`), or OpenRouter answered with an
+  error it does not charge for (an error status, an error finish without usage);
 * **reconciled** in the background through ``/generation`` when it may have been
-  billed (a response cut after its generation id, a cancelled request), at the
-  worst case when OpenRouter cannot say.
+  billed and its generation id is known (a response cut after its first byte, a
+  timeout mid-stream, a cancelled request);
+* **held** (left open at its worst case and listed in :attr:`Billing.unresolved`)
+  when it may have been billed and OpenRouter cannot say what it cost yet: a
+  timeout or dropped connection after the body was sent, a 408 or 524. Recovery
+  (``Ledger.recover`` with :meth:`Router.resolve`) or :meth:`Billing.reconcile`
+  settles it later; meanwhile the money stays held.
+
+Ledger writes that fail are retried (:data:`LEDGER_RETRIES`); an answer whose
+settle still fails is returned with ``unsettled`` set, never thrown away.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from provider_router._completion import Completion
 from provider_router._exceptions import (
     APIConnectionError,
     APIStatusError,
+    ConfigurationError,
     CreditsExhausted,
     InvalidResponseError,
     NotFoundError,
@@ -41,7 +52,7 @@ from provider_router._types import Sleep
 from provider_router.ledger import Ledger, Reservation
 from provider_router.results import ChatResult
 
-__all__ = ["Billing", "Charged"]
+__all__ = ["LEDGER_RETRIES", "UNKNOWN_CHARGE_STATUSES", "Billing", "Charged", "provably_free"]
 
 # The router's events keep one logger name, wherever the code lives (docs/client.md).
 log = get_logger("provider_router.client")
@@ -51,15 +62,45 @@ _GENERATION_PATH: Final = "/generation"
 TRANSIENT_402_SOURCES: Final = frozenset({"openrouter_in_flight_budget"})
 """``limit_source`` values of a 402 that clears by itself as requests in flight settle."""
 
+UNKNOWN_CHARGE_STATUSES: Final = frozenset({408, 524})
+"""Error statuses that say "timed out", not "refused": the provider may have
+finished (and billed) the generation after OpenRouter or its edge gave up."""
+
+LEDGER_RETRIES: Final = (0.05, 0.2, 0.5, 1.0, 2.0)
+"""Seconds waited before each retry of a ledger write that raised (then it fails)."""
+
+
+def provably_free(exc: BaseException, sent: bool) -> bool:
+    """Whether a failed attempt cannot have been billed, so its reservation may be released.
+
+    ``sent`` says whether the request was handed to the HTTP layer at all.
+    Free: never handed over; a connection that failed before the body was
+    written; an error status OpenRouter does not charge for (all but 408/524);
+    a 402 that stopped the router. Anything else may have been billed.
+    """
+    if not sent or isinstance(exc, CreditsExhausted):
+        return True
+    if isinstance(exc, APIStatusError):
+        return exc.status not in UNKNOWN_CHARGE_STATUSES
+    if isinstance(exc, APIConnectionError):
+        # A 408 arrives as a RequestTimeout that was sent: unknown, like a timeout.
+        return not exc.request_sent
+    return False
+
 
 @dataclass(slots=True)
 class Charged:
-    """An attempt that got an answer, and what it was charged."""
+    """An attempt that got an answer, and what it was charged.
+
+    ``unsettled`` is the ledger's error when the charge could not be recorded
+    (after retries): the answer is still paid for and must be kept.
+    """
 
     completion: Completion
     cost: Decimal | None
     estimate: Decimal | None
     reserved: Decimal | None
+    unsettled: BaseException | None = None
 
     def result(self, attempts: int, latency: float, quarantine_reason: str | None) -> ChatResult:
         """The :class:`ChatResult` of the request this attempt finished."""
@@ -106,6 +147,7 @@ class Billing:
         "model",
         "spent",
         "stopped",
+        "unresolved",
     )
 
     def __init__(
@@ -128,6 +170,10 @@ class Billing:
         self.stopped: CreditsExhausted | None = None
         """Why the router takes no new work (credits ran out), or ``None``."""
         self._stopped_message = ""
+        self.unresolved: dict[str, Reservation] = {}
+        """Reservations held open at their worst case because OpenRouter may have
+        billed them and cannot say yet (by reservation id, with the generation id
+        when one is known)."""
 
     async def reserve(self, request: PreparedRequest, wait: bool | float) -> Reservation | None:
         """Reserve the request's worst case (``None`` without a ledger)."""
@@ -138,10 +184,40 @@ class Billing:
     async def attach(
         self, request: PreparedRequest, reservation: Reservation | None, generation_id: str
     ) -> None:
-        """Remember the generation id, durably on the reservation when there is one."""
+        """Remember the generation id, durably on the reservation when there is one.
+
+        A ledger that keeps failing does not stop the answer: the id travels with
+        the settle too, so only a crash before that settle would miss it.
+        """
         request.generation_id = generation_id
-        if reservation is not None and self.ledger is not None:
-            await self.ledger.attach(reservation, generation_id)
+        ledger = self.ledger
+        if reservation is not None and ledger is not None:
+            try:
+                await self._write(lambda: ledger.attach(reservation, generation_id), "attach")
+            except ConfigurationError:
+                raise
+            except Exception as exc:
+                log.error(
+                    "route.attach_failed",
+                    model=self.model,
+                    key=request.key,
+                    generation_id=generation_id,
+                    error=repr(exc),
+                )
+
+    async def _write(self, call: Callable[[], Awaitable[None]], what: str) -> None:
+        """Run a ledger write, retrying failures (not misuse) on :data:`LEDGER_RETRIES`."""
+        for delay in (*LEDGER_RETRIES, None):
+            try:
+                await call()
+                return
+            except ConfigurationError:
+                raise  # not open, closed ledger: retrying cannot help
+            except Exception as exc:
+                if delay is None:
+                    raise
+                log.warning("route.ledger_retry", action=what, error=repr(exc), delay=delay)
+                await self._sleep(delay)
 
     async def charge(
         self, request: PreparedRequest, completion: Completion, reservation: Reservation | None
@@ -177,53 +253,104 @@ class Billing:
                     generation_id=generation_id,
                     charged=str(cost),
                 )
+        unsettled: BaseException | None = None
         if reservation is not None and ledger is not None:
-            await ledger.settle(
-                reservation,
-                cost,
-                estimate=estimate,
-                provider=completion.provider,
-                generation_id=generation_id,
-            )
+            settled_cost = cost
+            try:
+                await self._write(
+                    lambda: ledger.settle(
+                        reservation,
+                        settled_cost,
+                        estimate=estimate,
+                        provider=completion.provider,
+                        generation_id=generation_id,
+                    ),
+                    "settle",
+                )
+            except Exception as exc:
+                # The answer is paid for: keep it. The reservation stays open at its
+                # worst case (recovery settles it through /generation).
+                unsettled = exc
+                log.error(
+                    "route.settle_failed",
+                    model=self.model,
+                    key=request.key,
+                    generation_id=generation_id,
+                    cost=str(cost),
+                    error=repr(exc),
+                )
         self.spent += cost
         return Charged(
-            completion, cost, estimate, reservation.amount if reservation is not None else None
+            completion,
+            cost,
+            estimate,
+            reservation.amount if reservation is not None else None,
+            unsettled,
         )
 
     async def close_failed(
         self, reservation: Reservation, request: PreparedRequest, exc: BaseException
     ) -> None:
-        """Release or reconcile the reservation of an attempt that failed."""
+        """Release, reconcile or hold the reservation of an attempt that failed."""
         ledger = self.ledger
         if ledger is None:
             return
-        never_billed = isinstance(exc, APIStatusError | CreditsExhausted) or (
-            request.generation_id is None and isinstance(exc, Exception)
-        )
-        if never_billed and isinstance(exc, Exception):
+        if provably_free(exc, request.sent) and isinstance(exc, Exception):
             await ledger.release(reservation)
             return
-        # The provider may have produced (and billed) something, or we were
-        # cancelled mid-request: ask OpenRouter in the background (a cancelled
-        # task must not wait here), counting the worst case if it cannot say.
-        task = asyncio.ensure_future(self._reconcile(reservation, request.generation_id))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        # Unknown is not free: the provider may have produced (and billed) it, or we
+        # were cancelled mid-request. With an id, ask OpenRouter in the background (a
+        # cancelled task must not wait here); without one, hold the worst case.
+        generation_id = request.generation_id
+        held = Reservation(
+            reservation.id, reservation.units, reservation.key, generation_id, reservation.owner
+        )
+        self.unresolved[held.id] = held
+        log.warning(
+            "route.unresolved",
+            model=self.model,
+            key=request.key,
+            generation_id=generation_id,
+            held=str(reservation.amount),
+            error_type=type(exc).__name__,
+        )
+        if generation_id:
+            task = asyncio.ensure_future(self._reconcile_quietly(held))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
-    async def _reconcile(self, reservation: Reservation, generation_id: str | None) -> None:
+    async def _reconcile(self, held: Reservation) -> bool:
+        """Settle a held reservation through ``/generation``; False while OpenRouter cannot say."""
         ledger = self.ledger
         assert ledger is not None
+        generation_id = held.generation_id
         cost = await self.generation_cost(generation_id) if generation_id else None
-        charged = cost if cost is not None else reservation.amount
-        await ledger.settle(reservation, charged, generation_id=generation_id)
-        self.spent += charged
-        log.info(
-            "route.reconciled",
-            model=self.model,
-            generation_id=generation_id,
-            cost=str(charged),
-            worst_case=cost is None,
-        )
+        if cost is None:
+            return False  # stays held at worst case; recovery asks again later
+        await self._write(lambda: ledger.settle(held, cost, generation_id=generation_id), "settle")
+        self.unresolved.pop(held.id, None)
+        self.spent += cost
+        log.info("route.reconciled", model=self.model, generation_id=generation_id, cost=str(cost))
+        return True
+
+    async def _reconcile_quietly(self, held: Reservation) -> None:
+        try:
+            await self._reconcile(held)
+        except Exception as exc:  # still held at worst case: nothing is lost
+            log.error(
+                "route.reconcile_failed",
+                model=self.model,
+                generation_id=held.generation_id,
+                error=repr(exc),
+            )
+
+    async def reconcile(self) -> int:
+        """Ask ``/generation`` again for every held reservation with an id; how many settled."""
+        settled = 0
+        for held in list(self.unresolved.values()):
+            if held.generation_id and await self._reconcile(held):
+                settled += 1
+        return settled
 
     async def drain(self, grace: float) -> None:
         """Let background reconciliations finish; cancel any still running after ``grace`` s."""

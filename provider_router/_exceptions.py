@@ -24,7 +24,8 @@ catch "my mistake" apart from "the world's":
     │       └── ProviderUnavailableError     5xx: 500, 502, 503, 524, 529
     ├── BudgetError                          the money side said no
     │   ├── BudgetExhausted                  the ledger cannot cover a reservation
-    │   └── CreditsExhausted                 OpenRouter's balance or key limit ran out
+    │   ├── CreditsExhausted                 OpenRouter's balance or key limit ran out
+    │   └── LedgerWriteError                 a paid answer the ledger could not record
     ├── PolicyViolationError                 an unallowed provider served a request
     └── AllAttemptsFailed (ExceptionGroup)   every attempt failed; holds each attempt's error
 
@@ -52,6 +53,7 @@ __all__ = [
     "CreditsExhausted",
     "DataFileError",
     "InvalidResponseError",
+    "LedgerWriteError",
     "MissingDependencyError",
     "NotFoundError",
     "PaymentRequiredError",
@@ -117,7 +119,16 @@ class APIError(ProviderRouterError):
 
 
 class APIConnectionError(APIError, ConnectionError):
-    """The connection failed or was cut before a complete answer arrived."""
+    """The connection failed or was cut before a complete answer arrived.
+
+    Attributes:
+        request_sent: ``False`` only when the request provably never reached
+            OpenRouter (the connection, DNS lookup or TLS handshake failed before
+            any byte of the body was written): only then can it not have been
+            billed. ``True`` (the default) means it may have been.
+    """
+
+    request_sent: bool = True
 
 
 class RequestTimeout(APIConnectionError, TimeoutError):
@@ -313,6 +324,23 @@ class CreditsExhausted(BudgetError):
         if remaining is not None:
             parts.append(f"ledger budget left ${remaining}")
         super().__init__("; ".join(parts))
+
+
+class LedgerWriteError(BudgetError):
+    """An answer was paid for, but the ledger could not record its charge.
+
+    The ledger call was retried (bounded) first. The answer is not lost: it is
+    in :attr:`result`; its reservation stays open in the ledger at its worst
+    case, with the generation id when the ledger took it, so the next recovery
+    settles it through ``/generation``. Do not send the request again.
+
+    Attributes:
+        result: the paid answer (a :class:`~provider_router.ChatResult`).
+    """
+
+    def __init__(self, message: str, *, result: Any) -> None:
+        self.result = result
+        super().__init__(message)
 
 
 # --- policy -----------------------------------------------------------------------

@@ -58,6 +58,7 @@ __all__ = [
     "connection_error",
     "decode_json",
     "error_from_response",
+    "never_sent",
     "resolve_api_key",
     "resolve_base_url",
 ]
@@ -201,13 +202,35 @@ def error_from_response(
     )
 
 
-def connection_error(exc: BaseException, *, what: str, timeout: float | None) -> APIConnectionError:
-    """Our error for a transport failure (raise it ``from exc``)."""
+def never_sent(exc: BaseException) -> bool:
+    """Whether a transport failure provably happened before the request was written.
+
+    Only a failure to open the connection (refused, DNS, TLS handshake, connect
+    timeout) qualifies: once a connection is open, aiohttp writes the request at
+    once, and a later failure cannot tell how much of it OpenRouter received.
+    """
+    return isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError)
+
+
+def connection_error(
+    exc: BaseException, *, what: str, timeout: float | None, sent: bool = True
+) -> APIConnectionError:
+    """Our error for a transport failure (raise it ``from exc``).
+
+    ``sent=False`` marks a request that provably never reached OpenRouter
+    (:attr:`APIConnectionError.request_sent`): it cannot have been billed.
+    """
+    error: APIConnectionError
     if isinstance(exc, TimeoutError):
         limit = f" within {timeout:g} s" if timeout is not None else ""
-        return RequestTimeout(f"{what}: no complete answer{limit}")
-    detail = _redact(str(exc)) or type(exc).__name__
-    return APIConnectionError(f"{what}: connection failed: {detail}")
+        phase = "no connection" if not sent else "no complete answer"
+        error = RequestTimeout(f"{what}: {phase}{limit}")
+    else:
+        detail = _redact(str(exc)) or type(exc).__name__
+        error = APIConnectionError(f"{what}: connection failed: {detail}")
+    if not sent:
+        error.request_sent = False
+    return error
 
 
 class HttpClient(AsyncResource):
@@ -438,7 +461,9 @@ class PostRequest:
                 self._url, data=self._payload, headers=_JSON_CONTENT, timeout=self._timeout
             )
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise connection_error(exc, what=f"POST {self._url}", timeout=self._seconds) from exc
+            raise connection_error(
+                exc, what=f"POST {self._url}", timeout=self._seconds, sent=not never_sent(exc)
+            ) from exc
         status = response.status
         if not 200 <= status < 300:
             try:

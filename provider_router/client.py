@@ -51,6 +51,7 @@ from provider_router._constants import (
 from provider_router._exceptions import (
     ConfigurationError,
     CreditsExhausted,
+    LedgerWriteError,
     PaymentRequiredError,
     RateLimitError,
 )
@@ -337,6 +338,23 @@ class Router(AsyncResource):
         return self._billing.stopped
 
     @property
+    def unresolved(self) -> list[Reservation]:
+        """Reservations held at their worst case: sent, maybe billed, cost not yet known.
+
+        A timeout or a dropped connection after the request was sent (or a 408 or
+        524) may have been billed: its money stays held until ``/generation``
+        answers (:meth:`reconcile`) or a later recovery settles it.
+        """
+        return list(self._billing.unresolved.values())
+
+    async def reconcile(self) -> int:
+        """Ask ``/generation`` again for each :attr:`unresolved` reservation with an id.
+
+        Returns how many were settled at their real cost; the others stay held.
+        """
+        return await self._billing.reconcile()
+
+    @property
     def in_flight(self) -> int:
         """Requests started and not finished."""
         return self._in_flight
@@ -396,7 +414,16 @@ class Router(AsyncResource):
             raise
         finally:
             self._in_flight -= 1
-        return self._finish(request, charged, self._clock() - start)
+        result = self._finish(request, charged, self._clock() - start)
+        if charged.unsettled is not None:
+            raise LedgerWriteError(
+                f"the ledger could not record the charge of a paid answer "
+                f"(generation {result.generation_id}, ${result.cost}): "
+                f"{type(charged.unsettled).__name__}: {charged.unsettled}; the answer is kept "
+                "in .result and the reservation stays held for recovery",
+                result=result,
+            ) from charged.unsettled
+        return result
 
     def _build_request(
         self,
@@ -498,6 +525,7 @@ class Router(AsyncResource):
             raise self._billing.stopped_error()
         request.attempts = attempt
         request.generation_id = None
+        request.sent = False
         ticket = await self.limiter.acquire()
         outcome: Outcome = "neutral"
         started = self._clock()
@@ -556,6 +584,7 @@ class Router(AsyncResource):
         http = self._http
         if http is None:
             raise ConfigurationError("the Router was closed")
+        request.sent = True
         if request.stream:
             post = http.post(
                 _CHAT_PATH,

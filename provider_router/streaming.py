@@ -42,33 +42,54 @@ async def read_stream(
 ) -> Completion:
     """Read one attempt's stream to its ``[DONE]``.
 
+    A stream cut after its usage chunk and a finish reason arrived is a result
+    all the same: the answer is whole and paid for (only ``[DONE]`` is missing),
+    so it is returned, never retried.
+
     Raises:
         InvalidResponseError: an event is not JSON.
-        APIConnectionError: the stream ended before ``[DONE]`` without an error.
-        RequestTimeout: silence (or only keep-alives) for ``idle_timeout``.
+        APIConnectionError: the stream ended (or broke) before ``[DONE]`` and
+            before its usage, without an error.
+        RequestTimeout: silence (or only keep-alives) for ``idle_timeout``, or the
+            deadline passed, before the usage arrived.
     """
     accumulator = StreamAccumulator()
+    result = accumulator.result
     on_delta = request.on_delta
     done = False
-    async for data in response.events(idle_timeout=idle_timeout):
-        if data == DONE:
-            done = True
-            break
-        try:
-            chunk = json.loads(data)
-        except ValueError as exc:
-            raise InvalidResponseError(f"a stream event is not JSON: {data[:200]!r}") from exc
-        known = accumulator.result.generation_id
-        delta = accumulator.feed(chunk, attempt)
-        generation_id = accumulator.result.generation_id
-        if known is None and generation_id and request.generation_id is None:
-            await billing.attach(request, reservation, generation_id)
-        if delta is not None and on_delta is not None:
-            on_delta(delta)
+    try:
+        async for data in response.events(idle_timeout=idle_timeout):
+            if data == DONE:
+                done = True
+                break
+            try:
+                chunk = json.loads(data)
+            except ValueError as exc:
+                raise InvalidResponseError(f"a stream event is not JSON: {data[:200]!r}") from exc
+            known = result.generation_id
+            delta = accumulator.feed(chunk, attempt)
+            generation_id = result.generation_id
+            if known is None and generation_id and request.generation_id is None:
+                await billing.attach(request, reservation, generation_id)
+            if delta is not None and on_delta is not None:
+                on_delta(delta)
+    except APIConnectionError:
+        if not _paid_and_whole(result):
+            raise
+        done = True
     completion = accumulator.finish()
-    if not done and completion.error is None:
+    if not done and completion.error is None and not _paid_and_whole(completion):
         raise APIConnectionError("the stream ended before its [DONE] event")
     return completion
+
+
+def _paid_and_whole(completion: Completion) -> bool:
+    """Usage (with its cost) and a finish reason arrived: nothing is missing but ``[DONE]``."""
+    return (
+        completion.usage is not None
+        and completion.finish_reason is not None
+        and completion.error is None
+    )
 
 
 class ChatStream(AsyncResource):

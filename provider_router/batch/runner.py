@@ -43,6 +43,7 @@ from provider_router._exceptions import (
     BudgetExhausted,
     ConfigurationError,
     CreditsExhausted,
+    LedgerWriteError,
     ProviderRouterError,
 )
 from provider_router._log import get_logger
@@ -159,6 +160,11 @@ class BatchRunner:
             ``out`` (this worker's own directory) and are acknowledged to the fleet,
             and progress and summary show the whole fleet. Give it the fleet's
             shared ``ledger`` too. The runner closes the queue.
+        stream: send streaming requests (default). Each answer's generation id is
+            then durable on its reservation within one ledger commit of its first
+            byte, so recovery after a crash settles it at its real cost; ``False``
+            sends plain JSON requests (a crash then counts those in flight at their
+            worst case).
 
     Example::
 
@@ -178,6 +184,7 @@ class BatchRunner:
         router_options: Mapping[str, Any] | None = None,
         ledger: Ledger | None = None,
         fleet: FleetQueue | None = None,
+        stream: bool = True,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
@@ -190,6 +197,10 @@ class BatchRunner:
         self.budget: Decimal = plan.budget
         self.out = Path(out)
         self.strict = strict
+        self.stream = stream
+        """Stream answers (the default): the generation id arrives with the first
+        byte and is on the reservation before the answer is done, so a crash costs
+        what it really cost (recovery asks ``/generation``)."""
         self._base_url = base_url
         self._api_key = api_key
         self._router_options = dict(router_options or {})
@@ -550,7 +561,19 @@ class BatchRunner:
         params = {**ds.params, **prompt.request_fields} if prompt.request_fields else ds.params
         try:
             result = await router.chat(
-                prompt.messages, max_tokens=ds.max_tokens, key=f"{name}/{prompt.id}", **params
+                prompt.messages,
+                max_tokens=ds.max_tokens,
+                key=f"{name}/{prompt.id}",
+                stream=self.stream,
+                **params,
+            )
+        except LedgerWriteError as exc:
+            # Paid for and whole: keep and journal it (never sent again), then stop.
+            self._completed(journal, ds, prompt, exc.result, started)
+            self.stop(
+                StopReason.ERROR,
+                f"the ledger could not record a paid answer ({exc.__cause__!r}); the answer "
+                "is kept and its reservation held for recovery",
             )
         except asyncio.CancelledError:
             journal.release(name, prompt.id, reason="abandoned")

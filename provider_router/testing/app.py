@@ -53,6 +53,12 @@ class Simulator:
         stream_chunk_tokens: tokens per SSE chunk.
         generation_404s: how many lookups of a fresh generation id answer 404
             before the record appears (the real one lags a little).
+        bill_abandoned: when a client goes away (a timeout, a kill) after its
+            request was admitted, the provider finishes the generation anyway and
+            it is billed in full when it would have ended, with its
+            ``/generation`` record, as a provider that does not cancel does.
+            Default: a stream's client pays for the tokens sent so far, a JSON
+            request's client for nothing.
         clock / sleep: injected monotonic clock and sleep.
     """
 
@@ -71,6 +77,7 @@ class Simulator:
         generation_404s: int = 1,
         keepalive_seconds: float = 5.0,
         log_limit: int = 100_000,
+        bill_abandoned: bool = False,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
@@ -104,6 +111,8 @@ class Simulator:
         self.caches: dict[str, set[int]] = {}
         self._occurrences: dict[int, int] = {}
         self.stopping = asyncio.Event()
+        self.bill_abandoned = bill_abandoned
+        self._abandoned: set[asyncio.Task[None]] = set()
 
     # --- time and randomness ------------------------------------------------
 
@@ -135,6 +144,27 @@ class Simulator:
             if now - when >= RECENT_FAILURE_WINDOW:
                 del self.failed_at[tag]
         return set(self.failed_at)
+
+    # --- generations whose client went away ---------------------------------
+
+    def finish_abandoned(self, finish: Awaitable[None]) -> None:
+        """Run ``finish`` (a generation billed after its client left) in the background."""
+        task = asyncio.ensure_future(finish)
+        self._abandoned.add(task)
+        task.add_done_callback(self._abandoned.discard)
+
+    @property
+    def abandoned_pending(self) -> int:
+        """Generations still running after their client left (billed when they end)."""
+        return len(self._abandoned)
+
+    async def settle_abandoned(self, *, now: bool = False) -> None:
+        """Wait until every generation whose client left is billed (``now``: bill them at once)."""
+        tasks = list(self._abandoned)
+        if now:
+            for task in tasks:
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # --- runtime controls for tests and the demo ----------------------------
 

@@ -7,16 +7,21 @@ a finish chunk, a usage chunk, and ``data: [DONE]``.
 
 Delivery faults shape the answer: ``hang`` never answers (until ``hang_seconds``,
 then 524), ``reset`` drops the connection, ``truncate`` cuts the body short,
+``drop_done`` drops a stream's connection after its usage chunk (no ``[DONE]``),
 ``error_200`` / ``stream_error`` end with ``finish_reason: "error"``. Charges:
 a normal answer costs its tokens; ``error_200``/``stream_error`` and ``hang``
 cost nothing (zero-completion insurance); ``reset`` and ``truncate`` are charged
 in full (the provider generated it; the network lost it); a client that
-disconnects mid-stream pays for the tokens sent so far.
+disconnects mid-stream pays for the tokens sent so far. With
+``Simulator(bill_abandoned=True)``, a client that leaves (a timeout, a kill) does
+not stop the generation: it is billed in full when it would have ended, and its
+``/generation`` record appears then, as with a provider that does not cancel.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import string
@@ -185,7 +190,37 @@ async def serve(attempt: Attempt) -> web.StreamResponse:
     plan = _plan(attempt)
     if attempt.record.stream:
         return await _stream(attempt, plan)
-    return await _json(attempt, plan)
+    started = attempt.sim.now()
+    try:
+        return await _json(attempt, plan)
+    except asyncio.CancelledError:
+        if attempt.sim.bill_abandoned and attempt.record.generation_id is None:
+            _finish_abandoned(attempt, plan, attempt.sim.now() - started)
+        raise
+
+
+def _finish_abandoned(attempt: Attempt, plan: _Plan, elapsed: float) -> None:
+    """The client left after ``elapsed`` simulated seconds: finish and bill in the background."""
+    shape = plan.shape
+    duration = plan.ttft + shape.completion_tokens / plan.tokens_per_second
+    attempt.record.outcome = "abandoned"
+
+    async def finish() -> None:
+        # Cancelled when the simulator stops: bill now, so the charge record stays whole.
+        with contextlib.suppress(asyncio.CancelledError):
+            await attempt.sim.wait(duration - elapsed)
+        cost = _charge(attempt, plan, shape.completion_tokens, shape.reasoning_tokens)
+        _remember(
+            attempt,
+            plan,
+            cost.total,
+            shape.completion_tokens,
+            shape.reasoning_tokens,
+            shape.finish_reason,
+            duration,
+        )
+
+    attempt.sim.finish_abandoned(finish())
 
 
 async def _hang(attempt: Attempt, fault: Fault) -> web.StreamResponse:
@@ -417,19 +452,35 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         )
         final_delta = {"role": "assistant", "content": ""}
         finish = shape.finish_reason
-        await response.write(
-            _sse(bodies.chunk(gen_id, created, model_slug, provider, final_delta, finish))
-            + _sse(
-                bodies.chunk(
-                    gen_id, created, model_slug, provider, final_delta, finish, usage=usage
-                )
-            )
-            + DONE
+        tail = _sse(bodies.chunk(gen_id, created, model_slug, provider, final_delta, finish))
+        tail += _sse(
+            bodies.chunk(gen_id, created, model_slug, provider, final_delta, finish, usage=usage)
         )
+        if kind == "drop_done":
+            # The whole answer and its usage are out; the connection dies before [DONE].
+            attempt.record.outcome = "drop_done"
+            await response.write(tail)
+            _abort(attempt.request)
+            return response
+        await response.write(tail + DONE)
         await response.write_eof()
         return response
     except (ConnectionResetError, asyncio.CancelledError):
         if not charged:
-            # The client went away: it pays for what was generated so far.
-            _charge(attempt, plan, sent, min(sent, shape.reasoning_tokens))
+            if sim.bill_abandoned:
+                _finish_abandoned(attempt, plan, plan.ttft + sent / plan.tokens_per_second)
+            else:
+                # The client went away: it pays for what was generated so far, and
+                # /generation says so.
+                reasoning = min(sent, shape.reasoning_tokens)
+                cost = _charge(attempt, plan, sent, reasoning)
+                _remember(
+                    attempt,
+                    plan,
+                    cost.total,
+                    sent,
+                    reasoning,
+                    shape.finish_reason,
+                    plan.ttft + sent / plan.tokens_per_second,
+                )
         raise

@@ -21,7 +21,8 @@ has a ``kind``, an optional scope (``provider`` tag or slug, ``key``, ``model``,
 Kinds that fail an attempt before any byte is sent (``rate_limit``,
 ``provider_error``, ``down``) let OpenRouter fall back to the next provider unless
 ``no_fallback`` is set; kinds that fail the delivery (``hang``, ``reset``,
-``truncate``, ``error_200``, ``stream_error``) hit the attempt that serves.
+``truncate``, ``error_200``, ``stream_error``, ``drop_done``) hit the attempt
+that serves.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from provider_router.testing.billing import key_label
 __all__ = ["FAULT_KINDS", "Fault", "FaultBook", "load_faults"]
 
 ATTEMPT_KINDS = frozenset(["rate_limit", "provider_error", "down"])
-DELIVERY_KINDS = frozenset(["hang", "reset", "truncate", "error_200", "stream_error"])
+DELIVERY_KINDS = frozenset(["hang", "reset", "truncate", "error_200", "stream_error", "drop_done"])
 FAULT_KINDS = ATTEMPT_KINDS | DELIVERY_KINDS
 PROVIDER_ERROR_STATUSES = frozenset([500, 502, 503, 524, 529])
 

@@ -116,6 +116,8 @@ class SimulatorServer(AsyncResource):
         self.simulator.stopping.set()
         runner, self._runner = self._runner, None
         await runner.cleanup()
+        # Generations whose client left are billed now: the charge record stays whole.
+        await self.simulator.settle_abandoned(now=True)
 
     async def _on_enter(self) -> None:
         await self.start()

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from _batch_helpers import assert_consistent, ledger_spent, read_records, write_prompts
 
-from provider_router import DataFileError
+from provider_router import DataFileError, MemoryLedger
 from provider_router.batch.plan import Plan
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import StopReason
+from provider_router.ledger import Reservation
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 MODEL = "moonshotai/kimi-k2.5"
@@ -264,3 +265,43 @@ async def test_a_foreign_output_file_is_refused(
     with pytest.raises(Exception, match="never wrote"):
         await runner(plan, out, sim).run()
     assert sim.simulator.usage == 0
+
+
+class _SettleFailsAfter(MemoryLedger):
+    """A ledger whose settles start failing (a full disk) after ``ok`` of them."""
+
+    def __init__(self, limit: Decimal, ok: int) -> None:
+        super().__init__(limit)
+        self.ok = ok
+
+    async def settle(self, reservation: Reservation, cost: Decimal, **kwargs: Any) -> None:
+        if self.ok <= 0:
+            raise OSError(28, "No space left on device")
+        self.ok -= 1
+        await super().settle(reservation, cost, **kwargs)
+
+
+async def _no_wait(seconds: float) -> None:
+    return None
+
+
+async def test_a_ledger_that_cannot_record_stops_the_run_and_keeps_the_paid_answers(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim = await openrouter_sim_factory(seed=12)
+    out = tmp_path / "out"
+    plan = two_dataset_plan(tmp_path)
+    broken = _SettleFailsAfter(Decimal(10), ok=20)
+    summary = await runner(plan, out, sim, ledger=broken, router_options={"sleep": _no_wait}).run()
+    assert summary.reason is StopReason.ERROR
+    assert "could not record a paid answer" in summary.message
+    kept = read_records(out / "a.jsonl") + read_records(out / "b.jsonl")
+    assert len(kept) == len(sim.requests)  # every answer paid for is kept
+    # What the ledger could not settle it still holds: never less than was charged.
+    state = await broken.snapshot()
+    assert state.spent + state.reserved >= sim.simulator.usage
+    summary = await runner(plan, out, sim, ledger=MemoryLedger(Decimal(10))).run()
+    assert summary.reason is StopReason.COMPLETE
+    ids = [r["id"] for r in read_records(out / "a.jsonl") + read_records(out / "b.jsonl")]
+    assert len(ids) == len(set(ids)) == 100
+    assert len(sim.requests) == 100  # no prompt was sent (and paid for) twice
