@@ -21,8 +21,10 @@ Entries (one JSON object a line, each with an ``op``):
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
+import os
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,7 +56,6 @@ FORMAT_VERSION: Final = 1
 NO_LOCATION: Final = -1
 COLUMNS: Final = ("ids", "end", "out", "in", "cost", "loc")
 dumps: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_LOCK_FILE: Final = ".journal.lock"
 _LOAD_CHUNK_LINES: Final = 20_000
 
 
@@ -134,29 +135,51 @@ class DatasetState:
         self.inputs: list[Any] | None = None
 
 
-def lock_directory(directory: Path) -> IO[bytes]:
-    """Take the job directory's advisory lock (one process per journal).
+def lock_directory(directory: Path) -> int:
+    """Take the job directory's lock (one process per journal); its file descriptor.
+
+    The lock is an OS lock (``flock``) on the directory itself, which nobody can
+    delete while it holds the job's files: a lock *file* could be deleted during a
+    run, letting a second run write beside the first. On a file system that cannot
+    lock a directory (some network ones) the journal file is locked instead. The
+    OS drops the lock when the process dies, however it dies.
 
     Raises:
         ConfigurationError: another process holds it.
     """
-    fh = (directory / _LOCK_FILE).open("a+b")
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return _lock_journal_file(directory)
+        raise _locked(directory) from None
+    return fd
+
+
+def _lock_journal_file(directory: Path) -> int:
+    fd = os.open(directory / JOURNAL_FILE, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        fh.close()
-        raise ConfigurationError(
-            f"another provider-router process is using {directory} "
-            "(its journal is locked); wait for it or use another --out"
-        ) from None
-    return fh
+        os.close(fd)
+        raise _locked(directory) from None
+    return fd
 
 
-def unlock(fh: IO[bytes]) -> None:
+def _locked(directory: Path) -> ConfigurationError:
+    return ConfigurationError(
+        f"another provider-router process is using {directory} "
+        "(its journal is locked); wait for it or use another --out"
+    )
+
+
+def unlock(fd: int) -> None:
     """Give back a lock taken by :func:`lock_directory`."""
     with contextlib.suppress(OSError):
-        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-    fh.close()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
 
 
 def replay(directory: Path) -> Replay:

@@ -17,7 +17,8 @@ file's length after each record. So the journal's ``done`` entries are the truth
   ``done`` entries past its end are revoked and those prompts run again.
 
 No id is ever written twice: a prompt is only claimed if it is neither done
-nor in flight. One process at a time may hold a journal (an advisory lock).
+nor in flight. One process at a time may hold a journal (an OS lock on the job
+directory itself, so no file can be deleted to defeat it).
 
 Writes are buffered and committed together by :meth:`FileJournal.flush`
 (outputs first, then journal lines), which the runner calls once per event-loop
@@ -149,7 +150,7 @@ class FileJournal:
         self._dones: dict[str, Batch] = {}
         self._locates: dict[str, Batch] = {}
         self._fh: IO[bytes] | None = None
-        self._lock_fh: IO[bytes] | None = None
+        self._lock_fd: int | None = None
         self._closed = False
 
     # --- opening ------------------------------------------------------------------
@@ -165,7 +166,7 @@ class FileJournal:
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         journal = cls(path, autoflush=autoflush)
-        journal._lock_fh = lock_directory(path)
+        journal._lock_fd = lock_directory(path)
         try:
             found = replay(path)
             journal._state = found.states
@@ -196,9 +197,9 @@ class FileJournal:
         return journal
 
     def _release_lock(self) -> None:
-        if self._lock_fh is not None:
-            unlock(self._lock_fh)
-            self._lock_fh = None
+        if self._lock_fd is not None:
+            unlock(self._lock_fd)
+            self._lock_fd = None
 
     # --- reading ------------------------------------------------------------------------
 
