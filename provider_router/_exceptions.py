@@ -40,6 +40,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from provider_router._format import format_usd
+
 __all__ = [
     "APIConnectionError",
     "APIError",
@@ -289,8 +291,9 @@ class BudgetExhausted(BudgetError):
         self.limit = limit
         available = limit - spent - reserved
         super().__init__(
-            f"budget exhausted: a reservation of ${requested} does not fit "
-            f"(limit ${limit}, spent ${spent}, reserved ${reserved}, available ${available})"
+            f"budget exhausted: a reservation of {format_usd(requested)} does not fit "
+            f"(limit {format_usd(limit)}, spent {format_usd(spent)}, reserved "
+            f"{format_usd(reserved)}, available {format_usd(available)})"
         )
 
 
@@ -320,9 +323,9 @@ class CreditsExhausted(BudgetError):
         if limit_source:
             parts.append(f"limit_source={limit_source}")
         if spent is not None:
-            parts.append(f"spent ${spent}")
+            parts.append(f"spent {format_usd(spent)}")
         if remaining is not None:
-            parts.append(f"ledger budget left ${remaining}")
+            parts.append(f"ledger budget left {format_usd(remaining)}")
         super().__init__("; ".join(parts))
 
 

@@ -79,8 +79,8 @@ def test_json_output_is_machine_readable_and_exact(
     assert report["workload"] == {"prompt_tokens": 1000, "completion_tokens": 1000}
     by_tag = {e["tag"]: e for e in report["endpoints"]}
     assert by_tag["chutes"]["rank"] == 1
-    assert by_tag["chutes"]["cost_per_request"] == "0.00265000"  # 1000 × 0.45e-6 + 1000 × 2.2e-6
-    assert by_tag["chutes"]["prompt_per_million"] == "0.45000000"
+    assert by_tag["chutes"]["cost_per_request"] == "0.00265"  # 1000 × 0.45e-6 + 1000 × 2.2e-6
+    assert by_tag["chutes"]["prompt_per_million"] == "0.45"
     assert by_tag["fireworks"]["allowed"] is False
     assert by_tag["fireworks"]["code"] == "quantization_below_minimum"
     assert by_tag["fireworks"]["rank"] is None

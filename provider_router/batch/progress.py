@@ -23,6 +23,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from provider_router._format import format_usd
 from provider_router.batch.runner import BatchRunner, DatasetProgress, RunProgress
 from provider_router.batch.summary import per_million
 
@@ -70,8 +71,8 @@ def _header(p: RunProgress) -> str:
     parts = []
     if p.ledger is not None:
         parts.append(
-            f"spent ${p.ledger.spent:.4f} of ${p.ledger.limit} "
-            f"(reserved ${p.ledger.reserved:.4f}, left ${p.ledger.available:.4f})"
+            f"spent {format_usd(p.ledger.spent)} of {format_usd(p.ledger.limit)} "
+            f"(reserved {format_usd(p.ledger.reserved)}, left {format_usd(p.ledger.available)})"
         )
     if p.workers is not None:
         parts.append(f"fleet: {p.workers} worker(s), {p.in_flight} in flight here")
@@ -97,15 +98,15 @@ def _row(d: DatasetProgress, elapsed: float) -> list[str]:
         d.name,
         f"{d.completed:,}{total}",
         f"{d.output_tokens:,}{target}",
-        f"${d.cost:.4f}",
-        "-" if rate is None else f"${rate:.2f}",
+        format_usd(d.cost),
+        format_usd(rate),
         f"{req_s:.1f}",
         f"{tok_s:,.0f}",
         str(d.in_flight),
         str(d.run.failures),
         "done"
         if d.finished
-        else f"{_duration(seconds)} / " + ("?" if money is None else f"${money}"),
+        else f"{_duration(seconds)} / " + ("?" if money is None else format_usd(money)),
     ]
 
 

@@ -37,6 +37,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import (
     AllAttemptsFailed,
     AuthenticationError,
@@ -46,6 +47,7 @@ from provider_router._exceptions import (
     LedgerWriteError,
     ProviderRouterError,
 )
+from provider_router._format import format_usd
 from provider_router._log import get_logger
 from provider_router._money import from_units, to_units
 from provider_router._types import JSONObject
@@ -61,6 +63,8 @@ from provider_router.batch.summary import (
     DatasetReport,
     RunSummary,
     StopReason,
+    budget_to_finish,
+    finish_hint,
     money_to_finish,
 )
 from provider_router.client import Router
@@ -222,6 +226,8 @@ class BatchRunner:
         self._flush_pending = False
         self._started = time.monotonic()
         self._recovered: list[str] = []
+        # The largest reservation the budget refused: a resume needs room for it.
+        self._refused = Decimal(0)
         self.ledger_state: LedgerState | None = None
 
     # --- control ----------------------------------------------------------------------
@@ -299,7 +305,8 @@ class BatchRunner:
         state = await ledger.snapshot()
         if state.limit != self.budget:
             await ledger.set_limit(self.budget)
-            self._recovered.append(f"budget changed from ${state.limit} to ${self.budget}")
+            old, new = format_usd(state.limit), format_usd(self.budget)
+            self._recovered.append(f"budget changed from {old} to {new}")
             if self.journal is not None:
                 self.journal.note("budget", old=str(state.limit), new=str(self.budget))
         return ledger
@@ -322,8 +329,8 @@ class BatchRunner:
                 if report.reconciled or report.worst_case:
                     self._recovered.append(
                         f"ledger: {len(report.reconciled)} crashed request(s) reconciled "
-                        f"(${report.reconciled_cost}), {len(report.worst_case)} counted at "
-                        f"worst case (${report.worst_case_cost})"
+                        f"({format_usd(report.reconciled_cost)}), {len(report.worst_case)} "
+                        f"counted at worst case ({format_usd(report.worst_case_cost)})"
                     )
                 if self._fleet is not None:
                     await self._run_fleet(self._fleet, journal, ledger, router)
@@ -597,7 +604,9 @@ class BatchRunner:
     def _failed(self, ds: _Dataset, exc: BaseException) -> None:
         # Out of money is not a failure of the prompt: it was never sent.
         if isinstance(exc, BudgetExhausted):
-            self.stop(StopReason.BUDGET, f"the budget of ${self.budget} is used up: {exc}")
+            self._refused = max(self._refused, exc.requested)
+            used_up = f"the budget of {format_usd(self.budget)} is used up"
+            self.stop(StopReason.BUDGET, f"{used_up}: {exc}")
             return
         if isinstance(exc, CreditsExhausted):
             self.stop(StopReason.CREDITS, f"OpenRouter's credits ran out: {exc}")
@@ -611,7 +620,13 @@ class BatchRunner:
         provider = getattr(exc, "provider_name", None)
         if provider:
             self._provider(provider).failed(kind, retries)
-        if isinstance(exc, _FATAL):
+        if isinstance(exc, AuthenticationError):
+            self.stop(
+                StopReason.ERROR,
+                f"stopped: {exc}: OpenRouter rejected the API key; set {ENV_API_KEY} "
+                "to a valid key (https://openrouter.ai/keys)",
+            )
+        elif isinstance(exc, _FATAL):
             self.stop(StopReason.ERROR, f"stopped: {exc}")
         elif not isinstance(exc, ProviderRouterError):
             log.error("batch.unexpected_error", dataset=ds.spec.name, error=repr(exc))
@@ -818,12 +833,12 @@ class BatchRunner:
         state = self.ledger_state
         reason = self._reason or StopReason.COMPLETE
         message = self._message
-        if reason in (StopReason.BUDGET, StopReason.CREDITS) and to_finish is not None:
-            message += f"; about ${to_finish} more finishes the plan at the observed rates"
-        if reason is not StopReason.COMPLETE:
-            message += "; run the same command again to resume" + (
-                " (with a higher --budget)" if reason is StopReason.BUDGET else ""
-            )
+        spent = state.spent if state else Decimal(0)
+        needed = budget_to_finish(spent, to_finish, self._refused)
+        if reason in (StopReason.BUDGET, StopReason.CREDITS):
+            message += finish_hint(reason, self.budget, spent, needed, self._refused)
+        elif reason is not StopReason.COMPLETE:
+            message += "; run the same command again to resume"
         if self._fleet is not None:
             bad = [str(p) for p in self._fleet.load_problems]
         else:
@@ -834,9 +849,10 @@ class BatchRunner:
             providers=dict(self._providers),
             provider_health=health,
             budget=self.budget,
-            spent=state.spent if state else Decimal(0),
+            spent=spent,
             reserved=state.reserved if state else Decimal(0),
             to_finish=to_finish,
+            budget_to_finish=needed,
             wall_time=time.monotonic() - self._started,
             bad_lines=bad,
             recovered=list(self._recovered),

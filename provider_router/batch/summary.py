@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from provider_router._constants import PER_MILLION
+from provider_router._format import CENT, decimal_str, format_usd, round_up_to_cent
 
 __all__ = [
     "EXIT_CODES",
@@ -27,8 +28,13 @@ __all__ = [
     "DatasetReport",
     "RunSummary",
     "StopReason",
+    "budget_to_finish",
+    "finish_hint",
     "money_to_finish",
 ]
+
+FINISH_MARGIN = Decimal("1.25")
+"""Observed rates are an average: the suggested budget allows a quarter more."""
 
 
 class StopReason(StrEnum):
@@ -106,7 +112,7 @@ class Counter:
             "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens,
             "reasoning_tokens": self.reasoning_tokens,
-            "cost": str(self.cost),
+            "cost": decimal_str(self.cost),
             "usd_per_million_output": _str(per_million(self.cost, self.output_tokens)),
             "failures": self.failures,
             "failures_by_kind": dict(sorted(self.failures_by_kind.items())),
@@ -123,7 +129,7 @@ def per_million(cost: Decimal, tokens: int) -> Decimal | None:
 
 
 def _str(value: Decimal | None) -> str | None:
-    return None if value is None else str(value)
+    return None if value is None else decimal_str(value)
 
 
 @dataclass
@@ -174,7 +180,7 @@ class DatasetReport:
             "prompts": self.prompts,
             "completed": self.completed,
             "output_tokens": self.output_tokens,
-            "cost": str(self.cost),
+            "cost": decimal_str(self.cost),
             "target_output_tokens": self.target_output_tokens,
             "max_requests": self.max_requests,
             "finished": self.finished,
@@ -218,6 +224,58 @@ def money_to_finish(
     return (per_token * math.ceil(tokens)).quantize(Decimal("0.01"))
 
 
+def budget_to_finish(
+    spent: Decimal, to_finish: Decimal | None, largest_request: Decimal
+) -> Decimal | None:
+    """A budget that should finish the plan: None when the cost per token is unknown.
+
+    What is spent, plus the remaining work at the observed rates with a margin,
+    plus room for the largest reservation the budget refused (every request
+    reserves its worst case before it is sent, so the last one needs that room
+    even when the plan's real remaining cost is a few cents). Whole cents, rounded up.
+    """
+    if to_finish is None:
+        return None
+    return round_up_to_cent(spent + to_finish * FINISH_MARGIN + largest_request)
+
+
+def finish_hint(
+    reason: StopReason,
+    budget: Decimal,
+    spent: Decimal,
+    needed: Decimal | None,
+    largest_request: Decimal,
+) -> str:
+    """The message tail after a money stop: what finishes the plan, and how to resume."""
+    if needed is None:
+        hint = (
+            "; how much more finishes the plan is unknown until an answer shows the cost per token"
+        )
+        if largest_request > budget - spent:
+            hint += (
+                f"; one request reserves up to {format_usd(largest_request)} (its prompt and "
+                "max_tokens at the highest allowed price): raise the budget above "
+                f"{format_usd(round_up_to_cent(spent + largest_request))} or lower max_tokens"
+            )
+        return hint
+    tail = ""
+    if largest_request > budget:
+        tail = (
+            f"; one request alone reserves up to {format_usd(largest_request)} (its prompt and "
+            "max_tokens at the highest allowed price): shorten it or lower max_tokens"
+        )
+    if reason is StopReason.CREDITS:
+        return (
+            f"; about {format_usd(max(needed - spent, CENT))} more OpenRouter credits finish "
+            "the plan at the observed rates: top up, then run the same command again to resume"
+            + tail
+        )
+    return (
+        f"; about {format_usd(max(needed - budget, CENT))} more finishes the plan at the "
+        f"observed rates: run again with a budget of {format_usd(needed)} to resume" + tail
+    )
+
+
 @dataclass
 class RunSummary:
     """The end of a run: why it stopped, every dataset and provider, and the money.
@@ -231,6 +289,8 @@ class RunSummary:
         spent: the ledger's spent total over every run (USD).
         reserved: still reserved at the end (USD; 0 after a clean stop).
         to_finish: USD needed to finish the plan at observed rates (None: unknown).
+        budget_to_finish: a budget that should finish the plan, with room for the
+            largest reservation (see :func:`budget_to_finish`; None: unknown).
         wall_time: seconds this run took.
         bad_lines: ``file:line: problem`` for each line skipped in this run.
         recovered: notes on what resuming repaired (journal, ledger).
@@ -253,6 +313,7 @@ class RunSummary:
     recovered: list[str]
     message: str = ""
     fleet: dict[str, Any] | None = None
+    budget_to_finish: Decimal | None = None
 
     @property
     def exit_code(self) -> int:
@@ -265,10 +326,11 @@ class RunSummary:
             "reason": self.reason.value,
             "exit_code": self.exit_code,
             "message": self.message,
-            "budget_usd": str(self.budget),
-            "spent_usd": str(self.spent),
-            "reserved_usd": str(self.reserved),
+            "budget_usd": decimal_str(self.budget),
+            "spent_usd": decimal_str(self.spent),
+            "reserved_usd": decimal_str(self.reserved),
             "to_finish_usd": _str(self.to_finish),
+            "budget_to_finish_usd": _str(self.budget_to_finish),
             "wall_time_s": round(self.wall_time, 3),
             "datasets": {d.name: d.to_json() for d in self.datasets},
             "providers": {
@@ -310,13 +372,13 @@ class RunSummary:
                 done,
                 f"{d.output_tokens:,}",
                 f"{d.target_output_tokens:,}" if d.target_output_tokens else "-",
-                f"${d.cost:.4f}",
+                format_usd(d.cost),
                 _fmt(per_million(d.cost, d.output_tokens)),
                 f"{d.run.requests:,}",
                 _failures(d.run),
                 f"{d.run.retries:,}",
                 f"{d.run.wall_time:.1f}s",
-                "-" if d.to_finish is None else f"${d.to_finish}",
+                format_usd(d.to_finish),
             )
         console.print(datasets)
         providers = Table(title="Providers (this run)", title_justify="left")
@@ -339,7 +401,7 @@ class RunSummary:
                 name,
                 f"{c.requests:,}",
                 f"{c.output_tokens:,}",
-                f"${c.cost:.4f}",
+                format_usd(c.cost),
                 _fmt(per_million(c.cost, c.output_tokens)),
                 _failures(c),
                 str(health.get("errors", 0)),
@@ -361,11 +423,14 @@ class RunSummary:
                 markup=False,
                 highlight=False,
             )
-        to_finish = "unknown" if self.to_finish is None else f"${self.to_finish}"
+        to_finish = "unknown" if self.to_finish is None else format_usd(self.to_finish)
+        needed = self.budget_to_finish
+        if self.reason is StopReason.BUDGET and needed is not None and needed > self.budget:
+            to_finish = f"a budget of {format_usd(needed)}"
         console.print(
-            f"[bold]{self.reason.value}[/bold]: spent ${self.spent:.4f} of ${self.budget} "
-            f"(reserved ${self.reserved:.4f}); to finish the plan: {to_finish}; "
-            f"wall time {self.wall_time:.1f}s"
+            f"[bold]{self.reason.value}[/bold]: spent {format_usd(self.spent)} of "
+            f"{format_usd(self.budget)} (reserved {format_usd(self.reserved)}); "
+            f"to finish the plan: {to_finish}; wall time {self.wall_time:.1f}s"
         )
         if self.message:
             console.print(self.message)
@@ -378,7 +443,7 @@ class RunSummary:
 
 
 def _fmt(value: Decimal | None) -> str:
-    return "-" if value is None else f"${value:.2f}"
+    return format_usd(value)
 
 
 def _failures(counter: Counter) -> str:

@@ -10,12 +10,16 @@ configures logging.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
+from provider_router import __version__
 from provider_router._exceptions import ProviderRouterError
-from provider_router.cli._logging import configure_logging
+from provider_router.cli._errors import UsageError, describe_failure
+from provider_router.cli._logging import configure_logging, report_events
 
 # One module per sub-command, in the order `--help` lists them.
 _COMMAND_MODULES: tuple[str, ...] = (
@@ -32,18 +36,45 @@ _COMMAND_MODULES: tuple[str, ...] = (
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except where there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, argparse.SUPPRESS) or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _finish_parsers(parser: argparse.ArgumentParser) -> None:
+    """Every command shows its defaults and has a description (its one-line help at least)."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        helps = {choice.dest: choice.help for choice in action._choices_actions}
+        for name, sub in action.choices.items():
+            sub.formatter_class = HelpFormatter
+            if not sub.description and helps.get(name):
+                text = str(helps[name])
+                sub.description = text[0].upper() + text[1:] + "."
+            _finish_parsers(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="provider-router",
         description="Cost-aware, policy-routed, budget-capped inference through OpenRouter.",
+        formatter_class=HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
         "--log-level",
         default="warning",
         choices=["debug", "info", "warning", "error"],
-        help="log verbosity (logs go to stderr; default: warning)",
+        help="log verbosity on stderr: warning and error print one line per kind of event "
+        "with its count at the end; info and debug print every event as it happens",
     )
     parser.add_argument(
         "--log-format",
@@ -55,13 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     for name in _COMMAND_MODULES:
         module = importlib.import_module(f"provider_router.cli.{name}")
         module.register(subparsers)
+    _finish_parsers(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command as given, for the hints that repeat it
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
@@ -69,14 +103,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(level=args.log_level, fmt=args.log_format)
     try:
         code: int = handler(args)
+        # Flushed here, where a reader that left (`| head`) is still ours to handle.
+        sys.stdout.flush()
+    except UsageError as exc:
+        # A mistake in what we were asked to do, caught before anything was sent.
+        _error(str(exc))
+        return EXIT_USAGE
     except ProviderRouterError as exc:
         # Our errors already say what went wrong and where; no traceback needed.
-        print(f"provider-router: error: {exc}", file=sys.stderr)
+        _error(str(exc))
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print("provider-router: interrupted", file=sys.stderr)
-        return 130
+        _error("interrupted", prefix="")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `provider-router ... | head`: the reader left; that is not our error.
+        _silence_stdout()
+        return EXIT_OK
+    except Exception as exc:
+        # Foreign failures we can name (a Redis that is down, a directory we cannot
+        # write) get one line; anything else is a bug and keeps its traceback.
+        described = describe_failure(exc)
+        if described is None:
+            raise
+        message, code = described
+        _error(message)
+        return code
+    finally:
+        with contextlib.suppress(BrokenPipeError):  # stderr closed as well
+            report_events()
     return code
+
+
+def _error(message: str, *, prefix: str = "error: ") -> None:
+    print(f"provider-router: {prefix}{message}", file=sys.stderr)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at devnull so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - stdout without a descriptor
+        pass
 
 
 def run() -> None:

@@ -24,7 +24,7 @@ from provider_router.batch.plan import Plan
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import RunSummary, StopReason
-from provider_router.cli._logging import configure_logging
+from provider_router.cli._logging import report_events
 from provider_router.projection import project
 from provider_router.projection_report import render_projection
 from provider_router.records import ModelEndpoints
@@ -103,6 +103,7 @@ async def _run(
             await asyncio.gather(display, return_exceptions=True)
         summaries.append(summary)
         summary.render(console)
+        report_events()  # this run's events, counted by kind, under its own tables
         if summary.reason is not StopReason.CREDITS or attempt == 2:
             break
         top_up = (summary.to_finish or credits) * 2
@@ -119,8 +120,6 @@ async def run_reference_job(
     Projects the plan, sets the credits to about half of it, runs out of credits,
     tops up, resumes to completion and summarises.
     """
-    # One error line says the credits ran out; the summary explains the rest.
-    configure_logging(level="error")
     with tempfile.TemporaryDirectory(prefix="provider-router-demo-") as tmp:
         work = Path(tmp)
         plan = demo_plan(work)

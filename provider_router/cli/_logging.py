@@ -1,37 +1,151 @@
-"""Logging set-up for the command line (the library itself never configures logging).
+"""Logging for the command line: counts by default, every event on request.
 
-The library's events reach stdlib logging (``provider_router/_log.py``): the event
-name is the record's message and each field a record attribute. The CLI attaches
-one stderr handler to the package logger ``provider_router`` that renders them
-through :class:`structlog.stdlib.ProcessorFormatter`, fields recovered by
-:class:`structlog.stdlib.ExtraAdder`, as console text or JSON.
+The library logs through the standard library (``provider_router/_log.py``) and
+is silent until someone configures logging; this module is that someone for the
+command line. Every event goes
+through one :class:`EventReport` handler on the ``provider_router`` logger:
+
+* ``--log-level warning`` (the default) or ``error``: events at that level and
+  above are *counted* by kind, not printed; :func:`report_events` prints one
+  line per kind at the end ("612 prompts not sent: budget exhausted"), so a run
+  at 2,000 in flight never floods stderr with one line per request and the live
+  display is never interrupted.
+* ``--log-level info`` or ``debug``: every event is printed as it happens.
+
+``--log-format console|json`` picks the rendering (``structlog.stdlib.ProcessorFormatter``);
+``auto`` is console on a terminal and JSON elsewhere. The count lines follow the
+same format: in JSON they are ``{"event": "log.count", ...}`` objects.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
-from typing import Final
+from collections import Counter
+from typing import Any, Final
 
 import structlog
 
 from provider_router._log import ROOT_LOGGER
 
-_LEVELS = {
+__all__ = ["EventReport", "configure_logging", "describe_kind", "report_events"]
+
+_LEVELS: Final = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
+_EACH_EVENT_LEVELS: Final = frozenset({"debug", "info"})
 
-_HANDLER_NAME: Final = "provider_router.cli"
+# Event-dict fields that name the kind of an event (the first one present wins).
+_KIND_FIELDS: Final = ("error_type", "kind", "reason", "limit_source")
+
+# How a person reads a count of an event kind; anything else reads "N × event (kind)".
+_PHRASES: Final = {
+    ("route.failed", "BudgetExhausted"): "prompt(s) not sent: budget exhausted",
+    ("route.failed", "CreditsExhausted"): "prompt(s) not sent: OpenRouter credits exhausted",
+    ("route.failed", "AuthenticationError"): "request(s) refused: the API key was rejected (401)",
+    ("route.failed", "AllAttemptsFailed"): "request(s) failed after every retry",
+    ("route.failed", "CancelledError"): "request(s) abandoned",
+    ("route.credits_exhausted", None): "time(s) OpenRouter's credits ran out (402)",
+    ("route.cost_unknown", None): "answer(s) without a known cost, counted at worst case",
+    ("route.policy_violation", None): "answer(s) served by a provider the policy excludes",
+    ("route.generation_lookup_failed", None): "generation cost lookup(s) failed",
+}
+
+_COUNT_EVENT: Final = "log.count"
 
 
-def configure_logging(*, level: str = "warning", fmt: str = "auto") -> None:
-    """Send the library's events to stderr, filtered at ``level``, as console text or JSON.
+def describe_kind(event: str, kind: str | None, count: int) -> str:
+    """``612 prompt(s) not sent: budget exhausted``, or ``3 × route.failed (Timeout)``."""
+    phrase = _PHRASES.get((event, kind)) or _PHRASES.get((event, None))
+    if phrase is not None:
+        return f"{count:,} {phrase}"
+    return f"{count:,} × {event}" + (f" ({kind})" if kind else "")
 
-    Calling it again replaces the handler it installed before (one line per event).
+
+def _event_dict(record: logging.LogRecord) -> dict[str, Any]:
+    """The structlog event dict behind ``record``, however it was logged."""
+    if isinstance(record.msg, dict):  # structlog's wrap_for_formatter
+        return record.msg
+    # render_to_log_kwargs / plain stdlib: the event is the message, fields are extras.
+    extras = {
+        k: v
+        for k, v in record.__dict__.items()
+        if k not in _STANDARD_ATTRS and not k.startswith("_")
+    }
+    return {"event": record.getMessage(), **extras}
+
+
+_STANDARD_ATTRS: Final = frozenset(
+    logging.LogRecord("", 0, "", 0, "", None, None).__dict__.keys() | {"message", "asctime"}
+)
+
+
+class EventReport(logging.Handler):
+    """Prints each event (``each=True``) or counts them by ``(event, kind)``.
+
+    Writes to the ``sys.stderr`` of the moment (so a redirected stream is honoured).
     """
+
+    def __init__(self, *, each: bool, fmt: str, level: int = logging.NOTSET) -> None:
+        super().__init__(level)
+        self.each = each
+        self.fmt = fmt
+        self.counts: Counter[tuple[str, str | None, int]] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if self.each:
+                sys.stderr.write(self.format(record) + "\n")
+                sys.stderr.flush()
+                return
+            event = _event_dict(record)
+            kind = next((str(event[k]) for k in _KIND_FIELDS if event.get(k)), None)
+            self.counts[(str(event.get("event", record.getMessage())), kind, record.levelno)] += 1
+        except Exception:  # pragma: no cover - logging must never break the run
+            self.handleError(record)
+
+    def report(self) -> list[str]:
+        """Write one line per counted kind (most frequent first), reset, return the lines."""
+        lines = []
+        for (event, kind, levelno), count in sorted(
+            self.counts.items(), key=lambda item: (-item[1], item[0][0], item[0][1] or "")
+        ):
+            text = describe_kind(event, kind, count)
+            if self.fmt == "json":
+                lines.append(
+                    json.dumps(
+                        {
+                            "event": _COUNT_EVENT,
+                            "name": event,
+                            "kind": kind,
+                            "count": count,
+                            "level": logging.getLevelName(levelno).lower(),
+                            "message": text,
+                        }
+                    )
+                )
+            else:
+                lines.append(f"provider-router: {text}")
+        self.counts.clear()
+        for line in lines:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        return lines
+
+
+_installed: EventReport | None = None
+
+
+def configure_logging(*, level: str = "warning", fmt: str = "auto") -> EventReport:
+    """Route every ``provider_router`` event through one :class:`EventReport` on stderr.
+
+    Configuring again replaces the previous handler (tests call ``main`` many times).
+    """
+    global _installed
     if fmt == "auto":
         fmt = "console" if sys.stderr.isatty() else "json"
     renderer: structlog.typing.Processor = (
@@ -39,25 +153,15 @@ def configure_logging(*, level: str = "warning", fmt: str = "auto") -> None:
         if fmt == "console"
         else structlog.processors.JSONRenderer()
     )
+    # The library's events arrive as stdlib records (``provider_router/_log.py``):
+    # the event name is the message, each field an attribute (ExtraAdder).
     pre_chain: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.ExtraAdder(),
         structlog.stdlib.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=pre_chain,
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-    )
-    handler = logging.StreamHandler(sys.stderr)
-    handler.set_name(_HANDLER_NAME)
-    handler.setFormatter(formatter)
-    root = logging.getLogger(ROOT_LOGGER)
-    for old in [h for h in root.handlers if h.get_name() == _HANDLER_NAME]:
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(_LEVELS[level])
-    # structlog-native loggers (``structlog.get_logger()``) go the same way.
+    # structlog-native loggers (``structlog.get_logger()``) meet them in the same handler.
     structlog.configure(
         processors=[
             structlog.stdlib.filter_by_level,
@@ -67,3 +171,27 @@ def configure_logging(*, level: str = "warning", fmt: str = "auto") -> None:
         logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True,
     )
+    handler = EventReport(each=level in _EACH_EVENT_LEVELS, fmt=fmt)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                renderer,
+            ],
+            foreign_pre_chain=pre_chain,
+        )
+    )
+    package = logging.getLogger(ROOT_LOGGER)
+    if _installed is not None:
+        package.removeHandler(_installed)
+    package.addHandler(handler)
+    package.setLevel(_LEVELS[level])
+    # The command line's handler is the whole story: nothing doubles up at the root.
+    package.propagate = False
+    _installed = handler
+    return handler
+
+
+def report_events() -> list[str]:
+    """Print the counted events (one line per kind) and reset the counts."""
+    return [] if _installed is None else _installed.report()

@@ -2,19 +2,21 @@
 
 Tables go to stdout through :func:`make_console`, which widens the page when
 stdout is not a terminal so piped output is not wrapped at 80 columns. Money
-is shown from exact Decimals; JSON carries Decimals as strings so nothing is
-rounded through a float.
+is shown through :mod:`provider_router._format` (re-exported here); JSON carries
+Decimals as exact, exponent-free strings so nothing is rounded through a float.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from enum import Enum
 from typing import IO, Any, Final
 
 from rich.console import Console
+
+from provider_router._format import decimal_str, format_percent, format_price, format_usd
 
 __all__ = [
     "format_per_million",
@@ -42,32 +44,15 @@ def make_console(file: IO[str] | None = None) -> Console:
     )
 
 
-def format_usd(amount: Decimal | None, *, places: int = 4) -> str:
-    """``$1.2346`` (rounded half-even for display only); ``-`` when unknown."""
-    if amount is None:
-        return "-"
-    quantum = Decimal(1).scaleb(-places)
-    return f"${amount.quantize(quantum, rounding=ROUND_HALF_EVEN):,f}"
-
-
 def format_per_million(price_per_token: Decimal | None) -> str:
     """A per-token price as dollars per million tokens: ``$2.20``; ``-`` when unknown."""
-    if price_per_token is None:
-        return "-"
-    per_million = price_per_token * 1_000_000
-    places = 2 if per_million == per_million.quantize(Decimal("0.01")) else 4
-    return format_usd(per_million, places=places)
-
-
-def format_percent(value: float | None, *, places: int = 1) -> str:
-    """``99.8%``; ``-`` when unknown."""
-    return "-" if value is None else f"{value:.{places}f}%"
+    return format_price(price_per_token, per="")
 
 
 def to_jsonable(value: Any) -> Any:
     """Decimals → strings, enums → values, tuples/sets → lists, recursively."""
     if isinstance(value, Decimal):
-        return format(value, "f")
+        return decimal_str(value)
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, dict):

@@ -6,6 +6,9 @@
     provider-router ledger show redis://host:6379/0 --name b3
     provider-router ledger topup runs/b3.ledger --limit 150     (or --add 50)
 
+Amounts are exact (this is the accounting view), written without exponents:
+``150``, never ``1.5E+2``.
+
 A target starting with ``redis://``, ``rediss://`` or ``unix://`` is a Redis
 ledger (``--name`` says which); anything else is a SQLite file, which must
 already exist.
@@ -20,6 +23,7 @@ from typing import Any
 
 from provider_router._constants import REDIS_URL_SCHEMES
 from provider_router._exceptions import ConfigurationError
+from provider_router._format import decimal_str
 from provider_router.cli._options import non_negative_usd
 from provider_router.cli._render import print_json
 from provider_router.ledger import LedgerState, RedisLedger, Reservation, SQLiteLedger
@@ -72,18 +76,18 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**_state_dict(state), "open_reservations": [_res_dict(r) for r in open_]})
         return 0
-    print(f"limit      ${state.limit.normalize():f}")
-    print(f"spent      ${state.spent.normalize():f}")
-    print(f"reserved   ${state.reserved.normalize():f}  ({state.open} open)")
-    print(f"available  ${state.available.normalize():f}")
+    print(f"limit      ${decimal_str(state.limit)}")
+    print(f"spent      ${decimal_str(state.spent)}")
+    print(f"reserved   ${decimal_str(state.reserved)}  ({state.open} open)")
+    print(f"available  ${decimal_str(state.available)}")
     print(
         f"settled {state.settled}, released {state.released}, recovered {state.recovered};"
-        f" drift ${state.drift.normalize():f} over ${state.estimated.normalize():f} estimated;"
-        f" overrun ${state.overrun.normalize():f}"
+        f" drift ${decimal_str(state.drift)} over ${decimal_str(state.estimated)} estimated;"
+        f" overrun ${decimal_str(state.overrun)}"
     )
     for res in open_:
         print(
-            f"  open {res.id}  ${res.amount.normalize():f}  key={res.key}"
+            f"  open {res.id}  ${decimal_str(res.amount)}  key={res.key}"
             f"  generation={res.generation_id or '-'}  owner={res.owner}"
         )
     return 0
@@ -99,14 +103,14 @@ def _topup(args: argparse.Namespace) -> int:
             return await ledger.snapshot()
 
     state = asyncio.run(change())
-    print(f"limit ${state.limit.normalize():f}, available ${state.available.normalize():f}")
+    print(f"limit ${decimal_str(state.limit)}, available ${decimal_str(state.available)}")
     return 0
 
 
 def _state_dict(state: LedgerState) -> dict[str, Any]:
     names = ("limit", "spent", "reserved", "estimated", "drift", "overrun")
-    out: dict[str, Any] = {name: str(getattr(state, name).normalize()) for name in names}
-    out["available"] = str(state.available.normalize())
+    out: dict[str, Any] = {name: decimal_str(getattr(state, name)) for name in names}
+    out["available"] = decimal_str(state.available)
     out.update(open=state.open, settled=state.settled, released=state.released)
     out["recovered"] = state.recovered
     return out
@@ -116,7 +120,7 @@ def _res_dict(res: Reservation) -> dict[str, Any]:
     return {
         "id": res.id,
         "key": res.key,
-        "amount": str(res.amount.normalize()),
+        "amount": decimal_str(res.amount),
         "generation_id": res.generation_id,
         "owner": res.owner,
     }

@@ -26,28 +26,43 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
 from rich.console import Console
 
+from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import ConfigurationError
+from provider_router._format import decimal_str
 from provider_router.batch.fleet import DEFAULT_IDLE_TIMEOUT, FleetQueue
+from provider_router.batch.inputs import PromptReader
 from provider_router.batch.plan import Plan, load_plan
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import RunSummary, StopReason
+from provider_router.cli._errors import UsageError
+from provider_router.cli._logging import report_events
 from provider_router.cli._options import budget_usd, positive_count
 from provider_router.cli._render import make_console
 from provider_router.ledger import RedisLedger
 from provider_router.ledger.redis import DEFAULT_LEASE
 
-__all__ = ["open_shared_ledger", "plan_from_args", "register", "run_batch"]
+__all__ = [
+    "check_inputs",
+    "check_out",
+    "open_shared_ledger",
+    "plan_from_args",
+    "register",
+    "resume_command",
+    "run_batch",
+]
+
 
 T = TypeVar("T")
 
@@ -243,6 +258,13 @@ def _handle(args: argparse.Namespace) -> int:
     plan = plan_from_args(args)
     if plan.budget is None:
         raise ConfigurationError("--budget USD is required (or `budget:` in the plan file)")
+    check_inputs(plan)
+    check_out(Path(args.out))
+    if not os.environ.get(ENV_API_KEY):
+        raise UsageError(
+            f"no API key: set {ENV_API_KEY} to your OpenRouter key "
+            f"(export {ENV_API_KEY}=sk-or-...; create one at https://openrouter.ai/keys)"
+        )
     console = make_console(sys.stderr)
     out = make_console()
 
@@ -272,11 +294,75 @@ def _handle(args: argparse.Namespace) -> int:
                 await ledger.close()
 
     summary = _run_loop(main)
+    # Counted events first (one line per kind), then the tables and the hints.
+    report_events()
     summary.render(out)
     # Plain prints: a command to copy must not be wrapped or styled.
     for note in summary.recovered:
         print(f"resumed: {note}", file=sys.stderr)
     if summary.reason is not StopReason.COMPLETE:
-        print(f"To resume: {shlex.join(['provider-router', *sys.argv[1:]])}", file=sys.stderr)
+        print(f"To resume: {resume_command(args.argv, summary)}", file=sys.stderr)
     print(f"Summary: {Path(args.out) / 'summary.json'}", file=sys.stderr)
     return summary.exit_code
+
+
+def check_inputs(plan: Plan) -> None:
+    """Every prompt file of the plan is a readable file (else nothing would be sent)."""
+    for dataset in plan.datasets:
+        for path in dataset.inputs:
+            if not path.is_file():
+                problem = "is a directory" if path.is_dir() else "does not exist"
+                raise UsageError(f"prompt file {path} of dataset {dataset.name!r} {problem}")
+            if not os.access(path, os.R_OK):
+                raise UsageError(f"prompt file {path} is not readable")
+        # Reads up to the first good line: cheap, unless every line is bad.
+        reader = PromptReader(list(dataset.inputs))
+        if next(iter(reader), None) is None:
+            files = ", ".join(str(p) for p in dataset.inputs)
+            why = f"; first problem: {reader.problems[0]}" if reader.problems else " (empty)"
+            raise UsageError(f"no usable prompt in dataset {dataset.name!r} ({files}){why}")
+
+
+def check_out(out: Path) -> None:
+    """``--out`` is (or can become) a directory we may write to."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"--out {out}: cannot create the directory ({exc.strerror or exc})"
+        ) from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out} is not writable")
+
+
+def resume_command(argv: Sequence[str], summary: RunSummary) -> str:
+    """The command to run again; after a budget stop it carries a budget that finishes the plan."""
+    args = list(argv)
+    needed = summary.budget_to_finish
+    if summary.reason is StopReason.BUDGET and needed is not None and needed > summary.budget:
+        args = _with_option(args, "--budget", decimal_str(needed))
+    return shlex.join(["provider-router", *args])
+
+
+def _with_option(argv: list[str], flag: str, value: str) -> list[str]:
+    """``argv`` with ``flag``'s value replaced (``--flag V`` or ``--flag=V``), or added."""
+    out: list[str] = []
+    replaced = False
+    skip = False
+    for index, item in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if item == flag and index + 1 < len(argv):
+            out += [flag, value]
+            replaced = skip = True
+        elif item.startswith(flag + "="):
+            out.append(f"{flag}={value}")
+            replaced = True
+        else:
+            out.append(item)
+    if not replaced:
+        out += [flag, value]
+    return out

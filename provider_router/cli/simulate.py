@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import TextIO
 
 from provider_router._exceptions import ConfigurationError
+from provider_router._format import decimal_str
 from provider_router.cli._options import usd
 from provider_router.testing.app import ROUTES
 from provider_router.testing.server import SimulatorServer
@@ -87,7 +88,7 @@ def _describe(sim: SimulatorServer, api_keys: list[str] | None) -> str:
     return (
         f"Local OpenRouter at {sim.url}\n"
         f"  models: {models}\n"
-        f"  credits: ${simulator.balance.normalize():f}  speed: {speed}  seed: {simulator.seed}\n"
+        f"  credits: ${decimal_str(simulator.balance)}  speed: {speed}  seed: {simulator.seed}\n"
         f"  {keys}\n"
         "  Ctrl-C to stop."
     )

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import random
+import shlex
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -166,7 +167,11 @@ async def test_exit_codes_for_money(tmp_path: Path, openrouter_sim_factory: Fact
     proc = await start(plan, out, sim, "--budget", "0.01")
     _, stderr = await proc.communicate()
     assert proc.returncode == 3, stderr.decode()[-2000:]
-    assert "with a higher --budget" in stderr.decode() + (out / "summary.json").read_text()
+    summary = json.loads((out / "summary.json").read_text())
+    assert "run again with a budget of $" in summary["message"]
+    resume = shlex.split(stderr.decode().split("To resume: ")[1].splitlines()[0])
+    assert Decimal(resume[resume.index("--budget") + 1]) == Decimal(summary["budget_to_finish_usd"])
+    assert Decimal(summary["budget_to_finish_usd"]) > Decimal("0.01")
     proc = await start(plan, out, sim, "--budget", "5")
     _, stderr = await proc.communicate()
     assert proc.returncode == 4, stderr.decode()[-2000:]

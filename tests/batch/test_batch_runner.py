@@ -123,14 +123,17 @@ async def test_budget_exhaustion_stops_cleanly_and_a_top_up_finishes(
     assert summary.reserved == 0
     assert summary.to_finish is not None
     assert summary.to_finish > 0
-    assert "higher --budget" in summary.message
+    needed = summary.budget_to_finish
+    assert needed is not None
+    assert needed > Decimal("0.05")
+    assert f"run again with a budget of ${needed}" in summary.message
     done = sum(d.completed for d in summary.datasets)
     assert 0 < done < 100
     assert all(d.run.failures == 0 for d in summary.datasets)  # unsent is not failed
     assert_consistent(out, ["a", "b"])
-    # The same command with a higher budget continues where it stopped.
-    summary = await runner(two_dataset_plan(tmp_path, budget="10"), out, sim).run()
-    assert summary.reason is StopReason.COMPLETE
+    # The same command with the budget the hint names continues and finishes.
+    summary = await runner(two_dataset_plan(tmp_path, budget=str(needed)), out, sim).run()
+    assert summary.reason is StopReason.COMPLETE, summary.message
     records = assert_consistent(out, ["a", "b"])
     assert len(records) == 100
     assert ledger_spent(out) == sim.simulator.usage

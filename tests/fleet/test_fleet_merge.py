@@ -132,7 +132,7 @@ def test_the_merge_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["merge", str(w1), str(w2), "--out", str(out)]) == 0
     table = capsys.readouterr().out
     assert "Merged into" in table
-    assert "$0.3000" in table
+    assert "$0.30" in table
     assert main(["merge", str(w1), str(w2), "--out", str(out), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["datasets"]["a"]["records"] == 2

@@ -1,0 +1,115 @@
+"""Money, prices and percentages as people read them, and as exact JSON strings.
+
+One module for every table, message and file we write, so the same amount
+never reads two ways:
+
+* :func:`decimal_str` — exact canonical decimal text for files and JSON:
+  ``Decimal("1.5E+2")`` → ``"150"``, ``Decimal("0E-12")`` → ``"0"``,
+  ``Decimal("5.000000000000")`` → ``"5"``. Never an exponent, never rounded.
+* :func:`format_usd` — an amount for people: cents (``$1,234.57``); a non-zero
+  amount below a cent keeps two significant digits (``$0.0042``), so it never
+  reads as ``$0.00``.
+* :func:`format_price` — a per-token price, shown per million tokens with
+  significant digits (a $1e-13 per-token price is ``$0.0000001/M``, not ``$0.0000``).
+* :func:`format_percent` — one decimal, more when that one would read as a
+  different number (99.971 % is ``99.97%``, never ``100.0%``).
+
+Display rounding is half-even and happens only here; the values themselves stay
+exact.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
+from typing import Final
+
+__all__ = [
+    "decimal_str",
+    "format_percent",
+    "format_price",
+    "format_usd",
+    "round_up_to_cent",
+]
+
+CENT: Final = Decimal("0.01")
+PER_MILLION: Final = Decimal(1_000_000)
+_SIGNIFICANT: Final = 2
+_MAX_PERCENT_PLACES: Final = 6
+
+
+def decimal_str(value: Decimal) -> str:
+    """Exact, canonical, exponent-free text of ``value`` (trailing zeros dropped).
+
+    Unlike ``Decimal.normalize`` this never rounds to the context precision.
+    """
+    text = format(value, "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def _significant(amount: Decimal, digits: int = _SIGNIFICANT) -> Decimal:
+    """``amount`` rounded to ``digits`` significant digits (half-even), never to zero."""
+    places = digits - amount.adjusted() - 1
+    return amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
+
+
+def format_usd(amount: Decimal | None, *, places: int = 2) -> str:
+    """``$1,234.57`` to ``places`` decimals; sub-cent amounts with significant digits.
+
+    ``None`` (unknown) is ``-``; zero is ``$0.00``; a non-zero amount that would
+    round to zero at ``places`` keeps two significant digits instead (``$0.0042``).
+    """
+    if amount is None:
+        return "-"
+    quantum = Decimal(1).scaleb(-places)
+    shown = amount.quantize(quantum, rounding=ROUND_HALF_EVEN)
+    if amount != 0 and abs(amount) < quantum:
+        shown = _significant(amount)
+    sign = "-" if shown < 0 else ""
+    return f"{sign}${abs(shown):,f}"
+
+
+def format_price(price_per_token: Decimal | None, *, per: str = "/M") -> str:
+    """A per-token price per million tokens: ``$2.20``, ``$0.0000001``; ``-`` when unknown.
+
+    At least cents; smaller prices keep their significant digits (exact when
+    they have few, otherwise three significant digits).
+    """
+    if price_per_token is None:
+        return "-"
+    per_million = price_per_token * PER_MILLION
+    if per_million == 0 or abs(per_million) >= CENT:
+        text = format_usd(per_million, places=_price_places(per_million))
+    else:
+        short = _significant(per_million, 3)
+        text = f"${decimal_str(short if short != per_million else per_million)}"
+    return text + per if per else text
+
+
+def _price_places(per_million: Decimal) -> int:
+    # $2.20 stays $2.20; $0.0375 keeps its four decimals (prices are listed that way).
+    if per_million == per_million.quantize(CENT):
+        return 2
+    return 4
+
+
+def format_percent(value: float | Decimal | None, *, places: int = 1) -> str:
+    """``99.8%``, with more decimals when ``places`` would show a different number.
+
+    A value that rounds to 100 (or 0) but is not exactly that gets as many
+    decimals as it takes to tell them apart: 99.971 → ``99.97%``. ``-`` when unknown.
+    """
+    if value is None:
+        return "-"
+    number = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    for digits in range(places, _MAX_PERCENT_PLACES + 1):
+        shown = number.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_EVEN)
+        if shown not in (100, 0) or shown == number:
+            break
+    return f"{shown:f}%"
+
+
+def round_up_to_cent(amount: Decimal) -> Decimal:
+    """``amount`` rounded up to a whole cent (a budget that must cover it)."""
+    return amount.quantize(CENT, rounding=ROUND_CEILING)
