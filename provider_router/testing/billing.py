@@ -34,6 +34,8 @@ __all__ = ["Account", "Cost", "KeyState", "PaymentDenied", "compute_cost"]
 
 CREDITS_URL = "https://openrouter.ai/settings/credits"
 KEYS_URL = "https://openrouter.ai/settings/keys"
+TOP_UP_URL = "https://openrouter.ai/credits"
+"""The URL of the "Insufficient credits" 402, as OpenRouter's docs and description show it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +156,7 @@ class Account:
         if balance <= 0:
             return PaymentDenied(
                 "openrouter_credits",
-                f"Insufficient credits. Add more using {CREDITS_URL}",
+                f"Insufficient credits. Add more using {TOP_UP_URL}",
             )
         if worst > balance:
             return PaymentDenied(

@@ -56,9 +56,12 @@ def usage_body(
             "audio_tokens": 0,
             "video_tokens": 0,
         },
+        # The parts add up to `cost`, as in every capture. The schema has no place
+        # for a per-request fee, so it is counted with the prompt: it is charged
+        # for the request whatever the output.
         "cost_details": {
             "upstream_inference_cost": total,
-            "upstream_inference_prompt_cost": usd(cost.prompt),
+            "upstream_inference_prompt_cost": usd(cost.prompt + cost.request),
             "upstream_inference_completions_cost": usd(cost.completion),
         },
         "completion_tokens_details": {
@@ -84,6 +87,7 @@ def chat_result(
     usage: dict[str, Any],
     error: dict[str, Any] | None = None,
     tool_calls: list[dict[str, Any]] | None = None,
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {
         "role": "assistant",
@@ -111,7 +115,7 @@ def chat_result(
         "object": "chat.completion",
         "created": created,
         "choices": [choice],
-        "system_fingerprint": None,
+        "system_fingerprint": fingerprint,
         "usage": usage,
     }
 
@@ -125,7 +129,10 @@ def chunk(
     finish_reason: str | None = None,
     usage: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
+    """One SSE chunk; ``system_fingerprint`` only from providers that send one
+    (Moonshot AI's chunks carry it, Chutes' and ModelRun's have none)."""
     body: dict[str, Any] = {
         "id": gen_id,
         "provider": provider,
@@ -142,6 +149,8 @@ def chunk(
             }
         ],
     }
+    if fingerprint is not None:
+        body["system_fingerprint"] = fingerprint
     if usage is not None:
         body["usage"] = usage
     if error is not None:

@@ -262,7 +262,12 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         reasoning = min(after, shape.reasoning_tokens)
         content_tokens = min(max(after - reasoning, 0), shape.content_tokens)
         await sim.wait(plan.ttft + (reasoning + content_tokens) / plan.tokens_per_second)
-        usage = bodies.usage_body(attempt.prompt_tokens, plan.cached_tokens, 0, 0, Cost(0, 0, 0))
+        # The partial output is counted, as generated; zero-completion insurance
+        # makes an error finish free, so the cost is 0 all the same.
+        delivered = reasoning + content_tokens
+        usage = bodies.usage_body(
+            attempt.prompt_tokens, plan.cached_tokens, delivered, reasoning, Cost(0, 0, 0)
+        )
         payload = bodies.chat_result(
             plan.gen_id,
             plan.created,
@@ -273,9 +278,10 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             "error",
             usage,
             error=dict(_MIDWAY_ERROR),
+            fingerprint=endpoint.system_fingerprint,
         )
         attempt.record.outcome = "error_200"
-        _remember(attempt, plan, 0, 0, 0, "error", duration)
+        _remember(attempt, plan, 0, delivered, reasoning, "error", duration)
         return _json_body(attempt, plan, bodies.dumps(payload))
     await sim.wait(duration)
     cost = _charge(attempt, plan, shape.completion_tokens, shape.reasoning_tokens)
@@ -296,6 +302,7 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         shape.finish_reason,
         usage,
         tool_calls=tools.message_calls(plan.calls, shape.content_tokens) if plan.calls else None,
+        fingerprint=endpoint.system_fingerprint,
     )
     _remember(
         attempt,
@@ -352,6 +359,7 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         attempt.model.canonical_slug,
         endpoint.provider_name,
     )
+    fp = endpoint.system_fingerprint
     total = shape.completion_tokens
     stop_at = total
     if kind in ("error_200", "stream_error", "reset", "truncate"):
@@ -395,7 +403,11 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                 for entry in tools.stream_deltas(plan.calls, start, start + n):
                     call_delta = {"content": None, "role": "assistant", "tool_calls": [entry]}
                     await response.write(
-                        _sse(bodies.chunk(gen_id, created, model_slug, provider, call_delta))
+                        _sse(
+                            bodies.chunk(
+                                gen_id, created, model_slug, provider, call_delta, fingerprint=fp
+                            )
+                        )
                     )
                 continue
             else:
@@ -404,7 +416,7 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             sent += n
             if "reasoning" in delta or delta["content"]:
                 await response.write(
-                    _sse(bodies.chunk(gen_id, created, model_slug, provider, delta))
+                    _sse(bodies.chunk(gen_id, created, model_slug, provider, delta, fingerprint=fp))
                 )
         reasoning_sent = min(sent, shape.reasoning_tokens)
         duration = plan.ttft + sent / tps
@@ -418,9 +430,11 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                 {"role": "assistant", "content": ""},
                 "error",
                 error=dict(_MIDWAY_ERROR),
+                fingerprint=fp,
             )
             await response.write(_sse(error_chunk))
-            _remember(attempt, plan, 0, 0, 0, "error", duration)
+            # What was streamed is counted, free under zero-completion insurance.
+            _remember(attempt, plan, 0, sent, reasoning_sent, "error", duration)
             await response.write_eof()
             return response
         cost = _charge(
@@ -452,9 +466,20 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         )
         final_delta = {"role": "assistant", "content": ""}
         finish = shape.finish_reason
-        tail = _sse(bodies.chunk(gen_id, created, model_slug, provider, final_delta, finish))
+        tail = _sse(
+            bodies.chunk(gen_id, created, model_slug, provider, final_delta, finish, fingerprint=fp)
+        )
         tail += _sse(
-            bodies.chunk(gen_id, created, model_slug, provider, final_delta, finish, usage=usage)
+            bodies.chunk(
+                gen_id,
+                created,
+                model_slug,
+                provider,
+                final_delta,
+                finish,
+                usage=usage,
+                fingerprint=fp,
+            )
         )
         if kind == "drop_done":
             # The whole answer and its usage are out; the connection dies before [DONE].

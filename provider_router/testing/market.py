@@ -61,6 +61,7 @@ _ENDPOINT_FIELDS = (
     "supports_implicit_caching",
     "service_tier",
     "supports_tool_choice",
+    "system_fingerprint",
     "down",
 )
 _PRICING_FIELDS = ("prompt", "completion", "input_cache_read", "request", "discount")
@@ -137,6 +138,9 @@ class EndpointSpec:
     tool_choice_support: tuple[str, ...] | None = None
     """The ``tool_choice`` variants that passed testing; None: all of them when the
     endpoint lists ``tool_choice`` in its parameters, none otherwise."""
+    system_fingerprint: str | None = None
+    """Sent as ``system_fingerprint`` in answers and every chunk; None: ``null`` in
+    JSON answers and absent from chunks, as Chutes' captured streams have it."""
     down: bool = False
     # Derived once: integer picodollars per token (per request for the fee).
     prompt_units: int = field(init=False, default=0)
@@ -463,6 +467,7 @@ def _parse_endpoint(path: Path, data: object, where: str, line: int | None) -> E
         supports_implicit_caching=f.flag("supports_implicit_caching", False),
         service_tier=f.opt_text("service_tier"),
         tool_choice_support=tool_choice,
+        system_fingerprint=f.opt_text("system_fingerprint"),
         down=f.flag("down", False),
         uptime_last_30m=uptime["uptime_last_30m"],
         uptime_last_5m=uptime["uptime_last_5m"],

@@ -11,6 +11,7 @@ Outside CI a venv without the SDK skips these tests (saying so); with
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator
 from decimal import Decimal
@@ -173,23 +174,50 @@ async def test_chat_stream_with_reasoning(sdk: Any) -> None:
     assert words == usage.completion_tokens
 
 
-async def test_chat_with_tools_parses(sdk: Any) -> None:
-    """Tools are accepted and the SDK parses the answer, JSON and stream."""
+async def test_chat_with_a_forced_tool_call_json(sdk: Any) -> None:
     result = await sdk.chat.send_async(
-        model=MODEL, messages=MESSAGES, max_tokens=50, tools=[WEATHER_TOOL], tool_choice="auto"
+        model=MODEL,
+        messages=[{"role": "user", "content": "Weather in Florence?"}],
+        max_tokens=200,
+        tools=[WEATHER_TOOL],
+        tool_choice="required",
+        parallel_tool_calls=False,
     )
-    assert result.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    choice = result.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    assert isinstance(call, components.ChatToolCall)
+    assert call.function.name == "weather"
+    arguments = json.loads(call.function.arguments)
+    assert isinstance(arguments["location"], str)
+
+
+async def test_chat_with_a_named_tool_streams_tool_call_deltas(sdk: Any) -> None:
     stream = await sdk.chat.send_async(
         model=MODEL,
-        messages=MESSAGES,
-        max_tokens=50,
+        messages=[{"role": "user", "content": "Weather in Florence?"}],
+        max_tokens=200,
         tools=[WEATHER_TOOL],
-        tool_choice="auto",
+        tool_choice={"type": "function", "function": {"name": "weather"}},
+        parallel_tool_calls=False,
         stream=True,
     )
+    names: list[str] = []
+    arguments: list[str] = []
+    finish: list[str] = []
     async with stream as events:
-        chunks = [chunk async for chunk in events]
-    assert any(chunk.usage is not None for chunk in chunks)
+        async for chunk in events:
+            for choice in chunk.choices:
+                for delta in choice.delta.tool_calls or ():
+                    assert isinstance(delta, components.ChatStreamToolCall)
+                    if delta.function is not None:
+                        names.append(delta.function.name or "")
+                        arguments.append(delta.function.arguments or "")
+                if choice.finish_reason:
+                    finish.append(choice.finish_reason)
+    assert "".join(names) == "weather"
+    assert isinstance(json.loads("".join(arguments))["location"], str)
+    assert finish[0] == "tool_calls"
 
 
 async def test_current_key_metadata_without_a_limit(sdk: Any) -> None:
