@@ -9,8 +9,13 @@ in one cluster slot):
                    when recovery reconciled it at its real cost
 - ``P r:<id>``     hash per open reservation: u (units), k (key), o (owner), g (generation id)
 
-Lua numbers are doubles, exact up to 2^53 units ($9,007.19): the Python side
-refuses limits above that, so every sum here is exact.
+Lua numbers are doubles, exact only up to 2^53 units ($9,007.19). So money never
+goes through a single Lua number: every amount travels and is stored as a decimal
+string of integer picodollars, and the script splits it into two limbs, whole
+dollars and picodollars (``{hi, lo}`` with ``0 <= lo < 10^12``), adding, subtracting
+and comparing limb by limb. Each limb stays far below 2^53, so every sum is exact to
+the picodollar for any amount up to 2^53 dollars (the ledger caps limits at
+$4,000,000). Counters (how many open, settled...) are plain numbers.
 """
 
 from __future__ import annotations
@@ -45,19 +50,58 @@ local T, L, REC = KEYS[1], KEYS[2], KEYS[3]
 local P, now, lease, owner = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local names = {'limit', 'spent', 'reserved', 'n_open', 'n_settled', 'n_released',
   'n_recovered', 'estimated', 'drift', 'overrun'}
+local money = {limit = true, spent = true, reserved = true, estimated = true, drift = true,
+  overrun = true}
+
+-- Two-limb integers (see the module docstring): value = hi * B + lo, 0 <= lo < B.
+local B = 1000000000000
+local ZERO = {0, 0}
+local function add(a, b)
+  local hi, lo = a[1] + b[1], a[2] + b[2]
+  if lo >= B then return {hi + 1, lo - B} end
+  return {hi, lo}
+end
+local function sub(a, b)
+  local hi, lo = a[1] - b[1], a[2] - b[2]
+  if lo < 0 then return {hi - 1, lo + B} end
+  return {hi, lo}
+end
+local function le(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] <= b[2]) end
+local function num(text)  -- a decimal integer string (maybe negative) to limbs
+  local neg = string.sub(text, 1, 1) == '-'
+  if neg then text = string.sub(text, 2) end
+  local n = #text
+  local v = {0, tonumber(text)}
+  if n > 12 then v = {tonumber(string.sub(text, 1, n - 12)), tonumber(string.sub(text, n - 11))} end
+  if neg then return sub(ZERO, v) end
+  return v
+end
+local function str(v)  -- limbs to a decimal integer string
+  local hi, lo, sign = v[1], v[2], ''
+  if hi < 0 then
+    sign = '-'
+    if lo == 0 then hi = -hi else hi, lo = -hi - 1, B - lo end
+  end
+  if hi == 0 then return sign .. string.format('%d', lo) end
+  return sign .. string.format('%d%012d', hi, lo)
+end
+
 local raw = redis.call('HMGET', T, unpack(names))
 if not raw[1] then return redis.error_reply('ERR provider-router ledger missing') end
 local v = {}
-for j = 1, #names do v[names[j]] = tonumber(raw[j]) end
+for j = 1, #names do
+  if money[names[j]] then v[names[j]] = num(raw[j]) else v[names[j]] = tonumber(raw[j]) end
+end
 
 local function charge(held, cost, est)
-  v.spent = v.spent + cost
+  v.spent = add(v.spent, cost)
   v.n_settled = v.n_settled + 1
   if est ~= '' then
-    v.estimated = v.estimated + tonumber(est)
-    v.drift = v.drift + cost - tonumber(est)
+    local e = num(est)
+    v.estimated = add(v.estimated, e)
+    v.drift = add(v.drift, sub(cost, e))
   end
-  if cost > held then v.overrun = v.overrun + cost - held end
+  if not le(cost, held) then v.overrun = add(v.overrun, sub(cost, held)) end
 end
 
 local function entry(id)
@@ -65,30 +109,37 @@ local function entry(id)
   return {id, f[1], f[2], f[3] or '', f[4]}
 end
 
+local function out(name)
+  if money[name] then return str(v[name]) end
+  return string.format('%d', v[name])
+end
+
 local outcomes, payloads = {}, {}
 local n = 0
 for i = 5, #ARGV, 7 do
   n = n + 1
-  local kind, id, units, key = tonumber(ARGV[i]), ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
-  local cost, est, gen = tonumber(ARGV[i + 4]), ARGV[i + 5], ARGV[i + 6]
+  local kind, id, key = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 3]
+  local units, est, gen = num(ARGV[i + 2]), ARGV[i + 5], ARGV[i + 6]
   local r, pay = 0, {}
   local R = P .. 'r:' .. id
   if kind == 0 then -- reserve
-    if v.spent + v.reserved + units <= v.limit then
+    if le(add(add(v.spent, v.reserved), units), v.limit) then
       redis.call('HSET', R, 'u', ARGV[i + 2], 'k', key, 'o', owner)
       redis.call('ZADD', L, now + lease, id)
-      v.reserved = v.reserved + units
+      v.reserved = add(v.reserved, units)
       v.n_open = v.n_open + 1
-    elseif v.spent + units <= v.limit then r = 1 else r = 2 end
+    elseif le(add(v.spent, units), v.limit) then r = 1 else r = 2 end
   elseif kind == 1 then -- attach
     if redis.call('EXISTS', R) == 1 then redis.call('HSET', R, 'g', gen) else r = 3 end
   elseif kind == 2 or kind == 3 or kind == 8 or kind == 9 then
+    local cost = ZERO
+    if kind == 2 or kind == 8 then cost = num(ARGV[i + 4]) end
     local held = redis.call('HGET', R, 'u')
     if held then
-      held = tonumber(held)
+      held = num(held)
       redis.call('DEL', R)
       redis.call('ZREM', L, id)
-      v.reserved = v.reserved - held
+      v.reserved = sub(v.reserved, held)
       v.n_open = v.n_open - 1
       if kind == 2 then charge(held, cost, est)
       elseif kind == 3 then v.n_released = v.n_released + 1
@@ -97,16 +148,16 @@ for i = 5, #ARGV, 7 do
         v.n_recovered = v.n_recovered + 1
         redis.call('HSET', REC, id, -1)
       else
-        v.spent = v.spent + held
+        v.spent = add(v.spent, held)
         v.n_recovered = v.n_recovered + 1
-        redis.call('HSET', REC, id, string.format('%d', held))
+        redis.call('HSET', REC, id, str(held))
       end
     else
       local rec = redis.call('HGET', REC, id)
       if rec and rec ~= '-1' and (kind == 2 or kind == 3) then
         -- counted at worst case while its owner was only slow: the truth wins
-        local charged = tonumber(rec)
-        v.spent = v.spent - charged
+        local charged = num(rec)
+        v.spent = sub(v.spent, charged)
         if kind == 2 then charge(charged, cost, est) else v.n_released = v.n_released + 1 end
         redis.call('HDEL', REC, id)
         r = 4
@@ -116,7 +167,7 @@ for i = 5, #ARGV, 7 do
   elseif kind == 4 then -- set limit
     v.limit = units
   elseif kind == 5 then -- snapshot
-    for j = 1, #names do pay[j] = string.format('%d', v[names[j]]) end
+    for j = 1, #names do pay[j] = out(names[j]) end
   elseif kind == 6 then -- list open
     for _, oid in ipairs(redis.call('ZRANGE', L, 0, -1)) do pay[#pay + 1] = entry(oid) end
   elseif kind == 7 then -- claim expired leases (now is the claimer's clock)
@@ -134,12 +185,12 @@ for i = 5, #ARGV, 7 do
   outcomes[n] = r
   payloads[n] = pay
 end
-local out = {}
-for j = 1, #names do out[j] = string.format('%d', v[names[j]]) end
-redis.call('HSET', T, unpack((function()
-  local kv = {}
-  for j = 1, #names do kv[#kv + 1] = names[j]; kv[#kv + 1] = out[j] end
-  return kv
-end)()))
-return {out, outcomes, payloads}
+local totals, kv = {}, {}
+for j = 1, #names do
+  totals[j] = out(names[j])
+  kv[#kv + 1] = names[j]
+  kv[#kv + 1] = totals[j]
+end
+redis.call('HSET', T, unpack(kv))
+return {totals, outcomes, payloads}
 """

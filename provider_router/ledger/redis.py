@@ -3,7 +3,8 @@
 Each batch of operations (see ``_batch.py``) is one Lua script call, which Redis
 runs atomically: every reserve checks and updates the shared totals in one
 indivisible step, so no two workers can ever together pass the limit. Money is
-kept as integer picodollars.
+kept as integer picodollars, exact for every limit a ledger accepts (the script
+never puts an amount into a single Lua double; see ``_redis_lua.py``).
 
 Reservations carry a lease that their owner renews; a worker that dies stops
 renewing, and whoever calls :meth:`RedisLedger.recover` after the lease ran out
@@ -38,8 +39,6 @@ __all__ = ["RedisLedger"]
 DEFAULT_PREFIX: Final = "provider-router:ledger"
 DEFAULT_LEASE: Final = 60.0
 DEFAULT_POLL_INTERVAL: Final = 0.05
-MAX_UNITS: Final = 2**53 - 1
-"""Lua computes in doubles: exact up to here ($9,007.19)."""
 
 
 def _import_redis() -> Any:
@@ -48,15 +47,6 @@ def _import_redis() -> Any:
     except ImportError as exc:
         raise MissingDependencyError("RedisLedger", "redis") from exc
     return redis.asyncio
-
-
-def _check_units(units: int, what: str) -> int:
-    if units > MAX_UNITS:
-        raise ConfigurationError(
-            f"{what} ${from_units(units)} is above what a Redis ledger holds exactly "
-            f"(${from_units(MAX_UNITS)}): Redis scripts compute in doubles"
-        )
-    return units
 
 
 class RedisLedger(DurableLedger):
@@ -101,11 +91,7 @@ class RedisLedger(DurableLedger):
                 f"a Redis ledger name must be non-empty, without braces: {name!r}"
             )
         self.name = name
-        self._limit = (
-            None
-            if limit is None
-            else _check_units(amount_units(limit, what="limit", round_up=False), "limit")
-        )
+        self._limit = None if limit is None else amount_units(limit, what="limit", round_up=False)
         base = f"{prefix}:{{{name}}}:"
         self._keys = [base + "totals", base + "leases", base + "recovered"]
         self._res_prefix = base
@@ -146,8 +132,6 @@ class RedisLedger(DurableLedger):
         args: list[Any] = [self._res_prefix, repr(now), repr(self.lease), self.owner]
         groups: list[b.Op] = []
         for op in batch:
-            if op.kind == b.SET_LIMIT:
-                _check_units(op.units, "limit")
             if op.kind == b.RENEW:
                 for res_id in op.value[1]:
                     args += (b.RENEW, res_id, 0, "", 0, "", "")

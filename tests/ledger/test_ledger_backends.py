@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 
 from provider_router import (
+    BudgetExhausted,
     ConfigurationError,
     DataFileError,
     MissingDependencyError,
     RedisLedger,
     SQLiteLedger,
 )
+from provider_router._money import from_units
 from tests.ledger.conftest import RedisServer
 
 D = Decimal
@@ -87,6 +89,25 @@ def test_bad_redis_ledger_names_are_refused(redis_server: RedisServer, name: str
 
 
 @pytest.mark.redis
-def test_redis_limits_beyond_exact_double_range_are_refused(redis_server: RedisServer) -> None:
-    with pytest.raises(ConfigurationError, match="doubles"):
-        RedisLedger(redis_server.url, "big", D(10_000))
+async def test_redis_is_exact_across_2_to_the_53_units(redis_server: RedisServer) -> None:
+    # Lua numbers are doubles: 2^53 + 1 is the first integer a double cannot hold.
+    near = 2**53
+    async with RedisLedger(redis_server.url, "beyond-doubles", D(10_000)) as ledger:
+        a = await ledger.reserve(from_units(near - 1), key="a")
+        b = await ledger.reserve(from_units(2), key="b")
+        state = await ledger.snapshot()
+        assert state.reserved == from_units(near + 1)
+        await ledger.settle(a, from_units(near - 1), estimate=from_units(near + 5))
+        await ledger.settle(b, from_units(3), estimate=from_units(near + 7))
+        state = await ledger.snapshot()
+        assert state.spent == from_units(near + 2)
+        assert state.estimated == from_units(2 * near + 12)
+        assert state.drift == from_units(-near - 10)
+        assert state.overrun == from_units(1)
+        rest = D(10_000) - from_units(near + 2)
+        last = await ledger.reserve(rest, key="all the rest")
+        with pytest.raises(BudgetExhausted):
+            await ledger.reserve(from_units(1), key="one picodollar too many")
+        await ledger.settle(last, rest - from_units(1))
+        state = await ledger.snapshot()
+        assert (state.spent, state.available) == (D(10_000) - from_units(1), from_units(1))

@@ -21,15 +21,9 @@ D = Decimal
 PICO = D("1E-12")
 
 
-def _redis_still_in_doubles(backend: Backend, request: pytest.FixtureRequest) -> None:
-    if backend.name == "redis":
-        request.applymarker(pytest.mark.xfail(strict=True, reason="Lua doubles: next commit"))
-
-
 async def test_a_million_dollar_limit_is_exact_to_the_picodollar(
-    backend: Backend, request: pytest.FixtureRequest
+    backend: Backend,
 ) -> None:
-    _redis_still_in_doubles(backend, request)
     ledger = backend.make(D(1_000_000))
     big = await ledger.reserve(D(1_000_000) - PICO, key="almost all")
     last = await ledger.reserve(PICO, key="the last picodollar")
@@ -46,9 +40,8 @@ async def test_a_million_dollar_limit_is_exact_to_the_picodollar(
 
 
 async def test_the_largest_limit_is_held_exactly_and_one_picodollar_more_is_refused(
-    backend: Backend, request: pytest.FixtureRequest
+    backend: Backend,
 ) -> None:
-    _redis_still_in_doubles(backend, request)
     ledger = backend.make(LEDGER_MAX_USD)
     res = await ledger.reserve(LEDGER_MAX_USD, key="everything")
     await ledger.settle(res, LEDGER_MAX_USD - PICO)
