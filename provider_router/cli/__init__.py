@@ -48,6 +48,11 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class RawTextHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
+    """:class:`HelpFormatter` that keeps a command's own line breaks in its description
+    and epilog (``simulate`` lists its routes as a table)."""
+
+
 def _finish_parsers(parser: argparse.ArgumentParser) -> None:
     """Every command shows its defaults and has a description (its one-line help at least)."""
     for action in parser._actions:
@@ -55,7 +60,8 @@ def _finish_parsers(parser: argparse.ArgumentParser) -> None:
             continue
         helps = {choice.dest: choice.help for choice in action._choices_actions}
         for name, sub in action.choices.items():
-            sub.formatter_class = HelpFormatter
+            raw = issubclass(sub.formatter_class, argparse.RawDescriptionHelpFormatter)
+            sub.formatter_class = RawTextHelpFormatter if raw else HelpFormatter
             if not sub.description and helps.get(name):
                 text = str(helps[name])
                 sub.description = text[0].upper() + text[1:] + "."
