@@ -55,7 +55,12 @@ def _uvloop() -> None:
 # --- the simulator process ----------------------------------------------------------
 
 
-def _serve(speed: float, ready: Any, faults: list[dict[str, Any]] | None = None) -> None:
+def _serve(
+    speed: float,
+    ready: Any,
+    faults: list[dict[str, Any]] | None = None,
+    completion_tokens: int | None = COMPLETION_TOKENS,
+) -> None:
     _uvloop()
     from provider_router.testing import SimulatorServer
 
@@ -64,9 +69,9 @@ def _serve(speed: float, ready: Any, faults: list[dict[str, Any]] | None = None)
             api_keys=[KEY],
             credits=10**6,
             speed=speed,
-            completion_tokens=COMPLETION_TOKENS,
             faults=faults or [],
             log_limit=1000,
+            **({} if completion_tokens is None else {"completion_tokens": completion_tokens}),
         ) as sim:
             ready.send(sim.url)
             await asyncio.Event().wait()
@@ -77,10 +82,15 @@ def _serve(speed: float, ready: Any, faults: list[dict[str, Any]] | None = None)
 class Sim:
     """The simulator in a child process."""
 
-    def __init__(self, speed: float, faults: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        speed: float,
+        faults: list[dict[str, Any]] | None = None,
+        completion_tokens: int | None = COMPLETION_TOKENS,
+    ) -> None:
         parent, child = mp.Pipe()
         self.process = mp.get_context("fork").Process(
-            target=_serve, args=(speed, child, faults), daemon=True
+            target=_serve, args=(speed, child, faults, completion_tokens), daemon=True
         )
         self.process.start()
         self.url: str = parent.recv()

@@ -17,6 +17,14 @@ DEFAULT_REQUEST_TIMEOUT: Final = 600.0
 """Seconds for a whole non-streaming completion (long reasoning outputs take minutes)."""
 DEFAULT_STREAM_IDLE_TIMEOUT: Final = 120.0
 """Seconds allowed between two chunks of a stream."""
+DEFAULT_BUDGET_WAIT: Final = DEFAULT_REQUEST_TIMEOUT
+"""Seconds a reservation that does not fit waits for requests in flight to settle.
+
+Refusing at once wastes the budget (5-15 % in the #13 scenario: room that requests in
+flight would free); a caller that can never fit, even once everything in flight
+settled at no cost, is refused at once regardless. Bounded, because room held by a
+crashed process's reservations only comes back through ``Ledger.recover``.
+"""
 
 DEFAULT_CATALOG_TTL: Final = 300.0
 """Seconds a fetched endpoint listing stays fresh: OpenRouter's own max-age."""

@@ -43,6 +43,7 @@ from provider_router import _http
 from provider_router._billing import Billing, Charged
 from provider_router._completion import Completion, parse_completion
 from provider_router._constants import (
+    DEFAULT_BUDGET_WAIT,
     DEFAULT_CATALOG_TTL,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
@@ -111,7 +112,10 @@ class Router(AsyncResource):
         allow_fallbacks: let OpenRouter fall back inside the allowed set.
         budget_wait: passed to :meth:`Ledger.reserve`: ``False`` raises
             :class:`~provider_router.BudgetExhausted` at once, ``True`` waits for
-            requests in flight to settle, a number waits at most that long.
+            requests in flight to settle, a number waits at most that long (default
+            600 s). A request that could not fit even if everything in flight
+            settled at no cost is refused at once either way, and waiting requests
+            are woken by the settles that free room (``docs/client.md``).
         catalog_ttl: seconds before the route plan is rebuilt from a fresh listing.
         request_timeout: seconds for a whole non-streaming request.
         stream_idle_timeout: seconds allowed between two stream events
@@ -142,7 +146,7 @@ class Router(AsyncResource):
         retry: RetryPolicy | None = None,
         workload: Workload | None = None,
         allow_fallbacks: bool = True,
-        budget_wait: bool | float = False,
+        budget_wait: bool | float = DEFAULT_BUDGET_WAIT,
         catalog_ttl: float = DEFAULT_CATALOG_TTL,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,

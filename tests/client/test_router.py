@@ -208,6 +208,32 @@ async def test_budget_never_exceeded_under_concurrency(
     assert limit - state.spent < worst
 
 
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_default_settings_use_the_whole_budget(
+    openrouter_sim: SimulatorServer, make_router: MakeRouter, backend: str, tmp_path
+) -> None:
+    # Gathered at once, as most users write it: refusing while requests in flight
+    # would still free room left 5-15 % of the budget unused (#13, P2).
+    limit = Decimal("0.01")
+    ledger: Ledger = (
+        MemoryLedger(limit)
+        if backend == "memory"
+        else SQLiteLedger(tmp_path / "b.ledger", limit=limit)
+    )
+    async with ledger:
+        router = await make_router(openrouter_sim, ledger=ledger, max_concurrency=64)
+        worst = router._build_request(MESSAGES, 60, False, None, None, {}).worst_case
+        outcomes = await asyncio.gather(
+            *(router.chat(MESSAGES, max_tokens=60) for _ in range(300)), return_exceptions=True
+        )
+        state = await ledger.snapshot()
+    refused = [o for o in outcomes if isinstance(o, BudgetExhausted)]
+    assert refused
+    assert len(refused) + router.requests == 300
+    assert state.reserved == 0
+    assert limit - state.spent < worst  # every request that could still fit was sent
+
+
 async def test_budget_wait_lets_a_request_wait_for_settlement(
     openrouter_sim: SimulatorServer, make_router: MakeRouter
 ) -> None:

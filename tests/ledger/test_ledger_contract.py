@@ -365,3 +365,34 @@ async def test_leases_are_renewed_by_a_live_owner(persistent: Backend) -> None:
     at_60s = now[0] + 35
     later = persistent.make(None, lease=30, clock=lambda: at_60s)
     assert [r.key for r in (await later.recover()).worst_case] == ["k"]
+
+
+async def test_every_waiter_is_refused_by_the_settle_that_makes_the_budget_final(
+    backend: Backend,
+) -> None:
+    # Woken by settles, not by a poll: judged by event order, not by wall time.
+    ledger = backend.make(D("1"))
+    first = await ledger.reserve(D("0.4"), key="a")
+    second = await ledger.reserve(D("0.4"), key="b")
+    events: list[str] = []
+
+    async def wait(i: int) -> None:
+        try:
+            await ledger.reserve(D("0.3"), key=f"w{i}", wait=True)
+        except BudgetExhausted:
+            events.append(f"refused w{i}")
+        else:
+            events.append(f"admitted w{i}")
+
+    waiters = [asyncio.create_task(wait(i)) for i in range(5)]
+    await ledger.snapshot()  # the reservations above are queued by now
+    await ledger.snapshot()
+    await ledger.settle(first, D("0.4"))  # 0.6 could still come free: keep waiting
+    events.append("settle a")
+    await ledger.settle(second, D("0.4"))  # 0.2 left, nothing in flight: final
+    events.append("settle b")
+    for _ in range(3):  # a few loop turns, no clock
+        await asyncio.sleep(0)
+    events.append("later")
+    assert events == ["settle a", "settle b", *(f"refused w{i}" for i in range(5)), "later"]
+    assert all(task.done() for task in waiters)
