@@ -146,14 +146,6 @@ def test_cli_renders_library_events_with_their_fields(
     assert capsys.readouterr().out == ""
 
 
-def test_cli_level_filters_library_events(capsys: pytest.CaptureFixture[str]) -> None:
-    configure_logging(level="warning", fmt="json")
-    get_logger("provider_router.client").info("route.plan", model=KIMI)
-    get_logger("provider_router.client").warning("route.failed", key="p-2")
-    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
-    assert [line["event"] for line in lines] == ["route.failed"]
-
-
 _LEVEL_METHODS = {"debug", "info", "warning", "error", "exception", "critical"}
 _RECORD_ATTRIBUTES = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message",
