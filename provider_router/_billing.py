@@ -29,6 +29,7 @@ settle still fails is returned with ``unsettled`` set, never thrown away.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -327,7 +328,14 @@ class Billing:
         cost = await self.generation_cost(generation_id) if generation_id else None
         if cost is None:
             return False  # stays held at worst case; recovery asks again later
-        await self._write(lambda: ledger.settle(held, cost, generation_id=generation_id), "settle")
+        try:
+            await self._write(
+                lambda: ledger.settle(held, cost, generation_id=generation_id), "settle"
+            )
+        except ConfigurationError:
+            # Already closed: a settle cancelled mid-write still landed. Counted once.
+            self.unresolved.pop(held.id, None)
+            return False
         self.unresolved.pop(held.id, None)
         self.spent += cost
         log.info("route.reconciled", model=self.model, generation_id=generation_id, cost=str(cost))
@@ -342,6 +350,33 @@ class Billing:
                 model=self.model,
                 generation_id=held.generation_id,
                 error=repr(exc),
+            )
+
+    async def close_unresolved(self) -> None:
+        """Count held reservations that have no generation id at their worst case.
+
+        Nothing can ever say what those cost (there is no id to ask about), so the
+        worst case is what they cost. Held ones with an id stay open: the next
+        recovery settles them at their real cost through ``/generation``.
+        """
+        ledger = self.ledger
+        if ledger is None:
+            return
+        for held in list(self.unresolved.values()):
+            if held.generation_id:
+                continue
+            try:
+                await self._write(functools.partial(ledger.settle, held, held.amount), "settle")
+            except Exception as exc:  # stays open: the next recovery counts it
+                log.error("route.reconcile_failed", model=self.model, error=repr(exc))
+                continue
+            self.unresolved.pop(held.id, None)
+            self.spent += held.amount
+            log.warning(
+                "route.unresolved_counted",
+                model=self.model,
+                key=held.key,
+                worst_case=str(held.amount),
             )
 
     async def reconcile(self) -> int:

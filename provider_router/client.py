@@ -274,12 +274,18 @@ class Router(AsyncResource):
             raise
 
     async def close(self) -> None:
-        """Finish pending reconciliations (briefly), then close connections."""
+        """Finish pending reconciliations (briefly), then close connections.
+
+        Held reservations without a generation id are counted at their worst case
+        (nothing can ever say what they cost); held ones with an id stay open for
+        the next recovery to settle through ``/generation``.
+        """
         if self._refresh is not None:
             self._refresh.cancel()
             await asyncio.gather(self._refresh, return_exceptions=True)
             self._refresh = None
         await self._billing.drain(grace=30.0)
+        await self._billing.close_unresolved()
         if self._own_catalog and self._catalog is not None:
             await self._catalog.aclose()
             self._catalog = None

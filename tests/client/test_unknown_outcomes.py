@@ -85,6 +85,11 @@ async def test_a_timeout_after_send_holds_the_worst_case_until_the_cost_is_known
         assert held.generation_id is None
         assert await router.reconcile() == 0
         assert (await ledger.snapshot()).reserved == held.amount
+        # Closing the router counts it at its worst case: nothing can ever say less.
+        await router.close()
+        state = await ledger.snapshot()
+        assert (state.spent, state.reserved) == (held.amount, 0)
+        assert state.spent >= charged
 
 
 async def test_a_524_is_held_and_a_502_released(
