@@ -60,6 +60,30 @@ end
 return {out, redis.call('HMGET', KEYS[3], 'completed', 'out', 'in', 'cost')}
 """
 
+CLAIM_CAPPED: Final = """
+-- KEYS: stream, tally   ARGV: group, consumer, count, max_requests ('' = none),
+--   target output tokens ('' = none), tokens per request in flight
+-- Claim at most what the dataset's caps leave room for, counting every worker's
+-- claimed prompts (the group's pending entries) as well as the completed ones:
+-- the fleet's tally decides, atomically, so two workers never both take the last
+-- slot. A target admits claims while out + pending x price < target (the last
+-- one may land over it, as in one worker).
+local pending = redis.call('XPENDING', KEYS[1], ARGV[1])[1]
+local t = redis.call('HMGET', KEYS[2], 'completed', 'out')
+local completed = tonumber(t[1] or 0)
+local out = tonumber(t[2] or 0)
+local n = tonumber(ARGV[3])
+if ARGV[4] ~= '' then n = math.min(n, tonumber(ARGV[4]) - completed - pending) end
+if ARGV[5] ~= '' then
+  local price = math.max(tonumber(ARGV[6]), 1)
+  n = math.min(n, math.ceil((tonumber(ARGV[5]) - out) / price - pending))
+end
+if n < 1 then return {} end
+local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n, 'STREAMS', KEYS[1], '>')
+if not reply then return {} end
+return reply[1][2]
+"""
+
 GIVE_BACK: Final = """
 -- KEYS: stream, parked, tally   ARGV: group, consumer, park (0/1),
 --   then (entry id, prompt id, payload, n)...

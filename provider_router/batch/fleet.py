@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_FLEET_PREFIX",
     "DEFAULT_IDLE_TIMEOUT",
+    "ClaimLimit",
     "FleetProgress",
     "FleetQueue",
     "FleetTally",
@@ -140,6 +141,22 @@ class WorkItem:
     def payload(self) -> str:
         """The prompt as the stream stores it."""
         return _encode_prompt(self.prompt)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimLimit:
+    """A dataset's fleet-wide caps, checked by Redis as each prompt is claimed.
+
+    Attributes:
+        max_requests: the plan's ``max_requests`` (completed plus claimed never exceeds it).
+        target_output_tokens: the plan's target.
+        tokens_per_request: what each claimed, unfinished prompt is taken to produce
+            (the worker's in-flight price: its ``max_tokens`` until lengths are known).
+    """
+
+    max_requests: int | None = None
+    target_output_tokens: int | None = None
+    tokens_per_request: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +293,7 @@ class FleetQueue(AsyncResource):
         self._client: Redis = aioredis.Redis.from_pool(pool)
         self._scripts = {
             key: self._client.register_script(getattr(lua, key))
-            for key in ("ENQUEUE", "COMPLETE", "GIVE_BACK", "UNPARK", "TOUCH")
+            for key in ("ENQUEUE", "COMPLETE", "GIVE_BACK", "UNPARK", "TOUCH", "CLAIM_CAPPED")
         }
         self._lock_renew = self._client.register_script(lua.LOCK_RENEW)
         self._lock_release = self._client.register_script(lua.LOCK_RELEASE)
@@ -390,32 +407,72 @@ class FleetQueue(AsyncResource):
     # --- claiming and completing -----------------------------------------------------
 
     async def claim(
-        self, count: int, *, datasets: Iterable[str] | None = None, block: float | None = None
+        self,
+        count: int,
+        *,
+        datasets: Iterable[str] | None = None,
+        block: float | None = None,
+        limits: Mapping[str, ClaimLimit] | None = None,
     ) -> list[WorkItem]:
         """Claim up to about ``count`` new prompts, spread over ``datasets`` (default: all).
 
         Args:
             count: how many the worker can take now.
             datasets: the datasets still wanted (a dataset at its target is left out).
-            block: seconds to wait for a prompt when none is queued (``None``: do not wait).
+            block: seconds to wait for a prompt when none is queued (``None``: do not
+                wait). Only datasets without ``limits`` wait: a capped one waits for
+                other workers' results, which the caller polls for.
+            limits: fleet-wide caps per dataset, checked atomically in Redis with
+                every worker's claimed prompts counted (see :class:`ClaimLimit`).
         """
         names = list(self.datasets if datasets is None else datasets)
         if count < 1 or not names:
             return []
         per = max(1, count // len(names))
-        streams = {self._key("s", ds): ">" for ds in names}
+        limits = limits or {}
+        items: list[WorkItem] = []
+        for dataset in names:
+            limit = limits.get(dataset)
+            if limit is not None:
+                items.extend(await self._claim_capped(dataset, per, limit))
+        free = [ds for ds in names if ds not in limits]
+        if not free:
+            return items
+        streams = {self._key("s", ds): ">" for ds in free}
+        wait = None if block is None or items else max(1, int(block * 1000))
         reply = await self._client.xreadgroup(
             GROUP,
             self.worker,
             streams,  # type: ignore[arg-type]
             count=per,
-            block=None if block is None else max(1, int(block * 1000)),
+            block=wait,
         )
-        items: list[WorkItem] = []
         replies: list[Any] = list(reply or [])
         for stream, entries in replies:
             dataset = str(stream)[len(self._base) + 2 :]
             items.extend(_decode_item(dataset, eid, f) for eid, f in entries if f)
+        return items
+
+    async def _claim_capped(self, dataset: str, count: int, limit: ClaimLimit) -> list[WorkItem]:
+        def arg(value: int | None) -> str:
+            return "" if value is None else str(value)
+
+        entries = await self._scripts["CLAIM_CAPPED"](
+            keys=[self._key("s", dataset), self._key("tally", dataset)],
+            args=[
+                GROUP,
+                self.worker,
+                count,
+                arg(limit.max_requests),
+                arg(limit.target_output_tokens),
+                repr(float(limit.tokens_per_request)),
+            ],
+        )
+        items = []
+        for entry_id, flat in entries or []:
+            if flat:
+                fields = dict(zip(flat[::2], flat[1::2], strict=True))
+                items.append(_decode_item(dataset, entry_id, fields))
         return items
 
     async def complete(self, results: Sequence[tuple[WorkItem, int, int, int]]) -> list[bool]:

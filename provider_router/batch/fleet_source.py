@@ -37,6 +37,7 @@ from provider_router._log import get_logger
 from provider_router._resource import AsyncResource
 from provider_router._types import Sleep
 from provider_router.batch.fleet import (
+    ClaimLimit,
     FleetProgress,
     FleetQueue,
     FleetTally,
@@ -45,7 +46,7 @@ from provider_router.batch.fleet import (
     is_transient,
 )
 from provider_router.batch.journal import DatasetTally, FileJournal
-from provider_router.batch.plan import Plan
+from provider_router.batch.plan import Plan, reached
 from provider_router.ledger import CostResolver, Ledger
 
 __all__ = ["FleetJournal", "FleetSource"]
@@ -54,6 +55,8 @@ log = get_logger(__name__)
 
 T = TypeVar("T")
 _POLL_SECONDS = 0.5
+_CAPPED_POLL_SECONDS = 0.02
+"""How often a worker at a fleet-wide cap looks again (others' results make room)."""
 _MAX_ATTEMPTS = 3
 _BACKOFF_FIRST = 0.05
 _BACKOFF_MAX = 2.0
@@ -189,6 +192,14 @@ class FleetSource(AsyncResource):
         self._progress_base: dict[str, list[int]] = {}
         self._ack_base: dict[str, list[int]] = {}
         self._excluded: set[str] = set()
+        self.limits: dict[str, ClaimLimit] = {}
+        """Fleet-wide caps per dataset, checked by Redis at each claim (see :meth:`price`)."""
+        for spec in plan.datasets:
+            if spec.max_requests is not None or spec.target_output_tokens is not None:
+                cap = int(plan.params_for(spec).request_params()["max_tokens"])
+                self.limits[spec.name] = ClaimLimit(
+                    spec.max_requests, spec.target_output_tokens, float(cap)
+                )
         # The writer's outbox: acknowledgements, and give-backs as (item, park, failed).
         self._acks: list[_Counts] = []
         self._backs: list[tuple[WorkItem, bool, bool]] = []
@@ -222,6 +233,19 @@ class FleetSource(AsyncResource):
     def exclude(self, dataset: str) -> None:
         """Claim no more prompts of ``dataset`` (its target is reached)."""
         self._excluded.add(dataset)
+
+    def price(self, dataset: str, tokens_per_request: float) -> None:
+        """Price each of the fleet's claimed, unfinished prompts of ``dataset`` for its target.
+
+        The worker's in-flight pricer gives it (see
+        :class:`~provider_router.batch.targets.InFlightPricer`); until then each is
+        priced at its ``max_tokens``.
+        """
+        limit = self.limits.get(dataset)
+        if limit is not None and limit.target_output_tokens is not None:
+            self.limits[dataset] = ClaimLimit(
+                limit.max_requests, limit.target_output_tokens, tokens_per_request
+            )
 
     def put_back(self, item: WorkItem) -> None:
         """Return a yielded prompt unsent (no attempt counted); it goes back to the fleet."""
@@ -330,12 +354,23 @@ class FleetSource(AsyncResource):
         wanted = [d for d in self.queue.datasets if d not in self._excluded]
         if not wanted:
             return
+        limits = self.limits
         items = await self._redis(
-            "claim", lambda: self.queue.claim(self.prefetch, datasets=wanted, block=_POLL_SECONDS)
+            "claim",
+            lambda: self.queue.claim(
+                self.prefetch, datasets=wanted, block=_POLL_SECONDS, limits=limits
+            ),
         )
         self._buffer.extend(items)
         if not items:
             await self._redis("progress", self.refresh)
+            specs = {spec.name: spec for spec in self.plan.datasets}
+            for dataset in wanted:
+                tally = self.tally(dataset)
+                if reached(specs[dataset], tally.completed, tally.output_tokens):
+                    self.exclude(dataset)  # the fleet reached it: nothing more to claim
+            if all(d in limits for d in wanted):
+                await self._sleep(_CAPPED_POLL_SECONDS)  # no blocking read waited
 
     def _finished(self) -> bool:
         wanted = [d for d in self.queue.datasets if d not in self._excluded]

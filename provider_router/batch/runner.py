@@ -58,6 +58,7 @@ from provider_router.batch.job_ledger import open_job_ledger
 from provider_router.batch.journal import DatasetTally, FileJournal, Journal
 from provider_router.batch.output import encode_record, make_record
 from provider_router.batch.plan import DatasetSpec, Plan, reached
+from provider_router.batch.targets import InFlightPricer
 from provider_router.batch.summary import (
     Counter,
     DatasetReport,
@@ -92,6 +93,7 @@ class _Dataset:
     tally: DatasetTally
     counter: Counter
     relocate: bool
+    pricer: InFlightPricer
     lines: int | None = None
     inflight: int = 0
     exhausted: bool = False
@@ -337,6 +339,7 @@ class BatchRunner:
                 else:
                     await self._prepare_datasets(journal)
                     await self._dispatch(journal, router)
+                self._check_targets()
             self.ledger_state = await ledger.snapshot()
             return self._summary()
         finally:
@@ -368,6 +371,7 @@ class BatchRunner:
                     tally=journal.tally(spec.name),
                     counter=Counter(),
                     relocate=not fast,
+                    pricer=InFlightPricer(max_tokens),
                 )
             )
         for dataset in self._datasets:
@@ -393,16 +397,18 @@ class BatchRunner:
             self._fleet_start = dict(source.progress.datasets)
             for spec in self.plan.datasets:
                 params = self.plan.params_for(spec).request_params()
+                max_tokens = int(params.pop("max_tokens"))
                 self._datasets.append(
                     _Dataset(
                         spec=spec,
                         params=params,
-                        max_tokens=int(params.pop("max_tokens")),
+                        max_tokens=max_tokens,
                         reader=None,
                         prompts=iter(()),
                         tally=source.tally(spec.name),
                         counter=Counter(),
                         relocate=False,
+                        pricer=InFlightPricer(max_tokens),
                     )
                 )
             await self._dispatch(source.journal, router)
@@ -444,14 +450,9 @@ class BatchRunner:
         if spec.max_requests is not None and tally.completed + ds.inflight >= spec.max_requests:
             return False
         target = spec.target_output_tokens
-        if target is not None:
-            if tally.completed:
-                per_request = tally.output_tokens / tally.completed
-            else:
-                per_request = ds.max_tokens / 2
-            if tally.output_tokens + ds.inflight * per_request >= target:
-                return False
-        return True
+        # What is in flight is priced high (the cap until lengths are known): an
+        # under-estimate here is overshoot nothing can take back (see targets.py).
+        return target is None or tally.output_tokens + ds.pricer.price(ds.inflight) < target
 
     def _next(self, journal: FileJournal, start: int) -> tuple[_Dataset, Prompt] | None:
         count = len(self._datasets)
@@ -481,6 +482,9 @@ class BatchRunner:
                 ds.tally = journal.tally(ds.spec.name)
                 if reached(ds.spec, ds.tally.completed, ds.tally.output_tokens):
                     source.exclude(ds.spec.name)  # for the whole fleet: its tally is shared
+                elif ds.spec.target_output_tokens is not None:
+                    # Redis prices every worker's claimed prompts at this worker's figure.
+                    source.price(ds.spec.name, ds.pricer.per_request(self.plan.concurrency))
             try:
                 item = await anext(items, None)
             except Exception as exc:  # the fleet's Redis failed for good: stop, loudly
@@ -538,7 +542,8 @@ class BatchRunner:
             ds, prompt = picked
             ds.inflight += 1
             self._running += 1
-            task = asyncio.ensure_future(self._one(journal, router, ds, prompt))
+            ticket = ds.pricer.sent()
+            task = asyncio.ensure_future(self._one(journal, router, ds, prompt, ticket))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         if self._tasks:
@@ -554,14 +559,38 @@ class BatchRunner:
             if unfinished:
                 self._message = "some prompts failed; run the same command again to retry them"
 
+    def _check_targets(self) -> None:
+        """A run that did every prompt and still missed a target says so (on final tallies)."""
+        short = [d for d in self._datasets if self._short_of_target(d)]
+        if self._reason is StopReason.COMPLETE and short:
+            self._reason = StopReason.TARGET_NOT_REACHED
+            self._message = (
+                "; ".join(
+                    f"{d.spec.name}: its prompts ran out at {d.tally.output_tokens:,} of "
+                    f"{d.spec.target_output_tokens:,} target output tokens"
+                    for d in short
+                )
+                + " (add prompts, or lower target_output_tokens)"
+            )
+
+    def _short_of_target(self, ds: _Dataset) -> bool:
+        """Every prompt was done and the output-token target is still not reached."""
+        target = ds.spec.target_output_tokens
+        if target is None or ds.tally.output_tokens >= target or not ds.exhausted:
+            return False
+        cap = ds.spec.max_requests
+        return cap is None or ds.tally.completed < cap
+
     async def _one(
         self,
         journal: Journal,
         router: Router,
         ds: _Dataset,
         prompt: Prompt,
+        ticket: int,
     ) -> None:
         name = ds.spec.name
+        landed: int | None = None
         counter = ds.counter
         started = time.time()
         counter.started(started)
@@ -594,8 +623,9 @@ class BatchRunner:
             if not isinstance(exc, Exception):
                 raise
         else:
-            self._completed(journal, ds, prompt, result, started, params.get("tools"))
+            landed = self._completed(journal, ds, prompt, result, started, params.get("tools"))
         finally:
+            ds.pricer.landed(ticket, landed)
             ds.inflight -= 1
             self._running -= 1
             counter.ended(time.time())
@@ -639,7 +669,8 @@ class BatchRunner:
         result: ChatResult,
         started: float,
         tools: list[JSONObject] | None = None,
-    ) -> None:
+    ) -> int | None:
+        """Journal and count an answer; its output tokens, or None if it was not accepted."""
         finished = time.time()
         usage = result.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
@@ -655,7 +686,7 @@ class BatchRunner:
             ds.counter.failed("PolicyViolation", result.attempts - 1)
             provider.failed("PolicyViolation", result.attempts - 1)
             provider.cost += cost
-            return
+            return None
         record = make_record(
             prompt_id=prompt.id,
             dataset=ds.spec.name,
@@ -698,6 +729,7 @@ class BatchRunner:
             counter.reasoning_tokens += reasoning_tokens
             counter.cost += cost
             counter.retries += retries
+        return output_tokens
 
     def _flush(self, journal: Journal) -> None:
         self._flush_pending = False
@@ -837,7 +869,7 @@ class BatchRunner:
         needed = budget_to_finish(spent, to_finish, self._refused)
         if reason in (StopReason.BUDGET, StopReason.CREDITS):
             message += finish_hint(reason, self.budget, spent, needed, self._refused)
-        elif reason is not StopReason.COMPLETE:
+        elif reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
             message += "; run the same command again to resume"
         if self._fleet is not None:
             bad = [str(p) for p in self._fleet.load_problems]

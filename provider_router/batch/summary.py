@@ -44,6 +44,8 @@ class StopReason(StrEnum):
     """Every dataset reached its target, its cap or the end of its prompts."""
     INCOMPLETE = "incomplete"
     """Nothing left to try in this run, but some prompts failed (re-run to retry them)."""
+    TARGET_NOT_REACHED = "target_not_reached"
+    """Every prompt was done, and a dataset's output-token target is still not reached."""
     BUDGET = "budget_exhausted"
     """Our ledger's budget cannot cover another request."""
     CREDITS = "credits_exhausted"
@@ -62,6 +64,7 @@ EXIT_CODES: Mapping[StopReason, int] = {
     StopReason.BUDGET: 3,
     StopReason.CREDITS: 4,
     StopReason.INCOMPLETE: 5,
+    StopReason.TARGET_NOT_REACHED: 6,
     StopReason.INTERRUPTED: 130,
     StopReason.ABANDONED: 130,
 }

@@ -300,7 +300,7 @@ def _handle(args: argparse.Namespace) -> int:
     # Plain prints: a command to copy must not be wrapped or styled.
     for note in summary.recovered:
         print(f"resumed: {note}", file=sys.stderr)
-    if summary.reason is not StopReason.COMPLETE:
+    if summary.reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
         print(f"To resume: {resume_command(args.argv, summary)}", file=sys.stderr)
     print(f"Summary: {Path(args.out) / 'summary.json'}", file=sys.stderr)
     return summary.exit_code

@@ -100,6 +100,21 @@ async def test_two_workers_share_the_plan_each_prompt_done_once(
     assert sorted(ids) == sorted(f"p{i}" for i in range(60))
 
 
+async def test_a_target_holds_for_the_whole_fleet(
+    tmp_path: Path, openrouter_sim_factory: Factory, redis_server: RedisServer, fleet_name: str
+) -> None:
+    """Answers of 290 of 300 tokens: each worker alone guessing 150 each overshot together."""
+    sim = await openrouter_sim_factory(seed=6, speed=200, completion_tokens=290)
+    plan = _plan(tmp_path, target_output_tokens=3000)
+    results = await _fleet_run(plan, tmp_path, sim, redis_server, fleet_name, 2)
+    done = [list(read_outputs(tmp_path / f"w{i}" / "a.jsonl")) for i in range(2)]
+    tokens = sum(r["usage"]["completion_tokens"] for records in done for _, r in records)
+    assert 3000 <= tokens < 3000 + 300  # one request's grain, not a worker's wave
+    for _, summary in results:
+        assert summary.reason is StopReason.COMPLETE, summary.message
+        assert summary.datasets[0].output_tokens == tokens
+
+
 async def test_a_request_cap_holds_for_the_whole_fleet(
     tmp_path: Path, openrouter_sim_factory: Factory, redis_server: RedisServer, fleet_name: str
 ) -> None:
@@ -107,9 +122,9 @@ async def test_a_request_cap_holds_for_the_whole_fleet(
     plan = _plan(tmp_path, max_requests=20)
     results = await _fleet_run(plan, tmp_path, sim, redis_server, fleet_name, 2)
     done_a = [sum(1 for _ in read_outputs(tmp_path / f"w{i}" / "a.jsonl")) for i in range(2)]
-    # Each worker counts the other's completions: overshoot is at most one
-    # worker's requests in flight, never the cap twice over.
-    assert 20 <= sum(done_a) <= 20 + plan.concurrency
+    # Redis counts every worker's claimed prompts at each claim: exactly the cap.
+    assert sum(done_a) == 20
+    assert [s.datasets[0].completed for _, s in results] == [20, 20]
     for _, summary in results:
         assert summary.reason is StopReason.COMPLETE
         assert summary.datasets[1].completed == 40

@@ -1,0 +1,127 @@
+"""Pricing the requests in flight, so a dataset's output-token target lands.
+
+A target counts completed output tokens, but a request's length is known only
+when its answer returns. The dispatcher sends another request while
+``completed + price(in flight) < target``; whatever ``price`` under-estimates is
+overshoot that nothing can take back. So the price is an upper estimate:
+
+* **Before any length is observed**, each request in flight is priced at its
+  cap (``max_tokens``): no run can overshoot by more than one request. (The old
+  rule priced each at ``max_tokens / 2`` and a first wave of 200 answers longer
+  than that doubled a 50k target.)
+* **Then the observed distribution with a safety margin**: ``N`` requests in
+  flight are priced at ``N·m⁺ + z·s·sqrt(N)``, never above ``N·cap``, where ``m⁺``
+  is an upper confidence bound of the mean length. Lengths are heavy-tailed (a
+  few answers run to the cap), so a handful of samples can show a small mean
+  *and* a small spread; ``m⁺`` is therefore the empirical Bernstein bound
+  (Maurer & Pontil 2009), which holds for any distribution within ``[0, cap]``:
+  ``m + sqrt(2·s²·L/n) + 3·cap·L/n`` with ``L = ln(3/δ)``. It stays near the cap
+  for the first few dozen samples and tightens as they grow.
+* **Only an unbiased sample counts.** Short answers return first, so the
+  answers seen early are the short ones: a mean over them is biased low exactly
+  when the first wave is in flight. The sample is therefore the *completed
+  prefix in dispatch order*: request ``k`` is counted only once every request
+  sent before it has landed, which selects on send order, never on length.
+
+:class:`InFlightPricer` is per dataset and per worker; across a fleet the shared
+tally also counts every worker's claimed prompts (see
+:meth:`~provider_router.batch.fleet.FleetQueue.claim`), priced with
+:meth:`InFlightPricer.per_request`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+__all__ = ["DEFAULT_MARGIN_Z", "MIN_SAMPLES", "InFlightPricer"]
+
+DEFAULT_MARGIN_Z: Final = 3.0
+"""Standard deviations of safety margin on the sum of what is in flight."""
+MIN_SAMPLES: Final = 8
+"""Unbiased samples needed before the observed distribution replaces the cap."""
+_CONFIDENCE_LOG: Final = math.log(3 / 1e-3)
+"""``ln(3/δ)`` of the mean's upper bound, δ = 0.1 %."""
+
+
+class InFlightPricer:
+    """Prices the output tokens of one dataset's requests in flight (see the module docstring).
+
+    Args:
+        cap: the most output tokens one request can produce (its ``max_tokens``).
+        z: the safety margin in standard deviations.
+        min_samples: unbiased samples needed before the cap is no longer used.
+
+    Use :meth:`sent` when a request goes out (it returns a ticket), then
+    :meth:`landed` with that ticket and the output tokens, or ``None`` when the
+    request produced nothing (failed, given back).
+    """
+
+    __slots__ = ("_ahead", "_n", "_next", "_sent", "_sum", "_sumsq", "cap", "min_samples", "z")
+
+    def __init__(
+        self, cap: int, *, z: float = DEFAULT_MARGIN_Z, min_samples: int = MIN_SAMPLES
+    ) -> None:
+        if cap < 1:
+            raise ValueError(f"cap must be at least 1 token, got {cap}")
+        self.cap = cap
+        self.z = z
+        self.min_samples = max(2, min_samples)
+        self._sent = 0  # tickets issued
+        self._next = 0  # the oldest ticket not yet landed
+        self._ahead: dict[int, int | None] = {}  # landed beyond `_next`, not yet counted
+        self._n = 0
+        self._sum = 0
+        self._sumsq = 0
+
+    @property
+    def samples(self) -> int:
+        """Lengths in the unbiased sample."""
+        return self._n
+
+    def sent(self) -> int:
+        """Note a request sent; returns the ticket to give :meth:`landed`."""
+        ticket = self._sent
+        self._sent += 1
+        return ticket
+
+    def landed(self, ticket: int, output_tokens: int | None) -> None:
+        """Note a request finished with ``output_tokens`` (``None``: it produced none)."""
+        if ticket != self._next:
+            self._ahead[ticket] = output_tokens
+            return
+        self._count(output_tokens)
+        self._next += 1
+        ahead = self._ahead
+        while self._next in ahead:
+            self._count(ahead.pop(self._next))
+            self._next += 1
+
+    def _count(self, tokens: int | None) -> None:
+        if tokens is None:
+            return
+        self._n += 1
+        self._sum += tokens
+        self._sumsq += tokens * tokens
+
+    def price(self, in_flight: int) -> float:
+        """An upper estimate of the output tokens ``in_flight`` requests will produce."""
+        if in_flight <= 0:
+            return 0.0
+        worst = float(in_flight * self.cap)
+        n = self._n
+        if n < self.min_samples:
+            return worst
+        mean = self._sum / n
+        variance = max(0.0, (self._sumsq - self._sum * mean) / (n - 1))
+        upper = (
+            mean
+            + math.sqrt(2 * variance * _CONFIDENCE_LOG / n)
+            + 3 * self.cap * _CONFIDENCE_LOG / n
+        )
+        return min(worst, in_flight * upper + self.z * math.sqrt(variance * in_flight))
+
+    def per_request(self, in_flight: int) -> float:
+        """The price of one of ``in_flight`` requests (for a tally that counts requests)."""
+        in_flight = max(1, in_flight)
+        return self.price(in_flight) / in_flight
