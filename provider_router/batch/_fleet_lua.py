@@ -79,7 +79,8 @@ if ARGV[5] ~= '' then
   n = math.min(n, math.ceil((tonumber(ARGV[5]) - out) / price - pending))
 end
 if n < 1 then return {} end
-local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n, 'STREAMS', KEYS[1], '>')
+local reply = redis.call(
+  'XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n, 'STREAMS', KEYS[1], '>')
 if not reply then return {} end
 return reply[1][2]
 """

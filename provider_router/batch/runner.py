@@ -58,7 +58,7 @@ from provider_router.batch.job_ledger import open_job_ledger
 from provider_router.batch.journal import DatasetTally, FileJournal, Journal
 from provider_router.batch.output import encode_record, make_record
 from provider_router.batch.plan import DatasetSpec, Plan, reached
-from provider_router.batch.targets import InFlightPricer
+from provider_router.batch.report import write_report
 from provider_router.batch.summary import (
     Counter,
     DatasetReport,
@@ -68,6 +68,8 @@ from provider_router.batch.summary import (
     finish_hint,
     money_to_finish,
 )
+from provider_router.batch.targets import InFlightPricer
+from provider_router.batch.timeline import DEFAULT_INTERVAL, TimelineWriter
 from provider_router.client import Router
 from provider_router.ledger import Ledger, LedgerState
 from provider_router.policy import ProviderPolicy
@@ -171,6 +173,11 @@ class BatchRunner:
             byte, so recovery after a crash settles it at its real cost; ``False``
             sends plain JSON requests (a crash then counts those in flight at their
             worst case).
+        timeline_interval: seconds between two lines of ``<out>/timeline.ndjson``
+            (the time series ``report.html`` and ``provider-router status`` read).
+
+    Besides the outputs, a run writes ``summary.json`` and ``report.html`` (see
+    :mod:`provider_router.batch.report`).
 
     Example::
 
@@ -191,6 +198,7 @@ class BatchRunner:
         ledger: Ledger | None = None,
         fleet: FleetQueue | None = None,
         stream: bool = True,
+        timeline_interval: float = DEFAULT_INTERVAL,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
@@ -212,6 +220,7 @@ class BatchRunner:
         self._router_options = dict(router_options or {})
         self._given_ledger = ledger
         self._fleet = fleet
+        self.timeline_interval = timeline_interval
         self.source: FleetSource | None = None
         """The fleet source while a fleet run is going on."""
         self._fleet_start: dict[str, FleetTally] = {}
@@ -334,14 +343,22 @@ class BatchRunner:
                         f"({format_usd(report.reconciled_cost)}), {len(report.worst_case)} "
                         f"counted at worst case ({format_usd(report.worst_case_cost)})"
                     )
-                if self._fleet is not None:
-                    await self._run_fleet(self._fleet, journal, ledger, router)
-                else:
-                    await self._prepare_datasets(journal)
-                    await self._dispatch(journal, router)
-                self._check_targets()
+                # For the report only: writing it never fails the run.
+                timeline = TimelineWriter(self, interval=self.timeline_interval)
+                timeline.start()
+                try:
+                    if self._fleet is not None:
+                        await self._run_fleet(self._fleet, journal, ledger, router)
+                    else:
+                        await self._prepare_datasets(journal)
+                        await self._dispatch(journal, router)
+                    self._check_targets()
+                finally:
+                    await timeline.stop()
             self.ledger_state = await ledger.snapshot()
-            return self._summary()
+            summary = self._summary()
+            self._write_report()
+            return summary
         finally:
             if self._given_ledger is None:
                 await ledger.close()
@@ -893,6 +910,13 @@ class BatchRunner:
         )
         summary.write(self.out / SUMMARY_FILE)
         return summary
+
+    def _write_report(self) -> None:
+        """``report.html`` beside ``summary.json``; a failure costs the page, not the run."""
+        try:
+            write_report(self.out)
+        except Exception as exc:
+            log.warning("batch.report_failed", error=repr(exc))
 
     def _bad_lines(self, ds: _Dataset) -> int:
         fleet = self._fleet_tally(ds)
