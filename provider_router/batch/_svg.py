@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
-__all__ = ["PALETTE", "Bar", "Series", "bar_chart", "column_chart", "line_chart"]
+__all__ = ["PALETTE", "Bar", "Series", "bar_chart", "column_chart", "line_chart", "number"]
 
 PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563")
 _W, _H = 640, 260
@@ -38,6 +38,13 @@ class Bar:
     label: str
     segments: Sequence[tuple[str, float, str]]
     note: str = ""
+
+
+def number(value: float) -> str:
+    """A tick label: whole numbers with separators, small ones to two significant digits."""
+    if value == 0 or abs(value) >= 10:
+        return f"{value:,.0f}"
+    return f"{value:.2g}"
 
 
 def _nice_ticks(low: float, high: float, count: int = 5, *, integer: bool = False) -> list[float]:
@@ -89,7 +96,7 @@ def line_chart(
     *,
     x_label: str,
     y_format: Callable[[float], str] = lambda v: f"{v:,.0f}",
-    x_format: Callable[[float], str] = lambda v: f"{v:,.0f}",
+    x_format: Callable[[float], str] = number,
     integer: bool = False,
 ) -> str:
     """Lines over a shared x axis (time), with a zero-based y axis (``integer``: counts)."""
@@ -190,7 +197,7 @@ def column_chart(
     x_label: str,
     color: str = PALETTE[0],
     y_format: Callable[[float], str] = lambda v: f"{v:,.0f}",
-    x_format: Callable[[float], str] = lambda v: f"{v:,.0f}",
+    x_format: Callable[[float], str] = number,
 ) -> str:
     """Vertical bars over a numeric axis: ``columns`` are (from, to, height) (a histogram)."""
     parts = _open(name, title)

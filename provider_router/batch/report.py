@@ -2,7 +2,7 @@
 
 Built from what the run left in its directory, read-only: ``summary.json``, the
 outputs (``<dataset>.jsonl``: each record's provider, cost, tokens and times) and
-``timeline.jsonl`` (spend, reservations, retries and 429s each second). Each run
+``timeline.ndjson`` (spend, reservations, retries and 429s each second). Each run
 writes it beside ``summary.json``; ``provider-router report DIR`` rebuilds it,
 also while another process is still running the job.
 
@@ -47,7 +47,7 @@ CHARTS: Final = (
     "projection",
 )
 """The ``data-chart`` names of the report's charts, in page order."""
-_SKIP = {"journal.jsonl", TIMELINE_FILE}
+_SKIP = {"journal.jsonl"}
 _BINS: Final = 40
 _MILLION = Decimal(1_000_000)
 
@@ -220,7 +220,6 @@ def _tokens_chart(data: RunData) -> str:
         columns,
         x_label="seconds since start",
         color=_svg.PALETTE[4],
-        x_format=lambda v: f"{v:,.3g}",
     )
 
 
@@ -273,7 +272,6 @@ def _latency_chart(data: RunData) -> str:
         columns,
         x_label="seconds per request",
         color=_svg.PALETTE[5],
-        x_format=lambda v: f"{v:.3g}",
     )
 
 

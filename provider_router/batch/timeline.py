@@ -1,4 +1,4 @@
-"""The run's time series: one compact line per second in ``DIR/timeline.jsonl``.
+"""The run's time series: one compact line per second in ``DIR/timeline.ndjson``.
 
 The report (``report.html``) and ``provider-router status`` read it; the run never
 does: a missing, torn or unwritable timeline costs the charts their detail, never
@@ -36,7 +36,7 @@ __all__ = ["DEFAULT_INTERVAL", "TIMELINE_FILE", "TimelineWriter", "read_timeline
 
 log = structlog.get_logger(__name__)
 
-TIMELINE_FILE: Final = "timeline.jsonl"
+TIMELINE_FILE: Final = "timeline.ndjson"
 DEFAULT_INTERVAL: Final = 1.0
 """Seconds between two lines (a day-long run writes ~86,400 short lines)."""
 
@@ -108,11 +108,11 @@ def timeline_row(
 
 
 class TimelineWriter:
-    """Appends the runner's progress to ``DIR/timeline.jsonl`` while it runs.
+    """Appends the runner's progress to ``DIR/timeline.ndjson`` while it runs.
 
     Args:
         runner: the batch runner (its :meth:`~BatchRunner.progress` is sampled).
-        path: the file (default ``<runner.out>/timeline.jsonl``).
+        path: the file (default ``<runner.out>/timeline.ndjson``).
         interval: seconds between lines.
         clock: wall-clock seconds (injected in tests).
 

@@ -31,6 +31,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "demo",
     "merge",
     "ledger",
+    "observe",
 )
 
 EXIT_OK = 0

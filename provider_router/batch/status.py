@@ -1,0 +1,109 @@
+"""A quick text view of a run directory: ``provider-router status DIR``.
+
+Reads only what the run writes for others (``timeline.ndjson``, ``summary.json``),
+never the journal or the ledger, and takes no lock: it works while another
+process is running the job, as often as you like.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from provider_router._exceptions import ConfigurationError
+from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
+
+__all__ = ["status_lines"]
+
+
+def _usd(value: Any) -> str:
+    try:
+        amount = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return "?"
+    quantum = Decimal("0.01") if abs(amount) >= 100 else Decimal("0.0001")
+    return f"${amount.quantize(quantum):,f}"
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _summary(directory: Path) -> dict[str, Any] | None:
+    try:
+        loaded = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def status_lines(directory: str | Path, *, now: float) -> list[str]:
+    """The status of the run in ``directory`` as lines of text.
+
+    Raises:
+        ConfigurationError: ``directory`` holds no run (no timeline, no summary).
+    """
+    directory = Path(directory)
+    last_rows = deque(read_timeline(directory / TIMELINE_FILE), maxlen=1)
+    row = last_rows[0] if last_rows else None
+    summary = _summary(directory)
+    if row is None and summary is None:
+        raise ConfigurationError(
+            f"{directory}: no run here (neither {TIMELINE_FILE} nor summary.json); "
+            "give the --out directory of a run"
+        )
+    finished = summary is not None and (row is None or row.get("final", False))
+    lines = []
+    if finished and summary is not None:
+        lines.append(
+            f"{directory}: finished: {summary.get('reason')} (exit code {summary.get('exit_code')})"
+        )
+        if summary.get("message"):
+            lines.append(f"  {summary['message']}")
+    else:
+        age = max(now - float(row["t"]), 0.0) if row is not None else 0.0
+        lines.append(f"{directory}: running (last update {_age(age)} ago)")
+    if row is not None:
+        lines.append(
+            f"spent {_usd(row.get('spent') or 0)} of {_usd(row.get('limit'))}, "
+            f"reserved {_usd(row.get('reserved') or 0)}, in flight {row.get('in_flight', 0):,}, "
+            f"elapsed {_age(float(row.get('elapsed') or 0))}"
+        )
+        lines.append(
+            f"completed {row.get('completed', 0):,}, output tokens {row.get('output_tokens', 0):,}"
+            f", failures {row.get('failures', 0):,}, retries {row.get('retries', 0):,}, "
+            f"429s {row.get('rate_limited', 0):,}"
+            + ("" if row.get("projected") is None else f", projected {_usd(row['projected'])}")
+        )
+    elif summary is not None:
+        lines.append(f"spent {_usd(summary.get('spent_usd'))} of {_usd(summary.get('budget_usd'))}")
+    datasets = (row or {}).get("datasets") or {}
+    if finished and summary is not None and isinstance(summary.get("datasets"), dict):
+        datasets = {
+            name: {
+                "completed": d.get("completed"),
+                "total": d.get("prompts"),
+                "output_tokens": d.get("output_tokens"),
+                "target": d.get("target_output_tokens"),
+                "cost": d.get("cost"),
+            }
+            for name, d in summary["datasets"].items()
+        }
+    for name, d in datasets.items():
+        total = d.get("total")
+        target = d.get("target")
+        lines.append(
+            f"  {name}: {int(d.get('completed') or 0):,}"
+            + ("" if total is None else f"/{total:,}")
+            + f" done, {int(d.get('output_tokens') or 0):,}"
+            + ("" if target is None else f"/{target:,}")
+            + f" output tokens, {_usd(d.get('cost') or 0)}"
+        )
+    return lines

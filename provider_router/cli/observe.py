@@ -1,0 +1,66 @@
+"""``provider-router report DIR`` and ``provider-router status DIR``: look at a run.
+
+::
+
+    provider-router report runs/b3        # (re)build runs/b3/report.html
+    provider-router status runs/b3        # a few lines: running or finished, spend, datasets
+
+Both only read what the run wrote (``summary.json``, the outputs and
+``timeline.ndjson``): they work while another process is running the job. See
+docs/observability.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from provider_router._exceptions import ConfigurationError
+from provider_router.batch.report import write_report
+from provider_router.batch.status import status_lines
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    report = subparsers.add_parser(
+        "report",
+        help="build DIR/report.html: charts of a run (also while it runs)",
+        description=(
+            "Write DIR/report.html, a self-contained page (opens offline) with spend and "
+            "budget over time, tokens/s, requests by provider and outcome, latency, cost per "
+            "million output tokens, retries and 429s, and the projection against the actual."
+        ),
+    )
+    report.add_argument("directory", metavar="DIR", help="a run's --out directory")
+    report.set_defaults(handler=_report)
+    status = subparsers.add_parser(
+        "status",
+        help="a quick text view of a run in progress or finished",
+        description=(
+            "Print whether the run in DIR is running or finished, its spend, counts and "
+            "datasets. Reads only; safe while another process runs the job."
+        ),
+    )
+    status.add_argument("directory", metavar="DIR", help="a run's --out directory")
+    status.set_defaults(handler=_status)
+
+
+def _run_dir(value: str) -> Path:
+    path = Path(value)
+    if not path.is_dir():
+        raise ConfigurationError(f"{path}: no such run directory (give a run's --out)")
+    return path
+
+
+def _report(args: argparse.Namespace) -> int:
+    path = write_report(_run_dir(args.directory))
+    print(path)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    for line in status_lines(_run_dir(args.directory), now=time.time()):
+        print(line)
+    return 0

@@ -1,0 +1,259 @@
+"""The run report and status: what a run leaves to look at, read as a person would."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from _batch_helpers import write_prompts
+
+from provider_router import ConfigurationError
+from provider_router.batch.plan import Plan
+from provider_router.batch.report import CHARTS, REPORT_FILE, load_run, write_report
+from provider_router.batch.runner import BatchRunner
+from provider_router.batch.status import status_lines
+from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
+from provider_router.cli import main
+from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
+
+Factory = Callable[..., Awaitable[SimulatorServer]]
+MODEL = "moonshotai/kimi-k2.5"
+DRAWN = {"rect", "polyline", "circle", "path", "line"}
+
+
+class Charts(HTMLParser):
+    """Each ``<svg class="chart">``: its name and the drawing elements in its plot group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.charts: dict[str, int] = {}
+        self.scripts = 0
+        self.external: list[str] = []
+        self._chart: str | None = None
+        self._plot_depth = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "script":
+            self.scripts += 1
+        for name in ("src", "href"):
+            if a.get(name):
+                self.external.append(str(a[name]))
+        if tag == "svg" and a.get("class") == "chart":
+            self._chart = str(a["data-chart"])
+            self.charts[self._chart] = 0
+        elif tag == "g" and a.get("class") == "plot":
+            self._plot_depth = 1
+        elif self._plot_depth and tag == "g":
+            self._plot_depth += 1
+        elif self._plot_depth and tag in DRAWN and self._chart is not None:
+            self.charts[self._chart] += 1
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "g" and self._plot_depth:
+            self._plot_depth -= 1
+        elif tag == "svg":
+            self._chart = None
+
+
+def parse(path: Path) -> Charts:
+    charts = Charts()
+    charts.feed(path.read_text(encoding="utf-8"))
+    return charts
+
+
+async def run_cli(
+    sim: SimulatorServer, out: Path, prompts: Path, *extra: str
+) -> asyncio.subprocess.Process:
+    env = {**os.environ, "OPENROUTER_API_KEY": DEFAULT_TEST_KEY}
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "provider_router",
+        "run",
+        str(prompts),
+        "--out",
+        str(out),
+        "--model",
+        MODEL,
+        "--exclude-below",
+        "int4",
+        "--base-url",
+        sim.url,
+        "--progress",
+        "off",
+        *extra,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+
+
+async def test_a_budget_stop_at_2000_in_flight_leaves_a_report_with_every_chart(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    faults = [
+        {"kind": "provider_error", "provider": "Chutes", "rate": 0.05, "no_fallback": True},
+        {"kind": "rate_limit", "provider": "Chutes", "rate": 0.05, "no_fallback": True},
+    ]
+    sim = await openrouter_sim_factory(seed=11, faults=faults)
+    prompts = write_prompts(tmp_path / "p.jsonl", 2500)
+    out = tmp_path / "out"
+    proc = await run_cli(
+        sim, out, prompts, "--budget", "0.4", "--concurrency", "2000", "--max-tokens", "300"
+    )
+    _, stderr = await proc.communicate()
+    assert proc.returncode == 3, stderr.decode()[-2000:]  # the budget stopped it
+    report = out / REPORT_FILE
+    charts = parse(report)
+    assert list(charts.charts) == list(CHARTS)  # one <svg> per chart, in order
+    empty = [name for name, drawn in charts.charts.items() if not drawn]
+    assert not empty, f"charts without a drawing: {empty}"
+    assert charts.scripts == 0  # opens offline: no script,
+    assert charts.external == []  # nothing fetched
+    page = report.read_text()
+    assert "budget_exhausted" in page
+    summary = json.loads((out / "summary.json").read_text())
+    rows = list(read_timeline(out / TIMELINE_FILE))
+    assert rows[0]["final"] is False
+    assert rows[-1]["final"] is True
+    assert Decimal(rows[-1]["spent"]) == Decimal(summary["spent_usd"])
+    assert rows[-1]["rate_limited"] > 0  # the faults show up over time
+    data = load_run(out)
+    assert len(data.completions) == sum(d["completed"] for d in summary["datasets"].values())
+    # Rebuilt by the command, the same charts.
+    report.unlink()
+    assert main(["report", str(out)]) == 0
+    assert list(parse(report).charts) == list(CHARTS)
+
+
+async def test_status_while_another_process_runs_then_finished(
+    tmp_path: Path, openrouter_sim_factory: Factory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sim = await openrouter_sim_factory(seed=2, speed=40, completion_tokens=20)
+    prompts = write_prompts(tmp_path / "p.jsonl", 120)
+    out = tmp_path / "out"
+    proc = await run_cli(
+        sim, out, prompts, "--budget", "5", "--concurrency", "4", "--max-tokens", "50"
+    )
+    seen_running = False
+    while proc.returncode is None:
+        timeline = out / TIMELINE_FILE
+        if timeline.exists() and not (out / "summary.json").exists():
+            rows = list(read_timeline(timeline))
+            if rows and rows[-1]["completed"] > 0:
+                lines = status_lines(out, now=rows[-1]["t"] + 1)
+                if "running" in lines[0]:
+                    seen_running = True
+                    assert lines[0].endswith("running (last update 1 s ago)")
+                    assert any(line.startswith("  p: ") for line in lines)
+                    break
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 0.02)
+    assert seen_running, "the run ended before status saw it"
+    _, stderr = await proc.communicate()
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    assert main(["status", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "finished: complete (exit code 0)" in text
+    assert "  p: 120/120 done" in text
+
+
+def test_status_and_report_of_a_directory_without_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ConfigurationError, match="no run here"):
+        status_lines(tmp_path, now=0)
+    assert main(["status", str(tmp_path / "missing")]) == 1
+    assert "no such run directory" in capsys.readouterr().err
+
+
+def test_a_report_of_a_run_in_progress_tolerates_a_torn_line(tmp_path: Path) -> None:
+    row = {
+        "t": 100.0,
+        "elapsed": 1.0,
+        "limit": "5",
+        "spent": "0.5",
+        "reserved": "0.1",
+        "completed": 3,
+        "output_tokens": 90,
+        "retries": 1,
+        "rate_limited": 0,
+        "projected": "2.5",
+        "datasets": {"a": {"completed": 3, "total": 10}},
+        "final": False,
+    }
+    later = {**row, "t": 101.0, "spent": "0.75", "retries": 2}
+    (tmp_path / TIMELINE_FILE).write_text(
+        json.dumps(row) + "\n" + json.dumps(later) + '\n{"t": 102, "spent'
+    )
+    (tmp_path / "a.jsonl").write_text(
+        json.dumps(
+            {
+                "id": "x",
+                "provider": "Chutes",
+                "cost": "0.25",
+                "usage": {"completion_tokens": 30},
+                "started_at": "1970-01-01T00:01:40Z",
+                "finished_at": "1970-01-01T00:01:40.5Z",
+            }
+        )
+        + "\n{torn"
+    )
+    page = write_report(tmp_path).read_text()
+    assert "in progress" in page
+    charts = parse(tmp_path / REPORT_FILE)
+    assert charts.charts["spend"]
+    assert charts.charts["latency"]
+    assert status_lines(tmp_path, now=105.0)[0].endswith("running (last update 4 s ago)")
+
+
+async def test_the_report_in_a_real_browser_loads_cleanly_and_every_chart_draws(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    """Looked at as a person would: headless Chromium, console errors, drawn charts."""
+    from _browser import chromium_binary, view_page
+
+    chromium_binary()  # skip early (before spending) where there is no browser
+    sim = await openrouter_sim_factory(
+        seed=4,
+        faults=[{"kind": "rate_limit", "provider": "Chutes", "rate": 0.05, "no_fallback": True}],
+    )
+    prompts = write_prompts(tmp_path / "p.jsonl", 300)
+    plan = Plan.model_validate(
+        {
+            "model": MODEL,
+            "budget": "5",
+            "concurrency": 64,
+            "policy": {"exclude_below": "int4"},
+            "generation": {"max_tokens": 400},
+            "datasets": [{"name": "p", "input": str(prompts), "target_output_tokens": 40_000}],
+        }
+    )
+    out = tmp_path / "out"
+    await BatchRunner(
+        plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, timeline_interval=0.001
+    ).run()
+    view = await view_page((out / REPORT_FILE).as_uri())
+    # Kept for a person to look at (CI names a path to keep it).
+    shot = Path(os.environ.get("PROVIDER_ROUTER_SCREENSHOT", tmp_path / "report.png"))
+    await asyncio.to_thread(shot.write_bytes, view.screenshot)
+    assert view.screenshot.startswith(b"\x89PNG")
+    assert view.errors == []
+    assert [c["name"] for c in view.charts] == list(CHARTS)
+    for chart in view.charts:
+        assert chart["shapes"] > 0, chart
+        assert chart["width"] > 10, chart  # a non-empty drawing
+        assert chart["height"] > 0, chart
+        assert chart["shown"] > 300, chart  # laid out at a readable size
