@@ -227,6 +227,11 @@ class StreamAccumulator:
             result.error = _carried_error(error, chunk, result.provider)
         return delta
 
+    @property
+    def delivered(self) -> bool:
+        """Whether any text or reasoning has arrived."""
+        return bool(self._text or self._reasoning)
+
     def finish(self) -> Completion:
         """The accumulated completion."""
         result = self.result

@@ -17,6 +17,11 @@ DEFAULT_REQUEST_TIMEOUT: Final = 600.0
 """Seconds for a whole non-streaming completion (long reasoning outputs take minutes)."""
 DEFAULT_STREAM_IDLE_TIMEOUT: Final = 120.0
 """Seconds allowed between two chunks of a stream."""
+STREAM_DEADLINE_BASE: Final = 120.0
+"""Seconds a stream's total deadline allows before its tokens (queueing, first token)."""
+STREAM_DEADLINE_TOKENS_PER_SECOND: Final = 10
+"""The slowest delivery a default stream deadline allows: ``max_tokens`` at this rate
+comes on top of :data:`STREAM_DEADLINE_BASE` (8,192 tokens: about 15 minutes)."""
 DEFAULT_BUDGET_WAIT: Final = DEFAULT_REQUEST_TIMEOUT
 """Seconds a reservation that does not fit waits for requests in flight to settle.
 

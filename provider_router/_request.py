@@ -39,6 +39,8 @@ class PreparedRequest:
     on_delta: Callable[[StreamDelta], Any] | None
     generation_id: str | None = None
     attempts: int = 0
+    deadline: float = 0.0
+    """Seconds a whole attempt may take (for a stream: scaled with ``max_tokens``)."""
     sent: bool = False
     """Whether this attempt was handed to the HTTP layer (it may have been billed)."""
 

@@ -48,6 +48,8 @@ from provider_router._constants import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_STREAM_IDLE_TIMEOUT,
+    STREAM_DEADLINE_BASE,
+    STREAM_DEADLINE_TOKENS_PER_SECOND,
 )
 from provider_router._exceptions import (
     ConfigurationError,
@@ -120,7 +122,11 @@ class Router(AsyncResource):
         request_timeout: seconds for a whole non-streaming request.
         stream_idle_timeout: seconds allowed between two stream events
             (keep-alive comments do not count as events).
-        stream_deadline: seconds for a whole stream.
+        stream_deadline: seconds for a whole stream; default: 120 s plus
+            ``max_tokens`` at 10 tokens per second, so a long answer is not cut
+            for being long. A stream still delivering tokens at its deadline is
+            not retried: it ends as it stands (``finish_reason="deadline"``),
+            settled at what ``/generation`` says it cost.
         connect_timeout: seconds to open a connection.
         credits_hold_timeout: seconds one request may spend waiting out
             temporary (in-flight hold) 402s.
@@ -150,7 +156,7 @@ class Router(AsyncResource):
         catalog_ttl: float = DEFAULT_CATALOG_TTL,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
-        stream_deadline: float = DEFAULT_REQUEST_TIMEOUT,
+        stream_deadline: float | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         credits_hold_timeout: float = 300.0,
         limiter: AdaptiveLimiter | None = None,
@@ -166,7 +172,7 @@ class Router(AsyncResource):
             ("catalog_ttl", catalog_ttl),
             ("request_timeout", request_timeout),
             ("stream_idle_timeout", stream_idle_timeout),
-            ("stream_deadline", stream_deadline),
+            ("stream_deadline", 1.0 if stream_deadline is None else stream_deadline),
             ("connect_timeout", connect_timeout),
         ):
             if not value > 0:
@@ -460,6 +466,11 @@ class Router(AsyncResource):
         encoder = self._encoder
         provider = encoder.provider_bytes(plan, self.health.demoted())
         prompt_estimate = estimate_prompt_tokens(messages)
+        deadline = self._request_timeout
+        if stream:
+            deadline = self._stream_deadline or (
+                STREAM_DEADLINE_BASE + (max_tokens or 0) / STREAM_DEADLINE_TOKENS_PER_SECOND
+            )
         return PreparedRequest(
             payload=encoder.encode(messages, max_tokens, stream, params, provider),
             stream=stream,
@@ -468,6 +479,7 @@ class Router(AsyncResource):
             prompt_estimate=prompt_estimate,
             plan=plan,
             on_delta=on_delta,
+            deadline=deadline,
         )
 
     def stream(
@@ -595,15 +607,16 @@ class Router(AsyncResource):
         if http is None:
             raise ConfigurationError("the Router was closed")
         request.sent = True
+        deadline_at = asyncio.get_running_loop().time() + request.deadline
         if request.stream:
             post = http.post(
                 _CHAT_PATH,
                 request.payload,
-                request_timeout=self._stream_deadline,
+                request_timeout=request.deadline,
                 idle_timeout=self._stream_idle_timeout,
             )
         else:
-            post = http.post(_CHAT_PATH, request.payload, request_timeout=self._request_timeout)
+            post = http.post(_CHAT_PATH, request.payload, request_timeout=request.deadline)
         async with post as response:
             generation_id = response.headers.get("x-generation-id")
             if not request.stream:
@@ -618,7 +631,13 @@ class Router(AsyncResource):
             if generation_id:
                 await self._billing.attach(request, reservation, generation_id)
             return await read_stream(
-                response, request, attempt, reservation, self._billing, self._stream_idle_timeout
+                response,
+                request,
+                attempt,
+                reservation,
+                self._billing,
+                self._stream_idle_timeout,
+                deadline_at=deadline_at,
             )
 
     async def generation_cost(

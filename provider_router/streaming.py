@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from provider_router import _http
 from provider_router._billing import Billing
 from provider_router._completion import Completion, StreamAccumulator
-from provider_router._exceptions import APIConnectionError, InvalidResponseError
+from provider_router._exceptions import APIConnectionError, InvalidResponseError, RequestTimeout
 from provider_router._request import PreparedRequest
 from provider_router._resource import AsyncResource
 from provider_router._types import Message
@@ -29,7 +29,13 @@ from provider_router.sse import DONE
 if TYPE_CHECKING:
     from provider_router.client import Router
 
-__all__ = ["ChatStream", "read_stream"]
+__all__ = ["DEADLINE_FINISH", "ChatStream", "read_stream"]
+
+DEADLINE_FINISH: Final = "deadline"
+"""The ``finish_reason`` of a stream cut by its deadline while still delivering tokens."""
+
+_DEADLINE_SLACK: Final = 0.05
+"""Seconds before the deadline a timeout counts as the deadline's (timer granularity)."""
 
 
 async def read_stream(
@@ -39,12 +45,17 @@ async def read_stream(
     reservation: Reservation | None,
     billing: Billing,
     idle_timeout: float,
+    *,
+    deadline_at: float | None = None,
 ) -> Completion:
     """Read one attempt's stream to its ``[DONE]``.
 
     A stream cut after its usage chunk and a finish reason arrived is a result
     all the same: the answer is whole and paid for (only ``[DONE]`` is missing),
-    so it is returned, never retried.
+    so it is returned, never retried. A stream still delivering tokens when its
+    deadline (``deadline_at``, loop time) passes ends as it stands, with
+    ``finish_reason="deadline"`` (its cost is then asked of ``/generation``):
+    retrying it blind would pay for the same long answer again.
 
     Raises:
         InvalidResponseError: an event is not JSON.
@@ -73,10 +84,21 @@ async def read_stream(
                 await billing.attach(request, reservation, generation_id)
             if delta is not None and on_delta is not None:
                 on_delta(delta)
-    except APIConnectionError:
-        if not _paid_and_whole(result):
+    except APIConnectionError as exc:
+        if _paid_and_whole(result):
+            done = True
+        elif (
+            isinstance(exc, RequestTimeout)
+            and deadline_at is not None
+            and accumulator.delivered
+            and result.error is None
+            and asyncio.get_running_loop().time() >= deadline_at - _DEADLINE_SLACK
+        ):
+            done = True
+            if result.finish_reason is None:
+                result.finish_reason = DEADLINE_FINISH
+        else:
             raise
-        done = True
     completion = accumulator.finish()
     if not done and completion.error is None and not _paid_and_whole(completion):
         raise APIConnectionError("the stream ended before its [DONE] event")
