@@ -6,12 +6,13 @@ parse them back exactly.
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_EVEN, Decimal
-from typing import Any, Final, TextIO
+from decimal import Decimal
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
 
+from provider_router._format import format_percent, format_price, format_usd
 from provider_router.projection import (
     BudgetFit,
     CostRange,
@@ -23,8 +24,6 @@ from provider_router.records import Endpoint
 from provider_router.workload import WorkloadEstimate
 
 __all__ = ["format_tokens", "format_usd", "projection_to_dict", "render_projection"]
-
-_CENT: Final = Decimal("0.01")
 
 
 def projection_to_dict(projection: Projection) -> dict[str, Any]:
@@ -131,11 +130,6 @@ def format_tokens(count: int | None) -> str:
     return str(count)
 
 
-def format_usd(amount: Decimal) -> str:
-    """Dollars to the cent (half-even), for people; JSON keeps the exact value."""
-    return f"${amount.quantize(_CENT, rounding=ROUND_HALF_EVEN):,}"
-
-
 def _range(cost: CostRange) -> str:
     if cost.low == cost.high:
         return format_usd(cost.expected)
@@ -155,9 +149,9 @@ def _market_table(projection: Projection) -> Table:
         table.add_row(
             str(entry.rank),
             f"{endpoint.provider_name}{cheapest}",
-            f"{pricing.prompt_per_million:.2f}",
-            f"{pricing.completion_per_million:.2f}",
-            "-" if endpoint.uptime is None else f"{endpoint.uptime:.1f}%",
+            format_price(pricing.prompt, per=""),
+            format_price(pricing.completion, per=""),
+            format_percent(endpoint.uptime),
             f"{share:.2%}",
         )
     rejected = len(projection.decisions.rejected)

@@ -156,3 +156,21 @@ def test_ledger_show_json_writes_canonical_decimals(
     assert capsys.readouterr().out == "limit $200, available $199.75\n"
     assert main(["ledger", "show", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["limit"] == "200"
+
+
+def test_endpoints_table_shows_a_tiny_price_and_a_near_perfect_uptime(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundled = Path(__file__).parent.parent / "provider_router/data/kimi-k2.5.endpoints.json"
+    listing = json.loads(bundled.read_text())
+    chutes = listing["data"]["endpoints"][0]
+    chutes["pricing"]["prompt"] = "0.0000000000001"  # $1e-13 per token
+    chutes["uptime_last_30m"] = 99.971
+    market = tmp_path / "market.json"
+    market.write_text(json.dumps(listing))
+    assert main(["endpoints", "moonshotai/kimi-k2.5", "--snapshot", str(market)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "Chutes" in line)
+    assert "$0.0000001" in row
+    assert "$0.0000 " not in row
+    assert "99.97%" in row
+    assert "100.0%" not in row

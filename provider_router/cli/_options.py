@@ -94,11 +94,26 @@ def add_market_arguments(group: argparse._ActionsContainer) -> None:
 
 
 async def load_listing(
-    model_id: str, *, base_url: str | None = None, snapshot: str | None = None
+    model_id: str,
+    *,
+    base_url: str | None = None,
+    snapshot: str | None = None,
+    save_snapshot: str | None = None,
 ) -> ModelEndpoints:
-    """The endpoints of ``model_id`` from a snapshot file, or fetched."""
+    """The endpoints of ``model_id`` from a snapshot file, or fetched.
+
+    With ``save_snapshot``, what was read is also written there as a snapshot file
+    that ``--snapshot`` reads back (offline, reproducible).
+    """
     if snapshot is not None:
         # An offline catalog never opens a session: nothing to close.
-        return await Catalog.load_snapshot(snapshot).endpoints(model_id)
+        offline = Catalog.load_snapshot(snapshot)
+        listing = await offline.endpoints(model_id)
+        if save_snapshot is not None:
+            offline.save_snapshot(save_snapshot)
+        return listing
     async with Catalog(base_url=base_url) as catalog:
-        return await catalog.endpoints(model_id)
+        listing = await catalog.endpoints(model_id)
+        if save_snapshot is not None:
+            catalog.save_snapshot(save_snapshot)
+        return listing

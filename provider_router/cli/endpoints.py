@@ -6,13 +6,14 @@
         [--unknown assume_native|reject|accept] [--exclude-provider NAME ...]
         [--only NAME ...] [--min-uptime PCT] [--allow-down]
         [--prompt-tokens N --completion-tokens N] [--json]
-        [--base-url URL | --snapshot FILE]
+        [--base-url URL | --snapshot FILE] [--save-snapshot FILE]
 
 The listing comes from ``--snapshot FILE`` (offline), else ``--base-url`` /
 ``$OPENROUTER_BASE_URL``, else OpenRouter. The table shows each endpoint's
 provider, tag, quantization, prices per million tokens, uptime, status, the
 verdict with its reason, and, for allowed endpoints, the rank and the expected
-cost of 1,000 requests of the workload. ``--json`` prints the same as JSON.
+cost of 1,000 requests of the workload. ``--json`` prints the same as JSON;
+``--save-snapshot FILE`` also writes the listing for ``--snapshot FILE`` later.
 """
 
 from __future__ import annotations
@@ -141,6 +142,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )  # fmt: skip
     add_market_arguments(parser.add_mutually_exclusive_group())
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--save-snapshot",
+        metavar="FILE",
+        help="also write the listing to FILE, for --snapshot FILE later (offline, reproducible)",
+    )
     parser.set_defaults(handler=_handle)
 
 
@@ -291,7 +297,14 @@ def report_json(report: EndpointReport) -> dict[str, Any]:
 def _handle(args: argparse.Namespace) -> int:
     policy = policy_from_args(args)
     workload = Workload(prompt_tokens=args.prompt_tokens, completion_tokens=args.completion_tokens)
-    listing = asyncio.run(load_listing(args.model, base_url=args.base_url, snapshot=args.snapshot))
+    listing = asyncio.run(
+        load_listing(
+            args.model,
+            base_url=args.base_url,
+            snapshot=args.snapshot,
+            save_snapshot=args.save_snapshot,
+        )
+    )
     report = build_report(listing, policy, workload)
     if args.json:
         print_json(report_json(report))
@@ -299,4 +312,6 @@ def _handle(args: argparse.Namespace) -> int:
         render_report(report, make_console())
     if not report.ranked:
         print("provider-router: no endpoint passes the policy", file=sys.stderr)
+    if args.save_snapshot:
+        print(f"Snapshot: {args.save_snapshot} (read it back with --snapshot)", file=sys.stderr)
     return 0
