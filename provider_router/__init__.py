@@ -60,6 +60,7 @@ if _typing.TYPE_CHECKING:
         SQLiteLedger,
     )
     from provider_router.limiter import AdaptiveLimiter
+    from provider_router.metrics import Metrics
     from provider_router.policy import Decision, DecisionCode, Decisions, ProviderPolicy
     from provider_router.projection import (
         BudgetFit,
@@ -148,6 +149,7 @@ _LAZY: dict[str, str] = {
     "LostRequest": "provider_router.batch.journal",
     "MemoryLedger": "provider_router.ledger",
     "MergeReport": "provider_router.batch.merge",
+    "Metrics": "provider_router.metrics",
     "Model": "provider_router.records",
     "ModelEndpoints": "provider_router.records",
     "NativePrecisionRegistry": "provider_router.quantization",
@@ -262,6 +264,7 @@ __all__ = [
     "LostRequest",
     "MemoryLedger",
     "MergeReport",
+    "Metrics",
     "MissingDependencyError",
     "Model",
     "ModelEndpoints",

@@ -30,6 +30,7 @@ request encoding in :mod:`provider_router._request`, streaming in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import time
@@ -66,6 +67,7 @@ from provider_router.catalog import Catalog
 from provider_router.health import ProviderHealth
 from provider_router.ledger import Ledger, Reservation
 from provider_router.limiter import AdaptiveLimiter, Outcome
+from provider_router.metrics import Metrics
 from provider_router.policy import ProviderPolicy
 from provider_router.ranking import Workload
 from provider_router.records import ModelEndpoints
@@ -135,6 +137,8 @@ class Router(AsyncResource):
             429, with every 429 capping the window at the requests in flight).
         health: per-provider health tracking (default :class:`ProviderHealth`).
         params: default request parameters merged under each call's own.
+        metrics: live Prometheus metrics (:class:`~provider_router.Metrics`); ``None``
+            (the default) costs nothing per request.
         clock: monotonic seconds; sleep: awaited between retries; rng: jitter.
     """
 
@@ -162,6 +166,7 @@ class Router(AsyncResource):
         limiter: AdaptiveLimiter | None = None,
         health: ProviderHealth | None = None,
         params: Mapping[str, Any] | None = None,
+        metrics: Metrics | None = None,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
@@ -227,6 +232,10 @@ class Router(AsyncResource):
         """Requests that raised."""
         self.quarantined = 0
         """Requests served by a provider the policy does not allow."""
+        self.metrics = metrics
+        self._metrics_task: asyncio.Task[None] | None = None
+        if metrics is not None:
+            metrics.watch(lambda: self.limiter.window, lambda: self._in_flight)
 
     def __repr__(self) -> str:
         state = "open" if self._http is not None else "closed"
@@ -278,6 +287,18 @@ class Router(AsyncResource):
         except BaseException:
             await self.close()
             raise
+        if self.metrics is not None:
+            self._metrics_task = asyncio.ensure_future(self._sample_ledger(self.metrics))
+
+    async def _sample_ledger(self, metrics: Metrics) -> None:
+        """Keep the metrics' spend, reserved and limit fresh (a ledger read per interval)."""
+        while True:
+            ledger = self.ledger
+            if ledger is not None:
+                with contextlib.suppress(Exception):  # a dashboard figure: never fail for it
+                    metrics.ledger_state(await ledger.snapshot())
+            # A background cadence, not a retry: the injected sleep is for retries.
+            await asyncio.sleep(metrics.interval)
 
     async def close(self) -> None:
         """Finish pending reconciliations (briefly), then close connections.
@@ -290,6 +311,10 @@ class Router(AsyncResource):
             self._refresh.cancel()
             await asyncio.gather(self._refresh, return_exceptions=True)
             self._refresh = None
+        if self._metrics_task is not None:
+            self._metrics_task.cancel()
+            await asyncio.gather(self._metrics_task, return_exceptions=True)
+            self._metrics_task = None
         await self._billing.drain(grace=30.0)
         await self._billing.close_unresolved()
         if self._own_catalog and self._catalog is not None:
@@ -419,6 +444,8 @@ class Router(AsyncResource):
             )
         except BaseException as exc:
             self.failures += 1
+            if self.metrics is not None:
+                self.metrics.failed(exc, request.attempts)
             log.warning(
                 "route.failed",
                 model=self.model,
@@ -513,6 +540,17 @@ class Router(AsyncResource):
             )
         self.requests += 1
         result = charged.result(request.attempts, latency, reason)
+        if self.metrics is not None:
+            usage = completion.usage
+            self.metrics.answered(
+                completion.provider,
+                quarantined=quarantined,
+                attempts=request.attempts,
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                output_tokens=usage.completion_tokens if usage else 0,
+                cost=charged.cost,
+                latency=latency,
+            )
         if log.isEnabledFor(DEBUG):
             self._log_done(request, charged, latency, quarantined)
         return result
@@ -583,6 +621,8 @@ class Router(AsyncResource):
             provider = getattr(exc, "provider_name", None)
             if provider:
                 self.health.record_failure(provider, rate_limited=outcome == "rate_limited")
+            if self.metrics is not None and isinstance(exc, Exception):
+                self.metrics.attempt_failed(provider, type(exc).__name__, outcome == "rate_limited")
             if reservation is not None:
                 await billing.close_failed(reservation, request, exc)
             if isinstance(exc, Exception) and log.isEnabledFor(DEBUG):

@@ -52,6 +52,7 @@ from provider_router.cli._options import budget_usd, positive_count
 from provider_router.cli._render import make_console
 from provider_router.ledger import RedisLedger
 from provider_router.ledger.redis import DEFAULT_LEASE
+from provider_router.metrics import Metrics
 
 __all__ = [
     "check_inputs",
@@ -77,6 +78,16 @@ def _seconds(value: str) -> float:
     return seconds
 
 
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {value!r}")
+    return port
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "run",
@@ -85,7 +96,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Send every prompt of one or more datasets through the routed, budgeted client, "
             "writing DIR/<dataset>.jsonl. Re-running the same command resumes; a higher "
             "--budget continues after a top-up. Exit codes: 0 done, 3 budget used up, "
-            "4 credits exhausted, 5 some prompts failed, 130 interrupted."
+            "4 credits exhausted, 5 some prompts failed, 6 a target not reached (too few prompts), "
+            "130 interrupted."
         ),
     )
     parser.add_argument("prompts", nargs="*", metavar="PROMPTS.jsonl", help="prompt files")
@@ -113,6 +125,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=["auto", "rich", "plain", "off"],
         default="auto",
         help="live table on a terminal (auto), plain log lines, or nothing",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="N",
+        help="serve Prometheus metrics on http://ADDR:N/metrics while running "
+        "(needs the metrics extra; docs/observability.md)",
+    )
+    parser.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="the address --metrics-port listens on (default %(default)s)",
     )
     shared = parser.add_argument_group("several workers, one budget (docs/workers.md)")
     shared.add_argument(
@@ -267,6 +292,12 @@ def _handle(args: argparse.Namespace) -> int:
         )
     console = make_console(sys.stderr)
     out = make_console()
+    metrics = None
+    if args.metrics_port is not None:
+        metrics = Metrics()
+        metrics.serve(args.metrics_port, args.metrics_addr)
+        host, port = metrics.address or (args.metrics_addr, args.metrics_port)
+        print(f"Metrics: http://{host}:{port}/metrics", file=sys.stderr)
 
     async def main() -> RunSummary:
         budget = plan.budget
@@ -287,13 +318,18 @@ def _handle(args: argparse.Namespace) -> int:
                 base_url=args.base_url,
                 ledger=ledger,
                 fleet=fleet,
+                router_options=None if metrics is None else {"metrics": metrics},
             )
             return await run_batch(runner, console=console, progress=args.progress)
         finally:
             if ledger is not None:
                 await ledger.close()
 
-    summary = _run_loop(main)
+    try:
+        summary = _run_loop(main)
+    finally:
+        if metrics is not None:
+            metrics.close()
     # Counted events first (one line per kind), then the tables and the hints.
     report_events()
     summary.render(out)

@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from html.parser import HTMLParser
 from pathlib import Path
 
+import aiohttp
 import pytest
 from _batch_helpers import write_prompts
 
@@ -257,3 +259,58 @@ async def test_the_report_in_a_real_browser_loads_cleanly_and_every_chart_draws(
         assert chart["width"] > 10, chart  # a non-empty drawing
         assert chart["height"] > 0, chart
         assert chart["shown"] > 300, chart  # laid out at a readable size
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_run_serves_prometheus_metrics_while_it_runs(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sim = await openrouter_sim_factory(seed=3, speed=40, completion_tokens=20)
+    prompts = write_prompts(tmp_path / "p.jsonl", 120)
+    out = tmp_path / "out"
+    port = _free_port()
+    proc = await run_cli(
+        sim,
+        out,
+        prompts,
+        "--budget",
+        "5",
+        "--concurrency",
+        "4",
+        "--max-tokens",
+        "50",
+        "--metrics-port",
+        str(port),
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    seen: dict[str, float] = {}
+    async with aiohttp.ClientSession() as session:
+        while proc.returncode is None and seen.get("provider_router_requests_total", 0) == 0:
+            try:
+                async with session.get(url) as response:
+                    text = await response.text()
+            except aiohttp.ClientConnectionError:  # not listening yet
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 0.02)
+                continue
+            seen = {}
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    seen[sample.name] = seen.get(sample.name, 0) + sample.value
+    assert proc.returncode is None, "the run ended before a scrape saw a request"
+    assert seen["provider_router_budget_limit_usd"] == 5
+    assert seen["provider_router_limiter_window"] > 0
+    assert "provider_router_request_latency_seconds_count" in seen
+    assert "provider_router_output_tokens_total" in seen
+    _, stderr = await proc.communicate()
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    assert f"Metrics: http://127.0.0.1:{port}/metrics" in stderr.decode()
+    with socket.socket() as sock:  # the server went away with the run
+        assert sock.connect_ex(("127.0.0.1", port)) != 0
