@@ -12,6 +12,7 @@ import pytest
 
 from provider_router import ConfigurationError, DataFileError, ProviderPolicy, Router
 from provider_router.testing.server import SimulatorServer
+from provider_router.testing.synth import count_prompt_tokens
 from provider_router.workload import SampleStats, _t_quantile, estimate_from_samples
 from provider_router.workload_stats import (
     approx_prompt_tokens,
@@ -164,3 +165,35 @@ async def test_a_pilot_with_too_few_successes_says_so(
     async with Router(MODEL, base_url=openrouter_sim.url, api_key=openrouter_api_key) as router:
         with pytest.raises(ConfigurationError, match=r"completed 0 request\(s\) \(3 failed\)"):
             await run_pilot(router, [[{"role": "user", "content": "hi"}]] * 3, max_tokens=64)
+
+
+async def test_a_pilot_of_multi_turn_conversations_measures_their_cached_share(
+    openrouter_sim: SimulatorServer, openrouter_api_key: str
+) -> None:
+    # EAGLE-3 regeneration: each line is a conversation cut before one of its user turns,
+    # all under one system prompt, so later lines share long prefixes with earlier ones.
+    system = {"role": "system", "content": "You answer as a senior engineer would. " * 20}
+    prompts = []
+    for c in range(4):
+        turns = [system]
+        for t in range(3):
+            turns = [*turns, {"role": "user", "content": f"conversation {c} question {t}"}]
+            prompts.append(list(turns))
+            turns.append({"role": "assistant", "content": f"answer {t} of conversation {c}"})
+    async with Router(
+        MODEL,
+        policy=ProviderPolicy(exclude_below="int4"),
+        base_url=openrouter_sim.url,
+        api_key=openrouter_api_key,
+    ) as router:
+        pilot = await run_pilot(router, prompts, max_tokens=256, concurrency=1)
+    assert pilot.providers == {"Chutes": len(prompts)}  # one provider: one cache
+    cached = [u.cached_tokens for u in pilot.usages]
+    system_tokens = count_prompt_tokens([system]) - count_prompt_tokens([])
+    assert cached[0] == 0
+    assert all(c >= system_tokens for c in cached[1:]), "the shared system prompt is read"
+    # A later turn of a conversation reads its earlier turn whole (not just the system).
+    assert cached[1] == count_prompt_tokens(prompts[0]) - count_prompt_tokens([])
+    share = pilot.estimate.cached_prompt_share
+    assert share == Decimal(sum(cached)) / Decimal(sum(u.prompt_tokens for u in pilot.usages))
+    assert Decimal("0.5") < share < 1

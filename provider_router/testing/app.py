@@ -24,6 +24,7 @@ from provider_router.testing.billing import Account, KeyState
 from provider_router.testing.faults import Fault, FaultBook
 from provider_router.testing.introspection import RequestLog, RequestRecord
 from provider_router.testing.market import Market
+from provider_router.testing.prefix_cache import PrefixCache
 from provider_router.testing.synth import Lengths
 
 __all__ = ["ROUTES", "Simulator", "make_app"]
@@ -108,7 +109,7 @@ class Simulator:
         self.key_in_flight: dict[str, int] = {}
         self.failed_at: dict[str, float] = {}
         self.down: dict[str, bool] = {}
-        self.caches: dict[str, set[int]] = {}
+        self.caches = PrefixCache()
         self._occurrences: dict[int, int] = {}
         self.stopping = asyncio.Event()
         self.bill_abandoned = bill_abandoned

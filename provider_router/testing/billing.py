@@ -52,14 +52,27 @@ class Cost:
 
 
 def compute_cost(
-    endpoint: EndpointSpec, prompt_tokens: int, cached_tokens: int, completion_tokens: int
+    endpoint: EndpointSpec,
+    prompt_tokens: int,
+    cached_tokens: int,
+    completion_tokens: int,
+    cache_write_tokens: int = 0,
 ) -> Cost:
     """Exact cost: uncached prompt, cached prompt (at the cache-read price when the
-    endpoint has one), completion including reasoning, and the per-request fee."""
-    cache_price = endpoint.cache_read_units
-    if cache_price is None:
-        cache_price = endpoint.prompt_units
-    prompt = (prompt_tokens - cached_tokens) * endpoint.prompt_units + cached_tokens * cache_price
+    endpoint has one), prompt written to cache (at the cache-write price when it has
+    one), completion including reasoning, and the per-request fee."""
+    read_price = endpoint.cache_read_units
+    if read_price is None:
+        read_price = endpoint.prompt_units
+    write_price = endpoint.cache_write_units
+    if write_price is None:
+        write_price = endpoint.prompt_units
+    uncached = prompt_tokens - cached_tokens - cache_write_tokens
+    prompt = (
+        uncached * endpoint.prompt_units
+        + cached_tokens * read_price
+        + cache_write_tokens * write_price
+    )
     return Cost(prompt, completion_tokens * endpoint.completion_units, endpoint.request_units)
 
 

@@ -42,6 +42,7 @@ def usage_body(
     completion_tokens: int,
     reasoning_tokens: int,
     cost: Cost,
+    cache_write_tokens: int = 0,
 ) -> dict[str, Any]:
     total = usd(cost.total)
     return {
@@ -52,7 +53,7 @@ def usage_body(
         "is_byok": False,
         "prompt_tokens_details": {
             "cached_tokens": cached_tokens,
-            "cache_write_tokens": 0,
+            "cache_write_tokens": cache_write_tokens,
             "audio_tokens": 0,
             "video_tokens": 0,
         },

@@ -37,10 +37,10 @@ from provider_router.testing.billing import Cost, KeyState, compute_cost
 from provider_router.testing.faults import Fault
 from provider_router.testing.introspection import RequestRecord
 from provider_router.testing.market import EndpointSpec, ModelSpec
+from provider_router.testing.prefix_cache import CacheResult, prefix_chain
 from provider_router.testing.synth import (
     CompletionShape,
     filler,
-    prefix_fingerprint,
     shape_completion,
 )
 from provider_router.testing.tools import PlannedCall, ToolRequest
@@ -84,6 +84,7 @@ class _Plan:
     ttft: float
     tokens_per_second: float
     calls: tuple[PlannedCall, ...] = ()
+    cache_write_tokens: int = 0
 
 
 def _completion_total(attempt: Attempt) -> int:
@@ -93,18 +94,27 @@ def _completion_total(attempt: Attempt) -> int:
     return attempt.sim.lengths.draw(attempt.rng)
 
 
-def _cached_tokens(attempt: Attempt) -> int:
+def _use_cache(attempt: Attempt) -> CacheResult:
+    """Read the longest cached prefix of the prompt on this endpoint, then cache the prompt.
+    Written tokens are reported (and billed) only where the endpoint prices writes."""
     endpoint = attempt.endpoint
     if not endpoint.supports_implicit_caching:
-        return 0
-    fingerprint, tokens = prefix_fingerprint(attempt.body["messages"])
-    if tokens <= 0:
-        return 0
-    cache = attempt.sim.caches.setdefault(endpoint.tag, set())
-    if fingerprint in cache:
-        return tokens
-    cache.add(fingerprint)
-    return 0
+        return CacheResult()
+    body = attempt.body
+    chain = prefix_chain(body["messages"], body.get("tools"))
+    result = attempt.sim.caches.serve(
+        endpoint.tag,
+        chain,
+        attempt.sim.now(),
+        min_tokens=endpoint.cache_min_tokens,
+        ttl=endpoint.cache_ttl_seconds,
+    )
+    # Never more than the prompt: the prompt's count may include more than its messages.
+    cached = min(result.cached_tokens, attempt.prompt_tokens)
+    written = 0
+    if endpoint.cache_write_units is not None:
+        written = min(result.written_tokens, attempt.prompt_tokens - cached)
+    return CacheResult(cached, written)
 
 
 def _plan(attempt: Attempt) -> _Plan:
@@ -121,12 +131,19 @@ def _plan(attempt: Attempt) -> _Plan:
         calls = tools.plan_calls(attempt.tools, attempt.body["messages"], attempt.model.id, rng)
     tool_tokens = sum(call.tokens for call in calls) if calls else None
     shape = shape_completion(attempt.body, total, attempt.max_tokens, tool_tokens)
-    return _Plan(gen_id, created, shape, _cached_tokens(attempt), ttft, tps, calls)
+    cache = _use_cache(attempt)
+    return _Plan(
+        gen_id, created, shape, cache.cached_tokens, ttft, tps, calls, cache.written_tokens
+    )
 
 
 def _charge(attempt: Attempt, plan: _Plan, completion_tokens: int, reasoning_tokens: int) -> Cost:
     cost = compute_cost(
-        attempt.endpoint, attempt.prompt_tokens, plan.cached_tokens, completion_tokens
+        attempt.endpoint,
+        attempt.prompt_tokens,
+        plan.cached_tokens,
+        completion_tokens,
+        plan.cache_write_tokens,
     )
     attempt.sim.account.charge(attempt.key, cost.total)
     record = attempt.record
@@ -291,6 +308,7 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         shape.completion_tokens,
         shape.reasoning_tokens,
         cost,
+        plan.cache_write_tokens,
     )
     payload = bodies.chat_result(
         plan.gen_id,
@@ -462,7 +480,12 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             await response.write_eof()
             return response
         usage = bodies.usage_body(
-            attempt.prompt_tokens, plan.cached_tokens, total, shape.reasoning_tokens, cost
+            attempt.prompt_tokens,
+            plan.cached_tokens,
+            total,
+            shape.reasoning_tokens,
+            cost,
+            plan.cache_write_tokens,
         )
         final_delta = {"role": "assistant", "content": ""}
         finish = shape.finish_reason

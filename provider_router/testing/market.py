@@ -62,9 +62,20 @@ _ENDPOINT_FIELDS = (
     "service_tier",
     "supports_tool_choice",
     "system_fingerprint",
+    "cache_min_tokens",
+    "cache_ttl_seconds",
     "down",
 )
-_PRICING_FIELDS = ("prompt", "completion", "input_cache_read", "request", "discount")
+_PRICING_FIELDS = (
+    "prompt",
+    "completion",
+    "input_cache_read",
+    "input_cache_write",
+    "request",
+    "discount",
+)
+DEFAULT_CACHE_TTL_SECONDS = 300.0
+"""How long a cached prefix lives after its last use when the market does not say."""
 _MODEL_FIELDS = (
     "id",
     "canonical_slug",
@@ -121,6 +132,7 @@ class EndpointSpec:
     prompt: Decimal
     completion: Decimal
     input_cache_read: Decimal | None = None
+    input_cache_write: Decimal | None = None
     request: Decimal = Decimal(0)
     discount: float = 0.0
     context_length: int = 262_144
@@ -141,11 +153,14 @@ class EndpointSpec:
     system_fingerprint: str | None = None
     """Sent as ``system_fingerprint`` in answers and every chunk; None: ``null`` in
     JSON answers and absent from chunks, as Chutes' captured streams have it."""
+    cache_min_tokens: int = 0
+    cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS
     down: bool = False
     # Derived once: integer picodollars per token (per request for the fee).
     prompt_units: int = field(init=False, default=0)
     completion_units: int = field(init=False, default=0)
     cache_read_units: int | None = field(init=False, default=None)
+    cache_write_units: int | None = field(init=False, default=None)
     request_units: int = field(init=False, default=0)
     blended_price: Decimal = field(init=False, default=Decimal(0))
 
@@ -155,6 +170,8 @@ class EndpointSpec:
         object.__setattr__(self, "completion_units", int(self.completion * scale))
         if self.input_cache_read is not None:
             object.__setattr__(self, "cache_read_units", int(self.input_cache_read * scale))
+        if self.input_cache_write is not None:
+            object.__setattr__(self, "cache_write_units", int(self.input_cache_write * scale))
         object.__setattr__(self, "request_units", int(self.request * UNITS_PER_USD))
         object.__setattr__(self, "blended_price", self.prompt + self.completion)
 
@@ -173,6 +190,8 @@ class EndpointSpec:
         }
         if self.input_cache_read is not None:
             pricing["input_cache_read"] = _per_token_string(self.input_cache_read)
+        if self.input_cache_write is not None:
+            pricing["input_cache_write"] = _per_token_string(self.input_cache_write)
         if self.request:
             pricing["request"] = format(self.request.normalize(), "f")
         pricing["discount"] = _json_number(self.discount)
@@ -413,9 +432,10 @@ def _parse_pricing(fields: Fields) -> dict[str, Any]:
     }
     for key in ("prompt", "completion"):
         _units_per_token(result[key], pricing, key)
-    if pricing.has("input_cache_read"):
-        result["input_cache_read"] = pricing.decimal("input_cache_read", minimum=zero)
-        _units_per_token(result["input_cache_read"], pricing, "input_cache_read")
+    for key in ("input_cache_read", "input_cache_write"):
+        if pricing.has(key):
+            result[key] = pricing.decimal(key, minimum=zero)
+            _units_per_token(result[key], pricing, key)
     if pricing.has("request"):
         result["request"] = pricing.decimal("request", minimum=zero)
     if pricing.has("discount"):
@@ -468,6 +488,8 @@ def _parse_endpoint(path: Path, data: object, where: str, line: int | None) -> E
         service_tier=f.opt_text("service_tier"),
         tool_choice_support=tool_choice,
         system_fingerprint=f.opt_text("system_fingerprint"),
+        cache_min_tokens=f.integer("cache_min_tokens", 0, minimum=0),
+        cache_ttl_seconds=f.number("cache_ttl_seconds", DEFAULT_CACHE_TTL_SECONDS, minimum=0.001),
         down=f.flag("down", False),
         uptime_last_30m=uptime["uptime_last_30m"],
         uptime_last_5m=uptime["uptime_last_5m"],

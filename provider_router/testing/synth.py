@@ -11,12 +11,11 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CompletionShape", "Lengths", "count_prompt_tokens", "filler", "prefix_fingerprint"]
+__all__ = ["CompletionShape", "Lengths", "count_prompt_tokens", "filler"]
 
 _WORDS = tuple(
     " ".join(
@@ -74,17 +73,6 @@ def count_prompt_tokens(messages: Sequence[Any]) -> int:
         if isinstance(message, Mapping):
             total += 4 + (len(_text_of(message.get("content"))) + 3) // 4
     return total
-
-
-def prefix_fingerprint(messages: Sequence[Any]) -> tuple[int, int]:
-    """(fingerprint, tokens) of everything before the last message: what a cache could hold."""
-    if len(messages) < 2:
-        return 0, 0
-    prefix = messages[:-1]
-    text = "\x1e".join(
-        f"{m.get('role')}\x1f{_text_of(m.get('content'))}" for m in prefix if isinstance(m, Mapping)
-    )
-    return zlib.crc32(text.encode()), count_prompt_tokens(prefix) - 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ import pytest
 from _sim_client import SimClient, StartSim, chat_body
 
 from provider_router.testing import COMPLETION_TOKENS_HEADER, DEFAULT_TEST_KEY
+from provider_router.testing.synth import count_prompt_tokens
 
 M = Decimal(1_000_000)
 FIXED = {COMPLETION_TOKENS_HEADER: "100"}
@@ -71,7 +72,9 @@ async def test_a_repeated_prefix_is_read_from_cache_at_the_cache_price(client: S
     second = exact((await client.post("/chat/completions", body, FIXED)).text)["usage"]
     assert first["prompt_tokens_details"]["cached_tokens"] == 0
     cached = second["prompt_tokens_details"]["cached_tokens"]
-    assert cached == 4 + (len(system) + 3) // 4
+    # The whole prompt was served before: every message is read from cache (not the
+    # reply-priming tokens, which no prefix includes).
+    assert cached == count_prompt_tokens(messages) - count_prompt_tokens([])
     uncached = second["prompt_tokens"] - cached
     assert second["cost"] == (
         uncached * Decimal("0.45") / M + cached * Decimal("0.15") / M + 100 * Decimal("2.20") / M

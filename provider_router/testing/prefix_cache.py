@@ -1,0 +1,124 @@
+"""Prompt prefix caching, per provider endpoint, as implicit caches behave.
+
+A provider that caches keeps the key/value state of prompts it has served and
+reuses the longest cached prefix of a new prompt. The simulator models that at
+message granularity: a prompt is the chain of its messages (after its tool
+definitions), each boundary identified by a hash of everything up to it and
+worth the prompt tokens up to it. Serving a prompt stores every boundary; the
+next prompt on the same endpoint reads the longest stored boundary it shares.
+So ``[sys, q1, a1, q2]`` after ``[sys, q1]`` reads ``[sys, q1]`` from cache; a
+different system prompt (or different tools) shares nothing.
+
+Per endpoint: a prefix shorter than ``min_tokens`` is neither stored nor read
+(providers do not cache tiny prompts); an entry lives ``ttl`` simulated seconds
+after it was last written or read (a hit refreshes it, as real caches do); at
+most ``capacity`` entries are kept, least recently used evicted first, so
+memory is bounded however long the simulator runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from provider_router.testing.synth import count_prompt_tokens
+
+__all__ = ["DEFAULT_CACHE_CAPACITY", "CacheResult", "PrefixCache", "prefix_chain"]
+
+DEFAULT_CACHE_CAPACITY = 50_000
+"""Boundaries kept per endpoint before the least recently used is evicted."""
+_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
+@dataclass(frozen=True, slots=True)
+class CacheResult:
+    """What serving one prompt did to the cache: tokens read, and tokens newly written."""
+
+    cached_tokens: int = 0
+    written_tokens: int = 0
+
+
+def prefix_chain(messages: Sequence[Any], tools: object = None) -> list[tuple[bytes, int]]:
+    """``(hash, tokens)`` at each message boundary, shortest first.
+
+    The hash covers the tool definitions and every message up to the boundary,
+    exactly as sent (any difference ends the shared prefix, as a token would);
+    the tokens are the prompt tokens of those messages (the reply-priming
+    tokens at the end of a prompt are never part of a prefix).
+    """
+    digest = hashlib.blake2b(digest_size=16)
+    if tools is not None:
+        digest.update(_ENCODE(tools).encode())
+    chain: list[tuple[bytes, int]] = []
+    tokens = 0
+    for message in messages:
+        digest.update(b"\x1e" + _ENCODE(message).encode())
+        if isinstance(message, Mapping):
+            tokens += count_prompt_tokens([message]) - count_prompt_tokens([])
+        chain.append((digest.copy().digest(), tokens))
+    return chain
+
+
+class PrefixCache:
+    """The prefix caches of every endpoint of one simulator.
+
+    Args:
+        capacity: boundaries kept per endpoint (least recently used evicted first).
+    """
+
+    __slots__ = ("_capacity", "_entries")
+
+    def __init__(self, capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        self._capacity = capacity
+        # endpoint tag -> boundary hash -> when it expires (simulated seconds)
+        self._entries: dict[str, OrderedDict[bytes, float]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(entries) for entries in self._entries.values())
+
+    def serve(
+        self,
+        tag: str,
+        chain: Sequence[tuple[bytes, int]],
+        now: float,
+        *,
+        min_tokens: int,
+        ttl: float,
+    ) -> CacheResult:
+        """Read the longest live cached prefix of ``chain`` on ``tag``, then store the chain.
+
+        Returns the tokens read (0 on a miss) and the tokens written beyond them.
+        """
+        entries = self._entries.setdefault(tag, OrderedDict())
+        cached = 0
+        for key, tokens in reversed(chain):
+            if tokens < min_tokens:
+                break
+            expires = entries.get(key)
+            if expires is None:
+                continue
+            if expires <= now:
+                del entries[key]
+                continue
+            cached = tokens
+            break
+        written = 0
+        for key, tokens in chain:
+            if tokens < min_tokens:
+                continue
+            entries[key] = now + ttl
+            entries.move_to_end(key)
+            written = max(written, tokens - cached)
+        while len(entries) > self._capacity:
+            entries.popitem(last=False)
+        return CacheResult(cached, written)
+
+    def clear(self) -> None:
+        """Forget every cached prefix."""
+        self._entries.clear()
