@@ -43,6 +43,7 @@ from provider_router._exceptions import (
     ConfigurationError,
     CreditsExhausted,
     InvalidResponseError,
+    LedgerUnavailableError,
     NotFoundError,
     PaymentRequiredError,
 )
@@ -212,8 +213,8 @@ class Billing:
             try:
                 await call()
                 return
-            except ConfigurationError:
-                raise  # not open, closed ledger: retrying cannot help
+            except (ConfigurationError, LedgerUnavailableError):
+                raise  # not open, closed ledger, or a store the ledger itself waited out
             except Exception as exc:
                 if delay is None:
                     raise

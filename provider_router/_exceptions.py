@@ -25,7 +25,8 @@ catch "my mistake" apart from "the world's":
     ├── BudgetError                          the money side said no
     │   ├── BudgetExhausted                  the ledger cannot cover a reservation
     │   ├── CreditsExhausted                 OpenRouter's balance or key limit ran out
-    │   └── LedgerWriteError                 a paid answer the ledger could not record
+    │   ├── LedgerWriteError                 a paid answer the ledger could not record
+    │   └── LedgerUnavailableError           the ledger's store was gone past its outage window
     ├── PolicyViolationError                 an unallowed provider served a request
     └── AllAttemptsFailed (ExceptionGroup)   every attempt failed; holds each attempt's error
 
@@ -55,6 +56,7 @@ __all__ = [
     "CreditsExhausted",
     "DataFileError",
     "InvalidResponseError",
+    "LedgerUnavailableError",
     "LedgerWriteError",
     "MissingDependencyError",
     "NotFoundError",
@@ -344,6 +346,16 @@ class LedgerWriteError(BudgetError):
     def __init__(self, message: str, *, result: Any) -> None:
         self.result = result
         super().__init__(message)
+
+
+class LedgerUnavailableError(BudgetError):
+    """The ledger's store (Redis) stayed unreachable for longer than its outage window.
+
+    Shorter outages are waited out: every ledger call is retried with backoff,
+    so admission pauses and resumes with nothing lost. Past the window a run
+    stops; nothing is lost either (open reservations stay in the store, and are
+    settled or recovered when it is back): run the same command again.
+    """
 
 
 # --- policy -----------------------------------------------------------------------

@@ -44,6 +44,7 @@ from provider_router._exceptions import (
     BudgetExhausted,
     ConfigurationError,
     CreditsExhausted,
+    LedgerUnavailableError,
     LedgerWriteError,
     ProviderRouterError,
 )
@@ -81,7 +82,7 @@ log = get_logger(__name__)
 
 LEDGER_FILE = "ledger.sqlite"
 SUMMARY_FILE = "summary.json"
-_FATAL = (AuthenticationError, ConfigurationError)
+_FATAL = (AuthenticationError, ConfigurationError, LedgerUnavailableError)
 """Failures every other request would hit too: stop the run instead of counting them."""
 
 
@@ -355,7 +356,10 @@ class BatchRunner:
                     self._check_targets()
                 finally:
                     await timeline.stop()
-            self.ledger_state = await ledger.snapshot()
+            try:
+                self.ledger_state = await ledger.snapshot()
+            except LedgerUnavailableError as exc:  # the run stops on it; say so once
+                self.stop(StopReason.ERROR, f"stopped: {exc}")
             summary = self._summary()
             self._write_report()
             return summary

@@ -51,6 +51,7 @@ from provider_router.cli._logging import report_events
 from provider_router.cli._options import budget_usd, positive_count
 from provider_router.cli._render import make_console
 from provider_router.ledger import RedisLedger
+from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ledger.redis import DEFAULT_LEASE
 from provider_router.metrics import Metrics
 
@@ -165,6 +166,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="S",
         help="a dead worker's reservations are recovered after S seconds (default %(default)s)",
     )
+    shared.add_argument(
+        "--outage-window",
+        type=_seconds,
+        default=DEFAULT_OUTAGE_WINDOW,
+        metavar="S",
+        help="an unreachable Redis ledger is waited out for S seconds, then the run stops "
+        "(default %(default)s)",
+    )
     parser.set_defaults(handler=_handle)
 
 
@@ -209,7 +218,12 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
 
 
 async def open_shared_ledger(
-    url: str, name: str, budget: Decimal, *, lease: float = DEFAULT_LEASE
+    url: str,
+    name: str,
+    budget: Decimal,
+    *,
+    lease: float = DEFAULT_LEASE,
+    outage_window: float = DEFAULT_OUTAGE_WINDOW,
 ) -> RedisLedger:
     """The Redis ledger ``name``: created with ``budget`` as its limit if it is new.
 
@@ -217,7 +231,7 @@ async def open_shared_ledger(
     to the plan's budget (as a resume with another ``--budget`` does), so every
     worker of a fleet should be given the same budget.
     """
-    ledger = RedisLedger(url, name, lease=lease)
+    ledger = RedisLedger(url, name, lease=lease, outage_window=outage_window)
     try:
         if await ledger.exists():
             return ledger
@@ -227,7 +241,7 @@ async def open_shared_ledger(
     # A new ledger: the first worker sets its limit (workers starting together
     # with the same budget all may; a different budget is refused by Redis).
     await ledger.close()
-    return RedisLedger(url, name, budget, lease=lease)
+    return RedisLedger(url, name, budget, lease=lease, outage_window=outage_window)
 
 
 async def run_batch(
@@ -306,7 +320,9 @@ def _handle(args: argparse.Namespace) -> int:
         if plan.ledger is not None:
             name = plan.shared_ledger_name
             assert name is not None  # the plan checks it
-            ledger = await open_shared_ledger(plan.ledger, name, budget, lease=args.lease)
+            ledger = await open_shared_ledger(
+                plan.ledger, name, budget, lease=args.lease, outage_window=args.outage_window
+            )
         try:
             if plan.workers_share is not None:
                 assert plan.ledger is not None

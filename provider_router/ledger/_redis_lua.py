@@ -8,6 +8,8 @@ in one cluster slot):
 - ``P recovered``  hash: id → units charged at worst case by recovery, or ``-1``
                    when recovery reconciled it at its real cost
 - ``P r:<id>``     hash per open reservation: u (units), k (key), o (owner), g (generation id)
+- ``P b:<batch>``  the answer to a batch already applied (JSON), kept a little longer
+                   than the outage window, so a retried batch is never applied twice
 
 Lua numbers are doubles, exact only up to 2^53 units ($9,007.19). So money never
 goes through a single Lua number: every amount travels and is stored as a decimal
@@ -23,7 +25,10 @@ from __future__ import annotations
 from typing import Final
 
 FIELDS_PER_OP: Final = 7
-"""Each op is ``kind, id, units, key, cost, estimate ('' = none), generation_id``."""
+"""Each op is ``kind, id, units, key, cost, estimate ('' = none), generation_id``.
+
+They follow six batch arguments: key prefix, clock, lease, owner, batch id, and
+how many seconds to remember the batch's answer."""
 
 # ARGV: limit ('' = do not create), a fresh identity. Returns {limit, identity, created}.
 INIT: Final = """
@@ -48,6 +53,10 @@ return {ARGV[1], ARGV[2], 1}
 BATCH: Final = """
 local T, L, REC = KEYS[1], KEYS[2], KEYS[3]
 local P, now, lease, owner = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+-- A batch is applied at most once: a retry (its reply was lost) gets the same answer.
+local DONE = P .. 'b:' .. ARGV[5]
+local seen = redis.call('GET', DONE)
+if seen then return cjson.decode(seen) end
 local names = {'limit', 'spent', 'reserved', 'n_open', 'n_settled', 'n_released',
   'n_recovered', 'estimated', 'drift', 'overrun'}
 local money = {limit = true, spent = true, reserved = true, estimated = true, drift = true,
@@ -116,7 +125,7 @@ end
 
 local outcomes, payloads = {}, {}
 local n = 0
-for i = 5, #ARGV, 7 do
+for i = 7, #ARGV, 7 do
   n = n + 1
   local kind, id, key = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 3]
   local units, est, gen = num(ARGV[i + 2]), ARGV[i + 5], ARGV[i + 6]
@@ -192,5 +201,7 @@ for j = 1, #names do
   kv[#kv + 1] = totals[j]
 end
 redis.call('HSET', T, unpack(kv))
-return {totals, outcomes, payloads}
+local result = {totals, outcomes, payloads}
+redis.call('SET', DONE, cjson.encode(result), 'EX', ARGV[6])
+return result
 """

@@ -17,17 +17,22 @@ Needs the ``redis`` extra: ``pip install 'provider-router[redis]'``.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import math
 import time
 import uuid
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
 
 from provider_router._exceptions import ConfigurationError, MissingDependencyError
 from provider_router._money import from_units
-from provider_router._types import Clock
+from provider_router._types import Clock, Sleep
 from provider_router.ledger import _batch as b
 from provider_router.ledger._base import LedgerState, Reservation, amount_units
 from provider_router.ledger._durable import DurableLedger
+from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW, OutageWindow
 from provider_router.ledger._redis_lua import BATCH, INIT
 from provider_router.ledger._totals import Totals
 
@@ -39,6 +44,24 @@ __all__ = ["RedisLedger"]
 DEFAULT_PREFIX: Final = "provider-router:ledger"
 DEFAULT_LEASE: Final = 60.0
 DEFAULT_POLL_INTERVAL: Final = 0.05
+SOCKET_TIMEOUT: Final = 10.0
+"""Seconds before a silent Redis counts as unreachable (a script call takes milliseconds)."""
+
+
+def _import_redis_retry() -> tuple[Any, Any, Any]:
+    import redis.asyncio.retry
+    import redis.backoff
+    import redis.exceptions
+
+    return redis.exceptions, redis.asyncio.retry, redis.backoff
+
+
+def _where(url: str) -> str:
+    """Redis's address for messages, without the credentials a URL may carry."""
+    parts = urlsplit(url)
+    if parts.hostname is None:
+        return f"Redis at {parts.path or 'its socket'}"
+    return f"Redis at {parts.hostname}:{parts.port or 6379}"
 
 
 def _import_redis() -> Any:
@@ -60,7 +83,12 @@ class RedisLedger(DurableLedger):
         lease: seconds an open reservation stays owned without renewal.
         poll_interval: seconds between retries of waiting reservations.
         prefix: the key prefix (keys are ``<prefix>:{<name>}:...``).
+        outage_window: seconds an unreachable Redis is waited out: every call is
+            retried with backoff (0.05 s doubling to 2 s), so admission pauses and
+            resumes with nothing lost. Past it, calls raise
+            :class:`~provider_router.LedgerUnavailableError`.
         clock: wall-clock seconds for leases; injected in tests.
+        sleep, monotonic: the retry's sleep and clock; injected in tests.
 
     Attributes:
         identity: a random id fixed when the ledger was created (known after the
@@ -82,7 +110,10 @@ class RedisLedger(DurableLedger):
         lease: float = DEFAULT_LEASE,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         prefix: str = DEFAULT_PREFIX,
+        outage_window: float = DEFAULT_OUTAGE_WINDOW,
         clock: Clock = time.time,
+        sleep: Sleep = asyncio.sleep,
+        monotonic: Clock = time.monotonic,
     ) -> None:
         aioredis = _import_redis()
         super().__init__(lease=lease, poll_interval=poll_interval, clock=clock)
@@ -95,7 +126,29 @@ class RedisLedger(DurableLedger):
         base = f"{prefix}:{{{name}}}:"
         self._keys = [base + "totals", base + "leases", base + "recovered"]
         self._res_prefix = base
-        self._client: Redis = aioredis.Redis.from_url(url)
+        if not outage_window > 0:
+            raise ConfigurationError(
+                f"outage_window must be positive seconds, got {outage_window!r}"
+            )
+        exceptions, retry, backoff = _import_redis_retry()
+        # Ours is the only retry (redis-py's own would resend a script whose reply was
+        # lost, and sleep where tests cannot see it); the script makes resending safe.
+        self._client: Redis = aioredis.Redis.from_url(
+            url,
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=SOCKET_TIMEOUT,
+            retry=retry.Retry(backoff.NoBackoff(), 0),
+        )
+        self._outage = OutageWindow(
+            _where(url),
+            outage_window,
+            (exceptions.ConnectionError, exceptions.TimeoutError, OSError),
+            sleep=sleep,
+            clock=monotonic,
+        )
+        self._batches = itertools.count(1)
+        # A retried batch must find its answer: remember it a minute past the window.
+        self._remember = math.ceil(outage_window) + 60
         self._batch_script = self._client.register_script(BATCH)
         self._ready = False
         self._url = url
@@ -127,9 +180,17 @@ class RedisLedger(DurableLedger):
 
     async def _execute(self, batch: list[b.Op]) -> tuple[int, int, int]:
         if not self._ready:
-            await self._init()
+            await self._outage.call(self._init)
         now = self._clock()
-        args: list[Any] = [self._res_prefix, repr(now), repr(self.lease), self.owner]
+        batch_id = f"{self.owner}:{next(self._batches)}"
+        args: list[Any] = [
+            self._res_prefix,
+            repr(now),
+            repr(self.lease),
+            self.owner,
+            batch_id,
+            self._remember,
+        ]
         groups: list[b.Op] = []
         for op in batch:
             if op.kind == b.RENEW:
@@ -141,7 +202,9 @@ class RedisLedger(DurableLedger):
             est = "" if op.estimate is None else op.estimate
             args += (op.kind, op.id, op.units, op.key, cost, est, op.generation_id or "")
             groups.append(op)
-        totals, outcomes, payloads = await self._batch_script(keys=self._keys, args=args)
+        totals, outcomes, payloads = await self._outage.call(
+            lambda: self._batch_script(keys=self._keys, args=args)
+        )
         for op, outcome, payload in zip(groups, outcomes, payloads, strict=True):
             op.outcome = int(outcome)
             if op.kind == b.SNAPSHOT:

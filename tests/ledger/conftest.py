@@ -39,10 +39,11 @@ def _free_port() -> int:
         return port
 
 
-def _start_redis(binary: str) -> RedisServer:
-    port = _free_port()
+def _start_redis(binary: str, port: int | None = None, *extra: str) -> RedisServer:
+    port = port or _free_port()
+    options = extra or ("--appendonly", "no")
     proc = subprocess.Popen(  # noqa: S603 - our own fixed argument list
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -74,6 +75,51 @@ def redis_server() -> Iterator[RedisServer]:
     finally:
         server.process.terminate()
         server.process.wait(timeout=10)
+
+
+class RestartableRedis:
+    """A private redis-server that a test stops and starts again, keeping its data (AOF)."""
+
+    def __init__(self, binary: str, directory: Path) -> None:
+        self.binary = binary
+        self.directory = directory
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.server: RedisServer | None = None
+
+    def start(self) -> None:
+        assert self.server is None
+        self.server = _start_redis(
+            self.binary,
+            self.port,
+            *("--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.directory)),
+        )
+
+    def stop(self) -> None:
+        """Shut down (SIGTERM: Redis syncs its AOF); connections are refused until start()."""
+        assert self.server is not None
+        self.server.process.terminate()
+        self.server.process.wait(timeout=30)
+        self.server = None
+
+
+@pytest.fixture
+def restartable_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        reason = "redis-server not found on PATH (apt-get install redis-server)"
+        if os.environ.get(REQUIRE_REDIS_ENV):
+            pytest.fail(f"{reason}, and {REQUIRE_REDIS_ENV} is set: Redis tests must run")
+        pytest.skip(f"Redis outage tests skipped: {reason}")
+    directory = tmp_path / "redis-data"
+    directory.mkdir()
+    redis = RestartableRedis(binary, directory)
+    redis.start()
+    try:
+        yield redis
+    finally:
+        if redis.server is not None:
+            redis.stop()
 
 
 @dataclass
