@@ -75,7 +75,12 @@ if _typing.TYPE_CHECKING:
         flat_pricing,
         project,
     )
-    from provider_router.quantization import NativePrecisionRegistry, precision_rank
+    from provider_router.quantization import (
+        NativePrecisionRegistry,
+        QuantizationScheme,
+        precision_rank,
+        read_scheme,
+    )
     from provider_router.ranking import RankedEndpoint, Workload, rank, workload_cost
     from provider_router.records import (
         Architecture,
@@ -169,6 +174,7 @@ _LAZY: dict[str, str] = {
     "ProviderPolicy": "provider_router.policy",
     "ProviderStats": "provider_router.health",
     "Quantization": "provider_router.records",
+    "QuantizationScheme": "provider_router.quantization",
     "RankedEndpoint": "provider_router.ranking",
     "RecoveryReport": "provider_router.ledger",
     "RedisLedger": "provider_router.ledger",
@@ -208,6 +214,7 @@ _LAZY: dict[str, str] = {
     "project": "provider_router.projection",
     "rank": "provider_router.ranking",
     "read_outputs": "provider_router.batch.output",
+    "read_scheme": "provider_router.quantization",
     "run_pilot": "provider_router.workload_stats",
     "sample_prompts": "provider_router.workload_stats",
     "workload_cost": "provider_router.ranking",
@@ -292,6 +299,7 @@ __all__ = [
     "ProviderStats",
     "ProviderUnavailableError",
     "Quantization",
+    "QuantizationScheme",
     "RankedEndpoint",
     "RateLimitError",
     "RecoveryReport",
@@ -335,6 +343,7 @@ __all__ = [
     "project",
     "rank",
     "read_outputs",
+    "read_scheme",
     "run_pilot",
     "sample_prompts",
     "workload_cost",

@@ -1,9 +1,10 @@
 """The open enums of OpenRouter's metadata: quantization and endpoint status.
 
 Open means an unseen wire value is kept, not refused: a quantization string the
-spec does not list maps to ``Quantization.UNKNOWN`` (the record keeps the raw
-string) and an unseen status code stays a plain int, classified by the same
-rule as the known ones. Re-exported by :mod:`provider_router.records`.
+spec does not list maps to ``Quantization.UNRECOGNIZED`` (the record keeps the raw
+string; the policy reads its bit width where it can, see
+:mod:`provider_router.quantization`) and an unseen status code stays a plain int,
+classified by the same rule as the known ones. Re-exported by :mod:`provider_router.records`.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ __all__ = ["EndpointHealth", "EndpointStatus", "Quantization"]
 
 
 class Quantization(StrEnum):
-    """Weight precision an endpoint declares: the spec's enum plus ``unknown``.
+    """Weight precision an endpoint declares: the spec's enum, and ``unrecognized``.
 
-    The wire field may also be ``null`` (``None`` on :class:`Endpoint`). A string
-    the spec does not list becomes ``UNKNOWN`` and the raw string is kept in
-    :attr:`Endpoint.quantization_raw`.
+    The wire field may also be ``null`` (``None`` on :class:`Endpoint`); ``unknown``
+    is the provider saying it does not declare one. A string the spec does not list
+    (``q4_k_m``, ``w4a16``, ``int3``) becomes ``UNRECOGNIZED``, never silently
+    ``UNKNOWN``: the raw string is kept in :attr:`Endpoint.quantization_raw`, and
+    the policy judges it by the bit width it can read from it, or rejects it.
     """
 
     INT4 = "int4"
@@ -33,10 +36,12 @@ class Quantization(StrEnum):
     BF16 = "bf16"
     FP32 = "fp32"
     UNKNOWN = "unknown"
+    UNRECOGNIZED = "unrecognized"
+    """Not a wire value: what a string the spec does not list parses to."""
 
     @classmethod
     def parse(cls, value: object) -> Quantization | None:
-        """Map a wire value to a member; ``None`` stays ``None``, unseen → ``UNKNOWN``."""
+        """Map a wire value to a member; ``None`` stays ``None``, unseen → ``UNRECOGNIZED``."""
         if value is None:
             return None
         if isinstance(value, cls):
@@ -44,7 +49,7 @@ class Quantization(StrEnum):
         try:
             return cls(str(value).strip().lower())
         except ValueError:
-            return cls.UNKNOWN
+            return cls.UNRECOGNIZED
 
 
 class EndpointHealth(StrEnum):

@@ -23,13 +23,24 @@ from provider_router.quantization import (
     NativePrecisionRegistry,
     parse_quantization,
     precision_rank,
+    read_scheme,
+    scheme_tier,
 )
 from provider_router.records import Endpoint, EndpointHealth, ModelEndpoints, Quantization
 
-__all__ = ["Decision", "DecisionCode", "Decisions", "ProviderPolicy", "UnknownQuantization"]
+__all__ = [
+    "Decision",
+    "DecisionCode",
+    "Decisions",
+    "ProviderPolicy",
+    "UnknownQuantization",
+    "UnrecognizedQuantization",
+]
 
 UnknownQuantization = Literal["assume_native", "reject", "accept"]
 _UNKNOWN_CHOICES: tuple[str, ...] = ("assume_native", "reject", "accept")
+UnrecognizedQuantization = Literal["reject", "accept"]
+_UNRECOGNIZED_CHOICES: tuple[str, ...] = ("reject", "accept")
 DEFAULT_ALLOWED_HEALTH: frozenset[EndpointHealth] = frozenset(
     {EndpointHealth.OK, EndpointHealth.DEGRADED, EndpointHealth.UNKNOWN}
 )
@@ -45,6 +56,7 @@ class DecisionCode(StrEnum):
     PROVIDER_NOT_ALLOWED = "provider_not_allowed"
     QUANTIZATION_BELOW_MINIMUM = "quantization_below_minimum"
     QUANTIZATION_UNKNOWN = "quantization_unknown"
+    QUANTIZATION_UNRECOGNIZED = "quantization_unrecognized"
     STATUS_NOT_ALLOWED = "status_not_allowed"
     UPTIME_BELOW_MINIMUM = "uptime_below_minimum"
     MISSING_PARAMETERS = "missing_parameters"
@@ -117,12 +129,9 @@ def _names(values: Iterable[str] | str | None, what: str) -> frozenset[str]:
 
 
 def _describe_undeclared(endpoint: Endpoint) -> str:
-    raw = endpoint.quantization_raw
-    if raw is None:
+    if endpoint.quantization_raw is None:
         return "not declared"
-    if raw.strip().lower() == Quantization.UNKNOWN.value:
-        return "declared 'unknown'"
-    return f"{raw!r} (not a value we know)"
+    return "declared 'unknown'"
 
 
 def _rank(quantization: Quantization) -> int:
@@ -151,10 +160,14 @@ class ProviderPolicy:
     Args:
         exclude_below: reject endpoints whose precision ranks below this
             (``"int4"`` rejects fp4/mxfp4/nvfp4); ``None`` for no floor.
-        unknown: how an undeclared (``unknown``/``null``/unrecognised)
-            quantization is judged: ``"assume_native"`` (default) takes the
-            model's native precision from ``native_precision`` and compares that;
-            ``"reject"`` rejects the endpoint; ``"accept"`` lets it pass.
+        unknown: how an undeclared (``unknown``/``null``) quantization is
+            judged: ``"assume_native"`` (default) takes the model's native
+            precision from ``native_precision`` and compares that; ``"reject"``
+            rejects the endpoint; ``"accept"`` lets it pass.
+        unrecognized: a string OpenRouter does not list is judged by the bit
+            width and kind read from it (``q4_k_m``: 4-bit integer); one that
+            names none is *unrecognized*: ``"reject"`` (default) rejects it under
+            any floor, ``"accept"`` lets it pass. Never assumed native.
         native_precision: the registry of native precisions.
         exclude_providers: reject these providers; each name matches a display
             name (``"Moonshot AI"``), a provider slug (``"deepinfra"``) or a full
@@ -177,6 +190,7 @@ class ProviderPolicy:
 
     exclude_below: Quantization | None
     unknown: UnknownQuantization
+    unrecognized: UnrecognizedQuantization
     native_precision: NativePrecisionRegistry
     exclude_providers: frozenset[str]
     only: frozenset[str] | None
@@ -192,6 +206,7 @@ class ProviderPolicy:
         exclude_below: Quantization | str | None = None,
         *,
         unknown: UnknownQuantization = "assume_native",
+        unrecognized: UnrecognizedQuantization = "reject",
         native_precision: NativePrecisionRegistry = DEFAULT_NATIVE_PRECISION,
         exclude_providers: Iterable[str] = (),
         only: Iterable[str] | None = None,
@@ -215,6 +230,12 @@ class ProviderPolicy:
                 f"unknown must be one of {', '.join(_UNKNOWN_CHOICES)}; got {unknown!r}"
             )
         set_(self, "unknown", unknown)
+        if unrecognized not in _UNRECOGNIZED_CHOICES:
+            raise ConfigurationError(
+                f"unrecognized must be one of {', '.join(_UNRECOGNIZED_CHOICES)}; "
+                f"got {unrecognized!r}"
+            )
+        set_(self, "unrecognized", unrecognized)
         if not isinstance(native_precision, NativePrecisionRegistry):
             raise ConfigurationError("native_precision must be a NativePrecisionRegistry")
         set_(self, "native_precision", native_precision)
@@ -329,6 +350,9 @@ class ProviderPolicy:
     ) -> Quantization | None:
         declared = endpoint.quantization
         effective: Quantization
+        if declared is Quantization.UNRECOGNIZED:
+            self._check_unrecognized(endpoint, failures, notes)
+            return None
         if declared is not None and declared is not Quantization.UNKNOWN:
             effective, described = declared, declared.value
         else:
@@ -375,6 +399,46 @@ class ProviderPolicy:
         else:
             notes.append(f"quantization {described}{separator}meets the {floor.value} floor")
         return effective
+
+    def _check_unrecognized(
+        self,
+        endpoint: Endpoint,
+        failures: list[tuple[DecisionCode, str]],
+        notes: list[str],
+    ) -> None:
+        """A string OpenRouter does not list: judged by what it says, never by luck."""
+        raw = endpoint.quantization_raw or ""
+        floor = self.exclude_below
+        scheme = read_scheme(raw)
+        if scheme is None:
+            said = (
+                f"quantization {raw!r} is unrecognized (not OpenRouter's list, "
+                "and it names no bit width)"
+            )
+            if floor is None:
+                notes.append(f"{said}; no floor to judge it by")
+            elif self.unrecognized == "accept":
+                notes.append(f"{said}; accepted (unrecognized='accept')")
+            else:
+                failures.append(
+                    (
+                        DecisionCode.QUANTIZATION_UNRECOGNIZED,
+                        f"{said}; rejected under the {floor.value} floor",
+                    )
+                )
+            return
+        described = f"quantization {raw!r} read as {scheme.describe()}"
+        if floor is None:
+            notes.append(described)
+        elif scheme_tier(scheme) < _rank(floor):
+            failures.append(
+                (
+                    DecisionCode.QUANTIZATION_BELOW_MINIMUM,
+                    f"{described}; is below the {floor.value} floor",
+                )
+            )
+        else:
+            notes.append(f"{described}; meets the {floor.value} floor")
 
     def _check_health(
         self, endpoint: Endpoint, failures: list[tuple[DecisionCode, str]], notes: list[str]

@@ -14,6 +14,11 @@ our evidence about any one provider's recipe, so members of a tier compare
 equal: ``exclude_below="fp8"`` keeps int8, and OpenRouter's own filter treats
 ``fp4`` as including mxfp4 and nvfp4 the same way. ``unknown`` has no rank;
 the policy resolves it (see :mod:`provider_router.policy` and docs/policy.md).
+
+A string OpenRouter does not list (``Quantization.UNRECOGNIZED``) is read for its
+bit width and kind (:func:`read_scheme`: ``q4_k_m`` is a 4-bit integer,
+``mxfp6`` a 6-bit float) and placed on the same order by :func:`scheme_tier`;
+one that names no width stays unrecognized, and the policy rejects it under a floor.
 """
 
 from __future__ import annotations
@@ -22,13 +27,17 @@ from collections.abc import Iterator, Mapping
 from typing import Final
 
 from provider_router._exceptions import ConfigurationError
+from provider_router._quant_scheme import QuantizationScheme, read_scheme, scheme_tier
 from provider_router.records import Quantization
 
 __all__ = [
     "DEFAULT_NATIVE_PRECISION",
     "NativePrecisionRegistry",
+    "QuantizationScheme",
     "parse_quantization",
     "precision_rank",
+    "read_scheme",
+    "scheme_tier",
 ]
 
 _RANK: Final[Mapping[Quantization, int]] = {
@@ -47,7 +56,8 @@ _RANK: Final[Mapping[Quantization, int]] = {
 
 
 def precision_rank(quantization: Quantization | None) -> int | None:
-    """The tier of a quantization (higher is more precise); ``None`` for unknown/null."""
+    """The tier of a quantization (higher is more precise); ``None`` for
+    unknown/unrecognized/null (an unrecognized string: see :func:`read_scheme`)."""
     if quantization is None:
         return None
     return _RANK.get(quantization)

@@ -101,7 +101,7 @@ def test_undeclared_quantization_assumes_the_native_precision_and_says_so(
 # --- unknown quantization choices --------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw", [None, "unknown", "fp3.5"])
+@pytest.mark.parametrize("raw", [None, "unknown"])
 def test_unknown_reject_rejects_every_undeclared_form(raw: str | None) -> None:
     allowed, code, reason = decide(
         ProviderPolicy("int4", unknown="reject"), endpoint(quantization=raw)
@@ -111,9 +111,12 @@ def test_unknown_reject_rejects_every_undeclared_form(raw: str | None) -> None:
     assert "unknown='reject'" in reason
 
 
-def test_an_unrecognised_value_is_named_in_the_reason() -> None:
-    _, _, reason = decide(ProviderPolicy("int4"), endpoint(quantization="fp3.5"))
-    assert reason.startswith("quantization 'fp3.5' (not a value we know): assumed int4")
+def test_an_unrecognised_value_is_read_never_assumed_native() -> None:
+    allowed, code, reason = decide(ProviderPolicy("int4"), endpoint(quantization="fp3.5"))
+    assert not allowed
+    assert code == DecisionCode.QUANTIZATION_BELOW_MINIMUM
+    assert reason.startswith("quantization 'fp3.5' read as 3.5-bit float; is below the int4")
+    assert "assumed" not in reason
 
 
 def test_unknown_accept_lets_undeclared_pass_even_below_a_high_floor() -> None:

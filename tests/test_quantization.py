@@ -45,11 +45,11 @@ def test_members_of_a_bit_width_tier_compare_equal(tier: tuple[Quantization, ...
 
 def test_every_known_value_is_ranked_and_unknown_is_not() -> None:
     for q in Quantization:
-        assert (precision_rank(q) is None) == (q is Q.UNKNOWN)
+        assert (precision_rank(q) is None) == (q in (Q.UNKNOWN, Q.UNRECOGNIZED))
     assert precision_rank(None) is None
 
 
-@pytest.mark.parametrize("value", ["unknown", "fp3", "", "int 4"])
+@pytest.mark.parametrize("value", ["unknown", "unrecognized", "fp3", "", "int 4", "q4_k_m"])
 def test_user_input_must_name_a_ranked_precision(value: str) -> None:
     with pytest.raises(
         ConfigurationError, match=r"exclude_below must be one of fp4, mxfp4, nvfp4, int4, .*got"

@@ -23,6 +23,7 @@ from provider_router import (
     rank,
     workload_cost,
 )
+from provider_router.quantization import read_scheme, scheme_tier
 from provider_router.ranking import UPTIME_WEIGHTS, blended_uptime
 from provider_router.records import parse_endpoints_response
 
@@ -156,7 +157,9 @@ def test_bad_assumed_uptime_is_a_configuration_error() -> None:
 # --- properties --------------------------------------------------------------------------
 
 _PRICES = st.decimals(min_value=0, max_value=Decimal("0.00002"), places=10).map(str)
-_QUANT = st.sampled_from([*(q.value for q in Quantization), None, "fp3", "INT4"])
+_QUANT = st.sampled_from(
+    [*(q.value for q in Quantization), None, "fp3", "INT4", "q4_k_m", "w4a16", "int3", "xq-7"]
+)
 
 
 @st.composite
@@ -184,7 +187,7 @@ def endpoints(draw: st.DrawFn) -> list[Endpoint]:
 _POLICIES = st.builds(
     ProviderPolicy,
     exclude_below=st.none()
-    | st.sampled_from([q for q in Quantization if q is not Quantization.UNKNOWN]),
+    | st.sampled_from([q for q in Quantization if precision_rank(q) is not None]),
     unknown=st.sampled_from(["assume_native", "reject", "accept"]),
     min_uptime=st.none() | st.floats(min_value=0, max_value=100),
 )
@@ -216,7 +219,12 @@ def test_policy_and_ranking_are_deterministic_and_respect_the_floor(
         if not decision.allowed or floor is None:
             continue
         declared = decision.endpoint.quantization
-        if declared is not None and declared is not Quantization.UNKNOWN:
+        if declared is Quantization.UNRECOGNIZED:
+            # A string OpenRouter does not list passes only on the bits it names.
+            scheme = read_scheme(decision.endpoint.quantization_raw)
+            assert scheme is not None
+            assert scheme_tier(scheme) >= precision_rank(floor)  # type: ignore[operator]
+        elif declared is not None and declared is not Quantization.UNKNOWN:
             # No endpoint that declares a precision below the floor is ever allowed...
             assert precision_rank(declared) >= precision_rank(floor)  # type: ignore[operator]
         elif policy.unknown != "accept":

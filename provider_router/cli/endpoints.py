@@ -3,7 +3,8 @@
 ::
 
     provider-router endpoints moonshotai/kimi-k2.5 [--exclude-below int4]
-        [--unknown assume_native|reject|accept] [--exclude-provider NAME ...]
+        [--unknown assume_native|reject|accept] [--unrecognized reject|accept]
+        [--exclude-provider NAME ...]
         [--only NAME ...] [--min-uptime PCT] [--allow-down]
         [--prompt-tokens N --completion-tokens N] [--json]
         [--base-url URL | --snapshot FILE] [--save-snapshot FILE]
@@ -78,7 +79,9 @@ def _percent(text: str) -> float:
 
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``ProviderPolicy`` flags, shared by every command that filters endpoints."""
-    ranked = [q.value for q in Quantization if q is not Quantization.UNKNOWN]
+    ranked = [
+        q.value for q in Quantization if q not in (Quantization.UNKNOWN, Quantization.UNRECOGNIZED)
+    ]
     parser.add_argument(
         "--exclude-below",
         choices=ranked,
@@ -90,6 +93,12 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["assume_native", "reject", "accept"],
         default="assume_native",
         help="how to judge undeclared quantization (default: assume the model's native precision)",
+    )
+    parser.add_argument(
+        "--unrecognized",
+        choices=["reject", "accept"],
+        default="reject",
+        help="a quantization string that names no bit width, under a floor (default: reject)",
     )
     parser.add_argument(
         "--exclude-provider",
@@ -117,6 +126,7 @@ def policy_from_args(args: argparse.Namespace) -> ProviderPolicy:
     return ProviderPolicy(
         args.exclude_below,
         unknown=args.unknown,
+        unrecognized=args.unrecognized,
         exclude_providers=args.exclude_provider,
         only=args.only,
         min_uptime=args.min_uptime,
@@ -281,6 +291,7 @@ def report_json(report: EndpointReport) -> dict[str, Any]:
         "policy": {
             "exclude_below": policy.exclude_below,
             "unknown": policy.unknown,
+            "unrecognized": policy.unrecognized,
             "exclude_providers": policy.exclude_providers,
             "only": policy.only,
             "min_uptime": policy.min_uptime,
