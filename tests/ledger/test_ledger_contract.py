@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from decimal import Decimal
 
 import pytest
 
-from provider_router import BudgetExhausted, ConfigurationError, Ledger, Reservation
+from provider_router import (
+    BudgetExhausted,
+    ChatResult,
+    ConfigurationError,
+    Ledger,
+    ProviderPolicy,
+    Reservation,
+    Router,
+)
+from provider_router._money import from_units
+from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 from tests.ledger.conftest import PERSISTENT, Backend
 
 D = Decimal
@@ -396,3 +407,59 @@ async def test_every_waiter_is_refused_by_the_settle_that_makes_the_budget_final
     events.append("later")
     assert events == ["settle a", "settle b", *(f"refused w{i}" for i in range(5)), "later"]
     assert all(task.done() for task in waiters)
+
+
+# --- against the local OpenRouter: the ledger holds every real charge ------------------------
+
+
+async def test_spent_covers_every_charge_the_simulator_made_and_never_passes_the_limit(
+    backend: Backend, openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]]
+) -> None:
+    # Requests through the Router (several routers sharing one store, where the backend
+    # can be shared) on a budget that runs out; the simulator's charge record is the truth.
+    sim = await openrouter_sim_factory(seed=21)
+    limit = D("0.02")
+    ledgers = [backend.make(limit)]
+    if backend.persistent:
+        ledgers.append(backend.make(None))  # a second view of the same store
+    routers = [
+        Router(
+            "moonshotai/kimi-k2.5",
+            policy=ProviderPolicy(exclude_below="int4"),
+            ledger=ledger,
+            base_url=sim.url,
+            api_key=DEFAULT_TEST_KEY,
+            budget_wait=True,
+        )
+        for ledger in ledgers
+    ]
+    for router in routers:
+        await router.open()
+    try:
+        outcomes = await asyncio.gather(
+            *(
+                routers[i % len(routers)].chat(
+                    [{"role": "user", "content": f"question {i}"}], max_tokens=400, key=f"q{i}"
+                )
+                for i in range(60)
+            ),
+            return_exceptions=True,
+        )
+    finally:
+        for router in routers:
+            await router.close()
+    answered = [o for o in outcomes if isinstance(o, ChatResult)]
+    refused = [o for o in outcomes if isinstance(o, BudgetExhausted)]
+    assert len(answered) + len(refused) == len(outcomes), [
+        o for o in outcomes if not isinstance(o, ChatResult | BudgetExhausted)
+    ]
+    assert answered
+    assert refused  # the budget really ran out
+    charged = sim.simulator.usage
+    record = sum((from_units(g.cost_units) for g in sim.simulator.generations.values()), D(0))
+    assert record == charged > 0
+    state = await ledgers[0].snapshot()
+    assert state.spent >= charged  # every charge the simulator made is in the ledger
+    assert state.spent <= state.limit  # and admission never let spending pass the limit
+    assert (state.open, state.reserved) == (0, 0)
+    assert sum((r.cost for r in answered if r.cost is not None), D(0)) == state.spent
