@@ -404,7 +404,18 @@ async def generation(
 
 
 async def not_found(request: web.Request) -> web.StreamResponse:
-    return json_error(404, "Not Found")
+    """Any other path under ``/api/v1``: OpenRouter's JSON 404, saying it is not simulated.
+
+    An SDK then raises its typed not-found error (not a parse error on text/plain),
+    and the message says which routes are.
+    """
+    sim = request.app[SIM_KEY]
+    record = sim.log.start("not_found")
+    message = (
+        f"{request.method} {request.path} is not served by the local OpenRouter "
+        "(provider-router simulate --help lists the routes it serves)"
+    )
+    return _finish(sim, record, json_error(404, message))
 
 
 ROUTES: tuple[tuple[str, str, str], ...] = (
@@ -445,4 +456,5 @@ def make_app(sim: Simulator) -> web.Application:
     app[SIM_KEY] = sim
     for method, path, _ in ROUTES:
         app.router.add_route(method, "/api/v1" + path, handlers[path])
+    app.router.add_route("*", "/api/v1/{tail:.*}", not_found)
     return app

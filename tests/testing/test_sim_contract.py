@@ -190,3 +190,22 @@ async def test_every_fault_answers_within_the_spec(
     else:
         check(CHAT, "post", status, reply.json)
     assert sim.log.counters["fault." + fault["kind"]] == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/models/user"), ("POST", "/embeddings"), ("GET", "/endpoints/zdr"), ("GET", "/x")],
+)
+async def test_a_route_not_simulated_is_openrouters_json_404(
+    client: SimClient, method: str, path: str
+) -> None:
+    async with client.session.request(method, client.url + path, json={}) as response:
+        assert response.status == 404
+        assert response.content_type == "application/json"
+        body = await response.json()
+    check("/models/{author}/{slug}/endpoints", "get", 404, body)  # the generic NotFound schema
+    assert body["error"]["code"] == 404
+    assert (
+        f"{method} /api/v1{path} is not served by the local OpenRouter"
+        in (body["error"]["message"])
+    )

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from decimal import Decimal
 from pathlib import Path
@@ -136,3 +137,42 @@ async def test_a_stream_error_generation_counts_what_was_streamed(start_sim: Sta
     assert generation.json["data"]["tokens_completion"] == streamed
     assert generation.json["data"]["total_cost"] == 0
     assert generation.json["data"]["finish_reason"] == "error"
+
+
+def _paths(value: Any, prefix: str = "") -> set[str]:
+    """Every key path of a JSON value (``choices.[].message.reasoning``)."""
+    out: set[str] = set()
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.add(prefix + key)
+            out |= _paths(item, f"{prefix}{key}.")
+    elif isinstance(value, list):
+        for item in value:
+            out |= _paths(item, prefix + "[].")
+    return out
+
+
+async def test_a_reasoning_answer_has_exactly_the_fields_of_the_kimi_k2_5_capture(
+    start_sim: StartSim,
+) -> None:
+    path = next(FIXTURES.glob("chat_kimi-k2.5_inceptron_reasoning_nonstream_*.json"))
+    captured = json.loads(path.read_text(encoding="utf-8").strip())
+    _, client = await start_sim()
+    reply = await client.chat(max_tokens=200, reasoning={"effort": "high"}, provider=CHUTES)
+    assert _paths(reply.json) == _paths(captured)
+
+
+async def test_a_reasoning_stream_has_the_fields_of_the_captured_streams(
+    start_sim: StartSim,
+) -> None:
+    modelrun = _captured_stream("sse_kimi-k2.5_modelrun_reasoning_stream_*.sse")
+    chutes_2025 = _captured_stream("sse_kimi-k2-0905_chutes_stream_*.sse")
+    captured_2026 = set().union(*(_paths(e) for e in modelrun))
+    captured_any = captured_2026.union(*(_paths(e) for e in chutes_2025))
+    _, client = await start_sim()
+    reply = await client.chat(
+        max_tokens=200, stream=True, reasoning={"effort": "high"}, provider=CHUTES
+    )
+    ours = set().union(*(_paths(e) for e in reply.events))
+    assert captured_2026 <= ours, "every field the 2026 capture has"
+    assert ours <= captured_any, "nothing no capture has"

@@ -257,3 +257,12 @@ async def test_payment_required_is_the_sdk_typed_error(
     with pytest.raises(errors.PaymentRequiredResponseError) as caught:
         await sdk.chat.send_async(model=MODEL, messages=MESSAGES, max_tokens=10)
     assert caught.value.data.error.code == 402
+
+
+async def test_a_call_whose_route_is_not_simulated_gets_a_json_404_saying_so(sdk: Any) -> None:
+    """``endpoints.list_zdr_endpoints`` (``/endpoints/zdr``) is not simulated."""
+    with pytest.raises(errors.OpenRouterError) as caught:
+        await sdk.endpoints.list_zdr_endpoints_async()
+    assert caught.value.status_code == 404
+    assert caught.value.headers["content-type"].startswith("application/json")
+    assert "not served by the local OpenRouter" in caught.value.body
