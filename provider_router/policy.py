@@ -41,6 +41,8 @@ UnknownQuantization = Literal["assume_native", "reject", "accept"]
 _UNKNOWN_CHOICES: tuple[str, ...] = ("assume_native", "reject", "accept")
 UnrecognizedQuantization = Literal["reject", "accept"]
 _UNRECOGNIZED_CHOICES: tuple[str, ...] = ("reject", "accept")
+ToolChoiceVariant = Literal["none", "auto", "required", "function"]
+_TOOL_CHOICES: tuple[str, ...] = ("none", "auto", "required", "function")
 DEFAULT_ALLOWED_HEALTH: frozenset[EndpointHealth] = frozenset(
     {EndpointHealth.OK, EndpointHealth.DEGRADED, EndpointHealth.UNKNOWN}
 )
@@ -60,6 +62,8 @@ class DecisionCode(StrEnum):
     STATUS_NOT_ALLOWED = "status_not_allowed"
     UPTIME_BELOW_MINIMUM = "uptime_below_minimum"
     MISSING_PARAMETERS = "missing_parameters"
+    TOOL_CHOICE_UNSUPPORTED = "tool_choice_unsupported"
+    SERVICE_TIER_NOT_ALLOWED = "service_tier_not_allowed"
     CONTEXT_TOO_SHORT = "context_too_short"
     PROMPT_PRICE_ABOVE_MAXIMUM = "prompt_price_above_maximum"
     COMPLETION_PRICE_ABOVE_MAXIMUM = "completion_price_above_maximum"
@@ -178,6 +182,13 @@ class ProviderPolicy:
         allowed_health: statuses to keep; down endpoints are rejected by default.
         required_parameters: ``supported_parameters`` an endpoint must list
             (e.g. ``["tools"]``).
+        tool_choice: the ``tool_choice`` the requests use (``"required"``, or
+            ``"function"`` for a named function): reject endpoints whose
+            ``supports_tool_choice`` says it failed OpenRouter's testing;
+            endpoints that do not report it pass (the reason says so).
+        service_tiers: the service tiers to keep (``None`` in it is a standard
+            endpoint: ``service_tiers=[None]`` keeps only standard ones); default
+            every tier.
         min_context_length: reject endpoints with a shorter context window.
         max_prompt_price: reject endpoints charging more, in USD per million
             prompt tokens (OpenRouter's ``max_price`` unit).
@@ -197,6 +208,8 @@ class ProviderPolicy:
     min_uptime: float | None
     allowed_health: frozenset[EndpointHealth]
     required_parameters: frozenset[str]
+    tool_choice: ToolChoiceVariant | None
+    service_tiers: frozenset[str | None] | None
     min_context_length: int | None
     max_prompt_price: Decimal | None
     max_completion_price: Decimal | None
@@ -213,6 +226,8 @@ class ProviderPolicy:
         min_uptime: float | None = None,
         allowed_health: Iterable[EndpointHealth | str] = DEFAULT_ALLOWED_HEALTH,
         required_parameters: Iterable[str] = (),
+        tool_choice: ToolChoiceVariant | None = None,
+        service_tiers: Iterable[str | None] | None = None,
         min_context_length: int | None = None,
         max_prompt_price: Decimal | str | float | None = None,
         max_completion_price: Decimal | str | float | None = None,
@@ -260,6 +275,15 @@ class ProviderPolicy:
             [required_parameters] if isinstance(required_parameters, str) else required_parameters
         )
         set_(self, "required_parameters", frozenset(required))
+        if tool_choice is not None and tool_choice not in _TOOL_CHOICES:
+            raise ConfigurationError(
+                f"tool_choice must be one of {', '.join(_TOOL_CHOICES)}; got {tool_choice!r}"
+            )
+        set_(self, "tool_choice", tool_choice)
+        tiers = None if service_tiers is None else frozenset(service_tiers)
+        if tiers is not None and not tiers:
+            raise ConfigurationError("service_tiers must keep at least one tier (or be None)")
+        set_(self, "service_tiers", tiers)
         if min_context_length is not None and min_context_length < 0:
             raise ConfigurationError(f"min_context_length must be ≥ 0, got {min_context_length}")
         set_(self, "min_context_length", min_context_length)
@@ -300,7 +324,7 @@ class ProviderPolicy:
         self._check_provider(endpoint, failures)
         effective = self._check_quantization(endpoint, model_id, failures, notes)
         self._check_health(endpoint, failures, notes)
-        self._check_capabilities(endpoint, failures)
+        self._check_capabilities(endpoint, failures, notes)
         self._check_prices(endpoint, failures)
         if failures:
             return Decision(
@@ -467,12 +491,30 @@ class ProviderPolicy:
             )
 
     def _check_capabilities(
-        self, endpoint: Endpoint, failures: list[tuple[DecisionCode, str]]
+        self, endpoint: Endpoint, failures: list[tuple[DecisionCode, str]], notes: list[str]
     ) -> None:
         missing = sorted(self.required_parameters - set(endpoint.supported_parameters))
         if missing:
             failures.append(
                 (DecisionCode.MISSING_PARAMETERS, f"does not support {', '.join(missing)}")
+            )
+        if self.tool_choice is not None:
+            variant = self.tool_choice
+            probe = {"type": "function"} if variant == "function" else variant
+            supported = endpoint.supports_tool_choice_value(probe)
+            if supported is None:
+                notes.append(f"tool_choice {variant!r} support not reported")
+            elif not supported:
+                failures.append(
+                    (
+                        DecisionCode.TOOL_CHOICE_UNSUPPORTED,
+                        f"tool_choice {variant!r} did not pass OpenRouter's testing here",
+                    )
+                )
+        if self.service_tiers is not None and endpoint.service_tier not in self.service_tiers:
+            tier = endpoint.service_tier or "standard"
+            failures.append(
+                (DecisionCode.SERVICE_TIER_NOT_ALLOWED, f"service tier {tier!r} is not allowed")
             )
         if (
             self.min_context_length is not None

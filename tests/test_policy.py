@@ -347,3 +347,76 @@ def test_policies_are_values() -> None:
 def test_bad_arguments_are_configuration_errors(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         ProviderPolicy(**kwargs)
+
+
+# --- tool_choice support and service tiers (fields of the newest SDK) -------------------
+
+_TOOL_FLAGS = {"none": True, "auto": True, "required": False, "function": True}
+
+
+@pytest.mark.parametrize(
+    ("variant", "allowed"), [("required", False), ("function", True), ("auto", True)]
+)
+def test_tool_choice_rejects_endpoints_where_that_variant_failed_testing(
+    variant: str, allowed: bool
+) -> None:
+    got, code, reason = decide(
+        ProviderPolicy(tool_choice=variant),  # type: ignore[arg-type]
+        endpoint(supports_tool_choice=_TOOL_FLAGS),
+    )
+    assert got is allowed
+    if not allowed:
+        assert code == DecisionCode.TOOL_CHOICE_UNSUPPORTED
+        assert reason == "tool_choice 'required' did not pass OpenRouter's testing here"
+
+
+def test_an_endpoint_that_does_not_report_tool_choice_support_passes_and_says_so() -> None:
+    allowed, _, reason = decide(ProviderPolicy(tool_choice="required"), endpoint())
+    assert allowed
+    assert "tool_choice 'required' support not reported" in reason
+
+
+@pytest.mark.parametrize(
+    ("tiers", "tier", "allowed"),
+    [
+        ([None], None, True),
+        ([None], "flex", False),
+        (["priority", None], "priority", True),
+        (["priority"], None, False),
+        (None, "ultrafast", True),
+    ],
+)
+def test_service_tiers_keep_only_the_tiers_named(
+    tiers: list[str | None] | None, tier: str | None, allowed: bool
+) -> None:
+    got, code, reason = decide(ProviderPolicy(service_tiers=tiers), endpoint(service_tier=tier))
+    assert got is allowed
+    if not allowed:
+        assert code == DecisionCode.SERVICE_TIER_NOT_ALLOWED
+        assert f"service tier {tier or 'standard'!r} is not allowed" == reason
+
+
+def test_bad_tool_choice_and_empty_service_tiers_are_configuration_errors() -> None:
+    with pytest.raises(ConfigurationError, match="tool_choice must be one of none, auto"):
+        ProviderPolicy(tool_choice="always")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="service_tiers must keep at least one"):
+        ProviderPolicy(service_tiers=[])
+
+
+async def test_the_simulated_market_narrowed_by_tool_choice_support(tmp_path: Path) -> None:
+    """End to end over the simulator's listing: an endpoint whose market entry says
+    `required` failed testing is rejected by `tool_choice="required"`."""
+    from provider_router.testing import Market
+
+    path = tmp_path / "market.yaml"
+    path.write_text(
+        "models:\n  - id: a/b\n    endpoints:\n"
+        "      - provider: Alpha\n        pricing: {prompt: 1, completion: 1}\n"
+        "        supported_parameters: [tools, tool_choice]\n"
+        "      - provider: Beta\n        pricing: {prompt: 1, completion: 1}\n"
+        "        supported_parameters: [tools, tool_choice]\n"
+        "        supports_tool_choice: [none, auto]\n"
+    )
+    listing = parse_endpoints_response(json.loads(Market.from_file(path).endpoints_bodies["a/b"]))
+    decisions = ProviderPolicy(tool_choice="required").evaluate(listing)
+    assert [(d.endpoint.slug, d.allowed) for d in decisions] == [("alpha", True), ("beta", False)]
