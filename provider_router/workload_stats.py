@@ -19,6 +19,7 @@ whose response-length range is the confidence interval of the mean.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -65,15 +66,24 @@ def _text(content: object) -> str:
 
 
 def approx_prompt_tokens(
-    messages: Sequence[Message], *, count_tokens: TokenCounter | None = None
+    messages: Sequence[Message],
+    *,
+    count_tokens: TokenCounter | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> int:
     """Prompt tokens of ``messages``: the documented approximation, or exact text counts.
 
     Without ``count_tokens``: ``ceil(characters / 4)`` per message text. With it:
     its count. Either way each message adds 4 tokens of chat template and the
-    request 3 to prime the reply.
+    request 3 to prime the reply. ``tools`` (the request's tool definitions, which
+    the chat template renders into the prompt) add the tokens of their compact JSON.
     """
     total = _REPLY_PRIMING
+    if tools:
+        text = json.dumps(list(tools), separators=(",", ":"), ensure_ascii=False)
+        total += (
+            count_tokens(text) if count_tokens is not None else -(-len(text) // CHARS_PER_TOKEN)
+        )
     for message in messages:
         text = _text(message.get("content"))
         if count_tokens is not None:
@@ -109,12 +119,15 @@ def measure_prompts(
     *,
     count_tokens: TokenCounter | None = None,
     limit: int | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> PromptFileStats:
     """Stream prompt files (JSONL) and estimate the prompt tokens of each line.
 
     Args:
         paths: the dataset's prompt files.
         count_tokens: a real tokenizer's count (default: the approximation).
+        tools: the tool definitions sent with every prompt (the plan's
+            ``generation.tools``); a line's own ``tools`` replace them.
         limit: read at most this many usable prompts (a sample of a huge file;
             ``prompts`` is then at most ``limit``).
 
@@ -124,7 +137,10 @@ def measure_prompts(
     reader = PromptReader([Path(p) for p in paths])
     counts: list[int] = []
     for prompt in reader:
-        counts.append(approx_prompt_tokens(prompt.messages, count_tokens=count_tokens))
+        line_tools = prompt.request_fields.get("tools", tools)
+        counts.append(
+            approx_prompt_tokens(prompt.messages, count_tokens=count_tokens, tools=line_tools)
+        )
         if limit is not None and len(counts) >= limit:
             break
     if not counts:
@@ -241,12 +257,15 @@ async def run_pilot(
         nonlocal cost, failures
         messages = prompt.messages if isinstance(prompt, Prompt) else prompt
         key = prompt.id if isinstance(prompt, Prompt) else None
+        # A line's own tools / tool_choice are sent with it, as the run will.
+        fields = prompt.request_fields if isinstance(prompt, Prompt) else None
+        params = {**extra, **fields} if fields else extra
         async with gate:
             if router.stopped is not None:
                 failures += 1
                 return
             try:
-                result = await router.chat(messages, max_tokens=max_tokens, key=key, **extra)
+                result = await router.chat(messages, max_tokens=max_tokens, key=key, **params)
             except ProviderRouterError as exc:
                 failures += 1
                 log.warning("pilot.failed", key=key, error_type=type(exc).__name__)

@@ -197,3 +197,55 @@ async def test_a_pilot_of_multi_turn_conversations_measures_their_cached_share(
     share = pilot.estimate.cached_prompt_share
     assert share == Decimal(sum(cached)) / Decimal(sum(u.prompt_tokens for u in pilot.usages))
     assert Decimal("0.5") < share < 1
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def test_tool_definitions_count_as_prompt_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "p.jsonl"
+    lines = [
+        {"id": "plain", "prompt": "hello there"},
+        {"id": "own", "prompt": "hello there", "tools": [WEATHER_TOOL, WEATHER_TOOL]},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    messages = [{"role": "user", "content": "hello there"}]
+    bare = approx_prompt_tokens(messages)
+    one = len(json.dumps([WEATHER_TOOL], separators=(",", ":")))
+    two = len(json.dumps([WEATHER_TOOL, WEATHER_TOOL], separators=(",", ":")))
+    assert approx_prompt_tokens(messages, tools=[WEATHER_TOOL]) == bare + -(-one // 4)
+    assert approx_prompt_tokens(messages, tools=[WEATHER_TOOL], count_tokens=len) == (
+        approx_prompt_tokens(messages, count_tokens=len) + one
+    )
+    # Without plan tools only the line that has its own pays for them; with plan tools
+    # every line pays, the line's own replacing the plan's.
+    assert measure_prompts([path]).mean_tokens * 2 == 2 * bare + -(-two // 4)
+    with_plan = measure_prompts([path], tools=[WEATHER_TOOL])
+    assert with_plan.mean_tokens * 2 == 2 * bare + -(-one // 4) + -(-two // 4)
+
+
+async def test_a_pilot_sends_each_line_with_its_own_tools(
+    tmp_path: Path, openrouter_sim: SimulatorServer, openrouter_api_key: str
+) -> None:
+    path = tmp_path / "p.jsonl"
+    lines = [
+        {"id": "a", "prompt": "Weather?", "tools": [WEATHER_TOOL], "tool_choice": "required"},
+        {"id": "b", "prompt": "Hello."},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    prompts, _ = sample_prompts([path], 2)
+    async with Router(
+        MODEL,
+        policy=ProviderPolicy(exclude_below="int4"),
+        base_url=openrouter_sim.url,
+        api_key=openrouter_api_key,
+    ) as router:
+        await run_pilot(router, prompts, max_tokens=256, concurrency=1)
+    sent = {r.tool_choice: r.tools for r in openrouter_sim.requests if r.route == "chat"}
+    assert sent == {"required": ("weather",), None: ()}

@@ -200,7 +200,9 @@ def _plan_job(
     plan = load_plan(args.plan).with_overrides(
         model=args.model, target_output_tokens=args.target_output_tokens
     )
-    files = {d.name: measure_prompts(d.inputs) for d in plan.datasets}
+    files = {
+        d.name: measure_prompts(d.inputs, tools=plan.params_for(d).tools) for d in plan.datasets
+    }
     demands = tuple(
         DatasetDemand(
             d.name,
