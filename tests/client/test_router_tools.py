@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
 from _router_helpers import MakeRouter
+from hypothesis import given
+from hypothesis import strategies as st
 
 from provider_router import InvalidResponseError, StreamDelta, ToolCall
 from provider_router._completion import StreamAccumulator, parse_completion
@@ -179,3 +182,36 @@ def test_parsed_arguments_names_the_call_when_they_do_not_parse(arguments: str, 
     with pytest.raises(InvalidResponseError, match=match) as caught:
         call.parsed_arguments()
     assert "'call_1' (weather)" in str(caught.value)
+
+
+_calls = st.lists(
+    st.tuples(st.from_regex(r"[a-z_]{1,12}", fullmatch=True), st.text(max_size=40)),
+    min_size=1,
+    max_size=4,
+)
+
+
+@given(calls=_calls, data=st.data())
+def test_any_split_and_interleaving_of_call_pieces_accumulates_the_same(
+    calls: list[tuple[str, str]], data: st.DataObject
+) -> None:
+    # Each call: a first entry naming it, then its arguments cut anywhere; calls may
+    # interleave (by index), but each call's own pieces keep their order.
+    queues: list[list[dict[str, Any]]] = []
+    for index, (name, arguments) in enumerate(calls):
+        cuts = sorted(data.draw(st.sets(st.integers(0, len(arguments)), max_size=5)))
+        bounds = [0, *cuts, len(arguments)]
+        pieces = [arguments[a:b] for a, b in itertools.pairwise(bounds)]
+        first = {"index": index, "id": f"call_{index}", "type": "function"}
+        first["function"] = {"name": name, "arguments": ""}
+        queue = [first] + [{"index": index, "function": {"arguments": p}} for p in pieces]
+        queues.append(queue)
+    accumulator = StreamAccumulator()
+    while any(queues):
+        live = [q for q in queues if q]
+        queue = live[data.draw(st.integers(0, len(live) - 1))]
+        accumulator.feed(_chunk([queue.pop(0)]))
+    result = accumulator.finish().tool_calls
+    assert [(c.id, c.name, c.arguments) for c in result] == [
+        (f"call_{i}", name, arguments) for i, (name, arguments) in enumerate(calls)
+    ]
