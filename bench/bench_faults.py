@@ -110,6 +110,7 @@ class Job:
     concurrency: int
     url: str
     extra: list[str] = field(default_factory=list)
+    horizon: float = 3.0
 
     @property
     def out(self) -> Path:
@@ -151,6 +152,8 @@ class Job:
             self.url,
             "--progress",
             "off",
+            "--own-key",  # the campaign's key is its own: bound worst cases by /key usage
+            str(self.horizon),
             *self.extra,
         ]
 
@@ -175,6 +178,11 @@ class Job:
                 print(stderr.decode()[-1500:], file=sys.stderr)
             if code != 5:  # 5: some prompts failed; running again retries them
                 break
+        # Once every cut request is past the horizon, one more run lets the account
+        # check take back what the key's usage shows was never charged.
+        await asyncio.sleep(self.horizon)
+        proc = await self.start()
+        await proc.communicate()
         return code
 
     def records(self) -> int:
@@ -295,7 +303,6 @@ async def clean_with_faults(name: str, job: Job, sim: Any) -> Outcome:
     """A run whose every fault is inside the exchange (the sim's fault rules)."""
     outcome = Outcome(name)
     await job.finish()
-    await job.finish()  # a resume settles anything held open with an id
     outcome.in_flight_worst = job.concurrency * _worst_case(job)
     await audit(outcome, sim, job.ids(), job.prompts, ledger_spent(job.out / "ledger.sqlite"))
     return outcome

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -50,7 +51,7 @@ from provider_router._exceptions import (
 from provider_router._log import get_logger
 from provider_router._money import to_decimal
 from provider_router._request import PreparedRequest
-from provider_router._types import Sleep
+from provider_router._types import Clock, Sleep
 from provider_router.ledger import Ledger, Reservation
 from provider_router.results import ChatResult
 
@@ -60,6 +61,7 @@ __all__ = ["LEDGER_RETRIES", "UNKNOWN_CHARGE_STATUSES", "Billing", "Charged", "p
 log = get_logger("provider_router.client")
 
 _GENERATION_PATH: Final = "/generation"
+_KEY_PATH: Final = "/key"
 
 TRANSIENT_402_SOURCES: Final = frozenset({"openrouter_in_flight_budget"})
 """``limit_source`` values of a 402 that clears by itself as requests in flight settle."""
@@ -141,10 +143,12 @@ class Billing:
 
     __slots__ = (
         "_background",
+        "_clock",
         "_hold_timeout",
         "_http",
         "_sleep",
         "_stopped_message",
+        "held_since",
         "ledger",
         "model",
         "spent",
@@ -160,11 +164,13 @@ class Billing:
         sleep: Sleep,
         *,
         credits_hold_timeout: float = 300.0,
+        clock: Clock = time.monotonic,
     ) -> None:
         self.model = model
         self.ledger = ledger
         self._http = http
         self._sleep = sleep
+        self._clock = clock
         self._background: set[asyncio.Task[None]] = set()
         self._hold_timeout = credits_hold_timeout
         self.spent = Decimal(0)
@@ -176,6 +182,8 @@ class Billing:
         """Reservations held open at their worst case because OpenRouter may have
         billed them and cannot say yet (by reservation id, with the generation id
         when one is known)."""
+        self.held_since: dict[str, float] = {}
+        """When (``clock``) each unresolved reservation's request was given up on."""
 
     async def reserve(self, request: PreparedRequest, wait: bool | float) -> Reservation | None:
         """Reserve the request's worst case (``None`` without a ledger)."""
@@ -308,6 +316,7 @@ class Billing:
             reservation.id, reservation.units, reservation.key, generation_id, reservation.owner
         )
         self.unresolved[held.id] = held
+        self.held_since[held.id] = self._clock()
         log.warning(
             "route.unresolved",
             model=self.model,
@@ -335,12 +344,44 @@ class Billing:
             )
         except ConfigurationError:
             # Already closed: a settle cancelled mid-write still landed. Counted once.
-            self.unresolved.pop(held.id, None)
+            self._forget(held)
             return False
-        self.unresolved.pop(held.id, None)
+        self._forget(held)
         self.spent += cost
         log.info("route.reconciled", model=self.model, generation_id=generation_id, cost=str(cost))
         return True
+
+    def _forget(self, held: Reservation) -> None:
+        self.unresolved.pop(held.id, None)
+        self.held_since.pop(held.id, None)
+
+    def hand_over(self, held: Reservation) -> None:
+        """Stop tracking a held reservation: it stays open for a later recovery to close."""
+        self._forget(held)
+
+    async def settle_held(self, held: Reservation, cost: Decimal) -> None:
+        """Settle a held reservation at ``cost`` (found by account reconciliation)."""
+        ledger = self.ledger
+        assert ledger is not None
+        await self._write(functools.partial(ledger.settle, held, cost), "settle")
+        self._forget(held)
+        self.spent += cost
+
+    async def key_usage(self) -> Decimal | None:
+        """What the key has been charged in all (``GET /key``: ``data.usage``), if it says."""
+        try:
+            body = await self._http().get_json(_KEY_PATH)
+        except (APIStatusError, APIConnectionError, InvalidResponseError) as exc:
+            log.warning("route.key_lookup_failed", error=str(exc))
+            return None
+        data = body.get("data") if isinstance(body, Mapping) else None
+        usage = data.get("usage") if isinstance(data, Mapping) else None
+        if usage is None:
+            return None
+        try:
+            return to_decimal(usage, what="usage")
+        except ValueError:
+            return None
 
     async def _reconcile_quietly(self, held: Reservation) -> None:
         try:
@@ -371,7 +412,7 @@ class Billing:
             except Exception as exc:  # stays open: the next recovery counts it
                 log.error("route.reconcile_failed", model=self.model, error=repr(exc))
                 continue
-            self.unresolved.pop(held.id, None)
+            self._forget(held)
             self.spent += held.amount
             log.warning(
                 "route.unresolved_counted",

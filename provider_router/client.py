@@ -222,7 +222,12 @@ class Router(AsyncResource):
         self._plan_time = 0.0
         self._refresh: asyncio.Task[None] | None = None
         self._billing = Billing(
-            model, ledger, self._open_http, sleep, credits_hold_timeout=credits_hold_timeout
+            model,
+            ledger,
+            self._open_http,
+            sleep,
+            credits_hold_timeout=credits_hold_timeout,
+            clock=clock,
         )
         self._seq = itertools.count(1)
         self._in_flight = 0
@@ -387,6 +392,10 @@ class Router(AsyncResource):
         answers (:meth:`reconcile`) or a later recovery settles it.
         """
         return list(self._billing.unresolved.values())
+
+    async def key_usage(self) -> Decimal | None:
+        """What OpenRouter has charged this router's key in all (``GET /key``), if it says."""
+        return await self._billing.key_usage()
 
     async def reconcile(self) -> int:
         """Ask ``/generation`` again for each :attr:`unresolved` reservation with an id.

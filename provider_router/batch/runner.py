@@ -37,7 +37,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from provider_router._constants import ENV_API_KEY
+from provider_router._constants import (
+    ENV_API_KEY,
+    STREAM_DEADLINE_BASE,
+    STREAM_DEADLINE_TOKENS_PER_SECOND,
+)
 from provider_router._exceptions import (
     AllAttemptsFailed,
     AuthenticationError,
@@ -52,6 +56,7 @@ from provider_router._format import format_usd
 from provider_router._log import get_logger
 from provider_router._money import from_units, to_units
 from provider_router._types import JSONObject
+from provider_router.batch.account import AccountCheck
 from provider_router.batch.fleet import FleetQueue, FleetTally, WorkItem, describe_error
 from provider_router.batch.fleet_source import FleetSource
 from provider_router.batch.inputs import Prompt, PromptReader, count_lines, first_problem_error
@@ -174,6 +179,10 @@ class BatchRunner:
             byte, so recovery after a crash settles it at its real cost; ``False``
             sends plain JSON requests (a crash then counts those in flight at their
             worst case).
+        account_horizon: the API key is the run's own: worst-case charges (requests
+            cut before their generation id was known) are bounded by the key's usage
+            (``GET /key``) this many seconds after each was given up on
+            (:mod:`provider_router.batch.account`); negative: the stream deadline.
         timeline_interval: seconds between two lines of ``<out>/timeline.ndjson``
             (the time series ``report.html`` and ``provider-router status`` read).
 
@@ -200,6 +209,7 @@ class BatchRunner:
         fleet: FleetQueue | None = None,
         stream: bool = True,
         timeline_interval: float = DEFAULT_INTERVAL,
+        account_horizon: float | None = None,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
@@ -216,6 +226,10 @@ class BatchRunner:
         """Stream answers (the default): the generation id arrives with the first
         byte and is on the reservation before the answer is done, so a crash costs
         what it really cost (recovery asks ``/generation``)."""
+        self.account_horizon = account_horizon
+        """Seconds after which a request given up on can no longer be billed, when the
+        key is the run's own (see :mod:`provider_router.batch.account`); ``None``: off;
+        negative: the stream deadline of the plan's ``max_tokens``."""
         self._base_url = base_url
         self._api_key = api_key
         self._router_options = dict(router_options or {})
@@ -344,6 +358,9 @@ class BatchRunner:
                         f"({format_usd(report.reconciled_cost)}), {len(report.worst_case)} "
                         f"counted at worst case ({format_usd(report.worst_case_cost)})"
                     )
+                account = self._account_check(router, ledger)
+                if account is not None:
+                    await account.start(report.worst_case)
                 # For the report only: writing it never fails the run.
                 timeline = TimelineWriter(self, interval=self.timeline_interval)
                 timeline.start()
@@ -356,6 +373,13 @@ class BatchRunner:
                     self._check_targets()
                 finally:
                     await timeline.stop()
+                if account is not None:
+                    corrected = await account.finish()
+                    if corrected:
+                        self._recovered.append(
+                            f"account: {format_usd(corrected)} of worst-case charges taken "
+                            "back (the key's usage shows it was never charged)"
+                        )
             try:
                 self.ledger_state = await ledger.snapshot()
             except LedgerUnavailableError as exc:  # the run stops on it; say so once
@@ -366,6 +390,18 @@ class BatchRunner:
         finally:
             if self._given_ledger is None:
                 await ledger.close()
+
+    def _account_check(self, router: Router, ledger: Ledger) -> AccountCheck | None:
+        horizon = self.account_horizon
+        if horizon is None or self._fleet is not None:
+            return None  # a fleet's key is shared by its workers: not one run's own
+        if horizon < 0:
+            tokens = max(
+                int(self.plan.params_for(spec).request_params()["max_tokens"])
+                for spec in self.plan.datasets
+            )
+            horizon = STREAM_DEADLINE_BASE + tokens / STREAM_DEADLINE_TOKENS_PER_SECOND
+        return AccountCheck(self.out, router, ledger, horizon=horizon)
 
     async def _prepare_datasets(self, journal: FileJournal) -> None:
         for spec in self.plan.datasets:

@@ -128,6 +128,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="live table on a terminal (auto), plain log lines, or nothing",
     )
     parser.add_argument(
+        "--own-key",
+        nargs="?",
+        const=-1.0,
+        type=float,
+        metavar="S",
+        help="the API key is this job's own (nothing else spends through it): bound "
+        "worst-case charges of cut requests by the key's usage (GET /key), S seconds "
+        "after each was given up on (default: its stream deadline; docs/ledger.md)",
+    )
+    parser.add_argument(
         "--metrics-port",
         type=_port,
         metavar="N",
@@ -335,6 +345,7 @@ def _handle(args: argparse.Namespace) -> int:
                 ledger=ledger,
                 fleet=fleet,
                 router_options=None if metrics is None else {"metrics": metrics},
+                account_horizon=args.own_key,
             )
             return await run_batch(runner, console=console, progress=args.progress)
         finally:

@@ -1,9 +1,9 @@
 """The fault campaign (``python -m bench faults``), small, as a slow test (issue #10).
 
 kill -9 at seeded moments at high concurrency, streams cut after their usage chunk,
-and a ledger that fails (first briefly, then for good), each through the batch CLI
-or its runner against the local OpenRouter billing abandoned generations in full;
-then the simulator's exact charge record is compared with the ledger.
+524s after send, and a ledger that fails (first briefly, then for good), each through
+the batch CLI or its runner against the local OpenRouter billing abandoned generations
+in full; then the simulator's exact charge record is compared with the ledger.
 """
 
 from __future__ import annotations
@@ -21,9 +21,14 @@ from bench.bench_faults import campaign, parser, quick
 
 @pytest.mark.slow
 async def test_the_small_fault_campaign_loses_and_forgets_nothing() -> None:
-    args = quick(parser().parse_args(["--only", "kill9,cut,ledger", "--seed", "7"]))
+    args = quick(parser().parse_args(["--only", "kill9,cut,timeout,ledger", "--seed", "7"]))
     outcomes = {o.name: o for o in await campaign(args)}
-    assert set(outcomes) == {"kill -9", "stream cut after usage", "ledger write error"}
+    assert set(outcomes) == {
+        "kill -9",
+        "stream cut after usage",
+        "524 / timeout after send",
+        "ledger write error",
+    }
     for outcome in outcomes.values():
         assert (outcome.lost, outcome.duplicated) == (0, 0), outcome
         assert outcome.overspend == 0, outcome
@@ -33,10 +38,9 @@ async def test_the_small_fault_campaign_loses_and_forgets_nothing() -> None:
     assert kills.interruptions >= 5
     assert kills.in_flight_worst > 0
     # Streaming puts each generation id on its reservation with the first byte, so
-    # recovery settles nearly every request cut by a kill at its real cost (a
-    # non-streaming runner burned about the whole in-flight worst case).
-    share = kills.burned_share
-    assert share is not None
-    assert share <= Decimal("0.10"), kills
-    for name in ("stream cut after usage", "ledger write error"):
-        assert outcomes[name].burned == 0, outcomes[name]
+    # recovery settles nearly every request cut by a kill at its real cost, and the
+    # key's usage bounds the rest (a non-streaming runner burned about the whole
+    # in-flight worst case).
+    for outcome in outcomes.values():
+        share = outcome.burned_share
+        assert share is None or share <= Decimal("0.01"), outcome
