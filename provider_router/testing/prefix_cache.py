@@ -18,7 +18,6 @@ memory is bounded however long the simulator runs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -31,7 +30,8 @@ __all__ = ["DEFAULT_CACHE_CAPACITY", "CacheResult", "PrefixCache", "prefix_chain
 
 DEFAULT_CACHE_CAPACITY = 50_000
 """Boundaries kept per endpoint before the least recently used is evicted."""
-_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+_PLAIN_KEYS = frozenset({"role", "content"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,24 +42,31 @@ class CacheResult:
     written_tokens: int = 0
 
 
-def prefix_chain(messages: Sequence[Any], tools: object = None) -> list[tuple[bytes, int]]:
-    """``(hash, tokens)`` at each message boundary, shortest first.
+def prefix_chain(messages: Sequence[Any], tools: object = None) -> list[tuple[int, int]]:
+    """``(key, tokens)`` at each message boundary, shortest first.
 
-    The hash covers the tool definitions and every message up to the boundary,
+    The key chains the tool definitions and every message up to the boundary,
     exactly as sent (any difference ends the shared prefix, as a token would);
     the tokens are the prompt tokens of those messages (the reply-priming
-    tokens at the end of a prompt are never part of a prefix).
+    tokens at the end of a prompt are never part of a prefix). Keys are the
+    process's own string hashes (cached on each string, so a long system prompt
+    is hashed once): 64 bits, never stored outside this process.
     """
-    digest = hashlib.blake2b(digest_size=16)
-    if tools is not None:
-        digest.update(_ENCODE(tools).encode())
-    chain: list[tuple[bytes, int]] = []
+    key = hash(_ENCODE(tools)) if tools is not None else 0
+    chain: list[tuple[int, int]] = []
     tokens = 0
+    priming = count_prompt_tokens([])
     for message in messages:
-        digest.update(b"\x1e" + _ENCODE(message).encode())
         if isinstance(message, Mapping):
-            tokens += count_prompt_tokens([message]) - count_prompt_tokens([])
-        chain.append((digest.copy().digest(), tokens))
+            content = message.get("content")
+            if isinstance(content, str) and message.keys() <= _PLAIN_KEYS:
+                key = hash((key, message.get("role"), content))
+            else:  # parts, tool calls, names: the whole message, canonically
+                key = hash((key, _ENCODE(message)))
+            tokens += count_prompt_tokens([message]) - priming
+        else:
+            key = hash((key, repr(message)))
+        chain.append((key, tokens))
     return chain
 
 
@@ -76,8 +83,8 @@ class PrefixCache:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
         self._capacity = capacity
-        # endpoint tag -> boundary hash -> when it expires (simulated seconds)
-        self._entries: dict[str, OrderedDict[bytes, float]] = {}
+        # endpoint tag -> boundary key -> when it expires (simulated seconds)
+        self._entries: dict[str, OrderedDict[int, float]] = {}
 
     def __len__(self) -> int:
         return sum(len(entries) for entries in self._entries.values())
@@ -85,7 +92,7 @@ class PrefixCache:
     def serve(
         self,
         tag: str,
-        chain: Sequence[tuple[bytes, int]],
+        chain: Sequence[tuple[int, int]],
         now: float,
         *,
         min_tokens: int,
