@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from decimal import Decimal
 
 import pytest
 
@@ -80,7 +81,9 @@ class MaxRandom:
         (_status(409, body={"error": {"availability": {"retryable": True}}}), True),
         (_status(409, body={"error": {"availability": {"retryable": "yes"}}}), False),
         (
-            BudgetExhausted(requested=1, spent=0, reserved=0, limit=1),  # type: ignore[arg-type]
+            BudgetExhausted(
+                requested=Decimal(1), spent=Decimal(0), reserved=Decimal(0), limit=Decimal(1)
+            ),
             False,
         ),
         (PolicyViolationError("Fireworks", ["chutes"]), False),
