@@ -24,6 +24,14 @@ one of four ways (docs/ledger.md, "Unknown is not free"):
 
 Ledger writes that fail are retried (:data:`LEDGER_RETRIES`); an answer whose
 settle still fails is returned with ``unsettled`` set, never thrown away.
+
+A settle above its reservation is an **overrun**: logged as an error
+(``route.overrun``); the ledger then admits nothing until the overrun is covered
+(``spent + reserved + amount <= limit`` cannot hold while ``spent > limit``). A
+settle above ``cost_sanity_factor`` times its reservation is an **anomaly**
+(``route.cost_anomaly``, with the generation id): it halts the router's batch
+(:attr:`Billing.halted`), as a server reporting absurd costs must not go on
+unremarked.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from typing import Final
 
 from provider_router import _http
 from provider_router._completion import Completion
+from provider_router._constants import DEFAULT_COST_SANITY_FACTOR
 from provider_router._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -139,6 +148,8 @@ class Billing:
         http: returns the router's open HTTP client (raises when closed).
         sleep: awaited between ``/generation`` lookups and temporary 402s.
         credits_hold_timeout: seconds one request may wait out temporary 402s.
+        cost_sanity_factor: a settled cost above this many times its reservation
+            is an anomaly: logged as an error and recorded in :attr:`halted`.
     """
 
     __slots__ = (
@@ -148,9 +159,11 @@ class Billing:
         "_http",
         "_sleep",
         "_stopped_message",
+        "halted",
         "held_since",
         "ledger",
         "model",
+        "sanity_factor",
         "spent",
         "stopped",
         "unresolved",
@@ -165,8 +178,12 @@ class Billing:
         *,
         credits_hold_timeout: float = 300.0,
         clock: Clock = time.monotonic,
+        cost_sanity_factor: Decimal = DEFAULT_COST_SANITY_FACTOR,
     ) -> None:
         self.model = model
+        self.sanity_factor = cost_sanity_factor
+        self.halted: str | None = None
+        """Why a batch must stop (a cost anomaly), or ``None``."""
         self.ledger = ledger
         self._http = http
         self._sleep = sleep
@@ -289,6 +306,8 @@ class Billing:
                     cost=str(cost),
                     error=repr(exc),
                 )
+            if unsettled is None and cost > reservation.amount:
+                self._overran(request.key, reservation, cost, generation_id)
         self.spent += cost
         return Charged(
             completion,
@@ -347,6 +366,8 @@ class Billing:
             self._forget(held)
             return False
         self._forget(held)
+        if cost > held.amount:
+            self._overran(held.key, held, cost, generation_id)
         self.spent += cost
         log.info("route.reconciled", model=self.model, generation_id=generation_id, cost=str(cost))
         return True
@@ -428,6 +449,38 @@ class Billing:
             if held.generation_id and await self._reconcile(held):
                 settled += 1
         return settled
+
+    def _overran(
+        self, key: str, reservation: Reservation, cost: Decimal, generation_id: str | None
+    ) -> None:
+        """Say loudly that a settle passed its reservation; halt on an absurd one."""
+        reserved = reservation.amount
+        log.error(
+            "route.overrun",
+            model=self.model,
+            key=key,
+            generation_id=generation_id,
+            cost=str(cost),
+            reserved=str(reserved),
+            overrun=str(cost - reserved),
+        )
+        if cost > reserved * self.sanity_factor:
+            reason = (
+                f"cost anomaly: generation {generation_id or '(no id)'} of {key!r} settled at "
+                f"${cost}, more than {self.sanity_factor}x its reservation of ${reserved}; "
+                "check the prices OpenRouter reports before going on"
+            )
+            log.error(
+                "route.cost_anomaly",
+                model=self.model,
+                key=key,
+                generation_id=generation_id,
+                cost=str(cost),
+                reserved=str(reserved),
+                factor=str(self.sanity_factor),
+            )
+            if self.halted is None:
+                self.halted = reason
 
     async def drain(self, grace: float) -> None:
         """Let background reconciliations finish; cancel any still running after ``grace`` s."""

@@ -52,3 +52,8 @@ DEFAULT_RETRY_MAX_DELAY: Final = 30.0
 """Largest backoff ceiling, in seconds."""
 DEFAULT_RETRY_MAX_RETRY_AFTER: Final = 300.0
 """A ``Retry-After`` longer than this gives up rather than waits."""
+
+DEFAULT_COST_SANITY_FACTOR: Final = Decimal(2)
+"""A settled cost above this many times its reservation is an anomaly that halts a batch."""
+DEFAULT_MAX_VIOLATIONS_IN_A_ROW: Final = 3
+"""Policy violations in a row (unallowed providers serving) that halt a batch."""

@@ -292,11 +292,17 @@ class BudgetExhausted(BudgetError):
         self.reserved = reserved
         self.limit = limit
         available = limit - spent - reserved
-        super().__init__(
+        message = (
             f"budget exhausted: a reservation of {format_usd(requested)} does not fit "
             f"(limit {format_usd(limit)}, spent {format_usd(spent)}, reserved "
             f"{format_usd(reserved)}, available {format_usd(available)})"
         )
+        if spent > limit:
+            message += (
+                f"; spent is {format_usd(spent - limit)} above the limit (a settle overran its "
+                "reservation): nothing is admitted until the limit covers it"
+            )
+        super().__init__(message)
 
 
 class CreditsExhausted(BudgetError):

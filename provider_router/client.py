@@ -41,12 +41,15 @@ from typing import Any, Final
 from pydantic import SecretStr
 
 from provider_router import _http
+from provider_router._billable import check_fields, completion_cap, field_tokens, measure_messages
 from provider_router._billing import Billing, Charged
 from provider_router._completion import Completion, parse_completion
 from provider_router._constants import (
     DEFAULT_BUDGET_WAIT,
     DEFAULT_CATALOG_TTL,
     DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_COST_SANITY_FACTOR,
+    DEFAULT_MAX_VIOLATIONS_IN_A_ROW,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_STREAM_IDLE_TIMEOUT,
     STREAM_DEADLINE_BASE,
@@ -73,7 +76,7 @@ from provider_router.ranking import Workload
 from provider_router.records import ModelEndpoints
 from provider_router.results import ChatResult, StreamDelta
 from provider_router.retry import RetryPolicy
-from provider_router.routing import RoutePlan, build_route_plan, estimate_prompt_tokens
+from provider_router.routing import RoutePlan, build_route_plan
 from provider_router.streaming import ChatStream, read_stream
 
 __all__ = ["ChatStream", "Router"]
@@ -132,6 +135,11 @@ class Router(AsyncResource):
         connect_timeout: seconds to open a connection.
         credits_hold_timeout: seconds one request may spend waiting out
             temporary (in-flight hold) 402s.
+        cost_sanity_factor: a settled cost above this many times its
+            reservation is an anomaly: an error log with the generation id, and
+            :attr:`halted` is set (a batch stops).
+        max_violations_in_a_row: policy violations in a row that set
+            :attr:`halted` (a batch stops).
         limiter: the concurrency limiter (default: AIMD up to ``max_concurrency``
             after a slow start that doubles every 50 ms from 32 until the first
             429, with every 429 capping the window at the requests in flight).
@@ -163,6 +171,8 @@ class Router(AsyncResource):
         stream_deadline: float | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         credits_hold_timeout: float = 300.0,
+        cost_sanity_factor: Decimal | int = DEFAULT_COST_SANITY_FACTOR,
+        max_violations_in_a_row: int = DEFAULT_MAX_VIOLATIONS_IN_A_ROW,
         limiter: AdaptiveLimiter | None = None,
         health: ProviderHealth | None = None,
         params: Mapping[str, Any] | None = None,
@@ -185,6 +195,14 @@ class Router(AsyncResource):
         for reserved_name in _RESERVED_PARAMS:
             if params and reserved_name in params:
                 raise ConfigurationError(f"params: {reserved_name!r} is set by the Router")
+        if model.endswith(":online"):
+            raise ConfigurationError(
+                f"model {model!r}: refused, the ':online' variant adds web search fees the "
+                "reservation cannot bound (docs/client.md, 'What is reserved')"
+            )
+        self._fields: dict[str, Any] = dict(params or {})
+        check_fields(self._fields, "Router(params=...)")
+        self._field_tokens = field_tokens(self._fields)
         self.model = model
         self.policy = policy if policy is not None else ProviderPolicy()
         self.base_url = _http.resolve_base_url(base_url)
@@ -221,6 +239,18 @@ class Router(AsyncResource):
         self._plan: RoutePlan | None = None
         self._plan_time = 0.0
         self._refresh: asyncio.Task[None] | None = None
+        if isinstance(cost_sanity_factor, bool) or not Decimal(cost_sanity_factor) >= 1:
+            raise ConfigurationError(
+                f"cost_sanity_factor must be a number >= 1, got {cost_sanity_factor!r}"
+            )
+        if (
+            isinstance(max_violations_in_a_row, bool)
+            or not isinstance(max_violations_in_a_row, int)
+            or max_violations_in_a_row < 1
+        ):
+            raise ConfigurationError(
+                f"max_violations_in_a_row must be an int >= 1, got {max_violations_in_a_row!r}"
+            )
         self._billing = Billing(
             model,
             ledger,
@@ -228,7 +258,11 @@ class Router(AsyncResource):
             sleep,
             credits_hold_timeout=credits_hold_timeout,
             clock=clock,
+            cost_sanity_factor=Decimal(cost_sanity_factor),
         )
+        self.max_violations_in_a_row = max_violations_in_a_row
+        self._violations_in_a_row = 0
+        self._violations_halt: str | None = None
         self._seq = itertools.count(1)
         self._in_flight = 0
         self.requests = 0
@@ -237,6 +271,8 @@ class Router(AsyncResource):
         """Requests that raised."""
         self.quarantined = 0
         """Requests served by a provider the policy does not allow."""
+        self.unknown_provider = 0
+        """Requests whose response named no provider (kept: not a violation)."""
         self.metrics = metrics
         self._metrics_task: asyncio.Task[None] | None = None
         if metrics is not None:
@@ -405,6 +441,16 @@ class Router(AsyncResource):
         return await self._billing.reconcile()
 
     @property
+    def halted(self) -> str | None:
+        """Why a batch using this router must stop, or ``None``.
+
+        Set by a cost anomaly (a settle above ``cost_sanity_factor`` times its
+        reservation) or by ``max_violations_in_a_row`` policy violations in a row.
+        The router itself keeps serving: the caller decides (the batch runner stops).
+        """
+        return self._billing.halted or self._violations_halt
+
+    @property
     def in_flight(self) -> int:
         """Requests started and not finished."""
         return self._in_flight
@@ -423,19 +469,23 @@ class Router(AsyncResource):
 
         Args:
             messages: OpenAI-format chat messages.
-            max_tokens: the completion cap; required with a ledger (the worst case
-                is priced from it).
+            max_tokens: the completion cap; required with a ledger unless
+                ``max_completion_tokens`` is given (the worst case is priced from
+                the larger of the two).
             stream: read the answer as a stream (idle timeout and deadline apply)
                 and return it whole.
             key: the label of the ledger reservation (e.g. a prompt id).
             on_delta: called with each :class:`StreamDelta` of a stream.
-            **params: further request fields (``temperature``, ``reasoning``...).
-                ``model`` and ``provider`` are the router's.
+            **params: further request fields (``temperature``, ``reasoning``,
+                ``tools``...). ``model`` and ``provider`` are the router's; fields
+                whose charge cannot be reserved for (``n > 1``, ``models``,
+                ``plugins``...) are refused (docs/client.md, "What is reserved").
 
         Raises:
             CreditsExhausted: OpenRouter's credits or the key limit ran out (now or
                 earlier: the router then takes no new work).
             BudgetExhausted: the ledger cannot cover the worst case.
+            ConfigurationError: a field the reservation cannot price.
             AllAttemptsFailed: every attempt failed with a retryable error.
             APIStatusError: a non-retryable answer (400, 401, 403, 404...).
         """
@@ -488,31 +538,44 @@ class Router(AsyncResource):
     ) -> PreparedRequest:
         if self._http is None:
             raise ConfigurationError("the Router is not open: use `async with Router(...)`")
-        if max_tokens is None and self.ledger is not None:
-            raise ConfigurationError("max_tokens is required when a ledger is used")
-        if max_tokens is not None and (isinstance(max_tokens, bool) or max_tokens < 1):
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
             raise ConfigurationError(f"max_tokens must be a positive int, got {max_tokens!r}")
+        fields = self._fields
+        extra_tokens = self._field_tokens
         if params:
             for reserved_name in _RESERVED_PARAMS:
                 if reserved_name in params:
                     raise ConfigurationError(
                         f"{reserved_name!r} is set by the Router, not per call"
                     )
+            check_fields(params)
+            fields = {**fields, **params}
+            extra_tokens = field_tokens(fields)
+        # The larger cap: a provider may honour either (docs/client.md, "What is reserved").
+        cap = completion_cap(max_tokens, fields)
+        if cap is None and self.ledger is not None:
+            raise ConfigurationError(
+                "max_tokens is required when a ledger is used (max_completion_tokens also counts)"
+            )
         plan = self._current_plan()
         encoder = self._encoder
         provider = encoder.provider_bytes(plan, self.health.demoted())
-        prompt_estimate = estimate_prompt_tokens(messages)
+        billable = measure_messages(messages)
+        prompt_tokens = billable.prompt_tokens + extra_tokens
         deadline = self._request_timeout
         if stream:
+            # The stream deadline scales with the completion cap the provider may honour.
             deadline = self._stream_deadline or (
-                STREAM_DEADLINE_BASE + (max_tokens or 0) / STREAM_DEADLINE_TOKENS_PER_SECOND
+                STREAM_DEADLINE_BASE + (cap or 0) / STREAM_DEADLINE_TOKENS_PER_SECOND
             )
         return PreparedRequest(
             payload=encoder.encode(messages, max_tokens, stream, params, provider),
             stream=stream,
             key=key if key is not None else f"req-{next(self._seq)}",
-            worst_case=plan.worst_case(prompt_estimate, max_tokens or 0),
-            prompt_estimate=prompt_estimate,
+            worst_case=plan.worst_case(prompt_tokens, cap or 0, billable.images),
+            prompt_estimate=prompt_tokens + billable.estimate - billable.prompt_tokens,
             plan=plan,
             on_delta=on_delta,
             deadline=deadline,
@@ -531,10 +594,31 @@ class Router(AsyncResource):
     def _finish(self, request: PreparedRequest, charged: Charged, latency: float) -> ChatResult:
         completion = charged.completion
         plan = request.plan
-        quarantined = completion.provider not in plan.allowed_providers
+        provider = completion.provider
+        # No provider named is unknown, not a violation: the paid answer is kept.
+        quarantined = provider is not None and provider not in plan.allowed_providers
         reason = None
+        if provider is None:
+            self.unknown_provider += 1
+            log.warning(
+                "route.unknown_provider",
+                model=self.model,
+                key=request.key,
+                generation_id=completion.generation_id,
+            )
+        elif not quarantined:
+            self._violations_in_a_row = 0
         if quarantined:
             self.quarantined += 1
+            self._violations_in_a_row += 1
+            if (
+                self._violations_in_a_row >= self.max_violations_in_a_row
+                and self._violations_halt is None
+            ):
+                self._violations_halt = (
+                    f"{self._violations_in_a_row} policy violations in a row (the last served "
+                    f"by {provider!r}): OpenRouter is not honouring the routing object"
+                )
             reason = (
                 f"served by {completion.provider!r}, not one of the allowed providers "
                 f"({', '.join(sorted(plan.allowed_providers))})"

@@ -9,11 +9,11 @@ decisions and the ranking, so the per-request path only picks a prebuilt dict:
 * ``ignore``: the rejected endpoints' tags (belt and braces: also rejected if an
   account-wide setting widened ``only``);
 * ``allow_fallbacks``: fallbacks stay inside ``only``;
-* ``max_price``: the highest prompt, completion and per-request prices among
-  the allowed endpoints, in USD per million tokens (per request for
-  ``request``), as strings (the OpenAPI type). These are the very ceilings the
-  ledger reservation is computed from, so OpenRouter cannot serve a request
-  at a price the reservation did not cover.
+* ``max_price``: the highest prompt, completion, per-request and per-image
+  prices among the allowed endpoints, in USD per million tokens (per request
+  for ``request``, per image for ``image``), as strings (the OpenAPI type).
+  These are the very ceilings the ledger reservation is computed from, so
+  OpenRouter cannot serve a request at a price the reservation did not cover.
 
 Tags are used rather than base slugs because a base slug (``deepinfra``)
 matches every endpoint of a provider, including a rejected quantization.
@@ -26,6 +26,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final, Protocol
 
+from provider_router._billable import (
+    IMAGE_PROMPT_TOKENS_BOUND,
+    measure_messages,
+)
 from provider_router._constants import PER_MILLION
 from provider_router._exceptions import ConfigurationError
 from provider_router.ranking import RankedEndpoint, Workload, rank
@@ -34,11 +38,6 @@ from provider_router.records import Endpoint, Pricing
 __all__ = ["RoutePlan", "build_route_plan", "estimate_prompt_tokens"]
 
 _ZERO: Final = Decimal(0)
-
-MESSAGE_OVERHEAD_TOKENS: Final = 8
-"""Template tokens a chat message adds around its content (role markers, separators)."""
-REQUEST_OVERHEAD_TOKENS: Final = 16
-"""Template tokens a request adds once (the assistant turn's opening)."""
 
 
 class _Decision(Protocol):
@@ -53,24 +52,15 @@ def estimate_prompt_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
 
     Byte-level BPE tokenizers (Kimi's included) emit at least one byte per token,
     so the UTF-8 length of the text bounds its token count; each message adds
-    :data:`MESSAGE_OVERHEAD_TOKENS` of template. It overestimates ordinary text
-    about fourfold, which only makes the prompt part of a reservation (small
-    beside ``max_tokens`` of completion) safely large.
+    :data:`~provider_router._billable.MESSAGE_OVERHEAD_TOKENS` of template, each image part
+    :data:`~provider_router._billable.IMAGE_PROMPT_TOKENS_BOUND`. It overestimates
+    ordinary text about fourfold, which only makes the prompt part of a
+    reservation (small beside ``max_tokens`` of completion) safely large.
+
+    Raises:
+        ConfigurationError: a content part that cannot be priced (audio, file...).
     """
-    total = REQUEST_OVERHEAD_TOKENS
-    for message in messages:
-        total += MESSAGE_OVERHEAD_TOKENS
-        content = message.get("content")
-        if isinstance(content, str):
-            total += len(content.encode())
-        elif content is not None:
-            # Multi-part content or tool payloads: count their JSON text.
-            total += len(repr(content).encode())
-        for key in ("tool_calls", "name", "tool_call_id", "reasoning"):
-            extra = message.get(key)
-            if extra:
-                total += len(repr(extra).encode())
-    return total
+    return measure_messages(messages).estimate
 
 
 # Ceilings include every override (long-context, time-of-day): a worst case must
@@ -108,6 +98,9 @@ class RoutePlan:
         max_prompt_price: highest prompt-side price per token (cache writes included).
         max_completion_price: highest completion (or reasoning) price per token.
         max_request_price: highest per-request fee.
+        max_image_price: highest per-image fee.
+        max_image_token_price: highest price of an image token (``image_token``,
+            or the prompt ceiling when that is higher).
         allow_fallbacks: sent as ``provider.allow_fallbacks``.
     """
 
@@ -119,6 +112,8 @@ class RoutePlan:
     max_prompt_price: Decimal
     max_completion_price: Decimal
     max_request_price: Decimal
+    max_image_price: Decimal = _ZERO
+    max_image_token_price: Decimal = _ZERO
     allow_fallbacks: bool = True
     _pricing_by_provider: Mapping[str, tuple[Pricing, ...]] = field(default_factory=dict)
     _cache: dict[frozenset[str], dict[str, Any]] = field(default_factory=dict)
@@ -148,6 +143,7 @@ class RoutePlan:
                 "prompt": _per_million(self.max_prompt_price),
                 "completion": _per_million(self.max_completion_price),
                 "request": format(self.max_request_price, "f"),
+                "image": format(self.max_image_price, "f"),
             },
         }
         if self.ignore:
@@ -156,13 +152,22 @@ class RoutePlan:
             self._cache[demoted] = obj
         return obj
 
-    def worst_case(self, prompt_tokens: int, max_tokens: int) -> Decimal:
-        """The most a request can cost on any allowed endpoint (USD, exact)."""
-        return (
+    def worst_case(self, prompt_tokens: int, max_tokens: int, images: int = 0) -> Decimal:
+        """The most a request can cost on any allowed endpoint (USD, exact).
+
+        ``prompt_tokens`` bounds the text prompt; each of ``images`` adds
+        :data:`~provider_router._billable.IMAGE_PROMPT_TOKENS_BOUND` tokens at the
+        dearer of the prompt and image-token prices, and the per-image fee.
+        """
+        worst = (
             prompt_tokens * self.max_prompt_price
             + max_tokens * self.max_completion_price
             + self.max_request_price
         )
+        if images:
+            token_price = max(self.max_prompt_price, self.max_image_token_price)
+            worst += images * (IMAGE_PROMPT_TOKENS_BOUND * token_price + self.max_image_price)
+        return worst
 
     def estimate(
         self,
@@ -241,6 +246,8 @@ def build_route_plan(
         max_prompt_price=max(_prompt_ceiling(e.pricing) for e in allowed),
         max_completion_price=max(_completion_ceiling(e.pricing) for e in allowed),
         max_request_price=max((e.pricing.request or _ZERO) for e in allowed),
+        max_image_price=max((e.pricing.image or _ZERO) for e in allowed),
+        max_image_token_price=max((e.pricing.image_token or _ZERO) for e in allowed),
         allow_fallbacks=allow_fallbacks,
         _pricing_by_provider={k: tuple(v) for k, v in pricing_by_provider.items()},
     )

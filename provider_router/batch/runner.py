@@ -681,6 +681,8 @@ class BatchRunner:
                 raise
         else:
             landed = self._completed(journal, ds, prompt, result, started, params.get("tools"))
+            if router.halted is not None:  # a cost anomaly, violations in a row
+                self.stop(StopReason.ERROR, f"stopped: {router.halted}")
         finally:
             ds.pricer.landed(ticket, landed)
             ds.inflight -= 1

@@ -60,6 +60,10 @@ class Simulator:
             ``/generation`` record, as a provider that does not cancel does.
             Default: a stream's client pays for the tokens sent so far, a JSON
             request's client for nothing.
+        anonymous: answer without the ``provider`` field (clients must treat the
+            serving provider as unknown, not as a policy violation).
+        overcharge: bill and report this many times the listed prices (a server
+            whose costs are absurd; the charge record stays exact).
         clock / sleep: injected monotonic clock and sleep.
     """
 
@@ -79,6 +83,8 @@ class Simulator:
         keepalive_seconds: float = 5.0,
         log_limit: int = 100_000,
         bill_abandoned: bool = False,
+        anonymous: bool = False,
+        overcharge: int = 1,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
@@ -99,6 +105,12 @@ class Simulator:
         self.generation_404s = generation_404s
         self.keepalive_seconds = keepalive_seconds
         self.log_limit = log_limit
+        self.anonymous = anonymous
+        """Answer without the ``provider`` field (a response that names no provider)."""
+        if isinstance(overcharge, bool) or not isinstance(overcharge, int) or overcharge < 1:
+            raise ValueError(f"overcharge must be an int >= 1, got {overcharge!r}")
+        self.overcharge = overcharge
+        """Bill (and report) this many times the listed prices: a misbehaving server."""
         self.log = RequestLog(log_limit)
         self.clock = clock
         self.sleep = sleep

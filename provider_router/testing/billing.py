@@ -40,15 +40,16 @@ TOP_UP_URL = "https://openrouter.ai/credits"
 
 @dataclass(frozen=True, slots=True)
 class Cost:
-    """What one served request costs, in picodollars."""
+    """What one served request costs, in picodollars (``image``: the per-image fees)."""
 
     prompt: int
     completion: int
     request: int
+    image: int = 0
 
     @property
     def total(self) -> int:
-        return self.prompt + self.completion + self.request
+        return self.prompt + self.completion + self.request + self.image
 
 
 def compute_cost(
@@ -57,10 +58,12 @@ def compute_cost(
     cached_tokens: int,
     completion_tokens: int,
     cache_write_tokens: int = 0,
+    images: int = 0,
 ) -> Cost:
     """Exact cost: uncached prompt, cached prompt (at the cache-read price when the
     endpoint has one), prompt written to cache (at the cache-write price when it has
-    one), completion including reasoning, and the per-request fee."""
+    one), completion including reasoning, the per-request fee and the per-image fee of
+    each input image (its tokens are already in ``prompt_tokens``)."""
     read_price = endpoint.cache_read_units
     if read_price is None:
         read_price = endpoint.prompt_units
@@ -73,7 +76,12 @@ def compute_cost(
         + cached_tokens * read_price
         + cache_write_tokens * write_price
     )
-    return Cost(prompt, completion_tokens * endpoint.completion_units, endpoint.request_units)
+    return Cost(
+        prompt,
+        completion_tokens * endpoint.completion_units,
+        endpoint.request_units,
+        images * endpoint.image_units,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,7 +81,7 @@ def chat_result(
     gen_id: str,
     created: int,
     model: str,
-    provider: str,
+    provider: str | None,
     content: str | None,
     reasoning: str | None,
     finish_reason: str,
@@ -109,7 +109,7 @@ def chat_result(
     }
     if error is not None:
         choice["error"] = error
-    return {
+    body: dict[str, Any] = {
         "id": gen_id,
         "provider": provider,
         "model": model,
@@ -119,13 +119,16 @@ def chat_result(
         "system_fingerprint": fingerprint,
         "usage": usage,
     }
+    if provider is None:
+        del body["provider"]
+    return body
 
 
 def chunk(
     gen_id: str,
     created: int,
     model: str,
-    provider: str,
+    provider: str | None,
     delta: dict[str, Any],
     finish_reason: str | None = None,
     usage: dict[str, Any] | None = None,
@@ -156,6 +159,8 @@ def chunk(
         body["usage"] = usage
     if error is not None:
         body["error"] = error
+    if provider is None:
+        del body["provider"]
     return body
 
 

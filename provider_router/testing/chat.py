@@ -31,7 +31,7 @@ from provider_router.testing.routing import (
     parse_preferences,
     plan_route,
 )
-from provider_router.testing.synth import count_prompt_tokens
+from provider_router.testing.synth import count_request_prompt
 from provider_router.testing.tools import (
     ToolError,
     ToolRequest,
@@ -146,14 +146,26 @@ def _platform_limit(sim: Simulator, fault: Fault) -> web.Response:
 
 
 def _parse_max_tokens(body: dict[str, Any]) -> int | web.Response | None:
+    """The completion cap honoured: ``max_completion_tokens`` over the deprecated
+    ``max_tokens`` alias (each is validated when present)."""
+    caps: list[int] = []
     for name in ("max_completion_tokens", "max_tokens"):
         value = body.get(name)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             return _bad_request(f"{name}: expected a positive integer, got {value!r}")
-        return value
-    return None
+        caps.append(value)
+    return caps[0] if caps else None
+
+
+def _parse_choices(body: dict[str, Any]) -> int | web.Response:
+    value = body.get("n", 1)
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return _bad_request(f"n: expected a positive integer, got {value!r}")
+    return value
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -195,6 +207,9 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
     if isinstance(max_tokens, web.Response):
         return max_tokens
     record.max_tokens = max_tokens
+    choices = _parse_choices(body)
+    if isinstance(choices, web.Response):
+        return choices
     try:
         tool_request = parse_tool_request(body)
         check_tool_messages(messages)
@@ -223,14 +238,16 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
     except RoutingError as exc:
         return _routing_error(exc)
 
-    prompt_tokens = count_prompt_tokens(messages)
+    prompt_tokens, images = count_request_prompt(body)
     primary = candidates[0]
     max_out = (
         max_tokens
         or primary.max_completion_tokens
         or max(1, primary.context_length - prompt_tokens)
+    ) * choices
+    fixed = (
+        prompt_tokens * primary.prompt_units + primary.request_units + images * primary.image_units
     )
-    fixed = prompt_tokens * primary.prompt_units + primary.request_units
     worst = fixed + max_out * primary.completion_units
     denied = sim.account.check(key, worst, max_out, fixed, primary.completion_units)
     if denied is not None:
@@ -261,6 +278,8 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
             max_tokens,
             rng,
             tool_request,
+            images=images,
+            choices=choices,
         )
     finally:
         sim.key_in_flight[key.label] -= 1
@@ -279,6 +298,9 @@ async def _attempts(
     max_tokens: int | None,
     rng: Any,
     tool_request: ToolRequest | None,
+    *,
+    images: int = 0,
+    choices: int = 1,
 ) -> web.StreamResponse:
     failure: web.Response | None = None
     failure_kind = "error"
@@ -317,6 +339,8 @@ async def _attempts(
             rng,
             fault,
             tool_request,
+            images=images,
+            choices=choices,
         )
         sim.in_flight[tag] = sim.in_flight.get(tag, 0) + 1
         try:

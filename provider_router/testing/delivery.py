@@ -73,6 +73,10 @@ class Attempt:
     rng: random.Random
     fault: Fault | None
     tools: ToolRequest | None = None
+    images: int = 0
+    """Input images: each pays the endpoint's per-image fee."""
+    choices: int = 1
+    """``n``: completions generated (and billed) for the request."""
 
 
 @dataclass(slots=True)
@@ -138,13 +142,25 @@ def _plan(attempt: Attempt) -> _Plan:
 
 
 def _charge(attempt: Attempt, plan: _Plan, completion_tokens: int, reasoning_tokens: int) -> Cost:
+    # ``n`` choices are n completions of this length, each billed.
+    completion_tokens *= attempt.choices
+    reasoning_tokens *= attempt.choices
     cost = compute_cost(
         attempt.endpoint,
         attempt.prompt_tokens,
         plan.cached_tokens,
         completion_tokens,
         plan.cache_write_tokens,
+        attempt.images,
     )
+    factor = attempt.sim.overcharge
+    if factor != 1:  # a server billing above its listed prices (tests of the client's sanity)
+        cost = Cost(
+            cost.prompt * factor,
+            cost.completion * factor,
+            cost.request * factor,
+            cost.image * factor,
+        )
     attempt.sim.account.charge(attempt.key, cost.total)
     record = attempt.record
     record.cost_units = cost.total
@@ -260,6 +276,11 @@ def _abort(request: web.Request) -> None:
         transport.abort()
 
 
+def _shown(attempt: Attempt) -> str | None:
+    """The ``provider`` a body names: ``None`` (omitted) when the simulator is anonymous."""
+    return None if attempt.sim.anonymous else attempt.endpoint.provider_name
+
+
 def _reasoning_text(attempt: Attempt, plan: _Plan, tokens: int) -> str | None:
     if not plan.shape.show_reasoning or plan.shape.reasoning_tokens == 0:
         return None
@@ -271,7 +292,6 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
     shape = plan.shape
     fault = attempt.fault
     kind = fault.kind if fault is not None else None
-    endpoint = attempt.endpoint
     model_slug = attempt.model.canonical_slug
     duration = plan.ttft + shape.completion_tokens / plan.tokens_per_second
     if kind == "error_200":
@@ -289,13 +309,13 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             plan.gen_id,
             plan.created,
             model_slug,
-            endpoint.provider_name,
+            _shown(attempt),
             filler(0, content_tokens),
             _reasoning_text(attempt, plan, reasoning),
             "error",
             usage,
             error=dict(_MIDWAY_ERROR),
-            fingerprint=endpoint.system_fingerprint,
+            fingerprint=attempt.endpoint.system_fingerprint,
         )
         attempt.record.outcome = "error_200"
         _remember(attempt, plan, 0, delivered, reasoning, "error", duration)
@@ -305,8 +325,8 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
     usage = bodies.usage_body(
         attempt.prompt_tokens,
         plan.cached_tokens,
-        shape.completion_tokens,
-        shape.reasoning_tokens,
+        attempt.record.completion_tokens,
+        attempt.record.reasoning_tokens,
         cost,
         plan.cache_write_tokens,
     )
@@ -314,20 +334,23 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         plan.gen_id,
         plan.created,
         model_slug,
-        endpoint.provider_name,
+        _shown(attempt),
         None if plan.calls else filler(0, shape.content_tokens),
         _reasoning_text(attempt, plan, shape.reasoning_tokens),
         shape.finish_reason,
         usage,
         tool_calls=tools.message_calls(plan.calls, shape.content_tokens) if plan.calls else None,
-        fingerprint=endpoint.system_fingerprint,
+        fingerprint=attempt.endpoint.system_fingerprint,
     )
+    if attempt.choices > 1:
+        first = payload["choices"][0]
+        payload["choices"] = [{**first, "index": i} for i in range(attempt.choices)]
     _remember(
         attempt,
         plan,
         cost.total,
-        shape.completion_tokens,
-        shape.reasoning_tokens,
+        attempt.record.completion_tokens,
+        attempt.record.reasoning_tokens,
         shape.finish_reason,
         duration,
     )
@@ -370,14 +393,13 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
     shape = plan.shape
     fault = attempt.fault
     kind = fault.kind if fault is not None else None
-    endpoint = attempt.endpoint
     gen_id, created, model_slug, provider = (
         plan.gen_id,
         plan.created,
         attempt.model.canonical_slug,
-        endpoint.provider_name,
+        _shown(attempt),
     )
-    fp = endpoint.system_fingerprint
+    fp = attempt.endpoint.system_fingerprint
     total = shape.completion_tokens
     stop_at = total
     if kind in ("error_200", "stream_error", "reset", "truncate"):
@@ -479,11 +501,12 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             attempt.record.outcome = "truncate"
             await response.write_eof()
             return response
+        record = attempt.record
         usage = bodies.usage_body(
             attempt.prompt_tokens,
             plan.cached_tokens,
-            total,
-            shape.reasoning_tokens,
+            record.completion_tokens,
+            record.reasoning_tokens,
             cost,
             plan.cache_write_tokens,
         )

@@ -72,6 +72,7 @@ _PRICING_FIELDS = (
     "input_cache_read",
     "input_cache_write",
     "request",
+    "image",
     "discount",
 )
 DEFAULT_CACHE_TTL_SECONDS = 300.0
@@ -134,6 +135,8 @@ class EndpointSpec:
     input_cache_read: Decimal | None = None
     input_cache_write: Decimal | None = None
     request: Decimal = Decimal(0)
+    image: Decimal = Decimal(0)
+    """USD per input image (a fee on top of the image's prompt tokens)."""
     discount: float = 0.0
     context_length: int = 262_144
     max_completion_tokens: int | None = None
@@ -162,6 +165,7 @@ class EndpointSpec:
     cache_read_units: int | None = field(init=False, default=None)
     cache_write_units: int | None = field(init=False, default=None)
     request_units: int = field(init=False, default=0)
+    image_units: int = field(init=False, default=0)
     blended_price: Decimal = field(init=False, default=Decimal(0))
 
     def __post_init__(self) -> None:
@@ -173,6 +177,7 @@ class EndpointSpec:
         if self.input_cache_write is not None:
             object.__setattr__(self, "cache_write_units", int(self.input_cache_write * scale))
         object.__setattr__(self, "request_units", int(self.request * UNITS_PER_USD))
+        object.__setattr__(self, "image_units", int(self.image * UNITS_PER_USD))
         object.__setattr__(self, "blended_price", self.prompt + self.completion)
 
     def tool_choice_flags(self) -> dict[str, bool]:
@@ -194,6 +199,8 @@ class EndpointSpec:
             pricing["input_cache_write"] = _per_token_string(self.input_cache_write)
         if self.request:
             pricing["request"] = format(self.request.normalize(), "f")
+        if self.image:
+            pricing["image"] = format(self.image.normalize(), "f")
         pricing["discount"] = _json_number(self.discount)
         latency = self.latency_ms
         throughput = self.throughput
@@ -436,8 +443,9 @@ def _parse_pricing(fields: Fields) -> dict[str, Any]:
         if pricing.has(key):
             result[key] = pricing.decimal(key, minimum=zero)
             _units_per_token(result[key], pricing, key)
-    if pricing.has("request"):
-        result["request"] = pricing.decimal("request", minimum=zero)
+    for fee in ("request", "image"):
+        if pricing.has(fee):
+            result[fee] = pricing.decimal(fee, minimum=zero)
     if pricing.has("discount"):
         result["discount"] = pricing.number("discount", minimum=-1.0, maximum=1.0)
     return result

@@ -116,6 +116,7 @@ class Preferences:
     max_prompt: Decimal | None = None
     max_completion: Decimal | None = None
     max_request: Decimal | None = None
+    max_image: Decimal | None = None
     min_throughput: float | None = None
     max_latency_s: float | None = None
 
@@ -205,6 +206,7 @@ def parse_preferences(obj: object) -> Preferences | None:
         max_prompt=prices.get("prompt"),
         max_completion=prices.get("completion"),
         max_request=prices.get("request"),
+        max_image=prices.get("image"),
         min_throughput=_percentile(obj, "preferred_min_throughput"),
         max_latency_s=_percentile(obj, "preferred_max_latency"),
     )
@@ -340,6 +342,7 @@ def _filter(
         prefs.max_prompt is not None
         or prefs.max_completion is not None
         or prefs.max_request is not None
+        or prefs.max_image is not None
     ):
         current = [
             e
@@ -347,6 +350,7 @@ def _filter(
             if (prefs.max_prompt is None or e.prompt <= prefs.max_prompt)
             and (prefs.max_completion is None or e.completion <= prefs.max_completion)
             and (prefs.max_request is None or e.request <= prefs.max_request)
+            and (prefs.max_image is None or e.image <= prefs.max_image)
         ]
         stages.append(
             ("max_price", "No endpoints found matching your max_price requirements.", current)

@@ -9,13 +9,27 @@ is a fixed vocabulary cycled so that ``n`` tokens are always the same ``n`` word
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CompletionShape", "Lengths", "count_prompt_tokens", "filler"]
+__all__ = [
+    "IMAGE_PROMPT_TOKENS",
+    "CompletionShape",
+    "Lengths",
+    "count_prompt_tokens",
+    "count_request_prompt",
+    "filler",
+]
+
+IMAGE_PROMPT_TOKENS = 1_024
+"""Prompt tokens one input image costs here (a vision encoder's patch tokens)."""
+
+# Request fields a provider renders into the prompt (tool definitions, schemas).
+_PROMPT_FIELDS = ("tools", "tool_choice", "response_format")
 
 _WORDS = tuple(
     " ".join(
@@ -73,6 +87,36 @@ def count_prompt_tokens(messages: Sequence[Any]) -> int:
         if isinstance(message, Mapping):
             total += 4 + (len(_text_of(message.get("content"))) + 3) // 4
     return total
+
+
+def _images_in(messages: Sequence[Any]) -> int:
+    images = 0
+    for message in messages:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list):
+            images += sum(
+                1
+                for part in content
+                if isinstance(part, Mapping) and part.get("type") == "image_url"
+            )
+    return images
+
+
+def count_request_prompt(body: Mapping[str, Any]) -> tuple[int, int]:
+    """(prompt tokens, input images) of a chat request, as a provider bills them.
+
+    The messages' text, :data:`IMAGE_PROMPT_TOKENS` per image part, and the JSON of
+    the fields rendered into the prompt (``tools``, ``tool_choice``, ``response_format``)
+    at about four characters per token.
+    """
+    messages = body["messages"]
+    images = _images_in(messages)
+    total = count_prompt_tokens(messages) + images * IMAGE_PROMPT_TOKENS
+    for name in _PROMPT_FIELDS:
+        value = body.get(name)
+        if value is not None and not isinstance(value, str):
+            total += (len(json.dumps(value, separators=(",", ":"))) + 3) // 4
+    return total, images
 
 
 @dataclass(frozen=True, slots=True)

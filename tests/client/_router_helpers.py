@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import dataclasses
+from collections.abc import Awaitable, Callable, Container
 
 from provider_router import Router
+from provider_router.testing import Market
 
 KIMI = "moonshotai/kimi-k2.5"
 MESSAGES = [{"role": "user", "content": "Say hello in Portuguese."}]
@@ -20,3 +22,14 @@ class RecordingSleep:
 
     async def __call__(self, seconds: float) -> None:
         self.calls.append(seconds)
+
+
+def served_as(name: str, tags: Container[str] | None = None) -> Market:
+    """The default market with the endpoints ``tags`` (default: all) served as ``name``."""
+    market = Market.default()
+    model = market.models[KIMI]
+    endpoints = tuple(
+        dataclasses.replace(e, provider_name=name) if tags is None or e.tag in tags else e
+        for e in model.endpoints
+    )
+    return Market([dataclasses.replace(model, endpoints=endpoints)], market.providers)

@@ -59,7 +59,12 @@ def test_provider_object_uses_tags_ranks_and_ceilings() -> None:
         "only": ["cheap", "dear"],
         "ignore": ["bad/fp4"],
         "allow_fallbacks": True,
-        "max_price": {"prompt": "0.7000000", "completion": "2.8000000", "request": "0.001"},
+        "max_price": {
+            "prompt": "0.7000000",
+            "completion": "2.8000000",
+            "request": "0.001",
+            "image": "0",
+        },
     }
     assert p.provider_object() is obj  # cached, built once
 

@@ -186,6 +186,22 @@ async def test_a_settle_above_its_reservation_is_recorded_truthfully(backend: Ba
         await ledger.reserve(D("0"), key="nothing fits past the limit")
 
 
+async def test_an_overrun_stops_admission_until_the_limit_covers_it(backend: Backend) -> None:
+    ledger = backend.make(D("1"))
+    held = await ledger.reserve(D("0.2"), key="in flight")
+    res = await ledger.reserve(D("0.5"), key="a")
+    await ledger.settle(res, D("1.1"))  # the server charged past the whole budget
+    await ledger.release(held)  # freeing a hold does not make room past an overrun
+    for wait in (False, True, 0.01):
+        with pytest.raises(BudgetExhausted, match=r"\$0\.10* above the limit") as caught:
+            await ledger.reserve(D("0.000001"), key="refused", wait=wait)
+        assert caught.value.spent == D("1.1")
+    state = await ledger.snapshot()
+    assert (state.spent, state.reserved, state.overrun) == (D("1.1"), 0, D("0.6"))
+    await ledger.set_limit(D("1.2"))  # covered: admission resumes
+    await ledger.release(await ledger.reserve(D("0.1"), key="fits again"))
+
+
 async def test_drift_is_the_sum_of_cost_minus_estimate(backend: Backend) -> None:
     ledger = backend.make(D("10"))
     for cost, estimate in [(D("1.2"), D("1")), (D("0.5"), D("0.75")), (D("0.3"), None)]:
