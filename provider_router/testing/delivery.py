@@ -105,7 +105,7 @@ def _use_cache(attempt: Attempt) -> CacheResult:
     if not endpoint.supports_implicit_caching:
         return CacheResult()
     body = attempt.body
-    chain = prefix_chain(body["messages"], body.get("tools"))
+    chain = prefix_chain(body)
     result = attempt.sim.caches.serve(
         endpoint.tag,
         chain,

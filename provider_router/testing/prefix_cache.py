@@ -2,9 +2,12 @@
 
 A provider that caches keeps the key/value state of prompts it has served and
 reuses the longest cached prefix of a new prompt. The simulator models that at
-message granularity: a prompt is the chain of its messages (after its tool
-definitions), each boundary identified by a hash of everything up to it and
-worth the prompt tokens up to it. Serving a prompt stores every boundary; the
+message granularity: a prompt is the chain of its messages after the fields a
+provider renders before them (tool definitions, ``tool_choice``,
+``response_format``), each boundary identified by a hash of everything up to it
+and worth the prompt tokens up to it, counted as the request is billed
+(:func:`~provider_router.testing.synth.count_request_prompt`: text, images,
+rendered fields). Serving a prompt stores every boundary; the
 next prompt on the same endpoint reads the longest stored boundary it shares.
 So ``[sys, q1, a1, q2]`` after ``[sys, q1]`` reads ``[sys, q1]`` from cache; a
 different system prompt (or different tools) shares nothing.
@@ -24,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from provider_router.testing.synth import count_prompt_tokens
+from provider_router.testing.synth import _PROMPT_FIELDS, count_request_prompt
 
 __all__ = ["DEFAULT_CACHE_CAPACITY", "CacheResult", "PrefixCache", "prefix_chain"]
 
@@ -42,30 +45,40 @@ class CacheResult:
     written_tokens: int = 0
 
 
-def prefix_chain(messages: Sequence[Any], tools: object = None) -> list[tuple[int, int]]:
-    """``(key, tokens)`` at each message boundary, shortest first.
+def _tokens(body: Mapping[str, Any]) -> int:
+    return count_request_prompt(body)[0]
 
-    The key chains the tool definitions and every message up to the boundary,
-    exactly as sent (any difference ends the shared prefix, as a token would);
-    the tokens are the prompt tokens of those messages (the reply-priming
-    tokens at the end of a prompt are never part of a prefix). Keys are the
-    process's own string hashes (cached on each string, so a long system prompt
-    is hashed once): 64 bits, never stored outside this process.
+
+def prefix_chain(body: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """``(key, tokens)`` at each boundary of a chat request's prompt, shortest first.
+
+    The first boundary is the rendered fields (tools, ``tool_choice``,
+    ``response_format``) when there are any, then one per message. The key chains
+    everything up to the boundary exactly as sent (any difference ends the shared
+    prefix, as a token would); the tokens are its prompt tokens as billed (the
+    reply-priming tokens at the end of a prompt are never part of a prefix). Keys
+    are the process's own string hashes (cached on each string, so a long system
+    prompt is hashed once): 64 bits, never stored outside this process.
     """
-    key = hash(_ENCODE(tools)) if tools is not None else 0
-    chain: list[tuple[int, int]] = []
+    fields = {name: body[name] for name in _PROMPT_FIELDS if body.get(name) is not None}
+    empty = _tokens({"messages": []})
+    key = 0
     tokens = 0
-    priming = count_prompt_tokens([])
-    for message in messages:
+    chain: list[tuple[int, int]] = []
+    if fields:
+        key = hash(_ENCODE(fields))
+        tokens = _tokens({**fields, "messages": []}) - empty
+        chain.append((key, tokens))
+    for message in body["messages"]:
         if isinstance(message, Mapping):
             content = message.get("content")
             if isinstance(content, str) and message.keys() <= _PLAIN_KEYS:
                 key = hash((key, message.get("role"), content))
             else:  # parts, tool calls, names: the whole message, canonically
                 key = hash((key, _ENCODE(message)))
-            tokens += count_prompt_tokens([message]) - priming
         else:
             key = hash((key, repr(message)))
+        tokens += _tokens({"messages": [message]}) - empty
         chain.append((key, tokens))
     return chain
 

@@ -13,7 +13,7 @@ from _sim_client import MODEL, SimClient, StartSim
 
 from provider_router.testing import COMPLETION_TOKENS_HEADER
 from provider_router.testing.prefix_cache import PrefixCache, prefix_chain
-from provider_router.testing.synth import count_prompt_tokens
+from provider_router.testing.synth import count_prompt_tokens, count_request_prompt
 
 CHAT = "/chat/completions"
 FIXED = {COMPLETION_TOKENS_HEADER: "20"}
@@ -22,6 +22,10 @@ SYSTEM = {"role": "system", "content": "You write careful training data. " * 30}
 Q1 = {"role": "user", "content": "Explain prefix caching in two sentences."}
 A1 = {"role": "assistant", "content": "It reuses the computed prompt state. It saves money."}
 Q2 = {"role": "user", "content": "And what expires it?"}
+TOOL = {
+    "type": "function",
+    "function": {"name": "lookup", "description": "Look a term up. " * 20, "parameters": {}},
+}
 
 
 def tokens(messages: list[dict[str, Any]]) -> int:
@@ -72,8 +76,17 @@ async def test_what_is_not_a_shared_prefix_misses(client: SimClient) -> None:
     # Caches are per provider: DeepInfra never served this prompt.
     assert cached(await send(client, [SYSTEM, Q1, A1, Q2], provider="deepinfra")) == 0
     # Different tool definitions make a different prefix.
-    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
-    assert cached(await send(client, [SYSTEM, Q1, A1, Q2], tools=[tool])) == 0
+    assert cached(await send(client, [SYSTEM, Q1, A1, Q2], tools=[TOOL])) == 0
+
+
+async def test_tool_definitions_are_part_of_the_cached_prefix(client: SimClient) -> None:
+    first = await send(client, [SYSTEM, Q1], tools=[TOOL])
+    second = await send(client, [SYSTEM, Q1, A1, Q2], tools=[TOOL])
+    fields = count_request_prompt({"messages": [], "tools": [TOOL]})[0] - count_prompt_tokens([])
+    assert cached(second) == fields + tokens([SYSTEM, Q1])
+    # An identical repeat reads every prompt token but the reply priming.
+    again = await send(client, [SYSTEM, Q1], tools=[TOOL])
+    assert cached(again) == first["prompt_tokens"] - count_prompt_tokens([])
 
 
 async def test_a_provider_without_implicit_caching_never_reads(client: SimClient) -> None:
@@ -192,9 +205,9 @@ async def test_the_generation_record_reports_the_cached_tokens(
 
 def test_memory_is_bounded_least_recently_used_first() -> None:
     cache = PrefixCache(capacity=4)
-    a = prefix_chain([SYSTEM, Q1])
-    b = prefix_chain([Q1, Q2])
-    c = prefix_chain([Q2, A1])
+    a = prefix_chain({"messages": [SYSTEM, Q1]})
+    b = prefix_chain({"messages": [Q1, Q2]})
+    c = prefix_chain({"messages": [Q2, A1]})
     assert cache.serve("x", a, 0, min_tokens=0, ttl=100).cached_tokens == 0
     assert cache.serve("x", b, 1, min_tokens=0, ttl=100).cached_tokens == 0
     assert len(cache) == 4
@@ -207,12 +220,25 @@ def test_memory_is_bounded_least_recently_used_first() -> None:
         PrefixCache(capacity=0)
 
 
-def test_a_prefix_chain_is_cumulative() -> None:
-    chain = prefix_chain([SYSTEM, Q1, A1])
+def test_a_prefix_chain_is_cumulative_and_counts_what_is_billed() -> None:
+    chain = prefix_chain({"messages": [SYSTEM, Q1, A1]})
     assert [t for _, t in chain] == [
         tokens([SYSTEM]),
         tokens([SYSTEM, Q1]),
         tokens([SYSTEM, Q1, A1]),
     ]
-    assert prefix_chain([SYSTEM, Q1])[1] == chain[1]
-    assert prefix_chain([SYSTEM, Q1], tools=[])[1][0] != chain[1][0]
+    assert prefix_chain({"messages": [SYSTEM, Q1]})[1] == chain[1]
+    # Rendered fields come first, as their own boundary, and change every key after them.
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    body = {
+        "messages": [SYSTEM, {"role": "user", "content": [{"type": "text", "text": "x"}, image]}],
+        "tools": [TOOL],
+        "response_format": {"type": "json_object"},
+    }
+    with_fields = prefix_chain(body)
+    assert len(with_fields) == 3
+    assert with_fields[1][0] != chain[0][0]
+    assert (
+        with_fields[-1][1]
+        == count_request_prompt(body)[0] - count_request_prompt({"messages": []})[0]
+    ), "the whole prompt but the reply priming, images and fields included"
