@@ -42,9 +42,9 @@ class Bar:
 
 def number(value: float) -> str:
     """A tick label: whole numbers with separators, small ones to two significant digits."""
-    if value == 0 or abs(value) >= 10:
+    if float(value).is_integer() or abs(value) >= 1000:
         return f"{value:,.0f}"
-    return f"{value:.2g}"
+    return f"{value:.3g}"
 
 
 def _nice_ticks(low: float, high: float, count: int = 5, *, integer: bool = False) -> list[float]:

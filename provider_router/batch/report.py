@@ -20,6 +20,7 @@ inline CSS, no script, no fonts or files fetched. Its charts (``CHARTS``):
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -49,6 +50,11 @@ CHARTS: Final = (
 """The ``data-chart`` names of the report's charts, in page order."""
 _SKIP = {"journal.jsonl"}
 _BINS: Final = 40
+_TAIL_BYTES: Final = 8 << 20
+"""Of each output file only the last 8 MiB is read (the latency sample): a report of a
+run of millions of answers takes as long as one of a few thousand."""
+_MAX_POINTS: Final = 600
+"""Timeline lines drawn at most per series (a day at one line a second is 86,400)."""
 _MILLION = Decimal(1_000_000)
 
 
@@ -81,6 +87,16 @@ class RunData:
     summary: dict[str, Any] | None = None
     timeline: list[dict[str, Any]] = field(default_factory=list)
     completions: list[Completion] = field(default_factory=list)
+    sampled: bool = False
+    """Only the tail of some output file was read: ``completions`` are the latest ones."""
+
+    def rows(self, limit: int = _MAX_POINTS) -> list[dict[str, Any]]:
+        """The timeline thinned to at most ``limit`` evenly spaced lines (first and last kept)."""
+        rows = self.timeline
+        if len(rows) <= limit:
+            return rows
+        step = len(rows) / (limit - 1)
+        return [rows[int(i * step)] for i in range(limit - 1)] + [rows[-1]]
 
     @property
     def start(self) -> float:
@@ -113,12 +129,17 @@ def _money_text(value: Any) -> str:
     return f"${amount.quantize(quantum):,f}"
 
 
-def _completions(path: Path, dataset: str) -> Iterator[Completion]:
+def _completions(path: Path, dataset: str, data: RunData) -> Iterator[Completion]:
     try:
         handle = path.open("rb")
     except OSError:
         return
     with handle:
+        size = handle.seek(0, 2)
+        handle.seek(max(0, size - _TAIL_BYTES))
+        if size > _TAIL_BYTES:
+            data.sampled = True
+            handle.readline()  # the rest of a line cut by the seek
         for raw in handle:
             try:
                 record = json.loads(raw)
@@ -146,7 +167,7 @@ def load_run(directory: str | Path) -> RunData:
         data.summary = None
     data.timeline = list(read_timeline(directory / TIMELINE_FILE))
     for name in _datasets(directory, data.summary):
-        data.completions.extend(_completions(directory / f"{name}.jsonl", name))
+        data.completions.extend(_completions(directory / f"{name}.jsonl", name, data))
     data.completions.sort(key=lambda c: c.finished)
     return data
 
@@ -168,13 +189,19 @@ def _seconds(value: float) -> str:
 
 def _spend_chart(data: RunData) -> str:
     t0 = data.start
-    spent: list[tuple[float, float]] = [(0.0, 0.0)] if data.completions else []
-    total = Decimal(0)
-    for c in data.completions:
-        total += c.cost
-        spent.append((c.finished - t0, float(total)))
+    spent: list[tuple[float, float]] = []
+    for row in data.rows():
+        used = _dec(row.get("spent"))
+        if used is not None:
+            spent.append((float(row["t"]) - t0, float(used)))
+    if len(spent) < 2 and not data.sampled:  # no timeline: the answers' own costs
+        spent = [(0.0, 0.0)] if data.completions else []
+        total = Decimal(0)
+        for c in data.completions:
+            total += c.cost
+            spent.append((c.finished - t0, float(total)))
     remaining = []
-    for row in data.timeline:
+    for row in data.rows():
         limit, used, held = (
             _dec(row.get("limit")),
             _dec(row.get("spent")),
@@ -187,7 +214,7 @@ def _spend_chart(data: RunData) -> str:
         if budget is not None:
             remaining = [(x, float(budget) - y) for x, y in spent]
     series = [
-        _svg.Series("spent (settled outputs)", spent, _svg.PALETTE[0], step=True),
+        _svg.Series("spent", spent, _svg.PALETTE[0], step=True),
         _svg.Series("budget left (after reservations)", remaining, _svg.PALETTE[2]),
     ]
     return _svg.line_chart(
@@ -206,7 +233,15 @@ def _bins(start: float, end: float) -> tuple[float, int]:
 
 def _tokens_chart(data: RunData) -> str:
     columns: list[tuple[float, float, float]] = []
-    if data.completions:
+    rows = data.rows(_BINS + 1)
+    if len(rows) >= 2:  # the whole run, from the timeline's running totals
+        t0 = data.start
+        for before, after in itertools.pairwise(rows):
+            dt = float(after["t"]) - float(before["t"])
+            made = int(after.get("output_tokens") or 0) - int(before.get("output_tokens") or 0)
+            if dt > 0 and made >= 0:  # (a resumed run's first line restarts nothing)
+                columns.append((float(before["t"]) - t0, float(after["t"]) - t0, made / dt))
+    elif data.completions:
         t0 = data.start
         end = max(c.finished for c in data.completions) - t0
         width, count = _bins(0.0, end)
@@ -266,9 +301,10 @@ def _latency_chart(data: RunData) -> str:
         columns = [(i * width, (i + 1) * width, float(n)) for i, n in enumerate(counts)]
     p50 = latencies[len(latencies) // 2] if latencies else 0.0
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else 0.0
+    which = f"the last {len(latencies):,} answers" if data.sampled else "completed requests"
     return _svg.column_chart(
         "latency",
-        f"Latency of completed requests (p50 {_seconds(p50)}, p99 {_seconds(p99)})",
+        f"Latency of {which} (p50 {_seconds(p50)}, p99 {_seconds(p99)})",
         columns,
         x_label="seconds per request",
         color=_svg.PALETTE[5],
@@ -278,9 +314,15 @@ def _latency_chart(data: RunData) -> str:
 def _cost_chart(data: RunData) -> str:
     cost: dict[str, Decimal] = defaultdict(Decimal)
     tokens: dict[str, int] = defaultdict(int)
-    for c in data.completions:
-        cost[c.provider] += c.cost
-        tokens[c.provider] += c.output_tokens
+    providers = (data.summary or {}).get("providers")
+    if isinstance(providers, dict) and providers:  # the whole run's, exact
+        for name, p in providers.items():
+            cost[name] += _dec(p.get("cost")) or Decimal(0)
+            tokens[name] += int(p.get("output_tokens") or 0)
+    else:
+        for c in data.completions:
+            cost[c.provider] += c.cost
+            tokens[c.provider] += c.output_tokens
     bars = []
     for name in sorted(cost, key=lambda n: -tokens[n]):
         if tokens[name]:
@@ -300,7 +342,7 @@ def _retries_chart(data: RunData) -> str:
     retries: list[tuple[float, float]] = []
     limited: list[tuple[float, float]] = []
     previous: dict[str, Any] | None = None
-    for row in data.timeline:
+    for row in data.rows():
         if previous is not None and row["t"] > previous["t"]:
             x = float(row["t"]) - t0
             for key, points in (("retries", retries), ("rate_limited", limited)):
@@ -309,7 +351,7 @@ def _retries_chart(data: RunData) -> str:
         previous = row
     return _svg.line_chart(
         "retries-429s",
-        "Retries and 429s (per timeline interval)",
+        "Retries and 429s (per interval)",
         [
             _svg.Series("retries", retries, _svg.PALETTE[3]),
             _svg.Series("429 rate limited", limited, _svg.PALETTE[1]),
@@ -323,7 +365,7 @@ def _projection_chart(data: RunData) -> str:
     t0 = data.start
     projected = []
     spent = []
-    for row in data.timeline:
+    for row in data.rows():
         x = float(row["t"]) - t0
         value = _dec(row.get("projected"))
         if value is not None:

@@ -18,6 +18,9 @@ from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
 
 __all__ = ["status_lines"]
 
+_STALE_SECONDS = 120.0
+"""A running job writes its timeline every second; this long without a line is suspicious."""
+
 
 def _usd(value: Any) -> str:
     try:
@@ -69,7 +72,11 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
             lines.append(f"  {summary['message']}")
     else:
         age = max(now - float(row["t"]), 0.0) if row is not None else 0.0
-        lines.append(f"{directory}: running (last update {_age(age)} ago)")
+        stale = "; no update for a while: it may have been killed (run it again to resume)"
+        lines.append(
+            f"{directory}: running (last update {_age(age)} ago)"
+            + (stale if age > _STALE_SECONDS else "")
+        )
     if row is not None:
         lines.append(
             f"spent {_usd(row.get('spent') or 0)} of {_usd(row.get('limit'))}, "

@@ -219,6 +219,8 @@ def test_a_report_of_a_run_in_progress_tolerates_a_torn_line(tmp_path: Path) -> 
     assert charts.charts["spend"]
     assert charts.charts["latency"]
     assert status_lines(tmp_path, now=105.0)[0].endswith("running (last update 4 s ago)")
+    killed = status_lines(tmp_path, now=101.0 + 3600)[0]
+    assert "(last update 60 min ago); no update for a while: it may have been killed" in killed
 
 
 async def test_the_report_in_a_real_browser_loads_cleanly_and_every_chart_draws(
@@ -314,3 +316,41 @@ async def test_run_serves_prometheus_metrics_while_it_runs(
     assert f"Metrics: http://127.0.0.1:{port}/metrics" in stderr.decode()
     with socket.socket() as sock:  # the server went away with the run
         assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_a_long_run_is_read_in_bounded_time_and_drawn_in_bounded_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the outputs' tail is read; the timeline is thinned with its totals kept."""
+    from provider_router.batch import report as report_module
+
+    monkeypatch.setattr(report_module, "_TAIL_BYTES", 4096)
+    record = {
+        "id": "x",
+        "provider": "Chutes",
+        "cost": "0.001",
+        "usage": {"completion_tokens": 30},
+        "started_at": "2026-01-01T00:00:00Z",
+        "finished_at": "2026-01-01T00:00:01Z",
+        "messages": [{"role": "user", "content": "q " * 20}],
+    }
+    with (tmp_path / "a.jsonl").open("w") as fh:
+        for n in range(2000):
+            fh.write(json.dumps({**record, "id": f"x{n}"}) + "\n")
+    with (tmp_path / TIMELINE_FILE).open("w") as fh:
+        for n in range(5000):
+            row = {"t": 1_767_225_600 + n, "spent": str(n), "limit": "10000", "retries": n // 2}
+            fh.write(json.dumps({**row, "output_tokens": 30 * n, "final": n == 4999}) + "\n")
+    data = load_run(tmp_path)
+    assert data.sampled
+    assert 0 < len(data.completions) < 2000
+    rows = data.rows()
+    assert len(rows) <= 600
+    assert rows[0]["t"] == 1_767_225_600
+    assert rows[-1]["final"] is True
+    page = write_report(tmp_path).read_text()
+    assert f"Latency of the last {len(data.completions):,} answers" in page
+    assert len(page) < 200_000
+    charts = parse(tmp_path / REPORT_FILE)
+    assert charts.charts["tokens-per-second"]
+    assert charts.charts["retries-429s"]
