@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import random
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -147,3 +150,25 @@ async def test_a_request_cap_below_the_prompts_is_still_complete(
     )
     summary = await BatchRunner(p, tmp_path / "o", base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert summary.reason is StopReason.COMPLETE
+
+
+async def test_the_command_exits_6_and_suggests_no_resume(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim = await openrouter_sim_factory(completion_tokens=100)
+    prompts = write_prompts(tmp_path / "p.jsonl", 5)
+    env = {**os.environ, "OPENROUTER_API_KEY": DEFAULT_TEST_KEY}
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "provider_router", "run", str(prompts)),
+        *("--out", str(tmp_path / "out"), "--model", MODEL, "--budget", "5"),
+        *("--max-tokens", "200", "--target-output-tokens", "50000", "--base-url", sim.url),
+        *("--progress", "off"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    stdout, stderr = await proc.communicate()
+    assert proc.returncode == 6, stderr.decode()[-2000:]
+    text = stdout.decode() + stderr.decode()
+    assert "its prompts ran out at 500 of 50,000 target output tokens" in text
+    assert "To resume" not in text
