@@ -266,3 +266,96 @@ async def test_a_call_whose_route_is_not_simulated_gets_a_json_404_saying_so(sdk
     assert caught.value.status_code == 404
     assert caught.value.headers["content-type"].startswith("application/json")
     assert "not served by the local OpenRouter" in caught.value.body
+
+
+@pytest.mark.parametrize(
+    ("fault", "error"),
+    [
+        ({"kind": "rate_limit", "provider": "chutes"}, "TooManyRequestsResponseError"),
+        ({"kind": "rate_limit", "scope": "platform"}, "TooManyRequestsResponseError"),
+        (
+            {"kind": "provider_error", "provider": "chutes", "status": 500},
+            "InternalServerResponseError",
+        ),
+        ({"kind": "provider_error", "provider": "chutes"}, "BadGatewayResponseError"),
+        ({"kind": "down", "provider": "chutes"}, "ServiceUnavailableResponseError"),
+        (
+            {"kind": "provider_error", "provider": "chutes", "status": 524},
+            "EdgeNetworkTimeoutResponseError",
+        ),
+        (
+            {"kind": "provider_error", "provider": "chutes", "status": 529},
+            "ProviderOverloadedResponseError",
+        ),
+        (
+            {"kind": "hang", "provider": "chutes", "hang_seconds": 1},
+            "EdgeNetworkTimeoutResponseError",
+        ),
+    ],
+)
+async def test_every_error_status_is_the_sdk_typed_error(
+    openrouter_sim_factory: Any, fault: dict[str, Any], error: str
+) -> None:
+    sim = await openrouter_sim_factory(faults=[fault])
+    async with openrouter.OpenRouter(
+        api_key=DEFAULT_TEST_KEY, server_url=sim.url, retry_config=None
+    ) as client:
+        with pytest.raises(getattr(errors, error)) as caught:
+            await client.chat.send_async(
+                model=MODEL, messages=MESSAGES, max_tokens=20, provider={"only": ["chutes"]}
+            )
+    assert caught.value.data.error.code == caught.value.status_code
+
+
+@pytest.mark.parametrize(
+    ("key", "body", "error"),
+    [
+        (None, {}, "UnauthorizedResponseError"),
+        ("sk-nobody", {}, "UnauthorizedResponseError"),
+        (DEFAULT_TEST_KEY, {"model": "nobody/nothing"}, "BadRequestResponseError"),
+        (DEFAULT_TEST_KEY, {"provider": {"only": ["nobody"]}}, "NotFoundResponseError"),
+    ],
+)
+async def test_request_errors_are_the_sdk_typed_errors(
+    openrouter_sim_factory: Any, key: str | None, body: dict[str, Any], error: str
+) -> None:
+    sim = await openrouter_sim_factory(api_keys=[DEFAULT_TEST_KEY])
+    async with openrouter.OpenRouter(api_key=key, server_url=sim.url, retry_config=None) as client:
+        with pytest.raises(getattr(errors, error)):
+            await client.chat.send_async(
+                **{"model": MODEL, "messages": MESSAGES, "max_tokens": 20, **body}
+            )
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"kind": "error_200", "provider": "chutes", "after_tokens": 5},
+        {"kind": "stream_error", "provider": "chutes", "after_tokens": 20},
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_200_with_an_error_parses_in_the_sdk(
+    openrouter_sim_factory: Any, fault: dict[str, Any], stream: bool
+) -> None:
+    if fault["kind"] == "stream_error" and not stream:
+        return  # stream_error only shapes streams; the JSON answer is a normal one
+    sim = await openrouter_sim_factory(faults=[fault])
+    async with openrouter.OpenRouter(
+        api_key=DEFAULT_TEST_KEY, server_url=sim.url, retry_config=None
+    ) as client:
+        result = await client.chat.send_async(
+            model=MODEL,
+            messages=MESSAGES,
+            max_tokens=50,
+            stream=stream,
+            provider={"only": ["chutes"]},
+        )
+        if not stream:
+            assert result.choices[0].finish_reason == "error"
+            assert result.usage.cost == 0
+            return
+        async with result as events:
+            chunks = [chunk async for chunk in events]
+    assert chunks[-1].choices[0].finish_reason == "error"
+    assert chunks[-1].error.code == 502
