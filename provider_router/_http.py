@@ -48,6 +48,7 @@ from provider_router._exceptions import (
     RequestTimeout,
     error_for_status,
 )
+from provider_router._money import WireFloat
 from provider_router._resource import AsyncResource
 from provider_router.sse import SSEParser
 
@@ -112,7 +113,7 @@ def decode_json(body: bytes, *, what: str, expect: str = "a JSON object") -> Any
     if not body.strip():
         raise InvalidResponseError(f"{what}: expected {expect}, got an empty body")
     try:
-        return json.loads(body)
+        return json.loads(body, parse_float=WireFloat)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidResponseError(
             f"{what}: expected {expect}, got a body that is not JSON ({exc}): {_snippet(body)!r}"
@@ -532,7 +533,7 @@ class PostResponse:
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise connection_error(exc, what=self._what, timeout=self._seconds) from exc
         try:
-            return json.loads(body)
+            return json.loads(body, parse_float=WireFloat)
         except (ValueError, UnicodeDecodeError):
             # Let decode_json say what was wrong (empty, not JSON) and where.
             return decode_json(body, what=self._what, expect=expect)

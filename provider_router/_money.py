@@ -21,16 +21,38 @@ LEDGER_MAX_UNITS: Final = int(LEDGER_MAX_USD) * UNITS_PER_USD
 _UNIT: Final = Decimal(1) / UNITS_PER_USD
 
 
+class WireFloat(float):
+    """A JSON number as a float that remembers the digits it was written with.
+
+    Pass as ``json.loads(..., parse_float=WireFloat)``: everything reads it as the
+    float it is (and ``json.dumps`` writes it back), while :func:`to_decimal` takes
+    the exact text, so ``usage.cost`` never goes through binary floating point.
+    Only the few non-integer numbers of a body pay for it.
+    """
+
+    __slots__ = ("text",)
+
+    text: str
+
+    def __new__(cls, text: str) -> WireFloat:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+
 def to_decimal(value: object, *, what: str = "amount") -> Decimal:
     """Parse a JSON number or numeric string into an exact, finite Decimal.
 
-    Floats go through ``repr`` so ``0.1`` becomes ``Decimal("0.1")``, not its
-    binary expansion. Raises ``ValueError`` naming ``what`` for anything else.
+    A :class:`WireFloat` gives its exact wire text; other floats go through
+    ``repr`` so ``0.1`` becomes ``Decimal("0.1")``, not its binary expansion.
+    Raises ``ValueError`` naming ``what`` for anything else.
     """
     if isinstance(value, bool):
         raise ValueError(f"{what} must be a number, got a boolean")
     if isinstance(value, Decimal):
         result = value
+    elif isinstance(value, WireFloat):
+        result = Decimal(value.text)
     elif isinstance(value, int):
         result = Decimal(value)
     elif isinstance(value, float):

@@ -9,6 +9,10 @@ decisions and the ranking, so the per-request path only picks a prebuilt dict:
 * ``ignore``: the rejected endpoints' tags (belt and braces: also rejected if an
   account-wide setting widened ``only``);
 * ``allow_fallbacks``: fallbacks stay inside ``only``;
+* ``quantizations``: the quantization values of the allowed endpoints (belt and
+  braces: a tag re-quantized between two catalog refreshes is filtered out by
+  OpenRouter itself). Omitted when an allowed endpoint declares a string the
+  spec does not list (it could not be named; ``only`` still holds);
 * ``max_price``: the highest prompt, completion, per-request and per-image
   prices among the allowed endpoints, in USD per million tokens (per request
   for ``request``, per image for ``image``), as strings (the OpenAPI type).
@@ -33,7 +37,7 @@ from provider_router._billable import (
 from provider_router._constants import PER_MILLION
 from provider_router._exceptions import ConfigurationError
 from provider_router.ranking import RankedEndpoint, Workload, rank
-from provider_router.records import Endpoint, Pricing
+from provider_router.records import Endpoint, Pricing, Quantization
 
 __all__ = ["RoutePlan", "build_route_plan", "estimate_prompt_tokens"]
 
@@ -78,6 +82,24 @@ def _completion_ceiling(pricing: Pricing) -> Decimal:
     return max(p for p in prices if p is not None)
 
 
+def _quantizations(allowed: Iterable[Endpoint]) -> tuple[str, ...] | None:
+    """The allowed endpoints' quantization values, as the request filter names them.
+
+    ``None`` (send no filter) when one is a string the spec does not list: naming
+    it would be refused, and leaving it out would exclude an allowed endpoint.
+    """
+    values: set[str] = set()
+    for endpoint in allowed:
+        quantization = endpoint.quantization
+        if quantization is None:
+            values.add(Quantization.UNKNOWN.value)  # OpenRouter files null under unknown
+        elif quantization is Quantization.UNRECOGNIZED:
+            return None
+        else:
+            values.add(quantization.value)
+    return tuple(sorted(values))
+
+
 def _per_million(price: Decimal) -> str:
     return format(price * PER_MILLION, "f")
 
@@ -102,6 +124,7 @@ class RoutePlan:
         max_image_token_price: highest price of an image token (``image_token``,
             or the prompt ceiling when that is higher).
         allow_fallbacks: sent as ``provider.allow_fallbacks``.
+        quantizations: sent as ``provider.quantizations`` (``None``: not sent).
     """
 
     model: str
@@ -115,6 +138,7 @@ class RoutePlan:
     max_image_price: Decimal = _ZERO
     max_image_token_price: Decimal = _ZERO
     allow_fallbacks: bool = True
+    quantizations: tuple[str, ...] | None = None
     _pricing_by_provider: Mapping[str, tuple[Pricing, ...]] = field(default_factory=dict)
     _cache: dict[frozenset[str], dict[str, Any]] = field(default_factory=dict)
 
@@ -148,6 +172,8 @@ class RoutePlan:
         }
         if self.ignore:
             obj["ignore"] = list(self.ignore)
+        if self.quantizations is not None:
+            obj["quantizations"] = list(self.quantizations)
         if len(self._cache) < 64:
             self._cache[demoted] = obj
         return obj
@@ -249,5 +275,6 @@ def build_route_plan(
         max_image_price=max((e.pricing.image or _ZERO) for e in allowed),
         max_image_token_price=max((e.pricing.image_token or _ZERO) for e in allowed),
         allow_fallbacks=allow_fallbacks,
+        quantizations=_quantizations(allowed),
         _pricing_by_provider={k: tuple(v) for k, v in pricing_by_provider.items()},
     )

@@ -19,6 +19,7 @@ from provider_router import _http
 from provider_router._billing import Billing
 from provider_router._completion import Completion, StreamAccumulator
 from provider_router._exceptions import APIConnectionError, InvalidResponseError, RequestTimeout
+from provider_router._money import WireFloat
 from provider_router._request import PreparedRequest
 from provider_router._resource import AsyncResource
 from provider_router._types import Message
@@ -74,7 +75,7 @@ async def read_stream(
                 done = True
                 break
             try:
-                chunk = json.loads(data)
+                chunk = json.loads(data, parse_float=WireFloat)
             except ValueError as exc:
                 raise InvalidResponseError(f"a stream event is not JSON: {data[:200]!r}") from exc
             known = result.generation_id

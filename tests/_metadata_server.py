@@ -82,6 +82,7 @@ def serve(routes: dict[str, Canned] | None = None) -> Iterator[MetadataServer]:
     async def start() -> None:
         app = web.Application()
         app.router.add_route("GET", "/{tail:.*}", handle)
+        app.router.add_route("POST", "/{tail:.*}", handle)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

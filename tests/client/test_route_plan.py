@@ -65,6 +65,7 @@ def test_provider_object_uses_tags_ranks_and_ceilings() -> None:
             "request": "0.001",
             "image": "0",
         },
+        "quantizations": ["int4"],
     }
     assert p.provider_object() is obj  # cached, built once
 
@@ -148,3 +149,25 @@ def test_prompt_estimate_bounds_the_simulators_count(messages: list[dict[str, st
 def test_prompt_estimate_counts_multipart_content() -> None:
     parts = [{"role": "user", "content": [{"type": "text", "text": "x" * 400}]}]
     assert estimate_prompt_tokens(parts) > 400
+
+
+@pytest.mark.parametrize(
+    ("quantizations", "sent"),
+    [
+        (["int4", "fp8"], ["fp8", "int4"]),
+        (["int4", None], ["int4", "unknown"]),
+        (["int4", "unknown"], ["int4", "unknown"]),
+        (["mxfp4"], ["mxfp4"]),
+        (["int4", "q4_k_m"], None),  # not nameable: no filter rather than a wrong one
+    ],
+)
+def test_quantizations_name_the_allowed_endpoints_values(
+    quantizations: list[str | None], sent: list[str] | None
+) -> None:
+    endpoints = []
+    for i, quantization in enumerate(quantizations):
+        raw = ep(f"P{i}", f"p{i}", "0.0000004", "0.0000022").model_dump(mode="json")
+        raw["quantization"] = quantization
+        endpoints.append(D(Endpoint.model_validate(raw), True))
+    obj = plan(*endpoints, D(BAD, False)).provider_object()
+    assert obj.get("quantizations") == sent

@@ -7,6 +7,7 @@ serves as a provider the router's listing, read earlier, never named.
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from provider_router.batch.plan import Plan
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import EXIT_CODES, StopReason
 from provider_router.records import ModelEndpoints
-from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
+from provider_router.testing import DEFAULT_TEST_KEY, Market, SimulatorServer
 
 Factory = Any
 
@@ -182,3 +183,30 @@ async def test_violations_in_a_row_stop_a_batch(
     assert summary.reason is StopReason.ERROR
     assert "3 policy violations in a row" in summary.message
     assert len(sim.requests) == 3  # concurrency 1: stopped at the third
+
+
+async def test_a_tag_requantized_since_the_listing_is_filtered_by_openrouter(
+    openrouter_sim_factory: Factory, make_router: MakeRouter
+) -> None:
+    # The listing said chutes is int4; the live market serves it at fp4 now. The
+    # request's provider.quantizations makes OpenRouter itself route around it.
+    stale = await stale_listing(openrouter_sim_factory)
+    market = Market.default()
+    model = market.models[KIMI]
+    endpoints = tuple(
+        dataclasses.replace(e, quantization="fp4") if e.tag == "chutes" else e
+        for e in model.endpoints
+    )
+    live = Market([dataclasses.replace(model, endpoints=endpoints)], market.providers)
+    sim = await openrouter_sim_factory(market=live, completion_tokens=30)
+    router = await make_router(sim, endpoints=stale, ledger=MemoryLedger(Decimal(1)))
+    assert router.plan.order[0] == "chutes"
+    for _ in range(3):
+        result = await router.chat(MESSAGES, max_tokens=50)
+        assert result.provider != "Chutes"
+        assert not result.quarantined
+    routing = sim.requests[-1].routing
+    assert routing is not None
+    assert "fp4" not in routing["quantizations"]
+    assert "int4" in routing["quantizations"]
+    assert all(tag != "chutes" for tag, _ in sim.requests[-1].attempts)
