@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from _batch_helpers import assert_consistent, write_prompts
 
+from provider_router.batch.report import CHARTS, REPORT_FILE
 from provider_router.cli import main
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
@@ -87,6 +88,9 @@ async def test_budget_stop_at_2000_in_flight_is_quiet_and_the_resume_command_fin
     assert any(c["kind"] == "BudgetExhausted" and c["count"] > 1 for c in counted), counted
     summary = json.loads((out / "summary.json").read_text())
     assert summary["reason"] == "budget_exhausted"
+    # The report beside it: one drawn <svg> per chart (tests/batch/test_batch_report.py).
+    charts = re.findall(r'<svg class="chart" data-chart="([^"]+)"', (out / REPORT_FILE).read_text())
+    assert charts == list(CHARTS)
     for text in numeric_strings(summary):
         assert CANONICAL.match(text), text
     needed = Decimal(summary["budget_to_finish_usd"])
