@@ -131,8 +131,13 @@ def _plan(attempt: Attempt) -> _Plan:
     tps = endpoint.throughput * math.exp(rng.gauss(0.0, 0.15))
     # Drawn last, so a request without tools sees the same draws as before tools existed.
     calls: tuple[PlannedCall, ...] = ()
-    if attempt.tools is not None:
-        calls = tools.plan_calls(attempt.tools, attempt.body["messages"], attempt.model.id, rng)
+    request = attempt.tools
+    if request is not None:
+        request = tools.honoured(
+            request, endpoint.supported_parameters, endpoint.tool_choice_flags()
+        )
+    if request is not None:
+        calls = tools.plan_calls(request, attempt.body["messages"], attempt.model.id, rng)
     tool_tokens = sum(call.tokens for call in calls) if calls else None
     shape = shape_completion(attempt.body, total, attempt.max_tokens, tool_tokens)
     cache = _use_cache(attempt)

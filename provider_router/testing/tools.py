@@ -11,7 +11,10 @@ The decision is seeded by the request's random stream: ``required`` always
 calls, a named function calls that function, ``auto`` calls with probability
 :data:`AUTO_CALL_SHARE` (never right after a ``role: "tool"`` message: the model
 answers the results in text), ``none`` never calls. With ``parallel_tool_calls``
-not false, a call is sometimes two (:data:`PARALLEL_SHARE`). Arguments are a
+not false, a call is sometimes two (:data:`PARALLEL_SHARE`). What the serving
+endpoint lists decides what it honours (:func:`honoured`): one without ``tools``
+in its supported parameters ignores them (text), and a ``tool_choice`` variant its
+``supports_tool_choice`` says failed testing is treated as ``auto``. Arguments are a
 JSON value generated to fit the function's ``parameters`` JSON Schema (types,
 ``required``, ``enum``, ``const``, bounds, ``anyOf``/``oneOf``/``allOf``; not
 ``pattern``) and are billed as completion tokens: one per piece a tokenizer
@@ -30,7 +33,14 @@ from typing import Any
 
 from provider_router.testing.synth import filler
 
-__all__ = ["PlannedCall", "ToolError", "ToolRequest", "parse_tool_request", "plan_calls"]
+__all__ = [
+    "PlannedCall",
+    "ToolError",
+    "ToolRequest",
+    "honoured",
+    "parse_tool_request",
+    "plan_calls",
+]
 
 AUTO_CALL_SHARE = 0.5
 """Probability that ``tool_choice: "auto"`` calls a tool (outside a tool-result turn)."""
@@ -167,6 +177,21 @@ def parse_tool_request(body: Mapping[str, Any]) -> ToolRequest | None:
     if choice == "required" and not functions:
         raise ToolError("tool_choice: 'required' needs at least one function tool")
     return ToolRequest(functions, choice, parallel)
+
+
+def honoured(
+    request: ToolRequest, supported_parameters: Sequence[str], flags: Mapping[str, bool]
+) -> ToolRequest | None:
+    """What an endpoint makes of the request's tools: ``None`` when it does not take
+    tools at all; ``auto`` in place of a ``tool_choice`` variant that failed its
+    testing (``flags`` is its ``supports_tool_choice``)."""
+    if supported_parameters and "tools" not in supported_parameters:
+        return None
+    choice = request.choice
+    variant = "function" if isinstance(choice, Function) else choice
+    if choice != "auto" and not flags.get(variant, True):
+        return ToolRequest(request.functions, "auto", request.parallel)
+    return request
 
 
 def _prior_calls(messages: Sequence[Any]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -363,3 +364,69 @@ def test_pieces_join_back_to_the_text(text: str) -> None:
     pieces = split_pieces(text)
     assert "".join(pieces) == text
     assert all(pieces)
+
+
+async def test_an_endpoint_without_tools_ignores_them(start_sim: StartSim, tmp_path: Path) -> None:
+    # Routing prefers endpoints that list `tools` (a soft parameter); when none does,
+    # the request is served anyway and the provider answers in text.
+    market = tmp_path / "market.yaml"
+    market.write_text(
+        """
+models:
+  - id: acme/plain
+    endpoints:
+      - provider: Plain
+        pricing: {prompt: "1", completion: "2"}
+        supported_parameters: [max_tokens, temperature]
+"""
+    )
+    _, client = await start_sim(market=market)
+    for i in range(8):
+        body = {
+            "model": "acme/plain",
+            "messages": [{"role": "user", "content": f"q{i}"}],
+            "tools": TOOLS,
+            "max_tokens": 50,
+        }
+        reply = await client.post(CHAT, body)
+        assert reply.status == 200, reply.text
+        choice = reply.json["choices"][0]
+        assert "tool_calls" not in choice["message"]
+        assert choice["finish_reason"] in ("stop", "length")
+
+
+async def test_a_variant_that_failed_testing_is_not_honoured(
+    start_sim: StartSim, tmp_path: Path
+) -> None:
+    market = tmp_path / "market.yaml"
+    market.write_text(
+        """
+models:
+  - id: acme/tools
+    endpoints:
+      - provider: Loose
+        pricing: {prompt: "1", completion: "2"}
+        supported_parameters: [max_tokens, tools, tool_choice]
+        supports_tool_choice: [none, auto]
+      - provider: Strict
+        pricing: {prompt: "1", completion: "2"}
+        supported_parameters: [max_tokens, tools, tool_choice]
+"""
+    )
+    _, client = await start_sim(market=market)
+    outcomes: dict[str, set[str]] = {"loose": set(), "strict": set()}
+    for provider, seen in outcomes.items():
+        for i in range(12):
+            body = {
+                "model": "acme/tools",
+                "messages": [{"role": "user", "content": f"q{i}"}],
+                "tools": TOOLS,
+                "tool_choice": "required",
+                "max_tokens": 300,
+                "provider": {"only": [provider]},
+            }
+            reply = await client.post(CHAT, body)
+            seen.add(reply.json["choices"][0]["finish_reason"])
+    assert outcomes["strict"] == {"tool_calls"}, "required is honoured where it passed testing"
+    assert "tool_calls" in outcomes["loose"]
+    assert outcomes["loose"] - {"tool_calls"}, "where it failed, the model sometimes answers text"
