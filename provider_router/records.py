@@ -93,7 +93,7 @@ class NativeTool(BaseModel):
     model_config = _RECORD
 
     name: str
-    type: str
+    type: str | None = None
 
 
 class Architecture(BaseModel):
@@ -171,10 +171,7 @@ class Endpoint(BaseModel):
         if tools is None:
             out["native_tools"] = ()
         elif isinstance(tools, Mapping):
-            out["native_tools"] = tuple(
-                {"name": name, **spec} if isinstance(spec, Mapping) else {"name": name}
-                for name, spec in tools.items()
-            )
+            out["native_tools"] = tuple(_native_tool(name, spec) for name, spec in tools.items())
         return out
 
     @field_validator("status", mode="before")
@@ -246,6 +243,14 @@ class Endpoint(BaseModel):
     def sort_key(self) -> tuple[str, str, str]:
         """A stable identity for deterministic ordering."""
         return (self.slug, self.provider_name, self.name)
+
+
+def _native_tool(name: object, spec: object) -> dict[str, Any]:
+    # {"openrouter:web_search": {"type": "..."}} as the SDK has it; a bare string
+    # is read as the type, anything else keeps just the name (never fatal).
+    if isinstance(spec, Mapping):
+        return {**spec, "name": name}
+    return {"name": name, "type": spec if isinstance(spec, str) else None}
 
 
 def _bad_status(value: object) -> NoReturn:

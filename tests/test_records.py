@@ -194,6 +194,26 @@ def test_the_fields_the_newest_sdk_requires_are_typed() -> None:
     hash(endpoint)
 
 
+@pytest.mark.parametrize(
+    ("native_tools", "expected"),
+    [
+        (
+            {"openrouter:bash": {"type": "bash_2026", "runs": "client"}},
+            [("openrouter:bash", "bash_2026")],
+        ),
+        ({"openrouter:web_search": "google_search"}, [("openrouter:web_search", "google_search")]),
+        ({"openrouter:x": 3}, [("openrouter:x", None)]),
+        ({}, []),
+        (None, []),
+    ],
+)
+def test_native_tools_in_any_shape_are_kept_never_fatal(
+    native_tools: Any, expected: list[tuple[str, str | None]]
+) -> None:
+    endpoint = Endpoint.model_validate(_endpoint(native_tools=native_tools))
+    assert [(t.name, t.type) for t in endpoint.native_tools] == expected
+
+
 @pytest.mark.parametrize("tier", ["ultrafast", "a-tier-from-2027", None])
 def test_service_tier_is_an_open_enum_kept_as_sent(tier: str | None) -> None:
     assert Endpoint.model_validate(_endpoint(service_tier=tier)).service_tier == tier
