@@ -430,3 +430,22 @@ models:
     assert outcomes["strict"] == {"tool_calls"}, "required is honoured where it passed testing"
     assert "tool_calls" in outcomes["loose"]
     assert outcomes["loose"] - {"tool_calls"}, "where it failed, the model sometimes answers text"
+
+
+async def test_parallel_calls_happen_only_when_allowed(client: SimClient) -> None:
+    counts: dict[bool, set[int]] = {True: set(), False: set()}
+    for parallel, seen in counts.items():
+        for i in range(16):
+            reply = await client.chat(
+                content=f"q{i}",
+                max_tokens=500,
+                tools=TOOLS,
+                tool_choice="required",
+                parallel_tool_calls=parallel,
+            )
+            calls = reply.json["choices"][0]["message"]["tool_calls"]
+            seen.add(len(calls))
+            assert [c["index"] for c in calls] == list(range(len(calls)))
+            assert len({c["id"] for c in calls}) == len(calls), "ids are distinct"
+    assert counts[False] == {1}
+    assert counts[True] == {1, 2}
