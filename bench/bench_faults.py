@@ -414,6 +414,84 @@ async def ledger_write_error(job: Job, sim: Any, rng: random.Random) -> Outcome:
     return outcome
 
 
+FIELD_CASES: dict[str, dict[str, Any]] = {
+    "max_completion_tokens": {"max_completion_tokens": 4000},
+    "tools": {
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": f"tool_{i}",
+                    "description": "Looks a thing up in a large catalogue. " * 20,
+                    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+                },
+            }
+            for i in range(20)
+        ]
+    },
+    "image": {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Describe it."},
+                    {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+                ],
+            }
+        ]
+    },
+    "n": {"n": 3},
+}
+
+
+async def request_fields(job: Job, sim: Any, rng: random.Random) -> Outcome:
+    """Fields the reservation must price or refuse: each spends a small budget to its end."""
+    from provider_router import BudgetExhausted, ConfigurationError, MemoryLedger, Router
+
+    outcome = Outcome("request fields")
+    limit = Decimal("0.02")
+    messages = [{"role": "user", "content": "Say something."}]
+    for name, fields in FIELD_CASES.items():
+        before = sim.simulator.usage
+        ledger = MemoryLedger(limit)
+        params = dict(fields)
+        prompt = params.pop("messages", messages)
+        refused = 0
+        async with Router(MODEL, ledger=ledger, base_url=job.url, api_key=KEY) as router:
+
+            async def one(
+                router: Router = router, prompt: Any = prompt, params: Any = params
+            ) -> int:
+                try:
+                    await router.chat(prompt, max_tokens=10, **params)
+                except BudgetExhausted:
+                    return 1
+                except ConfigurationError:
+                    return 2
+                except Exception:  # a provider's refusal: not a money event
+                    return 0
+                return 0
+
+            while True:
+                results = await asyncio.gather(*(one() for _ in range(16)))
+                if 2 in results:
+                    refused = 1
+                    break
+                if 1 in results:
+                    break
+        await sim.simulator.settle_abandoned(now=True)
+        charged = sim.simulator.usage - before
+        spent = (await ledger.snapshot()).spent
+        outcome.overspend += max(charged - limit, Decimal(0))
+        outcome.forgotten += max(charged - spent, Decimal(0))
+        outcome.charged += charged
+        outcome.spent += spent
+        outcome.notes.append(
+            f"{name}: {'refused' if refused else f'charged ${charged:.4f} of ${limit}'}"
+        )
+    return outcome
+
+
 # --- the campaign ------------------------------------------------------------------
 
 
@@ -438,6 +516,7 @@ async def campaign(args: argparse.Namespace) -> list[Outcome]:
         ),
         ("ledger", {}, lambda j, s: ledger_write_error(j, s, rng)),
         ("redis", {}, lambda j, s: redis_outage(j, s, rng)),
+        ("fields", {}, lambda j, s: request_fields(j, s, rng)),
     ]
     for key, sim_options, run in scenarios:
         if only is not None and key not in only:
@@ -462,7 +541,8 @@ async def campaign(args: argparse.Namespace) -> list[Outcome]:
                 if outcome is None:
                     print(f"{key}: skipped (needs redis-server)", file=sys.stderr)
                     continue
-                outcome.overspend = max(outcome.charged - args.budget, Decimal(0))
+                if key != "fields":  # that one checks its own small limits
+                    outcome.overspend = max(outcome.charged - args.budget, Decimal(0))
                 outcome.notes.append(f"{time.monotonic() - started:.0f} s")
                 outcomes.append(outcome)
                 print(outcome.row(), " ".join(outcome.notes), flush=True)
@@ -481,7 +561,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=2048)
     p.add_argument("--budget", type=Decimal, default=Decimal(100))
     p.add_argument("--speed", type=float, default=50.0)
-    p.add_argument("--only", default="", help="comma list: kill9,disk,cut,timeout,ledger,redis")
+    p.add_argument(
+        "--only", default="", help="comma list: kill9,disk,cut,timeout,ledger,redis,fields"
+    )
     p.add_argument("--json", type=Path, help="also write the table here")
     return p
 

@@ -541,7 +541,7 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         await response.write(tail + DONE)
         await response.write_eof()
         return response
-    except (ConnectionResetError, asyncio.CancelledError):
+    except (ConnectionResetError, asyncio.CancelledError) as exc:
         if not charged:
             if sim.bill_abandoned:
                 _finish_abandoned(attempt, plan, plan.ttft + sent / plan.tokens_per_second)
@@ -559,4 +559,7 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                     shape.finish_reason,
                     plan.ttft + sent / plan.tokens_per_second,
                 )
-        raise
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        attempt.record.outcome = "client_closed"  # nobody left to answer: not a server error
+        return response
