@@ -10,7 +10,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from _sim_client import MODEL, SimClient, StartSim, chat_body
+from _sim_client import MODEL, SimClient, StartSim, chat_body, parse_sse
 from _sim_contract import contract
 from hypothesis import given
 from hypothesis import strategies as st
@@ -449,3 +449,38 @@ async def test_parallel_calls_happen_only_when_allowed(client: SimClient) -> Non
             assert len({c["id"] for c in calls}) == len(calls), "ids are distinct"
     assert counts[False] == {1}
     assert counts[True] == {1, 2}
+
+
+def _tool_shapes(events: list[Any]) -> tuple[set[Any], set[Any], set[Any]]:
+    """(delta shapes, first-entry shapes, later-entry shapes) of a stream's tool chunks."""
+    deltas, firsts, laters = set(), set(), set()
+    for event in events:
+        for choice in event["choices"]:
+            delta = choice["delta"]
+            entries = delta.get("tool_calls")
+            if not entries:
+                continue
+            deltas.add((tuple(sorted(delta)), delta["content"], delta["role"]))
+            for entry in entries:
+                shape = (tuple(sorted(entry)), tuple(sorted(entry["function"])))
+                (firsts if "id" in entry else laters).add(shape)
+    return deltas, firsts, laters
+
+
+async def test_streamed_tool_deltas_have_the_captured_shape(start_sim: StartSim) -> None:
+    capture = Path(__file__).parents[1] / "data" / "fixtures"
+    path = next(capture.glob("sse_kimi-k2.5_chutes_tool_stream_*.sse"))
+    captured, _, _ = parse_sse(path.read_text(encoding="utf-8"))
+    _, client = await start_sim(stream_chunk_tokens=1)
+    reply = await client.chat(
+        max_tokens=300,
+        stream=True,
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "weather"}},
+        reasoning={"effort": "low"},
+        provider={"only": ["chutes"]},
+    )
+    assert _tool_shapes(reply.events) == _tool_shapes(captured)
+    finishes = {c["finish_reason"] for e in captured for c in e["choices"]} - {None}
+    assert finishes == {"tool_calls"}
+    assert {c["finish_reason"] for e in reply.events for c in e["choices"]} - {None} == finishes
