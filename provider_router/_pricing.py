@@ -80,6 +80,8 @@ class PricingOverride(BaseModel):
     min_prompt_tokens: Decimal | None = None
     utc_start: Decimal | None = None
     utc_end: Decimal | None = None
+    utc_days: tuple[str, ...] | None = None
+    """Weekdays (``monday`` ... ``sunday``) the entry is limited to; None: every day."""
     prompt: Decimal | None = None
     completion: Decimal | None = None
     input_cache_read: Decimal | None = None
@@ -97,6 +99,9 @@ class PricingOverride(BaseModel):
         for key in ("min_prompt_tokens", "utc_start", "utc_end"):
             if out.get(key) is not None:
                 out[key] = to_decimal(out[key], what=f"override condition {key!r}")
+        days = out.get("utc_days")
+        if isinstance(days, list | tuple):
+            out["utc_days"] = tuple(str(day).strip().lower() for day in days)
         for key in (
             "prompt",
             "completion",
@@ -110,13 +115,20 @@ class PricingOverride(BaseModel):
                 out[key] = _price(out[key], key)
         return out
 
-    def applies(self, prompt_tokens: int | Decimal, utc_hhmm: int | None) -> bool:
+    def applies(
+        self, prompt_tokens: int | Decimal, utc_hhmm: int | None, utc_weekday: str | None = None
+    ) -> bool:
         """Whether this entry applies to a request of ``prompt_tokens`` at ``utc_hhmm``.
 
-        A time-window entry never applies when ``utc_hhmm`` is ``None``: the
+        A time-window entry never applies when ``utc_hhmm`` is ``None``, nor a
+        weekday-limited one (``utc_days``) when ``utc_weekday`` is ``None``: the
         top-level prices already reflect the window in force when the listing was read.
         """
         if self.min_prompt_tokens is not None and not prompt_tokens > self.min_prompt_tokens:
+            return False
+        if self.utc_days is not None and (
+            utc_weekday is None or utc_weekday.strip().lower() not in self.utc_days
+        ):
             return False
         if self.utc_start is None and self.utc_end is None:
             return self.min_prompt_tokens is not None

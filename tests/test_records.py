@@ -454,6 +454,26 @@ def test_time_window_overrides_apply_only_when_the_time_is_given() -> None:
     assert pricing.cost(0, 1, requests=0, utc_hhmm=600) == Decimal("0.000004")
 
 
+def test_a_weekday_limited_override_does_not_apply_every_day() -> None:
+    """``utc_days`` (openrouter SDK 1.3.84): a long-context price limited to Saturdays
+    must not be applied on a day we do not know, however long the prompt."""
+    pricing = Pricing.model_validate(
+        {
+            "prompt": "0.000003",
+            "completion": "0.000015",
+            "overrides": [
+                {"min_prompt_tokens": 1000, "utc_days": ["Saturday"], "prompt": "0.000001"}
+            ],
+        }
+    )
+    (override,) = pricing.overrides
+    assert override.utc_days == ("saturday",)
+    assert pricing.cost(2000, 0, requests=0) == 2000 * Decimal("0.000003")
+    assert override.applies(2000, None, "saturday")
+    assert not override.applies(2000, None, "sunday")
+    assert not override.applies(500, None, "saturday")
+
+
 # --- whole responses --------------------------------------------------------------------
 
 
