@@ -129,8 +129,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true", help="20× and 200× only")
     parser.add_argument("--speed", type=float, default=200.0)
     parser.add_argument("--seeds", type=int, default=3, help="simulator seeds per target")
+    parser.add_argument(
+        "--multiples", default="20,200,2000", help="targets, in multiples of the concurrency"
+    )
     args = parser.parse_args(argv)
-    multiples = (20, 200) if args.quick else (20, 200, 2000)
+    multiples = tuple(int(m) for m in args.multiples.split(","))
+    if args.quick:
+        multiples = tuple(m for m in multiples if m <= 200)
     print(
         f"python {sys.version.split()[0]}, {platform.machine()}, {os.cpu_count()} cores; "
         f"{CONCURRENCY:,} in flight, max_tokens {MAX_TOKENS:,}, log-normal lengths "
