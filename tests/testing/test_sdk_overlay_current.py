@@ -124,3 +124,30 @@ def test_the_description_requires_what_the_sdk_requires(
     schema = response["content"][content_type]["schema"]
     gaps = _gaps(_sdk_model(model), schema, f"{method.upper()} {path}", set())
     assert not gaps, "update the SDK overlay and docs/records.md:\n" + "\n".join(gaps)
+
+
+KEPT_AS_SENT = {"perf_last_30m_by_workload"}
+"""Fields we keep untyped (``record.model_extra``): nothing here reads them."""
+
+
+@pytest.mark.parametrize(
+    ("sdk_name", "ours"),
+    [
+        ("PublicEndpoint", "Endpoint"),
+        ("PublicPricing", "Pricing"),
+        ("PricingOverride", "PricingOverride"),
+        ("PercentileStats", "PercentileStats"),
+        ("ToolChoiceSupport", "ToolChoiceSupport"),
+        ("Model", "Model"),
+        ("TopProviderInfo", "TopProvider"),
+        ("ModelArchitecture", "Architecture"),
+    ],
+)
+def test_our_records_type_every_field_the_sdk_knows(sdk_name: str, ours: str) -> None:
+    from provider_router import records
+
+    def names(model: type[BaseModel]) -> set[str]:
+        return {field.alias or name for name, field in model.model_fields.items()}
+
+    missing = names(_sdk_model(sdk_name)) - names(getattr(records, ours)) - KEPT_AS_SENT
+    assert not missing, f"records.{ours} lacks {sorted(missing)} (SDK {sdk_name})"
