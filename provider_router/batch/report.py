@@ -90,9 +90,13 @@ class RunData:
     sampled: bool = False
     """Only the tail of some output file was read: ``completions`` are the latest ones."""
 
-    def rows(self, limit: int = _MAX_POINTS) -> list[dict[str, Any]]:
-        """The timeline thinned to at most ``limit`` evenly spaced lines (first and last kept)."""
-        rows = self.timeline
+    def rows(self, limit: int = _MAX_POINTS, *, counted: bool = False) -> list[dict[str, Any]]:
+        """The timeline thinned to at most ``limit`` evenly spaced lines (first and last kept).
+
+        ``counted``: only lines written once the run knew its datasets (a run's very
+        first line, written before it read the journal, counts no tokens yet).
+        """
+        rows = [r for r in self.timeline if r.get("datasets")] if counted else self.timeline
         if len(rows) <= limit:
             return rows
         step = len(rows) / (limit - 1)
@@ -166,6 +170,8 @@ def load_run(directory: str | Path) -> RunData:
     except (OSError, ValueError):
         data.summary = None
     data.timeline = list(read_timeline(directory / TIMELINE_FILE))
+    if data.timeline and not data.timeline[-1].get("final"):
+        data.summary = None  # a run is going on: summary.json is an earlier run's
     for name in _datasets(directory, data.summary):
         data.completions.extend(_completions(directory / f"{name}.jsonl", name, data))
     data.completions.sort(key=lambda c: c.finished)
@@ -233,7 +239,7 @@ def _bins(start: float, end: float) -> tuple[float, int]:
 
 def _tokens_chart(data: RunData) -> str:
     columns: list[tuple[float, float, float]] = []
-    rows = data.rows(_BINS + 1)
+    rows = data.rows(_BINS + 1, counted=True)
     if len(rows) >= 2:  # the whole run, from the timeline's running totals
         t0 = data.start
         for before, after in itertools.pairwise(rows):
@@ -286,7 +292,10 @@ def _requests_chart(data: RunData) -> str:
         )
         for name, o in sorted(outcomes.items(), key=lambda kv: -sum(kv[1].values()))
     ]
-    return _svg.bar_chart("requests-by-provider", "Requests by provider and outcome", bars)
+    which = "this run" if data.summary is not None else "so far"
+    return _svg.bar_chart(
+        "requests-by-provider", f"Requests by provider and outcome ({which})", bars
+    )
 
 
 def _latency_chart(data: RunData) -> str:
@@ -334,7 +343,10 @@ def _cost_chart(data: RunData) -> str:
                     note=f"${per:.4f} /M ({tokens[name]:,} tokens)",
                 )
             )
-    return _svg.bar_chart("cost-per-million", "Cost per million output tokens, by provider", bars)
+    which = "this run" if data.summary is not None else "so far"
+    return _svg.bar_chart(
+        "cost-per-million", f"Cost per million output tokens, by provider ({which})", bars
+    )
 
 
 def _retries_chart(data: RunData) -> str:
@@ -445,7 +457,8 @@ def _headline(data: RunData) -> str:
     if summary is None:
         last = data.timeline[-1] if data.timeline else {}
         return (
-            f'<p class="meta"><span class="reason">in progress</span> — spent '
+            f'<p class="meta"><span class="reason">in progress</span> (or stopped without '
+            f"a summary) — spent "
             f"{escape(_money_text(last.get('spent') or '0'))} "
             f"of {escape(_money_text(last.get('limit')))}, "
             f"{int(last.get('completed') or 0):,} completed, "
@@ -456,7 +469,7 @@ def _headline(data: RunData) -> str:
         f'<p class="meta"><span class="reason">{escape(str(summary.get("reason")))}</span> — '
         f"spent {escape(_money_text(summary.get('spent_usd')))} "
         f"of {escape(_money_text(summary.get('budget_usd')))}, "
-        f"{tokens:,} output tokens, {float(summary.get('wall_time_s') or 0):,.1f} s"
+        f"{tokens:,} output tokens, last run {float(summary.get('wall_time_s') or 0):,.1f} s"
         f"{'' if not summary.get('message') else ' — ' + escape(str(summary['message']))}</p>"
     )
 

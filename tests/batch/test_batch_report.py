@@ -354,3 +354,24 @@ def test_a_long_run_is_read_in_bounded_time_and_drawn_in_bounded_size(
     charts = parse(tmp_path / REPORT_FILE)
     assert charts.charts["tokens-per-second"]
     assert charts.charts["retries-429s"]
+
+
+def test_a_resumed_run_in_progress_is_not_shown_as_the_last_ones_summary(tmp_path: Path) -> None:
+    """summary.json is the earlier run's while a resumed run goes on; its first line counts
+    no tokens yet (it is written before the journal is read), which is no burst of tokens."""
+    base = {"limit": "1", "spent": "0.1", "retries": 0, "rate_limited": 0}
+    ds = {"a": {"completed": 5, "total": 10}}
+    rows = [
+        {**base, "t": 10.0, "output_tokens": 0, "datasets": ds, "final": False},
+        {**base, "t": 11.0, "output_tokens": 500, "datasets": ds, "final": True},
+        {**base, "t": 20.0, "output_tokens": 0, "datasets": {}, "final": False},  # resumed
+        {**base, "t": 21.0, "output_tokens": 600, "datasets": ds, "final": False},
+    ]
+    (tmp_path / TIMELINE_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "summary.json").write_text(json.dumps({"reason": "budget_exhausted"}))
+    data = load_run(tmp_path)
+    assert data.summary is None
+    assert [r["t"] for r in data.rows(counted=True)] == [10.0, 11.0, 21.0]
+    page = write_report(tmp_path).read_text()
+    assert "in progress" in page
+    assert "budget_exhausted" not in page
