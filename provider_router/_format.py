@@ -54,7 +54,7 @@ def _significant(amount: Decimal, digits: int = _SIGNIFICANT) -> Decimal:
     return amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
 
 
-def format_usd(amount: Decimal | None, *, places: int = 2) -> str:
+def format_usd(amount: Decimal | int | None, *, places: int = 2) -> str:
     """``$1,234.57`` to ``places`` decimals; sub-cent amounts with significant digits.
 
     ``None`` (unknown) is ``-``; zero is ``$0.00``; a non-zero amount that would
@@ -62,6 +62,7 @@ def format_usd(amount: Decimal | None, *, places: int = 2) -> str:
     """
     if amount is None:
         return "-"
+    amount = Decimal(amount)
     quantum = Decimal(1).scaleb(-places)
     shown = amount.quantize(quantum, rounding=ROUND_HALF_EVEN)
     if amount != 0 and abs(amount) < quantum:

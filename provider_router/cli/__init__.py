@@ -24,6 +24,7 @@ from provider_router.cli._logging import configure_logging, report_events
 # One module per sub-command, in the order `--help` lists them.
 _COMMAND_MODULES: tuple[str, ...] = (
     "endpoints",
+    "preflight",
     "simulate",
     "project",
     "run",

@@ -186,8 +186,6 @@ def configure_logging(*, level: str = "warning", fmt: str = "auto") -> EventRepo
         package.removeHandler(_installed)
     package.addHandler(handler)
     package.setLevel(_LEVELS[level])
-    # The command line's handler is the whole story: nothing doubles up at the root.
-    package.propagate = False
     _installed = handler
     return handler
 

@@ -50,10 +50,12 @@ from provider_router.cli._errors import UsageError
 from provider_router.cli._logging import report_events
 from provider_router.cli._options import budget_usd, positive_count
 from provider_router.cli._render import make_console
+from provider_router.cli.preflight import print_report, run_preflight
 from provider_router.ledger import RedisLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ledger.redis import DEFAULT_LEASE
 from provider_router.metrics import Metrics
+from provider_router.policy import ProviderPolicy
 
 __all__ = [
     "check_inputs",
@@ -119,6 +121,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--name", help="dataset name (default: the prompts file's name)")
     parser.add_argument(
         "--strict", action="store_true", help="any bad input line is fatal before spending"
+    )
+    parser.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="skip the preflight (key valid and not used up, credits, model exists, policy "
+        "allows an endpoint)",
     )
     parser.add_argument("--base-url", help="OpenRouter API root (default: OPENROUTER_BASE_URL)")
     parser.add_argument(
@@ -314,6 +322,17 @@ def _handle(args: argparse.Namespace) -> int:
             f"no API key: set {ENV_API_KEY} to your OpenRouter key "
             f"(export {ENV_API_KEY}=sk-or-...; create one at https://openrouter.ai/keys)"
         )
+    if not args.no_preflight:
+        # The free checks (GETs): a paid request here would be spent outside the job's
+        # ledger; `provider-router preflight` adds the 1-token pinned request.
+        report = run_preflight(
+            plan.model, ProviderPolicy(**plan.policy), base_url=args.base_url, request=False
+        )
+        if not report.ok:
+            print_report(report, file=sys.stderr)
+            print("provider-router: error: the preflight failed; nothing was sent "
+                  "(--no-preflight skips it)", file=sys.stderr)  # fmt: skip
+            return 1
     console = make_console(sys.stderr)
     out = make_console()
     metrics = None

@@ -134,6 +134,14 @@ async def test_a_rejected_key_names_the_variable(
     ]  # fmt: skip
     code, _, err = await run_cli(*argv, key="sk-or-v1-wrong")
     assert code == 1
+    # The preflight refuses first, naming where the key goes, and sends nothing.
+    assert "FAIL key" in err
+    assert "OPENROUTER_API_KEY" in err
+    assert "sk-or-v1-wrong" not in err
+    assert not [r for r in sim.requests if r.route == "chat"]
+    # Without the preflight, the run's own stop says the same.
+    code, _, err = await run_cli(*argv, "--no-preflight", key="sk-or-v1-wrong")
+    assert code == 1
     assert "OPENROUTER_API_KEY" in json.loads((out / "summary.json").read_text())["message"]
     assert "sk-or-v1-wrong" not in err
     # No key at all: refused before anything starts, naming where the key goes.
