@@ -237,3 +237,19 @@ async def test_the_preflight_command(openrouter_sim_factory: Factory) -> None:
     code, out, _ = await cli(*base, "--only", "nobody")
     assert code == 1
     assert "FAILED (policy)" in out
+
+
+async def test_run_checks_up_front_that_the_model_exists(
+    openrouter_sim_factory: Factory, tmp_path: Path
+) -> None:
+    sim = await openrouter_sim_factory()
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    code, _, err = await cli(
+        "run", str(prompts), "--out", str(tmp_path / "o"), "--model", "nobody/no-such-model",
+        "--budget", "1", "--max-tokens", "50", "--base-url", sim.url,
+    )  # fmt: skip
+    assert code == 1, err
+    assert "FAIL model" in err
+    assert "nobody/no-such-model" in err
+    assert not chats(sim)
