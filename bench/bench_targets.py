@@ -73,8 +73,8 @@ class _OldRule:
         per = self._sum / self._n if self._n else self.cap / 2
         return in_flight * per
 
-    def per_request(self, in_flight: int) -> float:
-        return self.price(max(1, in_flight)) / max(1, in_flight)
+    def terms(self) -> tuple[float, float]:
+        return self.price(1), 0.0
 
 
 def _run_child(url: str, directory: str, target: int, rule: str, conn: Any) -> None:

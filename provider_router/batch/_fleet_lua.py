@@ -62,12 +62,13 @@ return {out, redis.call('HMGET', KEYS[3], 'completed', 'out', 'in', 'cost')}
 
 CLAIM_CAPPED: Final = """
 -- KEYS: stream, tally   ARGV: group, consumer, count, max_requests ('' = none),
---   target output tokens ('' = none), tokens per request in flight
+--   target output tokens ('' = none), cap, mean ('' = unknown), spread
 -- Claim at most what the dataset's caps leave room for, counting every worker's
 -- claimed prompts (the group's pending entries) as well as the completed ones:
 -- the fleet's tally decides, atomically, so two workers never both take the last
--- slot. A target admits claims while out + pending x price < target (the last
--- one may land over it, as in one worker).
+-- slot. A target admits one more claim while out + price(pending) < target, with
+-- price(N) = min(N*cap, N*mean + spread*sqrt(N)) (N*cap while the mean is unknown):
+-- the rule of one worker (batch/targets.py), over the whole fleet.
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1])[1]
 local t = redis.call('HMGET', KEYS[2], 'completed', 'out')
 local completed = tonumber(t[1] or 0)
@@ -75,8 +76,16 @@ local out = tonumber(t[2] or 0)
 local n = tonumber(ARGV[3])
 if ARGV[4] ~= '' then n = math.min(n, tonumber(ARGV[4]) - completed - pending) end
 if ARGV[5] ~= '' then
-  local price = math.max(tonumber(ARGV[6]), 1)
-  n = math.min(n, math.ceil((tonumber(ARGV[5]) - out) / price - pending))
+  local target, cap = tonumber(ARGV[5]), tonumber(ARGV[6])
+  local mean, spread = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local function price(m)
+    local worst = m * cap
+    if mean == nil then return worst end
+    return math.min(worst, m * mean + spread * math.sqrt(m))
+  end
+  local k = 0
+  while k < n and out + price(pending + k) < target do k = k + 1 end
+  n = k
 end
 if n < 1 then return {} end
 local reply = redis.call(

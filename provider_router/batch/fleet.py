@@ -147,16 +147,23 @@ class WorkItem:
 class ClaimLimit:
     """A dataset's fleet-wide caps, checked by Redis as each prompt is claimed.
 
+    ``N`` claimed, unfinished prompts are priced as the worker prices its own requests
+    in flight (:class:`~provider_router.batch.targets.InFlightPricer`):
+    ``min(N·cap, N·mean + spread·sqrt(N))``, or ``N·cap`` while ``mean`` is None.
+
     Attributes:
         max_requests: the plan's ``max_requests`` (completed plus claimed never exceeds it).
         target_output_tokens: the plan's target.
-        tokens_per_request: what each claimed, unfinished prompt is taken to produce
-            (the worker's in-flight price: its ``max_tokens`` until lengths are known).
+        cap: the dataset's ``max_tokens``.
+        mean: the upper bound of the mean output length, once known.
+        spread: the margin's coefficient of ``sqrt(N)``.
     """
 
     max_requests: int | None = None
     target_output_tokens: int | None = None
-    tokens_per_request: float = 1.0
+    cap: int = 1
+    mean: float | None = None
+    spread: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,7 +472,9 @@ class FleetQueue(AsyncResource):
                 count,
                 arg(limit.max_requests),
                 arg(limit.target_output_tokens),
-                repr(float(limit.tokens_per_request)),
+                str(max(1, limit.cap)),
+                "" if limit.mean is None else repr(float(limit.mean)),
+                repr(float(limit.spread)),
             ],
         )
         items = []

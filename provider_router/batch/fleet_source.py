@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -198,7 +199,7 @@ class FleetSource(AsyncResource):
             if spec.max_requests is not None or spec.target_output_tokens is not None:
                 cap = int(plan.params_for(spec).request_params()["max_tokens"])
                 self.limits[spec.name] = ClaimLimit(
-                    spec.max_requests, spec.target_output_tokens, float(cap)
+                    spec.max_requests, spec.target_output_tokens, cap=cap
                 )
         # The writer's outbox: acknowledgements, and give-backs as (item, park, failed).
         self._acks: list[_Counts] = []
@@ -234,18 +235,17 @@ class FleetSource(AsyncResource):
         """Claim no more prompts of ``dataset`` (its target is reached)."""
         self._excluded.add(dataset)
 
-    def price(self, dataset: str, tokens_per_request: float) -> None:
-        """Price each of the fleet's claimed, unfinished prompts of ``dataset`` for its target.
+    def price(self, dataset: str, terms: tuple[float, float] | None) -> None:
+        """Price the fleet's claimed, unfinished prompts of ``dataset`` for its target.
 
-        The worker's in-flight pricer gives it (see
-        :class:`~provider_router.batch.targets.InFlightPricer`); until then each is
-        priced at its ``max_tokens``.
+        ``terms`` are the worker's in-flight pricer's
+        (:meth:`~provider_router.batch.targets.InFlightPricer.terms`); ``None``
+        prices each at its ``max_tokens``.
         """
         limit = self.limits.get(dataset)
         if limit is not None and limit.target_output_tokens is not None:
-            self.limits[dataset] = ClaimLimit(
-                limit.max_requests, limit.target_output_tokens, tokens_per_request
-            )
+            mean, spread = terms if terms is not None else (None, 0.0)
+            self.limits[dataset] = dataclasses.replace(limit, mean=mean, spread=spread)
 
     def put_back(self, item: WorkItem) -> None:
         """Return a yielded prompt unsent (no attempt counted); it goes back to the fleet."""

@@ -541,7 +541,7 @@ class BatchRunner:
                     source.exclude(ds.spec.name)  # for the whole fleet: its tally is shared
                 elif ds.spec.target_output_tokens is not None:
                     # Redis prices every worker's claimed prompts at this worker's figure.
-                    source.price(ds.spec.name, ds.pricer.per_request(self.plan.concurrency))
+                    source.price(ds.spec.name, ds.pricer.terms())
             try:
                 item = await anext(items, None)
             except Exception as exc:  # the fleet's Redis failed for good: stop, loudly

@@ -25,8 +25,8 @@ overshoot that nothing can take back. So the price is an upper estimate:
 
 :class:`InFlightPricer` is per dataset and per worker; across a fleet the shared
 tally also counts every worker's claimed prompts (see
-:meth:`~provider_router.batch.fleet.FleetQueue.claim`), priced with
-:meth:`InFlightPricer.per_request`.
+:meth:`~provider_router.batch.fleet.FleetQueue.claim`), priced by Redis with the same
+formula from :meth:`InFlightPricer.terms`.
 """
 
 from __future__ import annotations
@@ -104,14 +104,14 @@ class InFlightPricer:
         self._sum += tokens
         self._sumsq += tokens * tokens
 
-    def price(self, in_flight: int) -> float:
-        """An upper estimate of the output tokens ``in_flight`` requests will produce."""
-        if in_flight <= 0:
-            return 0.0
-        worst = float(in_flight * self.cap)
+    def terms(self) -> tuple[float, float] | None:
+        """``(m⁺, z·s)``: ``N`` in flight cost ``min(N·cap, N·m⁺ + z·s·sqrt(N))``.
+
+        ``None`` until the sample is large enough: each is then priced at the cap.
+        """
         n = self._n
         if n < self.min_samples:
-            return worst
+            return None
         mean = self._sum / n
         variance = max(0.0, (self._sumsq - self._sum * mean) / (n - 1))
         upper = (
@@ -119,9 +119,15 @@ class InFlightPricer:
             + math.sqrt(2 * variance * _CONFIDENCE_LOG / n)
             + 3 * self.cap * _CONFIDENCE_LOG / n
         )
-        return min(worst, in_flight * upper + self.z * math.sqrt(variance * in_flight))
+        return upper, self.z * math.sqrt(variance)
 
-    def per_request(self, in_flight: int) -> float:
-        """The price of one of ``in_flight`` requests (for a tally that counts requests)."""
-        in_flight = max(1, in_flight)
-        return self.price(in_flight) / in_flight
+    def price(self, in_flight: int) -> float:
+        """An upper estimate of the output tokens ``in_flight`` requests will produce."""
+        if in_flight <= 0:
+            return 0.0
+        worst = float(in_flight * self.cap)
+        terms = self.terms()
+        if terms is None:
+            return worst
+        upper, spread = terms
+        return min(worst, in_flight * upper + spread * math.sqrt(in_flight))

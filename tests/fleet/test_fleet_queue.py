@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from provider_router import ConfigurationError, DataFileError, MissingDependencyError
-from provider_router.batch.fleet import GROUP, FleetQueue, WorkItem
+from provider_router.batch.fleet import GROUP, ClaimLimit, FleetQueue, WorkItem
 from provider_router.batch.plan import Plan
 from tests.fleet.conftest import write_prompts
 
@@ -239,3 +239,49 @@ def test_payload_round_trips_metadata(tmp_path: Path) -> None:
     back = _decode_item("d", "1-0", {"id": prompt.id, "p": item.payload, "n": "2"})
     assert back.prompt == prompt
     assert back.attempts == 2
+
+
+async def test_capped_claims_count_every_workers_claimed_prompts(
+    make_queue: MakeQueue, two_dataset_plan: Plan
+) -> None:
+    """Redis decides each claim: completed plus every worker's pending against the caps."""
+    first, second = make_queue(), make_queue()
+    for queue in (first, second):
+        await queue.join(two_dataset_plan)
+    await first.wait_loaded()
+    await second.wait_loaded()
+    cap = {"a": ClaimLimit(max_requests=7)}
+    assert len(await first.claim(5, datasets=["a"], limits=cap)) == 5
+    taken = await second.claim(5, datasets=["a"], limits=cap)
+    assert len(taken) == 2  # 7 - 5 pending elsewhere
+    assert await second.claim(5, datasets=["a"], limits=cap) == []
+    await second.complete([(taken[0], 10, 1, 1)])  # completed still counts against the cap
+    assert await first.claim(5, datasets=["a"], limits=cap) == []
+    await second.give_back(taken[1:])  # given back: its slot is free again
+    assert len(await first.claim(5, datasets=["a"], limits=cap)) == 1
+
+
+@pytest.mark.parametrize(
+    ("mean", "spread", "expected"),
+    [
+        (None, 0.0, 4),  # each at the cap: 0, 300, 600, 900 < 1,000 (the 4th may land over)
+        (100.0, 50.0, 9),  # 8 × 100 + 50 √8 = 941 < 1,000; 9 × 100 + 150 = 1,050 is not
+    ],
+)
+async def test_a_target_admits_claims_by_the_workers_in_flight_price(
+    make_queue: MakeQueue,
+    two_dataset_plan: Plan,
+    mean: float | None,
+    spread: float,
+    expected: int,
+) -> None:
+    queue = make_queue()
+    await queue.join(two_dataset_plan)
+    await queue.wait_loaded()
+    limit = ClaimLimit(target_output_tokens=1000, cap=300, mean=mean, spread=spread)
+    items = await queue.claim(30, datasets=["a"], limits={"a": limit})
+    assert len(items) == expected
+    # A short answer lands: 10 tokens out and one fewer pending make room for one more.
+    await queue.complete([(items[0], 10, 1, 1)])
+    assert len(await queue.claim(30, datasets=["a"], limits={"a": limit})) == 1
+    assert await queue.claim(30, datasets=["a"], limits={"a": limit}) == []
