@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provider_router._exceptions import InvalidResponseError, ResponseCarriedError
+from provider_router._secrets import scrub
 from provider_router.records import describe_json
 from provider_router.results import StreamDelta, ToolCall, ToolCallDelta, Usage
 
@@ -65,6 +66,11 @@ def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _clean(value: object) -> str | None:
+    """A string we log, journal and count by, scrubbed of any key a server echoed."""
+    return scrub(value) if isinstance(value, str) else None
+
+
 def parse_completion(body: object) -> Completion:
     """Read a non-streaming ``/chat/completions`` body.
 
@@ -74,11 +80,11 @@ def parse_completion(body: object) -> Completion:
     """
     if not isinstance(body, Mapping):
         raise InvalidResponseError(f"expected a chat completion object, got {describe_json(body)}")
-    provider = _str(body.get("provider"))
+    provider = _clean(body.get("provider"))
     result = Completion(
         provider=provider,
         model=_str(body.get("model")),
-        generation_id=_str(body.get("id")),
+        generation_id=_clean(body.get("id")),
         usage=Usage.from_json(body.get("usage")),
     )
     choices = body.get("choices")
@@ -187,8 +193,8 @@ class StreamAccumulator:
             )
         result = self.result
         if result.generation_id is None:
-            result.generation_id = _str(chunk.get("id"))
-            result.provider = _str(chunk.get("provider"))
+            result.generation_id = _clean(chunk.get("id"))
+            result.provider = _clean(chunk.get("provider"))
             result.model = _str(chunk.get("model"))
         usage = chunk.get("usage")
         if usage is not None:

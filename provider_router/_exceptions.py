@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from provider_router._format import format_usd
+from provider_router._secrets import scrub, scrub_json
 
 __all__ = [
     "APIConnectionError",
@@ -115,11 +116,19 @@ class MissingDependencyError(ConfigurationError, ImportError):
 class APIError(ProviderRouterError):
     """Talking to OpenRouter failed.
 
+    Its message never holds an API key, even one the server echoed back
+    (:mod:`provider_router._secrets`).
+
     Attributes:
         provider_name: the upstream provider involved, when OpenRouter named one.
     """
 
     provider_name: str | None = None
+
+    def __init__(self, *args: object) -> None:
+        clean = tuple(scrub(a) if isinstance(a, str) else a for a in args)
+        super().__init__(*clean)
+        self.args = clean  # OSError-derived subclasses took the raw args in __new__
 
 
 class APIConnectionError(APIError, ConnectionError):
@@ -159,8 +168,8 @@ class ResponseCarriedError(InvalidResponseError):
         body: Mapping[str, Any] | None = None,
     ) -> None:
         self.code = code
-        self.provider_name = provider_name
-        self.body = body
+        self.provider_name = None if provider_name is None else scrub(provider_name)
+        self.body: Mapping[str, Any] | None = None if body is None else scrub_json(body)
         super().__init__(message)
 
 
@@ -188,12 +197,17 @@ class APIStatusError(APIError):
         error_type: str | None = None,
         retry_after: float | None = None,
     ) -> None:
+        # A server may echo the key anywhere: keep only scrubbed copies.
+        message = scrub(message)
+        provider_name = None if provider_name is None else scrub(provider_name)
         self.status = status
         self.message = message
-        self.body = body
-        self.headers: dict[str, str] = {k.lower(): v for k, v in (headers or {}).items()}
+        self.body: Mapping[str, Any] | None = None if body is None else scrub_json(body)
+        self.headers: dict[str, str] = {
+            scrub(k.lower()): scrub(v) for k, v in (headers or {}).items()
+        }
         self.provider_name = provider_name
-        self.error_type = error_type
+        self.error_type = None if error_type is None else scrub(error_type)
         self.retry_after = retry_after
         where = f" from {provider_name}" if provider_name else ""
         super().__init__(f"HTTP {status}{where}: {message}")

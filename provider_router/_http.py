@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 from collections.abc import AsyncIterator, Mapping
 from http import HTTPStatus
 from types import TracebackType
@@ -50,6 +49,7 @@ from provider_router._exceptions import (
 )
 from provider_router._money import WireFloat
 from provider_router._resource import AsyncResource
+from provider_router._secrets import remember, scrub
 from provider_router.sse import SSEParser
 
 __all__ = [
@@ -68,7 +68,6 @@ DEFAULT_CONNECTION_LIMIT: Final = 100
 """Connections the session keeps open at most (aiohttp's own default)."""
 
 _SNIPPET: Final = 200
-_KEY_PATTERN: Final = re.compile(r"sk-or-[A-Za-z0-9-]{8,}")
 
 Params = Mapping[str, str | int | float]
 
@@ -94,14 +93,9 @@ def resolve_api_key(api_key: str | SecretStr | None = None) -> SecretStr | None:
     return SecretStr(key) if key else None
 
 
-def _redact(text: str) -> str:
-    # A server could echo the key back; never let it into a message.
-    return _KEY_PATTERN.sub("sk-or-***", text)
-
-
 def _snippet(body: bytes) -> str:
     text = body[:_SNIPPET].decode("utf-8", errors="replace")
-    return _redact(text) + ("..." if len(body) > _SNIPPET else "")
+    return scrub(text) + ("..." if len(body) > _SNIPPET else "")
 
 
 def decode_json(body: bytes, *, what: str, expect: str = "a JSON object") -> Any:
@@ -187,7 +181,7 @@ def error_from_response(
         except ValueError:
             phrase = "error"
         message = text if text and payload is None else phrase
-    message = _redact(message)
+    message = scrub(message)
     provider = metadata.get("provider_name")
     error_type = metadata.get("error_type") or error.get("error_type")
     if status == 408:
@@ -227,7 +221,7 @@ def connection_error(
         phase = "no connection" if not sent else "no complete answer"
         error = RequestTimeout(f"{what}: {phase}{limit}")
     else:
-        detail = _redact(str(exc)) or type(exc).__name__
+        detail = scrub(str(exc)) or type(exc).__name__
         error = APIConnectionError(f"{what}: connection failed: {detail}")
     if not sent:
         error.request_sent = False
@@ -298,7 +292,9 @@ class HttpClient(AsyncResource):
         self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
         self._headers.update(headers or {})
         if self._api_key is not None:
-            self._headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
+            secret = self._api_key.get_secret_value()
+            remember(secret)  # scrubbed from every error a server echoes it into
+            self._headers["Authorization"] = f"Bearer {secret}"
         self._session = session
         self._owns_session = session is None
 

@@ -65,6 +65,7 @@ from provider_router._exceptions import (
 from provider_router._log import DEBUG, get_logger
 from provider_router._request import PreparedRequest, RequestEncoder
 from provider_router._resource import AsyncResource
+from provider_router._secrets import scrub
 from provider_router._types import Clock, Message, Sleep
 from provider_router.catalog import Catalog
 from provider_router.health import ProviderHealth
@@ -752,6 +753,8 @@ class Router(AsyncResource):
             post = http.post(_CHAT_PATH, request.payload, request_timeout=request.deadline)
         async with post as response:
             generation_id = response.headers.get("x-generation-id")
+            if generation_id:
+                generation_id = scrub(generation_id)  # it goes to the ledger and logs
             if not request.stream:
                 if generation_id:
                     if response.complete:
