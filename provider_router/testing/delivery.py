@@ -89,6 +89,8 @@ class _Plan:
     tokens_per_second: float
     calls: tuple[PlannedCall, ...] = ()
     cache_write_tokens: int = 0
+    preamble: int = 0
+    """Content tokens written before the tool calls (``auto`` only)."""
 
 
 def _completion_total(attempt: Attempt) -> int:
@@ -131,6 +133,7 @@ def _plan(attempt: Attempt) -> _Plan:
     tps = endpoint.throughput * math.exp(rng.gauss(0.0, 0.15))
     # Drawn last, so a request without tools sees the same draws as before tools existed.
     calls: tuple[PlannedCall, ...] = ()
+    preamble = 0
     request = attempt.tools
     if request is not None:
         request = tools.honoured(
@@ -138,11 +141,20 @@ def _plan(attempt: Attempt) -> _Plan:
         )
     if request is not None:
         calls = tools.plan_calls(request, attempt.body["messages"], attempt.model.id, rng)
-    tool_tokens = sum(call.tokens for call in calls) if calls else None
+        preamble = tools.preamble_tokens(request, calls, rng)
+    tool_tokens = preamble + sum(call.tokens for call in calls) if calls else None
     shape = shape_completion(attempt.body, total, attempt.max_tokens, tool_tokens)
     cache = _use_cache(attempt)
     return _Plan(
-        gen_id, created, shape, cache.cached_tokens, ttft, tps, calls, cache.written_tokens
+        gen_id,
+        created,
+        shape,
+        cache.cached_tokens,
+        ttft,
+        tps,
+        calls,
+        cache.written_tokens,
+        preamble,
     )
 
 
@@ -286,6 +298,13 @@ def _shown(attempt: Attempt) -> str | None:
     return None if attempt.sim.anonymous else attempt.endpoint.provider_name
 
 
+def _content_text(plan: _Plan, content_tokens: int) -> str | None:
+    """``message.content``: the text, or with tool calls the words before them (else null)."""
+    if not plan.calls:
+        return filler(0, content_tokens)
+    return filler(0, min(plan.preamble, content_tokens)) or None
+
+
 def _reasoning_text(attempt: Attempt, plan: _Plan, tokens: int) -> str | None:
     if not plan.shape.show_reasoning or plan.shape.reasoning_tokens == 0:
         return None
@@ -340,11 +359,15 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         plan.created,
         model_slug,
         _shown(attempt),
-        None if plan.calls else filler(0, shape.content_tokens),
+        _content_text(plan, shape.content_tokens),
         _reasoning_text(attempt, plan, shape.reasoning_tokens),
         shape.finish_reason,
         usage,
-        tool_calls=tools.message_calls(plan.calls, shape.content_tokens) if plan.calls else None,
+        tool_calls=(
+            tools.message_calls(plan.calls, shape.content_tokens - plan.preamble) or None
+            if plan.calls
+            else None
+        ),
         fingerprint=attempt.endpoint.system_fingerprint,
     )
     if attempt.choices > 1:
@@ -442,8 +465,8 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                     text = filler(sent, sent + n, reasoning=True)
                     delta["reasoning"] = text
                     delta["reasoning_details"] = bodies.reasoning_details(text)
-            elif plan.calls:
-                start = sent - shape.reasoning_tokens
+            elif plan.calls and sent - shape.reasoning_tokens >= plan.preamble:
+                start = sent - shape.reasoning_tokens - plan.preamble
                 sent += n
                 for entry in tools.stream_deltas(plan.calls, start, start + n):
                     call_delta = {"content": None, "role": "assistant", "tool_calls": [entry]}
@@ -457,6 +480,8 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                 continue
             else:
                 start = sent - shape.reasoning_tokens
+                if plan.calls:  # the words before the calls, then the calls
+                    n = min(n, plan.preamble - start)
                 delta["content"] = filler(start, start + n)
             sent += n
             if "reasoning" in delta or delta["content"]:

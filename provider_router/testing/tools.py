@@ -40,12 +40,17 @@ __all__ = [
     "honoured",
     "parse_tool_request",
     "plan_calls",
+    "preamble_tokens",
 ]
 
 AUTO_CALL_SHARE = 0.5
 """Probability that ``tool_choice: "auto"`` calls a tool (outside a tool-result turn)."""
 PARALLEL_SHARE = 0.25
 """Probability that a call is two parallel calls, when ``parallel_tool_calls`` allows."""
+PREAMBLE_SHARE = 0.5
+"""Probability that an ``auto`` call is preceded by a few words of text, as captured
+("I'll check the weather in Florence, Italy for you." then the call)."""
+_PREAMBLE_TOKENS = (4, 12)
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Pieces a BPE tokenizer would plausibly cut: short words, digit runs, punctuation pairs.
 _PIECE = re.compile(r"\s*[A-Za-z]{1,6}|\s*\d{1,3}|\s*[^\sA-Za-z\d]{1,2}|\s+")
@@ -231,6 +236,14 @@ def plan_calls(
         arguments = json.dumps(fake_value(function.parameters, rng), ensure_ascii=False)
         calls.append(PlannedCall(call_id, function.name, arguments, split_pieces(arguments)))
     return tuple(calls)
+
+
+def preamble_tokens(request: ToolRequest, calls: Sequence[PlannedCall], rng: random.Random) -> int:
+    """Content tokens the model writes before its calls: only when it chose to call
+    (``auto``), sometimes; a forced call starts at once, as the captures show."""
+    if not calls or request.choice != "auto" or rng.random() >= PREAMBLE_SHARE:
+        return 0
+    return rng.randint(*_PREAMBLE_TOKENS)
 
 
 def split_pieces(text: str) -> tuple[str, ...]:

@@ -215,3 +215,22 @@ def test_any_split_and_interleaving_of_call_pieces_accumulates_the_same(
     assert [(c.id, c.name, c.arguments) for c in result] == [
         (f"call_{i}", name, arguments) for i, (name, arguments) in enumerate(calls)
     ]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_words_before_the_calls_are_the_text_and_the_calls_still_typed(
+    openrouter_sim: SimulatorServer, make_router: MakeRouter, stream: bool
+) -> None:
+    router = await make_router(openrouter_sim)
+    both = []
+    for i in range(16):
+        ask = [{"role": "user", "content": f"Weather in city {i}?"}]
+        result = await router.chat(ask, max_tokens=300, tools=[WEATHER], stream=stream)
+        if result.text and result.tool_calls:
+            both.append(result)
+    assert both, "auto sometimes writes a few words, then calls"
+    for result in both:
+        assert result.finish_reason == "tool_calls"
+        assert result.message["content"] == result.text
+        for call in result.tool_calls:
+            check_weather(call)

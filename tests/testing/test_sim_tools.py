@@ -484,3 +484,35 @@ async def test_streamed_tool_deltas_have_the_captured_shape(start_sim: StartSim)
     finishes = {c["finish_reason"] for e in captured for c in e["choices"]} - {None}
     assert finishes == {"tool_calls"}
     assert {c["finish_reason"] for e in reply.events for c in e["choices"]} - {None} == finishes
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_auto_sometimes_writes_a_few_words_before_its_calls(
+    client: SimClient, stream: bool
+) -> None:
+    seen = {"words then calls": 0, "calls only": 0}
+    for i in range(16):
+        reply = await client.chat(
+            content=f"Weather {i}?", max_tokens=300, tools=TOOLS, stream=stream
+        )
+        if stream:
+            calls = list(streamed_calls(reply.events).values())
+            deltas = [c["delta"] for e in reply.events for c in e["choices"]]
+            text = "".join(d.get("content") or "" for d in deltas)
+            first_call = next((i for i, d in enumerate(deltas) if d.get("tool_calls")), None)
+            if text and first_call is not None:
+                assert not any(d.get("content") for d in deltas[first_call:]), "words first"
+            usage = reply.events[-1]["usage"]
+        else:
+            message = reply.json["choices"][0]["message"]
+            calls = message.get("tool_calls") or []
+            text = message["content"] or ""
+            usage = reply.json["usage"]
+        if not calls:
+            continue
+        seen["words then calls" if text else "calls only"] += 1
+        tokens = sum(1 + len(split_pieces(c["function"]["arguments"])) for c in calls)
+        assert usage["completion_tokens"] == len(text.split()) + tokens
+        assert 4 <= len(text.split()) <= 12 or not text
+    assert seen["words then calls"]
+    assert seen["calls only"]
