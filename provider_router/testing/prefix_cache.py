@@ -31,8 +31,9 @@ from provider_router.testing.synth import _PROMPT_FIELDS, count_request_prompt
 
 __all__ = ["DEFAULT_CACHE_CAPACITY", "CacheResult", "PrefixCache", "prefix_chain"]
 
-DEFAULT_CACHE_CAPACITY = 50_000
-"""Boundaries kept per endpoint before the least recently used is evicted."""
+DEFAULT_CACHE_CAPACITY = 10_000
+"""Boundaries kept per endpoint before the least recently used is evicted (about
+1.6 MB per endpoint when full)."""
 _ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 _PLAIN_KEYS = frozenset({"role", "content"})
 
