@@ -12,7 +12,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
-from provider_router._format import format_percent, format_price, format_usd
+from provider_router._format import decimal_str, format_percent, format_price, format_usd
 from provider_router.projection import (
     BudgetFit,
     CostRange,
@@ -33,7 +33,7 @@ def projection_to_dict(projection: Projection) -> dict[str, Any]:
         "workload": _workload_dict(projection.workload),
         "cheapest": _endpoint_dict(projection.cheapest),
         "mix": [
-            {**_endpoint_dict(s.endpoint), "rank": s.rank, "share": str(s.share)}
+            {**_endpoint_dict(s.endpoint), "rank": s.rank, "share": decimal_str(s.share)}
             for s in projection.mix
         ],
         "datasets": [_dataset_dict(d) for d in projection.datasets],
@@ -47,22 +47,26 @@ def _endpoint_dict(endpoint: Endpoint) -> dict[str, Any]:
     return {
         "provider": endpoint.provider_name,
         "slug": endpoint.slug,
-        "prompt_per_million": str(pricing.prompt_per_million),
-        "completion_per_million": str(pricing.completion_per_million),
+        "prompt_per_million": _optional(pricing.prompt_per_million),
+        "completion_per_million": _optional(pricing.completion_per_million),
         "uptime": endpoint.uptime,
     }
 
 
+def _optional(value: Decimal | None) -> str | None:
+    return None if value is None else decimal_str(value)
+
+
 def _workload_dict(workload: WorkloadEstimate) -> dict[str, Any]:
     return {
-        "prompt_tokens": str(workload.prompt_tokens),
+        "prompt_tokens": decimal_str(workload.prompt_tokens),
         "completion_tokens": {
-            "low": str(workload.low),
-            "expected": str(workload.completion_tokens),
-            "high": str(workload.high),
+            "low": decimal_str(workload.low),
+            "expected": decimal_str(workload.completion_tokens),
+            "high": decimal_str(workload.high),
         },
-        "reasoning_tokens": str(workload.reasoning_tokens),
-        "cached_prompt_share": str(workload.cached_prompt_share),
+        "reasoning_tokens": decimal_str(workload.reasoning_tokens),
+        "cached_prompt_share": decimal_str(workload.cached_prompt_share),
         "source": workload.source,
     }
 
@@ -70,14 +74,14 @@ def _workload_dict(workload: WorkloadEstimate) -> dict[str, Any]:
 def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
     tokens = scenario.tokens
     return {
-        "completion_tokens_per_response": str(scenario.completion_tokens_per_response),
+        "completion_tokens_per_response": decimal_str(scenario.completion_tokens_per_response),
         "requests": tokens.requests,
         "prompt_tokens": tokens.prompt_tokens,
         "cached_tokens": tokens.cached_tokens,
         "completion_tokens": tokens.completion_tokens,
         "reasoning_tokens": tokens.reasoning_tokens,
-        "cost_cheapest": str(scenario.cost_cheapest),
-        "cost_mix": str(scenario.cost_mix),
+        "cost_cheapest": decimal_str(scenario.cost_cheapest),
+        "cost_mix": decimal_str(scenario.cost_mix),
     }
 
 
@@ -96,11 +100,11 @@ def _dataset_dict(dataset: DatasetProjection) -> dict[str, Any]:
 def _fit_dict(fit: BudgetFit) -> dict[str, Any]:
     return {
         "basis": fit.basis,
-        "budget": str(fit.budget),
+        "budget": decimal_str(fit.budget),
         "needed": {
-            "low": str(fit.needed.low),
-            "expected": str(fit.needed.expected),
-            "high": str(fit.needed.high),
+            "low": decimal_str(fit.needed.low),
+            "expected": decimal_str(fit.needed.expected),
+            "high": decimal_str(fit.needed.high),
         },
         "fits": fit.fits,
         "fits_high": fit.fits_high,
@@ -112,7 +116,7 @@ def _fit_dict(fit: BudgetFit) -> dict[str, Any]:
         else {
             "name": fit.partial.name,
             "output_tokens": fit.partial.output_tokens,
-            "cost": str(fit.partial.cost),
+            "cost": decimal_str(fit.partial.cost),
         },
     }
 

@@ -174,3 +174,10 @@ def test_endpoints_table_shows_a_tiny_price_and_a_near_perfect_uptime(
     assert "$0.0000 " not in row
     assert "99.97%" in row
     assert "100.0%" not in row
+
+
+def test_project_json_writes_canonical_decimals(capsys: pytest.CaptureFixture[str]) -> None:
+    examples = Path(__file__).parent.parent / "examples"
+    argv = ["project", str(examples / "plan.yaml"), "--snapshot", str(examples / "market.json")]
+    assert main([*argv, "--completion-tokens", "600", "--budget", "0.000001", "--json"]) == 0
+    assert_canonical_money(json.loads(capsys.readouterr().out))

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from provider_router._exceptions import ConfigurationError, DataFileError
+from provider_router._format import decimal_str
 from provider_router._money import to_decimal
 from provider_router.batch.journal import JOURNAL_FILE, FileJournal, output_path
 from provider_router.batch.output import read_outputs
@@ -73,8 +74,8 @@ class MergeReport:
                     "records": d.records,
                     "duplicates": d.duplicates,
                     "output_tokens": d.output_tokens,
-                    "cost": str(d.cost),
-                    "duplicate_cost": str(d.duplicate_cost),
+                    "cost": decimal_str(d.cost),
+                    "duplicate_cost": decimal_str(d.duplicate_cost),
                     "sources": d.sources,
                 }
                 for name, d in self.datasets.items()

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from provider_router._exceptions import DataFileError
+from provider_router._format import decimal_str
 from provider_router._types import JSONObject, Message
 
 __all__ = [
@@ -149,7 +150,7 @@ def make_record(
             "total_tokens": prompt_tokens + completion_tokens,
             "cached_tokens": cached_tokens,
         },
-        "cost": str(cost),
+        "cost": decimal_str(cost),
         "metadata": dict(metadata),
         "started_at": _iso(started_at),
         "finished_at": _iso(finished_at),

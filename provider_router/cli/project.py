@@ -25,6 +25,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from provider_router._exceptions import ConfigurationError
+from provider_router._format import decimal_str
 from provider_router.batch.plan import Plan, load_plan
 from provider_router.cli._options import (
     add_market_arguments,
@@ -296,7 +297,7 @@ def _pilot_dict(pilot: PilotResult) -> dict[str, Any]:
     return {
         "requests": pilot.requests,
         "failures": pilot.failures,
-        "cost": str(pilot.cost),
+        "cost": decimal_str(pilot.cost),
         "providers": dict(pilot.providers),
         "completion_tokens": {
             "mean": stats.mean,
