@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import json
 import os
 import signal
 import stat
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ import pytest
 from provider_router import ConfigurationError
 from provider_router.batch import _journal_file
 from provider_router.batch.journal import FileJournal
+from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 HOLDER = textwrap.dedent(
     """
@@ -44,9 +47,9 @@ def holder(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
         env=env,
         text=True,
     )
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == "held\n"  # blocks until the child holds the lock
     try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "held\n"  # blocks until the child holds the lock
         yield proc
     finally:
         if proc.poll() is None:
@@ -112,3 +115,51 @@ def test_without_directory_locks_the_journal_file_is_locked(
     finally:
         first.close()
     FileJournal.open(tmp_path).close()
+
+
+@pytest.mark.slow
+async def test_a_second_run_on_a_live_directory_is_refused_even_without_lock_files(
+    tmp_path: Path, openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]]
+) -> None:
+    # The issue's repro: delete the lock file during a run, start the same command again.
+    sim = await openrouter_sim_factory(seed=41, speed=1.0)  # real-speed answers: A stays busy
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"id": f"q{n}", "prompt": f"question {n}"}) + "\n" for n in range(400))
+    )
+    out = tmp_path / "out"
+    env = {**os.environ, "OPENROUTER_API_KEY": DEFAULT_TEST_KEY}
+    command = [
+        sys.executable, "-m", "provider_router", "--log-level", "error", "run", str(prompts),
+        "--out", str(out), "--model", "moonshotai/kimi-k2.5", "--budget", "5",
+        "--max-tokens", "2000", "--concurrency", "4", "--base-url", sim.url, "--progress", "off",
+    ]  # fmt: skip
+    first = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, env=env
+    )
+    try:
+        journal = out / "journal.jsonl"
+        for _ in range(6000):  # until the first run has claimed work (30 s at most)
+            if journal.exists() and b'"op":"claim"' in journal.read_bytes():
+                break
+            assert first.returncode is None, "the first run ended early"
+            await asyncio.sleep(0.005)
+        for path in out.iterdir():
+            if path.name.startswith("."):
+                path.unlink()  # whatever lock file there may be
+        second = await asyncio.create_subprocess_exec(
+            *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env
+        )
+        try:  # refused at once; a second run let in would keep running beside the first
+            _, err = await asyncio.wait_for(second.communicate(), timeout=60)
+        except TimeoutError:
+            second.kill()
+            await second.wait()
+            pytest.fail("a second run was let in beside the first")
+        assert second.returncode == 1, err.decode()
+        assert "another provider-router process is using" in err.decode()
+        assert first.returncode is None  # the first run goes on undisturbed
+    finally:
+        if first.returncode is None:
+            first.kill()
+        await first.wait()

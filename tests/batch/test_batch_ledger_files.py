@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shutil
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from provider_router import DataFileError
 from provider_router.batch.plan import Plan
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import StopReason
+from provider_router.ledger import sqlite as sqlite_module
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]
@@ -200,3 +202,19 @@ async def test_the_cli_refuses_a_deleted_ledger_and_a_budget_no_ledger_holds(
     assert "Traceback" not in err
     assert sim.simulator.usage == charged
     assert not (out / "ledger.sqlite").exists()
+
+
+async def test_a_ledger_left_without_totals_does_not_wedge_the_job(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # What a kill between schema and totals (or `--budget 9999999`) left behind in
+    # older releases: every later run failed with "is a new ledger: give it a limit".
+    sim = await openrouter_sim_factory(seed=9)
+    out = tmp_path / "out"
+    out.mkdir()
+    con = sqlite3.connect(out / "ledger.sqlite")
+    con.executescript(sqlite_module._SCHEMA)
+    con.close()
+    summary = await runner(small_plan(tmp_path), out, sim).run()
+    assert summary.reason is StopReason.COMPLETE
+    assert ledger_spent(out) == sim.simulator.usage > 0
