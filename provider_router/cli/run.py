@@ -2,7 +2,7 @@
 
 ::
 
-    provider-router run PROMPTS.jsonl --out DIR --model M --budget USD \\
+    provider-router run PROMPTS.jsonl --out DIR --model M (--budget USD | --add-budget USD) \\
         [--max-tokens N] [--concurrency C] [--exclude-below int4] \\
         [--target-output-tokens N] [--max-requests N] [--temperature T] \\
         [--plan plan.yaml] [--strict] [--base-url URL] [--progress auto|rich|plain|off] \\
@@ -44,20 +44,21 @@ from provider_router.batch.fleet import DEFAULT_IDLE_TIMEOUT, FleetQueue
 from provider_router.batch.inputs import PromptReader
 from provider_router.batch.plan import Plan, load_plan
 from provider_router.batch.progress import show_progress
-from provider_router.batch.runner import BatchRunner
+from provider_router.batch.runner import LEDGER_FILE, BatchRunner
 from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.cli._errors import UsageError
 from provider_router.cli._logging import report_events
 from provider_router.cli._options import budget_usd, positive_count
 from provider_router.cli._render import make_console
 from provider_router.cli.preflight import print_report, run_preflight
-from provider_router.ledger import RedisLedger
+from provider_router.ledger import RedisLedger, SQLiteLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ledger.redis import DEFAULT_LEASE
 from provider_router.metrics import Metrics
 from provider_router.policy import ProviderPolicy
 
 __all__ = [
+    "added_budget",
     "check_inputs",
     "check_out",
     "open_shared_ledger",
@@ -108,6 +109,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--plan", metavar="FILE", help="plan file (.yaml/.yml/.toml)")
     parser.add_argument("--model", help="OpenRouter model id, e.g. moonshotai/kimi-k2.5")
     parser.add_argument("--budget", type=budget_usd, metavar="USD", help="hard spending cap")
+    parser.add_argument(
+        "--add-budget",
+        type=budget_usd,
+        metavar="USD",
+        help="raise the job's budget by USD: its ledger's current limit plus USD (to resume)",
+    )
     parser.add_argument("--max-tokens", type=positive_count, metavar="N", help="completion cap")
     parser.add_argument(
         "--concurrency", type=positive_count, metavar="C", help="requests in flight"
@@ -313,6 +320,8 @@ def _run_loop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 def _handle(args: argparse.Namespace) -> int:
     plan = plan_from_args(args)
+    if args.add_budget is not None:
+        plan = plan.with_overrides(budget=added_budget(plan, Path(args.out), args))
     if plan.budget is None:
         raise ConfigurationError("--budget USD is required (or `budget:` in the plan file)")
     check_inputs(plan)
@@ -386,6 +395,27 @@ def _handle(args: argparse.Namespace) -> int:
         print(f"To resume: {resume_command(args.argv, summary)}", file=sys.stderr)
     print(f"Summary: {Path(args.out) / 'summary.json'}", file=sys.stderr)
     return summary.exit_code
+
+
+def added_budget(plan: Plan, out: Path, args: argparse.Namespace) -> Decimal:
+    """``--add-budget``: the job's ledger's current limit plus the amount (0 + it when new)."""
+    if args.budget is not None:
+        raise UsageError("give --budget or --add-budget, not both")
+    if plan.ledger is not None:
+        raise UsageError(
+            "--add-budget reads the job's own ledger; for a shared Redis ledger use "
+            "`provider-router ledger topup URL --name NAME --add USD`"
+        )
+    path = out / LEDGER_FILE
+    if not path.is_file():
+        return Decimal(args.add_budget)
+
+    async def current() -> Decimal:
+        async with SQLiteLedger(path) as ledger:
+            return (await ledger.snapshot()).limit
+
+    limit: Decimal = _run_loop(current)
+    return limit + Decimal(args.add_budget)
 
 
 def check_inputs(plan: Plan) -> None:

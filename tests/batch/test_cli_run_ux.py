@@ -247,3 +247,28 @@ async def test_ledger_show_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
     _, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     assert err.decode() == ""
+
+
+async def test_add_budget_raises_the_jobs_own_limit_and_finishes(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim = await openrouter_sim_factory(seed=6)
+    prompts = write_prompts(tmp_path / "p.jsonl", 120)
+    out = tmp_path / "out"
+    common = [
+        "run", str(prompts), "--out", str(out), "--model", MODEL, "--max-tokens", "300",
+        "--concurrency", "16", "--base-url", sim.url, "--progress", "off",
+    ]  # fmt: skip
+    code, _, err = await run_cli(*common, "--budget", "0.05")
+    assert code == 3, err[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    more = Decimal(summary["budget_to_finish_usd"]) - Decimal("0.05")
+    code, _, err = await run_cli(*common, "--budget", "1", "--add-budget", "1")
+    assert code == 2
+    assert "not both" in err
+    code, _, err = await run_cli(*common, "--add-budget", str(more))
+    assert code == 0, err[-2000:]
+    assert len(assert_consistent(out, ["p"])) == 120
+    code, shown, _ = await run_cli("ledger", "show", str(out / "ledger.sqlite"), "--json")
+    assert code == 0
+    assert Decimal(json.loads(shown)["limit"]) == Decimal("0.05") + more
