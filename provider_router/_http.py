@@ -47,7 +47,7 @@ from provider_router._exceptions import (
     RequestTimeout,
     error_for_status,
 )
-from provider_router._money import WireFloat
+from provider_router._money import pin_exact_cost
 from provider_router._resource import AsyncResource
 from provider_router._secrets import remember, scrub
 from provider_router.sse import SSEParser
@@ -107,11 +107,13 @@ def decode_json(body: bytes, *, what: str, expect: str = "a JSON object") -> Any
     if not body.strip():
         raise InvalidResponseError(f"{what}: expected {expect}, got an empty body")
     try:
-        return json.loads(body, parse_float=WireFloat)
+        parsed = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidResponseError(
             f"{what}: expected {expect}, got a body that is not JSON ({exc}): {_snippet(body)!r}"
         ) from None
+    pin_exact_cost(parsed, body)  # usage.cost / total_cost digit for digit, never a float
+    return parsed
 
 
 def _float(value: object) -> float | None:
@@ -529,10 +531,12 @@ class PostResponse:
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise connection_error(exc, what=self._what, timeout=self._seconds) from exc
         try:
-            return json.loads(body, parse_float=WireFloat)
+            parsed = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             # Let decode_json say what was wrong (empty, not JSON) and where.
             return decode_json(body, what=self._what, expect=expect)
+        pin_exact_cost(parsed, body)  # usage.cost digit for digit, never through a float
+        return parsed
 
     async def events(self, *, idle_timeout: float | None = None) -> AsyncIterator[str]:
         """Yield the ``data`` of each server-sent event (``"[DONE]"`` included).

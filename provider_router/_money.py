@@ -7,6 +7,7 @@ still holds over nine million dollars.
 
 from __future__ import annotations
 
+import re
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Final
 
@@ -21,38 +22,57 @@ LEDGER_MAX_UNITS: Final = int(LEDGER_MAX_USD) * UNITS_PER_USD
 _UNIT: Final = Decimal(1) / UNITS_PER_USD
 
 
-class WireFloat(float):
-    """A JSON number as a float that remembers the digits it was written with.
+_NUMBER_TEXT: Final = re.compile(r"\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+_NUMBER_BYTES: Final = re.compile(rb"\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 
-    Pass as ``json.loads(..., parse_float=WireFloat)``: everything reads it as the
-    float it is (and ``json.dumps`` writes it back), while :func:`to_decimal` takes
-    the exact text, so ``usage.cost`` never goes through binary floating point.
-    Only the few non-integer numbers of a body pay for it.
+
+def exact_json_number(raw: bytes | str, key: str) -> Decimal | None:
+    """The last ``"key": <number>`` in raw JSON text, digit for digit; ``None`` if absent.
+
+    A quote inside a JSON string is always escaped, so ``"key":`` in the raw text
+    is a key, never string content. Scanning the text once costs far less than
+    decoding every float of a body into an exact type.
     """
+    if isinstance(raw, str):
+        at = raw.rfind(f'"{key}":')
+        found = _NUMBER_TEXT.match(raw, at + len(key) + 3) if at >= 0 else None
+        return Decimal(found.group(1)) if found else None
+    at = raw.rfind(b'"' + key.encode() + b'":')
+    match = _NUMBER_BYTES.match(raw, at + len(key) + 3) if at >= 0 else None
+    return Decimal(match.group(1).decode()) if match else None
 
-    __slots__ = ("text",)
 
-    text: str
+def pin_exact_cost(parsed: object, raw: bytes | str) -> None:
+    """Replace the float ``usage.cost`` (or ``data.total_cost``) of a decoded body by
+    the exact Decimal written in ``raw``, so money never goes through a binary float.
 
-    def __new__(cls, text: str) -> WireFloat:
-        number = super().__new__(cls, text)
-        number.text = text
-        return number
+    Only when the number found in the text is the one decoded (a guard against an
+    unusual layout); otherwise the float stays and :func:`to_decimal` reads its repr.
+    """
+    if not isinstance(parsed, dict):
+        return
+    for outer, key in (("usage", "cost"), ("data", "total_cost")):
+        holder = parsed.get(outer)
+        if isinstance(holder, dict):
+            value = holder.get(key)
+            if isinstance(value, float):
+                exact = exact_json_number(raw, key)
+                if exact is not None and float(exact) == value:
+                    holder[key] = exact
 
 
 def to_decimal(value: object, *, what: str = "amount") -> Decimal:
     """Parse a JSON number or numeric string into an exact, finite Decimal.
 
-    A :class:`WireFloat` gives its exact wire text; other floats go through
-    ``repr`` so ``0.1`` becomes ``Decimal("0.1")``, not its binary expansion.
+    Floats go through ``repr`` so ``0.1`` becomes ``Decimal("0.1")``, not its
+    binary expansion (bodies from OpenRouter have their cost pinned exactly first:
+    :func:`pin_exact_cost`).
     Raises ``ValueError`` naming ``what`` for anything else.
     """
     if isinstance(value, bool):
         raise ValueError(f"{what} must be a number, got a boolean")
     if isinstance(value, Decimal):
         result = value
-    elif isinstance(value, WireFloat):
-        result = Decimal(value.text)
     elif isinstance(value, int):
         result = Decimal(value)
     elif isinstance(value, float):

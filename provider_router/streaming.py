@@ -19,7 +19,7 @@ from provider_router import _http
 from provider_router._billing import Billing
 from provider_router._completion import Completion, StreamAccumulator
 from provider_router._exceptions import APIConnectionError, InvalidResponseError, RequestTimeout
-from provider_router._money import WireFloat
+from provider_router._money import pin_exact_cost
 from provider_router._request import PreparedRequest
 from provider_router._resource import AsyncResource
 from provider_router._types import Message
@@ -75,9 +75,11 @@ async def read_stream(
                 done = True
                 break
             try:
-                chunk = json.loads(data, parse_float=WireFloat)
+                chunk = json.loads(data)
             except ValueError as exc:
                 raise InvalidResponseError(f"a stream event is not JSON: {data[:200]!r}") from exc
+            if "usage" in chunk:
+                pin_exact_cost(chunk, data)  # usage.cost digit for digit, never a float
             known = result.generation_id
             delta = accumulator.feed(chunk, attempt)
             generation_id = result.generation_id

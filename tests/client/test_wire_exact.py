@@ -14,7 +14,7 @@ from _metadata_server import BUNDLED, Canned, serve
 from _router_helpers import KIMI, MESSAGES
 
 from provider_router import ProviderPolicy, Router
-from provider_router._money import WireFloat, to_decimal
+from provider_router._money import exact_json_number, pin_exact_cost, to_decimal
 
 COST = "98765.432109876543"  # float() keeps 98765.43210987654: 3 picodollars lost
 USAGE = (
@@ -37,10 +37,37 @@ SSE = f'data: {CHUNK}}}\n\ndata: {LAST},"usage":{USAGE}}}\n\ndata: [DONE]\n\n'
 
 def test_the_cost_digits_survive_where_a_float_loses_them() -> None:
     assert Decimal(repr(float(COST))) != Decimal(COST)  # the premise
-    parsed = json.loads(BODY, parse_float=WireFloat)
-    assert to_decimal(parsed["usage"]["cost"]) == Decimal(COST)
-    assert parsed["usage"]["cost"] == float(COST)  # still a float to everyone else
-    assert json.loads(json.dumps(parsed))["usage"]["cost"] == float(COST)
+    for raw in (BODY, BODY.encode()):
+        parsed = json.loads(raw)
+        pin_exact_cost(parsed, raw)
+        assert parsed["usage"]["cost"] == Decimal(COST)
+        assert to_decimal(parsed["usage"]["cost"]) == Decimal(COST)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ('{"cost":1.5}', Decimal("1.5")),
+        ('{"cost": 2e-7}', Decimal("2e-7")),
+        ('{"a":{"cost":1},"usage":{"cost":0.25}}', Decimal("0.25")),  # the last one
+        ('{"text":"\\"cost\\":9","usage":{"cost":0.5}}', Decimal("0.5")),
+        ('{"upstream_inference_cost":3}', None),
+        ('{"cost":"0.1"}', None),  # a string is not a number token
+        ("{}", None),
+    ],
+)
+def test_exact_json_number_reads_the_last_key_token(raw: str, expected: Decimal | None) -> None:
+    assert exact_json_number(raw, "cost") == expected
+    assert exact_json_number(raw.encode(), "cost") == expected
+
+
+def test_a_cost_the_text_does_not_match_is_left_to_the_float() -> None:
+    parsed = {"usage": {"cost": 0.5}}
+    pin_exact_cost(parsed, '{"usage":{"cost":0.75}}')  # not the number decoded
+    assert parsed["usage"]["cost"] == 0.5
+    generation = json.loads('{"data":{"total_cost":' + COST + "}}")
+    pin_exact_cost(generation, '{"data":{"total_cost":' + COST + "}}")
+    assert generation["data"]["total_cost"] == Decimal(COST)
 
 
 @pytest.mark.parametrize("stream", [False, True])
