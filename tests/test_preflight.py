@@ -180,6 +180,17 @@ async def test_a_listing_price_that_is_not_what_is_billed_fails(
     assert "does not price what is billed" in detail(report, "price")
 
 
+async def test_an_answer_without_usage_cost_fails(openrouter_sim_factory: Factory) -> None:
+    sim = await openrouter_sim_factory(faults=[{"kind": "no_usage_cost", "provider": "chutes"}])
+    report = await check(sim)
+    assert verdicts(report)["provider"] is True
+    assert verdicts(report)["usage.cost"] is False
+    assert "no usage.cost" in detail(report, "usage.cost")
+    (request,) = chats(sim)
+    assert request.outcome == "no_usage_cost"
+    assert request.cost > 0  # billed all the same
+
+
 async def test_a_generation_record_that_never_shows_fails(openrouter_sim_factory: Factory) -> None:
     sim = await openrouter_sim_factory(generation_404s=100)
     report = await check(sim)

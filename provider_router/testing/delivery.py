@@ -8,6 +8,7 @@ a finish chunk, a usage chunk, and ``data: [DONE]``.
 Delivery faults shape the answer: ``hang`` never answers (until ``hang_seconds``,
 then 524), ``reset`` drops the connection, ``truncate`` cuts the body short,
 ``drop_done`` drops a stream's connection after its usage chunk (no ``[DONE]``),
+``no_usage_cost`` answers normally (and bills) without ``usage.cost``,
 ``error_200`` / ``stream_error`` end with ``finish_reason: "error"``. Charges:
 a normal answer costs its tokens; ``error_200``/``stream_error`` and ``hang``
 cost nothing (zero-completion insurance); ``reset`` and ``truncate`` are charged
@@ -305,6 +306,14 @@ def _content_text(plan: _Plan, content_tokens: int) -> str | None:
     return filler(0, min(plan.preamble, content_tokens)) or None
 
 
+def _drop_cost(attempt: Attempt, usage: dict[str, Any]) -> None:
+    """``no_usage_cost``: billed in full, but the answer's usage has no cost fields
+    (a provider path without usage accounting); ``/generation`` still has it."""
+    usage.pop("cost", None)
+    usage.pop("cost_details", None)
+    attempt.record.outcome = "no_usage_cost"
+
+
 def _reasoning_text(attempt: Attempt, plan: _Plan, tokens: int) -> str | None:
     if not plan.shape.show_reasoning or plan.shape.reasoning_tokens == 0:
         return None
@@ -354,6 +363,8 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         cost,
         plan.cache_write_tokens,
     )
+    if kind == "no_usage_cost":
+        _drop_cost(attempt, usage)
     payload = bodies.chat_result(
         plan.gen_id,
         plan.created,
@@ -540,6 +551,8 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             cost,
             plan.cache_write_tokens,
         )
+        if kind == "no_usage_cost":
+            _drop_cost(attempt, usage)
         final_delta = {"role": "assistant", "content": ""}
         finish = shape.finish_reason
         tail = _sse(

@@ -40,7 +40,9 @@ from provider_router.testing.billing import key_label
 __all__ = ["FAULT_KINDS", "Fault", "FaultBook", "load_faults"]
 
 ATTEMPT_KINDS = frozenset(["rate_limit", "provider_error", "down"])
-DELIVERY_KINDS = frozenset(["hang", "reset", "truncate", "error_200", "stream_error", "drop_done"])
+DELIVERY_KINDS = frozenset(
+    ["hang", "reset", "truncate", "error_200", "stream_error", "drop_done", "no_usage_cost"]
+)
 FAULT_KINDS = ATTEMPT_KINDS | DELIVERY_KINDS
 PROVIDER_ERROR_STATUSES = frozenset([500, 502, 503, 524, 529])
 
