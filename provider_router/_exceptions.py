@@ -369,7 +369,8 @@ class LedgerWriteError(BudgetError):
 
 
 class LedgerUnavailableError(BudgetError):
-    """The ledger's store (Redis) stayed unreachable for longer than its outage window.
+    """The ledger's store (Redis) stayed unreachable for longer than its outage window,
+    or lost the ledger (a Redis restarted without persistence): the message says which.
 
     Shorter outages are waited out: every ledger call is retried with backoff,
     so admission pauses and resumes with nothing lost. Past the window a run

@@ -26,7 +26,11 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
-from provider_router._exceptions import ConfigurationError, MissingDependencyError
+from provider_router._exceptions import (
+    ConfigurationError,
+    LedgerUnavailableError,
+    MissingDependencyError,
+)
 from provider_router._money import from_units
 from provider_router._types import Clock, Sleep
 from provider_router.ledger import _batch as b
@@ -146,6 +150,7 @@ class RedisLedger(DurableLedger):
             sleep=sleep,
             clock=monotonic,
         )
+        self._response_error: type[Exception] = exceptions.ResponseError
         self._batches = itertools.count(1)
         # A retried batch must find its answer: remember it a minute past the window.
         self._remember = math.ceil(outage_window) + 60
@@ -202,9 +207,19 @@ class RedisLedger(DurableLedger):
             est = "" if op.estimate is None else op.estimate
             args += (op.kind, op.id, op.units, op.key, cost, est, op.generation_id or "")
             groups.append(op)
-        totals, outcomes, payloads = await self._outage.call(
-            lambda: self._batch_script(keys=self._keys, args=args)
-        )
+        try:
+            totals, outcomes, payloads = await self._outage.call(
+                lambda: self._batch_script(keys=self._keys, args=args)
+            )
+        except self._response_error as exc:
+            if "provider-router ledger missing" not in str(exc):
+                raise
+            raise LedgerUnavailableError(
+                f"Redis ledger {self.name!r} is gone from {self._outage.what} (restarted "
+                "without persistence, or its keys were deleted): its totals and open "
+                "reservations are lost. Restore Redis's data (run it with appendonly yes), "
+                "or create a new ledger deliberately"
+            ) from None
         for op, outcome, payload in zip(groups, outcomes, payloads, strict=True):
             op.outcome = int(outcome)
             if op.kind == b.SNAPSHOT:

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import sqlite3
 import sys
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from provider_router import (
     BudgetExhausted,
     ConfigurationError,
     DataFileError,
+    MemoryLedger,
     MissingDependencyError,
     RedisLedger,
     SQLiteLedger,
 )
-from provider_router._money import from_units
+from provider_router._money import LEDGER_MAX_UNITS, from_units
 from tests.ledger.conftest import RedisServer
 
 D = Decimal
+_big_names = itertools.count(1)
 
 
 def test_redis_ledger_without_the_redis_package_says_what_to_install(
@@ -111,3 +117,49 @@ async def test_redis_is_exact_across_2_to_the_53_units(redis_server: RedisServer
         await ledger.settle(last, rest - from_units(1))
         state = await ledger.snapshot()
         assert (state.spent, state.available) == (D(10_000) - from_units(1), from_units(1))
+
+
+big_steps = st.lists(
+    st.tuples(
+        st.integers(0, LEDGER_MAX_UNITS),  # reservation, picodollars
+        st.integers(0, LEDGER_MAX_UNITS),  # cost (above the reservation: an overrun)
+        st.one_of(st.none(), st.integers(0, LEDGER_MAX_UNITS)),  # estimate
+        st.sampled_from(["settle", "release", "keep"]),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@pytest.mark.redis
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(limit=st.integers(0, LEDGER_MAX_UNITS), steps=big_steps)
+def test_redis_agrees_with_exact_integer_arithmetic_on_large_amounts(
+    redis_server: RedisServer, limit: int, steps: list[tuple[int, int, int | None, str]]
+) -> None:
+    # The memory ledger computes in Python integers: the reference for the Lua limbs
+    # (carries, borrows, negative drift, comparisons across 2^53 and up to the cap).
+    async def run() -> None:
+        name = f"big-{next(_big_names)}"
+        async with (
+            RedisLedger(redis_server.url, name, from_units(limit)) as redis,
+            MemoryLedger(from_units(limit)) as memory,
+        ):
+            for units, cost, estimate, then in steps:
+                outcomes = []
+                for ledger in (redis, memory):
+                    try:
+                        res = await ledger.reserve(from_units(units), key="k")
+                    except BudgetExhausted:
+                        outcomes.append("refused")
+                        continue
+                    outcomes.append("admitted")
+                    if then == "settle":
+                        est = None if estimate is None else from_units(estimate)
+                        await ledger.settle(res, from_units(cost), estimate=est)
+                    elif then == "release":
+                        await ledger.release(res)
+                assert outcomes[0] == outcomes[1]
+                assert await redis.snapshot() == await memory.snapshot()
+
+    asyncio.run(run())

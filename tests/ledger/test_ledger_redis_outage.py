@@ -300,3 +300,14 @@ async def test_the_command_line_sets_the_outage_window(restartable_redis: Restar
     book = await open_shared_ledger(restartable_redis.url, "cli-window", D(1), outage_window=90)
     async with book:
         assert book._outage.window == 90
+
+
+async def test_a_ledger_that_redis_lost_is_one_clear_error(
+    restartable_redis: RestartableRedis,
+) -> None:
+    async with RedisLedger(restartable_redis.url, "lost", D(10)) as book:
+        res = await book.reserve(D(1), key="a")
+        await book._client.flushall()  # what a restart without persistence leaves
+        with pytest.raises(LedgerUnavailableError, match="'lost' is gone from Redis at") as info:
+            await book.settle(res, D("0.5"))
+        assert "appendonly yes" in str(info.value)
