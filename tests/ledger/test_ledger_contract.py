@@ -436,6 +436,7 @@ async def test_spent_covers_every_charge_the_simulator_made_and_never_passes_the
     sim = await openrouter_sim_factory(seed=21)
     limit = D("0.02")
     ledgers = [backend.make(limit)]
+    await ledgers[0].snapshot()  # created (Redis creates a ledger on its first call)
     if backend.persistent:
         ledgers.append(backend.make(None))  # a second view of the same store
     routers = [
