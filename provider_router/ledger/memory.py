@@ -131,7 +131,22 @@ class MemoryLedger(AsyncResource):
                     exhausted(head.units, totals.limit_units, totals.spent, totals.reserved)
                 )
             else:
-                return
+                break
+        # Behind a head that may still fit, a larger waiter may never fit any more:
+        # refuse it now, not once it reaches the head (woken by this settle, not later).
+        if waiters and any(not totals.can_ever_fit(w.units) for w in waiters):
+            keep: list[_Waiter] = []
+            for waiter in waiters:
+                if waiter.future.done():
+                    continue
+                if totals.can_ever_fit(waiter.units):
+                    keep.append(waiter)
+                else:
+                    waiter.future.set_exception(
+                        exhausted(waiter.units, totals.limit_units, totals.spent, totals.reserved)
+                    )
+            waiters.clear()
+            waiters.extend(keep)
 
     # --- close a reservation --------------------------------------------------
 

@@ -412,8 +412,10 @@ async def test_every_waiter_is_refused_by_the_settle_that_makes_the_budget_final
             events.append(f"admitted w{i}")
 
     waiters = [asyncio.create_task(wait(i)) for i in range(5)]
-    await ledger.snapshot()  # the reservations above are queued by now
+    await asyncio.sleep(0)  # every waiter asked
+    await ledger.snapshot()  # ... and a store's batch has queued them
     await ledger.snapshot()
+    assert events == []
     await ledger.settle(first, D("0.4"))  # 0.6 could still come free: keep waiting
     events.append("settle a")
     await ledger.settle(second, D("0.4"))  # 0.2 left, nothing in flight: final
@@ -480,3 +482,34 @@ async def test_spent_covers_every_charge_the_simulator_made_and_never_passes_the
     assert state.spent <= state.limit  # and admission never let spending pass the limit
     assert (state.open, state.reserved) == (0, 0)
     assert sum((r.cost for r in answered if r.cost is not None), D(0)) == state.spent
+
+
+async def test_a_waiter_that_can_never_fit_is_refused_behind_one_that_still_may(
+    backend: Backend,
+) -> None:
+    ledger = backend.make(D("1"))
+    held = [await ledger.reserve(D("0.3"), key=f"r{i}") for i in range(3)]
+    events: list[str] = []
+
+    async def wait(name: str, amount: str) -> None:
+        try:
+            await ledger.reserve(D(amount), key=name, wait=True)
+        except BudgetExhausted:
+            events.append(f"refused {name}")
+        else:
+            events.append(f"admitted {name}")
+
+    small = asyncio.create_task(wait("small", "0.2"))  # first in line
+    large = asyncio.create_task(wait("large", "0.5"))
+    await asyncio.sleep(0)  # both asked
+    await ledger.snapshot()  # ... and a store's batch has queued them
+    await ledger.snapshot()
+    assert events == []
+    await ledger.settle(held[0], D("0.3"))
+    await ledger.settle(held[1], D("0.3"))  # spent 0.6: 0.5 can never fit, 0.2 still may
+    for _ in range(3):
+        await asyncio.sleep(0)
+    events.append("settled two")
+    await ledger.release(held[2])
+    await asyncio.gather(small, large)
+    assert events == ["refused large", "settled two", "admitted small"]
