@@ -10,7 +10,7 @@ must bound every charge the request can cause on any allowed endpoint:
   part (the URL or base64 payload is not text the model reads);
 * **completion**: the larger of ``max_tokens`` and ``max_completion_tokens``
   (OpenRouter honours ``max_completion_tokens``; reserving the larger is right
-  whichever one a provider follows);
+  whichever one a provider follows), or ``reasoning.max_tokens`` when that is larger;
 * **fees**: the per-request fee and, per image part, the per-image fee.
 
 Fields that could add a charge the reservation cannot bound are refused with a
@@ -142,15 +142,22 @@ def check_fields(fields: Mapping[str, Any], where: str = "chat()") -> None:
 
 
 def completion_cap(max_tokens: int | None, fields: Mapping[str, Any]) -> int | None:
-    """The most completion tokens a request can be billed for: the larger cap given."""
+    """The most completion tokens a request can be billed for: the larger cap given.
+
+    A ``reasoning.max_tokens`` above the caps counts too: some providers raise the
+    completion limit to fit the reasoning budget (reserving more is the safe side).
+    """
     if max_tokens is None:
         max_tokens = fields.get("max_tokens")
-    other = fields.get("max_completion_tokens")
-    if other is None:
-        return max_tokens
-    if max_tokens is None:
-        return int(other)
-    return max(max_tokens, int(other))
+    caps = [c for c in (max_tokens, fields.get("max_completion_tokens")) if c is not None]
+    if not caps:
+        return None
+    reasoning = fields.get("reasoning")
+    if isinstance(reasoning, Mapping):
+        budget = reasoning.get("max_tokens")
+        if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0:
+            caps.append(budget)
+    return max(int(c) for c in caps)
 
 
 def field_tokens(fields: Mapping[str, Any]) -> int:

@@ -24,6 +24,7 @@ from provider_router import (
     Router,
     SQLiteLedger,
 )
+from provider_router._billable import completion_cap
 from provider_router.testing import DEFAULT_TEST_KEY, Market, SimulatorServer
 
 pytestmark = pytest.mark.openrouter_sim(completion_tokens=4000)
@@ -225,3 +226,23 @@ async def test_allowed_service_tiers_and_n_of_one_pass(
 def test_the_online_variant_is_refused() -> None:
     with pytest.raises(ConfigurationError, match=":online"):
         Router(KIMI + ":online", policy=ProviderPolicy(), api_key=DEFAULT_TEST_KEY)
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "fields", "cap"),
+    [
+        (10, {}, 10),
+        (10, {"max_completion_tokens": 4000}, 4000),
+        (4000, {"max_completion_tokens": 10}, 4000),
+        (None, {"max_completion_tokens": 30}, 30),
+        (None, {"max_tokens": 20}, 20),  # a Router-wide default
+        (100, {"reasoning": {"max_tokens": 2000}}, 2000),  # a reasoning budget above the cap
+        (100, {"reasoning": {"max_tokens": 50}}, 100),
+        (100, {"reasoning": {"effort": "high"}}, 100),
+        (None, {"reasoning": {"max_tokens": 50}}, None),  # no cap given: still required
+    ],
+)
+def test_the_completion_cap_is_the_largest_given(
+    max_tokens: int | None, fields: dict[str, Any], cap: int | None
+) -> None:
+    assert completion_cap(max_tokens, fields) == cap
