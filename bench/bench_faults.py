@@ -152,8 +152,10 @@ class Job:
             self.url,
             "--progress",
             "off",
-            "--own-key",  # the campaign's key is its own: bound worst cases by /key usage
-            str(self.horizon),
+            *(
+                # The campaign's key is its own: bound worst cases by its /key usage.
+                ["--own-key", str(self.horizon)] if self.horizon >= 0 else []
+            ),
             *self.extra,
         ]
 
@@ -178,11 +180,12 @@ class Job:
                 print(stderr.decode()[-1500:], file=sys.stderr)
             if code != 5:  # 5: some prompts failed; running again retries them
                 break
-        # Once every cut request is past the horizon, one more run lets the account
-        # check take back what the key's usage shows was never charged.
-        await asyncio.sleep(self.horizon)
-        proc = await self.start()
-        await proc.communicate()
+        if self.horizon >= 0:
+            # Once every cut request is past the horizon, one more run lets the account
+            # check take back what the key's usage shows was never charged.
+            await asyncio.sleep(self.horizon)
+            proc = await self.start()
+            await proc.communicate()
         return code
 
     def records(self) -> int:
@@ -535,6 +538,7 @@ async def campaign(args: argparse.Namespace) -> list[Outcome]:
                 job = Job(
                     root, args.prompts, args.budget, args.max_tokens, args.concurrency, sim.url
                 )
+                job.horizon = args.horizon
                 job.write_prompts(args.seed)
                 started = time.monotonic()
                 outcome = await run(job, sim)
@@ -564,6 +568,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--only", default="", help="comma list: kill9,disk,cut,timeout,ledger,redis,fields"
     )
+    p.add_argument(
+        "--horizon",
+        type=float,
+        default=3.0,
+        help="--own-key S for the CLI runs (negative: without account reconciliation)",
+    )
     p.add_argument("--json", type=Path, help="also write the table here")
     return p
 
@@ -581,7 +591,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"fault campaign: seed {args.seed}, {args.prompts} prompts, concurrency "
         f"{args.concurrency}, max_tokens {args.max_tokens}, budget ${args.budget}, "
-        f"sim speed {args.speed}, {args.kills} kills"
+        f"sim speed {args.speed}, {args.kills} kills, "
+        + (f"--own-key {args.horizon}" if args.horizon >= 0 else "no account reconciliation")
     )
     print(HEADER)
     outcomes = asyncio.run(campaign(args))
