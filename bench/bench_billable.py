@@ -6,7 +6,8 @@ against its baseline in the same run (best of ``--repeat`` timings of 20,000 cal
 * **prepare**: what ``Router._build_request`` adds to price every billable field
   (``measure_messages`` + ``completion_cap`` + the worst case) against the previous
   text-only estimate (``estimate`` below, the old code verbatim), for a plain
-  two-message chat and for one with tool definitions (``field_tokens``);
+  two-message chat and for one with tool definitions (``check_fields``; their size is
+  the length the body's encoder already produced, not encoded again);
 * **decode**: ``json.loads`` + ``pin_exact_cost`` (the cost's digits read from the
   text) against plain ``json.loads`` (the cost through a float's repr), for a whole
   completion body and for a stream's usage chunk, then ``to_decimal`` of ``usage.cost``.
@@ -24,7 +25,6 @@ from typing import Any
 from provider_router._billable import (
     check_fields,
     completion_cap,
-    field_tokens,
     measure_messages,
 )
 from provider_router._money import pin_exact_cost, to_decimal
@@ -67,6 +67,7 @@ CHUNK = (
     '"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":"stop",'
     '"native_finish_reason":"stop","logprobs":null}],"usage":' + USAGE + "}"
 )
+FIELDS_BYTES = len(json.dumps(TOOLS, separators=(",", ":")))
 PROMPT_PRICE = Decimal("0.0000007")
 COMPLETION_PRICE = Decimal("0.00000285")
 
@@ -97,7 +98,7 @@ def _new_prepare(params: Mapping[str, Any]) -> Decimal:
     extra = 0
     if params:
         check_fields(params)
-        extra = field_tokens(params)
+        extra = FIELDS_BYTES  # the body's encoder already measured the fields' JSON
     cap = completion_cap(64, params) or 0
     billable = measure_messages(MESSAGES)
     worst = (billable.prompt_tokens + extra) * PROMPT_PRICE + cap * COMPLETION_PRICE

@@ -53,13 +53,16 @@ class RequestEncoder:
         defaults: request fields every call carries unless it overrides them.
     """
 
-    __slots__ = ("_defaults", "_head", "_provider", "_tails")
+    __slots__ = ("_defaults", "_head", "_provider", "_tails", "last_fields_bytes")
 
     def __init__(self, model: str, defaults: Mapping[str, Any]) -> None:
         self._head = b'{"model":' + _encode(model).encode() + b',"messages":'
         self._defaults = dict(defaults)
         self._tails: dict[tuple[int | None, bool], bytes] = {}
         self._provider: tuple[RoutePlan | None, frozenset[str] | None, bytes] = (None, None, b"")
+        self.last_fields_bytes = 0
+        """Bytes of the request fields in the last body :meth:`encode` built (their
+        compact JSON: what bounds the prompt tokens tools and schemas add)."""
 
     def provider_bytes(self, plan: RoutePlan, demoted: frozenset[str]) -> bytes:
         """The encoded ``provider`` object, recomputed only when the plan or demotions change."""
@@ -89,6 +92,7 @@ class RequestEncoder:
                 if len(self._tails) < _TAIL_CACHE_SIZE:
                     self._tails[key] = cached
             tail = cached
+        self.last_fields_bytes = len(tail)
         return b"".join((self._head, _encode(messages).encode(), tail, provider, b"}"))
 
     @staticmethod

@@ -553,7 +553,6 @@ class Router(AsyncResource):
                     )
             check_fields(params)
             fields = {**fields, **params}
-            extra_tokens = field_tokens(fields)
         # The larger cap: a provider may honour either (docs/client.md, "What is reserved").
         cap = completion_cap(max_tokens, fields)
         if cap is None and self.ledger is not None:
@@ -563,6 +562,11 @@ class Router(AsyncResource):
         plan = self._current_plan()
         encoder = self._encoder
         provider = encoder.provider_bytes(plan, self.health.demoted())
+        payload = encoder.encode(messages, max_tokens, stream, params, provider)
+        if params:
+            # The fields' JSON, already encoded for the body, bounds what tools and
+            # schemas add to the prompt: no second encoding (docs/performance.md).
+            extra_tokens = encoder.last_fields_bytes
         billable = measure_messages(messages)
         prompt_tokens = billable.prompt_tokens + extra_tokens
         deadline = self._request_timeout
@@ -572,7 +576,7 @@ class Router(AsyncResource):
                 STREAM_DEADLINE_BASE + (cap or 0) / STREAM_DEADLINE_TOKENS_PER_SECOND
             )
         return PreparedRequest(
-            payload=encoder.encode(messages, max_tokens, stream, params, provider),
+            payload=payload,
             stream=stream,
             key=key if key is not None else f"req-{next(self._seq)}",
             worst_case=plan.worst_case(prompt_tokens, cap or 0, billable.images),
