@@ -314,7 +314,10 @@ class BatchRunner:
                 if self._fleet is not None:
                     await self._fleet.close()
             finally:
-                journal.close(reason)
+                try:
+                    journal.close(reason)
+                except OSError as exc:  # name the directory: the CLI says it in one line
+                    raise OSError(exc.errno, exc.strerror, str(self.out)) from exc
 
     def _validate_inputs(self) -> None:
         for spec in self.plan.datasets:
@@ -792,7 +795,17 @@ class BatchRunner:
 
     def _flush(self, journal: Journal) -> None:
         self._flush_pending = False
-        journal.flush()
+        try:
+            journal.flush()
+        except OSError as exc:
+            # A full disk: stop sending (every answer now would be paid for and not
+            # kept); the ledger holds the money, the next run resends what was lost.
+            if self._reason is not StopReason.ERROR:
+                self.stop(
+                    StopReason.ERROR,
+                    f"cannot write the job's files in {self.out} ({exc.strerror or exc}); "
+                    "free some space",
+                )
 
     def _provider(self, name: str) -> Counter:
         counter = self._providers.get(name)
