@@ -56,7 +56,7 @@ async def _router_run(kind: str, url: str, redis_url: str, n: int, concurrency: 
     from provider_router.batch.fleet import FleetQueue
     from provider_router.batch.fleet_source import FleetSource
     from provider_router.batch.journal import FileJournal
-    from provider_router.batch.plan import Plan
+    from provider_router.plan import Plan
 
     limit = Decimal(10**3)
     name = f"bench-{kind.replace(' ', '')}-{time.time_ns()}"

@@ -40,12 +40,11 @@ if _typing.TYPE_CHECKING:
     from provider_router.batch.export import ExportReport, export_conversations
     from provider_router.batch.fleet import FleetProgress, FleetQueue, FleetTally, WorkItem
     from provider_router.batch.fleet_source import FleetJournal, FleetSource
-    from provider_router.batch.inputs import Prompt, PromptReader
     from provider_router.batch.journal import DatasetTally, FileJournal, Journal, LostRequest
     from provider_router.batch.merge import DatasetMerge, MergeReport, merge_outputs
     from provider_router.batch.output import OutputRecord, read_outputs
-    from provider_router.batch.plan import DatasetSpec, GenerationParams, Plan, load_plan
-    from provider_router.batch.runner import BatchRunner, DatasetProgress, RunProgress
+    from provider_router.batch.run_progress import DatasetProgress, RunProgress
+    from provider_router.batch.runner import BatchRunner
     from provider_router.batch.summary import RunSummary, StopReason
     from provider_router.catalog import Catalog
     from provider_router.client import ChatStream, Router
@@ -62,6 +61,7 @@ if _typing.TYPE_CHECKING:
     )
     from provider_router.limiter import AdaptiveLimiter
     from provider_router.metrics import Metrics
+    from provider_router.plan import DatasetSpec, GenerationParams, Plan, load_plan
     from provider_router.policy import Decision, DecisionCode, Decisions, ProviderPolicy
     from provider_router.projection import (
         BudgetFit,
@@ -75,6 +75,7 @@ if _typing.TYPE_CHECKING:
         flat_pricing,
         project,
     )
+    from provider_router.prompts import Prompt, PromptReader
     from provider_router.quantization import (
         NativePrecisionRegistry,
         QuantizationScheme,
@@ -131,9 +132,9 @@ _LAZY: dict[str, str] = {
     "CostResolver": "provider_router.ledger",
     "DatasetDemand": "provider_router.workload",
     "DatasetMerge": "provider_router.batch.merge",
-    "DatasetProgress": "provider_router.batch.runner",
+    "DatasetProgress": "provider_router.batch.run_progress",
     "DatasetProjection": "provider_router.projection",
-    "DatasetSpec": "provider_router.batch.plan",
+    "DatasetSpec": "provider_router.plan",
     "DatasetTally": "provider_router.batch.journal",
     "Decision": "provider_router.policy",
     "DecisionCode": "provider_router.policy",
@@ -148,7 +149,7 @@ _LAZY: dict[str, str] = {
     "FleetQueue": "provider_router.batch.fleet",
     "FleetSource": "provider_router.batch.fleet_source",
     "FleetTally": "provider_router.batch.fleet",
-    "GenerationParams": "provider_router.batch.plan",
+    "GenerationParams": "provider_router.plan",
     "Journal": "provider_router.batch.journal",
     "Ledger": "provider_router.ledger",
     "LedgerState": "provider_router.ledger",
@@ -163,13 +164,13 @@ _LAZY: dict[str, str] = {
     "PartialDataset": "provider_router.projection",
     "PercentileStats": "provider_router.records",
     "PilotResult": "provider_router.workload_stats",
-    "Plan": "provider_router.batch.plan",
+    "Plan": "provider_router.plan",
     "Pricing": "provider_router.records",
     "PricingOverride": "provider_router.records",
     "Projection": "provider_router.projection",
-    "Prompt": "provider_router.batch.inputs",
+    "Prompt": "provider_router.prompts",
     "PromptFileStats": "provider_router.workload_stats",
-    "PromptReader": "provider_router.batch.inputs",
+    "PromptReader": "provider_router.prompts",
     "ProviderHealth": "provider_router.health",
     "ProviderPolicy": "provider_router.policy",
     "ProviderStats": "provider_router.health",
@@ -183,7 +184,7 @@ _LAZY: dict[str, str] = {
     "RoutePlan": "provider_router.routing",
     "RouteShare": "provider_router.projection",
     "Router": "provider_router.client",
-    "RunProgress": "provider_router.batch.runner",
+    "RunProgress": "provider_router.batch.run_progress",
     "RunSummary": "provider_router.batch.summary",
     "SQLiteLedger": "provider_router.ledger",
     "SampleStats": "provider_router.workload",
@@ -207,7 +208,7 @@ _LAZY: dict[str, str] = {
     "export_conversations": "provider_router.batch.export",
     "flat_pricing": "provider_router.projection",
     "is_retryable": "provider_router.retry",
-    "load_plan": "provider_router.batch.plan",
+    "load_plan": "provider_router.plan",
     "measure_prompts": "provider_router.workload_stats",
     "merge_outputs": "provider_router.batch.merge",
     "precision_rank": "provider_router.quantization",

@@ -594,7 +594,11 @@ class Router(AsyncResource):
         Deltas of a retried attempt carry a higher ``attempt`` (see
         :class:`StreamDelta`); :attr:`ChatStream.result` holds the final result.
         """
-        return ChatStream(self, messages, max_tokens=max_tokens, params=params)
+        return ChatStream(
+            lambda on_delta: self.chat(
+                messages, max_tokens=max_tokens, stream=True, on_delta=on_delta, **params
+            )
+        )
 
     def _finish(self, request: PreparedRequest, charged: Charged, latency: float) -> ChatResult:
         completion = charged.completion

@@ -27,13 +27,25 @@ bounds):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from provider_router._exceptions import ConfigurationError
-from provider_router.batch.plan import Plan
+from provider_router.plan import Plan
 from provider_router.policy import Decisions, ProviderPolicy
+from provider_router.projection_result import (
+    _EMPTY_SCENARIO,
+    BudgetFit,
+    CostBasis,
+    CostRange,
+    DatasetProjection,
+    PartialDataset,
+    Projection,
+    RouteShare,
+    Scenario,
+    TokenTotals,
+)
 from provider_router.ranking import DEFAULT_ASSUMED_UPTIME, RankedEndpoint, rank
 from provider_router.records import Endpoint, ModelEndpoints, Pricing
 from provider_router.workload import (
@@ -58,9 +70,6 @@ __all__ = [
     "project",
 ]
 
-CostBasis = Literal["cheapest", "mix"]
-"""Which price a figure assumes: the cheapest allowed endpoint, or the routing mix."""
-
 _BASES: Final[tuple[CostBasis, ...]] = ("cheapest", "mix")
 _ZERO: Final = Decimal(0)
 _ONE: Final = Decimal(1)
@@ -68,198 +77,6 @@ _ONE: Final = Decimal(1)
 
 def _ceil_div(numerator: int, denominator: Decimal) -> int:
     return int((numerator / denominator).to_integral_value(rounding=ROUND_CEILING))
-
-
-# --- outputs --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TokenTotals:
-    """Whole-number totals of a (part of a) plan. Cached ⊂ prompt, reasoning ⊂ completion."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    completion_tokens: int = 0
-    reasoning_tokens: int = 0
-
-    def __add__(self, other: TokenTotals) -> TokenTotals:
-        return TokenTotals(
-            self.requests + other.requests,
-            self.prompt_tokens + other.prompt_tokens,
-            self.cached_tokens + other.cached_tokens,
-            self.completion_tokens + other.completion_tokens,
-            self.reasoning_tokens + other.reasoning_tokens,
-        )
-
-    def cost_at(self, pricing: Pricing) -> Decimal:
-        """Exact USD of these totals at ``pricing``.
-
-        ``pricing`` must carry no ``overrides``: they are conditions on one
-        request's prompt, which totals do not have (see :func:`flat_pricing`).
-        """
-        return pricing.cost(
-            self.prompt_tokens,
-            self.completion_tokens,
-            cached_tokens=self.cached_tokens,
-            requests=self.requests,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Scenario:
-    """Token totals under one response length, and what they cost."""
-
-    completion_tokens_per_response: Decimal
-    tokens: TokenTotals
-    cost_cheapest: Decimal
-    cost_mix: Decimal
-
-    def cost(self, basis: CostBasis) -> Decimal:
-        """The cost on ``basis``."""
-        return self.cost_cheapest if basis == "cheapest" else self.cost_mix
-
-    def __add__(self, other: Scenario) -> Scenario:
-        tokens = self.tokens + other.tokens
-        per_response = (
-            Decimal(tokens.completion_tokens) / tokens.requests if tokens.requests else _ZERO
-        )
-        return Scenario(
-            per_response,
-            tokens,
-            self.cost_cheapest + other.cost_cheapest,
-            self.cost_mix + other.cost_mix,
-        )
-
-
-_EMPTY_SCENARIO: Final = Scenario(_ZERO, TokenTotals(), _ZERO, _ZERO)
-
-
-@dataclass(frozen=True, slots=True)
-class CostRange:
-    """Low, expected and high USD."""
-
-    low: Decimal
-    expected: Decimal
-    high: Decimal
-
-
-@dataclass(frozen=True, slots=True)
-class DatasetProjection:
-    """One dataset (or the plan's total) in the low, expected and high scenario.
-
-    Attributes:
-        name: the dataset (``"total"`` for the sum).
-        target_output_tokens: its target, if it has one.
-        low: the cheaper of the two extreme response-length scenarios.
-        expected: the expected scenario.
-        high: the dearer extreme scenario.
-        limited_by: what stops it in the expected scenario: ``"target"``,
-            ``"max_requests"`` or ``"prompts"`` (``"mixed"`` for the total).
-        target_reached: false when the request cap or the prompts run out
-            before the target (expected scenario).
-    """
-
-    name: str
-    target_output_tokens: int | None
-    low: Scenario
-    expected: Scenario
-    high: Scenario
-    limited_by: str
-    target_reached: bool = True
-
-    def cost(self, basis: CostBasis = "mix") -> CostRange:
-        """Low, expected and high cost on ``basis``."""
-        return CostRange(self.low.cost(basis), self.expected.cost(basis), self.high.cost(basis))
-
-
-@dataclass(frozen=True, slots=True)
-class RouteShare:
-    """The share of successful requests an endpoint is expected to serve."""
-
-    endpoint: Endpoint
-    rank: int
-    share: Decimal
-    cost_per_request: Decimal
-
-
-@dataclass(frozen=True, slots=True)
-class PartialDataset:
-    """The first dataset (in priority order) that does not fit whole, and what of it fits."""
-
-    name: str
-    output_tokens: int
-    cost: Decimal
-
-
-@dataclass(frozen=True, slots=True)
-class BudgetFit:
-    """What a budget buys on one cost basis.
-
-    Attributes:
-        basis: ``"cheapest"`` or ``"mix"``.
-        budget: the budget in USD.
-        needed: what the full plan costs (low / expected / high).
-        fits: the full plan's expected cost is within the budget.
-        fits_high: even its high cost is within the budget.
-        uniform_target: the largest output-token cap per dataset whose expected
-            cost fits (``None`` when the whole plan fits: no cap needed).
-        uniform_target_conservative: the same using the high scenario.
-        whole_datasets: the datasets, in priority (plan) order, that fit whole
-            one after another (expected cost).
-        partial: the next dataset and the output tokens of it the rest buys.
-    """
-
-    basis: CostBasis
-    budget: Decimal
-    needed: CostRange
-    fits: bool
-    fits_high: bool
-    uniform_target: int | None
-    uniform_target_conservative: int | None
-    whole_datasets: tuple[str, ...]
-    partial: PartialDataset | None
-
-
-@dataclass(frozen=True, slots=True)
-class Projection:
-    """The projected cost of a plan.
-
-    Attributes:
-        model_id: the model.
-        decisions: the policy's verdict on every endpoint.
-        ranked: the allowed endpoints, best first, for the first dataset's workload.
-        cheapest: the allowed endpoint with the lowest cost per request.
-        mix: the expected routing mix (endpoints with a share, rank order).
-        workload: the plan-wide workload.
-        datasets: per dataset, in plan order.
-        total: the sum over datasets.
-        budget_fits: what the budget buys, one per basis (cheapest, mix);
-            empty when no budget was given.
-    """
-
-    model_id: str
-    decisions: Decisions
-    ranked: tuple[RankedEndpoint, ...]
-    cheapest: Endpoint
-    mix: tuple[RouteShare, ...]
-    workload: WorkloadEstimate
-    datasets: tuple[DatasetProjection, ...]
-    total: DatasetProjection
-    budget_fits: tuple[BudgetFit, ...] = field(default=())
-
-    def budget_fit(self, basis: CostBasis = "mix") -> BudgetFit | None:
-        """The budget fit on ``basis`` (``None`` without a budget)."""
-        for fit in self.budget_fits:
-            if fit.basis == basis:
-                return fit
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form (money and fractional tokens as decimal strings)."""
-        from provider_router.projection_report import projection_to_dict
-
-        return projection_to_dict(self)
 
 
 # --- the arithmetic -------------------------------------------------------------------
@@ -509,7 +326,7 @@ def project(
     """Project what ``plan`` costs on the endpoints ``policy`` allows.
 
     Args:
-        plan: a batch :class:`~provider_router.batch.plan.Plan` or the datasets'
+        plan: a batch :class:`~provider_router.plan.Plan` or the datasets'
             demands in priority order.
         endpoints: the model's listing (``await catalog.endpoints(model)``) or bare
             endpoints (then give ``model_id``, or a ``Plan`` that names the model).

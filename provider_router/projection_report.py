@@ -7,118 +7,20 @@ parse them back exactly.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, TextIO
+from typing import TextIO
 
 from rich.console import Console
 from rich.table import Table
 
-from provider_router._format import decimal_str, format_percent, format_price, format_usd
-from provider_router.projection import (
+from provider_router._format import format_percent, format_price, format_usd
+from provider_router.projection_result import (
     BudgetFit,
     CostRange,
-    DatasetProjection,
     Projection,
-    Scenario,
+    projection_to_dict,
 )
-from provider_router.records import Endpoint
-from provider_router.workload import WorkloadEstimate
 
 __all__ = ["format_tokens", "format_usd", "projection_to_dict", "render_projection"]
-
-
-def projection_to_dict(projection: Projection) -> dict[str, Any]:
-    """A JSON-ready form of ``projection`` (money and fractional tokens as strings)."""
-    return {
-        "model": projection.model_id,
-        "workload": _workload_dict(projection.workload),
-        "cheapest": _endpoint_dict(projection.cheapest),
-        "mix": [
-            {**_endpoint_dict(s.endpoint), "rank": s.rank, "share": decimal_str(s.share)}
-            for s in projection.mix
-        ],
-        "datasets": [_dataset_dict(d) for d in projection.datasets],
-        "total": _dataset_dict(projection.total),
-        "budget": [_fit_dict(f) for f in projection.budget_fits],
-    }
-
-
-def _endpoint_dict(endpoint: Endpoint) -> dict[str, Any]:
-    pricing = endpoint.pricing
-    return {
-        "provider": endpoint.provider_name,
-        "slug": endpoint.slug,
-        "prompt_per_million": _optional(pricing.prompt_per_million),
-        "completion_per_million": _optional(pricing.completion_per_million),
-        "uptime": endpoint.uptime,
-    }
-
-
-def _optional(value: Decimal | None) -> str | None:
-    return None if value is None else decimal_str(value)
-
-
-def _workload_dict(workload: WorkloadEstimate) -> dict[str, Any]:
-    return {
-        "prompt_tokens": decimal_str(workload.prompt_tokens),
-        "completion_tokens": {
-            "low": decimal_str(workload.low),
-            "expected": decimal_str(workload.completion_tokens),
-            "high": decimal_str(workload.high),
-        },
-        "reasoning_tokens": decimal_str(workload.reasoning_tokens),
-        "cached_prompt_share": decimal_str(workload.cached_prompt_share),
-        "source": workload.source,
-    }
-
-
-def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
-    tokens = scenario.tokens
-    return {
-        "completion_tokens_per_response": decimal_str(scenario.completion_tokens_per_response),
-        "requests": tokens.requests,
-        "prompt_tokens": tokens.prompt_tokens,
-        "cached_tokens": tokens.cached_tokens,
-        "completion_tokens": tokens.completion_tokens,
-        "reasoning_tokens": tokens.reasoning_tokens,
-        "cost_cheapest": decimal_str(scenario.cost_cheapest),
-        "cost_mix": decimal_str(scenario.cost_mix),
-    }
-
-
-def _dataset_dict(dataset: DatasetProjection) -> dict[str, Any]:
-    return {
-        "name": dataset.name,
-        "target_output_tokens": dataset.target_output_tokens,
-        "limited_by": dataset.limited_by,
-        "target_reached": dataset.target_reached,
-        "low": _scenario_dict(dataset.low),
-        "expected": _scenario_dict(dataset.expected),
-        "high": _scenario_dict(dataset.high),
-    }
-
-
-def _fit_dict(fit: BudgetFit) -> dict[str, Any]:
-    return {
-        "basis": fit.basis,
-        "budget": decimal_str(fit.budget),
-        "needed": {
-            "low": decimal_str(fit.needed.low),
-            "expected": decimal_str(fit.needed.expected),
-            "high": decimal_str(fit.needed.high),
-        },
-        "fits": fit.fits,
-        "fits_high": fit.fits_high,
-        "uniform_target": fit.uniform_target,
-        "uniform_target_conservative": fit.uniform_target_conservative,
-        "whole_datasets": list(fit.whole_datasets),
-        "partial": None
-        if fit.partial is None
-        else {
-            "name": fit.partial.name,
-            "output_tokens": fit.partial.output_tokens,
-            "cost": decimal_str(fit.partial.cost),
-        },
-    }
 
 
 # --- text -----------------------------------------------------------------------------

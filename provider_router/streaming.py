@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, Final
 
 from provider_router import _http
 from provider_router._billing import Billing
@@ -22,13 +22,9 @@ from provider_router._exceptions import APIConnectionError, InvalidResponseError
 from provider_router._money import pin_exact_cost
 from provider_router._request import PreparedRequest
 from provider_router._resource import AsyncResource
-from provider_router._types import Message
 from provider_router.ledger import Reservation
 from provider_router.results import ChatResult, StreamDelta
 from provider_router.sse import DONE
-
-if TYPE_CHECKING:
-    from provider_router.client import Router
 
 __all__ = ["DEADLINE_FINISH", "ChatStream", "read_stream"]
 
@@ -126,17 +122,12 @@ class ChatStream(AsyncResource):
     """
 
     def __init__(
-        self,
-        router: Router,
-        messages: Sequence[Message],
-        *,
-        max_tokens: int | None,
-        params: Mapping[str, Any],
+        self, start: Callable[[Callable[[StreamDelta], None]], Coroutine[Any, Any, ChatResult]]
     ) -> None:
-        self._router = router
-        self._messages = messages
-        self._max_tokens = max_tokens
-        self._params = dict(params)
+        # ``start(on_delta)`` runs the whole request (retries included) handing each
+        # piece to ``on_delta``: a callable rather than the Router, so this module
+        # needs nothing from the client (which imports it).
+        self._run = start
         self._queue: asyncio.Queue[StreamDelta | None] = asyncio.Queue()
         self._task: asyncio.Task[ChatResult] | None = None
         self.result: ChatResult | None = None
@@ -149,15 +140,7 @@ class ChatStream(AsyncResource):
 
     def _start(self) -> None:
         if self._task is None:
-            self._task = asyncio.create_task(
-                self._router.chat(
-                    self._messages,
-                    max_tokens=self._max_tokens,
-                    stream=True,
-                    on_delta=self._queue.put_nowait,
-                    **self._params,
-                )
-            )
+            self._task = asyncio.create_task(self._run(self._queue.put_nowait))
             self._task.add_done_callback(lambda _: self._queue.put_nowait(None))
 
     def __aiter__(self) -> AsyncIterator[StreamDelta]:

@@ -18,7 +18,7 @@ from typing import Final, TypeAlias
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._money import to_decimal
-from provider_router.batch.plan import Plan
+from provider_router.plan import Plan
 from provider_router.ranking import Workload
 
 __all__ = [
@@ -198,7 +198,7 @@ def demands_from_plan(
     prompt_counts: Mapping[str, int] | None = None,
     workloads: Mapping[str, WorkloadEstimate] | None = None,
 ) -> tuple[DatasetDemand, ...]:
-    """The demand of every dataset of a batch :class:`~provider_router.batch.plan.Plan`.
+    """The demand of every dataset of a batch :class:`~provider_router.plan.Plan`.
 
     Args:
         plan: the plan; its dataset order is the priority order.

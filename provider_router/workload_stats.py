@@ -31,8 +31,8 @@ from typing import Any, Final
 from provider_router._exceptions import ConfigurationError, DataFileError, ProviderRouterError
 from provider_router._log import get_logger
 from provider_router._types import Message
-from provider_router.batch.inputs import Prompt, PromptReader
 from provider_router.client import Router
+from provider_router.prompts import Prompt, PromptReader
 from provider_router.results import Usage
 from provider_router.workload import SampleStats, WorkloadEstimate, estimate_from_samples
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provider_router import ConfigurationError, ProviderPolicy
-from provider_router.batch.plan import Plan
+from provider_router.plan import Plan
 from provider_router.projection import CostBasis, Projection, project
 from provider_router.records import Endpoint, ModelEndpoints
 from provider_router.workload import DatasetDemand, WorkloadEstimate

@@ -50,8 +50,8 @@ from provider_router._log import get_logger
 from provider_router._money import from_units
 from provider_router._resource import AsyncResource
 from provider_router.batch import _fleet_lua as lua
-from provider_router.batch.inputs import Prompt, PromptReader, first_problem_error, validate_files
-from provider_router.batch.plan import Plan
+from provider_router.plan import Plan
+from provider_router.prompts import Prompt, PromptReader, first_problem_error, validate_files
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

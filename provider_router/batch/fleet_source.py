@@ -47,8 +47,8 @@ from provider_router.batch.fleet import (
     is_transient,
 )
 from provider_router.batch.journal import DatasetTally, FileJournal
-from provider_router.batch.plan import Plan, reached
 from provider_router.ledger import CostResolver, Ledger
+from provider_router.plan import Plan, reached
 
 __all__ = ["FleetJournal", "FleetSource"]
 

@@ -24,7 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 from provider_router._format import format_usd
-from provider_router.batch.runner import BatchRunner, DatasetProgress, RunProgress
+from provider_router.batch.run_progress import DatasetProgress, RunProgress
+from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import per_million
 
 __all__ = ["ProgressMode", "dataset_eta", "progress_lines", "progress_table", "show_progress"]

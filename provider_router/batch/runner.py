@@ -32,7 +32,7 @@ import contextlib
 import itertools
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -59,12 +59,11 @@ from provider_router._types import JSONObject
 from provider_router.batch.account import AccountCheck
 from provider_router.batch.fleet import FleetQueue, FleetTally, WorkItem, describe_error
 from provider_router.batch.fleet_source import FleetSource
-from provider_router.batch.inputs import Prompt, PromptReader, count_lines, first_problem_error
 from provider_router.batch.job_ledger import open_job_ledger
 from provider_router.batch.journal import DatasetTally, FileJournal, Journal
 from provider_router.batch.output import encode_record, make_record
-from provider_router.batch.plan import DatasetSpec, Plan, reached
 from provider_router.batch.report import write_report
+from provider_router.batch.run_progress import DatasetProgress, RunProgress
 from provider_router.batch.summary import (
     Counter,
     DatasetReport,
@@ -78,7 +77,9 @@ from provider_router.batch.targets import InFlightPricer
 from provider_router.batch.timeline import DEFAULT_INTERVAL, TimelineWriter
 from provider_router.client import Router
 from provider_router.ledger import Ledger, LedgerState
+from provider_router.plan import DatasetSpec, Plan, reached
 from provider_router.policy import ProviderPolicy
+from provider_router.prompts import Prompt, PromptReader, count_lines, first_problem_error
 from provider_router.results import ChatResult
 
 __all__ = ["LEDGER_FILE", "SUMMARY_FILE", "BatchRunner", "DatasetProgress", "RunProgress"]
@@ -107,56 +108,8 @@ class _Dataset:
     exhausted: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class DatasetProgress:
-    """One dataset's progress, for the live display.
-
-    Attributes:
-        name: the dataset.
-        completed: prompts completed over every run.
-        total: prompts it will complete at most (lines, capped by ``max_requests``), if known.
-        output_tokens: completed output tokens over every run.
-        target_output_tokens: the target, if any.
-        in_flight: requests in flight now.
-        cost: USD of its completions over every run.
-        run: this run's counter.
-        finished: nothing more will be sent for it.
-    """
-
-    name: str
-    completed: int
-    total: int | None
-    output_tokens: int
-    target_output_tokens: int | None
-    in_flight: int
-    cost: Decimal
-    run: Counter
-    finished: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RunProgress:
-    """A snapshot of the whole run for the progress display.
-
-    In a fleet (``workers`` is set) the datasets' figures, rates and ETAs are the
-    whole fleet's, ``ledger`` is the shared ledger, and ``in_flight`` is this
-    worker's requests.
-    """
-
-    datasets: tuple[DatasetProgress, ...]
-    elapsed: float
-    ledger: LedgerState | None
-    in_flight: int
-    stopping: StopReason | None
-    failures_by_kind: Mapping[str, int] = field(default_factory=dict)
-    retries: int = 0
-    rate_limited: int = 0
-    errors: int = 0
-    workers: int | None = None
-
-
 class BatchRunner:
-    """Run a :class:`~provider_router.batch.plan.Plan` into a job directory.
+    """Run a :class:`~provider_router.plan.Plan` into a job directory.
 
     Args:
         plan: what to generate (must have a budget).

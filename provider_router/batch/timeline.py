@@ -25,12 +25,24 @@ import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import IO, Any, Final, Protocol
 
 import structlog
 
-if TYPE_CHECKING:  # the runner starts the writer: no import at run time
-    from provider_router.batch.runner import BatchRunner, DatasetProgress, RunProgress
+from provider_router.batch.run_progress import DatasetProgress, RunProgress
+from provider_router.ledger import Ledger, LedgerState
+
+
+class Sampled(Protocol):
+    """What the timeline samples: the runner, seen through what it reads and refreshes."""
+
+    out: Path
+    budget: Decimal
+    ledger: Ledger | None
+    ledger_state: LedgerState | None
+
+    def progress(self) -> RunProgress: ...
+
 
 __all__ = ["DEFAULT_INTERVAL", "TIMELINE_FILE", "TimelineWriter", "read_timeline", "timeline_row"]
 
@@ -121,7 +133,7 @@ class TimelineWriter:
 
     def __init__(
         self,
-        runner: BatchRunner,
+        runner: Sampled,
         path: Path | None = None,
         *,
         interval: float = DEFAULT_INTERVAL,

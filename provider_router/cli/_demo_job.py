@@ -20,11 +20,11 @@ from typing import Final, TextIO, cast
 
 from rich.console import Console
 
-from provider_router.batch.plan import Plan
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.cli._logging import report_events
+from provider_router.plan import Plan
 from provider_router.projection import project
 from provider_router.projection_report import render_projection
 from provider_router.records import ModelEndpoints

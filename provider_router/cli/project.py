@@ -26,7 +26,6 @@ from typing import Any
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
-from provider_router.batch.plan import Plan, load_plan
 from provider_router.cli._options import (
     add_market_arguments,
     budget_usd,
@@ -35,6 +34,7 @@ from provider_router.cli._options import (
 )
 from provider_router.client import Router
 from provider_router.ledger import MemoryLedger
+from provider_router.plan import Plan, load_plan
 from provider_router.policy import ProviderPolicy
 from provider_router.projection import Projection, project
 from provider_router.projection_report import render_projection

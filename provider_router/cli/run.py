@@ -41,8 +41,6 @@ from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
 from provider_router.batch.fleet import DEFAULT_IDLE_TIMEOUT, FleetQueue
-from provider_router.batch.inputs import PromptReader
-from provider_router.batch.plan import Plan, load_plan
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import LEDGER_FILE, BatchRunner
 from provider_router.batch.summary import RunSummary, StopReason
@@ -55,7 +53,9 @@ from provider_router.ledger import RedisLedger, SQLiteLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ledger.redis import DEFAULT_LEASE
 from provider_router.metrics import Metrics
+from provider_router.plan import Plan, load_plan
 from provider_router.policy import ProviderPolicy
+from provider_router.prompts import PromptReader
 
 __all__ = [
     "added_budget",

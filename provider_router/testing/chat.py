@@ -18,7 +18,6 @@ from typing import Any
 from aiohttp import web
 
 from provider_router.testing import bodies
-from provider_router.testing.app import SIM_KEY, Simulator, _finish, json_error
 from provider_router.testing.billing import KeyState
 from provider_router.testing.delivery import Attempt, serve
 from provider_router.testing.faults import ATTEMPT_KINDS, Fault
@@ -31,6 +30,7 @@ from provider_router.testing.routing import (
     parse_preferences,
     plan_route,
 )
+from provider_router.testing.simulator import SIM_KEY, Simulator, _finish, json_error
 from provider_router.testing.synth import count_request_prompt
 from provider_router.testing.tools import (
     ToolError,

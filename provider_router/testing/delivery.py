@@ -33,12 +33,12 @@ from typing import Any
 from aiohttp import web
 
 from provider_router.testing import bodies, tools
-from provider_router.testing.app import Simulator, json_error
 from provider_router.testing.billing import Cost, KeyState, compute_cost
 from provider_router.testing.faults import Fault
 from provider_router.testing.introspection import RequestRecord
 from provider_router.testing.market import EndpointSpec, ModelSpec
 from provider_router.testing.prefix_cache import CacheResult, prefix_chain
+from provider_router.testing.simulator import Simulator, json_error
 from provider_router.testing.synth import (
     CompletionShape,
     filler,

@@ -13,9 +13,9 @@ import pytest
 from _batch_helpers import ledger_spent, read_records, write_prompts
 
 from provider_router.batch.account import ACCOUNT_FILE
-from provider_router.batch.plan import Plan
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import StopReason
+from provider_router.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from provider_router import DataFileError
-from provider_router.batch.inputs import (
+from provider_router.prompts import (
     PromptReader,
     content_id,
     count_lines,

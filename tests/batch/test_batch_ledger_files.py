@@ -15,10 +15,10 @@ import pytest
 from _batch_helpers import ledger_spent, write_prompts
 
 from provider_router import DataFileError
-from provider_router.batch.plan import Plan
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import StopReason
 from provider_router.ledger import sqlite as sqlite_module
+from provider_router.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]

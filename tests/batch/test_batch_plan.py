@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from provider_router import ConfigurationError, DataFileError
-from provider_router.batch.plan import DEFAULT_BATCH_MAX_TOKENS, Plan, load_plan
+from provider_router.plan import DEFAULT_BATCH_MAX_TOKENS, Plan, load_plan
 
 YAML_PLAN = """\
 model: moonshotai/kimi-k2.5

@@ -8,7 +8,7 @@ from decimal import Decimal
 from rich.console import Console
 
 from provider_router.batch.progress import dataset_eta, progress_lines, progress_table
-from provider_router.batch.runner import DatasetProgress, RunProgress
+from provider_router.batch.run_progress import DatasetProgress, RunProgress
 from provider_router.batch.summary import Counter, DatasetReport, money_to_finish
 
 

@@ -18,12 +18,12 @@ import pytest
 from _batch_helpers import write_prompts
 
 from provider_router import ConfigurationError
-from provider_router.batch.plan import Plan
 from provider_router.batch.report import CHARTS, REPORT_FILE, load_run, write_report
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.status import status_lines
 from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
 from provider_router.cli import main
+from provider_router.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]

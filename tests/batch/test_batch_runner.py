@@ -13,10 +13,10 @@ import pytest
 from _batch_helpers import assert_consistent, ledger_spent, read_records, write_prompts
 
 from provider_router import DataFileError, MemoryLedger
-from provider_router.batch.plan import Plan
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import StopReason
 from provider_router.ledger import Reservation
+from provider_router.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 MODEL = "moonshotai/kimi-k2.5"

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from _batch_helpers import assert_consistent, write_prompts
 
-from provider_router.batch.plan import Plan
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import StopReason
 from provider_router.batch.targets import InFlightPricer
+from provider_router.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 MODEL = "moonshotai/kimi-k2.5"

@@ -13,10 +13,10 @@ from _batch_helpers import assert_consistent
 from pydantic import ValidationError
 
 from provider_router.batch.export import export_conversations, to_conversation
-from provider_router.batch.inputs import PromptReader, parse_prompt_line
-from provider_router.batch.plan import GenerationParams, Plan
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import StopReason
+from provider_router.plan import GenerationParams, Plan
+from provider_router.prompts import PromptReader, parse_prompt_line
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]

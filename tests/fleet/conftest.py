@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from provider_router.batch.fleet import FleetQueue
-from provider_router.batch.plan import Plan
+from provider_router.plan import Plan
 from tests.ledger.conftest import RedisServer, redis_server
 
 __all__ = ["redis_server"]

@@ -13,7 +13,7 @@ import pytest
 
 from provider_router import ConfigurationError, DataFileError, MissingDependencyError
 from provider_router.batch.fleet import GROUP, ClaimLimit, FleetQueue, WorkItem
-from provider_router.batch.plan import Plan
+from provider_router.plan import Plan
 from tests.fleet.conftest import write_prompts
 
 pytestmark = pytest.mark.redis
@@ -230,7 +230,7 @@ def test_without_the_redis_package_the_error_says_what_to_install(
 
 def test_payload_round_trips_metadata(tmp_path: Path) -> None:
     from provider_router.batch.fleet import _decode_item
-    from provider_router.batch.inputs import PromptReader
+    from provider_router.prompts import PromptReader
 
     path = tmp_path / "m.jsonl"
     path.write_text(json.dumps({"prompt": "hé", "source": "magicoder", "n": [1, 2]}) + "\n")

@@ -15,11 +15,11 @@ from provider_router import ConfigurationError, RedisLedger
 from provider_router.batch.fleet import FleetQueue
 from provider_router.batch.merge import merge_outputs
 from provider_router.batch.output import read_outputs
-from provider_router.batch.plan import Plan, load_plan
 from provider_router.batch.progress import progress_lines
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import StopReason
 from provider_router.cli import main
+from provider_router.plan import Plan, load_plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 from tests.fleet.conftest import write_prompts
 from tests.ledger.conftest import RedisServer

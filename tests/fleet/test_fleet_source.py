@@ -13,7 +13,7 @@ from redis import exceptions as redis_errors
 from provider_router.batch.fleet import GROUP, POOL_SIZE, FleetQueue, WorkItem
 from provider_router.batch.fleet_source import FleetSource
 from provider_router.batch.journal import FileJournal
-from provider_router.batch.plan import Plan
+from provider_router.plan import Plan
 from tests.fleet.conftest import write_prompts
 
 pytestmark = pytest.mark.redis

@@ -26,8 +26,8 @@ from provider_router import RedisLedger
 from provider_router.batch.fleet import GROUP, FleetQueue
 from provider_router.batch.merge import MERGE_REPORT_FILE
 from provider_router.batch.output import read_outputs
-from provider_router.batch.plan import load_plan
 from provider_router.cli import main
+from provider_router.plan import load_plan
 from provider_router.testing import SimulatorServer
 from tests.fleet.conftest import write_prompts
 from tests.ledger.conftest import RedisServer

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from provider_router import ConfigurationError, LedgerUnavailableError, RedisLedger
-from provider_router.batch.plan import Plan
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.cli import build_parser
 from provider_router.cli.run import open_shared_ledger
+from provider_router.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 from tests.ledger.conftest import RestartableRedis
 

@@ -1,0 +1,253 @@
+"""The simulator's state: :class:`Simulator`, and the JSON answers every route shares.
+
+:class:`Simulator` owns everything that changes while the simulator runs: the
+account, the faults, the request log, the generations, and the per-provider
+in-flight counts. The routes (``app.py``, ``chat.py``, ``delivery.py``) read and
+change it through :data:`SIM_KEY`; this module imports none of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Awaitable, Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from aiohttp import web
+
+from provider_router._money import from_units
+from provider_router._types import Clock, Sleep
+from provider_router.testing import bodies
+from provider_router.testing.billing import Account, KeyState
+from provider_router.testing.faults import Fault, FaultBook
+from provider_router.testing.introspection import RequestLog, RequestRecord
+from provider_router.testing.market import Market
+from provider_router.testing.prefix_cache import PrefixCache
+from provider_router.testing.synth import Lengths
+
+__all__ = ["SIM_KEY", "Simulator", "json_error", "json_response"]
+
+JSON = "application/json"
+FREE_MODEL_DAILY_REQUESTS = (50, 1000)
+"""OpenRouter's ``:free`` quota per UTC day: below $10 of credits purchased, and from $10."""
+FREE_MODEL_CREDIT_THRESHOLD = Decimal(10)
+RECENT_FAILURE_WINDOW = 30.0
+"""Simulated seconds a failed provider counts as unstable for default routing."""
+
+
+class Simulator:
+    """The simulated OpenRouter: market, account, faults, clock and what it saw.
+
+    Args:
+        market: the market (default: the bundled Kimi K2.5 one).
+        faults: fault rules (see :mod:`provider_router.testing.faults`).
+        seed: makes every random draw (routing, lengths, faults, ids) reproducible.
+        credits: the account's total credits in USD.
+        api_keys: accepted keys (optionally mapped to a per-key USD limit);
+            None accepts any non-empty key.
+        speed: time compression; 1000 makes a 2-minute generation take 120 ms;
+            ``math.inf`` never waits.
+        completion_tokens: fixed completion length, or None for the seeded
+            log-normal around ``median_completion_tokens``.
+        stream_chunk_tokens: tokens per SSE chunk.
+        generation_404s: how many lookups of a fresh generation id answer 404
+            before the record appears (the real one lags a little).
+        bill_abandoned: when a client goes away (a timeout, a kill) after its
+            request was admitted, the provider finishes the generation anyway and
+            it is billed in full when it would have ended, with its
+            ``/generation`` record, as a provider that does not cancel does.
+            Default: a stream's client pays for the tokens sent so far, a JSON
+            request's client for nothing.
+        anonymous: answer without the ``provider`` field (clients must treat the
+            serving provider as unknown, not as a policy violation).
+        overcharge: bill and report this many times the listed prices (a server
+            whose costs are absurd; the charge record stays exact).
+        clock / sleep: injected monotonic clock and sleep.
+    """
+
+    def __init__(
+        self,
+        market: Market | None = None,
+        faults: Iterable[Fault] = (),
+        *,
+        seed: int = 0,
+        credits: Decimal | int | str = 100,
+        api_keys: Iterable[str] | Mapping[str, Decimal | int | str | None] | None = None,
+        speed: float = 1.0,
+        completion_tokens: int | None = None,
+        median_completion_tokens: float = 400.0,
+        stream_chunk_tokens: int = 16,
+        generation_404s: int = 1,
+        keepalive_seconds: float = 5.0,
+        log_limit: int = 100_000,
+        bill_abandoned: bool = False,
+        anonymous: bool = False,
+        overcharge: int = 1,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        if not speed > 0:
+            raise ValueError(f"speed must be positive, got {speed}")
+        if completion_tokens is not None and completion_tokens < 1:
+            raise ValueError(f"completion_tokens must be at least 1, got {completion_tokens}")
+        if stream_chunk_tokens < 1:
+            raise ValueError("stream_chunk_tokens must be at least 1")
+        self.market = market or Market.default()
+        self.faults = FaultBook(faults)
+        self.seed = seed
+        self.account = Account(credits, api_keys)
+        self.speed = speed
+        self.instant = math.isinf(speed)
+        self.lengths = Lengths(median=median_completion_tokens, fixed=completion_tokens)
+        self.stream_chunk_tokens = stream_chunk_tokens
+        self.generation_404s = generation_404s
+        self.keepalive_seconds = keepalive_seconds
+        self.log_limit = log_limit
+        self.anonymous = anonymous
+        """Answer without the ``provider`` field (a response that names no provider)."""
+        if isinstance(overcharge, bool) or not isinstance(overcharge, int) or overcharge < 1:
+            raise ValueError(f"overcharge must be an int >= 1, got {overcharge!r}")
+        self.overcharge = overcharge
+        """Bill (and report) this many times the listed prices: a misbehaving server."""
+        self.log = RequestLog(log_limit)
+        self.clock = clock
+        self.sleep = sleep
+        self._t0 = clock()
+        self.generations: dict[str, bodies.Generation] = {}
+        self.generation_misses: dict[str, int] = {}
+        self.in_flight: dict[str, int] = {}
+        self.key_in_flight: dict[str, int] = {}
+        self.failed_at: dict[str, float] = {}
+        self.down: dict[str, bool] = {}
+        self.caches = PrefixCache()
+        self._occurrences: dict[int, int] = {}
+        self.stopping = asyncio.Event()
+        self.bill_abandoned = bill_abandoned
+        self._abandoned: set[asyncio.Task[None]] = set()
+
+    # --- time and randomness ------------------------------------------------
+
+    def now(self) -> float:
+        """Simulated seconds since start (real seconds when speed is infinite)."""
+        elapsed = self.clock() - self._t0
+        return elapsed if self.instant else elapsed * self.speed
+
+    async def wait(self, simulated_seconds: float) -> None:
+        """Sleep for a simulated duration (not at all when speed is infinite)."""
+        if not self.instant and simulated_seconds > 0:
+            await self.sleep(simulated_seconds / self.speed)
+
+    def real_seconds(self, simulated_seconds: float) -> float:
+        return 0.0 if self.instant else simulated_seconds / self.speed
+
+    def rng_for(self, fingerprint: int) -> random.Random:
+        """A random stream for one request: same seed + same request => same draws,
+        whatever order concurrent requests arrive in; a repeat gets the next stream."""
+        occurrence = self._occurrences.get(fingerprint, 0) + 1
+        self._occurrences[fingerprint] = occurrence
+        return random.Random((self.seed << 80) ^ (fingerprint << 24) ^ occurrence)
+
+    def unstable_tags(self) -> set[str]:
+        if not self.failed_at:
+            return set()
+        now = self.now()
+        for tag, when in list(self.failed_at.items()):
+            if now - when >= RECENT_FAILURE_WINDOW:
+                del self.failed_at[tag]
+        return set(self.failed_at)
+
+    # --- generations whose client went away ---------------------------------
+
+    def finish_abandoned(self, finish: Awaitable[None]) -> None:
+        """Run ``finish`` (a generation billed after its client left) in the background."""
+        task = asyncio.ensure_future(finish)
+        self._abandoned.add(task)
+        task.add_done_callback(self._abandoned.discard)
+
+    @property
+    def abandoned_pending(self) -> int:
+        """Generations still running after their client left (billed when they end)."""
+        return len(self._abandoned)
+
+    async def settle_abandoned(self, *, now: bool = False) -> None:
+        """Wait until every generation whose client left is billed (``now``: bill them at once)."""
+        tasks = list(self._abandoned)
+        if now:
+            for task in tasks:
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # --- runtime controls for tests and the demo ----------------------------
+
+    def top_up(self, amount: Decimal | int | str) -> None:
+        """Add credits to the account (negative removes)."""
+        self.account.top_up(amount)
+
+    def set_balance(self, amount: Decimal | int | str) -> None:
+        """Make the account balance exactly ``amount`` USD."""
+        self.account.set_credits(amount)
+
+    @property
+    def balance(self) -> Decimal:
+        """The account balance in USD (credits − usage), exact."""
+        return from_units(self.account.balance)
+
+    @property
+    def usage(self) -> Decimal:
+        return from_units(self.account.usage)
+
+    def set_down(self, provider: str, down: bool = True) -> None:
+        """Take a provider (tag or slug) down or bring it back."""
+        self.down[provider.lower()] = down
+
+    def is_down(self, tag: str, slug: str, market_down: bool) -> bool:
+        if self.down:
+            for name in (tag, slug):
+                if name in self.down:
+                    return self.down[name]
+        return market_down
+
+    def add_fault(self, fault: Fault) -> Fault:
+        return self.faults.add(fault)
+
+    # --- auth -----------------------------------------------------------------
+
+    def authenticate(self, request: web.Request) -> KeyState | web.Response:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return json_error(401, "No auth credentials found")
+        key = self.account.key(token)
+        if key is None:
+            return json_error(401, "User not found.")
+        return key
+
+
+def json_response(
+    body: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.Response(body=bodies.dumps(body), status=status, content_type=JSON, headers=headers)
+
+
+def json_error(
+    status: int,
+    message: str,
+    metadata: dict[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
+    return json_response(bodies.error_body(status, message, metadata), status, headers)
+
+
+def _finish(
+    sim: Simulator, record: RequestRecord, response: web.StreamResponse
+) -> web.StreamResponse:
+    record.status = response.status
+    sim.log.finish(record)
+    return response
+
+
+SIM_KEY: web.AppKey[Simulator] = web.AppKey("simulator", Simulator)
