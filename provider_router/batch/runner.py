@@ -31,8 +31,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -57,6 +56,7 @@ from provider_router._log import get_logger
 from provider_router._money import from_units, to_units
 from provider_router._types import JSONObject
 from provider_router.batch.account import AccountCheck
+from provider_router.batch.dataset_run import DatasetRun
 from provider_router.batch.fleet import FleetQueue, FleetTally, WorkItem, describe_error
 from provider_router.batch.fleet_source import FleetSource
 from provider_router.batch.job_ledger import open_job_ledger
@@ -77,7 +77,7 @@ from provider_router.batch.targets import InFlightPricer
 from provider_router.batch.timeline import DEFAULT_INTERVAL, TimelineWriter
 from provider_router.client import Router
 from provider_router.ledger import Ledger, LedgerState
-from provider_router.plan import DatasetSpec, Plan, reached
+from provider_router.plan import Plan, reached
 from provider_router.policy import ProviderPolicy
 from provider_router.prompts import Prompt, PromptReader, count_lines, first_problem_error
 from provider_router.results import ChatResult
@@ -90,22 +90,6 @@ LEDGER_FILE = "ledger.sqlite"
 SUMMARY_FILE = "summary.json"
 _FATAL = (AuthenticationError, ConfigurationError, LedgerUnavailableError)
 """Failures every other request would hit too: stop the run instead of counting them."""
-
-
-@dataclass(slots=True)
-class _Dataset:
-    spec: DatasetSpec
-    params: dict[str, Any]
-    max_tokens: int
-    reader: PromptReader | None  # None in a fleet: the fleet's loader reads the files
-    prompts: Iterator[Prompt]
-    tally: DatasetTally
-    counter: Counter
-    relocate: bool
-    pricer: InFlightPricer
-    lines: int | None = None
-    inflight: int = 0
-    exhausted: bool = False
 
 
 class BatchRunner:
@@ -195,7 +179,7 @@ class BatchRunner:
         self.ledger: Ledger | None = None
         self.router: Router | None = None
         self.journal: FileJournal | None = None
-        self._datasets: list[_Dataset] = []
+        self._datasets: list[DatasetRun] = []
         self._providers: dict[str, Counter] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._running = 0  # requests dispatched and not yet finished (exact, unlike _tasks)
@@ -375,7 +359,7 @@ class BatchRunner:
                 reader = PromptReader(list(spec.inputs))
                 journal.record_inputs(spec.name, fingerprint)
             self._datasets.append(
-                _Dataset(
+                DatasetRun(
                     spec=spec,
                     params=params,
                     max_tokens=max_tokens,
@@ -412,7 +396,7 @@ class BatchRunner:
                 params = self.plan.params_for(spec).request_params()
                 max_tokens = int(params.pop("max_tokens"))
                 self._datasets.append(
-                    _Dataset(
+                    DatasetRun(
                         spec=spec,
                         params=params,
                         max_tokens=max_tokens,
@@ -442,7 +426,7 @@ class BatchRunner:
         for ds in self._datasets:
             ds.tally = source.tally(ds.spec.name)
 
-    async def _count_lines(self, dataset: _Dataset) -> None:
+    async def _count_lines(self, dataset: DatasetRun) -> None:
         try:
             counts = [await asyncio.to_thread(count_lines, p) for p in dataset.spec.inputs]
         except OSError:
@@ -455,24 +439,12 @@ class BatchRunner:
 
     # --- dispatching -----------------------------------------------------------------------
 
-    def _can_send(self, ds: _Dataset) -> bool:
-        if ds.exhausted:
-            return False
-        spec = ds.spec
-        tally = ds.tally
-        if spec.max_requests is not None and tally.completed + ds.inflight >= spec.max_requests:
-            return False
-        target = spec.target_output_tokens
-        # What is in flight is priced high (the cap until lengths are known): an
-        # under-estimate here is overshoot nothing can take back (see targets.py).
-        return target is None or tally.output_tokens + ds.pricer.price(ds.inflight) < target
-
-    def _next(self, journal: FileJournal, start: int) -> tuple[_Dataset, Prompt] | None:
+    def _next(self, journal: FileJournal, start: int) -> tuple[DatasetRun, Prompt] | None:
         count = len(self._datasets)
         for step in range(count):
             ds = self._datasets[(start + step) % count]
             name = ds.spec.name
-            while self._can_send(ds):
+            while ds.can_send():
                 prompt = next(ds.prompts, None)
                 if prompt is None:
                     ds.exhausted = True
@@ -485,7 +457,7 @@ class BatchRunner:
 
     async def _next_claimed(
         self, journal: Journal, items: AsyncIterator[WorkItem]
-    ) -> tuple[_Dataset, Prompt] | None:
+    ) -> tuple[DatasetRun, Prompt] | None:
         """The next prompt the fleet gives this worker, or None when it has no more."""
         source = self.source
         assert source is not None
@@ -512,14 +484,14 @@ class BatchRunner:
             ds = by_name[item.dataset]
             # Near a target, wait for requests in flight to land (each wake is one
             # landing) rather than overshoot; once reached, the prompt goes back.
-            while not self._can_send(ds) and self._reason is None:
+            while not ds.can_send() and self._reason is None:
                 ds.tally = journal.tally(ds.spec.name)
                 if reached(ds.spec, ds.tally.completed, ds.tally.output_tokens):
                     source.exclude(ds.spec.name)
                     break
                 self._wake.clear()
                 await self._wake.wait()
-            if self._reason is not None or not self._can_send(ds):
+            if self._reason is not None or not ds.can_send():
                 source.put_back(item)
                 continue
             if journal.claim(ds.spec.name, item.prompt.id):
@@ -566,7 +538,8 @@ class BatchRunner:
             unfinished = [
                 d
                 for d in self._datasets
-                if (d.counter.failures or self.source is not None) and not self._done(d)
+                if (d.counter.failures or self.source is not None)
+                and not d.done(self._fleet_tally(d))
             ]
             self._reason = StopReason.INCOMPLETE if unfinished else StopReason.COMPLETE
             if unfinished:
@@ -574,7 +547,7 @@ class BatchRunner:
 
     def _check_targets(self) -> None:
         """A run that did every prompt and still missed a target says so (on final tallies)."""
-        short = [d for d in self._datasets if self._short_of_target(d)]
+        short = [d for d in self._datasets if d.short_of_target()]
         if self._reason is StopReason.COMPLETE and short:
             self._reason = StopReason.TARGET_NOT_REACHED
             self._message = (
@@ -586,19 +559,11 @@ class BatchRunner:
                 + " (add prompts, or lower target_output_tokens)"
             )
 
-    def _short_of_target(self, ds: _Dataset) -> bool:
-        """Every prompt was done and the output-token target is still not reached."""
-        target = ds.spec.target_output_tokens
-        if target is None or ds.tally.output_tokens >= target or not ds.exhausted:
-            return False
-        cap = ds.spec.max_requests
-        return cap is None or ds.tally.completed < cap
-
     async def _one(
         self,
         journal: Journal,
         router: Router,
-        ds: _Dataset,
+        ds: DatasetRun,
         prompt: Prompt,
         ticket: int,
     ) -> None:
@@ -646,7 +611,7 @@ class BatchRunner:
             counter.ended(time.time())
             self._wake.set()
 
-    def _failed(self, ds: _Dataset, exc: BaseException) -> None:
+    def _failed(self, ds: DatasetRun, exc: BaseException) -> None:
         # Out of money is not a failure of the prompt: it was never sent.
         if isinstance(exc, BudgetExhausted):
             self._refused = max(self._refused, exc.requested)
@@ -679,7 +644,7 @@ class BatchRunner:
     def _completed(
         self,
         journal: Journal,
-        ds: _Dataset,
+        ds: DatasetRun,
         prompt: Prompt,
         result: ChatResult,
         started: float,
@@ -768,34 +733,12 @@ class BatchRunner:
 
     # --- reporting ----------------------------------------------------------------------------
 
-    def _fleet_tally(self, ds: _Dataset) -> FleetTally | None:
+    def _fleet_tally(self, ds: DatasetRun) -> FleetTally | None:
         if self.source is None:
             return None
         return self.source.progress.datasets.get(ds.spec.name, FleetTally())
 
-    def _total(self, ds: _Dataset) -> int | None:
-        fleet = self._fleet_tally(ds)
-        if fleet is not None:
-            total: int | None = fleet.total  # every prompt the fleet's loader enqueued
-        elif ds.exhausted:
-            total = ds.tally.completed + ds.inflight + ds.counter.failures
-        elif ds.lines is not None and ds.reader is not None:
-            total = ds.lines - ds.reader.bad_lines
-        else:
-            total = None
-        if total is not None and ds.spec.max_requests is not None:
-            total = min(total, ds.spec.max_requests)
-        return total
-
-    def _done(self, ds: _Dataset) -> bool:
-        if reached(ds.spec, ds.tally.completed, ds.tally.output_tokens):
-            return True
-        fleet = self._fleet_tally(ds)
-        if fleet is not None:  # the fleet drained it; prompts parked as failed remain
-            return ds.exhausted and fleet.parked == 0 and ds.inflight == 0
-        return ds.exhausted and not ds.counter.failures and ds.inflight == 0
-
-    def _fleet_rates(self, ds: _Dataset, tally: DatasetTally) -> Counter:
+    def _fleet_rates(self, ds: DatasetRun, tally: DatasetTally) -> Counter:
         """The fleet's work since this worker started, for rates and ETAs (with our failures)."""
         start = self._fleet_start.get(ds.spec.name, FleetTally())
         own = ds.counter
@@ -830,13 +773,13 @@ class BatchRunner:
                 DatasetProgress(
                     name=ds.spec.name,
                     completed=tally.completed,
-                    total=self._total(ds),
+                    total=ds.total(self._fleet_tally(ds)),
                     output_tokens=tally.output_tokens,
                     target_output_tokens=ds.spec.target_output_tokens,
                     in_flight=in_flight,
                     cost=from_units(tally.cost_units),
                     run=run,
-                    finished=self._done(ds) or (ds.exhausted and ds.inflight == 0),
+                    finished=ds.done(self._fleet_tally(ds)) or (ds.exhausted and ds.inflight == 0),
                 )
             )
         errors = rate_limited = 0
@@ -863,7 +806,7 @@ class BatchRunner:
             reports.append(
                 DatasetReport(
                     name=ds.spec.name,
-                    prompts=self._total(ds),
+                    prompts=ds.total(self._fleet_tally(ds)),
                     completed=ds.tally.completed,
                     output_tokens=ds.tally.output_tokens,
                     cost=from_units(ds.tally.cost_units),
@@ -926,7 +869,7 @@ class BatchRunner:
         except Exception as exc:
             log.warning("batch.report_failed", error=repr(exc))
 
-    def _bad_lines(self, ds: _Dataset) -> int:
+    def _bad_lines(self, ds: DatasetRun) -> int:
         fleet = self._fleet_tally(ds)
         if fleet is not None:
             return fleet.bad_lines
