@@ -9,11 +9,20 @@ only after its batch is durable.
 Reservations that asked to wait and did not fit stay queued (first come, first
 served) and are retried in every later batch, which is placed after the settles
 that free room, and by a poll timer that notices room freed by other processes.
+
+Batches are also sized by time: one starts at least ``commit_interval`` after the
+one before (unless ``max_batch`` ops are already waiting), so under load every
+commit, with its fsync and its thread hand-off, carries that much work instead of
+whoever happened to be waiting; a store idle for that long commits at once.
+Measured at 2,000 requests in flight (docs/performance.md): 2-3 ops per commit
+and 0.63 ms of client CPU per request without it, ~17 ops and 0.43 ms with 10 ms,
+latency unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,6 +32,11 @@ from provider_router._log import get_logger
 from provider_router.ledger._base import Reservation, exhausted
 
 log = get_logger(__name__)
+
+DEFAULT_COMMIT_INTERVAL = 0.01
+"""Seconds between the starts of two batches under load (see the module docstring)."""
+DEFAULT_MAX_BATCH = 512
+"""Pending ops that start a batch at once, without waiting out the commit interval."""
 
 # Op kinds. Reservations are applied after everything that may free room.
 RESERVE = 0
@@ -103,8 +117,21 @@ class Batcher:
             local activity retries them (room freed by other processes).
     """
 
-    def __init__(self, execute: Execute, *, owner: str, poll_interval: float) -> None:
+    def __init__(
+        self,
+        execute: Execute,
+        *,
+        owner: str,
+        poll_interval: float,
+        commit_interval: float = 0.0,
+        max_batch: int = DEFAULT_MAX_BATCH,
+    ) -> None:
         self._execute = execute
+        self._commit_interval = commit_interval
+        self._max_batch = max_batch
+        self._started = -math.inf
+        self._pause: asyncio.Future[None] | None = None
+        self._hurry = False
         self._owner = owner
         self._poll_interval = poll_interval
         self._pending: list[Op] = []
@@ -120,6 +147,8 @@ class Batcher:
         loop = asyncio.get_running_loop()
         op.future = fut = loop.create_future()
         self._pending.append(op)
+        if len(self._pending) >= self._max_batch:
+            self._end_pause()
         if self._task is None:
             self._task = loop.create_task(self._run())
         return fut
@@ -133,9 +162,14 @@ class Batcher:
         return self._task is not None or bool(self._pending)
 
     async def drain(self) -> None:
-        """Wait until every submitted op is written."""
-        while self._task is not None:
-            await asyncio.shield(self._task)
+        """Wait until every submitted op is written (at once: no more commit pauses)."""
+        self._hurry = True
+        self._end_pause()
+        try:
+            while self._task is not None:
+                await asyncio.shield(self._task)
+        finally:
+            self._hurry = False
 
     def fail_waiters(self, exc: Exception) -> None:
         if self._timer is not None:
@@ -148,12 +182,33 @@ class Batcher:
 
     # --- the write loop -----------------------------------------------------------
 
+    def _end_pause(self) -> None:
+        pause = self._pause
+        if pause is not None and not pause.done():
+            pause.set_result(None)
+
+    async def _wait_interval(self, loop: asyncio.AbstractEventLoop) -> None:
+        delay = self._started + self._commit_interval - loop.time()
+        if delay <= 0 or self._hurry or len(self._pending) >= self._max_batch:
+            return
+        self._pause = pause = loop.create_future()
+        timer = loop.call_later(delay, _resolve, pause)
+        try:
+            await pause
+        finally:
+            timer.cancel()
+            self._pause = None
+
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while True:
+                if self._commit_interval > 0:
+                    await self._wait_interval(loop)
                 batch = self._build()
                 if not batch:
                     return
+                self._started = loop.time()
                 try:
                     self._last = await self._execute(batch)
                 except Exception as exc:
@@ -250,6 +305,11 @@ class Batcher:
         self._poll_due = True
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _fail(op: Op, exc: Exception) -> None:

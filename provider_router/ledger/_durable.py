@@ -43,20 +43,39 @@ class DurableLedger(AsyncResource):
             the reservations of an owner whose lease has run out.
         poll_interval: seconds between retries of waiting reservations when
             only other processes can free room.
+        commit_interval: seconds between the starts of two batches under load
+            (group commit sized by time, ``_batch.py``); ``0`` commits whatever
+            is waiting as soon as the previous batch is done.
         clock: wall-clock seconds (``time.time``), for leases; injected in tests.
     """
 
-    def __init__(self, *, lease: float, poll_interval: float, clock: Clock) -> None:
+    def __init__(
+        self,
+        *,
+        lease: float,
+        poll_interval: float,
+        clock: Clock,
+        commit_interval: float = b.DEFAULT_COMMIT_INTERVAL,
+    ) -> None:
         if not lease > 0:
             raise ConfigurationError(f"lease must be positive seconds, got {lease!r}")
         if not poll_interval > 0:
             raise ConfigurationError(f"poll_interval must be positive, got {poll_interval!r}")
+        if not commit_interval >= 0:
+            raise ConfigurationError(
+                f"commit_interval must be ≥ 0 seconds, got {commit_interval!r}"
+            )
         self.owner = new_owner()
         self.lease = float(lease)
         self._clock = clock
         self._prefix = os.urandom(8).hex()
         self._ids = itertools.count(1)
-        self._batcher = b.Batcher(self._execute, owner=self.owner, poll_interval=poll_interval)
+        self._batcher = b.Batcher(
+            self._execute,
+            owner=self.owner,
+            poll_interval=poll_interval,
+            commit_interval=float(commit_interval),
+        )
         self._renew_timer: asyncio.TimerHandle | None = None
         self._closed = False
 

@@ -86,6 +86,8 @@ class RedisLedger(DurableLedger):
             an existing ledger with a different limit is refused (use :meth:`set_limit`).
         lease: seconds an open reservation stays owned without renewal.
         poll_interval: seconds between retries of waiting reservations.
+        commit_interval: seconds between the starts of two batches under load
+            (default 10 ms: group commit sized by time; ``0`` commits at once).
         prefix: the key prefix (keys are ``<prefix>:{<name>}:...``).
         outage_window: seconds an unreachable Redis is waited out: every call is
             retried with backoff (0.05 s doubling to 2 s), so admission pauses and
@@ -113,6 +115,7 @@ class RedisLedger(DurableLedger):
         *,
         lease: float = DEFAULT_LEASE,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
+        commit_interval: float = b.DEFAULT_COMMIT_INTERVAL,
         prefix: str = DEFAULT_PREFIX,
         outage_window: float = DEFAULT_OUTAGE_WINDOW,
         clock: Clock = time.time,
@@ -120,7 +123,9 @@ class RedisLedger(DurableLedger):
         monotonic: Clock = time.monotonic,
     ) -> None:
         aioredis = _import_redis()
-        super().__init__(lease=lease, poll_interval=poll_interval, clock=clock)
+        super().__init__(
+            lease=lease, poll_interval=poll_interval, clock=clock, commit_interval=commit_interval
+        )
         if not name or "{" in name or "}" in name:
             raise ConfigurationError(
                 f"a Redis ledger name must be non-empty, without braces: {name!r}"

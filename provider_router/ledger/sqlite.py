@@ -320,6 +320,8 @@ class SQLiteLedger(DurableLedger):
             ledger with a different limit is refused (use :meth:`set_limit`).
         lease: seconds an open reservation stays owned without renewal.
         poll_interval: seconds between retries of waiting reservations.
+        commit_interval: seconds between the starts of two batches under load
+            (default 10 ms: group commit sized by time; ``0`` commits at once).
         synchronous: SQLite's ``synchronous`` pragma; ``FULL`` (the default)
             survives power loss, ``NORMAL`` only a process crash.
         executor: ``"thread"`` (default) or ``"loop"``; see the module docstring.
@@ -345,12 +347,15 @@ class SQLiteLedger(DurableLedger):
         *,
         lease: float = DEFAULT_LEASE,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
+        commit_interval: float = b.DEFAULT_COMMIT_INTERVAL,
         synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL",
         executor: Literal["thread", "loop"] = "thread",
         keep_limit: bool = False,
         clock: Clock = time.time,
     ) -> None:
-        super().__init__(lease=lease, poll_interval=poll_interval, clock=clock)
+        super().__init__(
+            lease=lease, poll_interval=poll_interval, clock=clock, commit_interval=commit_interval
+        )
         if synchronous not in ("FULL", "NORMAL", "OFF"):
             raise ConfigurationError(f"synchronous must be FULL, NORMAL or OFF: {synchronous!r}")
         if executor not in ("thread", "loop"):

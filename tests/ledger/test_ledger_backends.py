@@ -163,3 +163,34 @@ def test_redis_agrees_with_exact_integer_arithmetic_on_large_amounts(
                 assert await redis.snapshot() == await memory.snapshot()
 
     asyncio.run(run())
+
+
+async def test_commits_are_spaced_by_the_commit_interval_under_load(tmp_path: Path) -> None:
+    # Group commit sized by time: an idle store commits at once; the next batch waits
+    # out the interval (here an hour: it is only cut short by close or a full batch).
+    ledger = SQLiteLedger(tmp_path / "l.sqlite", D(10), executor="loop", commit_interval=3600)
+    first = await ledger.reserve(D("0.1"), key="first")  # idle: written at once
+    second = asyncio.create_task(ledger.reserve(D("0.1"), key="second"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not second.done()  # waiting for the interval, not for the store
+    crowd = [asyncio.create_task(ledger.reserve(D("0.001"), key=f"c{i}")) for i in range(600)]
+    # 512 ops waiting start a batch at once: no close needed (the bound only guards a hang).
+    done = await asyncio.wait_for(asyncio.gather(second, *crowd), timeout=60)
+    assert len(done) == 601
+    late = asyncio.create_task(ledger.settle(first, D("0.05")))
+    await asyncio.sleep(0)
+    assert not late.done()
+    await ledger.close()  # close writes what is pending at once
+    assert late.done()
+    assert late.exception() is None
+    reopened = SQLiteLedger(tmp_path / "l.sqlite", executor="loop", commit_interval=0)
+    state = await reopened.snapshot()
+    await reopened.close()
+    assert state.spent == D("0.05")
+    assert state.open == 601
+
+
+def test_a_negative_commit_interval_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="commit_interval"):
+        SQLiteLedger(tmp_path / "l.sqlite", D(1), commit_interval=-1)
