@@ -247,7 +247,9 @@ def _tokens_chart(data: RunData) -> str:
             made = int(after.get("output_tokens") or 0) - int(before.get("output_tokens") or 0)
             if dt > 0 and made >= 0:  # (a resumed run's first line restarts nothing)
                 columns.append((float(before["t"]) - t0, float(after["t"]) - t0, made / dt))
-    elif data.completions:
+    if not any(height > 0 for _, _, height in columns) and data.completions:
+        # Also when a run was shorter than the timeline's interval (no two counted
+        # lines apart): bin its completions instead.
         t0 = data.start
         end = max(c.finished for c in data.completions) - t0
         width, count = _bins(0.0, end)
