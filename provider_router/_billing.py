@@ -42,7 +42,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Final
+from typing import Any, Final
 
 from provider_router import _http
 from provider_router._completion import Completion
@@ -395,14 +395,7 @@ class Billing:
         except (APIStatusError, APIConnectionError, InvalidResponseError) as exc:
             log.warning("route.key_lookup_failed", error=str(exc))
             return None
-        data = body.get("data") if isinstance(body, Mapping) else None
-        usage = data.get("usage") if isinstance(data, Mapping) else None
-        if usage is None:
-            return None
-        try:
-            return to_decimal(usage, what="usage")
-        except ValueError:
-            return None
+        return _data_amount(body, "usage")
 
     async def _reconcile_quietly(self, held: Reservation) -> None:
         try:
@@ -516,14 +509,7 @@ class Billing:
                     "route.generation_lookup_failed", generation_id=generation_id, error=str(exc)
                 )
                 return None
-            data = body.get("data") if isinstance(body, Mapping) else None
-            total = data.get("total_cost") if isinstance(data, Mapping) else None
-            if total is None:
-                return None
-            try:
-                return to_decimal(total, what="total_cost")
-            except ValueError:
-                return None
+            return _data_amount(body, "total_cost")
         return None
 
     # --- 402: credits -----------------------------------------------------------------
@@ -608,3 +594,15 @@ class Billing:
             spent=self.spent,
             remaining=remaining,
         )
+
+
+def _data_amount(body: Any, name: str) -> Decimal | None:
+    """``body["data"][name]`` as an exact amount; ``None`` when absent or not a number."""
+    data = body.get("data") if isinstance(body, Mapping) else None
+    value = data.get(name) if isinstance(data, Mapping) else None
+    if value is None:
+        return None
+    try:
+        return to_decimal(value, what=name)
+    except ValueError:
+        return None
