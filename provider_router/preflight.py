@@ -19,6 +19,13 @@ depend on:
 It costs one 1-token request (well under $0.001 on typical prices), sent only
 when every check before it held. Each check is a :class:`Check` naming what
 held or what did not; nothing is raised for a failed check (only for misuse).
+
+Given a ``ledger`` (a run's own: ``provider-router run`` passes its job's), the
+request's worst case is reserved there before it is sent and settled at what it
+cost, so the ledger keeps counting every charge: ``usage.cost`` when the answer
+has it, else ``/generation``'s ``total_cost``, else the worst case held (unknown
+is not free); an error answer is released. A budget with no room for it skips
+the request (reported as "could not tell", not as a failure).
 """
 
 from __future__ import annotations
@@ -33,22 +40,27 @@ from pydantic import SecretStr
 
 from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import (
+    APIConnectionError,
     APIStatusError,
     AuthenticationError,
+    BudgetExhausted,
+    InvalidResponseError,
+    LedgerWriteError,
     NotFoundError,
     ProviderRouterError,
     ProviderUnavailableError,
     RateLimitError,
 )
-from provider_router._format import format_usd
+from provider_router._format import decimal_str, format_usd
 from provider_router._http import HttpClient, resolve_api_key
 from provider_router._money import to_decimal
 from provider_router.catalog import Catalog
+from provider_router.ledger import Ledger, Reservation
 from provider_router.policy import ProviderPolicy
 from provider_router.ranking import Workload, rank
 from provider_router.records import Endpoint, ModelEndpoints
 
-__all__ = ["Check", "PreflightReport", "preflight"]
+__all__ = ["Check", "PreflightFailed", "PreflightReport", "preflight"]
 
 PREFLIGHT_PROMPT: Final = "Reply with the single word OK."
 GENERATION_ATTEMPTS: Final = 6
@@ -61,6 +73,10 @@ COST_TOLERANCE: Final = Decimal("1e-10")
 """USD: OpenRouter's ``usage.cost`` is a JSON number; a difference below this is rounding."""
 
 KEYS_URL: Final = "https://openrouter.ai/keys"
+PROMPT_TOKENS_BOUND: Final = 256
+"""An upper bound on the pinned request's prompt tokens (a 7-word prompt plus any chat
+template): its reservation is the listed price of these and one completion token."""
+LEDGER_KEY: Final = "preflight"
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -87,6 +103,8 @@ class PreflightReport:
 
     model: str
     checks: tuple[Check, ...]
+    cost: Decimal = Decimal(0)
+    """USD the pinned request cost (with a ledger: what the ledger was charged for it)."""
 
     @property
     def ok(self) -> bool:
@@ -103,6 +121,7 @@ class PreflightReport:
         return {
             "model": self.model,
             "ok": self.ok,
+            "cost_usd": decimal_str(self.cost),
             "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks],
         }
 
@@ -197,7 +216,42 @@ async def _generation_cost(http: HttpClient, generation_id: str, sleep: Sleep) -
     return None
 
 
-async def _request_checks(http: HttpClient, model: str, top: Endpoint, sleep: Sleep) -> list[Check]:
+class _Outcome:
+    """What the pinned request was charged, as far as is known."""
+
+    __slots__ = ("billed", "cost")
+
+    def __init__(self) -> None:
+        self.billed: bool = True  # False only for an error answer (never charged)
+        self.cost: Decimal | None = None  # None while billed: unknown, hold the worst case
+
+
+async def _send(
+    http: HttpClient, body: dict[str, Any], top: Endpoint, sleep: Sleep, outcome: _Outcome
+) -> Any | Check:
+    """The pinned request's answer, or the check that says why there is none."""
+    for attempt in range(REQUEST_ATTEMPTS):
+        try:
+            return await http.post_json("/chat/completions", body)
+        except (RateLimitError, ProviderUnavailableError) as exc:
+            # Transient: a busy provider says nothing about what the run relies on.
+            if attempt + 1 == REQUEST_ATTEMPTS:
+                outcome.billed = False
+                return Check("request", False, f"a 1-token request pinned to {top.tag} "
+                             f"failed {REQUEST_ATTEMPTS} times: {exc}")  # fmt: skip
+            await sleep(min(exc.retry_after or 1.0, MAX_RETRY_WAIT))
+        except (APIConnectionError, InvalidResponseError) as exc:
+            # No answer, or one we cannot read: it may have been billed.
+            return Check("request", False, f"a 1-token request pinned to {top.tag} failed: {exc}")
+        except ProviderRouterError as exc:
+            outcome.billed = not isinstance(exc, APIStatusError)
+            return Check("request", False, f"a 1-token request pinned to {top.tag} failed: {exc}")
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _request_checks(
+    http: HttpClient, model: str, top: Endpoint, sleep: Sleep, outcome: _Outcome
+) -> list[Check]:
     body = {
         "model": model,
         "messages": [{"role": "user", "content": PREFLIGHT_PROMPT}],
@@ -205,24 +259,16 @@ async def _request_checks(http: HttpClient, model: str, top: Endpoint, sleep: Sl
         "provider": {"only": [top.tag], "allow_fallbacks": False},
         "usage": {"include": True},
     }
-    for attempt in range(REQUEST_ATTEMPTS):
-        try:
-            answer = await http.post_json("/chat/completions", body)
-            break
-        except (RateLimitError, ProviderUnavailableError) as exc:
-            # Transient: a busy provider says nothing about what the run relies on.
-            if attempt + 1 == REQUEST_ATTEMPTS:
-                return [Check("request", False, f"a 1-token request pinned to {top.tag} "
-                              f"failed {REQUEST_ATTEMPTS} times: {exc}")]  # fmt: skip
-            await sleep(min(exc.retry_after or 1.0, MAX_RETRY_WAIT))
-        except ProviderRouterError as exc:
-            return [Check("request", False, f"a 1-token request pinned to {top.tag} failed: {exc}")]
+    answer = await _send(http, body, top, sleep, outcome)
+    if isinstance(answer, Check):
+        return [answer]
     if not isinstance(answer, dict):
         return [Check("request", False, "the answer is not a JSON object")]
     served = answer.get("provider")
     raw_usage = answer.get("usage")
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     generation_id = answer.get("id")
+    has_id = isinstance(generation_id, str) and bool(generation_id)
     checks = [Check("request", True, f"a 1-token request pinned to {top.tag} was answered")]
     checks.append(
         Check(
@@ -232,7 +278,7 @@ async def _request_checks(http: HttpClient, model: str, top: Endpoint, sleep: Sl
             + ("" if served == top.provider_name else f", not the pinned {top.provider_name!r}"),
         )
     )
-    cost = _usd(usage.get("cost"))
+    cost = outcome.cost = _usd(usage.get("cost"))
     if cost is None:
         checks.append(
             Check(
@@ -241,6 +287,8 @@ async def _request_checks(http: HttpClient, model: str, top: Endpoint, sleep: Sl
                 "the answer has no usage.cost: spend could not be settled exactly",
             )
         )
+        if has_id:  # what it cost all the same, for the ledger
+            outcome.cost = await _generation_cost(http, str(generation_id), sleep)
         return checks
     checks.append(Check("usage.cost", True, f"usage.cost {format_usd(cost)}"))
     prompt = int(usage.get("prompt_tokens") or 0)
@@ -266,10 +314,10 @@ async def _request_checks(http: HttpClient, model: str, top: Endpoint, sleep: Sl
                 + ("" if held else ": the listing does not price what is billed"),
             )
         )
-    if not isinstance(generation_id, str) or not generation_id:
+    if not has_id:
         checks.append(Check("generation", False, "the answer has no generation id"))
         return checks
-    total = await _generation_cost(http, generation_id, sleep)
+    total = await _generation_cost(http, str(generation_id), sleep)
     if total is None:
         checks.append(
             Check("generation", False, f"/generation?id={generation_id} reported no cost")
@@ -286,6 +334,46 @@ async def _request_checks(http: HttpClient, model: str, top: Endpoint, sleep: Sl
     return checks
 
 
+async def _ledgered_request_checks(
+    http: HttpClient, model: str, top: Endpoint, sleep: Sleep, ledger: Ledger | None
+) -> tuple[list[Check], Decimal]:
+    """The request's checks and what it cost, reserved and settled in ``ledger`` if given."""
+    outcome = _Outcome()
+    if ledger is None:
+        checks = await _request_checks(http, model, top, sleep, outcome)
+        return checks, outcome.cost or Decimal(0)
+    try:
+        worst = top.pricing.cost(PROMPT_TOKENS_BOUND, 1)
+    except ValueError as exc:
+        why = f"the listing's price cannot be computed ({exc}); nothing was sent"
+        return [Check("request", False, why)], Decimal(0)
+    try:
+        hold: Reservation = await ledger.reserve(worst, key=LEDGER_KEY)
+    except BudgetExhausted:
+        why = f"not sent: the budget has no room for its worst case ({format_usd(worst)})"
+        return [Check("request", None, why)], Decimal(0)
+    try:
+        checks = await _request_checks(http, model, top, sleep, outcome)
+    except BaseException:
+        await ledger.settle(hold, hold.amount)  # unknown is not free
+        raise
+    charged = outcome.cost if outcome.cost is not None else hold.amount
+    try:
+        if not outcome.billed:
+            await ledger.release(hold)
+            return checks, Decimal(0)
+        await ledger.settle(hold, charged, estimate=worst, provider=top.provider_name)
+    except ProviderRouterError:
+        raise
+    except Exception as exc:  # a full disk, say: one clear error, not a traceback
+        raise LedgerWriteError(
+            f"the ledger could not record the preflight request's charge ({exc}); its "
+            "reservation stays open at its worst case until the next run reconciles it",
+            result=None,
+        ) from exc
+    return checks, charged
+
+
 async def preflight(
     model: str,
     policy: ProviderPolicy | None = None,
@@ -294,6 +382,7 @@ async def preflight(
     api_key: str | SecretStr | None = None,
     listing: ModelEndpoints | None = None,
     request: bool = True,
+    ledger: Ledger | None = None,
     sleep: Sleep = asyncio.sleep,
 ) -> PreflightReport:
     """Check the key, the credits, the model, the policy and one tiny pinned request.
@@ -307,6 +396,8 @@ async def preflight(
             pass a snapshot's to check that it still tells the truth.
         request: also send the 1-token pinned request and check its answer (checks
             5 to 9); without it the preflight is free (GETs only).
+        ledger: reserve the request's worst case here and settle it at what it
+            cost (a run passes its own ledger, so its spend counts every charge).
         sleep: waits between ``/generation`` lookups and 429 retries (injected in tests).
     """
     policy = policy if policy is not None else ProviderPolicy()
@@ -339,5 +430,18 @@ async def preflight(
         if not request or top is None or any(c.ok is False for c in checks):
             # No paid request when something it depends on already failed.
             return PreflightReport(model, tuple(checks))
-        checks += await _request_checks(http, model, top, sleep)
-    return PreflightReport(model, tuple(checks))
+        more, cost = await _ledgered_request_checks(http, model, top, sleep, ledger)
+    return PreflightReport(model, (*checks, *more), cost)
+
+
+class PreflightFailed(ProviderRouterError):
+    """A run's preflight found something the run relies on that does not hold.
+
+    Attributes:
+        report: every check, with the failures.
+    """
+
+    def __init__(self, report: PreflightReport) -> None:
+        self.report = report
+        names = ", ".join(c.name for c in report.failures)
+        super().__init__(f"the preflight of {report.model} failed ({names})")

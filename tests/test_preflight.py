@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from provider_router import ProviderPolicy
 from provider_router.catalog import Catalog
+from provider_router.ledger import MemoryLedger
 from provider_router.preflight import PreflightReport, preflight
 from provider_router.records import ModelEndpoints
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -231,8 +233,8 @@ async def test_run_preflights_first_and_sends_nothing_when_it_fails(
     code, _, err = await cli(*argv)
     assert code == 1, err
     assert "FAIL credits" in err
-    assert "the preflight failed; nothing was sent" in err
-    assert not chats(sim)  # run's preflight is free: GETs only
+    assert "the preflight failed; no prompt was sent" in err
+    assert not chats(sim)  # nothing paid when a free check already failed
     code, _, err = await cli(*argv, "--no-preflight")
     assert code == 4, err  # the run itself meets the 402
 
@@ -264,3 +266,50 @@ async def test_run_checks_up_front_that_the_model_exists(
     assert "FAIL model" in err
     assert "nobody/no-such-model" in err
     assert not chats(sim)
+
+
+async def test_with_a_ledger_the_request_is_reserved_and_settled_at_its_cost(
+    openrouter_sim_factory: Factory,
+) -> None:
+    sim = await openrouter_sim_factory()
+    async with MemoryLedger(Decimal(1)) as ledger:
+        report = await check(sim, ledger=ledger)
+        state = await ledger.snapshot()
+    assert report.ok, report.failures
+    assert report.cost == sim.simulator.usage == state.spent > 0
+    assert state.reserved == 0
+    assert report.to_json()["cost_usd"] == str(report.cost)
+
+
+async def test_with_a_ledger_an_error_answer_is_released(openrouter_sim_factory: Factory) -> None:
+    sim = await openrouter_sim_factory(faults=[{"kind": "down", "provider": "chutes"}])
+    async with MemoryLedger(Decimal(1)) as ledger:
+        report = await check(sim, ledger=ledger)
+        state = await ledger.snapshot()
+    assert verdicts(report)["request"] is False
+    assert state.spent == state.reserved == report.cost == 0 == sim.simulator.usage
+
+
+async def test_with_a_ledger_an_answer_without_usage_cost_is_charged_from_generation(
+    openrouter_sim_factory: Factory,
+) -> None:
+    sim = await openrouter_sim_factory(faults=[{"kind": "no_usage_cost", "provider": "chutes"}])
+    async with MemoryLedger(Decimal(1)) as ledger:
+        report = await check(sim, ledger=ledger)
+        state = await ledger.snapshot()
+    assert verdicts(report)["usage.cost"] is False
+    assert state.spent == report.cost == sim.simulator.usage > 0  # billed: counted exactly
+
+
+async def test_with_a_ledger_that_has_no_room_nothing_is_sent(
+    openrouter_sim_factory: Factory,
+) -> None:
+    sim = await openrouter_sim_factory()
+    async with MemoryLedger(Decimal("0.00001")) as ledger:
+        report = await check(sim, ledger=ledger)
+        state = await ledger.snapshot()
+    assert verdicts(report)["request"] is None  # could not tell: not a failure
+    assert "no room" in detail(report, "request")
+    assert report.ok
+    assert not chats(sim)
+    assert state.spent == state.reserved == 0

@@ -204,6 +204,7 @@ class Replay:
         repair_entries: journal entries recording those repairs (to append).
         ledger: the identity of the ledger the job's money is in (last recorded).
         claimed: whether any request was ever sent (money may have been spent).
+        preflight_units: what every run's preflight request cost (picodollars).
     """
 
     def __init__(self, directory: Path) -> None:
@@ -216,6 +217,7 @@ class Replay:
         self.repair_entries: list[dict[str, Any]] = []
         self.ledger: str | None = None
         self.claimed = False
+        self.preflight_units = 0
 
     def _read_lines(self) -> list[bytes]:
         try:
@@ -335,6 +337,8 @@ class Replay:
             self.states[entry["ds"]].locations.update(entry["loc"])
         elif op == "ledger":
             self.ledger = entry["id"]
+        elif op == "preflight":
+            self.preflight_units += entry["cost"]
 
     @staticmethod
     def _count(state: DatasetState, entry: dict[str, Any], sign: int) -> None:

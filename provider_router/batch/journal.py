@@ -42,10 +42,12 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Set
+from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from provider_router._exceptions import ConfigurationError
+from provider_router._money import to_units
 from provider_router.batch._journal_file import (
     FORMAT_VERSION,
     JOURNAL_FILE,
@@ -139,6 +141,8 @@ class FileJournal:
         self.repairs: list[str] = []
         self.ledger: str | None = None
         self.spent_before = False
+        self.preflight_units = 0
+        """What every run's preflight request cost (picodollars, in the ledger's spent)."""
         self._state: defaultdict[str, DatasetState] = defaultdict(DatasetState)
         self._inflight: dict[tuple[str, str], str | None] = {}
         self._outputs: dict[str, OutputFile] = {}
@@ -174,6 +178,7 @@ class FileJournal:
             journal.lost = found.lost
             journal.repairs = found.repairs
             journal.ledger = found.ledger
+            journal.preflight_units = found.preflight_units
             journal.spent_before = found.claimed or found.ledger is not None
             journal._fh = journal.path.open("ab", buffering=0)
             if journal.path.stat().st_size == 0:
@@ -365,6 +370,13 @@ class FileJournal:
         """Record (durably, at once) which ledger holds this job's money."""
         self.ledger = identity
         self.note("ledger", id=identity)
+        self.flush()
+
+    def note_preflight(self, cost: Decimal) -> None:
+        """Record (durably, at once) what a run's preflight request cost."""
+        units = to_units(cost)
+        self.preflight_units += units
+        self.note("preflight", cost=units)
         self.flush()
 
     def note(self, op: str, **fields: Any) -> None:

@@ -79,6 +79,7 @@ from provider_router.client import Router
 from provider_router.ledger import Ledger, LedgerState
 from provider_router.plan import Plan, reached
 from provider_router.policy import ProviderPolicy
+from provider_router.preflight import PreflightFailed, PreflightReport, preflight
 from provider_router.prompts import Prompt, PromptReader, count_lines, first_problem_error
 from provider_router.results import ChatResult
 
@@ -147,6 +148,7 @@ class BatchRunner:
         stream: bool = True,
         timeline_interval: float = DEFAULT_INTERVAL,
         account_horizon: float | None = None,
+        preflight: bool = False,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
@@ -167,6 +169,11 @@ class BatchRunner:
         """Seconds after which a request given up on can no longer be billed, when the
         key is the run's own (see :mod:`provider_router.batch.account`); ``None``: off;
         negative: the stream deadline of the plan's ``max_tokens``."""
+        self.preflight = preflight
+        """Run :func:`~provider_router.preflight.preflight` first, its 1-token request
+        reserved and settled in the job's ledger; a failed check raises
+        :class:`~provider_router.preflight.PreflightFailed` before any prompt is sent."""
+        self.preflight_report: PreflightReport | None = None
         self._base_url = base_url
         self._api_key = api_key
         self._router_options = dict(router_options or {})
@@ -280,6 +287,8 @@ class BatchRunner:
     async def _run_with_ledger(self, journal: FileJournal) -> RunSummary:
         ledger = self.ledger = await self._open_ledger()
         try:
+            if self.preflight:
+                await self._preflight(ledger, journal)
             router = Router(
                 self.plan.model,
                 policy=ProviderPolicy(**self.plan.policy),
@@ -330,6 +339,20 @@ class BatchRunner:
         finally:
             if self._given_ledger is None:
                 await ledger.close()
+
+    async def _preflight(self, ledger: Ledger, journal: FileJournal) -> None:
+        """The preflight, paid from the job's ledger (on every run: it costs < $0.001)."""
+        report = self.preflight_report = await preflight(
+            self.plan.model,
+            ProviderPolicy(**self.plan.policy),
+            base_url=self._base_url,
+            api_key=self._api_key,
+            ledger=ledger,
+        )
+        if report.cost:
+            journal.note_preflight(report.cost)
+        if not report.ok:
+            raise PreflightFailed(report)
 
     def _account_check(self, router: Router, ledger: Ledger) -> AccountCheck | None:
         horizon = self.account_horizon
@@ -858,6 +881,7 @@ class BatchRunner:
             recovered=list(self._recovered),
             message=message.lstrip("; "),
             fleet=self._fleet_report(),
+            preflight=from_units(self.journal.preflight_units) if self.journal else Decimal(0),
         )
         summary.write(self.out / SUMMARY_FILE)
         return summary

@@ -301,6 +301,8 @@ class RunSummary:
         fleet: in a fleet, the fleet's name, workers and per-dataset queue state,
             and what this worker did; the datasets' figures and ``spent`` are then
             the whole fleet's (None outside a fleet).
+        preflight: USD the preflights of this job directory cost, over every run
+            (part of ``spent``, in no dataset's cost: ``run``'s 1-token pinned request).
     """
 
     reason: StopReason
@@ -317,6 +319,7 @@ class RunSummary:
     message: str = ""
     fleet: dict[str, Any] | None = None
     budget_to_finish: Decimal | None = None
+    preflight: Decimal = Decimal(0)
 
     @property
     def exit_code(self) -> int:
@@ -332,6 +335,7 @@ class RunSummary:
             "budget_usd": decimal_str(self.budget),
             "spent_usd": decimal_str(self.spent),
             "reserved_usd": decimal_str(self.reserved),
+            "preflight_usd": decimal_str(self.preflight),
             "to_finish_usd": _str(self.to_finish),
             "budget_to_finish_usd": _str(self.budget_to_finish),
             "wall_time_s": round(self.wall_time, 3),

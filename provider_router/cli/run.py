@@ -48,13 +48,13 @@ from provider_router.cli._errors import UsageError
 from provider_router.cli._logging import report_events
 from provider_router.cli._options import budget_usd, positive_count
 from provider_router.cli._render import make_console
-from provider_router.cli.preflight import print_report, run_preflight
+from provider_router.cli.preflight import print_report
 from provider_router.ledger import RedisLedger, SQLiteLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ledger.redis import DEFAULT_LEASE
 from provider_router.metrics import Metrics
 from provider_router.plan import Plan, load_plan
-from provider_router.policy import ProviderPolicy
+from provider_router.preflight import PreflightFailed
 from provider_router.prompts import PromptReader
 
 __all__ = [
@@ -133,7 +133,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--no-preflight",
         action="store_true",
         help="skip the preflight (key valid and not used up, credits, model exists, policy "
-        "allows an endpoint)",
+        "allows an endpoint, one 1-token request pinned to the top-ranked provider, paid from "
+        "the job's budget)",
     )
     parser.add_argument("--base-url", help="OpenRouter API root (default: OPENROUTER_BASE_URL)")
     parser.add_argument(
@@ -331,17 +332,6 @@ def _handle(args: argparse.Namespace) -> int:
             f"no API key: set {ENV_API_KEY} to your OpenRouter key "
             f"(export {ENV_API_KEY}=sk-or-...; create one at https://openrouter.ai/keys)"
         )
-    if not args.no_preflight:
-        # The free checks (GETs): a paid request here would be spent outside the job's
-        # ledger; `provider-router preflight` adds the 1-token pinned request.
-        report = run_preflight(
-            plan.model, ProviderPolicy(**plan.policy), base_url=args.base_url, request=False
-        )
-        if not report.ok:
-            print_report(report, file=sys.stderr)
-            print("provider-router: error: the preflight failed; nothing was sent "
-                  "(--no-preflight skips it)", file=sys.stderr)  # fmt: skip
-            return 1
     console = make_console(sys.stderr)
     out = make_console()
     metrics = None
@@ -374,6 +364,7 @@ def _handle(args: argparse.Namespace) -> int:
                 fleet=fleet,
                 router_options=None if metrics is None else {"metrics": metrics},
                 account_horizon=args.own_key,
+                preflight=not args.no_preflight,
             )
             return await run_batch(runner, console=console, progress=args.progress)
         finally:
@@ -382,6 +373,11 @@ def _handle(args: argparse.Namespace) -> int:
 
     try:
         summary = _run_loop(main)
+    except PreflightFailed as exc:
+        print_report(exc.report, file=sys.stderr)
+        print("provider-router: error: the preflight failed; no prompt was sent "
+              "(--no-preflight skips it)", file=sys.stderr)  # fmt: skip
+        return 1
     finally:
         if metrics is not None:
             metrics.close()

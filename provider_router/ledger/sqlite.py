@@ -128,7 +128,8 @@ class _Store:
                 con.execute(_UPDATE_TOTALS, t.row())
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            if con.in_transaction:  # SQLite already rolled back on a full disk (SQLITE_FULL)
+                con.execute("ROLLBACK")
             raise
         return t.limit_units, t.spent, t.reserved
 

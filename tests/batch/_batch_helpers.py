@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import sqlite3
+import sys
 from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from provider_router._money import from_units
+from provider_router.testing import DEFAULT_TEST_KEY
 
 
 def write_prompts(path: Path, count: int, *, prefix: str = "q", extra: Iterable[str] = ()) -> Path:
@@ -64,3 +68,22 @@ def assert_consistent(directory: Path, datasets: Iterable[str]) -> list[dict[str
     spent = sum((from_units(r["cost"] or 0) for r in rows), Decimal(0))
     assert spent == ledger_spent(directory), (spent, ledger_spent(directory))
     return records
+
+
+async def run_cli(*argv: str, key: str | None = DEFAULT_TEST_KEY) -> tuple[int, str, str]:
+    """``python -m provider_router ARGV``: (exit code, stdout, stderr)."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENROUTER_API_KEY"}
+    if key is not None:
+        env["OPENROUTER_API_KEY"] = key
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "provider_router",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()

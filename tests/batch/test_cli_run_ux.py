@@ -17,34 +17,15 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from _batch_helpers import assert_consistent, write_prompts
+from _batch_helpers import assert_consistent, run_cli, write_prompts
 
 from provider_router.batch.report import CHARTS, REPORT_FILE
 from provider_router.cli import main
-from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
+from provider_router.testing import SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]
 MODEL = "moonshotai/kimi-k2.5"
 CANONICAL = re.compile(r"^-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?$")
-
-
-async def run_cli(*argv: str, key: str | None = DEFAULT_TEST_KEY) -> tuple[int, str, str]:
-    """``python -m provider_router ARGV``: (exit code, stdout, stderr)."""
-    env = {k: v for k, v in os.environ.items() if k != "OPENROUTER_API_KEY"}
-    if key is not None:
-        env["OPENROUTER_API_KEY"] = key
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "provider_router",
-        *argv,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    out, err = await proc.communicate()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def resume_argv(stderr: str) -> list[str]:
