@@ -51,6 +51,14 @@ def _baseline_app(sample_json: bytes, sample_chunks: list[bytes]) -> web.Applica
     return app
 
 
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
 def _serve(kind: str, ready: Any, sample_json: bytes, sample_chunks: list[bytes]) -> None:
     import uvloop
 
@@ -64,8 +72,9 @@ def _serve(kind: str, ready: Any, sample_json: bytes, sample_chunks: list[bytes]
             await site.start()
             port = runner.addresses[0][1]
         else:
+            # The default log_limit (100,000), so the RSS curve shows what a user's run keeps.
             sim = SimulatorServer(
-                speed=math.inf, credits=10**9, completion_tokens=COMPLETION_TOKENS, log_limit=1000
+                speed=math.inf, credits=10**9, completion_tokens=COMPLETION_TOKENS
             )
             await sim.start()
             port = sim.port
@@ -102,7 +111,9 @@ def _body(i: int, stream: bool) -> bytes:
     ).encode()
 
 
-async def _load(port: int, pid: int, n: int, concurrency: int, stream: bool) -> Result:
+async def _load(
+    port: int, pid: int, n: int, concurrency: int, stream: bool, rss_every: int = 0
+) -> Result:
     url = f"http://127.0.0.1:{port}/api/v1/chat/completions"
     headers = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
     bodies = [_body(i, stream) for i in range(n)]
@@ -115,6 +126,8 @@ async def _load(port: int, pid: int, n: int, concurrency: int, stream: bool) -> 
             while next_index < n:
                 body = bodies[next_index]
                 next_index += 1
+                if rss_every and next_index % rss_every == 0:
+                    print(f"  after {next_index:>7} requests: simulator RSS {_rss_mb(pid):6.1f} MB")
                 async with session.post(url, data=body) as response:
                     await response.read()
                     if response.status != 200:
@@ -148,7 +161,12 @@ def _samples() -> tuple[bytes, list[bytes]]:
 
 
 def _run(
-    kind: str, n: int, concurrency: int, stream: bool, samples: tuple[bytes, list[bytes]]
+    kind: str,
+    n: int,
+    concurrency: int,
+    stream: bool,
+    samples: tuple[bytes, list[bytes]],
+    rss_every: int = 0,
 ) -> Result:
     parent, child = multiprocessing.Pipe()
     process = multiprocessing.get_context("fork").Process(
@@ -160,7 +178,7 @@ def _run(
         assert process.pid is not None
         import uvloop
 
-        return uvloop.run(_load(port, process.pid, n, concurrency, stream))
+        return uvloop.run(_load(port, process.pid, n, concurrency, stream, rss_every))
     finally:
         process.terminate()
         process.join()
@@ -170,8 +188,21 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench simulator")
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=2_000)
+    parser.add_argument(
+        "--rss-curve",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N distinct JSON requests to the simulator, printing its RSS every N/20",
+    )
     args = parser.parse_args(argv)
     samples = _samples()
+    if args.rss_curve:
+        n = args.rss_curve
+        print(f"simulator RSS over {n} distinct JSON requests, {args.concurrency} concurrent")
+        result = _run("simulator", n, args.concurrency, False, samples, max(1, n // 20))
+        print(f"  {result.rps:.0f} req/s, {result.cpu_ms_per_1000:.0f} ms server CPU per 1,000")
+        return 0
     print(
         f"simulator benchmark: {args.requests} requests, {args.concurrency} concurrent, "
         f"{COMPLETION_TOKENS} completion tokens, speed=inf; {os.cpu_count()} CPUs"

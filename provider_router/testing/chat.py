@@ -168,6 +168,15 @@ def _parse_choices(body: dict[str, Any]) -> int | web.Response:
     return value
 
 
+def _parse_json(raw: bytes) -> Any:
+    """``json.loads(raw)``, UTF-8 first: loads(bytes) sniffs the encoding in Python on
+    every request; anything else (a BOM, UTF-16) still goes through it."""
+    try:
+        return json.loads(raw.decode())
+    except ValueError:
+        return json.loads(raw)
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     sim = request.app[SIM_KEY]
     record = sim.log.start("chat")
@@ -187,7 +196,7 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
     record.key_label = key.label
     raw = await request.read()
     try:
-        body = json.loads(raw)
+        body = _parse_json(raw)
     except ValueError:
         return _bad_request("Invalid JSON in request body")
     if not isinstance(body, dict):

@@ -34,6 +34,12 @@ from aiohttp import web
 
 from provider_router.testing import bodies, tools
 from provider_router.testing.billing import Cost, KeyState, compute_cost
+from provider_router.testing.encode import (
+    ChunkFrame,
+    chat_result_json,
+    content_delta_json,
+    usage_json,
+)
 from provider_router.testing.faults import Fault
 from provider_router.testing.introspection import RequestRecord
 from provider_router.testing.market import EndpointSpec, ModelSpec
@@ -105,7 +111,9 @@ def _use_cache(attempt: Attempt) -> CacheResult:
     """Read the longest cached prefix of the prompt on this endpoint, then cache the prompt.
     Written tokens are reported (and billed) only where the endpoint prices writes."""
     endpoint = attempt.endpoint
-    if not endpoint.supports_implicit_caching:
+    if not endpoint.supports_implicit_caching or attempt.prompt_tokens < endpoint.cache_min_tokens:
+        # Below the minimum no prefix of this prompt is read or stored (the longest is
+        # the prompt without its reply priming): skip hashing the chain.
         return CacheResult()
     body = attempt.body
     chain = prefix_chain(body)
@@ -355,35 +363,10 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         return _json_body(attempt, plan, bodies.dumps(payload))
     await sim.wait(duration)
     cost = _charge(attempt, plan, shape.completion_tokens, shape.reasoning_tokens)
-    usage = bodies.usage_body(
-        attempt.prompt_tokens,
-        plan.cached_tokens,
-        attempt.record.completion_tokens,
-        attempt.record.reasoning_tokens,
-        cost,
-        plan.cache_write_tokens,
-    )
-    if kind == "no_usage_cost":
-        _drop_cost(attempt, usage)
-    payload = bodies.chat_result(
-        plan.gen_id,
-        plan.created,
-        model_slug,
-        _shown(attempt),
-        _content_text(plan, shape.content_tokens),
-        _reasoning_text(attempt, plan, shape.reasoning_tokens),
-        shape.finish_reason,
-        usage,
-        tool_calls=(
-            tools.message_calls(plan.calls, shape.content_tokens - plan.preamble) or None
-            if plan.calls
-            else None
-        ),
-        fingerprint=attempt.endpoint.system_fingerprint,
-    )
-    if attempt.choices > 1:
-        first = payload["choices"][0]
-        payload["choices"] = [{**first, "index": i} for i in range(attempt.choices)]
+    if kind != "no_usage_cost" and not plan.calls and attempt.choices == 1:
+        data = WHITESPACE + _plain_answer(attempt, plan, cost).encode()
+    else:
+        data = WHITESPACE + bodies.dumps(_answer(attempt, plan, cost, kind))
     _remember(
         attempt,
         plan,
@@ -393,7 +376,6 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         shape.finish_reason,
         duration,
     )
-    data = WHITESPACE + bodies.dumps(payload)
     if kind == "reset":
         # Like the real service: headers (with the generation id) and the
         # keep-alive whitespace are already out when the connection drops, so a
@@ -415,6 +397,68 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         _abort(attempt.request)
         return response
     return _json_body(attempt, plan, data)
+
+
+def _answer(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict[str, Any]:
+    """The answer body as a dict: any shape (tool calls, ``n`` choices, no usage cost)."""
+    shape = plan.shape
+    record = attempt.record
+    usage = bodies.usage_body(
+        attempt.prompt_tokens,
+        plan.cached_tokens,
+        record.completion_tokens,
+        record.reasoning_tokens,
+        cost,
+        plan.cache_write_tokens,
+    )
+    if kind == "no_usage_cost":
+        _drop_cost(attempt, usage)
+    payload = bodies.chat_result(
+        plan.gen_id,
+        plan.created,
+        attempt.model.canonical_slug,
+        _shown(attempt),
+        _content_text(plan, shape.content_tokens),
+        _reasoning_text(attempt, plan, shape.reasoning_tokens),
+        shape.finish_reason,
+        usage,
+        tool_calls=(
+            tools.message_calls(plan.calls, shape.content_tokens - plan.preamble) or None
+            if plan.calls
+            else None
+        ),
+        fingerprint=attempt.endpoint.system_fingerprint,
+    )
+    if attempt.choices > 1:
+        first = payload["choices"][0]
+        payload["choices"] = [{**first, "index": i} for i in range(attempt.choices)]
+    return payload
+
+
+def _plain_answer(attempt: Attempt, plan: _Plan, cost: Cost) -> str:
+    """The same text as ``dumps(_answer(...))`` for one choice without tool calls, from
+    templates (the common answer; see :mod:`~provider_router.testing.encode`)."""
+    shape = plan.shape
+    record = attempt.record
+    usage = usage_json(
+        attempt.prompt_tokens,
+        plan.cached_tokens,
+        record.completion_tokens,
+        record.reasoning_tokens,
+        cost,
+        plan.cache_write_tokens,
+    )
+    return chat_result_json(
+        plan.gen_id,
+        plan.created,
+        attempt.model.canonical_slug,
+        _shown(attempt),
+        filler(0, shape.content_tokens),
+        _reasoning_text(attempt, plan, shape.reasoning_tokens),
+        shape.finish_reason,
+        usage,
+        attempt.endpoint.system_fingerprint,
+    )
 
 
 def _json_body(attempt: Attempt, plan: _Plan, data: bytes) -> web.Response:
@@ -439,6 +483,7 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         _shown(attempt),
     )
     fp = attempt.endpoint.system_fingerprint
+    frame = ChunkFrame(gen_id, created, model_slug, provider, fp)
     total = shape.completion_tokens
     stop_at = total
     if kind in ("error_200", "stream_error", "reset", "truncate"):
@@ -495,10 +540,10 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                     n = min(n, plan.preamble - start)
                 delta["content"] = filler(start, start + n)
             sent += n
-            if "reasoning" in delta or delta["content"]:
-                await response.write(
-                    _sse(bodies.chunk(gen_id, created, model_slug, provider, delta, fingerprint=fp))
-                )
+            if "reasoning" in delta:
+                await response.write(frame.sse(bodies.dumps(delta).decode()))
+            elif delta["content"]:
+                await response.write(frame.sse(content_delta_json(delta["content"])))
         reasoning_sent = min(sent, shape.reasoning_tokens)
         duration = plan.ttft + sent / tps
         if kind in ("error_200", "stream_error"):

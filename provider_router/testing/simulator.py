@@ -55,6 +55,9 @@ class Simulator:
         stream_chunk_tokens: tokens per SSE chunk.
         generation_404s: how many lookups of a fresh generation id answer 404
             before the record appears (the real one lags a little).
+        log_limit: how many of the latest requests are remembered (the request
+            log, the ``/generation`` records, the per-request random streams), so
+            memory stays flat however long the simulator runs.
         bill_abandoned: when a client goes away (a timeout, a kill) after its
             request was admitted, the provider finishes the generation anyway and
             it is billed in full when it would have ended, with its
@@ -146,8 +149,14 @@ class Simulator:
     def rng_for(self, fingerprint: int) -> random.Random:
         """A random stream for one request: same seed + same request => same draws,
         whatever order concurrent requests arrive in; a repeat gets the next stream."""
-        occurrence = self._occurrences.get(fingerprint, 0) + 1
-        self._occurrences[fingerprint] = occurrence
+        occurrences = self._occurrences
+        occurrence = occurrences.get(fingerprint, 0) + 1
+        if occurrence == 1 and len(occurrences) >= self.log_limit:
+            # Bounded like the request log (one entry per distinct request would grow
+            # forever): the oldest fingerprint goes first; a repeat of a request that
+            # old starts its streams again.
+            del occurrences[next(iter(occurrences))]
+        occurrences[fingerprint] = occurrence
         return random.Random((self.seed << 80) ^ (fingerprint << 24) ^ occurrence)
 
     def unstable_tags(self) -> set[str]:

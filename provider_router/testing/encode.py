@@ -1,0 +1,113 @@
+"""The hot answers as JSON text directly: byte for byte what :func:`bodies.dumps` makes
+of the dicts :mod:`~provider_router.testing.bodies` builds, at a fraction of the cost.
+
+Encoding the nested dicts of a chat answer with :mod:`json` cost ~26 µs per answer (the
+usage object alone ~12 µs), a quarter of the simulator's own CPU per request. These
+functions write the same text from templates: the fixed parts are literals, strings go
+through the C string encoder that :mod:`json` itself uses, numbers through ``repr``
+(which is what :mod:`json` writes for ints and floats). Only the common shapes are
+here (a plain answer, a usage object, a stream chunk without finish/usage/error); every
+other shape is built as a dict and encoded by :func:`bodies.dumps`. ``tests/testing/
+test_sim_encode.py`` checks each function against the dict path.
+"""
+
+from __future__ import annotations
+
+from json.encoder import encode_basestring_ascii
+
+from provider_router.testing.billing import Cost
+from provider_router.testing.bodies import usd
+
+__all__ = ["ChunkFrame", "chat_result_json", "content_delta_json", "usage_json"]
+
+
+def _text(value: str | None) -> str:
+    return "null" if value is None else encode_basestring_ascii(value)
+
+
+def usage_json(
+    prompt_tokens: int,
+    cached_tokens: int,
+    completion_tokens: int,
+    reasoning_tokens: int,
+    cost: Cost,
+    cache_write_tokens: int = 0,
+) -> str:
+    """``bodies.usage_body(...)`` encoded."""
+    total = repr(usd(cost.total))
+    prompt_cost = repr(usd(cost.prompt + cost.request))
+    completion_cost = repr(usd(cost.completion))
+    return (
+        f'{{"prompt_tokens":{prompt_tokens},"completion_tokens":{completion_tokens},'
+        f'"total_tokens":{prompt_tokens + completion_tokens},"cost":{total},"is_byok":false,'
+        f'"prompt_tokens_details":{{"cached_tokens":{cached_tokens},'
+        f'"cache_write_tokens":{cache_write_tokens},"audio_tokens":0,"video_tokens":0}},'
+        f'"cost_details":{{"upstream_inference_cost":{total},'
+        f'"upstream_inference_prompt_cost":{prompt_cost},'
+        f'"upstream_inference_completions_cost":{completion_cost}}},'
+        f'"completion_tokens_details":{{"reasoning_tokens":{reasoning_tokens},'
+        f'"image_tokens":0,"audio_tokens":0}}}}'
+    )
+
+
+def chat_result_json(
+    gen_id: str,
+    created: int,
+    model: str,
+    provider: str | None,
+    content: str | None,
+    reasoning: str | None,
+    finish_reason: str,
+    usage: str,
+    fingerprint: str | None = None,
+) -> str:
+    """``bodies.chat_result(...)`` without ``error`` or ``tool_calls``, encoded;
+    ``usage`` is already JSON (:func:`usage_json`)."""
+    reasoning_text = _text(reasoning)
+    message = (
+        f'{{"role":"assistant","content":{_text(content)},"refusal":null,'
+        f'"reasoning":{reasoning_text}'
+    )
+    if reasoning:
+        message += (
+            f',"reasoning_details":[{{"type":"reasoning.text","text":{reasoning_text},'
+            '"format":"unknown","index":0}]'
+        )
+    finish = encode_basestring_ascii(finish_reason)
+    shown = "" if provider is None else f'"provider":{encode_basestring_ascii(provider)},'
+    return (
+        f'{{"id":{encode_basestring_ascii(gen_id)},{shown}"model":{encode_basestring_ascii(model)},'
+        f'"object":"chat.completion","created":{created},"choices":[{{"logprobs":null,'
+        f'"finish_reason":{finish},"native_finish_reason":{finish},"index":0,'
+        f'"message":{message}}}}}],"system_fingerprint":{_text(fingerprint)},"usage":{usage}}}'
+    )
+
+
+def content_delta_json(text: str) -> str:
+    """The delta ``{"role": "assistant", "content": text}`` encoded."""
+    return f'{{"role":"assistant","content":{encode_basestring_ascii(text)}}}'
+
+
+class ChunkFrame:
+    """What every mid-stream chunk of one answer shares: ``bodies.chunk(...)`` with
+    no finish reason, usage or error is ``head + delta + tail``."""
+
+    __slots__ = ("_head", "_tail")
+
+    def __init__(
+        self, gen_id: str, created: int, model: str, provider: str | None, fingerprint: str | None
+    ) -> None:
+        shown = "" if provider is None else f'"provider":{encode_basestring_ascii(provider)},'
+        self._head = (
+            f'data: {{"id":{encode_basestring_ascii(gen_id)},{shown}'
+            f'"model":{encode_basestring_ascii(model)},"object":"chat.completion.chunk",'
+            f'"created":{created},"choices":[{{"index":0,"delta":'
+        )
+        fp = "" if fingerprint is None else f',"system_fingerprint":{_text(fingerprint)}'
+        self._tail = (
+            f',"finish_reason":null,"native_finish_reason":null,"logprobs":null}}]{fp}}}\n\n'
+        )
+
+    def sse(self, delta: str) -> bytes:
+        """The SSE event (``data: ...`` and the blank line) of a chunk carrying ``delta`` (JSON)."""
+        return (self._head + delta + self._tail).encode()

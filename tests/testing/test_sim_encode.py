@@ -1,0 +1,67 @@
+"""The template encoders write exactly what ``bodies.dumps`` makes of the dict builders."""
+
+from __future__ import annotations
+
+import pytest
+
+from provider_router.testing import bodies
+from provider_router.testing.billing import Cost
+from provider_router.testing.encode import (
+    ChunkFrame,
+    chat_result_json,
+    content_delta_json,
+    usage_json,
+)
+
+COSTS = [Cost(0, 0, 0), Cost(123_456_789, 987_654_321, 0), Cost(1, 2, 3, 4), Cost(10**15, 7, 10**9)]
+TEXTS = [None, "", "plain words", 'quote " back \\ slash\nnewline', "ünïcödé ✓ 😀", "\x00\x1f"]
+
+
+@pytest.mark.parametrize("cost", COSTS)
+@pytest.mark.parametrize("write", [0, 1024])
+def test_usage_json_is_the_usage_body(cost: Cost, write: int) -> None:
+    expected = bodies.dumps(bodies.usage_body(17, 5, 256, 31, cost, write)).decode()
+    assert usage_json(17, 5, 256, 31, cost, write) == expected
+
+
+@pytest.mark.parametrize("content", TEXTS)
+@pytest.mark.parametrize("reasoning", [None, "", 'thinking ✓ "hard"'])
+@pytest.mark.parametrize("provider", [None, "Moonshot AI", 'Odd "name"'])
+@pytest.mark.parametrize("fingerprint", [None, "fpv0_1"])
+@pytest.mark.parametrize("finish", ["stop", "length"])
+def test_chat_result_json_is_the_chat_result(
+    content: str | None,
+    reasoning: str | None,
+    provider: str | None,
+    fingerprint: str | None,
+    finish: str,
+) -> None:
+    usage = bodies.usage_body(3, 0, 4, 1, Cost(5, 6, 7))
+    expected = bodies.chat_result(
+        "gen-1-abc", 1_700_000_000, "moonshotai/kimi-k2.5", provider, content, reasoning,
+        finish, usage, fingerprint=fingerprint,
+    )  # fmt: skip
+    text = chat_result_json(
+        "gen-1-abc", 1_700_000_000, "moonshotai/kimi-k2.5", provider, content, reasoning,
+        finish, usage_json(3, 0, 4, 1, Cost(5, 6, 7)), fingerprint,
+    )  # fmt: skip
+    assert text == bodies.dumps(expected).decode()
+
+
+@pytest.mark.parametrize("text", [t for t in TEXTS if t])
+@pytest.mark.parametrize("provider", [None, "Chutes"])
+@pytest.mark.parametrize("fingerprint", [None, "fp_x"])
+def test_chunk_frame_is_the_chunk(text: str, provider: str | None, fingerprint: str | None) -> None:
+    frame = ChunkFrame("gen-2-xyz", 1_700_000_001, "m/x", provider, fingerprint)
+    delta = {"role": "assistant", "content": text}
+    expected = bodies.chunk(
+        "gen-2-xyz", 1_700_000_001, "m/x", provider, delta, fingerprint=fingerprint
+    )
+    assert frame.sse(content_delta_json(text)) == b"data: " + bodies.dumps(expected) + b"\n\n"
+    reasoning = {**delta, "reasoning": text, "reasoning_details": bodies.reasoning_details(text)}
+    expected = bodies.chunk(
+        "gen-2-xyz", 1_700_000_001, "m/x", provider, reasoning, fingerprint=fingerprint
+    )
+    assert (
+        frame.sse(bodies.dumps(reasoning).decode()) == b"data: " + bodies.dumps(expected) + b"\n\n"
+    )
