@@ -15,7 +15,10 @@ in the same run, each in a child process of its own:
   an unbiased sample exists, then the observed distribution plus 3 σ).
 
 Reported: output tokens completed, overshoot (tokens past the target, in % of
-it), requests, and wall time.
+it), the *floor* (the overshoot of the shortest prefix of the prompts, in file order,
+whose answers reach the target: what any rule that sends prompts in order and never
+cuts an answer short must complete; the grain of the last request), how far the run
+landed past that floor, requests, and wall time.
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ def _run_child(url: str, directory: str, target: int, rule: str, conn: Any) -> N
         summary = await runner.run()
         (report,) = summary.datasets
         return {
+            "floor": _floor(Path(directory) / f"out-{rule}" / "d.jsonl", target),
             "tokens": report.output_tokens,
             "requests": report.completed,
             "wall": time.perf_counter() - t0,
@@ -113,6 +117,26 @@ def _run_child(url: str, directory: str, target: int, rule: str, conn: Any) -> N
         }
 
     conn.send(uvloop.run(main()))
+
+
+def _floor(outputs: Path, target: int) -> int | None:
+    """Output tokens of the shortest prefix of the prompts, in file order, that reaches the
+    target, with the lengths this run's answers had: what any rule that sends prompts in
+    order and never cuts an answer short must complete (None: the run did not send a prefix).
+    """
+    lengths: dict[int, int] = {}
+    with outputs.open() as fh:
+        for line in fh:
+            record = json.loads(line)
+            lengths[int(record["id"][1:])] = int(record["usage"]["completion_tokens"])
+    total = 0
+    for n in range(len(lengths)):
+        if n not in lengths:
+            return None
+        total += lengths[n]
+        if total >= target:
+            return total
+    return None
 
 
 def _child(target: Any, *args: Any) -> Any:
@@ -141,8 +165,11 @@ def main(argv: list[str]) -> int:
         f"{CONCURRENCY:,} in flight, max_tokens {MAX_TOKENS:,}, log-normal lengths "
         f"(median 400, sigma 0.6), speed {args.speed:g}, seeds 1..{args.seeds}"
     )
-    print("| target | seed | rule | output tokens | overshoot | requests | wall s |")
-    print("|---:|---:|---|---:|---:|---:|---:|")
+    print(
+        "| target | seed | rule | output tokens | overshoot | floor | past the floor "
+        "| requests | wall s |"
+    )
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     results: dict[tuple[int, str], list[float]] = {}
     for seed in range(1, args.seeds + 1):
         parent, child = mp.Pipe()
@@ -163,9 +190,13 @@ def main(argv: list[str]) -> int:
                         r = _child(_run_child, url, tmp, target, rule)
                         over = (r["tokens"] - target) / target * 100
                         results.setdefault((multiple, rule), []).append(over)
+                        floor = r["floor"]
+                        floor_over = "?" if floor is None else f"{(floor - target) / target:+.2%}"
+                        past = "?" if floor is None else f"{(r['tokens'] - floor) / target:+.2%}"
                         print(
                             f"| {multiple:,}× = {target:,} | {seed} | {rule} | {r['tokens']:,} | "
-                            f"{over:+.2f} % | {r['requests']:,} | {r['wall']:.1f} |",
+                            f"{over:+.2f} % | {floor_over} | {past} | {r['requests']:,} | "
+                            f"{r['wall']:.1f} |",
                             flush=True,
                         )
                         if r["reason"] != "complete":
