@@ -281,7 +281,9 @@ class Billing:
                     charged=str(cost),
                 )
         unsettled: BaseException | None = None
+        held = reservation.amount if reservation is not None else None  # converted once
         if reservation is not None and ledger is not None:
+            assert held is not None  # set with the reservation (for mypy)
             settled_cost = cost
             try:
                 await self._write(
@@ -306,16 +308,10 @@ class Billing:
                     cost=str(cost),
                     error=repr(exc),
                 )
-            if unsettled is None and cost > reservation.amount:
+            if unsettled is None and cost > held:
                 self._overran(request.key, reservation, cost, generation_id)
         self.spent += cost
-        return Charged(
-            completion,
-            cost,
-            estimate,
-            reservation.amount if reservation is not None else None,
-            unsettled,
-        )
+        return Charged(completion, cost, estimate, held, unsettled)
 
     async def close_failed(
         self, reservation: Reservation, request: PreparedRequest, exc: BaseException

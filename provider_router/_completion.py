@@ -78,7 +78,8 @@ def parse_completion(body: object) -> Completion:
         InvalidResponseError: the body is not a chat completion (no ``choices``
             and no ``error``).
     """
-    if not isinstance(body, Mapping):
+    # type() first: a decoded body is a dict, and an ABC check costs ~10x more.
+    if type(body) is not dict and not isinstance(body, Mapping):
         raise InvalidResponseError(f"expected a chat completion object, got {describe_json(body)}")
     provider = _clean(body.get("provider"))
     result = Completion(
@@ -98,12 +99,12 @@ def parse_completion(body: object) -> Completion:
             )
         return result
     choice = choices[0]
-    if not isinstance(choice, Mapping):
+    if type(choice) is not dict and not isinstance(choice, Mapping):
         raise InvalidResponseError(
             f"expected choices[0] to be an object, got {describe_json(choice)}"
         )
     message = choice.get("message")
-    if isinstance(message, Mapping):
+    if type(message) is dict or isinstance(message, Mapping):
         result.message = message
         result.text = _str(message.get("content")) or ""
         result.reasoning = _str(message.get("reasoning"))

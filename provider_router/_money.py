@@ -24,6 +24,7 @@ _UNIT: Final = Decimal(1) / UNITS_PER_USD
 
 _NUMBER_TEXT: Final = re.compile(r"\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 _NUMBER_BYTES: Final = re.compile(rb"\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+_NEEDLES: dict[str, bytes] = {}  # '"key":' as bytes, by key (a handful of keys)
 
 
 def exact_json_number(raw: bytes | str, key: str) -> Decimal | None:
@@ -37,7 +38,10 @@ def exact_json_number(raw: bytes | str, key: str) -> Decimal | None:
         at = raw.rfind(f'"{key}":')
         found = _NUMBER_TEXT.match(raw, at + len(key) + 3) if at >= 0 else None
         return Decimal(found.group(1)) if found else None
-    at = raw.rfind(b'"' + key.encode() + b'":')
+    needle = _NEEDLES.get(key)
+    if needle is None:
+        needle = _NEEDLES[key] = b'"' + key.encode() + b'":'
+    at = raw.rfind(needle)
     match = _NUMBER_BYTES.match(raw, at + len(key) + 3) if at >= 0 else None
     return Decimal(match.group(1).decode()) if match else None
 

@@ -270,15 +270,23 @@ class Pricing(BaseModel):
             ValueError: negative counts, cached + written tokens above the prompt,
                 or dynamic (``"-1"``) pricing, which has no cost to compute.
         """
-        for name, count in (
-            ("prompt_tokens", prompt_tokens),
-            ("completion_tokens", completion_tokens),
-            ("cached_tokens", cached_tokens),
-            ("cache_write_tokens", cache_write_tokens),
-            ("requests", requests),
+        if (
+            prompt_tokens < 0
+            or completion_tokens < 0
+            or cached_tokens < 0
+            or cache_write_tokens < 0
+            or requests < 0
         ):
-            if count < 0:
-                raise ValueError(f"{name} must be ≥ 0, got {count}")
+            # Checked inline first: this runs once per answered request.
+            for name, count in (
+                ("prompt_tokens", prompt_tokens),
+                ("completion_tokens", completion_tokens),
+                ("cached_tokens", cached_tokens),
+                ("cache_write_tokens", cache_write_tokens),
+                ("requests", requests),
+            ):
+                if count < 0:
+                    raise ValueError(f"{name} must be ≥ 0, got {count}")
         if cached_tokens + cache_write_tokens > prompt_tokens:
             raise ValueError(
                 f"cached_tokens ({cached_tokens}) + cache_write_tokens ({cache_write_tokens}) "

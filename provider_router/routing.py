@@ -214,6 +214,14 @@ class RoutePlan:
         if not pricings:
             return None
         try:
+            if len(pricings) == 1:
+                # The common case (one endpoint per provider): no generator, no max().
+                return pricings[0].cost(
+                    prompt_tokens,
+                    completion_tokens,
+                    cached_tokens=cached_tokens,
+                    cache_write_tokens=cache_write_tokens,
+                )
             return max(
                 p.cost(
                     prompt_tokens,

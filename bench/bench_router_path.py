@@ -1,0 +1,135 @@
+"""The Router's own per-request Python, piece by piece, without the network (#13).
+
+Run: ``python -m bench router_path`` (``--n`` calls per timing, ``--repeat``).
+Opens a ``Router`` + ``MemoryLedger`` on a local OpenRouter (one warm-up chat, one
+real answer body captured), then times in a loop, cyclic GC off, best of
+``--repeat``: building a request (body bytes, billable size, worst case),
+decoding + reading an answer (``json.loads``, exact cost, ``parse_completion``),
+reserve + settle on the memory ledger, the same plus the result object, the
+limiter round trip and our price estimate. ``python -m bench perf`` measures the
+whole request (HTTP included) against bare aiohttp; this one isolates the pieces
+that are ours, with far less noise, so a change of a microsecond shows. Compare
+two trees by running it from each (``PYTHONPATH=<tree>``) in the same minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from typing import Any
+
+from bench.bench_client import BASE_LATENCY, KEY, MAX_TOKENS, MESSAGES, MODEL, Sim
+
+
+def _best(fn: Callable[[], Any], n: int, repeat: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best * 1e6
+
+
+async def _abest(fn: Callable[[], Awaitable[Any]], n: int, repeat: int) -> float:
+    await fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await fn()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best * 1e6
+
+
+async def _measure(url: str, n: int, repeat: int) -> dict[str, float]:
+    import aiohttp
+
+    from provider_router import MemoryLedger, ProviderPolicy, Router
+    from provider_router._completion import parse_completion
+    from provider_router._money import pin_exact_cost
+
+    ledger = MemoryLedger(Decimal(10**6))
+    async with (
+        ledger,
+        Router(
+            MODEL,
+            policy=ProviderPolicy(exclude_below="int4"),
+            ledger=ledger,
+            max_concurrency=500,
+            base_url=url,
+            api_key=KEY,
+        ) as router,
+    ):
+        await router.chat(MESSAGES, max_tokens=MAX_TOKENS)
+
+        def build() -> Any:
+            return router._build_request(MESSAGES, MAX_TOKENS, False, None, None, {})
+
+        request = build()
+        headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"{url}/chat/completions", data=request.payload, headers=headers) as r,
+        ):
+            raw = await r.read()
+
+        def read() -> Any:
+            body = json.loads(raw)
+            pin_exact_cost(body, raw)
+            return parse_completion(body)
+
+        completion = read()
+        billing = router._billing
+
+        async def reserve_settle() -> Any:
+            reservation = await billing.reserve(request, False)
+            return await billing.charge(request, completion, reservation)
+
+        async def reserve_settle_result() -> Any:
+            charged = await reserve_settle()
+            return router._finish(request, charged, 0.1)
+
+        async def limiter() -> None:
+            ticket = await router.limiter.acquire()
+            router.limiter.release(ticket, "success")
+
+        return {
+            "build request": _best(build, n, repeat),
+            "json.loads alone": _best(lambda: json.loads(raw), n, repeat),
+            "json.loads + exact cost + parse": _best(read, n, repeat),
+            "reserve + settle (memory)": await _abest(reserve_settle, n, repeat),
+            "reserve + settle + result": await _abest(reserve_settle_result, n, repeat),
+            "limiter acquire + release": await _abest(limiter, n, repeat),
+            "plan.estimate": _best(
+                lambda: request.plan.estimate(completion.provider, 100, 64), n, repeat
+            ),
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench router_path", description=__doc__)
+    parser.add_argument("--n", type=int, default=10_000, help="calls per timing")
+    parser.add_argument("--repeat", type=int, default=7, help="timings; the best is kept")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    sim = Sim(BASE_LATENCY / 0.01)
+    gc.disable()
+    try:
+        results = asyncio.run(_measure(sim.url, args.n, args.repeat))
+    finally:
+        gc.enable()
+        sim.stop()
+    for label, micros in results.items():
+        print(f"{label:34s} {micros:7.2f} µs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
