@@ -399,9 +399,8 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
     return _json_body(attempt, plan, data)
 
 
-def _answer(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict[str, Any]:
-    """The answer body as a dict: any shape (tool calls, ``n`` choices, no usage cost)."""
-    shape = plan.shape
+def _usage(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict[str, Any]:
+    """The ``usage`` object of an answer or a stream's last chunk (``no_usage_cost``: no cost)."""
     record = attempt.record
     usage = bodies.usage_body(
         attempt.prompt_tokens,
@@ -413,6 +412,13 @@ def _answer(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict
     )
     if kind == "no_usage_cost":
         _drop_cost(attempt, usage)
+    return usage
+
+
+def _answer(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict[str, Any]:
+    """The answer body as a dict: any shape (tool calls, ``n`` choices, no usage cost)."""
+    shape = plan.shape
+    usage = _usage(attempt, plan, cost, kind)
     payload = bodies.chat_result(
         plan.gen_id,
         plan.created,
@@ -587,17 +593,7 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             attempt.record.outcome = "truncate"
             await response.write_eof()
             return response
-        record = attempt.record
-        usage = bodies.usage_body(
-            attempt.prompt_tokens,
-            plan.cached_tokens,
-            record.completion_tokens,
-            record.reasoning_tokens,
-            cost,
-            plan.cache_write_tokens,
-        )
-        if kind == "no_usage_cost":
-            _drop_cost(attempt, usage)
+        usage = _usage(attempt, plan, cost, kind)
         final_delta = {"role": "assistant", "content": ""}
         finish = shape.finish_reason
         tail = _sse(
