@@ -263,7 +263,7 @@ def _resume_child(url: str, directory: str, done: int, conn: Any) -> None:
 
 def resume(done: int) -> None:
     from provider_router import FileJournal, PromptReader
-    from provider_router.batch.runner import _fingerprint
+    from provider_router.batch.dataset_open import _fingerprint
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

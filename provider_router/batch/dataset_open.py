@@ -1,0 +1,138 @@
+"""Opening a plan's datasets for a run: where each one's prompts come from.
+
+A run builds one :class:`~provider_router.batch.dataset_run.DatasetRun` per dataset
+of the plan, with the request parameters of its model and its ``max_tokens`` apart
+(the target's in-flight pricer is capped by it):
+
+* **From the input files** (:func:`open_file_datasets`). On a resume whose input
+  files are unchanged (same paths, sizes and modification times as the journal
+  recorded), done prompts are skipped unparsed by their location; otherwise every
+  line is read again, and a done prompt found at a new place is relocated in the
+  journal (so the next resume is fast again). Lines are counted in the background,
+  for the progress display's totals only.
+* **From a fleet** (:func:`open_fleet_datasets`): the fleet's loader reads the files
+  and the :class:`~provider_router.batch.fleet_source.FleetSource` hands prompts
+  out, so a dataset has no reader of its own and its tally is the fleet's.
+
+:func:`validate_inputs` is the ``strict`` check: every line read before anything is
+spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from provider_router.batch.dataset_run import DatasetRun
+from provider_router.batch.fleet_source import FleetSource
+from provider_router.batch.journal import DatasetTally, FileJournal
+from provider_router.batch.summary import Counter
+from provider_router.batch.targets import InFlightPricer
+from provider_router.plan import DatasetSpec, Plan
+from provider_router.prompts import Prompt, PromptReader, count_lines, first_problem_error
+
+__all__ = ["open_file_datasets", "open_fleet_datasets", "validate_inputs"]
+
+
+def validate_inputs(plan: Plan) -> None:
+    """Read every input line of ``plan``; raise the first problem (``DataFileError``)."""
+    for spec in plan.datasets:
+        reader = PromptReader(list(spec.inputs))
+        for _ in reader:
+            pass
+        if reader.problems:
+            raise first_problem_error(reader.problems)
+
+
+def open_file_datasets(plan: Plan, journal: FileJournal) -> list[DatasetRun]:
+    """The datasets of ``plan`` read from their input files (call it in the event loop).
+
+    Starts counting each dataset's lines in the background (see the module docstring).
+    """
+    datasets = []
+    for spec in plan.datasets:
+        fingerprint = _fingerprint(spec.inputs)
+        fast = journal.fast_resume_ok(spec.name, fingerprint)
+        if fast:
+            reader = PromptReader(
+                list(spec.inputs),
+                skip=journal.done_locations(spec.name),
+                taken=journal.done_ids(spec.name),
+            )
+        else:
+            reader = PromptReader(list(spec.inputs))
+            journal.record_inputs(spec.name, fingerprint)
+        datasets.append(
+            _dataset(
+                plan,
+                spec,
+                reader=reader,
+                prompts=iter(reader),
+                tally=journal.tally(spec.name),
+                relocate=not fast,
+            )
+        )
+    for dataset in datasets:
+        _background(asyncio.ensure_future(_count_lines(dataset)))
+    return datasets
+
+
+def open_fleet_datasets(plan: Plan, source: FleetSource) -> list[DatasetRun]:
+    """The datasets of ``plan`` whose prompts ``source`` hands out (the fleet's tallies)."""
+    return [
+        _dataset(
+            plan, spec, reader=None, prompts=iter(()), tally=source.tally(spec.name), relocate=False
+        )
+        for spec in plan.datasets
+    ]
+
+
+def _dataset(
+    plan: Plan,
+    spec: DatasetSpec,
+    *,
+    reader: PromptReader | None,
+    prompts: Iterator[Prompt],
+    tally: DatasetTally,
+    relocate: bool,
+) -> DatasetRun:
+    params = plan.params_for(spec).request_params()
+    max_tokens = int(params.pop("max_tokens"))
+    return DatasetRun(
+        spec=spec,
+        params=params,
+        max_tokens=max_tokens,
+        reader=reader,
+        prompts=prompts,
+        tally=tally,
+        counter=Counter(),
+        relocate=relocate,
+        pricer=InFlightPricer(max_tokens),
+    )
+
+
+def _fingerprint(paths: tuple[Path, ...]) -> list[Any]:
+    fingerprint: list[Any] = []
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            fingerprint.append([str(path), None, None])
+            continue
+        fingerprint.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+    return fingerprint
+
+
+async def _count_lines(dataset: DatasetRun) -> None:
+    try:
+        counts = [await asyncio.to_thread(count_lines, p) for p in dataset.spec.inputs]
+    except OSError:
+        return
+    dataset.lines = sum(counts)
+
+
+def _background(task: asyncio.Future[None]) -> None:
+    # Progress counting only: never awaited, never allowed to fail the run.
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())

@@ -1,0 +1,287 @@
+"""Dispatch: keeping up to ``concurrency`` requests in flight over a run's datasets.
+
+:class:`Dispatcher` is a run's engine. It takes the next prompt round-robin over
+the datasets (in a fleet: as the :class:`~provider_router.batch.fleet_source.FleetSource`
+hands them out), claims it in the journal, sends it as one task on the
+:class:`~provider_router.Router`, and gives the task's end to
+:class:`~provider_router.batch.outcomes.Outcomes`. A dataset is asked before each
+prompt whether another may go out (caps, and its output-token target against what
+is in flight), so dispatch slows as a target nears.
+
+It also holds the run's **stop switch**: :meth:`Dispatcher.stop` stops taking work
+and lets requests in flight finish, :meth:`Dispatcher.abandon` cancels them. The
+reason and message it keeps are what the summary reports; when nothing stopped it,
+:meth:`Dispatcher.run` decides at its end whether the run is complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator
+
+from provider_router._exceptions import LedgerWriteError
+from provider_router._log import get_logger
+from provider_router.batch.dataset_run import DatasetRun
+from provider_router.batch.fleet import FleetTally, WorkItem, describe_error
+from provider_router.batch.fleet_source import FleetSource
+from provider_router.batch.journal import FileJournal, Journal
+from provider_router.batch.outcomes import Outcomes
+from provider_router.batch.summary import StopReason
+from provider_router.client import Router
+from provider_router.plan import reached
+from provider_router.prompts import Prompt
+
+__all__ = ["Dispatcher"]
+
+log = get_logger(__name__)
+
+
+class Dispatcher:
+    """Sends a run's prompts and knows why it stops (see the module docstring).
+
+    Args:
+        outcomes: what each request's end is given to.
+
+    The runner fills :attr:`datasets` (and :attr:`source` in a fleet) before
+    :meth:`run`; :meth:`stop` and :meth:`abandon` may come at any time, before
+    :meth:`run` too.
+    """
+
+    def __init__(self, outcomes: Outcomes) -> None:
+        self.outcomes = outcomes
+        self.datasets: list[DatasetRun] = []
+        self.source: FleetSource | None = None
+        """The fleet source while a fleet run is going on."""
+        self.reason: StopReason | None = None
+        """Why the run stopped taking work, or None while it runs."""
+        self.message = ""
+        """What the summary says about :attr:`reason`."""
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.running = 0  # requests dispatched and not yet finished (exact, unlike `tasks`)
+        self._wake = asyncio.Event()
+        self._stream = True
+
+    # --- the stop switch ------------------------------------------------------------------
+
+    def stop(self, reason: StopReason = StopReason.INTERRUPTED, message: str = "") -> None:
+        """Stop taking new work; requests in flight finish (the first Ctrl-C)."""
+        if self.reason is None:
+            self.reason = reason
+            self.message = message
+            log.info("batch.stopping", reason=reason.value, in_flight=len(self.tasks))
+        if self.source is not None:
+            self.source.stop()
+        self._wake.set()
+
+    def abandon(self) -> None:
+        """Cancel requests in flight (the second Ctrl-C); they are counted at worst case."""
+        self.reason = StopReason.ABANDONED
+        self.message = "requests in flight were abandoned and counted at their worst case"
+        if self.source is not None:
+            self.source.stop()
+        for task in list(self.tasks):
+            task.cancel()
+        self._wake.set()
+
+    def fail(self, message: str) -> None:
+        """An error found once dispatch ended: it replaces a clean ending, never a stop."""
+        if self.reason in (None, StopReason.COMPLETE, StopReason.INCOMPLETE):
+            self.reason = StopReason.ERROR
+            self.message = message
+
+    def fleet_tally(self, ds: DatasetRun) -> FleetTally | None:
+        """The fleet's tally of ``ds`` (None outside a fleet)."""
+        if self.source is None:
+            return None
+        return self.source.progress.datasets.get(ds.spec.name, FleetTally())
+
+    # --- the loop -------------------------------------------------------------------------
+
+    async def run(
+        self, journal: Journal, router: Router, *, concurrency: int, stream: bool
+    ) -> None:
+        """Send prompts until none is left or the run stops; then wait for those in flight.
+
+        Args:
+            journal: claims, results and releases go there (in a fleet: the source's).
+            router: sends each request.
+            concurrency: requests in flight at most.
+            stream: send streaming requests.
+        """
+        # A plain count of requests running, not an asyncio.Semaphore: each finished
+        # request sets `_wake`, and one wake-up refills every slot freed since (the
+        # semaphore's per-slot wake-ups and scans cost more than its bookkeeping).
+        self._stream = stream
+        turn = itertools.count()
+        items = aiter(self.source) if self.source is not None else None
+        while self.reason is None:
+            if self.running >= concurrency:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if items is not None:
+                picked = await self._next_claimed(journal, items)
+                if picked is None:
+                    break
+            else:
+                assert isinstance(journal, FileJournal)
+                picked = self._next(journal, next(turn))
+            if picked is None:
+                # (A finished task leaves `tasks` a loop turn later; `inflight` is exact.)
+                if not any(ds.inflight for ds in self.datasets):
+                    break
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            ds, prompt = picked
+            ds.inflight += 1
+            self.running += 1
+            ticket = ds.pricer.sent()
+            task = asyncio.ensure_future(self._one(journal, router, ds, prompt, ticket))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        journal.flush()
+        if self.reason is None:
+            unfinished = [
+                d
+                for d in self.datasets
+                if (d.counter.failures or self.source is not None)
+                and not d.done(self.fleet_tally(d))
+            ]
+            self.reason = StopReason.INCOMPLETE if unfinished else StopReason.COMPLETE
+            if unfinished:
+                self.message = "some prompts failed; run the same command again to retry them"
+
+    def check_targets(self) -> None:
+        """A run that did every prompt and still missed a target says so (on final tallies)."""
+        short = [d for d in self.datasets if d.short_of_target()]
+        if self.reason is StopReason.COMPLETE and short:
+            self.reason = StopReason.TARGET_NOT_REACHED
+            self.message = (
+                "; ".join(
+                    f"{d.spec.name}: its prompts ran out at {d.tally.output_tokens:,} of "
+                    f"{d.spec.target_output_tokens:,} target output tokens"
+                    for d in short
+                )
+                + " (add prompts, or lower target_output_tokens)"
+            )
+
+    # --- the next prompt ------------------------------------------------------------------
+
+    def _next(self, journal: FileJournal, start: int) -> tuple[DatasetRun, Prompt] | None:
+        count = len(self.datasets)
+        for step in range(count):
+            ds = self.datasets[(start + step) % count]
+            name = ds.spec.name
+            while ds.can_send():
+                prompt = next(ds.prompts, None)
+                if prompt is None:
+                    ds.exhausted = True
+                    break
+                if journal.claim(name, prompt.id):
+                    return ds, prompt
+                if ds.relocate and journal.is_done(name, prompt.id):
+                    journal.relocate(name, prompt.id, prompt.location)
+        return None
+
+    async def _next_claimed(
+        self, journal: Journal, items: AsyncIterator[WorkItem]
+    ) -> tuple[DatasetRun, Prompt] | None:
+        """The next prompt the fleet gives this worker, or None when it has no more."""
+        source = self.source
+        assert source is not None
+        by_name = {ds.spec.name: ds for ds in self.datasets}
+        while self.reason is None:
+            for ds in self.datasets:
+                ds.tally = journal.tally(ds.spec.name)
+                if reached(ds.spec, ds.tally.completed, ds.tally.output_tokens):
+                    source.exclude(ds.spec.name)  # for the whole fleet: its tally is shared
+                elif ds.spec.target_output_tokens is not None:
+                    # Redis prices every worker's claimed prompts at this worker's figure.
+                    source.price(ds.spec.name, ds.pricer.terms())
+            try:
+                item = await anext(items, None)
+            except Exception as exc:  # the fleet's Redis failed for good: stop, loudly
+                log.error("batch.fleet_failed", error=describe_error(exc))
+                self.stop(StopReason.ERROR, f"the fleet's Redis failed: {describe_error(exc)}")
+                return None
+            if item is None:
+                if self.reason is None:
+                    for ds in self.datasets:
+                        ds.exhausted = True
+                return None
+            ds = by_name[item.dataset]
+            # Near a target, wait for requests in flight to land (each wake is one
+            # landing) rather than overshoot; once reached, the prompt goes back.
+            while not ds.can_send() and self.reason is None:
+                ds.tally = journal.tally(ds.spec.name)
+                if reached(ds.spec, ds.tally.completed, ds.tally.output_tokens):
+                    source.exclude(ds.spec.name)
+                    break
+                self._wake.clear()
+                await self._wake.wait()
+            if self.reason is not None or not ds.can_send():
+                source.put_back(item)
+                continue
+            if journal.claim(ds.spec.name, item.prompt.id):
+                return ds, item.prompt
+        return None
+
+    # --- one request ----------------------------------------------------------------------
+
+    async def _one(
+        self,
+        journal: Journal,
+        router: Router,
+        ds: DatasetRun,
+        prompt: Prompt,
+        ticket: int,
+    ) -> None:
+        name = ds.spec.name
+        landed: int | None = None
+        counter = ds.counter
+        outcomes = self.outcomes
+        started = time.time()
+        counter.started(started)
+        params = {**ds.params, **prompt.request_fields} if prompt.request_fields else ds.params
+        try:
+            result = await router.chat(
+                prompt.messages,
+                max_tokens=ds.max_tokens,
+                key=f"{name}/{prompt.id}",
+                stream=self._stream,
+                **params,
+            )
+        except LedgerWriteError as exc:
+            # Paid for and whole: keep and journal it (never sent again), then stop.
+            outcomes.completed(journal, ds, prompt, exc.result, started)
+            self.stop(
+                StopReason.ERROR,
+                f"the ledger could not record a paid answer ({exc.__cause__!r}); the answer "
+                "is kept and its reservation held for recovery",
+            )
+        except asyncio.CancelledError:
+            journal.release(name, prompt.id, reason="abandoned")
+            counter.failed("Abandoned")
+            raise
+        except BaseException as exc:
+            # Counted (and a stop for money decided) first: a fleet gives the prompt
+            # back as unsent, not as failed, once its worker is stopping.
+            outcomes.failed(ds, exc)
+            journal.release(name, prompt.id, reason=type(exc).__name__)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            landed = outcomes.completed(journal, ds, prompt, result, started, params.get("tools"))
+            if router.halted is not None:  # a cost anomaly, violations in a row
+                self.stop(StopReason.ERROR, f"stopped: {router.halted}")
+        finally:
+            ds.pricer.landed(ticket, landed)
+            ds.inflight -= 1
+            self.running -= 1
+            counter.ended(time.time())
+            self._wake.set()

@@ -1,0 +1,208 @@
+"""What one finished request does to a run: its answer kept and counted, or its failure.
+
+:class:`Outcomes` takes each request's end from the dispatcher
+(:mod:`provider_router.batch.dispatch`):
+
+* **An answer** is written as an output record into the journal (which also
+  counts it in the dataset's tally) and counted in the dataset's and the
+  provider's :class:`~provider_router.batch.summary.Counter`. The journal is
+  flushed once per event-loop turn, so a burst of completions costs two writes.
+  An answer the router quarantined (a policy violation) is never accepted as
+  data: the prompt runs again.
+* **A failure** is counted by kind (the last attempt's, with the retries before
+  it). What no later request can escape stops the run instead: the budget or
+  OpenRouter's credits used up, a rejected key, a ledger that cannot be reached;
+  so does a journal that cannot be written (a full disk).
+
+It stops the run through :class:`Control`, the runner's own :meth:`stop`, so a
+stop decided here is the same stop as a Ctrl-C (logged once, the fleet told).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Protocol
+
+from provider_router._constants import ENV_API_KEY
+from provider_router._exceptions import (
+    AllAttemptsFailed,
+    AuthenticationError,
+    BudgetExhausted,
+    ConfigurationError,
+    CreditsExhausted,
+    LedgerUnavailableError,
+    ProviderRouterError,
+)
+from provider_router._format import format_usd
+from provider_router._log import get_logger
+from provider_router._money import to_units
+from provider_router._types import JSONObject
+from provider_router.batch.dataset_run import DatasetRun
+from provider_router.batch.journal import Journal
+from provider_router.batch.output import encode_record, make_record
+from provider_router.batch.summary import Counter, StopReason
+from provider_router.prompts import Prompt
+from provider_router.results import ChatResult
+
+__all__ = ["Control", "Outcomes"]
+
+log = get_logger(__name__)
+
+_FATAL = (AuthenticationError, ConfigurationError, LedgerUnavailableError)
+"""Failures every other request would hit too: stop the run instead of counting them."""
+
+
+class Control(Protocol):
+    """What an outcome may do to the run: stop it (the runner's :meth:`stop`)."""
+
+    @property
+    def stopping(self) -> StopReason | None: ...
+
+    def stop(self, reason: StopReason = ..., message: str = "") -> None: ...
+
+
+class Outcomes:
+    """Keeps and counts what each request ended with (see the module docstring).
+
+    Args:
+        control: stops the run when an outcome calls for it.
+        model: the plan's model (each output record names it).
+        budget: the run's budget (named when it is used up).
+        out: the job directory (named when its files cannot be written).
+    """
+
+    def __init__(self, control: Control, *, model: str, budget: Decimal, out: Path) -> None:
+        self._control = control
+        self._model = model
+        self._budget = budget
+        self._out = out
+        self.providers: dict[str, Counter] = {}
+        """This run's counter of each provider that answered or failed."""
+        self.refused = Decimal(0)
+        """The largest reservation the budget refused: a resume needs room for it."""
+        self._flush_pending = False
+
+    def failed(self, ds: DatasetRun, exc: BaseException) -> None:
+        """Count a request that ended in ``exc``, or stop the run if it calls for that."""
+        # Out of money is not a failure of the prompt: it was never sent.
+        if isinstance(exc, BudgetExhausted):
+            self.refused = max(self.refused, exc.requested)
+            used_up = f"the budget of {format_usd(self._budget)} is used up"
+            self._control.stop(StopReason.BUDGET, f"{used_up}: {exc}")
+            return
+        if isinstance(exc, CreditsExhausted):
+            self._control.stop(StopReason.CREDITS, f"OpenRouter's credits ran out: {exc}")
+            return
+        kind = type(exc).__name__
+        retries = 0
+        if isinstance(exc, AllAttemptsFailed):
+            retries = len(exc.exceptions) - 1
+            kind = type(exc.exceptions[-1]).__name__
+        ds.counter.failed(kind, retries)
+        provider = getattr(exc, "provider_name", None)
+        if provider:
+            self.provider(provider).failed(kind, retries)
+        if isinstance(exc, AuthenticationError):
+            self._control.stop(
+                StopReason.ERROR,
+                f"stopped: {exc}: OpenRouter rejected the API key; set {ENV_API_KEY} "
+                "to a valid key (https://openrouter.ai/keys)",
+            )
+        elif isinstance(exc, _FATAL):
+            self._control.stop(StopReason.ERROR, f"stopped: {exc}")
+        elif not isinstance(exc, ProviderRouterError):
+            log.error("batch.unexpected_error", dataset=ds.spec.name, error=repr(exc))
+
+    def completed(
+        self,
+        journal: Journal,
+        ds: DatasetRun,
+        prompt: Prompt,
+        result: ChatResult,
+        started: float,
+        tools: list[JSONObject] | None = None,
+    ) -> int | None:
+        """Journal and count an answer; its output tokens, or None if it was not accepted."""
+        finished = time.time()
+        usage = result.usage
+        prompt_tokens = usage.prompt_tokens if usage else 0
+        output_tokens = usage.completion_tokens if usage else 0
+        reasoning_tokens = usage.reasoning_tokens if usage else 0
+        cost = result.cost if result.cost is not None else Decimal(0)
+        provider = self.provider(result.provider or "unknown")
+        provider.started(started)
+        provider.ended(finished)
+        if result.quarantined:
+            # Never accepted as data: the prompt runs again (a later run may route it well).
+            journal.release(ds.spec.name, prompt.id, reason="policy_violation")
+            ds.counter.failed("PolicyViolation", result.attempts - 1)
+            provider.failed("PolicyViolation", result.attempts - 1)
+            provider.cost += cost
+            return None
+        record = make_record(
+            prompt_id=prompt.id,
+            dataset=ds.spec.name,
+            messages=prompt.messages,
+            text=result.text,
+            reasoning=result.reasoning,
+            finish_reason=result.finish_reason,
+            provider=result.provider,
+            model=self._model,
+            served_model=result.model,
+            generation_id=result.generation_id,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=output_tokens,
+            reasoning_tokens=reasoning_tokens,
+            cached_tokens=usage.cached_tokens if usage else 0,
+            cost=cost,
+            metadata=prompt.metadata,
+            started_at=started,
+            finished_at=finished,
+            tool_calls=[call.message() for call in result.tool_calls],
+            tools=tools,
+        )
+        journal.complete(
+            ds.spec.name,
+            prompt.id,
+            encode_record(record),
+            output_tokens=output_tokens,
+            prompt_tokens=prompt_tokens,
+            cost_units=to_units(cost),
+            location=prompt.location,
+        )
+        if not self._flush_pending:
+            self._flush_pending = True
+            asyncio.get_running_loop().call_soon(self._flush, journal)
+        retries = result.attempts - 1
+        for counter in (ds.counter, provider):
+            counter.requests += 1
+            counter.prompt_tokens += prompt_tokens
+            counter.output_tokens += output_tokens
+            counter.reasoning_tokens += reasoning_tokens
+            counter.cost += cost
+            counter.retries += retries
+        return output_tokens
+
+    def _flush(self, journal: Journal) -> None:
+        self._flush_pending = False
+        try:
+            journal.flush()
+        except OSError as exc:
+            # A full disk: stop sending (every answer now would be paid for and not
+            # kept); the ledger holds the money, the next run resends what was lost.
+            if self._control.stopping is not StopReason.ERROR:
+                self._control.stop(
+                    StopReason.ERROR,
+                    f"cannot write the job's files in {self._out} ({exc.strerror or exc}); "
+                    "free some space",
+                )
+
+    def provider(self, name: str) -> Counter:
+        """This run's counter of provider ``name`` (made on first use)."""
+        counter = self.providers.get(name)
+        if counter is None:
+            counter = self.providers[name] = Counter()
+        return counter
