@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from provider_router.batch.fleet import FleetTally
+from provider_router.batch.fleet_records import FleetTally
 from provider_router.batch.journal import DatasetTally
 from provider_router.batch.summary import Counter
 from provider_router.batch.targets import InFlightPricer

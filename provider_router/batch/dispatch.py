@@ -24,7 +24,8 @@ from collections.abc import AsyncIterator
 from provider_router._exceptions import LedgerWriteError
 from provider_router._log import get_logger
 from provider_router.batch.dataset_run import DatasetRun
-from provider_router.batch.fleet import FleetTally, WorkItem, describe_error
+from provider_router.batch.fleet import describe_error
+from provider_router.batch.fleet_records import FleetTally, WorkItem
 from provider_router.batch.fleet_source import FleetSource
 from provider_router.batch.journal import FileJournal, Journal
 from provider_router.batch.outcomes import Outcomes

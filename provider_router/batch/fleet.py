@@ -40,22 +40,29 @@ import json
 import os
 import socket
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from provider_router._exceptions import ConfigurationError, MissingDependencyError
 from provider_router._log import get_logger
-from provider_router._money import from_units
 from provider_router._resource import AsyncResource
 from provider_router.batch import _fleet_lua as lua
+from provider_router.batch.fleet_records import (
+    ClaimLimit,
+    FleetProgress,
+    FleetTally,
+    WorkItem,
+    decode_item,
+    encode_prompt,
+    read_tally,
+)
 from provider_router.plan import Plan
-from provider_router.prompts import Prompt, PromptReader, first_problem_error, validate_files
+from provider_router.prompts import PromptReader, first_problem_error, validate_files
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
+# The records the queue hands out are fleet_records.py's; they stay importable from
+# here, where provider_router's public API has always named them.
 __all__ = [
     "DEFAULT_FLEET_PREFIX",
     "DEFAULT_IDLE_TIMEOUT",
@@ -119,137 +126,6 @@ def plan_fingerprint(plan: Plan) -> str:
     """What must agree between the workers of one fleet: model and datasets."""
     shape = {"model": plan.model, "datasets": [d.name for d in plan.datasets]}
     return hashlib.sha256(_dumps(shape).encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True, slots=True)
-class WorkItem:
-    """One claimed prompt.
-
-    Attributes:
-        dataset: the dataset it belongs to.
-        prompt: the prompt, as the loader read it (source file and line included).
-        entry_id: its stream entry (what is acknowledged).
-        attempts: how many times it was given back or failed before.
-    """
-
-    dataset: str
-    prompt: Prompt
-    entry_id: str
-    attempts: int = 0
-
-    @property
-    def payload(self) -> str:
-        """The prompt as the stream stores it."""
-        return _encode_prompt(self.prompt)
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimLimit:
-    """A dataset's fleet-wide caps, checked by Redis as each prompt is claimed.
-
-    ``N`` claimed, unfinished prompts are priced as the worker prices its own requests
-    in flight (:class:`~provider_router.batch.targets.InFlightPricer`):
-    ``min(N·cap, N·mean + spread·sqrt(N))``, or ``N·cap`` while ``mean`` is None.
-
-    Attributes:
-        max_requests: the plan's ``max_requests`` (completed plus claimed never exceeds it).
-        target_output_tokens: the plan's target.
-        cap: the dataset's ``max_tokens``.
-        mean: the upper bound of the mean output length, once known.
-        spread: the margin's coefficient of ``sqrt(N)``.
-    """
-
-    max_requests: int | None = None
-    target_output_tokens: int | None = None
-    cap: int = 1
-    mean: float | None = None
-    spread: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class FleetTally:
-    """One dataset's progress over the whole fleet (every worker, every run).
-
-    Attributes:
-        total: prompts enqueued (valid lines of the inputs).
-        completed: prompts completed (each counted once).
-        output_tokens: their completion tokens.
-        prompt_tokens: their prompt tokens.
-        cost_units: their cost in integer picodollars.
-        duplicates: completions of an already completed prompt (merge drops them).
-        parked: prompts that failed for good this run (re-queued by the next run).
-        in_flight: claimed by a worker and not completed.
-        queued: not yet claimed.
-        bad_lines: input lines the loader skipped.
-    """
-
-    total: int = 0
-    completed: int = 0
-    output_tokens: int = 0
-    prompt_tokens: int = 0
-    cost_units: int = 0
-    duplicates: int = 0
-    parked: int = 0
-    in_flight: int = 0
-    queued: int = 0
-    bad_lines: int = 0
-
-    @property
-    def cost(self) -> Decimal:
-        """The cost of the completed prompts in USD."""
-        return from_units(self.cost_units)
-
-    @property
-    def remaining(self) -> int:
-        """Prompts not completed (queued, in flight, or parked)."""
-        return self.queued + self.in_flight + self.parked
-
-
-@dataclass(frozen=True, slots=True)
-class FleetProgress:
-    """A snapshot of the whole fleet's work.
-
-    Attributes:
-        datasets: each dataset's tally, in plan order.
-        loaded: every prompt of the plan has been enqueued.
-        workers: workers that were heard from within the idle timeout.
-    """
-
-    datasets: Mapping[str, FleetTally] = field(default_factory=dict)
-    loaded: bool = False
-    workers: int = 0
-
-    @property
-    def drained(self) -> bool:
-        """Nothing left to claim or in flight (parked failures aside)."""
-        return self.loaded and all(t.queued + t.in_flight == 0 for t in self.datasets.values())
-
-
-def _encode_prompt(prompt: Prompt) -> str:
-    fields = {
-        "m": prompt.messages,
-        "md": prompt.metadata,
-        "src": str(prompt.source),
-        "ln": prompt.line,
-        "loc": prompt.location,
-    }
-    if prompt.request_fields:
-        fields["rq"] = prompt.request_fields
-    return _dumps(fields)
-
-
-def _decode_item(dataset: str, entry_id: str, fields: Mapping[str, str]) -> WorkItem:
-    data = json.loads(fields["p"])
-    prompt = Prompt(
-        fields["id"],
-        data["m"],
-        data["md"],
-        Path(data["src"]),
-        data["ln"],
-        data["loc"],
-        data.get("rq", {}),
-    )
-    return WorkItem(dataset, prompt, entry_id, int(fields.get("n", 0)))
 
 
 class FleetQueue(AsyncResource):
@@ -389,7 +265,7 @@ class FleetQueue(AsyncResource):
                 reader = PromptReader(dataset.inputs)
                 args: list[str] = []
                 for prompt in reader:
-                    args += (prompt.id, _encode_prompt(prompt))
+                    args += (prompt.id, encode_prompt(prompt))
                     if len(args) >= 2 * _LOAD_BATCH:
                         await self._enqueue(keys, args, lock)
                         args = []
@@ -457,7 +333,7 @@ class FleetQueue(AsyncResource):
         replies: list[Any] = list(reply or [])
         for stream, entries in replies:
             dataset = str(stream)[len(self._base) + 2 :]
-            items.extend(_decode_item(dataset, eid, f) for eid, f in entries if f)
+            items.extend(decode_item(dataset, eid, f) for eid, f in entries if f)
         return items
 
     async def _claim_capped(self, dataset: str, count: int, limit: ClaimLimit) -> list[WorkItem]:
@@ -481,7 +357,7 @@ class FleetQueue(AsyncResource):
         for entry_id, flat in entries or []:
             if flat:
                 fields = dict(zip(flat[::2], flat[1::2], strict=True))
-                items.append(_decode_item(dataset, entry_id, fields))
+                items.append(decode_item(dataset, entry_id, fields))
         return items
 
     async def complete(self, results: Sequence[tuple[WorkItem, int, int, int]]) -> list[bool]:
@@ -609,7 +485,7 @@ class FleetQueue(AsyncResource):
                     stream, GROUP, self.worker, idle_ms, start_id=start, count=count
                 )
                 start, entries = reply[0], reply[1]
-                found.extend(_decode_item(dataset, eid, f) for eid, f in entries if f)
+                found.extend(decode_item(dataset, eid, f) for eid, f in entries if f)
                 if start == "0-0" or not entries:
                     break
         if not found:
@@ -665,16 +541,10 @@ class FleetQueue(AsyncResource):
             tally, length, pending, consumers = replies[1 + 4 * index : 5 + 4 * index]
             in_flight = int(pending["pending"])
             workers.update(c["name"] for c in consumers if c.get("inactive", c["idle"]) < idle_ms)
-            tallies[dataset] = FleetTally(
-                total=int(tally.get("total", 0)),
-                completed=int(tally.get("completed", 0)),
-                output_tokens=int(tally.get("out", 0)),
-                prompt_tokens=int(tally.get("in", 0)),
-                cost_units=int(tally.get("cost", 0)),
-                duplicates=int(tally.get("duplicates", 0)),
-                parked=int(tally.get("parked", 0)),
+            tallies[dataset] = read_tally(
+                tally,
                 in_flight=in_flight,
-                queued=max(int(length) - in_flight, 0),
+                length=int(length),
                 bad_lines=int(meta.get(f"bad:{dataset}", 0)),
             )
         return FleetProgress(tallies, loaded=meta.get("loaded") == "1", workers=len(workers))

@@ -37,15 +37,8 @@ from typing import Any, TypeVar
 from provider_router._log import get_logger
 from provider_router._resource import AsyncResource
 from provider_router._types import Sleep
-from provider_router.batch.fleet import (
-    ClaimLimit,
-    FleetProgress,
-    FleetQueue,
-    FleetTally,
-    WorkItem,
-    describe_error,
-    is_transient,
-)
+from provider_router.batch.fleet import FleetQueue, describe_error, is_transient
+from provider_router.batch.fleet_records import ClaimLimit, FleetProgress, FleetTally, WorkItem
 from provider_router.batch.journal import DatasetTally, FileJournal
 from provider_router.ledger import CostResolver, Ledger
 from provider_router.plan import Plan, reached

@@ -23,7 +23,8 @@ from typing import Any
 from provider_router._money import from_units
 from provider_router.batch.dataset_run import DatasetRun
 from provider_router.batch.dispatch import Dispatcher
-from provider_router.batch.fleet import FleetQueue, FleetTally
+from provider_router.batch.fleet import FleetQueue
+from provider_router.batch.fleet_records import FleetTally
 from provider_router.batch.journal import DatasetTally
 from provider_router.batch.outcomes import Outcomes
 from provider_router.batch.run_progress import DatasetProgress, RunProgress

@@ -58,7 +58,8 @@ from provider_router.batch.dataset_open import (
 )
 from provider_router.batch.dataset_run import DatasetRun
 from provider_router.batch.dispatch import Dispatcher
-from provider_router.batch.fleet import FleetQueue, FleetTally, describe_error
+from provider_router.batch.fleet import FleetQueue, describe_error
+from provider_router.batch.fleet_records import FleetTally
 from provider_router.batch.fleet_source import FleetSource
 from provider_router.batch.job_ledger import open_job_ledger
 from provider_router.batch.journal import FileJournal, Journal

@@ -229,14 +229,14 @@ def test_without_the_redis_package_the_error_says_what_to_install(
 
 
 def test_payload_round_trips_metadata(tmp_path: Path) -> None:
-    from provider_router.batch.fleet import _decode_item
+    from provider_router.batch.fleet_records import decode_item
     from provider_router.prompts import PromptReader
 
     path = tmp_path / "m.jsonl"
     path.write_text(json.dumps({"prompt": "hé", "source": "magicoder", "n": [1, 2]}) + "\n")
     (prompt,) = list(PromptReader([path]))
     item = WorkItem("d", prompt, "1-0")
-    back = _decode_item("d", "1-0", {"id": prompt.id, "p": item.payload, "n": "2"})
+    back = decode_item("d", "1-0", {"id": prompt.id, "p": item.payload, "n": "2"})
     assert back.prompt == prompt
     assert back.attempts == 2
 
