@@ -6,7 +6,9 @@ real answer body captured), then times in a loop, cyclic GC off, best of
 ``--repeat``: building a request (body bytes, billable size, worst case),
 decoding + reading an answer (``json.loads``, exact cost, ``parse_completion``),
 reserve + settle on the memory ledger, the same plus the result object, the
-limiter round trip and our price estimate. ``python -m bench perf`` measures the
+limiter round trip and our price estimate, and the whole ``router.chat`` with the
+HTTP exchange answered in-process (the session swapped for one that suspends
+twice and returns a captured body). ``python -m bench perf`` measures the
 whole request (HTTP included) against bare aiohttp; this one isolates the pieces
 that are ours, with far less noise, so a change of a microsecond shows. Compare
 two trees by running it from each (``PYTHONPATH=<tree>``) in the same minute.
@@ -101,7 +103,9 @@ async def _measure(url: str, n: int, repeat: int) -> dict[str, float]:
             ticket = await router.limiter.acquire()
             router.limiter.release(ticket, "success")
 
+        whole = await _whole_chat(router, raw, dict(r.headers), n, repeat)
         return {
+            **whole,
             "build request": _best(build, n, repeat),
             "json.loads alone": _best(lambda: json.loads(raw), n, repeat),
             "json.loads + exact cost + parse": _best(read, n, repeat),
@@ -112,6 +116,81 @@ async def _measure(url: str, n: int, repeat: int) -> dict[str, float]:
                 lambda: request.plan.estimate(completion.provider, 100, 64), n, repeat
             ),
         }
+
+
+class _Content:
+    def is_eof(self) -> bool:
+        return True
+
+
+class _CannedResponse:
+    """What ``session.post`` returns, answering with one captured body."""
+
+    status = 200
+    content = _Content()
+
+    def __init__(self, raw: bytes, headers: Any) -> None:
+        self._raw = raw
+        self.headers = headers
+
+    async def read(self) -> bytes:
+        await asyncio.sleep(0)  # a real body read may suspend: pass through every layer
+        return self._raw
+
+    def release(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _CannedSession:
+    """An aiohttp session stand-in: every POST suspends once, then answers at once."""
+
+    closed = False
+
+    def __init__(self, raw: bytes, headers: Any) -> None:
+        self._response = _CannedResponse(raw, headers)
+
+    async def post(self, url: Any, **kwargs: Any) -> _CannedResponse:
+        await asyncio.sleep(0)  # the request's one real suspension (headers awaited)
+        return self._response
+
+
+async def _whole_chat(
+    router: Any, raw: bytes, headers: dict[str, str], n: int, repeat: int
+) -> dict[str, float]:
+    """``router.chat`` end to end with the HTTP exchange answered in-process.
+
+    The session is replaced by one that suspends twice per request (as a real
+    one does at least) and answers with a captured body, so what is timed is the
+    router's own Python plus the two loop turns; "canned exchange alone" is the
+    same two suspensions and the ``json.loads`` a bare client does too.
+    """
+    from multidict import CIMultiDict, CIMultiDictProxy
+
+    http = router._http
+    real = http._session
+    canned = _CannedSession(raw, CIMultiDictProxy(CIMultiDict(headers)))
+    ledger = router.ledger
+    http._session = canned
+    try:
+
+        async def chat() -> None:
+            await router.chat(MESSAGES, max_tokens=MAX_TOKENS)
+
+        async def exchange_alone() -> None:
+            response = await canned.post(None)
+            json.loads(await response.read())
+
+        timed = {"chat(), memory ledger (HTTP canned)": await _abest(chat, n, repeat)}
+        router.ledger = None
+        timed["chat(), no ledger (HTTP canned)"] = await _abest(chat, n, repeat)
+        timed["canned exchange alone (json.loads)"] = await _abest(exchange_alone, n, repeat)
+        return timed
+    finally:
+        router.ledger = ledger
+        http._session = real
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,7 @@ __all__ = [
     "check_fields",
     "completion_cap",
     "field_tokens",
+    "measure",
     "measure_messages",
 ]
 
@@ -210,6 +211,12 @@ def measure_messages(messages: Iterable[Mapping[str, Any]]) -> Billable:
     Raises:
         ConfigurationError: a content part that cannot be priced (audio, file...).
     """
+    return Billable(*measure(messages))
+
+
+def measure(messages: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
+    """:func:`measure_messages` as ``(prompt_tokens, images)``, without the object
+    (the router measures every request)."""
     total = REQUEST_OVERHEAD_TOKENS
     images = 0
     for i, message in enumerate(messages):
@@ -226,4 +233,4 @@ def measure_messages(messages: Iterable[Mapping[str, Any]]) -> Billable:
             if extra:
                 text = extra if isinstance(extra, str) else repr(extra)
                 total += len(text.encode())
-    return Billable(total, images)
+    return total, images

@@ -62,7 +62,7 @@ from provider_router._money import to_decimal
 from provider_router._request import PreparedRequest
 from provider_router._types import Clock, Sleep
 from provider_router.ledger import Ledger, Reservation
-from provider_router.results import ChatResult
+from provider_router.results import ChatResult, chat_result
 
 __all__ = ["LEDGER_RETRIES", "UNKNOWN_CHARGE_STATUSES", "Billing", "Charged", "provably_free"]
 
@@ -117,25 +117,25 @@ class Charged:
 
     def result(self, attempts: int, latency: float, quarantine_reason: str | None) -> ChatResult:
         """The :class:`ChatResult` of the request this attempt finished."""
-        completion = self.completion
-        return ChatResult(
-            text=completion.text,
-            reasoning=completion.reasoning,
-            provider=completion.provider,
-            model=completion.model,
-            generation_id=completion.generation_id,
-            finish_reason=completion.finish_reason,
-            usage=completion.usage,
-            cost=self.cost,
-            estimate=self.estimate,
-            reserved=self.reserved,
-            quarantined=quarantine_reason is not None,
-            quarantine_reason=quarantine_reason,
-            attempts=attempts,
-            latency=latency,
-            message=completion.message,
-            native_finish_reason=completion.native_finish_reason,
-            tool_calls=completion.tool_calls,
+        c = self.completion
+        return chat_result(
+            c.text,
+            c.reasoning,
+            c.provider,
+            c.model,
+            c.generation_id,
+            c.finish_reason,
+            c.usage,
+            self.cost,
+            self.estimate,
+            self.reserved,
+            quarantine_reason is not None,
+            quarantine_reason,
+            attempts,
+            latency,
+            c.message,
+            c.native_finish_reason,
+            c.tool_calls,
         )
 
 
@@ -232,19 +232,30 @@ class Billing:
                     error=repr(exc),
                 )
 
-    async def _write(self, call: Callable[[], Awaitable[None]], what: str) -> None:
-        """Run a ledger write, retrying failures (not misuse) on :data:`LEDGER_RETRIES`."""
+    async def _write(
+        self, call: Callable[[], Awaitable[None]], what: str, failed: Exception | None = None
+    ) -> None:
+        """Run a ledger write, retrying failures (not misuse) on :data:`LEDGER_RETRIES`.
+
+        ``failed``: the caller made the first try itself and it raised this
+        (retryable) error; the retries go on from there.
+        """
         for delay in (*LEDGER_RETRIES, None):
-            try:
-                await call()
-                return
-            except (ConfigurationError, LedgerUnavailableError):
-                raise  # not open, closed ledger, or a store the ledger itself waited out
-            except Exception as exc:
-                if delay is None:
-                    raise
-                log.warning("route.ledger_retry", action=what, error=repr(exc), delay=delay)
-                await self._sleep(delay)
+            if failed is None:
+                try:
+                    await call()
+                    return
+                except (ConfigurationError, LedgerUnavailableError):
+                    raise  # not open, closed ledger, or a store the ledger itself waited out
+                except Exception as exc:
+                    if delay is None:
+                        raise
+                    error = exc
+            else:
+                error, failed = failed, None
+            assert delay is not None  # the last try raised above; ``failed`` is a first try
+            log.warning("route.ledger_retry", action=what, error=repr(error), delay=delay)
+            await self._sleep(delay)
 
     async def charge(
         self, request: PreparedRequest, completion: Completion, reservation: Reservation | None
@@ -286,16 +297,33 @@ class Billing:
             assert held is not None  # set with the reservation (for mypy)
             settled_cost = cost
             try:
-                await self._write(
-                    lambda: ledger.settle(
+                # The first try inline (no closure, no _write coroutine on the path
+                # every answer takes); a failed one goes on in _write's retries.
+                failed: Exception | None = None
+                try:
+                    await ledger.settle(
                         reservation,
                         settled_cost,
                         estimate=estimate,
                         provider=completion.provider,
                         generation_id=generation_id,
-                    ),
-                    "settle",
-                )
+                    )
+                except (ConfigurationError, LedgerUnavailableError):
+                    raise
+                except Exception as exc:
+                    failed = exc
+                if failed is not None:
+                    await self._write(
+                        lambda: ledger.settle(
+                            reservation,
+                            settled_cost,
+                            estimate=estimate,
+                            provider=completion.provider,
+                            generation_id=generation_id,
+                        ),
+                        "settle",
+                        failed,
+                    )
             except Exception as exc:
                 # The answer is paid for: keep it. The reservation stays open at its
                 # worst case (recovery settles it through /generation).

@@ -78,47 +78,72 @@ def parse_completion(body: object) -> Completion:
         InvalidResponseError: the body is not a chat completion (no ``choices``
             and no ``error``).
     """
+    # Once per answer: values go to locals and the Completion is built once, with
+    # the helpers (_str, _clean) inlined (docs/performance.md, "#13 wave 3").
     # type() first: a decoded body is a dict, and an ABC check costs ~10x more.
     if type(body) is not dict and not isinstance(body, Mapping):
         raise InvalidResponseError(f"expected a chat completion object, got {describe_json(body)}")
-    provider = _clean(body.get("provider"))
-    result = Completion(
-        provider=provider,
-        model=_str(body.get("model")),
-        generation_id=_clean(body.get("id")),
-        usage=Usage.from_json(body.get("usage")),
-    )
-    choices = body.get("choices")
-    if "error" in body and body["error"] is not None:
-        result.error = _carried_error(body["error"], body, provider)
+    get = body.get
+    provider = get("provider")
+    provider = scrub(provider) if isinstance(provider, str) else None
+    model = get("model")
+    model = model if isinstance(model, str) else None
+    generation_id = get("id")
+    generation_id = scrub(generation_id) if isinstance(generation_id, str) else None
+    usage = Usage.from_json(get("usage"))
+    top_error = get("error")
+    error = _carried_error(top_error, body, provider) if top_error is not None else None
+    choices = get("choices")
     if not isinstance(choices, list) or not choices:
-        if result.error is None:
+        if error is None:
             raise InvalidResponseError(
                 "expected a chat completion with a non-empty 'choices' list, got "
                 + describe_json(body)
             )
-        return result
+        return Completion("", None, provider, model, generation_id, None, None, usage, {}, error)
     choice = choices[0]
     if type(choice) is not dict and not isinstance(choice, Mapping):
         raise InvalidResponseError(
             f"expected choices[0] to be an object, got {describe_json(choice)}"
         )
+    text = ""
+    reasoning = None
+    kept: Mapping[str, Any] = {}
+    tool_calls: tuple[ToolCall, ...] = ()
     message = choice.get("message")
     if type(message) is dict or isinstance(message, Mapping):
-        result.message = message
-        result.text = _str(message.get("content")) or ""
-        result.reasoning = _str(message.get("reasoning"))
+        kept = message
+        content = message.get("content")
+        if isinstance(content, str):
+            text = content
+        reasoning = message.get("reasoning")
+        if not isinstance(reasoning, str):
+            reasoning = None
         raw_calls = message.get("tool_calls")
         if isinstance(raw_calls, list):
             parsed = (ToolCall.from_json(raw, i) for i, raw in enumerate(raw_calls))
-            result.tool_calls = tuple(call for call in parsed if call is not None)
-    result.finish_reason = _str(choice.get("finish_reason"))
-    result.native_finish_reason = _str(choice.get("native_finish_reason"))
-    if result.error is None and (
-        choice.get("error") is not None or result.finish_reason == "error"
-    ):
-        result.error = _carried_error(choice.get("error"), body, provider)
-    return result
+            tool_calls = tuple(call for call in parsed if call is not None)
+    finish_reason = choice.get("finish_reason")
+    if not isinstance(finish_reason, str):
+        finish_reason = None
+    native_finish_reason = choice.get("native_finish_reason")
+    if not isinstance(native_finish_reason, str):
+        native_finish_reason = None
+    if error is None and (choice.get("error") is not None or finish_reason == "error"):
+        error = _carried_error(choice.get("error"), body, provider)
+    return Completion(
+        text,
+        reasoning,
+        provider,
+        model,
+        generation_id,
+        finish_reason,
+        native_finish_reason,
+        usage,
+        kept,
+        error,
+        tool_calls,
+    )
 
 
 class _CallParts:

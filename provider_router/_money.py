@@ -19,7 +19,7 @@ SQLite stores picodollars in signed 64-bit integers (up to about $9.2 million);
 this cap leaves room above a full budget for costs that overran their holds.
 """
 LEDGER_MAX_UNITS: Final = int(LEDGER_MAX_USD) * UNITS_PER_USD
-_UNIT: Final = Decimal(1) / UNITS_PER_USD
+_UNIT_EXPONENT: Final = 12  # UNITS_PER_USD == 10**_UNIT_EXPONENT
 
 
 _NUMBER_TEXT: Final = re.compile(r"\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
@@ -100,7 +100,9 @@ def to_units(amount: Decimal, *, round_up: bool = False) -> int:
     (reservations round up so a hold is never smaller than its worst case).
     """
     rounding = ROUND_CEILING if round_up else ROUND_HALF_EVEN
-    return int((amount / _UNIT).to_integral_value(rounding=rounding))
+    # scaleb(12) is amount / 10^-12 (the same digits, rounded to the context's
+    # precision the same way) at half the cost: three calls per request.
+    return int(amount.scaleb(_UNIT_EXPONENT).to_integral_value(rounding=rounding))
 
 
 def from_units(units: int) -> Decimal:

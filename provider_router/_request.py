@@ -9,6 +9,7 @@ shape (no extra parameters) once per ``(max_tokens, stream)`` pair.
 from __future__ import annotations
 
 import json
+import json.encoder
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -20,8 +21,35 @@ from provider_router.routing import RoutePlan
 
 __all__ = ["PreparedRequest", "RequestEncoder"]
 
-_encode: Final = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+_encode: Final = _ENCODER.encode
 """Compact JSON, with one encoder reused (``json.dumps`` with options builds one per call)."""
+_make_c_encoder: Final[Any] = getattr(json.encoder, "c_make_encoder", None)
+# What ``JSONEncoder.encode`` builds on every call (a C encoder with these very
+# options), built once: the messages are encoded for every request.
+_c_encode: Final[Any] = (
+    _make_c_encoder(
+        None,  # no circular check
+        _ENCODER.default,
+        json.encoder.encode_basestring_ascii,
+        None,  # no indent
+        ":",
+        ",",
+        False,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+    if _make_c_encoder is not None
+    else None
+)
+
+
+def encode_json(value: Any) -> str:
+    """Compact JSON text of ``value``: what ``_encode(value)`` returns, ~1 µs sooner."""
+    if _c_encode is None or isinstance(value, str):
+        return _encode(value)
+    return "".join(_c_encode(value, 0))
+
 
 _TAIL_CACHE_SIZE: Final = 256
 
@@ -93,7 +121,7 @@ class RequestEncoder:
                     self._tails[key] = cached
             tail = cached
         self.last_fields_bytes = len(tail)
-        return b"".join((self._head, _encode(messages).encode(), tail, provider, b"}"))
+        return b"".join((self._head, encode_json(messages).encode(), tail, provider, b"}"))
 
     @staticmethod
     def _tail_of(fields: Mapping[str, Any], max_tokens: int | None, stream: bool) -> bytes:

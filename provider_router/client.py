@@ -41,7 +41,13 @@ from typing import Any, Final
 from pydantic import SecretStr
 
 from provider_router import _http
-from provider_router._billable import check_fields, completion_cap, field_tokens, measure_messages
+from provider_router._billable import (
+    IMAGE_PROMPT_TOKENS_BOUND,
+    check_fields,
+    completion_cap,
+    field_tokens,
+    measure,
+)
 from provider_router._billing import Billing, Charged
 from provider_router._completion import Completion, parse_completion
 from provider_router._constants import (
@@ -86,6 +92,8 @@ log = get_logger(__name__)
 
 _CHAT_PATH: Final = "/chat/completions"
 _RESERVED_PARAMS: Final = ("model", "provider", "messages", "stream")
+_UNSET: Final[Any] = object()
+_CAP_CACHE_SIZE: Final = 256
 
 DEFAULT_SLOW_START: Final = 0.05
 """Seconds in which the default limiter's window doubles until the first 429."""
@@ -204,6 +212,7 @@ class Router(AsyncResource):
         self._fields: dict[str, Any] = dict(params or {})
         check_fields(self._fields, "Router(params=...)")
         self._field_tokens = field_tokens(self._fields)
+        self._caps: dict[int | None, int | None] = {}  # completion cap by max_tokens
         self.model = model
         self.policy = policy if policy is not None else ProviderPolicy()
         self.base_url = _http.resolve_base_url(base_url)
@@ -496,12 +505,23 @@ class Router(AsyncResource):
         start = self._clock()
         self._in_flight += 1
         try:
-            charged = await self.retry.run(
-                lambda n: self._attempt(request, n),
-                sleep=self._sleep,
-                clock=self._clock,
-                rng=self._rng,
-            )
+            # The first attempt is awaited here rather than through RetryPolicy.run:
+            # one coroutine layer less on every wake-up of every request. A failed
+            # first attempt goes on in RetryPolicy.resume, as run would go on.
+            failed: Exception | None = None
+            try:
+                charged = await self._attempt(request, 1)
+            except Exception as exc:
+                failed = exc
+            if failed is not None:
+                charged = await self.retry.resume(
+                    failed,
+                    lambda n: self._attempt(request, n),
+                    started=start,
+                    sleep=self._sleep,
+                    clock=self._clock,
+                    rng=self._rng,
+                )
         except BaseException as exc:
             self.failures += 1
             if self.metrics is not None:
@@ -539,11 +559,12 @@ class Router(AsyncResource):
     ) -> PreparedRequest:
         if self._http is None:
             raise ConfigurationError("the Router is not open: use `async with Router(...)`")
-        if max_tokens is not None and (
-            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        if (
+            max_tokens is not None
+            and not (type(max_tokens) is int and max_tokens >= 1)
+            and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1)
         ):
             raise ConfigurationError(f"max_tokens must be a positive int, got {max_tokens!r}")
-        fields = self._fields
         extra_tokens = self._field_tokens
         if params:
             for reserved_name in _RESERVED_PARAMS:
@@ -552,10 +573,16 @@ class Router(AsyncResource):
                         f"{reserved_name!r} is set by the Router, not per call"
                     )
             check_fields(params)
-            fields = {**fields, **params}
-        # The larger cap: a provider may honour either (docs/client.md, "What is reserved").
-        cap = completion_cap(max_tokens, fields)
-        if cap is None and self.ledger is not None:
+            # The larger cap: a provider may honour either (docs/client.md, "What is reserved").
+            cap = completion_cap(max_tokens, {**self._fields, **params})
+        else:
+            # The router's own fields never change: one cap per max_tokens.
+            cap = self._caps.get(max_tokens, _UNSET)
+            if cap is _UNSET:
+                cap = completion_cap(max_tokens, self._fields)
+                if len(self._caps) < _CAP_CACHE_SIZE:
+                    self._caps[max_tokens] = cap
+        if cap is None and self._billing.ledger is not None:
             raise ConfigurationError(
                 "max_tokens is required when a ledger is used (max_completion_tokens also counts)"
             )
@@ -567,8 +594,8 @@ class Router(AsyncResource):
             # The fields' JSON, already encoded for the body, bounds what tools and
             # schemas add to the prompt: no second encoding (docs/performance.md).
             extra_tokens = encoder.last_fields_bytes
-        billable = measure_messages(messages)
-        prompt_tokens = billable.prompt_tokens + extra_tokens
+        text_tokens, images = measure(messages)
+        prompt_tokens = text_tokens + extra_tokens
         deadline = self._request_timeout
         if stream:
             # The stream deadline scales with the completion cap the provider may honour.
@@ -579,8 +606,8 @@ class Router(AsyncResource):
             payload=payload,
             stream=stream,
             key=key if key is not None else f"req-{next(self._seq)}",
-            worst_case=plan.worst_case(prompt_tokens, cap or 0, billable.images),
-            prompt_estimate=prompt_tokens + billable.estimate - billable.prompt_tokens,
+            worst_case=plan.worst_case(prompt_tokens, cap or 0, images),
+            prompt_estimate=prompt_tokens + images * IMAGE_PROMPT_TOKENS_BOUND,
             plan=plan,
             on_delta=on_delta,
             deadline=deadline,
@@ -683,18 +710,25 @@ class Router(AsyncResource):
     # --- one attempt ------------------------------------------------------------------
 
     async def _attempt(self, request: PreparedRequest, attempt: int) -> Charged:
-        if self._billing.stopped is not None:
-            raise self._billing.stopped_error()
+        billing = self._billing
+        if billing.stopped is not None:
+            raise billing.stopped_error()
         request.attempts = attempt
         request.generation_id = None
         request.sent = False
-        ticket = await self.limiter.acquire()
+        limiter = self.limiter
+        ticket = limiter.try_acquire()  # no coroutine when a slot is free (the usual case)
+        if ticket is None:
+            ticket = await limiter.acquire()
         outcome: Outcome = "neutral"
         started = self._clock()
         reservation: Reservation | None = None
-        billing = self._billing
         try:
-            reservation = await billing.reserve(request, self.budget_wait)
+            ledger = billing.ledger
+            if ledger is not None:  # Billing.reserve, inlined: one coroutine less
+                reservation = await ledger.reserve(
+                    request.worst_case, key=request.key, wait=self.budget_wait
+                )
             try:
                 completion = await self._exchange(request, attempt, reservation)
             except PaymentRequiredError as exc:
@@ -740,7 +774,7 @@ class Router(AsyncResource):
                 )
             raise
         finally:
-            self.limiter.release(ticket, outcome)
+            limiter.release(ticket, outcome)
 
     async def _exchange(
         self, request: PreparedRequest, attempt: int, reservation: Reservation | None
@@ -749,30 +783,45 @@ class Router(AsyncResource):
         if http is None:
             raise ConfigurationError("the Router was closed")
         request.sent = True
-        deadline_at = asyncio.get_running_loop().time() + request.deadline
         if request.stream:
-            post = http.post(
-                _CHAT_PATH,
-                request.payload,
-                request_timeout=request.deadline,
-                idle_timeout=self._stream_idle_timeout,
-            )
-        else:
-            post = http.post(_CHAT_PATH, request.payload, request_timeout=request.deadline)
+            return await self._exchange_stream(http, request, attempt, reservation)
+        # No context manager: one coroutine and two objects less per request.
+        response = await http.send(_CHAT_PATH, request.payload, request_timeout=request.deadline)
+        try:
+            generation_id = response.headers.get("x-generation-id")
+            if generation_id:
+                generation_id = scrub(generation_id)  # it goes to the ledger and logs
+                if response.complete:
+                    # The whole body is here: the settle that follows records
+                    # the id durably, one ledger write instead of two.
+                    request.generation_id = generation_id
+                else:
+                    await self._billing.attach(request, reservation, generation_id)
+            completion = parse_completion(await response.json())
+        except BaseException:
+            response.close()  # not read to its end, or not an answer: no reuse
+            raise
+        response.release()
+        return completion
+
+    async def _exchange_stream(
+        self,
+        http: _http.HttpClient,
+        request: PreparedRequest,
+        attempt: int,
+        reservation: Reservation | None,
+    ) -> Completion:
+        deadline_at = asyncio.get_running_loop().time() + request.deadline
+        post = http.post(
+            _CHAT_PATH,
+            request.payload,
+            request_timeout=request.deadline,
+            idle_timeout=self._stream_idle_timeout,
+        )
         async with post as response:
             generation_id = response.headers.get("x-generation-id")
             if generation_id:
                 generation_id = scrub(generation_id)  # it goes to the ledger and logs
-            if not request.stream:
-                if generation_id:
-                    if response.complete:
-                        # The whole body is here: the settle that follows records
-                        # the id durably, one ledger write instead of two.
-                        request.generation_id = generation_id
-                    else:
-                        await self._billing.attach(request, reservation, generation_id)
-                return parse_completion(await response.json())
-            if generation_id:
                 await self._billing.attach(request, reservation, generation_id)
             return await read_stream(
                 response,

@@ -210,13 +210,23 @@ class AdaptiveLimiter:
         """Whether :meth:`acquire` would return without waiting."""
         return self._in_flight < self._limit and not self._waiters
 
-    async def acquire(self) -> int:
-        """Wait for a slot; return the ticket to hand back to :meth:`release`."""
+    def try_acquire(self) -> int | None:
+        """A slot without waiting: the ticket, or ``None`` when :meth:`acquire` would wait.
+
+        The router's per-request path: no coroutine when a slot is free.
+        """
         if self._ramping:
             self._ramp_up()
         if self._in_flight < self._limit and not self._waiters:
             self._in_flight += 1
             return self._epoch
+        return None
+
+    async def acquire(self) -> int:
+        """Wait for a slot; return the ticket to hand back to :meth:`release`."""
+        ticket = self.try_acquire()
+        if ticket is not None:
+            return ticket
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._waiters.append(future)

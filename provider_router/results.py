@@ -1,8 +1,14 @@
-"""What a finished chat request returns: plain slotted dataclasses, cheap to build.
+"""What a finished chat request returns: plain frozen dataclasses, cheap to build.
 
 The per-request path builds these, so they are dataclasses parsed by hand from
 the decoded JSON, not pydantic models (validation costs more than the request
-itself at 2,000 in flight).
+itself at 2,000 in flight). :class:`ChatResult` and :class:`Usage` are built
+once per request: the router fills their ``__dict__`` in one step
+(:func:`chat_result`, :meth:`Usage.from_json`) instead of the frozen
+``__init__``, which sets each field through ``object.__setattr__`` (~3 µs for
+a ``ChatResult``'s 17 fields against ~0.8 µs; docs/performance.md, "#13 wave
+3"). They stay frozen dataclasses for their users: same fields, equality,
+``repr``, ``dataclasses.replace``, and assigning an attribute raises.
 """
 
 from __future__ import annotations
@@ -11,19 +17,28 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
 
 from provider_router._exceptions import InvalidResponseError
 from provider_router._money import to_decimal
 
 __all__ = ["ChatResult", "StreamDelta", "ToolCall", "ToolCallDelta", "Usage"]
 
+_new: Final = object.__new__
+_set: Final = object.__setattr__  # the frozen __setattr__ refuses even __dict__
+_EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
+
 
 def _int(value: object) -> int:
+    # type() first: decoded JSON counts are exact ints (bool is an int subclass).
+    if type(value) is int:
+        return value
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-@dataclass(frozen=True, slots=True)
+# Not slots: a dict-backed instance can be filled in one step (see the module doc).
+@dataclass(frozen=True)
 class Usage:
     """Token counts and cost of one request, as OpenRouter reported them.
 
@@ -51,32 +66,40 @@ class Usage:
         # type() first: decoded JSON is dicts, and an ABC check costs ~10x more.
         if type(raw) is not dict and not isinstance(raw, Mapping):
             return None
-        prompt_details = raw.get("prompt_tokens_details")
-        completion_details = raw.get("completion_tokens_details")
+        get = raw.get
+        prompt_details = get("prompt_tokens_details")
+        completion_details = get("completion_tokens_details")
         if type(prompt_details) is not dict and not isinstance(prompt_details, Mapping):
-            prompt_details = {}
+            prompt_details = _EMPTY
         if type(completion_details) is not dict and not isinstance(completion_details, Mapping):
-            completion_details = {}
-        cost_raw = raw.get("cost")
+            completion_details = _EMPTY
+        cost_raw = get("cost")
         cost: Decimal | None = None
-        if cost_raw is not None:
+        if type(cost_raw) is Decimal and cost_raw.is_finite():
+            cost = cost_raw  # pinned from the wire's digits (pin_exact_cost)
+        elif cost_raw is not None:
             try:
                 cost = to_decimal(cost_raw, what="usage.cost")
             except ValueError:
                 cost = None
-            if cost is not None and cost < 0:
-                cost = None
-        prompt = _int(raw.get("prompt_tokens"))
-        completion = _int(raw.get("completion_tokens"))
-        return cls(
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            total_tokens=_int(raw.get("total_tokens")) or prompt + completion,
-            cached_tokens=_int(prompt_details.get("cached_tokens")),
-            cache_write_tokens=_int(prompt_details.get("cache_write_tokens")),
-            reasoning_tokens=_int(completion_details.get("reasoning_tokens")),
-            cost=cost,
-        )
+        if cost is not None and cost < 0:
+            cost = None
+        prompt = _int(get("prompt_tokens"))
+        completion = _int(get("completion_tokens"))
+        fields: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": _int(get("total_tokens")) or prompt + completion,
+            "cached_tokens": _int(prompt_details.get("cached_tokens")),
+            "cache_write_tokens": _int(prompt_details.get("cache_write_tokens")),
+            "reasoning_tokens": _int(completion_details.get("reasoning_tokens")),
+            "cost": cost,
+        }
+        if cls is not Usage:
+            return cls(**fields)  # a subclass may check its fields in __init__
+        usage = _new(cls)
+        _set(usage, "__dict__", fields)
+        return usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +182,8 @@ class ToolCallDelta:
     name: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+# Not slots: a dict-backed instance can be filled in one step (see the module doc).
+@dataclass(frozen=True)
 class ChatResult:
     """One completed chat request.
 
@@ -210,6 +234,57 @@ class ChatResult:
         if self.cost is None or self.estimate is None:
             return None
         return self.cost - self.estimate
+
+
+def chat_result(
+    text: str,
+    reasoning: str | None,
+    provider: str | None,
+    model: str | None,
+    generation_id: str | None,
+    finish_reason: str | None,
+    usage: Usage | None,
+    cost: Decimal | None,
+    estimate: Decimal | None,
+    reserved: Decimal | None,
+    quarantined: bool,
+    quarantine_reason: str | None,
+    attempts: int,
+    latency: float,
+    message: Mapping[str, Any],
+    native_finish_reason: str | None,
+    tool_calls: tuple[ToolCall, ...],
+) -> ChatResult:
+    """A :class:`ChatResult` with every field given, its ``__dict__`` filled in one step.
+
+    The same object ``ChatResult(...)`` builds, at a quarter of the cost (the
+    router builds one per request; see the module doc).
+    """
+    result = _new(ChatResult)
+    _set(
+        result,
+        "__dict__",
+        {
+            "text": text,
+            "reasoning": reasoning,
+            "provider": provider,
+            "model": model,
+            "generation_id": generation_id,
+            "finish_reason": finish_reason,
+            "usage": usage,
+            "cost": cost,
+            "estimate": estimate,
+            "reserved": reserved,
+            "quarantined": quarantined,
+            "quarantine_reason": quarantine_reason,
+            "attempts": attempts,
+            "latency": latency,
+            "message": message,
+            "native_finish_reason": native_finish_reason,
+            "tool_calls": tool_calls,
+        },
+    )
+    return result
 
 
 @dataclass(frozen=True, slots=True)

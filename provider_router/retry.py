@@ -215,23 +215,55 @@ class RetryPolicy:
             rng: jitter source (a fresh ``random.Random()`` when ``None``).
             on_retry: called with ``(attempt, error, delay)`` before each wait.
         """
-        rng = rng if rng is not None else random.Random()
-        errors: list[Exception] = []
         start = clock()
-        attempt = 0
+        try:
+            return await attempt_fn(1)
+        except Exception as exc:
+            failed = exc
+        return await self.resume(
+            failed, attempt_fn, started=start, sleep=sleep, clock=clock, rng=rng, on_retry=on_retry
+        )
+
+    async def resume(
+        self,
+        error: Exception,
+        attempt_fn: Callable[[int], Awaitable[T]],
+        *,
+        started: float,
+        sleep: Sleep = asyncio.sleep,
+        clock: Clock = time.monotonic,
+        rng: _Random | None = None,
+        on_retry: Callable[[int, BaseException, float], None] | None = None,
+    ) -> T:
+        """Go on as :meth:`run` does after the first attempt raised ``error``.
+
+        For a caller that makes the first attempt itself (the router does: one
+        coroutine layer less on the path that does not fail). ``started`` is the
+        ``clock`` reading taken just before that attempt; the rest is as :meth:`run`:
+        ``error`` itself is raised when it is not retried.
+        """
+        rng = rng if rng is not None else random.Random()
+        errors: list[Exception] = [error]
+        attempt = 1
+        delay = self.next_delay(attempt, error, clock() - started, rng)
+        if delay is None:
+            raise error
+        if on_retry is not None:
+            on_retry(attempt, error, delay)
         while True:
+            await sleep(delay)
             attempt += 1
             try:
                 return await attempt_fn(attempt)
             except Exception as exc:
                 errors.append(exc)
-                delay = self.next_delay(attempt, exc, clock() - start, rng)
-                if delay is None:
-                    if len(errors) == 1 or not self.retryable(exc):
+                next_delay = self.next_delay(attempt, exc, clock() - started, rng)
+                if next_delay is None:
+                    if not self.retryable(exc):
                         raise
                     raise AllAttemptsFailed(
                         f"all {len(errors)} attempts failed; last: {exc}", errors
                     ) from None
+                delay = next_delay
                 if on_retry is not None:
                     on_retry(attempt, exc, delay)
-            await sleep(delay)

@@ -395,3 +395,20 @@ async def test_a_slow_start_overshoot_sets_no_limit_to_stop_at() -> None:
     for _ in range(200):
         limiter.release(await limiter.acquire(), "success")
     assert limiter.limit > 60  # still accelerating: no ceiling from the overshoot
+
+
+async def test_try_acquire_takes_a_free_slot_and_never_overtakes_a_waiter() -> None:
+    limiter = AdaptiveLimiter(2)
+    assert limiter.try_acquire() == 0
+    ticket = limiter.try_acquire()
+    assert ticket == 0
+    assert limiter.in_flight == 2
+    assert limiter.try_acquire() is None  # full: nothing taken
+    assert limiter.in_flight == 2
+    queued = asyncio.create_task(limiter.acquire())
+    await _settle()
+    limiter.release(ticket, "neutral")  # the slot goes to the waiter
+    assert limiter.try_acquire() is None
+    await queued
+    limiter.release(0, "neutral")
+    assert limiter.try_acquire() == 0

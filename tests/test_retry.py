@@ -333,3 +333,74 @@ async def test_custom_predicate_composes() -> None:
 
 def test_generic_status_error_without_class() -> None:
     assert type(_status(408)) is APIStatusError
+
+
+async def _failing_schedule(
+    use_resume: bool,
+) -> tuple[list[int], list[float], list[tuple[int, float]], bool]:
+    """Attempts, waits and on_retry calls of a policy whose every attempt fails."""
+    policy = RetryPolicy(max_attempts=4, deadline=None, backoff=Backoff(base=0.5, jitter=False))
+    clock = FakeClock()
+    seen: list[int] = []
+    raised: list[Exception] = []
+    retried: list[tuple[int, float]] = []
+
+    async def attempt(n: int) -> None:
+        seen.append(n)
+        error = _status(503) if n % 2 else APIConnectionError(f"reset {n}")
+        raised.append(error)
+        raise error
+
+    def on_retry(n: int, error: BaseException, delay: float) -> None:
+        retried.append((n, delay))
+
+    async def run() -> None:
+        if not use_resume:
+            await policy.run(attempt, sleep=clock.sleep, clock=clock, on_retry=on_retry)
+            return
+        started = clock()
+        try:
+            await attempt(1)
+        except Exception as exc:
+            first = exc
+        await policy.resume(
+            first, attempt, started=started, sleep=clock.sleep, clock=clock, on_retry=on_retry
+        )
+
+    with pytest.raises(AllAttemptsFailed) as info:
+        await run()
+    return seen, clock.sleeps, retried, list(info.value.exceptions) == raised
+
+
+async def test_resume_goes_on_exactly_as_run_after_a_failed_first_attempt() -> None:
+    """The router makes the first attempt itself and hands a failure to ``resume``."""
+    expected = ([1, 2, 3, 4], [0.5, 1.0, 2.0], [(1, 0.5), (2, 1.0), (3, 2.0)], True)
+    assert await _failing_schedule(use_resume=False) == expected
+    assert await _failing_schedule(use_resume=True) == expected
+
+
+async def test_resume_raises_a_first_error_that_is_not_retried_as_it_is() -> None:
+    clock = FakeClock()
+    error = _status(401)
+
+    async def attempt(n: int) -> None:
+        raise AssertionError("no second attempt")
+
+    with pytest.raises(AuthenticationError) as info:
+        await RetryPolicy().resume(error, attempt, started=clock(), sleep=clock.sleep, clock=clock)
+    assert info.value is error
+    assert clock.sleeps == []
+
+
+async def test_resume_counts_the_deadline_from_the_first_attempt() -> None:
+    clock = FakeClock()
+    policy = RetryPolicy(max_attempts=10, deadline=3.0, backoff=Backoff(base=1.0, jitter=False))
+    started = clock()
+    clock.now += 2.5  # the first attempt took 2.5 s: a 1 s wait would end past the deadline
+
+    async def attempt(n: int) -> None:
+        raise AssertionError("no second attempt")
+
+    with pytest.raises(ProviderUnavailableError):
+        await policy.resume(_status(503), attempt, started=started, sleep=clock.sleep, clock=clock)
+    assert clock.sleeps == []

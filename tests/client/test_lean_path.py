@@ -1,0 +1,242 @@
+"""The router's per-request shortcuts (#13 wave 3) build and read exactly what the plain code does.
+
+Each shortcut skips work the general code does on every request (a frozen
+``__init__``, ``json.loads``' encoding detection, an encoder built per call, a
+coroutine layer); these tests hold each one equal to the code it stands in for,
+on real answers of the local OpenRouter and on the odd inputs the general code
+handles.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from _router_helpers import MESSAGES, MakeRouter
+
+from provider_router import ChatResult, MemoryLedger, Usage
+from provider_router._completion import parse_completion
+from provider_router._http import _loads
+from provider_router._request import _encode, encode_json
+from provider_router.results import ToolCall, chat_result
+from provider_router.testing import SimulatorServer
+
+FIELDS = {
+    "text": "hi",
+    "reasoning": None,
+    "provider": "Chutes",
+    "model": "moonshotai/kimi-k2.5",
+    "generation_id": "gen-1",
+    "finish_reason": "stop",
+    "usage": Usage(3, 4, 7, cost=Decimal("0.000012")),
+    "cost": Decimal("0.000012"),
+    "estimate": Decimal("0.000011"),
+    "reserved": Decimal("0.0002"),
+    "quarantined": False,
+    "quarantine_reason": None,
+    "attempts": 2,
+    "latency": 0.25,
+    "message": {"role": "assistant", "content": "hi"},
+    "native_finish_reason": "end_turn",
+    "tool_calls": (ToolCall("call_1", "f", "{}"),),
+}
+
+
+def test_chat_result_builds_the_same_object_as_the_constructor() -> None:
+    # Every field, in the dataclass's order: a field added to ChatResult and not
+    # to chat_result fails here.
+    assert list(FIELDS) == [f.name for f in dataclasses.fields(ChatResult)]
+    fast = chat_result(*FIELDS.values())
+    plain = ChatResult(**FIELDS)
+    assert type(fast) is ChatResult
+    assert fast == plain
+    assert repr(fast) == repr(plain)
+    assert dataclasses.asdict(fast) == dataclasses.asdict(plain)
+    assert dataclasses.replace(fast, attempts=3) == dataclasses.replace(plain, attempts=3)
+    assert fast.drift == Decimal("0.000001")
+
+
+def test_results_stay_immutable() -> None:
+    result = chat_result(*FIELDS.values())
+    usage = Usage.from_json({"prompt_tokens": 1, "completion_tokens": 2})
+    assert usage is not None
+    for obj, name in ((result, "cost"), (result, "anything"), (usage, "cost")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(obj, name, 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del result.text
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {
+            "prompt_tokens": 10,
+            "completion_tokens": 5,
+            "total_tokens": 15,
+            "cost": Decimal("0.00001234567890123"),
+            "prompt_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 2},
+            "completion_tokens_details": {"reasoning_tokens": 3},
+        },
+        {"prompt_tokens": True, "completion_tokens": "5", "cost": 0.5},
+        {"prompt_tokens": 2, "cost": "-1", "prompt_tokens_details": None},
+        {"cost": Decimal("NaN")},
+        {"cost": Decimal("-0.1")},
+        {"cost": "junk", "completion_tokens_details": []},
+        {},
+    ],
+)
+def test_usage_from_json_equals_the_constructor(raw: dict[str, Any]) -> None:
+    usage = Usage.from_json(raw)
+    assert type(usage) is Usage
+    details = raw.get("prompt_tokens_details") or {}
+    reasoning = (
+        (raw.get("completion_tokens_details") or {})
+        if isinstance(raw.get("completion_tokens_details"), dict)
+        else {}
+    )
+
+    def count(value: object) -> int:
+        return value if type(value) is int else 0
+
+    cost = raw.get("cost")
+    if isinstance(cost, Decimal):
+        expected_cost = cost if cost.is_finite() and cost >= 0 else None
+    elif cost == 0.5:
+        expected_cost = Decimal("0.5")
+    else:
+        expected_cost = None
+    prompt, completion = count(raw.get("prompt_tokens")), count(raw.get("completion_tokens"))
+    assert usage == Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=count(raw.get("total_tokens")) or prompt + completion,
+        cached_tokens=count(details.get("cached_tokens")),
+        cache_write_tokens=count(details.get("cache_write_tokens")),
+        reasoning_tokens=count(reasoning.get("reasoning_tokens")),
+        cost=expected_cost,
+    )
+
+
+def test_usage_from_json_of_a_subclass_goes_through_its_init() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Checked(Usage):
+        def __post_init__(self) -> None:
+            if self.prompt_tokens > 100:
+                raise ValueError("too many")
+
+    assert type(Checked.from_json({"prompt_tokens": 1})) is Checked
+    with pytest.raises(ValueError, match="too many"):
+        Checked.from_json({"prompt_tokens": 101})
+
+
+def test_parse_completion_reads_every_field() -> None:
+    body = {
+        "id": "gen-1",
+        "provider": "Chutes",
+        "model": "moonshotai/kimi-k2.5",
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": "",
+                    "reasoning": "because",
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}],
+                },
+                "finish_reason": "tool_calls",
+                "native_finish_reason": 7,
+            }
+        ],
+    }
+    completion = parse_completion(body)
+    assert (completion.text, completion.reasoning) == ("", "because")
+    assert (completion.provider, completion.model, completion.generation_id) == (
+        "Chutes",
+        "moonshotai/kimi-k2.5",
+        "gen-1",
+    )
+    assert (completion.finish_reason, completion.native_finish_reason) == ("tool_calls", None)
+    assert completion.tool_calls == (ToolCall("c", "f", "{}"),)
+    assert completion.message is body["choices"][0]["message"]  # type: ignore[index]
+    assert completion.error is None
+    assert completion.usage == Usage(3, 2, 5)
+    bare = parse_completion({"choices": [{"message": None, "finish_reason": None}]})
+    assert (bare.text, bare.reasoning, bare.message, bare.tool_calls) == ("", None, {}, ())
+    errored = parse_completion({"choices": [{"finish_reason": "error"}], "provider": "X"})
+    assert errored.error is not None
+    assert errored.error.provider_name == "X"
+    only_error = parse_completion({"error": {"code": 502, "message": "upstream"}})
+    assert only_error.error is not None
+    assert only_error.message == {}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"a": 1, "usage": {"cost": 0.5}}',
+        b'\n\n  {"a": "\xc3\xa9"}  \n',
+        b"[1, 2]",
+        b"\t{}",
+        codecs.BOM_UTF8 + b'{"a": 1}',
+        '{"a": "é"}'.encode("utf-16-le"),
+        '{"a": "é"}'.encode("utf-16"),
+        '{"a": 1}'.encode("utf-32"),
+        b'{"a": "\xed\xa0\x80"}',  # a lone surrogate: json.loads' surrogatepass keeps it
+        b"1",
+    ],
+)
+def test_loads_decodes_what_json_loads_decodes(body: bytes) -> None:
+    assert _loads(body) == json.loads(body)
+
+
+@pytest.mark.parametrize("body", [b"", b"{", b'{"a": 1} x', b"\xff\xfe", b'{"a": "\xff"}', b" "])
+def test_loads_refuses_what_json_loads_refuses(body: bytes) -> None:
+    with pytest.raises((json.JSONDecodeError, UnicodeDecodeError)) as expected:
+        json.loads(body)
+    with pytest.raises(type(expected.value)) as got:
+        _loads(body)
+    assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [{"role": "user", "content": 'h\u00e9llo \u2028 "quoted" \\ \n'}],
+        [{"role": "user", "content": [{"type": "text", "text": "x"}]}, {"role": "assistant"}],
+        "a string",
+        [1.5, float("nan"), float("inf"), None, True, 10**30],
+        {"nested": {"list": [1, 2, {"k": ()}]}},
+    ],
+)
+def test_encode_json_equals_the_compact_encoder(value: Any) -> None:
+    assert encode_json(value) == _encode(value)
+
+
+def test_encode_json_refuses_what_the_encoder_refuses() -> None:
+    for bad in ([object()], {1j: 2}, [{"content": Decimal(1)}]):
+        with pytest.raises(TypeError) as expected:
+            _encode(bad)
+        with pytest.raises(TypeError) as got:
+            encode_json(bad)
+        assert str(got.value) == str(expected.value)
+
+
+async def test_a_routed_answer_matches_the_plain_objects(
+    openrouter_sim: SimulatorServer, make_router: MakeRouter
+) -> None:
+    """A real answer through the lean path: the result equals one built the plain way."""
+    ledger = MemoryLedger(Decimal(1))
+    router = await make_router(openrouter_sim, ledger=ledger)
+    result = await router.chat(MESSAGES, max_tokens=50)
+    plain = ChatResult(**{f.name: getattr(result, f.name) for f in dataclasses.fields(result)})
+    assert result == plain
+    assert result.usage is not None
+    assert result.usage == Usage(**dataclasses.asdict(result.usage))
+    assert result.cost == result.usage.cost == openrouter_sim.simulator.usage
+    state = await ledger.snapshot()
+    assert (state.spent, state.reserved, state.open) == (result.cost, 0, 0)
