@@ -13,6 +13,7 @@ import asyncio
 import json
 import math
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
@@ -20,6 +21,7 @@ from aiohttp import web
 from provider_router.testing import bodies
 from provider_router.testing.billing import KeyState
 from provider_router.testing.delivery import Attempt, serve
+from provider_router.testing.draws import Draws
 from provider_router.testing.faults import ATTEMPT_KINDS, Fault
 from provider_router.testing.introspection import RequestRecord
 from provider_router.testing.market import EndpointSpec, ModelSpec
@@ -40,6 +42,8 @@ from provider_router.testing.tools import (
 )
 
 __all__ = ["chat_completions"]
+
+_REQUEST_PARAMETERS = frozenset(REQUEST_PARAMETERS)
 
 _ERROR_TYPES = {
     429: "rate_limit_exceeded",
@@ -220,7 +224,10 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
     if isinstance(choices, web.Response):
         return choices
     try:
-        tool_request = parse_tool_request(body)
+        # Most requests carry neither field: skip the parser (it returns None for them).
+        tool_request = (
+            parse_tool_request(body) if "tools" in body or "tool_choice" in body else None
+        )
         check_tool_messages(messages)
     except ToolError as exc:
         return _bad_request(str(exc))
@@ -241,7 +248,7 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
             sim.log.counters["fault.rate_limit"] += 1
             return _platform_limit(sim, fault)
 
-    used = [p for p in REQUEST_PARAMETERS if p in body]
+    used = [p for p in body if p in _REQUEST_PARAMETERS]
     try:
         candidates = plan_route(model, prefs, used, rng, sim.unstable_tags())
     except RoutingError as exc:
@@ -302,10 +309,10 @@ async def _attempts(
     key: KeyState,
     body: dict[str, Any],
     model: ModelSpec,
-    candidates: list[EndpointSpec],
+    candidates: Sequence[EndpointSpec],
     prompt_tokens: int,
     max_tokens: int | None,
-    rng: Any,
+    rng: Draws,
     tool_request: ToolRequest | None,
     *,
     images: int = 0,

@@ -24,8 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import random
-import string
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -34,10 +32,12 @@ from aiohttp import web
 
 from provider_router.testing import bodies, tools
 from provider_router.testing.billing import Cost, KeyState, compute_cost
+from provider_router.testing.draws import Draws
 from provider_router.testing.encode import (
     ChunkFrame,
     chat_result_json,
     content_delta_json,
+    filler_choices_json,
     usage_json,
 )
 from provider_router.testing.faults import Fault
@@ -57,8 +57,9 @@ __all__ = ["Attempt", "serve"]
 KEEPALIVE = b": OPENROUTER PROCESSING\n\n"
 DONE = b"data: [DONE]\n\n"
 WHITESPACE = b"\n         \n\n"
+_WHITESPACE_TEXT = WHITESPACE.decode()
 COMPLETION_TOKENS_HEADER = "X-Simulator-Completion-Tokens"
-_ID_ALPHABET = string.ascii_letters + string.digits
+_NO_CACHE = CacheResult()
 _MIDWAY_ERROR = {
     "code": 502,
     "message": "Provider disconnected unexpectedly",
@@ -77,7 +78,7 @@ class Attempt:
     endpoint: EndpointSpec
     prompt_tokens: int
     max_tokens: int | None
-    rng: random.Random
+    rng: Draws
     fault: Fault | None
     tools: ToolRequest | None = None
     images: int = 0
@@ -114,7 +115,7 @@ def _use_cache(attempt: Attempt) -> CacheResult:
     if not endpoint.supports_implicit_caching or attempt.prompt_tokens < endpoint.cache_min_tokens:
         # Below the minimum no prefix of this prompt is read or stored (the longest is
         # the prompt without its reply priming): skip hashing the chain.
-        return CacheResult()
+        return _NO_CACHE
     body = attempt.body
     chain = prefix_chain(body)
     result = attempt.sim.caches.serve(
@@ -135,7 +136,7 @@ def _use_cache(attempt: Attempt) -> CacheResult:
 def _plan(attempt: Attempt) -> _Plan:
     rng = attempt.rng
     created = int(time.time())
-    gen_id = f"gen-{created}-{''.join(rng.choices(_ID_ALPHABET, k=20))}"
+    gen_id = f"gen-{created}-{rng.alnum(20)}"
     total = _completion_total(attempt)
     endpoint = attempt.endpoint
     ttft = endpoint.latency_ms / 1000 * math.exp(rng.gauss(0.0, 0.25))
@@ -361,10 +362,11 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         attempt.record.outcome = "error_200"
         _remember(attempt, plan, 0, delivered, reasoning, "error", duration)
         return _json_body(attempt, plan, bodies.dumps(payload))
-    await sim.wait(duration)
+    if not sim.instant:
+        await sim.wait(duration)
     cost = _charge(attempt, plan, shape.completion_tokens, shape.reasoning_tokens)
     if kind != "no_usage_cost" and not plan.calls and attempt.choices == 1:
-        data = WHITESPACE + _plain_answer(attempt, plan, cost).encode()
+        data = (_WHITESPACE_TEXT + _plain_answer(attempt, plan, cost)).encode()
     else:
         data = WHITESPACE + bodies.dumps(_answer(attempt, plan, cost, kind))
     _remember(
@@ -454,14 +456,13 @@ def _plain_answer(attempt: Attempt, plan: _Plan, cost: Cost) -> str:
         cost,
         plan.cache_write_tokens,
     )
+    reasoning = shape.reasoning_tokens if shape.show_reasoning else 0
     return chat_result_json(
         plan.gen_id,
         plan.created,
         attempt.model.canonical_slug,
         _shown(attempt),
-        filler(0, shape.content_tokens),
-        _reasoning_text(attempt, plan, shape.reasoning_tokens),
-        shape.finish_reason,
+        filler_choices_json(shape.content_tokens, reasoning, shape.finish_reason),
         usage,
         attempt.endpoint.system_fingerprint,
     )

@@ -71,6 +71,12 @@ class RequestRecord:
         return from_units(self.cost_units)
 
 
+class _Names(dict[tuple[str, object], str]):
+    def __missing__(self, key: tuple[str, object]) -> str:
+        name = self[key] = key[0] + str(key[1])
+        return name
+
+
 class RequestLog:
     """The most recent ``limit`` records plus counters over the whole run.
 
@@ -82,6 +88,8 @@ class RequestLog:
         self.records: deque[RequestRecord] = deque(maxlen=limit)
         self.counters: Counter[str] = Counter()
         self._seq = 0
+        # Counter names built once per (prefix, value): a few dozen, not one per request.
+        self._names = _Names()
 
     def start(self, route: str) -> RequestRecord:
         self._seq += 1
@@ -91,15 +99,17 @@ class RequestLog:
 
     def finish(self, record: RequestRecord) -> None:
         counters = self.counters
+        names = self._names
         counters["requests"] += 1
-        counters["route." + record.route] += 1
-        counters["status." + str(record.status)] += 1
-        if record.route == "chat":
-            counters["outcome." + record.outcome] += 1
+        route = record.route
+        counters[names[("route.", route)]] += 1
+        counters[names[("status.", record.status)]] += 1
+        if route == "chat":
+            counters[names[("outcome.", record.outcome)]] += 1
             if record.tag is not None:
-                counters["served." + record.tag] += 1
+                counters[names[("served.", record.tag)]] += 1
             for tag, _status in record.attempts:
-                counters["attempt." + tag] += 1
+                counters[names[("attempt.", tag)]] += 1
 
     def chat(self) -> list[RequestRecord]:
         """The chat completion records, oldest first."""

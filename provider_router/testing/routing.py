@@ -245,7 +245,7 @@ class _DefaultRoute:
     """The default order of one model's endpoints, precomputed: stable endpoints by
     price with their cumulative inverse-square weights, then the unstable ones."""
 
-    __slots__ = ("cumulative", "model", "stable", "total", "unstable")
+    __slots__ = ("cumulative", "model", "orders", "stable", "total", "unstable")
 
     def __init__(self, model: ModelSpec) -> None:
         self.model = model
@@ -260,15 +260,17 @@ class _DefaultRoute:
             total += 1.0 / max(float(e.blended_price), 1e-9) ** 2
             self.cumulative.append(total)
         self.total = total
+        # One order per possible first endpoint, built once (shared: never mutated).
+        stable, unstable = self.stable, self.unstable
+        self.orders = [
+            (stable[i], *stable[:i], *stable[i + 1 :], *unstable) for i in range(len(stable))
+        ]
 
-    def order(self, rng: random.Random) -> list[EndpointSpec]:
-        stable = self.stable
-        if not stable:
-            return list(self.unstable)
-        index = min(
-            bisect.bisect_right(self.cumulative, rng.random() * self.total), len(stable) - 1
-        )
-        return [stable[index], *stable[:index], *stable[index + 1 :], *self.unstable]
+    def order(self, rng: random.Random) -> Sequence[EndpointSpec]:
+        if not self.stable:
+            return tuple(self.unstable)
+        index = bisect.bisect_right(self.cumulative, rng.random() * self.total)
+        return self.orders[min(index, len(self.orders) - 1)]
 
 
 _DEFAULT_ROUTES: dict[int, _DefaultRoute] = {}
@@ -376,13 +378,13 @@ def plan_route(
     used_params: Sequence[str],
     rng: random.Random,
     unstable_tags: frozenset[str] | set[str] = frozenset(),
-) -> list[EndpointSpec]:
+) -> Sequence[EndpointSpec]:
     """The endpoints to try, in order (the first is the primary choice).
 
     Raises:
         RoutingError: 404 when the filters leave no endpoint, worded like OpenRouter.
     """
-    soft = [p for p in _SOFT_PARAMETERS if p in used_params]
+    soft = [p for p in _SOFT_PARAMETERS if p in used_params] if used_params else None
     if prefs is None and not soft and not unstable_tags:
         return _default_route(model).order(rng)  # the hot path: nothing to filter
     endpoints = list(model.endpoints)

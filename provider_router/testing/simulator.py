@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import time
 from collections.abc import Awaitable, Iterable, Mapping
 from decimal import Decimal
@@ -22,6 +21,7 @@ from provider_router._money import from_units
 from provider_router._types import Clock, Sleep
 from provider_router.testing import bodies
 from provider_router.testing.billing import Account, KeyState
+from provider_router.testing.draws import Draws
 from provider_router.testing.faults import Fault, FaultBook
 from provider_router.testing.introspection import RequestLog, RequestRecord
 from provider_router.testing.market import Market
@@ -34,6 +34,9 @@ JSON = "application/json"
 FREE_MODEL_DAILY_REQUESTS = (50, 1000)
 """OpenRouter's ``:free`` quota per UTC day: below $10 of credits purchased, and from $10."""
 FREE_MODEL_CREDIT_THRESHOLD = Decimal(10)
+_NONE: frozenset[str] = frozenset()
+_HEADER_CACHE = 1024
+"""Authorization headers remembered with their key (a key is never removed, only added)."""
 RECENT_FAILURE_WINDOW = 30.0
 """Simulated seconds a failed provider counts as unstable for default routing."""
 
@@ -126,6 +129,7 @@ class Simulator:
         self.failed_at: dict[str, float] = {}
         self.down: dict[str, bool] = {}
         self.caches = PrefixCache()
+        self._by_header: dict[str, KeyState] = {}
         self._occurrences: dict[int, int] = {}
         self.stopping = asyncio.Event()
         self.bill_abandoned = bill_abandoned
@@ -146,7 +150,7 @@ class Simulator:
     def real_seconds(self, simulated_seconds: float) -> float:
         return 0.0 if self.instant else simulated_seconds / self.speed
 
-    def rng_for(self, fingerprint: int) -> random.Random:
+    def rng_for(self, fingerprint: int) -> Draws:
         """A random stream for one request: same seed + same request => same draws,
         whatever order concurrent requests arrive in; a repeat gets the next stream."""
         occurrences = self._occurrences
@@ -157,11 +161,11 @@ class Simulator:
             # old starts its streams again.
             del occurrences[next(iter(occurrences))]
         occurrences[fingerprint] = occurrence
-        return random.Random((self.seed << 80) ^ (fingerprint << 24) ^ occurrence)
+        return Draws(b"%d:%d:%d" % (self.seed, fingerprint, occurrence))
 
-    def unstable_tags(self) -> set[str]:
+    def unstable_tags(self) -> frozenset[str] | set[str]:
         if not self.failed_at:
-            return set()
+            return _NONE
         now = self.now()
         for tag, when in list(self.failed_at.items()):
             if now - when >= RECENT_FAILURE_WINDOW:
@@ -226,6 +230,9 @@ class Simulator:
 
     def authenticate(self, request: web.Request) -> KeyState | web.Response:
         header = request.headers.get("Authorization", "")
+        known = self._by_header.get(header)
+        if known is not None:  # a header seen before: its key, without parsing it again
+            return known
         scheme, _, token = header.partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
@@ -233,6 +240,9 @@ class Simulator:
         key = self.account.key(token)
         if key is None:
             return json_error(401, "User not found.")
+        if len(self._by_header) >= _HEADER_CACHE:
+            self._by_header.clear()
+        self._by_header[header] = key
         return key
 
 

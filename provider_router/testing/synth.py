@@ -80,26 +80,34 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def count_prompt_tokens(messages: Sequence[Any]) -> int:
-    """About four characters per token, plus four per message and three to prime the reply."""
+def _count_messages(messages: Sequence[Any]) -> tuple[int, int]:
+    """(prompt tokens of the text, image parts) of the messages: about four characters
+    per token, plus four per message and three to prime the reply."""
     total = 3
-    for message in messages:
-        if isinstance(message, Mapping):
-            total += 4 + (len(_text_of(message.get("content"))) + 3) // 4
-    return total
-
-
-def _images_in(messages: Sequence[Any]) -> int:
     images = 0
     for message in messages:
-        content = message.get("content") if isinstance(message, Mapping) else None
+        if type(message) is dict:  # what json.loads makes: skip the ABC check
+            content = message.get("content")
+            if type(content) is str:  # the common case, in one step
+                total += 4 + (len(content) + 3) // 4
+                continue
+        elif isinstance(message, Mapping):
+            content = message.get("content")
+        else:
+            continue
+        total += 4 + (len(_text_of(content)) + 3) // 4
         if isinstance(content, list):
             images += sum(
                 1
                 for part in content
                 if isinstance(part, Mapping) and part.get("type") == "image_url"
             )
-    return images
+    return total, images
+
+
+def count_prompt_tokens(messages: Sequence[Any]) -> int:
+    """About four characters per token, plus four per message and three to prime the reply."""
+    return _count_messages(messages)[0]
 
 
 def count_request_prompt(body: Mapping[str, Any]) -> tuple[int, int]:
@@ -109,9 +117,8 @@ def count_request_prompt(body: Mapping[str, Any]) -> tuple[int, int]:
     the fields rendered into the prompt (``tools``, ``tool_choice``, ``response_format``)
     at about four characters per token.
     """
-    messages = body["messages"]
-    images = _images_in(messages)
-    total = count_prompt_tokens(messages) + images * IMAGE_PROMPT_TOKENS
+    total, images = _count_messages(body["messages"])
+    total += images * IMAGE_PROMPT_TOKENS
     for name in _PROMPT_FIELDS:
         value = body.get(name)
         if value is not None and not isinstance(value, str):

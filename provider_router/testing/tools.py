@@ -150,6 +150,8 @@ def _choice(raw: object, functions: tuple[Function, ...]) -> str | Function:
 def check_tool_messages(messages: Sequence[Any]) -> None:
     """Tool results must name the call they answer (``tool_call_id``)."""
     for i, message in enumerate(messages):
+        if type(message) is dict and message.get("role") != "tool":
+            continue  # the common case, without the ABC check
         if isinstance(message, Mapping) and message.get("role") == "tool":
             call_id = message.get("tool_call_id")
             if not isinstance(call_id, str) or not call_id:

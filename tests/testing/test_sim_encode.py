@@ -9,9 +9,12 @@ from provider_router.testing.billing import Cost
 from provider_router.testing.encode import (
     ChunkFrame,
     chat_result_json,
+    choices_json,
     content_delta_json,
+    filler_choices_json,
     usage_json,
 )
+from provider_router.testing.synth import filler
 
 COSTS = [Cost(0, 0, 0), Cost(123_456_789, 987_654_321, 0), Cost(1, 2, 3, 4), Cost(10**15, 7, 10**9)]
 TEXTS = [None, "", "plain words", 'quote " back \\ slash\nnewline', "ünïcödé ✓ 😀", "\x00\x1f"]
@@ -42,10 +45,24 @@ def test_chat_result_json_is_the_chat_result(
         finish, usage, fingerprint=fingerprint,
     )  # fmt: skip
     text = chat_result_json(
-        "gen-1-abc", 1_700_000_000, "moonshotai/kimi-k2.5", provider, content, reasoning,
-        finish, usage_json(3, 0, 4, 1, Cost(5, 6, 7)), fingerprint,
+        "gen-1-abc", 1_700_000_000, "moonshotai/kimi-k2.5", provider,
+        choices_json(content, reasoning, finish), usage_json(3, 0, 4, 1, Cost(5, 6, 7)),
+        fingerprint,
     )  # fmt: skip
     assert text == bodies.dumps(expected).decode()
+
+
+@pytest.mark.parametrize("content_tokens", [0, 1, 256, 4096, 5000])
+@pytest.mark.parametrize("reasoning_tokens", [0, 3, 700])
+@pytest.mark.parametrize("finish", ["stop", "length"])
+def test_filler_choices_are_the_filler_text_encoded(
+    content_tokens: int, reasoning_tokens: int, finish: str
+) -> None:
+    """Cached up to 4,096 tokens, computed beyond: the same text either way, every time."""
+    reasoning = filler(0, reasoning_tokens, reasoning=True) if reasoning_tokens else None
+    expected = choices_json(filler(0, content_tokens), reasoning, finish)
+    assert filler_choices_json(content_tokens, reasoning_tokens, finish) == expected
+    assert filler_choices_json(content_tokens, reasoning_tokens, finish) == expected
 
 
 @pytest.mark.parametrize("text", [t for t in TEXTS if t])
