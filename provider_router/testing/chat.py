@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import json.scanner
 import math
 import zlib
 from collections.abc import Sequence
@@ -172,9 +173,21 @@ def _parse_choices(body: dict[str, Any]) -> int | web.Response:
     return value
 
 
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+
+
 def _parse_json(raw: bytes) -> Any:
-    """``json.loads(raw)``, UTF-8 first: loads(bytes) sniffs the encoding in Python on
-    every request; anything else (a BOM, UTF-16) still goes through it."""
+    """``json.loads(raw)``, faster: UTF-8 first (loads(bytes) sniffs the encoding in
+    Python on every request) and straight into json's C scanner when the text is one
+    value with nothing around it (what clients send). Anything else — a BOM, UTF-16,
+    surrounding whitespace, an error — goes through ``json.loads`` as before."""
+    try:
+        text = raw.decode()
+        value, end = _SCAN(text, 0)
+        if end == len(text):
+            return value
+    except (StopIteration, ValueError):
+        pass
     try:
         return json.loads(raw.decode())
     except ValueError:
