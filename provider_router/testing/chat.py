@@ -14,7 +14,7 @@ import json
 import json.scanner
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -173,7 +173,10 @@ def _parse_choices(body: dict[str, Any]) -> int | web.Response:
     return value
 
 
-_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+# json's C scanner (what JSONDecoder.raw_decode calls); typeshed types its argument oddly.
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]
+)
 
 
 def _parse_json(raw: bytes) -> Any:
