@@ -30,7 +30,8 @@ module: the datasets' prompts (:mod:`~provider_router.batch.dataset_open`), each
 dataset's state (:mod:`~provider_router.batch.dataset_run`), the dispatch loop and
 the stop switch (:mod:`~provider_router.batch.dispatch`), what each request's end
 does (:mod:`~provider_router.batch.outcomes`), the progress snapshots and the summary
-(:mod:`~provider_router.batch.run_view`), the job's ledger
+(:mod:`~provider_router.batch.run_view`), what it repairs of earlier runs
+(:mod:`~provider_router.batch.recovery`), the job's ledger
 (:mod:`~provider_router.batch.job_ledger`) and the key's account
 (:mod:`~provider_router.batch.account`).
 """
@@ -45,12 +46,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from provider_router._constants import STREAM_DEADLINE_BASE, STREAM_DEADLINE_TOKENS_PER_SECOND
 from provider_router._exceptions import ConfigurationError, LedgerUnavailableError
-from provider_router._format import format_usd
 from provider_router._log import get_logger
 from provider_router._money import from_units
-from provider_router.batch.account import AccountCheck
 from provider_router.batch.dataset_open import (
     open_file_datasets,
     open_fleet_datasets,
@@ -64,6 +62,13 @@ from provider_router.batch.fleet_source import FleetSource
 from provider_router.batch.job_ledger import open_job_ledger
 from provider_router.batch.journal import FileJournal, Journal
 from provider_router.batch.outcomes import Outcomes
+from provider_router.batch.recovery import (
+    account_check,
+    apply_budget,
+    correct_account,
+    journal_repairs,
+    reconcile_crashed,
+)
 from provider_router.batch.report import write_report
 from provider_router.batch.run_progress import DatasetProgress, RunProgress
 from provider_router.batch.run_view import progress_snapshot, summarize
@@ -216,12 +221,7 @@ class BatchRunner:
         journal = self.journal = FileJournal.open(self.out)
         reason = "error"
         try:
-            self._recovered += journal.repairs
-            if journal.lost:
-                self._recovered.append(
-                    f"{len(journal.lost)} request(s) were in flight when the last run died; "
-                    "their prompts run again and their cost is reconciled by the ledger"
-                )
+            self._recovered += journal_repairs(journal)
             journal.prepare([d.name for d in self.plan.datasets])
             if self.strict and self._fleet is None:  # a fleet checks when joining
                 await asyncio.to_thread(validate_inputs, self.plan)
@@ -242,13 +242,7 @@ class BatchRunner:
         ledger = await open_job_ledger(
             self.out / LEDGER_FILE, self.budget, self.journal, self._given_ledger
         )
-        state = await ledger.snapshot()
-        if state.limit != self.budget:
-            await ledger.set_limit(self.budget)
-            old, new = format_usd(state.limit), format_usd(self.budget)
-            self._recovered.append(f"budget changed from {old} to {new}")
-            if self.journal is not None:
-                self.journal.note("budget", old=str(state.limit), new=str(self.budget))
+        self._recovered += await apply_budget(ledger, self.budget, self.journal)
         return ledger
 
     async def _run_with_ledger(self, journal: FileJournal) -> RunSummary:
@@ -267,14 +261,16 @@ class BatchRunner:
             )
             async with router:
                 self.router = router
-                report = await ledger.recover(router.resolve)
-                if report.reconciled or report.worst_case:
-                    self._recovered.append(
-                        f"ledger: {len(report.reconciled)} crashed request(s) reconciled "
-                        f"({format_usd(report.reconciled_cost)}), {len(report.worst_case)} "
-                        f"counted at worst case ({format_usd(report.worst_case_cost)})"
-                    )
-                account = self._account_check(router, ledger)
+                report, notes = await reconcile_crashed(ledger, router)
+                self._recovered += notes
+                account = account_check(
+                    self.plan,
+                    self.out,
+                    router,
+                    ledger,
+                    horizon=self.account_horizon,
+                    fleet=self._fleet is not None,
+                )
                 if account is not None:
                     await account.start(report.worst_case)
                 # For the report only: writing it never fails the run.
@@ -290,12 +286,7 @@ class BatchRunner:
                 finally:
                     await timeline.stop()
                 if account is not None:
-                    corrected = await account.finish()
-                    if corrected:
-                        self._recovered.append(
-                            f"account: {format_usd(corrected)} of worst-case charges taken "
-                            "back (the key's usage shows it was never charged)"
-                        )
+                    self._recovered += await correct_account(account)
             try:
                 self.ledger_state = await ledger.snapshot()
             except LedgerUnavailableError as exc:  # the run stops on it; say so once
@@ -321,18 +312,6 @@ class BatchRunner:
             journal.note_preflight(report.cost)
         if not report.ok:
             raise PreflightFailed(report)
-
-    def _account_check(self, router: Router, ledger: Ledger) -> AccountCheck | None:
-        horizon = self.account_horizon
-        if horizon is None or self._fleet is not None:
-            return None  # a fleet's key is shared by its workers: not one run's own
-        if horizon < 0:
-            tokens = max(
-                int(self.plan.params_for(spec).request_params()["max_tokens"])
-                for spec in self.plan.datasets
-            )
-            horizon = STREAM_DEADLINE_BASE + tokens / STREAM_DEADLINE_TOKENS_PER_SECOND
-        return AccountCheck(self.out, router, ledger, horizon=horizon)
 
     async def _run_fleet(
         self, fleet: FleetQueue, journal: FileJournal, ledger: Ledger, router: Router

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from provider_router._money import from_units
+from provider_router.batch.journal import FileJournal
 from provider_router.testing import DEFAULT_TEST_KEY
 
 
@@ -24,6 +25,16 @@ def write_prompts(path: Path, count: int, *, prefix: str = "q", extra: Iterable[
         for line in extra:
             fh.write(line + "\n")
     return path
+
+
+def simulate_crash(j: FileJournal) -> None:
+    """Let go of the files as a killed process would: no release of claims, no stop line."""
+    for fh in (j._fh, *(o.fh for o in j._outputs.values())):
+        if fh is not None:
+            fh.close()
+    j._fh = None
+    j._closed = True
+    j._release_lock()
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _batch_helpers import simulate_crash
 
 from provider_router import ConfigurationError, DataFileError
 from provider_router.batch import journal as journal_module
@@ -31,16 +32,6 @@ def complete(
         cost_units=cost,
         location=loc,
     )
-
-
-def simulate_crash(j: FileJournal) -> None:
-    """Let go of the files as a killed process would: no release of claims, no stop line."""
-    for fh in (j._fh, *(o.fh for o in j._outputs.values())):
-        if fh is not None:
-            fh.close()
-    j._fh = None
-    j._closed = True
-    j._release_lock()
 
 
 def output_ids(directory: Path, ds: str) -> list[str]:

@@ -139,6 +139,26 @@ async def test_budget_exhaustion_stops_cleanly_and_a_top_up_finishes(
     assert ledger_spent(out) == sim.simulator.usage
 
 
+async def test_a_changed_budget_is_said_once_and_noted_in_the_journal(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim = await openrouter_sim_factory(seed=4)
+    out = tmp_path / "out"
+    first = await runner(two_dataset_plan(tmp_path, max_requests=2), out, sim).run()
+    assert first.recovered == []
+    plan = two_dataset_plan(tmp_path, budget="12.5", max_requests=4)
+    again = await runner(plan, out, sim).run()
+    assert again.reason is StopReason.COMPLETE
+    assert again.recovered == ["budget changed from $10.00 to $12.50"]
+    assert again.budget == Decimal("12.5")
+    lines = [json.loads(line) for line in (out / "journal.jsonl").read_text().splitlines()]
+    notes = [line for line in lines if line.get("op") == "budget"]
+    assert [(Decimal(n["old"]), Decimal(n["new"])) for n in notes] == [(10, Decimal("12.5"))]
+    # The ledger keeps the new limit: the next run has nothing to say.
+    plan = two_dataset_plan(tmp_path, budget="12.5", max_requests=6)
+    assert (await runner(plan, out, sim).run()).recovered == []
+
+
 async def test_credits_exhaustion_then_top_up(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
