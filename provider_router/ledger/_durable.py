@@ -44,8 +44,8 @@ class DurableLedger(AsyncResource):
         poll_interval: seconds between retries of waiting reservations when
             only other processes can free room.
         commit_interval: seconds between the starts of two batches under load
-            (group commit sized by time, ``_batch.py``); ``0`` commits whatever
-            is waiting as soon as the previous batch is done.
+            (group commit sized by time, stretched by long holds, ``_batch.py``);
+            ``0`` commits whatever is waiting as soon as the previous batch is done.
         clock: wall-clock seconds (``time.time``), for leases; injected in tests.
     """
 
@@ -165,7 +165,7 @@ class DurableLedger(AsyncResource):
         if not orphans:
             return RecoveryReport()
         for res in orphans:
-            self._batcher.mine.add(res.id)
+            self._batcher.mine[res.id] = None  # not ours from the start: no hold time
         if self._renew_timer is None:
             self._arm_renewal()
         log.warning("ledger.recover", orphans=len(orphans))

@@ -87,7 +87,8 @@ class RedisLedger(DurableLedger):
         lease: seconds an open reservation stays owned without renewal.
         poll_interval: seconds between retries of waiting reservations.
         commit_interval: seconds between the starts of two batches under load
-            (default 10 ms: group commit sized by time; ``0`` commits at once).
+            (default 10 ms: group commit sized by time, stretched up to 2.5×
+            when reservations are held for seconds; ``0`` commits at once).
         prefix: the key prefix (keys are ``<prefix>:{<name>}:...``).
         outage_window: seconds an unreachable Redis is waited out: every call is
             retried with backoff (0.05 s doubling to 2 s), so admission pauses and

@@ -194,3 +194,66 @@ async def test_commits_are_spaced_by_the_commit_interval_under_load(tmp_path: Pa
 def test_a_negative_commit_interval_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="commit_interval"):
         SQLiteLedger(tmp_path / "l.sqlite", D(1), commit_interval=-1)
+
+
+async def _hold_many(ledger: SQLiteLedger, now: list[float], hold: float, times: int) -> None:
+    for _ in range(times):
+        now[0] += 1.0  # an idle store: every write starts at once
+        res = await ledger.reserve(D("0.001"), key="held")
+        now[0] += hold
+        await ledger.settle(res, D("0.001"))
+
+
+async def _blocked_for_a_while(ledger: SQLiteLedger, now: list[float], after: float) -> bool:
+    """Whether a reserve ``after`` seconds after the last batch started waits to be written."""
+    now[0] += 1.0
+    await ledger.reserve(D("0.001"), key="lone")  # idle for a second: written at once
+    now[0] += after
+    late = asyncio.create_task(ledger.reserve(D("0.001"), key="late"))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    waited = not late.done()
+    now[0] += 1.0  # let the interval run out
+    await late
+    return waited
+
+
+@pytest.mark.parametrize(("hold", "waits"), [(0.2, False), (4.0, True)])
+async def test_long_holds_stretch_the_commit_interval_but_an_idle_store_commits_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hold: float, waits: bool
+) -> None:
+    # Requests held for seconds share commits of up to 2.5x the interval (25 ms by
+    # default): 15 ms after a batch started, the next write waits. Short requests
+    # keep 10 ms. Either way a write to an idle store starts at once (the "lone"
+    # reserve above never waits: the fake clock does not move while it is written).
+    loop = asyncio.get_running_loop()
+    now = [loop.time()]
+    monkeypatch.setattr(loop, "time", lambda: now[0])
+    ledger = SQLiteLedger(tmp_path / "l.sqlite", D(10), executor="loop", synchronous="OFF")
+    async with ledger:
+        await _hold_many(ledger, now, hold, 30)
+        assert await _blocked_for_a_while(ledger, now, 0.015) is waits
+        assert await _blocked_for_a_while(ledger, now, 0.030) is False
+
+
+async def test_the_loop_never_waits_for_another_process_holding_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    # Statements run on the loop with a busy timeout of 0: a batch that finds the
+    # lock taken goes whole to the writer thread, which waits for the lock there.
+    path = tmp_path / "l.sqlite"
+    async with SQLiteLedger(path, D(10)) as ledger:
+        first = await ledger.reserve(D("1"), key="before")
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process takes the write lock
+        blocked = asyncio.create_task(ledger.reserve(D("2"), key="while locked"))
+        for _ in range(50):
+            await asyncio.sleep(0)  # the loop keeps running...
+        assert not blocked.done()  # ...while the reservation waits for the lock
+        other.execute("COMMIT")
+        other.close()
+        second = await blocked
+        await ledger.settle(first, D("0.5"))
+        await ledger.release(second)
+        state = await ledger.snapshot()
+    assert (state.spent, state.reserved, state.settled, state.released) == (D("0.5"), 0, 1, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
@@ -40,6 +41,23 @@ async def test_reserve_then_settle_moves_the_hold_into_spent(backend: Backend) -
     state = await ledger.snapshot()
     assert (state.spent, state.reserved, state.available) == (D("1.25"), 0, D("8.75"))
     assert (state.open, state.settled, state.released) == (0, 1, 0)
+
+
+async def test_a_settle_or_release_moves_what_the_ledger_holds_not_what_the_caller_says(
+    backend: Backend,
+) -> None:
+    # The caller's Reservation is a receipt, not the record: a copy whose units were
+    # changed (by a bug, or a hand-made one) must neither free nor keep a wrong amount.
+    ledger = backend.make(D("10"))
+    first = await ledger.reserve(D("2"), key="a")
+    second = await ledger.reserve(D("3"), key="b")
+    await ledger.settle(dataclasses.replace(first, units=first.units - 7), D("1"))
+    await ledger.release(dataclasses.replace(second, units=second.units + 11))
+    state = await ledger.snapshot()
+    assert (state.spent, state.reserved, state.open) == (D("1"), 0, 0)
+    assert (state.settled, state.released, state.overrun) == (1, 1, 0)
+    with pytest.raises(ConfigurationError, match="not open"):
+        await ledger.settle(first, D("1"))
 
 
 async def test_release_charges_nothing(backend: Backend) -> None:
