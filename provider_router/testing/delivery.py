@@ -36,8 +36,8 @@ from provider_router.testing.draws import Draws
 from provider_router.testing.encode import (
     ChunkFrame,
     chat_result_json,
-    content_delta_json,
     filler_choices_json,
+    filler_delta_json,
     usage_json,
 )
 from provider_router.testing.faults import Fault
@@ -45,6 +45,7 @@ from provider_router.testing.introspection import RequestRecord
 from provider_router.testing.market import EndpointSpec, ModelSpec
 from provider_router.testing.prefix_cache import CacheResult, prefix_chain
 from provider_router.testing.simulator import Simulator, json_error
+from provider_router.testing.sse import EventWriter
 from provider_router.testing.synth import (
     CompletionShape,
     filler,
@@ -506,51 +507,56 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         }
     )
     await response.prepare(attempt.request)
+    instant = sim.instant
+    out = EventWriter(response, gather=instant)
     sent = 0
     charged = False
     try:
-        await response.write(KEEPALIVE)
+        await out.write(KEEPALIVE)
         waited = 0.0
         while plan.ttft - waited > sim.keepalive_seconds:
             await sim.wait(sim.keepalive_seconds)
             waited += sim.keepalive_seconds
-            await response.write(KEEPALIVE)
+            await out.write(KEEPALIVE)
         await sim.wait(plan.ttft - waited)
         step = sim.stream_chunk_tokens
         tps = plan.tokens_per_second
         while sent < stop_at:
             n = min(step, stop_at - sent)
-            await sim.wait(n / tps)
-            delta: dict[str, Any] = {"role": "assistant", "content": ""}
+            if not instant:
+                await sim.wait(n / tps)
             if sent < shape.reasoning_tokens:
                 n = min(n, shape.reasoning_tokens - sent)
+                start = sent
+                sent += n
                 if shape.show_reasoning:
-                    text = filler(sent, sent + n, reasoning=True)
-                    delta["reasoning"] = text
-                    delta["reasoning_details"] = bodies.reasoning_details(text)
+                    text = filler(start, start + n, reasoning=True)
+                    delta = {
+                        "role": "assistant",
+                        "content": "",
+                        "reasoning": text,
+                        "reasoning_details": bodies.reasoning_details(text),
+                    }
+                    await out.write(frame.sse(bodies.dumps(delta).decode()))
             elif plan.calls and sent - shape.reasoning_tokens >= plan.preamble:
                 start = sent - shape.reasoning_tokens - plan.preamble
                 sent += n
                 for entry in tools.stream_deltas(plan.calls, start, start + n):
                     call_delta = {"content": None, "role": "assistant", "tool_calls": [entry]}
-                    await response.write(
+                    await out.write(
                         _sse(
                             bodies.chunk(
                                 gen_id, created, model_slug, provider, call_delta, fingerprint=fp
                             )
                         )
                     )
-                continue
             else:
                 start = sent - shape.reasoning_tokens
                 if plan.calls:  # the words before the calls, then the calls
                     n = min(n, plan.preamble - start)
-                delta["content"] = filler(start, start + n)
-            sent += n
-            if "reasoning" in delta:
-                await response.write(frame.sse(bodies.dumps(delta).decode()))
-            elif delta["content"]:
-                await response.write(frame.sse(content_delta_json(delta["content"])))
+                sent += n
+                if n > 0:
+                    await out.write(frame.sse(filler_delta_json(start, start + n)))
         reasoning_sent = min(sent, shape.reasoning_tokens)
         duration = plan.ttft + sent / tps
         if kind in ("error_200", "stream_error"):
@@ -565,7 +571,8 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                 error=dict(_MIDWAY_ERROR),
                 fingerprint=fp,
             )
-            await response.write(_sse(error_chunk))
+            await out.write(_sse(error_chunk))
+            await out.flush()
             # What was streamed is counted, free under zero-completion insurance.
             _remember(attempt, plan, 0, sent, reasoning_sent, "error", duration)
             await response.write_eof()
@@ -586,6 +593,7 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             shape.finish_reason,
             duration,
         )
+        await out.flush()
         if kind == "reset":
             attempt.record.outcome = "reset"
             _abort(attempt.request)
@@ -615,10 +623,12 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         if kind == "drop_done":
             # The whole answer and its usage are out; the connection dies before [DONE].
             attempt.record.outcome = "drop_done"
-            await response.write(tail)
+            await out.write(tail)
+            await out.flush()
             _abort(attempt.request)
             return response
-        await response.write(tail + DONE)
+        await out.write(tail + DONE)
+        await out.flush()
         await response.write_eof()
         return response
     except (ConnectionResetError, asyncio.CancelledError) as exc:

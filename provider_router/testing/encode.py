@@ -26,6 +26,7 @@ __all__ = [
     "choices_json",
     "content_delta_json",
     "filler_choices_json",
+    "filler_delta_json",
     "usage_json",
 ]
 
@@ -121,6 +122,13 @@ def chat_result_json(
 def content_delta_json(text: str) -> str:
     """The delta ``{"role": "assistant", "content": text}`` encoded."""
     return f'{{"role":"assistant","content":{encode_basestring_ascii(text)}}}'
+
+
+@functools.lru_cache(maxsize=4096)
+def filler_delta_json(start: int, stop: int) -> str:
+    """:func:`content_delta_json` of the filler tokens ``start`` to ``stop``: every
+    stream's chunks cover the same few token ranges, so each is escaped once."""
+    return content_delta_json(filler(start, stop))
 
 
 class ChunkFrame:

@@ -12,6 +12,7 @@ from provider_router.testing.encode import (
     choices_json,
     content_delta_json,
     filler_choices_json,
+    filler_delta_json,
     usage_json,
 )
 from provider_router.testing.synth import filler
@@ -82,3 +83,10 @@ def test_chunk_frame_is_the_chunk(text: str, provider: str | None, fingerprint: 
     assert (
         frame.sse(bodies.dumps(reasoning).decode()) == b"data: " + bodies.dumps(expected) + b"\n\n"
     )
+
+
+@pytest.mark.parametrize(("start", "stop"), [(0, 16), (16, 32), (4090, 4100), (5, 5), (0, 1)])
+def test_filler_deltas_are_the_filler_text_encoded(start: int, stop: int) -> None:
+    expected = content_delta_json(filler(start, stop))
+    assert filler_delta_json(start, stop) == expected
+    assert filler_delta_json(start, stop) == expected

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 
 from _sim_client import StartSim
 
@@ -63,3 +64,45 @@ async def test_max_tokens_caps_the_completion_with_finish_reason_length(
     reply = await client.chat(max_tokens=400)
     assert reply.json["usage"]["completion_tokens"] == 300
     assert reply.json["choices"][0]["finish_reason"] == "stop"
+
+
+class InstantSleep:
+    """A finite speed whose sleeps take no time: the stream is written event by event."""
+
+    async def __call__(self, seconds: float) -> None:
+        await asyncio.sleep(0)
+
+
+def _normalised(text: str) -> str:
+    """The stream with its ``created`` second blanked (two runs may straddle a second)."""
+    return re.sub(r'"created":\d+', '"created":0', text)
+
+
+async def test_a_stream_at_infinite_speed_is_the_same_bytes_as_one_written_event_by_event(
+    start_sim: StartSim,
+) -> None:
+    """At infinite speed the events are gathered into few writes; what the client reads
+    is exactly what it reads when each event is written when due."""
+    body = {"stream": True, "reasoning": {"effort": "high"}}
+    options = {"seed": 3, "keepalive_seconds": 0.5, "completion_tokens": 600}
+    _, gathered = await start_sim(speed=math.inf, **options)
+    _, paced = await start_sim(speed=1e9, sleep=InstantSleep(), **options)
+    first = await gathered.chat(**body)
+    second = await paced.chat(**body)
+    assert first.done
+    assert first.comments > 1, "keep-alives while the first token is awaited"
+    assert len(first.events) > 30
+    assert _normalised(first.text) == _normalised(second.text)
+
+
+async def test_a_long_stream_at_infinite_speed_arrives_whole(start_sim: StartSim) -> None:
+    """More than one gathered write (64 KiB each): every chunk, the usage, then [DONE]."""
+    sim, client = await start_sim(speed=math.inf, completion_tokens=20_000)
+    reply = await client.chat(stream=True)
+    assert len(reply.text.encode()) > 3 * 64 * 1024
+    assert reply.done
+    content = "".join(e["choices"][0]["delta"].get("content") or "" for e in reply.events)
+    assert len(content.split()) == 20_000
+    assert reply.events[-1]["usage"]["completion_tokens"] == 20_000
+    (record,) = sim.requests
+    assert record.completion_tokens == 20_000
