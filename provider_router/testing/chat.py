@@ -197,6 +197,15 @@ def _parse_json(raw: bytes) -> Any:
         return json.loads(raw)
 
 
+async def _read_body(request: web.Request) -> bytes:
+    """The request body: taken straight from the buffer when all of it has arrived (the
+    usual case: ``request.read()`` costs two reads, a bytearray and a copy), else read."""
+    content = request.content
+    if content.is_eof():
+        return content.read_nowait()
+    return await request.read()
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     sim = request.app[SIM_KEY]
     record = sim.log.start("chat")
@@ -214,7 +223,7 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
     if isinstance(key, web.Response):
         return key
     record.key_label = key.label
-    raw = await request.read()
+    raw = await _read_body(request)
     try:
         body = _parse_json(raw)
     except ValueError:
