@@ -26,6 +26,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import NamedTuple
 
 from provider_router._money import from_units, to_decimal, to_units
 from provider_router.testing.market import EndpointSpec
@@ -38,9 +39,11 @@ TOP_UP_URL = "https://openrouter.ai/credits"
 """The URL of the "Insufficient credits" 402, as OpenRouter's docs and description show it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Cost:
-    """What one served request costs, in picodollars (``image``: the per-image fees)."""
+class Cost(NamedTuple):
+    """What one served request costs, in picodollars (``image``: the per-image fees).
+
+    A named tuple (immutable, hashable in C): built on every answer and the key of
+    the usage encoder's cache."""
 
     prompt: int
     completion: int
@@ -158,6 +161,9 @@ class Account:
         self, key: KeyState, worst: int, max_out: int, fixed: int, completion_unit: int
     ) -> PaymentDenied | None:
         """Whether ``worst`` picodollars can be held for ``key`` (None: yes)."""
+        balance = self.credits - self.usage
+        if key.limit is None and balance > 0 and worst <= balance and worst <= balance - self.holds:
+            return None  # the usual answer, before the refusals are worded
 
         def affordable(remaining: int) -> int:
             if completion_unit <= 0:

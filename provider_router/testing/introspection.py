@@ -71,10 +71,19 @@ class RequestRecord:
         return from_units(self.cost_units)
 
 
-class _Names(dict[tuple[str, object], str]):
-    def __missing__(self, key: tuple[str, object]) -> str:
-        name = self[key] = key[0] + str(key[1])
-        return name
+class _Names(dict[tuple[str, int, str, str | None], tuple[str, ...]]):
+    """The counters one finished request adds to, per (route, status, outcome, tag):
+    a few dozen combinations, built once instead of four strings per request."""
+
+    def __missing__(self, key: tuple[str, int, str, str | None]) -> tuple[str, ...]:
+        route, status, outcome, tag = key
+        names = ["requests", f"route.{route}", f"status.{status}"]
+        if route == "chat":
+            names.append(f"outcome.{outcome}")
+            if tag is not None:
+                names.append(f"served.{tag}")
+        self[key] = result = tuple(names)
+        return result
 
 
 class RequestLog:
@@ -88,7 +97,6 @@ class RequestLog:
         self.records: deque[RequestRecord] = deque(maxlen=limit)
         self.counters: Counter[str] = Counter()
         self._seq = 0
-        # Counter names built once per (prefix, value): a few dozen, not one per request.
         self._names = _Names()
 
     def start(self, route: str) -> RequestRecord:
@@ -99,17 +107,11 @@ class RequestLog:
 
     def finish(self, record: RequestRecord) -> None:
         counters = self.counters
-        names = self._names
-        counters["requests"] += 1
-        route = record.route
-        counters[names[("route.", route)]] += 1
-        counters[names[("status.", record.status)]] += 1
-        if route == "chat":
-            counters[names[("outcome.", record.outcome)]] += 1
-            if record.tag is not None:
-                counters[names[("served.", record.tag)]] += 1
+        for name in self._names[(record.route, record.status, record.outcome, record.tag)]:
+            counters[name] += 1
+        if record.route == "chat":
             for tag, _status in record.attempts:
-                counters[names[("attempt.", tag)]] += 1
+                counters["attempt." + tag] += 1
 
     def chat(self) -> list[RequestRecord]:
         """The chat completion records, oldest first."""
