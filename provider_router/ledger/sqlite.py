@@ -455,7 +455,8 @@ class SQLiteLedger(DurableLedger):
         try:
             store.begin()  # busy_timeout 0: never waits on the loop
         except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+            # The primary code: SQLITE_BUSY_RECOVERY, _SNAPSHOT, ... are busy too.
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
                 raise
             # Another process holds the write lock: wait for it in the thread.
             return await loop.run_in_executor(pool, store.apply_waiting, batch)

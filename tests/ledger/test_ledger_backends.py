@@ -257,3 +257,28 @@ async def test_the_loop_never_waits_for_another_process_holding_the_write_lock(
         await ledger.release(second)
         state = await ledger.snapshot()
     assert (state.spent, state.reserved, state.settled, state.released) == (D("0.5"), 0, 1, 1)
+
+
+@pytest.mark.parametrize("code", [sqlite3.SQLITE_BUSY, 261, 517])  # BUSY, _RECOVERY, _SNAPSHOT
+async def test_any_busy_answer_on_the_loop_sends_the_batch_to_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    # Extended busy codes (another process recovering the WAL, a stale snapshot) mean
+    # "wait for the lock" too: the batch is written by the thread, not failed.
+    async with SQLiteLedger(tmp_path / "l.sqlite", D(10)) as ledger:
+        store = ledger._store
+        begin = store.begin
+        answers = iter([code])
+
+        def busy_once() -> None:
+            for answer in answers:
+                exc = sqlite3.OperationalError("database is locked")
+                exc.sqlite_errorcode = answer
+                raise exc
+            begin()
+
+        monkeypatch.setattr(store, "begin", busy_once)
+        res = await ledger.reserve(D("1"), key="busy")
+        await ledger.settle(res, D("0.25"))
+        state = await ledger.snapshot()
+    assert (state.spent, state.reserved, state.open) == (D("0.25"), 0, 0)
