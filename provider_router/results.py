@@ -84,15 +84,32 @@ class Usage:
                 cost = None
         if cost is not None and cost < 0:
             cost = None
-        prompt = _int(get("prompt_tokens"))
-        completion = _int(get("completion_tokens"))
+        # _int inlined for the usual exact int (a call each costs more than the test).
+        prompt = get("prompt_tokens")
+        if type(prompt) is not int:
+            prompt = _int(prompt)
+        completion = get("completion_tokens")
+        if type(completion) is not int:
+            completion = _int(completion)
+        total = get("total_tokens")
+        if type(total) is not int:
+            total = _int(total)
+        cached = prompt_details.get("cached_tokens")
+        if type(cached) is not int:
+            cached = _int(cached)
+        written = prompt_details.get("cache_write_tokens")
+        if type(written) is not int:
+            written = _int(written)
+        reasoning = completion_details.get("reasoning_tokens")
+        if type(reasoning) is not int:
+            reasoning = _int(reasoning)
         fields: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
-            "total_tokens": _int(get("total_tokens")) or prompt + completion,
-            "cached_tokens": _int(prompt_details.get("cached_tokens")),
-            "cache_write_tokens": _int(prompt_details.get("cache_write_tokens")),
-            "reasoning_tokens": _int(completion_details.get("reasoning_tokens")),
+            "total_tokens": total or prompt + completion,
+            "cached_tokens": cached,
+            "cache_write_tokens": written,
+            "reasoning_tokens": reasoning,
             "cost": cost,
         }
         if cls is not Usage:

@@ -69,7 +69,8 @@ class MemoryLedger(AsyncResource):
         self, amount: Decimal, *, key: str, wait: bool | float = False
     ) -> Reservation:
         units = amount_units(amount, what="reservation amount", round_up=True, capped=False)
-        self._check_open()
+        if self._closed:  # _check_open, inlined on the path of every request
+            raise ConfigurationError("the ledger is closed")
         totals = self._totals
         # A waiting caller queues behind earlier waiters; a non-waiting one may
         # take room that fits now (it would rather fail than wait).
@@ -157,7 +158,8 @@ class MemoryLedger(AsyncResource):
                 f"cannot {action} reservation {reservation.id!r}: it is not open in this "
                 "ledger (unknown, or already settled or released)"
             )
-        self._generation.pop(res.id, None)
+        if self._generation:  # ids are attached only to answers that arrive in parts
+            self._generation.pop(res.id, None)
         return res
 
     async def attach(self, reservation: Reservation, generation_id: str) -> None:
