@@ -11,6 +11,7 @@ import asyncio
 import itertools
 from collections import deque
 from decimal import Decimal
+from typing import Final
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._log import DEBUG, get_logger
@@ -28,7 +29,29 @@ from provider_router.ledger._totals import Totals
 
 __all__ = ["MemoryLedger"]
 
+RESERVATION_FIELDS: Final = ("id", "units", "key", "generation_id", "owner")
+"""Reservation's fields, in order (a test holds them equal to the dataclass's)."""
+
 log = get_logger(__name__)
+
+
+_new: Final = object.__new__
+# The slots of the frozen Reservation, set directly: its __init__ goes through
+# object.__setattr__ for each field (~0.8 µs against ~0.4 µs; one per request).
+_set_id, _set_units, _set_key, _set_generation_id, _set_owner = (
+    Reservation.__dict__[name].__set__ for name in RESERVATION_FIELDS
+)
+
+
+def _reservation(res_id: str, units: int, key: str, owner: str) -> Reservation:
+    """``Reservation(res_id, units, key, None, owner)``, built at half the cost."""
+    res = _new(Reservation)
+    _set_id(res, res_id)
+    _set_units(res, units)
+    _set_key(res, key)
+    _set_generation_id(res, None)
+    _set_owner(res, owner)
+    return res
 
 
 class _Waiter:
@@ -81,7 +104,7 @@ class MemoryLedger(AsyncResource):
         return await self._wait(units, key, wait)
 
     def _admit(self, units: int, key: str) -> Reservation:
-        res = Reservation(f"m{next(self._ids)}", units, key, None, self._owner)
+        res = _reservation(f"m{next(self._ids)}", units, key, self._owner)
         self._totals.admit(units)
         self._open[res.id] = res
         return res

@@ -22,6 +22,8 @@ from provider_router import ChatResult, MemoryLedger, Usage
 from provider_router._completion import parse_completion
 from provider_router._http import _loads
 from provider_router._request import _encode, encode_json
+from provider_router.ledger import Reservation
+from provider_router.ledger.memory import RESERVATION_FIELDS
 from provider_router.results import ToolCall, chat_result
 from provider_router.testing import SimulatorServer
 
@@ -240,3 +242,19 @@ async def test_a_routed_answer_matches_the_plain_objects(
     assert result.cost == result.usage.cost == openrouter_sim.simulator.usage
     state = await ledger.snapshot()
     assert (state.spent, state.reserved, state.open) == (result.cost, 0, 0)
+
+
+async def test_the_memory_ledgers_reservation_is_a_plain_reservation() -> None:
+    """MemoryLedger sets the frozen Reservation's slots directly: every field, in order."""
+    assert tuple(f.name for f in dataclasses.fields(Reservation)) == RESERVATION_FIELDS
+    ledger = MemoryLedger(Decimal(1))
+    held = await ledger.reserve(Decimal("0.25"), key="k-1")
+    assert type(held) is Reservation
+    assert held == Reservation(held.id, 250_000_000_000, "k-1", None, held.owner)
+    assert held.owner
+    assert held.amount == Decimal("0.25")
+    assert hash(held) == hash(Reservation(held.id, held.units, "k-1", None, held.owner))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        held.units = 1  # type: ignore[misc]
+    await ledger.settle(held, Decimal("0.1"))
+    assert (await ledger.snapshot()).spent == Decimal("0.1")
