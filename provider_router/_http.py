@@ -28,7 +28,7 @@ from types import TracebackType
 from typing import Any, Final
 
 import aiohttp
-from multidict import CIMultiDict, CIMultiDictProxy
+from aiohttp import BytesPayload
 from pydantic import SecretStr
 from yarl import URL
 
@@ -452,8 +452,7 @@ class HttpClient(AsyncResource):
         await self.aclose()
 
 
-_JSON_CONTENT: Final = CIMultiDictProxy(CIMultiDict({"Content-Type": "application/json"}))
-"""A multidict, so aiohttp merges it into the session's headers without converting it."""
+_JSON_TYPE: Final = "application/json"
 
 _decode: Final = json.JSONDecoder().decode
 """What ``json.loads`` decodes text with (its default decoder is built the same way)."""
@@ -482,7 +481,10 @@ async def _send(
 ) -> PostResponse:
     """Send one POST and check its status: a 2xx :class:`PostResponse`, or the mapped error."""
     try:
-        response = await session.post(url, data=payload, headers=_JSON_CONTENT, timeout=limits)
+        # The body as a payload that names its own type: no per-request headers for
+        # aiohttp to merge into the session's (~0.5 µs a request).
+        typed = BytesPayload(payload, content_type=_JSON_TYPE)
+        response = await session.post(url, data=typed, timeout=limits)
     except (TimeoutError, aiohttp.ClientError) as exc:
         raise connection_error(
             exc, what=f"POST {url}", timeout=seconds, sent=not never_sent(exc)
