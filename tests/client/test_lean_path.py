@@ -62,6 +62,20 @@ def test_chat_result_builds_the_same_object_as_the_constructor() -> None:
     assert fast.drift == Decimal("0.000001")
 
 
+def test_results_survive_pickle_and_copy() -> None:
+    """No longer slotted: pickling and copying go through ``__dict__`` and still work."""
+    import copy
+    import pickle
+
+    usage = Usage.from_json({"prompt_tokens": 3, "completion_tokens": 2, "cost": Decimal("0.1")})
+    result = chat_result(*{**FIELDS, "usage": usage}.values())
+    for obj in (usage, result):
+        assert pickle.loads(pickle.dumps(obj)) == obj  # noqa: S301 (our own bytes)
+        assert copy.copy(obj) == obj
+        assert copy.deepcopy(obj) == obj
+    assert hash(usage) == hash(Usage(3, 2, 5, cost=Decimal("0.1")))
+
+
 def test_results_stay_immutable() -> None:
     result = chat_result(*FIELDS.values())
     usage = Usage.from_json({"prompt_tokens": 1, "completion_tokens": 2})
