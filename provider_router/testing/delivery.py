@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import math
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -243,19 +244,26 @@ def _remember(
     )
 
 
-async def serve(attempt: Attempt) -> web.StreamResponse:
-    """Answer with the attempt's endpoint, shaped by its delivery fault if any."""
+def serve(attempt: Attempt) -> Awaitable[web.StreamResponse]:
+    """Answer with the attempt's endpoint, shaped by its delivery fault if any: the
+    awaitable of the answer (plain function: one coroutine fewer per request)."""
     fault = attempt.fault
     if fault is not None and fault.kind == "hang":
-        return await _hang(attempt, fault)
+        return _hang(attempt, fault)
     plan = _plan(attempt)
     if attempt.record.stream:
-        return await _stream(attempt, plan)
+        return _stream(attempt, plan)
+    if attempt.sim.bill_abandoned:
+        return _json_billed_if_abandoned(attempt, plan)
+    return _json(attempt, plan)
+
+
+async def _json_billed_if_abandoned(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
     started = attempt.sim.now()
     try:
         return await _json(attempt, plan)
     except asyncio.CancelledError:
-        if attempt.sim.bill_abandoned and attempt.record.generation_id is None:
+        if attempt.record.generation_id is None:
             _finish_abandoned(attempt, plan, attempt.sim.now() - started)
         raise
 

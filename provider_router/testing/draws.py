@@ -74,7 +74,12 @@ class Draws(random.Random):
         z = self.gauss_next
         self.gauss_next = None
         if z is None:
-            pair = int.from_bytes(self._take(14), "little")
+            pos = self._pos
+            if pos <= _BLOCK - 14:
+                self._pos = pos + 14
+                pair = int.from_bytes(self._buf[pos : pos + 14], "little")
+            else:
+                pair = int.from_bytes(self._take(14), "little")
             x2pi = ((pair & _MASK56) >> 3) * _RECIP_BPF * _TWOPI
             g2rad = math.sqrt(-2.0 * math.log(1.0 - (pair >> 59) * _RECIP_BPF))
             z = math.cos(x2pi) * g2rad
