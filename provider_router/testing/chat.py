@@ -197,15 +197,6 @@ def _parse_json(raw: bytes) -> Any:
         return json.loads(raw)
 
 
-async def _read_body(request: web.Request) -> bytes:
-    """The request body: taken straight from the buffer when all of it has arrived (the
-    usual case: ``request.read()`` costs two reads, a bytearray and a copy), else read."""
-    content = request.content
-    if content.is_eof():
-        return content.read_nowait()
-    return await request.read()
-
-
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     sim = request.app[SIM_KEY]
     record = sim.log.start("chat")
@@ -223,7 +214,10 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
     if isinstance(key, web.Response):
         return key
     record.key_label = key.label
-    raw = await _read_body(request)
+    # All of the body has usually arrived: take it from the buffer (request.read()
+    # costs two reads, a bytearray and a copy, and a coroutine).
+    content = request.content
+    raw = content.read_nowait() if content.is_eof() else await request.read()
     try:
         body = _parse_json(raw)
     except ValueError:
