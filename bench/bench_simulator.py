@@ -17,6 +17,9 @@ import json
 import math
 import multiprocessing
 import os
+import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -184,6 +187,76 @@ def _run(
         process.join()
 
 
+_OTHER_TREE_SERVER = """
+import sys
+sys.path.insert(0, ".")
+from bench import bench_simulator as bench
+
+class Ready:
+    def send(self, port):
+        print(port, flush=True)
+
+bench._serve("simulator", Ready(), b"", [])
+"""
+
+
+def _run_other_tree(tree: str, n: int, concurrency: int, stream: bool) -> Result:
+    """The simulator of another checkout (``--against``), in its own process."""
+    env = {**os.environ, "PYTHONPATH": tree}
+    process = subprocess.Popen(  # noqa: S603 - our interpreter, our script, a path the user gave
+        [sys.executable, "-c", _OTHER_TREE_SERVER],
+        cwd=tree,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        import uvloop
+
+        return uvloop.run(_load(port, process.pid, n, concurrency, stream))
+    finally:
+        process.terminate()
+        process.wait()
+
+
+def _ab(args: argparse.Namespace, samples: tuple[bytes, list[bytes]]) -> int:
+    """Rounds of baseline, this simulator and ``--against``'s, the two simulators'
+    order swapped every round; medians and ranges of CPU per 1,000 and of the ratios."""
+    print(
+        f"simulator A/B: {args.rounds} rounds of {args.requests} requests, {args.concurrency} "
+        f"concurrent; this tree vs {args.against}; {os.cpu_count()} CPUs"
+    )
+    for stream in (False, True):
+        label = "stream" if stream else "json"
+        cpu: dict[str, list[float]] = {"baseline": [], "this": [], "against": []}
+        for round_ in range(args.rounds):
+            cpu["baseline"].append(
+                _run("baseline", args.requests, args.concurrency, stream, samples).cpu_ms_per_1000
+            )
+            order = ("this", "against") if round_ % 2 == 0 else ("against", "this")
+            for name in order:
+                if name == "this":
+                    result = _run("simulator", args.requests, args.concurrency, stream, samples)
+                else:
+                    result = _run_other_tree(args.against, args.requests, args.concurrency, stream)
+                cpu[name].append(result.cpu_ms_per_1000)
+            print(
+                f"  {label} round {round_ + 1}: "
+                + ", ".join(f"{k} {v[-1]:.0f} ms/1k" for k, v in cpu.items())
+                + f" (load {os.getloadavg()[0]:.1f})"
+            )
+        for name, values in cpu.items():
+            ratios = [v / b for v, b in zip(values, cpu["baseline"], strict=True)]
+            print(
+                f"{label:<7}{name:<9} CPU ms/1k median {statistics.median(values):.0f} "
+                f"({min(values):.0f}-{max(values):.0f}), vs baseline "
+                f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+            )
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench simulator")
     parser.add_argument("--requests", type=int, default=20_000)
@@ -195,8 +268,16 @@ def main(argv: list[str]) -> int:
         metavar="N",
         help="instead: N distinct JSON requests to the simulator, printing its RSS every N/20",
     )
+    parser.add_argument(
+        "--against",
+        metavar="TREE",
+        help="also run the simulator of another checkout (e.g. main's) in alternating rounds",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of the --against A/B")
     args = parser.parse_args(argv)
     samples = _samples()
+    if args.against:
+        return _ab(args, samples)
     if args.rss_curve:
         n = args.rss_curve
         print(f"simulator RSS over {n} distinct JSON requests, {args.concurrency} concurrent")
