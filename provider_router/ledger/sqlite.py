@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._types import Clock
@@ -36,6 +36,8 @@ from provider_router.ledger._durable import DurableLedger
 from provider_router.ledger._totals import FIELDS, Totals
 
 __all__ = ["SQLiteLedger"]
+
+_T = TypeVar("_T")
 
 SCHEMA_VERSION: Final = 1
 DEFAULT_LEASE: Final = 60.0
@@ -430,7 +432,7 @@ class SQLiteLedger(DurableLedger):
             raise
         self._store = _Store(con, self.owner, self.lease, clock)
         self._pool: ThreadPoolExecutor | None = None
-        self._commit: Future[None] | None = None
+        self._thread_job: Future[Any] | None = None
         if executor == "thread":
             # Statements run on the loop (no lock waits there: see _execute), the
             # commit with its fsync in the thread.
@@ -444,14 +446,15 @@ class SQLiteLedger(DurableLedger):
         store, pool = self._store, self._pool
         if pool is None:
             return store.apply(batch)
-        if self._commit is not None and not self._commit.done():
-            # The batch task was cancelled while the last commit ran in the thread:
-            # the connection is the thread's until that commit ends.
-            await asyncio.wrap_future(self._commit)
+        job = self._thread_job
+        if job is not None and not job.done():
+            # The batch task was cancelled while the thread still had the connection
+            # (a commit, a whole batch): it stays the thread's until that job ends.
+            await asyncio.wait([asyncio.wrap_future(job)])
         loop = asyncio.get_running_loop()
         if any(op.kind >= b.LIST_OPEN for op in batch):
             # Scans (listing, claiming, renewing every open row) stay off the loop.
-            return await loop.run_in_executor(pool, store.apply_waiting, batch)
+            return await self._in_thread(loop, store.apply_waiting, batch)
         try:
             store.begin()  # busy_timeout 0: never waits on the loop
         except sqlite3.OperationalError as exc:
@@ -459,11 +462,18 @@ class SQLiteLedger(DurableLedger):
             if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
                 raise
             # Another process holds the write lock: wait for it in the thread.
-            return await loop.run_in_executor(pool, store.apply_waiting, batch)
+            return await self._in_thread(loop, store.apply_waiting, batch)
         totals = store.stage(batch)
-        self._commit = commit = pool.submit(store.commit)
-        await asyncio.wrap_future(commit, loop=loop)
+        await self._in_thread(loop, store.commit)
         return totals
+
+    def _in_thread(
+        self, loop: asyncio.AbstractEventLoop, fn: Callable[..., _T], *args: Any
+    ) -> asyncio.Future[_T]:
+        """Run ``fn`` in the writer thread, remembered until it ends (see _execute)."""
+        assert self._pool is not None
+        self._thread_job = job = self._pool.submit(fn, *args)
+        return asyncio.wrap_future(job, loop=loop)
 
     async def _close_store(self) -> None:
         if self._pool is None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import sqlite3
 import sys
+import threading
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -282,3 +285,42 @@ async def test_any_busy_answer_on_the_loop_sends_the_batch_to_the_thread(
         await ledger.settle(res, D("0.25"))
         state = await ledger.snapshot()
     assert (state.spent, state.reserved, state.open) == (D("0.25"), 0, 0)
+
+
+async def test_a_cancelled_batch_task_never_lets_the_loop_share_the_connection_with_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch that runs whole in the writer thread (a scan) holds the connection's
+    # transaction there; if the task awaiting it is cancelled (shutdown), the next
+    # batch must wait for the thread instead of beginning on the loop beside it.
+    async with SQLiteLedger(tmp_path / "l.sqlite", D(10), commit_interval=0) as ledger:
+        store = ledger._store
+        apply_waiting = store.apply_waiting
+        inside, release = threading.Event(), threading.Event()
+
+        def slow_scan(batch: list[Any]) -> tuple[int, int, int]:
+            store.begin()
+            inside.set()
+            release.wait(60)
+            store.rollback()
+            return apply_waiting(batch)
+
+        monkeypatch.setattr(store, "apply_waiting", slow_scan)
+        scan = asyncio.create_task(ledger.open_reservations())
+        await asyncio.to_thread(inside.wait, 60)
+        task = ledger._batcher._task
+        assert task is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        monkeypatch.setattr(store, "apply_waiting", apply_waiting)
+        later = asyncio.create_task(ledger.reserve(D("1"), key="after the cancel"))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not later.done()  # waits for the thread's transaction to end
+        release.set()
+        res = await later
+        scan.cancel()
+        await ledger.settle(res, D("0.5"))
+        state = await ledger.snapshot()
+    assert (state.spent, state.reserved, state.open) == (D("0.5"), 0, 0)
