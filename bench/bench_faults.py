@@ -288,15 +288,23 @@ def _fsize_limit(limit: int) -> Callable[[], None]:
     return apply
 
 
+def _filled(stderr: bytes) -> str:
+    """Which file the run said it could not write (the ledger's, or the job's files)."""
+    errors = [line for line in stderr.decode().splitlines() if ": error: " in line]
+    if not errors:
+        return "no error line"
+    return "the ledger" if errors[-1].endswith("ledger.sqlite") else "outputs/journal"
+
+
 async def disk_full(job: Job, sim: Any, rng: random.Random) -> Outcome:
     """Files stop growing mid-run (RLIMIT_FSIZE: every write past the limit fails)."""
     outcome = Outcome("disk full")
     for limit in (48_000, 160_000, 400_000):
         proc = await job.start(_fsize_limit(limit))
-        await proc.communicate()
+        _, stderr = await proc.communicate()
         outcome.interruptions += 1
         outcome.in_flight_worst += job.open_worst_case()
-        outcome.notes.append(f"limit {limit} B: exit {proc.returncode}")
+        outcome.notes.append(f"limit {limit} B: exit {proc.returncode} ({_filled(stderr)})")
     await job.finish()
     await audit(outcome, sim, job.ids(), job.prompts, ledger_spent(job.out / "ledger.sqlite"))
     return outcome

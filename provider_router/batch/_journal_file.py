@@ -205,6 +205,8 @@ class Replay:
         ledger: the identity of the ledger the job's money is in (last recorded).
         claimed: whether any request was ever sent (money may have been spent).
         preflight_units: what every run's preflight request cost (picodollars).
+        unsettled: paid answers whose charge the ledger could not record, by request
+            key: their cost (picodollars), until a run's recovery used them.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -218,6 +220,7 @@ class Replay:
         self.ledger: str | None = None
         self.claimed = False
         self.preflight_units = 0
+        self.unsettled: dict[str, int] = {}
 
     def _read_lines(self) -> list[bytes]:
         try:
@@ -339,6 +342,10 @@ class Replay:
             self.ledger = entry["id"]
         elif op == "preflight":
             self.preflight_units += entry["cost"]
+        elif op == "unsettled":
+            self.unsettled[entry["key"]] = entry["cost"]
+        elif op == "unsettled_used":
+            self.unsettled.clear()
 
     @staticmethod
     def _count(state: DatasetState, entry: dict[str, Any], sign: int) -> None:

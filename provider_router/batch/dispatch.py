@@ -260,11 +260,14 @@ class Dispatcher:
         except LedgerWriteError as exc:
             # Paid for and whole: keep and journal it (never sent again), then stop.
             outcomes.completed(journal, ds, prompt, exc.result, started)
-            self.stop(
-                StopReason.ERROR,
-                f"the ledger could not record a paid answer ({exc.__cause__!r}); the answer "
-                "is kept and its reservation held for recovery",
-            )
+            if isinstance(journal, FileJournal) and exc.result.cost is not None:
+                journal.note_unsettled(f"{name}/{prompt.id}", exc.result.cost)
+            if not outcomes.ledger_full(exc):
+                self.stop(
+                    StopReason.ERROR,
+                    f"the ledger could not record a paid answer ({exc.__cause__!r}); the "
+                    "answer is kept and its reservation held for recovery",
+                )
         except asyncio.CancelledError:
             journal.release(name, prompt.id, reason="abandoned")
             counter.failed("Abandoned")

@@ -143,6 +143,9 @@ class FileJournal:
         self.spent_before = False
         self.preflight_units = 0
         """What every run's preflight request cost (picodollars, in the ledger's spent)."""
+        self.unsettled: dict[str, int] = {}
+        """Paid answers whose charge the ledger could not record (a full disk): request
+        key → cost (picodollars), for the next recovery (:meth:`note_unsettled`)."""
         self._state: defaultdict[str, DatasetState] = defaultdict(DatasetState)
         self._inflight: dict[tuple[str, str], str | None] = {}
         self._outputs: dict[str, OutputFile] = {}
@@ -179,6 +182,7 @@ class FileJournal:
             journal.repairs = found.repairs
             journal.ledger = found.ledger
             journal.preflight_units = found.preflight_units
+            journal.unsettled = found.unsettled
             journal.spent_before = found.claimed or found.ledger is not None
             journal._fh = journal.path.open("ab", buffering=0)
             if journal.path.stat().st_size == 0:
@@ -378,6 +382,24 @@ class FileJournal:
         self.preflight_units += units
         self.note("preflight", cost=units)
         self.flush()
+
+    def note_unsettled(self, key: str, cost: Decimal) -> None:
+        """Record a paid answer's cost that the ledger could not (its settle failed).
+
+        Its reservation stays open without, maybe, its generation id (the attach
+        failed too): the next run's recovery settles it at this cost rather than at
+        its worst case (:func:`~provider_router.batch.recovery.reconcile_crashed`).
+        Written with the answer's own record, at the next flush.
+        """
+        units = to_units(cost)
+        self.unsettled[key] = units
+        self.note("unsettled", key=key, cost=units)
+
+    def used_unsettled(self) -> None:
+        """Forget the :attr:`unsettled` costs: a recovery has settled what it could with them."""
+        if self.unsettled:
+            self.unsettled = {}
+            self.note("unsettled_used")
 
     def note(self, op: str, **fields: Any) -> None:
         """Append an informational entry (a run's stop reason, a budget change...)."""

@@ -12,7 +12,9 @@
 * **A failure** is counted by kind (the last attempt's, with the retries before
   it). What no later request can escape stops the run instead: the budget or
   OpenRouter's credits used up, a rejected key, a ledger that cannot be reached;
-  so does a journal that cannot be written (a full disk).
+  so does a journal that cannot be written (a full disk), or a ledger file that
+  cannot (:meth:`Outcomes.ledger_full`: the run then ends in :attr:`Outcomes.disk_error`,
+  one line and exit 74 on the command line, like a full disk under the journal).
 
 It stops the run through :class:`Control`, the runner's own :meth:`stop`, so a
 stop decided here is the same stop as a Ctrl-C (logged once, the fleet told).
@@ -21,6 +23,7 @@ stop decided here is the same stop as a Ctrl-C (logged once, the fleet told).
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -54,6 +57,41 @@ log = get_logger(__name__)
 _FATAL = (AuthenticationError, ConfigurationError, LedgerUnavailableError)
 """Failures every other request would hit too: stop the run instead of counting them."""
 
+_SQLITE_IOERR, _SQLITE_FULL = 10, 13  # primary result codes (an extended code's low byte)
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
+
+
+def disk_failure(exc: BaseException) -> BaseException | None:
+    """The full (or failing) disk under a ledger write in ``exc`` or its causes, or None.
+
+    SQLite says ``database or disk is full`` (``SQLITE_FULL``) when a write finds no
+    space, and ``disk I/O error`` (``SQLITE_IOERR_WRITE``) when the file may not grow
+    (a file-size limit: ``EFBIG``); a :class:`~provider_router.LedgerWriteError` carries
+    it as its cause. Recognised by its result code, without importing :mod:`sqlite3`.
+    """
+    seen: BaseException | None = exc
+    for _ in range(4):  # the error, the LedgerWriteError's cause, ...: a short chain
+        if seen is None:
+            return None
+        code = getattr(seen, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF in (_SQLITE_IOERR, _SQLITE_FULL):
+            return seen
+        if isinstance(seen, OSError) and seen.errno in _DISK_FULL_ERRNOS:
+            return seen
+        seen = seen.__cause__
+    return None
+
+
+def describe_disk_failure(cause: BaseException) -> str:
+    """What went wrong under a ledger write, for a one-line message."""
+    if isinstance(cause, OSError):
+        return cause.strerror or str(cause)
+    name = getattr(cause, "sqlite_errorname", "")
+    said = f"SQLite: {cause}{f', {name}' if name else ''}"
+    if getattr(cause, "sqlite_errorcode", 0) & 0xFF == _SQLITE_FULL:
+        return f"the disk is full ({said})"
+    return f"the disk is full or failing ({said})"
+
 
 class Control(Protocol):
     """What an outcome may do to the run: stop it (the runner's :meth:`stop`)."""
@@ -83,7 +121,36 @@ class Outcomes:
         """This run's counter of each provider that answered or failed."""
         self.refused = Decimal(0)
         """The largest reservation the budget refused: a resume needs room for it."""
+        self.ledger_name = str(out / "ledger.sqlite")
+        """The ledger's file (the runner sets it once the ledger is open)."""
+        self.disk_error: OSError | None = None
+        """Set when the ledger's file could not be written (a full disk): the run stopped
+        on it, and :meth:`BatchRunner.run <provider_router.batch.runner.BatchRunner.run>`
+        raises it once everything else is written (the CLI: one line, exit 74)."""
         self._flush_pending = False
+
+    def ledger_full(self, exc: BaseException) -> bool:
+        """Stop the run if ``exc`` is the ledger's file failing to grow (a full disk).
+
+        Every later request would fail the same way, before it is sent or, worse,
+        after it is paid: stop sending. Paid answers are journaled by the caller
+        (a :class:`~provider_router.LedgerWriteError` carries them); their
+        reservations stay open in the ledger, settled by the next run's recovery.
+        """
+        cause = disk_failure(exc)
+        if cause is None:
+            return False
+        if self.disk_error is None:
+            what = f"{describe_disk_failure(cause)}; cannot write the ledger"
+            code = cause.errno if isinstance(cause, OSError) and cause.errno else errno.ENOSPC
+            self.disk_error = OSError(code, what, self.ledger_name)
+            log.error("batch.ledger_disk_full", ledger=self.ledger_name, error=repr(cause))
+            self._control.stop(
+                StopReason.ERROR,
+                f"{what} {self.ledger_name}: free some space, then run the same command "
+                "again (paid answers are kept; their reservations are held for recovery)",
+            )
+        return True
 
     def failed(self, ds: DatasetRun, exc: BaseException) -> None:
         """Count a request that ended in ``exc``, or stop the run if it calls for that."""
@@ -95,6 +162,8 @@ class Outcomes:
             return
         if isinstance(exc, CreditsExhausted):
             self._control.stop(StopReason.CREDITS, f"OpenRouter's credits ran out: {exc}")
+            return
+        if self.ledger_full(exc):  # nothing was sent, or its reservation stays held
             return
         kind = type(exc).__name__
         retries = 0

@@ -11,22 +11,25 @@ so a clean resume says nothing):
 * :func:`apply_budget`: the plan's budget made the ledger's limit, the change noted
   in the journal (a budget never changes silently);
 * :func:`reconcile_crashed`: the ledger's crashed reservations settled at their real
-  cost (by generation id) or counted at their worst case;
+  cost (by generation id, or the journal's record of a paid answer whose settle
+  failed) or counted at their worst case;
 * :func:`account_check` and :func:`correct_account`: worst cases bounded by the key's
   own usage (:mod:`provider_router.batch.account`), when the key is the run's own.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 
 from provider_router._constants import STREAM_DEADLINE_BASE, STREAM_DEADLINE_TOKENS_PER_SECOND
 from provider_router._format import format_usd
+from provider_router._money import from_units
 from provider_router.batch.account import AccountCheck
 from provider_router.batch.journal import FileJournal
 from provider_router.client import Router
-from provider_router.ledger import Ledger, RecoveryReport
+from provider_router.ledger import CostResolver, Ledger, RecoveryReport, Reservation
 from provider_router.plan import Plan
 
 __all__ = [
@@ -60,9 +63,20 @@ async def apply_budget(ledger: Ledger, budget: Decimal, journal: FileJournal | N
     return [f"budget changed from {format_usd(state.limit)} to {format_usd(budget)}"]
 
 
-async def reconcile_crashed(ledger: Ledger, router: Router) -> tuple[RecoveryReport, list[str]]:
-    """Settle the reservations of crashed requests through ``router``'s lookups."""
-    report = await ledger.recover(router.resolve)
+async def reconcile_crashed(
+    ledger: Ledger, router: Router, journal: FileJournal | None = None
+) -> tuple[RecoveryReport, list[str]]:
+    """Settle the reservations of crashed requests through ``router``'s lookups.
+
+    A paid answer whose settle failed (a full disk under the ledger) is settled at
+    the cost ``journal`` recorded with it (:meth:`FileJournal.note_unsettled`).
+    """
+    resolve: CostResolver = router.resolve
+    if journal is not None and journal.unsettled:
+        resolve = await _with_journaled_costs(ledger, router.resolve, journal.unsettled)
+    report = await ledger.recover(resolve)
+    if journal is not None:
+        journal.used_unsettled()
     if not (report.reconciled or report.worst_case):
         return report, []
     return report, [
@@ -70,6 +84,26 @@ async def reconcile_crashed(ledger: Ledger, router: Router) -> tuple[RecoveryRep
         f"({format_usd(report.reconciled_cost)}), {len(report.worst_case)} "
         f"counted at worst case ({format_usd(report.worst_case_cost)})"
     ]
+
+
+async def _with_journaled_costs(
+    ledger: Ledger, resolve: CostResolver, paid: dict[str, int]
+) -> CostResolver:
+    """``resolve``, and the journal's cost for a paid answer's reservation without an id.
+
+    Only where that reservation is its key's one open reservation: another one (an
+    earlier attempt of the same request, its outcome unknown) leaves both to their
+    generation ids or their worst case (unknown is not free).
+    """
+    open_keys = Counter(res.key for res in await ledger.open_reservations())
+
+    async def journaled(res: Reservation) -> Decimal | None:
+        units = paid.get(res.key)
+        if res.generation_id or units is None or open_keys[res.key] != 1:
+            return await resolve(res)
+        return from_units(units)
+
+    return journaled
 
 
 def account_check(

@@ -215,6 +215,10 @@ class BatchRunner:
         Raises:
             DataFileError: with ``strict``, the first bad input line (nothing is spent).
             ConfigurationError: the directory is in use or holds foreign outputs.
+            OSError: the job's files or its ledger's file could not be written (a full
+                disk), once the rest is written: nothing paid for is lost (the answers
+                are journaled, the ledger's reservations held); free some space and run
+                again to resume.
             ProviderRouterError: the router could not start (e.g. a rejected key).
         """
         self._started = time.monotonic()
@@ -225,8 +229,17 @@ class BatchRunner:
             journal.prepare([d.name for d in self.plan.datasets])
             if self.strict and self._fleet is None:  # a fleet checks when joining
                 await asyncio.to_thread(validate_inputs, self.plan)
-            summary = await self._run_with_ledger(journal)
+            try:
+                summary = await self._run_with_ledger(journal)
+            except Exception as exc:  # the ledger's disk full outside dispatch (recovery...)
+                if not self._outcomes.ledger_full(exc):
+                    raise
+                assert self._outcomes.disk_error is not None
+                raise self._outcomes.disk_error from exc
             reason = summary.reason.value
+            if self._outcomes.disk_error is not None:
+                # Stopped on it with everything else written: the CLI says it in one line.
+                raise self._outcomes.disk_error
             return summary
         finally:
             try:
@@ -242,6 +255,7 @@ class BatchRunner:
         ledger = await open_job_ledger(
             self.out / LEDGER_FILE, self.budget, self.journal, self._given_ledger
         )
+        self._outcomes.ledger_name = str(getattr(ledger, "path", None) or ledger)
         self._recovered += await apply_budget(ledger, self.budget, self.journal)
         return ledger
 
@@ -261,7 +275,7 @@ class BatchRunner:
             )
             async with router:
                 self.router = router
-                report, notes = await reconcile_crashed(ledger, router)
+                report, notes = await reconcile_crashed(ledger, router, self.journal)
                 self._recovered += notes
                 account = account_check(
                     self.plan,
@@ -291,6 +305,9 @@ class BatchRunner:
                 self.ledger_state = await ledger.snapshot()
             except LedgerUnavailableError as exc:  # the run stops on it; say so once
                 self.stop(StopReason.ERROR, f"stopped: {exc}")
+            except Exception as exc:
+                if not self._outcomes.ledger_full(exc):  # a full disk: stopped on it already
+                    raise
             summary = self._summary()
             summary.write(self.out / SUMMARY_FILE)
             self._write_report()

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from _batch_helpers import simulate_crash
 
-from provider_router import MemoryLedger
+from provider_router import MemoryLedger, Router, SQLiteLedger
 from provider_router.batch.journal import JOURNAL_FILE, FileJournal
-from provider_router.batch.recovery import apply_budget, journal_repairs
+from provider_router.batch.recovery import apply_budget, journal_repairs, reconcile_crashed
+from provider_router.testing import DEFAULT_TEST_KEY
 
 LOST = (
     "{} request(s) were in flight when the last run died; "
@@ -65,3 +68,43 @@ async def test_a_changed_budget_becomes_the_limit_and_is_noted(tmp_path: Path) -
     ]
     # Without a journal (a ledger checked on its own) the change is still said.
     assert await apply_budget(ledger, Decimal("3"), None) == ["budget changed from $2.50 to $3.00"]
+
+
+async def test_a_paid_answer_the_ledger_missed_is_settled_at_its_journaled_cost(
+    tmp_path: Path, openrouter_sim_factory: Any
+) -> None:
+    # A full disk under the ledger: the answers of p/q1 and p/q2 were paid and journaled,
+    # their settles (and attaches) failed. p/q2 also has an earlier attempt held, its
+    # outcome unknown: which reservation is whose is unknown, so both stay worst cases.
+    path = tmp_path / "ledger.sqlite"
+    first = SQLiteLedger(path, Decimal(5), lease=1.0)
+    held = [
+        await first.reserve(Decimal("0.01"), key=key) for key in ("p/q1", "p/q2", "p/q2", "p/q3")
+    ]
+    await first._close_store()  # the process dies with the reservations open
+    with FileJournal.open(tmp_path) as journal:
+        journal.note_unsettled("p/q1", Decimal("0.0012"))
+        journal.note_unsettled("p/q2", Decimal("0.0007"))
+    sim = await openrouter_sim_factory()
+    later = SQLiteLedger(path, clock=lambda: time.time() + 60)  # the leases ran out
+    try:
+        with FileJournal.open(tmp_path) as journal:
+            assert journal.unsettled == {"p/q1": 1_200_000_000, "p/q2": 700_000_000}
+            async with Router(
+                "moonshotai/kimi-k2.5", base_url=sim.url, api_key=DEFAULT_TEST_KEY
+            ) as router:
+                report, notes = await reconcile_crashed(later, router, journal)
+            assert journal.unsettled == {}
+        assert [r.key for r in report.reconciled] == ["p/q1"]
+        assert report.reconciled_cost == Decimal("0.0012")
+        assert sorted(r.key for r in report.worst_case) == ["p/q2", "p/q2", "p/q3"]
+        state = await later.snapshot()
+        assert state.spent == Decimal("0.0012") + 3 * held[1].amount
+        assert state.reserved == 0
+        assert notes == [
+            "ledger: 1 crashed request(s) reconciled ($0.0012), 3 counted at worst case ($0.03)"
+        ]
+    finally:
+        await later.close()
+    with FileJournal.open(tmp_path) as journal:  # used once: never applied again
+        assert journal.unsettled == {}

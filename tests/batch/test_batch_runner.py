@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
@@ -291,15 +292,16 @@ async def test_a_foreign_output_file_is_refused(
 
 
 class _SettleFailsAfter(MemoryLedger):
-    """A ledger whose settles start failing (a full disk) after ``ok`` of them."""
+    """A ledger whose settles start failing with ``error`` after ``ok`` of them."""
 
-    def __init__(self, limit: Decimal, ok: int) -> None:
+    def __init__(self, limit: Decimal, ok: int, error: Exception) -> None:
         super().__init__(limit)
         self.ok = ok
+        self.error = error
 
     async def settle(self, reservation: Reservation, cost: Decimal, **kwargs: Any) -> None:
         if self.ok <= 0:
-            raise OSError(28, "No space left on device")
+            raise self.error
         self.ok -= 1
         await super().settle(reservation, cost, **kwargs)
 
@@ -308,16 +310,32 @@ async def _no_wait(seconds: float) -> None:
     return None
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(RuntimeError("the ledger's store broke"), id="broken"),
+        # A full disk (ENOSPC): the same stop, and the run then raises it (the CLI: exit 74).
+        pytest.param(OSError(errno.ENOSPC, "No space left on device"), id="disk-full"),
+    ],
+)
 async def test_a_ledger_that_cannot_record_stops_the_run_and_keeps_the_paid_answers(
-    tmp_path: Path, openrouter_sim_factory: Factory
+    tmp_path: Path, openrouter_sim_factory: Factory, error: Exception
 ) -> None:
     sim = await openrouter_sim_factory(seed=12)
     out = tmp_path / "out"
     plan = two_dataset_plan(tmp_path)
-    broken = _SettleFailsAfter(Decimal(10), ok=20)
-    summary = await runner(plan, out, sim, ledger=broken, router_options={"sleep": _no_wait}).run()
-    assert summary.reason is StopReason.ERROR
-    assert "could not record a paid answer" in summary.message
+    broken = _SettleFailsAfter(Decimal(10), ok=20, error=error)
+    run = runner(plan, out, sim, ledger=broken, router_options={"sleep": _no_wait}).run()
+    if isinstance(error, OSError):
+        with pytest.raises(OSError, match="No space left on device; cannot write the ledger"):
+            await run
+        written = json.loads((out / "summary.json").read_text())
+        assert written["reason"] == StopReason.ERROR.value
+        assert "free some space, then run the same command again" in written["message"]
+    else:
+        summary = await run
+        assert summary.reason is StopReason.ERROR
+        assert "could not record a paid answer" in summary.message
     kept = read_records(out / "a.jsonl") + read_records(out / "b.jsonl")
     assert len(kept) == len(sim.requests)  # every answer paid for is kept
     # What the ledger could not settle it still holds: never less than was charged.
