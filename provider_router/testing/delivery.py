@@ -514,12 +514,14 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             "X-Generation-Id": gen_id,
         }
     )
-    await response.prepare(attempt.request)
     instant = sim.instant
     out = EventWriter(response, gather=instant)
     sent = 0
     charged = False
     try:
+        # Inside the try: a client killed before its headers went out is a client that
+        # went away (billed as below), not a server error with a traceback.
+        await response.prepare(attempt.request)
         await out.write(KEEPALIVE)
         waited = 0.0
         while plan.ttft - waited > sim.keepalive_seconds:

@@ -4,13 +4,20 @@ or for what was sent; either way with an exact charge record and a ``/generation
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import aiohttp
 import pytest
 from _sim_client import chat_body
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.http_writer import StreamWriter
+from aiohttp.streams import StreamReader
+from aiohttp.test_utils import make_mocked_request
 
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
+from provider_router.testing.app import make_app
+from provider_router.testing.chat import chat_completions
 
 
 class Gate:
@@ -80,5 +87,60 @@ async def test_without_the_option_a_stream_pays_for_what_was_sent(
     assert record.completion_tokens == 0  # nothing was generated before it left
     assert sim.simulator.abandoned_pending == 0
     # The prompt was billed, and /generation says so (recovery can ask for it).
+    assert record.cost == sim.simulator.usage > 0
+    assert record.generation_id in sim.simulator.generations
+
+
+class _ClosedTransport(asyncio.Transport):
+    """The connection of a client killed after sending its request: already closing."""
+
+    def is_closing(self) -> bool:
+        return True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+
+class _GoneProtocol(BaseProtocol):
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.transport = _ClosedTransport()
+        self.ssl_context = None
+        self.peername = ("127.0.0.1", 1)
+        self.sockname = ("127.0.0.1", 2)
+
+
+async def test_a_stream_client_gone_before_its_headers_is_a_client_that_left(
+    openrouter_sim_factory: Any,
+) -> None:
+    """Killed between sending its request and the headers (seen under kill -9): before,
+    ``prepare`` raised out of the handler and aiohttp logged a server error with a
+    traceback per request; now it is ``client_closed`` and billed like any client that
+    left (the prompt, with a /generation record for recovery)."""
+    sim = await openrouter_sim_factory(completion_tokens=120)
+    loop = asyncio.get_running_loop()
+    protocol = _GoneProtocol(loop)
+    body = json.dumps(chat_body(max_tokens=200, stream=True)).encode()
+    payload = StreamReader(protocol, 2**16, loop=loop)
+    payload.feed_data(body)
+    payload.feed_eof()
+    request = make_mocked_request(
+        "POST",
+        "/api/v1/chat/completions",
+        headers={
+            "Authorization": f"Bearer {DEFAULT_TEST_KEY}",
+            "Content-Type": "application/json",
+            "Content-Length": str(len(body)),
+        },
+        app=make_app(sim.simulator),
+        protocol=protocol,
+        transport=protocol.transport,
+        writer=StreamWriter(protocol, loop),
+        payload=payload,
+    )
+    await chat_completions(request)  # raised ClientConnectionResetError before
+    (record,) = sim.requests
+    assert record.outcome == "client_closed"
+    assert record.completion_tokens == 0
     assert record.cost == sim.simulator.usage > 0
     assert record.generation_id in sim.simulator.generations
