@@ -48,6 +48,7 @@ from provider_router._exceptions import (
     RequestTimeout,
     error_for_status,
 )
+from provider_router._json import loads
 from provider_router._money import pin_exact_cost
 from provider_router._resource import AsyncResource
 from provider_router._secrets import remember, scrub
@@ -454,23 +455,6 @@ class HttpClient(AsyncResource):
 
 _JSON_TYPE: Final = "application/json"
 
-_decode: Final = json.JSONDecoder().decode
-"""What ``json.loads`` decodes text with (its default decoder is built the same way)."""
-_UTF8_STARTS: Final = frozenset((b"{", b"[", b" ", b"\n", b"\r", b"\t"))
-
-
-def _loads(body: bytes) -> Any:
-    """``json.loads(body)``, without its encoding detection for a body that is UTF-8.
-
-    ``json.loads`` takes UTF-16 or UTF-32 when the first two bytes hold a NUL and
-    strips a UTF-8 BOM; a body starting with an ASCII brace or blank followed by
-    another non-NUL byte is neither, so it decodes as UTF-8 exactly as
-    ``json.loads`` would (same error handler, same decoder).
-    """
-    if body[:1] in _UTF8_STARTS and body[1:2] != b"\x00":
-        return _decode(body.decode("utf-8", "surrogatepass"))
-    return json.loads(body)
-
 
 async def _send(
     session: aiohttp.ClientSession,
@@ -591,7 +575,7 @@ class PostResponse:
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise connection_error(exc, what=self._what, timeout=self._seconds) from exc
         try:
-            parsed = _loads(body)
+            parsed = loads(body)
         except (ValueError, UnicodeDecodeError):
             # Let decode_json say what was wrong (empty, not JSON) and where.
             return decode_json(body, what=self._what, expect=expect)

@@ -10,15 +10,14 @@ happen before any byte is sent. The serving attempt answers as JSON or SSE
 from __future__ import annotations
 
 import asyncio
-import json
-import json.scanner
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
 
+from provider_router._json import loads
 from provider_router.testing import bodies
 from provider_router.testing.billing import KeyState
 from provider_router.testing.delivery import Attempt, serve
@@ -173,30 +172,6 @@ def _parse_choices(body: dict[str, Any]) -> int | web.Response:
     return value
 
 
-# json's C scanner (what JSONDecoder.raw_decode calls); typeshed types its argument oddly.
-_SCAN: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(
-    json.JSONDecoder()  # type: ignore[arg-type]
-)
-
-
-def _parse_json(raw: bytes) -> Any:
-    """``json.loads(raw)``, faster: UTF-8 first (loads(bytes) sniffs the encoding in
-    Python on every request) and straight into json's C scanner when the text is one
-    value with nothing around it (what clients send). Anything else — a BOM, UTF-16,
-    surrounding whitespace, an error — goes through ``json.loads`` as before."""
-    try:
-        text = raw.decode()
-        value, end = _SCAN(text, 0)
-        if end == len(text):
-            return value
-    except (StopIteration, ValueError):
-        pass
-    try:
-        return json.loads(raw.decode())
-    except ValueError:
-        return json.loads(raw)
-
-
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     sim = request.app[SIM_KEY]
     record = sim.log.start("chat")
@@ -219,7 +194,7 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
     content = request.content
     raw = content.read_nowait() if content.is_eof() else await request.read()
     try:
-        body = _parse_json(raw)
+        body = loads(raw)
     except ValueError:
         return _bad_request("Invalid JSON in request body")
     if not isinstance(body, dict):

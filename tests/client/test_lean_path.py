@@ -20,7 +20,7 @@ from _router_helpers import MESSAGES, MakeRouter
 
 from provider_router import ChatResult, MemoryLedger, Usage
 from provider_router._completion import parse_completion
-from provider_router._http import _loads
+from provider_router._json import loads as _loads
 from provider_router._request import _encode, encode_json
 from provider_router.ledger import Reservation
 from provider_router.ledger.memory import RESERVATION_FIELDS

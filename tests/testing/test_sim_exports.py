@@ -59,7 +59,16 @@ def test_the_simulator_imports_nothing_from_the_client_side() -> None:
 
 
 # Modules both sides may use: they import nothing but each other.
-NEUTRAL = {"_money", "_format", "_constants", "_types", "_exceptions", "_resource", "_secrets"}
+NEUTRAL = {
+    "_json",
+    "_money",
+    "_format",
+    "_constants",
+    "_types",
+    "_exceptions",
+    "_resource",
+    "_secrets",
+}
 
 
 def _package_imports(path: Path) -> list[str]:
