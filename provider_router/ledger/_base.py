@@ -224,10 +224,21 @@ def amount_units(amount: Decimal, *, what: str, round_up: bool, capped: bool = T
     (``capped``): no backend could store it exactly. A reservation amount is not
     capped; it can never fit under a limit anyway (``BudgetExhausted``).
     """
-    if type(amount) is Decimal and amount.is_finite() and amount >= 0:
-        # The per-request case (every reserve and settle): one type test, no copy.
-        units = to_units(amount, round_up=round_up)
-    else:
+    units = -1
+    if type(amount) is Decimal:
+        # The per-request case (every reserve and settle): convert first and check
+        # the int, not the Decimal. A finite amount >= 0 gives units >= 0; one below
+        # zero gives units < 0, or 0 when it rounds to zero (then compared once);
+        # infinities and NaNs raise here. Every other case takes the checked path,
+        # which names what is wrong (tests/test_money.py holds both paths equal
+        # to the checks-first version).
+        try:
+            units = to_units(amount, round_up=round_up)
+        except (ArithmeticError, ValueError):
+            units = -1
+        if units == 0 and amount < 0:
+            units = -1
+    if units < 0:
         units = to_units(_checked_amount(amount, what), round_up=round_up)
     if capped and units > LEDGER_MAX_UNITS:
         raise ConfigurationError(

@@ -10,8 +10,10 @@ handles.
 from __future__ import annotations
 
 import codecs
+import copy
 import dataclasses
 import json
+import pickle
 from decimal import Decimal
 from typing import Any
 
@@ -270,5 +272,26 @@ async def test_the_memory_ledgers_reservation_is_a_plain_reservation() -> None:
     assert hash(held) == hash(Reservation(held.id, held.units, "k-1", None, held.owner))
     with pytest.raises(dataclasses.FrozenInstanceError):
         held.units = 1  # type: ignore[misc]
+    plain = Reservation(held.id, held.units, "k-1", None, held.owner)
+    assert repr(held) == repr(plain)
+    assert pickle.loads(pickle.dumps(held)) == held  # noqa: S301 (our own bytes)
+    assert copy.copy(held) == held
+    replaced = dataclasses.replace(held, generation_id="g")
+    assert replaced == dataclasses.replace(plain, generation_id="g")
+    assert not hasattr(held, "__dict__")
     await ledger.settle(held, Decimal("0.1"))
     assert (await ledger.snapshot()).spent == Decimal("0.1")
+
+
+def test_a_reservation_layout_change_fails_every_reserve_loudly() -> None:
+    """The memory ledger builds a Reservation by ``__class__`` assignment from a
+    writable twin with the same slots: Python refuses it when the layouts differ,
+    so a field added to one and not the other cannot go unnoticed."""
+    from provider_router.ledger import memory
+
+    class Other:
+        __slots__ = (*RESERVATION_FIELDS, "extra")
+
+    twin = memory._Building()
+    with pytest.raises(TypeError, match="layout"):
+        twin.__class__ = Other  # type: ignore[assignment]
