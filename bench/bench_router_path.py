@@ -8,10 +8,11 @@ decoding + reading an answer (``json.loads``, exact cost, ``parse_completion``),
 reserve + settle on the memory ledger, the same plus the result object, the
 limiter round trip and our price estimate, and the whole ``router.chat`` with the
 HTTP exchange answered in-process (the session swapped for one that suspends
-twice and returns a captured body). ``python -m bench perf`` measures the
-whole request (HTTP included) against bare aiohttp; this one isolates the pieces
-that are ours, with far less noise, so a change of a microsecond shows. Compare
-two trees by running it from each (``PYTHONPATH=<tree>``) in the same minute.
+once for the headers, and once more in ``read()``, and returns a captured body).
+``python -m bench perf`` measures the whole request (HTTP included) against bare
+aiohttp; this one isolates the pieces that are ours, with far less noise, so a
+change of a microsecond shows. Compare two trees by running it from each
+(``PYTHONPATH=<tree>``) in the same minute.
 """
 
 from __future__ import annotations
@@ -119,19 +120,30 @@ async def _measure(url: str, n: int, repeat: int) -> dict[str, float]:
 
 
 class _Content:
+    """The body's stream, whole (what aiohttp holds once a small answer has arrived)."""
+
+    def __init__(self, raw: bytes) -> None:
+        self._raw = raw
+
     def is_eof(self) -> bool:
         return True
+
+    def exception(self) -> None:
+        return None
+
+    def read_nowait(self) -> bytes:
+        return self._raw
 
 
 class _CannedResponse:
     """What ``session.post`` returns, answering with one captured body."""
 
     status = 200
-    content = _Content()
 
     def __init__(self, raw: bytes, headers: Any) -> None:
         self._raw = raw
         self.headers = headers
+        self.content = _Content(raw)
 
     async def read(self) -> bytes:
         await asyncio.sleep(0)  # a real body read may suspend: pass through every layer
@@ -151,6 +163,7 @@ class _CannedSession:
     client that builds that object itself is not charged twice."""
 
     closed = False
+    trace_configs: tuple[()] = ()
 
     def __init__(self, raw: bytes, headers: Any) -> None:
         self._response = _CannedResponse(raw, headers)
@@ -169,11 +182,13 @@ async def _whole_chat(
 ) -> dict[str, float]:
     """``router.chat`` end to end with the HTTP exchange answered in-process.
 
-    The session is replaced by one that suspends twice per request (as a real
-    one does at least) and answers with a captured body, so what is timed is the
-    router's own Python plus the two loop turns; "canned exchange alone" is the
-    same two suspensions, the body's payload object and the ``json.loads`` a bare
-    client pays too.
+    The session is replaced by one that suspends for the headers (as a real one
+    does at least) and answers with a captured body, whole; its ``read()``
+    suspends once more (a bare client calls it; the router takes a whole body
+    from the buffer without it, as with aiohttp), so what is timed is the
+    router's own Python plus its loop turns; "canned exchange alone" is the two
+    suspensions, the body's payload object and the ``json.loads`` a bare client
+    pays.
     """
     from multidict import CIMultiDict, CIMultiDictProxy
 

@@ -482,7 +482,7 @@ async def _send(
         finally:
             response.release()
         raise error_from_response(status, response.headers, body, what=f"POST {url}")
-    return PostResponse(response, url, seconds)
+    return PostResponse(response, url, seconds, not session.trace_configs)
 
 
 class PostRequest:
@@ -535,12 +535,15 @@ class PostResponse:
         headers: the response headers (case-insensitive lookup).
     """
 
-    __slots__ = ("_response", "_seconds", "_url", "headers", "status")
+    __slots__ = ("_response", "_seconds", "_untraced", "_url", "headers", "status")
 
-    def __init__(self, response: aiohttp.ClientResponse, url: URL, seconds: float) -> None:
+    def __init__(
+        self, response: aiohttp.ClientResponse, url: URL, seconds: float, untraced: bool = False
+    ) -> None:
         self._response = response
         self._url = url
         self._seconds = seconds
+        self._untraced = untraced  # no trace config: a whole body may skip read()
         self.status = response.status
         self.headers: Mapping[str, str] = response.headers
 
@@ -570,8 +573,20 @@ class PostResponse:
             APIConnectionError: the connection broke (a truncated body).
             InvalidResponseError: the body is not JSON.
         """
+        response = self._response
+        content = response.content
         try:
-            body = await self._response.read()
+            if self._untraced and content.is_eof() and content.exception() is None:
+                # The whole body is here: read() would return these very bytes without
+                # waiting, through three coroutines (~6 µs a request, docs/performance.md,
+                # "#13 wave 4"); there is no trace to send.
+                try:
+                    body = content.read_nowait()
+                except BaseException:
+                    response.close()  # as read() does
+                    raise
+            else:
+                body = await response.read()
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise connection_error(exc, what=self._what, timeout=self._seconds) from exc
         try:
