@@ -58,7 +58,7 @@ from provider_router._exceptions import (
     PaymentRequiredError,
 )
 from provider_router._log import get_logger
-from provider_router._money import to_decimal
+from provider_router._money import from_units, to_decimal
 from provider_router._request import PreparedRequest
 from provider_router._types import Clock, Sleep
 from provider_router.ledger import Ledger, Reservation
@@ -292,7 +292,7 @@ class Billing:
                     charged=str(cost),
                 )
         unsettled: BaseException | None = None
-        held = reservation.amount if reservation is not None else None  # converted once
+        held = from_units(reservation.units) if reservation is not None else None  # .amount
         if reservation is not None and ledger is not None:
             assert held is not None  # set with the reservation (for mypy)
             settled_cost = cost

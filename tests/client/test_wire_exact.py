@@ -7,11 +7,14 @@ cannot hold (17 significant digits), as JSON and as a stream.
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 
 import pytest
 from _metadata_server import BUNDLED, Canned, serve
 from _router_helpers import KIMI, MESSAGES
+from hypothesis import given
+from hypothesis import strategies as st
 
 from provider_router import ProviderPolicy, Router
 from provider_router._money import exact_json_number, pin_exact_cost, to_decimal
@@ -93,3 +96,82 @@ async def test_usage_cost_is_parsed_exactly_from_the_wire(stream: bool) -> None:
     assert result.text == "hi"
     assert result.cost == Decimal(COST)
     assert router.spent == Decimal(COST)
+
+
+# --- the bare-number shortcut (wave 4) against the pattern it stands in front of ----
+
+_OLD_TEXT = re.compile(r"\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+_OLD_BYTES = re.compile(rb"\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+
+
+def _old_exact_json_number(raw: bytes | str, key: str) -> Decimal | None:
+    """``exact_json_number`` before wave 4: one pattern with ``\\s*`` and a group."""
+    if isinstance(raw, str):
+        at = raw.rfind(f'"{key}":')
+        found = _OLD_TEXT.match(raw, at + len(key) + 3) if at >= 0 else None
+        return Decimal(found.group(1)) if found else None
+    at = raw.rfind(b'"' + key.encode() + b'":')
+    match = _OLD_BYTES.match(raw, at + len(key) + 3) if at >= 0 else None
+    return Decimal(match.group(1).decode()) if match else None
+
+
+ADVERSARIAL = [
+    BODY,
+    '{"usage":{"cost":3.38e-05,"is_byok":false}}',
+    '{"usage":{"cost": 3.38E+05}}',
+    '{"usage":{"cost":\n\t -0.0}}',
+    '{"usage":{"cost":-0}}',
+    '{"usage":{"cost":1E400}}',
+    '{"usage":{"cost":0.1},"x":{"cost":0.2}}',  # two keys: the last one is read
+    '{"usage":{"cost":0.1},"usage2":{"cost":"0.1"}}',  # the last is a string
+    '{"usage":{"cost":0.1},"x":{"cost":{"a":1}}}',
+    '{"usage":{"cost":0.1},"x":{"cost":[1,2]}}',
+    '{"usage":{"cost":0.1},"x":{"cost":NaN}}',
+    '{"usage":{"cost":0.1},"x":{"cost":-Infinity}}',
+    '{"usage":{"cost":0.1},"x":{"cost":true}}',
+    '{"choices":[{"message":{"content":"\\"cost\\":9 and \\"cost\\": 7"}}],"usage":{"cost":5e-7}}',
+    '{"choices":[{"message":{"content":"cost: 9"}}]}',  # no usage at all
+    '{"usage":{"prompt_tokens":3}}',
+    '{"usage":{"cost":12.}}',  # not JSON: both read the leading digits
+    '{"usage":{"cost":.5}}',
+    '{"usage":{"cost":+5}}',
+    '{"usage":{"cost":1_000}}',
+    '{"usage":{"cost":1.5e}}',
+    '{"usage":{"cost":1.e5}}',
+    '{"usage":{"cost":-}}',
+    '{"usage":{"cost":\u0661\u0662}}',  # Arabic-Indic digits: str patterns' \\d
+    '"cost":',
+    "",
+]
+
+
+@pytest.mark.parametrize("raw", ADVERSARIAL)
+def test_the_bare_number_shortcut_reads_what_the_old_pattern_read(raw: str) -> None:
+    for text in (raw, raw.encode()):
+        assert repr(exact_json_number(text, "cost")) == repr(_old_exact_json_number(text, "cost"))
+
+
+@given(
+    st.text(alphabet=' \t\n\r-+.eE0123456789_,}]"x', max_size=12),
+    st.sampled_from(["cost", "total_cost"]),
+)
+def test_the_shortcut_agrees_on_any_text_after_the_key(tail: str, key: str) -> None:
+    for raw in (f'{{"a":1,"{key}":{tail}', f'{{"{key}":1,"b":{{"{key}":{tail}}}}}'):
+        for text in (raw, raw.encode()):
+            assert repr(exact_json_number(text, key)) == repr(_old_exact_json_number(text, key))
+
+
+@pytest.mark.parametrize("raw", [r for r in ADVERSARIAL if r.startswith("{")])
+def test_pinning_a_decoded_body_is_unchanged_by_the_shortcut(raw: str) -> None:
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return  # not JSON: never pinned (the decoder refused it first)
+    expected = json.loads(raw)
+    usage = expected.get("usage") if isinstance(expected, dict) else None
+    if isinstance(usage, dict) and isinstance(usage.get("cost"), float):
+        exact = _old_exact_json_number(raw, "cost")
+        if exact is not None and float(exact) == usage["cost"]:
+            usage["cost"] = exact
+    pin_exact_cost(parsed, raw.encode())
+    assert repr(parsed) == repr(expected)
