@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from aiohttp import web
@@ -172,11 +172,29 @@ def _parse_choices(body: dict[str, Any]) -> int | web.Response:
     return value
 
 
+Answer = web.StreamResponse | Awaitable[web.StreamResponse]
+"""A response made at once, or the awaitable of one (an answer that waits or streams).
+
+The usual answer at infinite speed (JSON, no fault) has nothing to wait for: it is
+made by plain function calls, without a coroutine per layer (validation, attempts,
+delivery); only what waits or writes is a coroutine."""
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     sim = request.app[SIM_KEY]
     record = sim.log.start("chat")
     try:
-        response = await _chat(sim, request, record)
+        key = sim.authenticate(request)
+        if isinstance(key, web.Response):
+            response: web.StreamResponse = key
+        else:
+            record.key_label = key.label
+            # All of the body has usually arrived: take it from the buffer (request.read()
+            # costs two reads, a bytearray and a copy, and a coroutine).
+            content = request.content
+            raw = content.read_nowait() if content.is_eof() else await request.read()
+            answer = _chat(sim, request, record, key, raw)
+            response = answer if isinstance(answer, web.StreamResponse) else await answer
     except asyncio.CancelledError:
         record.status, record.outcome = 499, "client_closed"
         sim.log.finish(record)
@@ -184,15 +202,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return _finish(sim, record, response)
 
 
-async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> web.StreamResponse:
-    key = sim.authenticate(request)
-    if isinstance(key, web.Response):
-        return key
-    record.key_label = key.label
-    # All of the body has usually arrived: take it from the buffer (request.read()
-    # costs two reads, a bytearray and a copy, and a coroutine).
-    content = request.content
-    raw = content.read_nowait() if content.is_eof() else await request.read()
+def _chat(
+    sim: Simulator, request: web.Request, record: RequestRecord, key: KeyState, raw: bytes
+) -> Answer:
     try:
         body = loads(raw)
     except ValueError:
@@ -276,7 +288,7 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
     sim.account.hold(key, worst)
     sim.key_in_flight[key.label] = sim.key_in_flight.get(key.label, 0) + 1
     try:
-        return await _attempts(
+        answer = _attempts(
             sim,
             request,
             record,
@@ -291,12 +303,40 @@ async def _chat(sim: Simulator, request: web.Request, record: RequestRecord) -> 
             images=images,
             choices=choices,
         )
+    except BaseException:
+        _release(sim, key, worst)
+        raise
+    if isinstance(answer, web.StreamResponse):
+        _release(sim, key, worst)
+        return answer
+    return _held_until_answered(answer, sim, key, worst)
+
+
+def _release(sim: Simulator, key: KeyState, worst: int) -> None:
+    """The request is over: its key's in-flight count and its hold on the credits go."""
+    sim.key_in_flight[key.label] -= 1
+    sim.account.release(key, worst)
+
+
+async def _held_until_answered(
+    answer: Awaitable[web.StreamResponse], sim: Simulator, key: KeyState, worst: int
+) -> web.StreamResponse:
+    try:
+        return await answer
     finally:
-        sim.key_in_flight[key.label] -= 1
-        sim.account.release(key, worst)
+        _release(sim, key, worst)
 
 
-async def _attempts(
+async def _in_flight_until_answered(
+    answer: Awaitable[web.StreamResponse], sim: Simulator, tag: str
+) -> web.StreamResponse:
+    try:
+        return await answer
+    finally:
+        sim.in_flight[tag] -= 1
+
+
+def _attempts(
     sim: Simulator,
     request: web.Request,
     record: RequestRecord,
@@ -311,7 +351,7 @@ async def _attempts(
     *,
     images: int = 0,
     choices: int = 1,
-) -> web.StreamResponse:
+) -> Answer:
     failure: web.Response | None = None
     failure_kind = "error"
     stream = record.stream
@@ -354,9 +394,14 @@ async def _attempts(
         )
         sim.in_flight[tag] = sim.in_flight.get(tag, 0) + 1
         try:
-            return await serve(attempt)
-        finally:
+            answer = serve(attempt)
+        except BaseException:
             sim.in_flight[tag] -= 1
+            raise
+        if isinstance(answer, web.StreamResponse):
+            sim.in_flight[tag] -= 1
+            return answer
+        return _in_flight_until_answered(answer, sim, tag)
     assert failure is not None
     record.outcome = failure_kind
     return failure

@@ -36,7 +36,7 @@ from provider_router.testing.billing import Cost, KeyState, compute_cost
 from provider_router.testing.draws import Draws
 from provider_router.testing.encode import (
     ChunkFrame,
-    chat_result_json,
+    chat_result_bytes,
     filler_choices_json,
     filler_delta_json,
     usage_json,
@@ -59,7 +59,6 @@ __all__ = ["Attempt", "serve"]
 KEEPALIVE = b": OPENROUTER PROCESSING\n\n"
 DONE = b"data: [DONE]\n\n"
 WHITESPACE = b"\n         \n\n"
-_WHITESPACE_TEXT = WHITESPACE.decode()
 COMPLETION_TOKENS_HEADER = "X-Simulator-Completion-Tokens"
 _NO_CACHE = CacheResult()
 _MIDWAY_ERROR = {
@@ -244,17 +243,26 @@ def _remember(
     )
 
 
-def serve(attempt: Attempt) -> Awaitable[web.StreamResponse]:
+_WRITTEN_BY_HAND = frozenset(("error_200", "reset", "truncate"))
+"""JSON answers that wait or write themselves even at infinite speed."""
+
+
+def serve(attempt: Attempt) -> web.StreamResponse | Awaitable[web.StreamResponse]:
     """Answer with the attempt's endpoint, shaped by its delivery fault if any: the
-    awaitable of the answer (plain function: one coroutine fewer per request)."""
+    answer itself when nothing waits (a JSON answer at infinite speed), else its
+    awaitable (plain function: no coroutine for the answer made at once)."""
     fault = attempt.fault
-    if fault is not None and fault.kind == "hang":
+    kind = None if fault is None else fault.kind
+    if kind == "hang":
+        assert fault is not None
         return _hang(attempt, fault)
     plan = _plan(attempt)
     if attempt.record.stream:
         return _stream(attempt, plan)
     if attempt.sim.bill_abandoned:
         return _json_billed_if_abandoned(attempt, plan)
+    if attempt.sim.instant and kind not in _WRITTEN_BY_HAND:
+        return _json_body(attempt, plan, _json_data(attempt, plan, kind))
     return _json(attempt, plan)
 
 
@@ -373,20 +381,7 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         return _json_body(attempt, plan, bodies.dumps(payload))
     if not sim.instant:
         await sim.wait(duration)
-    cost = _charge(attempt, plan, shape.completion_tokens, shape.reasoning_tokens)
-    if kind != "no_usage_cost" and not plan.calls and attempt.choices == 1:
-        data = (_WHITESPACE_TEXT + _plain_answer(attempt, plan, cost)).encode()
-    else:
-        data = WHITESPACE + bodies.dumps(_answer(attempt, plan, cost, kind))
-    _remember(
-        attempt,
-        plan,
-        cost.total,
-        attempt.record.completion_tokens,
-        attempt.record.reasoning_tokens,
-        shape.finish_reason,
-        duration,
-    )
+    data = _json_data(attempt, plan, kind)
     if kind == "reset":
         # Like the real service: headers (with the generation id) and the
         # keep-alive whitespace are already out when the connection drops, so a
@@ -408,6 +403,26 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         _abort(attempt.request)
         return response
     return _json_body(attempt, plan, data)
+
+
+def _json_data(attempt: Attempt, plan: _Plan, kind: str | None) -> bytes:
+    """The generation is over: charge it, remember it, and the answer's bytes."""
+    shape = plan.shape
+    cost = _charge(attempt, plan, shape.completion_tokens, shape.reasoning_tokens)
+    if kind != "no_usage_cost" and not plan.calls and attempt.choices == 1:
+        data = _plain_answer(attempt, plan, cost)
+    else:
+        data = WHITESPACE + bodies.dumps(_answer(attempt, plan, cost, kind))
+    _remember(
+        attempt,
+        plan,
+        cost.total,
+        attempt.record.completion_tokens,
+        attempt.record.reasoning_tokens,
+        shape.finish_reason,
+        plan.ttft + shape.completion_tokens / plan.tokens_per_second,
+    )
+    return data
 
 
 def _usage(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict[str, Any]:
@@ -452,9 +467,10 @@ def _answer(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict
     return payload
 
 
-def _plain_answer(attempt: Attempt, plan: _Plan, cost: Cost) -> str:
-    """The same text as ``dumps(_answer(...))`` for one choice without tool calls, from
-    templates (the common answer; see :mod:`~provider_router.testing.encode`)."""
+def _plain_answer(attempt: Attempt, plan: _Plan, cost: Cost) -> bytes:
+    """The same bytes as ``WHITESPACE + dumps(_answer(...))`` for one choice without
+    tool calls, from templates (the common answer; see
+    :mod:`~provider_router.testing.encode`)."""
     shape = plan.shape
     record = attempt.record
     usage = usage_json(
@@ -466,7 +482,8 @@ def _plain_answer(attempt: Attempt, plan: _Plan, cost: Cost) -> str:
         plan.cache_write_tokens,
     )
     reasoning = shape.reasoning_tokens if shape.show_reasoning else 0
-    return chat_result_json(
+    return chat_result_bytes(
+        WHITESPACE,
         plan.gen_id,
         plan.created,
         attempt.model.canonical_slug,

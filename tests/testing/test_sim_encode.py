@@ -8,6 +8,7 @@ from provider_router.testing import bodies
 from provider_router.testing.billing import Cost
 from provider_router.testing.encode import (
     ChunkFrame,
+    chat_result_bytes,
     chat_result_json,
     choices_json,
     content_delta_json,
@@ -90,3 +91,23 @@ def test_filler_deltas_are_the_filler_text_encoded(start: int, stop: int) -> Non
     expected = content_delta_json(filler(start, stop))
     assert filler_delta_json(start, stop) == expected
     assert filler_delta_json(start, stop) == expected
+
+
+@pytest.mark.parametrize("gen_id", ["gen-1700000000-AbCdEfGhIjKlMnOpQrSt", 'odd "id" ✓'])
+@pytest.mark.parametrize("created", [0, 1_700_000_000, -1])
+@pytest.mark.parametrize("provider", [None, "Moonshot AI", 'Odd "name" ✓'])
+@pytest.mark.parametrize("fingerprint", [None, "fpv0_1"])
+@pytest.mark.parametrize("prefix", [b"", b"\n         \n\n"])
+def test_chat_result_bytes_are_the_chat_result_json(
+    gen_id: str, created: int, provider: str | None, fingerprint: str | None, prefix: bytes
+) -> None:
+    """The cached frame is keyed by everything but the id and ``created``: two answers
+    that differ only in those share it, and each is still its own text."""
+    choices = filler_choices_json(256, 31, "stop")
+    for cost in COSTS[:2]:
+        usage = usage_json(3, 0, 287, 31, cost)
+        for model in ("moonshotai/kimi-k2.5", 'odd/"model"'):
+            args = (gen_id, created, model, provider, choices, usage, fingerprint)
+            expected = prefix + chat_result_json(*args).encode()
+            assert chat_result_bytes(prefix, *args) == expected
+            assert chat_result_bytes(prefix, *args) == expected  # from the cache
