@@ -18,15 +18,13 @@ loop itself (blocking, fsync included).
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal
 
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._types import Clock
@@ -34,10 +32,9 @@ from provider_router.ledger import _batch as b
 from provider_router.ledger._base import Reservation, amount_units, owner_is_dead
 from provider_router.ledger._durable import DurableLedger
 from provider_router.ledger._totals import FIELDS, Totals
+from provider_router.ledger._writer import WriterThread
 
 __all__ = ["SQLiteLedger"]
-
-_T = TypeVar("_T")
 
 SCHEMA_VERSION: Final = 1
 DEFAULT_LEASE: Final = 60.0
@@ -64,10 +61,16 @@ CREATE TABLE IF NOT EXISTS reservations (
     provider TEXT,
     closed REAL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS reservations_open ON reservations (owner) WHERE state = 'open';
 PRAGMA user_version = {SCHEMA_VERSION}
 """
 _SCHEMA_STATEMENTS: Final = tuple(part for part in _SCHEMA.split(";") if part.strip())
+# Ledgers before #13 wave 4 had a partial index of the open rows. Each request
+# paid for it twice (an entry inserted by the reserve, deleted by the settle) and
+# each commit wrote ~4 more WAL pages for it (~4 µs a request with synchronous=FULL);
+# it only served recovery and listing, which now scan the table (1M rows: ~0.2 s)
+# once per run, and the lease renewal, which now updates its own rows by id.
+# Dropping it changes no result: every version reads the file with or without it.
+_DROP_OPEN_INDEX = "DROP INDEX IF EXISTS reservations_open"
 # The ledger's identity: a random id fixed at creation, which a batch journal
 # records so that a lost or swapped ledger file is noticed (docs/ledger.md).
 _CREATE_META = (
@@ -305,9 +308,11 @@ class _Store:
         op.value = orphans
 
     def _renew(self, op: b.Op, t: Totals, now: float) -> None:
-        self.con.execute(
-            "UPDATE reservations SET lease_until = ? WHERE owner = ? AND state = 'open'",
-            (op.value[0], self.owner),
+        """Extend the lease of the open rows this owner holds (``op.value[1]``: their ids)."""
+        until, ids = op.value
+        self.con.executemany(
+            "UPDATE reservations SET lease_until = ? WHERE id = ? AND owner = ? AND state = 'open'",
+            [(until, res_id, self.owner) for res_id in ids],
         )
 
 
@@ -357,6 +362,7 @@ def _open_totals(
                 " or `provider-router ledger topup`, never by reopening"
             )
         con.execute(_CREATE_META)  # ledgers from before identities get one now
+        con.execute(_DROP_OPEN_INDEX)
         found = con.execute(_SELECT_IDENTITY).fetchone()
         identity: str = found[0] if found else uuid.uuid4().hex
         if not found:
@@ -431,30 +437,27 @@ class SQLiteLedger(DurableLedger):
             con.close()
             raise
         self._store = _Store(con, self.owner, self.lease, clock)
-        self._pool: ThreadPoolExecutor | None = None
-        self._thread_job: Future[Any] | None = None
+        self._writer: WriterThread | None = None
         if executor == "thread":
             # Statements run on the loop (no lock waits there: see _execute), the
             # commit with its fsync in the thread.
             con.execute("PRAGMA busy_timeout = 0")
-            self._pool = ThreadPoolExecutor(1, "ledger-sqlite")
+            self._writer = WriterThread("ledger-sqlite")
 
     def __repr__(self) -> str:
         return f"SQLiteLedger({str(self.path)!r})"
 
     async def _execute(self, batch: list[b.Op]) -> tuple[int, int, int]:
-        store, pool = self._store, self._pool
-        if pool is None:
+        store, writer = self._store, self._writer
+        if writer is None:
             return store.apply(batch)
-        job = self._thread_job
-        if job is not None and not job.done():
+        if writer.busy:
             # The batch task was cancelled while the thread still had the connection
             # (a commit, a whole batch): it stays the thread's until that job ends.
-            await asyncio.wait([asyncio.wrap_future(job)])
-        loop = asyncio.get_running_loop()
+            await writer.idle()
         if any(op.kind >= b.LIST_OPEN for op in batch):
             # Scans (listing, claiming, renewing every open row) stay off the loop.
-            return await self._in_thread(loop, store.apply_waiting, batch)
+            return await writer.run(store.apply_waiting, batch)
         try:
             store.begin()  # busy_timeout 0: never waits on the loop
         except sqlite3.OperationalError as exc:
@@ -462,26 +465,21 @@ class SQLiteLedger(DurableLedger):
             if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
                 raise
             # Another process holds the write lock: wait for it in the thread.
-            return await self._in_thread(loop, store.apply_waiting, batch)
+            return await writer.run(store.apply_waiting, batch)
         totals = store.stage(batch)
-        await self._in_thread(loop, store.commit)
+        await writer.run(store.commit)
         return totals
 
-    def _in_thread(
-        self, loop: asyncio.AbstractEventLoop, fn: Callable[..., _T], *args: Any
-    ) -> asyncio.Future[_T]:
-        """Run ``fn`` in the writer thread, remembered until it ends (see _execute)."""
-        assert self._pool is not None
-        self._thread_job = job = self._pool.submit(fn, *args)
-        return asyncio.wrap_future(job, loop=loop)
-
     async def _close_store(self) -> None:
-        if self._pool is None:
+        writer = self._writer
+        if writer is None:
             self._store.con.close()
             return
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._pool, self._store.con.close)
-        self._pool.shutdown(wait=True)
+        await writer.idle()
+        try:
+            await writer.run(self._store.con.close)
+        finally:
+            writer.stop()
 
     def audit(self) -> dict[str, Any]:
         """Recompute the totals from the rows (synchronous; for tests and the CLI)."""
