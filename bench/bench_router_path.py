@@ -57,7 +57,7 @@ async def _measure(url: str, n: int, repeat: int) -> dict[str, float]:
 
     from provider_router import MemoryLedger, ProviderPolicy, Router
     from provider_router._completion import parse_completion
-    from provider_router._money import pin_exact_cost
+    from provider_router._money import from_units, pin_exact_cost, to_units
 
     ledger = MemoryLedger(Decimal(10**6))
     async with (
@@ -90,6 +90,13 @@ async def _measure(url: str, n: int, repeat: int) -> dict[str, float]:
             return parse_completion(body)
 
         completion = read()
+        body = json.loads(raw)
+        wire_cost = body["usage"]["cost"]  # the float json.loads gives
+
+        def pin() -> None:
+            body["usage"]["cost"] = wire_cost  # pinned again each time: the real work
+            pin_exact_cost(body, raw)
+
         billing = router._billing
 
         async def reserve_settle() -> Any:
@@ -104,13 +111,32 @@ async def _measure(url: str, n: int, repeat: int) -> dict[str, float]:
             ticket = await router.limiter.acquire()
             router.limiter.release(ticket, "success")
 
+        ledger_only = router.ledger
+        assert ledger_only is not None
+        cost = completion.usage.cost if completion.usage is not None else Decimal(0)
+
+        async def ledger_reserve_settle() -> None:
+            # The ledger's own share of a request (the billing rows of wave 4).
+            held = await ledger_only.reserve(request.worst_case, key="k")
+            await ledger_only.settle(held, cost, estimate=cost, provider="p", generation_id="g")
+
+        def units() -> int:
+            # The request's three conversions (reserve, settle, estimate) and one back.
+            to_units(request.worst_case, round_up=True)
+            to_units(cost)
+            from_units(to_units(cost))
+            return 0
+
         whole = await _whole_chat(router, raw, dict(r.headers), request.payload, n, repeat)
         return {
             **whole,
             "build request": _best(build, n, repeat),
             "json.loads alone": _best(lambda: json.loads(raw), n, repeat),
             "json.loads + exact cost + parse": _best(read, n, repeat),
+            "exact cost alone (pin_exact_cost)": _best(pin, n, repeat),
             "reserve + settle (memory)": await _abest(reserve_settle, n, repeat),
+            "ledger alone: reserve + settle": await _abest(ledger_reserve_settle, n, repeat),
+            "units: 3 to_units + from_units": _best(units, n, repeat),
             "reserve + settle + result": await _abest(reserve_settle_result, n, repeat),
             "limiter acquire + release": await _abest(limiter, n, repeat),
             "plan.estimate": _best(
@@ -230,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.enable()
         sim.stop()
     for label, micros in results.items():
-        print(f"{label:34s} {micros:7.2f} µs")
+        print(f"{label:36s} {micros:7.2f} µs")
     return 0
 
 
