@@ -10,6 +10,7 @@ Shapes follow captured responses (docs/simulator.md cites them): the top-level
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +19,7 @@ from provider_router._money import UNITS_PER_USD
 from provider_router.testing.billing import Cost
 from provider_router.testing.market import ModelSpec
 
-__all__ = ["Generation", "chat_result", "chunk", "dumps", "error_body", "usage_body"]
+__all__ = ["Generation", "Generations", "chat_result", "chunk", "dumps", "error_body", "usage_body"]
 
 # One encoder for every body: json.dumps(separators=...) would build a new one per call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
@@ -254,3 +255,77 @@ class Generation:
             "data_region": "global",
             "workspace_id": None,
         }
+
+
+_ATTEMPTS_AT = 16
+"""Where the attempts start in a kept record: (tag, status) pairs, flattened."""
+
+
+class Generations(Mapping[str, Generation]):
+    """The ``/generation`` records of the latest answers, by id, oldest first.
+
+    Each is kept as one flat tuple of strings and numbers (:meth:`put`). CPython's
+    collector stops tracking such a tuple the first time it sees it, so the records
+    a run keeps (up to ``log_limit``, 100,000 by default) are never promoted to the
+    oldest generation, whose every full collection traversed a dataclass per record
+    (a full collection comes after so many promotions: fewer promoted objects per
+    request, fewer and cheaper full collections). A :class:`Generation` is built
+    when one is read.
+    """
+
+    def __init__(self, models: Mapping[str, ModelSpec]) -> None:
+        self._models = models
+        self._fields: dict[str, tuple[Any, ...]] = {}
+
+    def put(
+        self,
+        gen_id: str,
+        key_label: str,
+        created: int,
+        model: ModelSpec,
+        streamed: bool,
+        provider: str,
+        ttft: float,
+        duration: float,
+        finish_reason: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        reasoning_tokens: int,
+        cached_tokens: int,
+        cost_units: int,
+        attempts: list[tuple[str, int]],
+        user_agent: str | None,
+        referer: str | None,
+    ) -> None:
+        """Remember (or replace, in its place) a record: :class:`Generation`'s fields."""
+        fields: tuple[Any, ...] = (
+            gen_id, key_label, created, model.id, streamed, provider, ttft, duration,
+            finish_reason, prompt_tokens, completion_tokens, reasoning_tokens, cached_tokens,
+            cost_units, user_agent, referer,
+        )  # fmt: skip
+        for attempt in attempts:
+            fields += attempt
+        self._fields[gen_id] = fields
+
+    def pop_oldest(self) -> str:
+        """Forget the oldest record; its id."""
+        oldest = next(iter(self._fields))
+        del self._fields[oldest]
+        return oldest
+
+    def __getitem__(self, gen_id: str) -> Generation:
+        f = self._fields[gen_id]
+        attempts = [(f[i], f[i + 1]) for i in range(_ATTEMPTS_AT, len(f), 2)]
+        return Generation(
+            f[0], f[1], f[2], self._models[f[3]], f[4], f[5], f[6], f[7], f[8], f[9], f[10],
+            f[11], f[12], f[13], attempts, f[14], f[15],
+        )  # fmt: skip
+
+    def __contains__(self, gen_id: object) -> bool:
+        return gen_id in self._fields
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)

@@ -254,7 +254,7 @@ def _chat(
             sim.log.counters["fault.rate_limit"] += 1
             return _platform_limit(sim, fault)
 
-    used = [p for p in body if p in _REQUEST_PARAMETERS]
+    used = _REQUEST_PARAMETERS.intersection(body)  # the parameters it uses (any order)
     try:
         candidates = plan_route(model, prefs, used, rng, sim.unstable_tags())
     except RoutingError as exc:

@@ -219,10 +219,8 @@ def _remember(
     generations = attempt.sim.generations
     if len(generations) >= attempt.sim.log_limit:
         # Bounded like the request log: the oldest record goes first.
-        oldest = next(iter(generations))
-        del generations[oldest]
-        attempt.sim.generation_misses.pop(oldest, None)
-    generations[plan.gen_id] = bodies.Generation(
+        attempt.sim.generation_misses.pop(generations.pop_oldest(), None)
+    generations.put(
         plan.gen_id,
         attempt.key.label,
         plan.created,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -80,6 +80,7 @@ REQUEST_PARAMETERS = (
     "verbosity",
 )
 _SOFT_PARAMETERS = ("tools", "response_format", "verbosity")
+_SOFT_SET = frozenset(_SOFT_PARAMETERS)
 _NO_PROVIDERS = "No allowed providers are available for the selected model."
 DOCS_URL = "https://openrouter.ai/docs/guides/routing/provider-selection"
 
@@ -317,7 +318,7 @@ def _sorted(
 def _filter(
     endpoints: list[EndpointSpec],
     prefs: Preferences,
-    used_params: Sequence[str],
+    used_params: Collection[str],
     model: ModelSpec,
 ) -> list[EndpointSpec]:
     stages: list[tuple[str, str, list[EndpointSpec]]] = []
@@ -375,7 +376,7 @@ def _filter(
 def plan_route(
     model: ModelSpec,
     prefs: Preferences | None,
-    used_params: Sequence[str],
+    used_params: Collection[str],
     rng: random.Random,
     unstable_tags: frozenset[str] | set[str] = frozenset(),
 ) -> Sequence[EndpointSpec]:
@@ -384,9 +385,9 @@ def plan_route(
     Raises:
         RoutingError: 404 when the filters leave no endpoint, worded like OpenRouter.
     """
-    soft = [p for p in _SOFT_PARAMETERS if p in used_params] if used_params else None
-    if prefs is None and not soft and not unstable_tags:
+    if prefs is None and not unstable_tags and _SOFT_SET.isdisjoint(used_params):
         return _default_route(model).order(rng)  # the hot path: nothing to filter
+    soft = [p for p in _SOFT_PARAMETERS if p in used_params]
     endpoints = list(model.endpoints)
     if soft:
         capable = [e for e in endpoints if all(p in e.supported_parameters for p in soft)]

@@ -122,7 +122,7 @@ class Simulator:
         self.clock = clock
         self.sleep = sleep
         self._t0 = clock()
-        self.generations: dict[str, bodies.Generation] = {}
+        self.generations = bodies.Generations(self.market.models)
         self.generation_misses: dict[str, int] = {}
         self.in_flight: dict[str, int] = {}
         self.key_in_flight: dict[str, int] = {}
