@@ -413,7 +413,9 @@ class Router(AsyncResource):
             log.warning("route.plan_refresh_failed", model=self.model, error=str(exc))
 
     def _current_plan(self) -> RoutePlan:
-        plan = self.plan
+        plan = self._plan
+        if plan is None:
+            raise ConfigurationError("the Router is not open: use `async with Router(...)`")
         if (
             self._endpoints is None
             and self._clock() - self._plan_time >= self.catalog_ttl
@@ -602,15 +604,18 @@ class Router(AsyncResource):
             deadline = self._stream_deadline or (
                 STREAM_DEADLINE_BASE + (cap or 0) / STREAM_DEADLINE_TOKENS_PER_SECOND
             )
+        # Positional (in PreparedRequest's field order): a keyword call costs more.
         return PreparedRequest(
-            payload=payload,
-            stream=stream,
-            key=key if key is not None else f"req-{next(self._seq)}",
-            worst_case=plan.worst_case(prompt_tokens, cap or 0, images),
-            prompt_estimate=prompt_tokens + images * IMAGE_PROMPT_TOKENS_BOUND,
-            plan=plan,
-            on_delta=on_delta,
-            deadline=deadline,
+            payload,
+            stream,
+            key if key is not None else f"req-{next(self._seq)}",
+            plan.worst_case(prompt_tokens, cap or 0, images),
+            prompt_tokens + images * IMAGE_PROMPT_TOKENS_BOUND,
+            plan,
+            on_delta,
+            None,  # generation_id
+            0,  # attempts
+            deadline,
         )
 
     def stream(

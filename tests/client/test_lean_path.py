@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 from _router_helpers import MESSAGES, MakeRouter
 
-from provider_router import ChatResult, MemoryLedger, Usage
+from provider_router import ChatResult, ConfigurationError, MemoryLedger, Router, Usage
+from provider_router._billable import measure
 from provider_router._completion import parse_completion
 from provider_router._json import loads as _loads
-from provider_router._request import _encode, encode_json
+from provider_router._request import PreparedRequest, _encode, encode_json
 from provider_router.ledger import Reservation
 from provider_router.ledger.memory import RESERVATION_FIELDS
 from provider_router.results import ToolCall, chat_result
@@ -242,6 +243,38 @@ def test_encode_json_refuses_what_the_encoder_refuses() -> None:
         with pytest.raises(TypeError) as got:
             encode_json(bad)
         assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize(("stream", "key"), [(False, None), (True, "prompt-7")])
+async def test_the_prepared_request_has_each_field_in_place(
+    openrouter_sim: SimulatorServer, make_router: MakeRouter, stream: bool, key: str | None
+) -> None:
+    """The router builds its PreparedRequest positionally (cheaper than keywords):
+    every field must land where the keyword construction puts it."""
+    router = await make_router(openrouter_sim, ledger=MemoryLedger(Decimal(1)))
+    on_delta = print  # any callable: only its identity is checked
+    request = router._build_request(MESSAGES, 64, stream, key, on_delta, {})
+    plan = router.plan
+    prompt_tokens, images = measure(MESSAGES)
+    encoder = router._encoder
+    provider = encoder.provider_bytes(plan, router.health.demoted())
+    expected = PreparedRequest(
+        payload=encoder.encode(MESSAGES, 64, stream, {}, provider),
+        stream=stream,
+        key=key if key is not None else request.key,
+        worst_case=plan.worst_case(prompt_tokens, 64, images),
+        prompt_estimate=prompt_tokens,
+        plan=plan,
+        on_delta=on_delta,
+        deadline=request.deadline,
+    )
+    assert request == expected
+    assert request.key.startswith("req-") if key is None else request.key == key
+    assert request.deadline == (router._request_timeout if not stream else 120 + 64 / 10)
+    assert (request.generation_id, request.attempts, request.sent) == (None, 0, False)
+    unopened = Router(router.model, base_url=router.base_url, api_key="k")
+    with pytest.raises(ConfigurationError, match="not open"):
+        unopened._current_plan()
 
 
 async def test_a_routed_answer_matches_the_plain_objects(
