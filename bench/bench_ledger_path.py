@@ -11,7 +11,9 @@ Run: ``python -m bench ledger_path`` (``--rounds``, ``--n``, ``--workers``,
   commit, and the mean extra time a request spends in the two ledger calls.
 * **store**: the SQLite store alone (no event loop, no futures), ``--per-commit``
   reserves plus as many settles per transaction, the settles closing rows written
-  100 transactions earlier, cyclic GC off: CPU per request, best of three.
+  100 transactions earlier, cyclic GC off: CPU per request, best of three; and the
+  WAL pages each such commit writes (every page is written and fsync'd again by
+  the commit, so they are most of its cost with ``synchronous=FULL``).
 
 ``bench perf`` moves ±5 % between runs on a shared machine; these move far less,
 so a change of a few microseconds per request shows. Compare two trees by running
@@ -127,10 +129,50 @@ def _store(per_commit: int, requests: int) -> float:
     return best
 
 
+def _wal_pages(per_commit: int, commits: int = 600) -> float:
+    """WAL pages written per commit by the store in the same pattern as :func:`_store`."""
+    from provider_router.ledger import _batch as b
+    from provider_router.ledger import sqlite as s
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "store.ledger"
+        wal = Path(f"{path}-wal")
+        con = s._connect(path, "FULL")
+        s._open_totals(con, path, Decimal(10**6), keep_limit=False)
+        con.execute("PRAGMA wal_autocheckpoint = 0")  # the WAL's size counts the pages
+        frame = con.execute("PRAGMA page_size").fetchone()[0] + 24
+        store = s._Store(con, "bench:1:x", 60.0, time.time)
+        held: list[list[tuple[str, int]]] = []
+        pages = 0
+        for seq in range(commits):
+            if seq % 100 == 0:  # keep the WAL short, as the auto-checkpoint does
+                pages += (wal.stat().st_size - 32) // frame if wal.exists() else 0
+                con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            batch = []
+            if len(held) >= 100:
+                for rid, units in held.pop(0):
+                    op = b.Op(b.SETTLE, rid, units)
+                    op.cost, op.estimate, op.provider = 3141592653, 12345678900, "chutes"
+                    op.generation_id = f"gen-{seq}-abcdefghijklmnopqrst"
+                    batch.append(op)
+            new = [
+                b.Op(b.RESERVE, f"0123456789abcdef.{seq}.{i}", 12345600000, f"req-{seq}.{i}")
+                for i in range(per_commit)
+            ]
+            held.append([(op.id, op.units) for op in new])
+            store.apply(batch + new)
+        pages += (wal.stat().st_size - 32) // frame
+        con.close()
+    return pages / commits
+
+
 def _child(argv: list[str]) -> int:
     what = argv[0]
     if what == "store":
         print(json.dumps({"cpu_us": _store(int(argv[1]), int(argv[2]))}))
+        return 0
+    if what == "pages":
+        print(json.dumps({"pages": _wal_pages(int(argv[1]))}))
         return 0
     try:
         import uvloop
@@ -180,7 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     for k in args.per_commit.split(","):
         store = _run("store", int(k), 8000)
-        print(f"store, {k} requests per commit: {store['cpu_us']:.1f} µs/req")
+        pages = _run("pages", int(k))
+        print(
+            f"store, {k} requests per commit: {store['cpu_us']:.1f} µs/req, "
+            f"{pages['pages']:.1f} WAL pages per commit"
+        )
     return 0
 
 
