@@ -20,8 +20,10 @@ from typing import Any
 
 import pytest
 
-from provider_router import SQLiteLedger
+from provider_router import ConfigurationError, SQLiteLedger
+from provider_router.ledger._base import amount_units
 from provider_router.ledger._writer import WriterThread
+from tests.ledger.test_ledger_units import PAIRS
 
 D = Decimal
 _OLD_INDEX = (
@@ -187,3 +189,35 @@ async def test_the_lease_renewal_extends_exactly_this_owners_open_rows(tmp_path:
     await other.release(theirs)
     await other.close()
     assert leases == {"mine": 1040.0, "closed": 1030.0, "theirs": 1030.0}
+
+
+@pytest.mark.parametrize(("cost", "estimate"), PAIRS)
+async def test_an_estimate_equal_to_the_cost_books_what_its_own_conversion_gives(
+    tmp_path: Path, cost: Decimal, estimate: Decimal
+) -> None:
+    # The durable ledgers' settle reuses the cost's units for an equal estimate, as
+    # MemoryLedger's does: what it books is what converting each amount gives.
+    async with SQLiteLedger(tmp_path / "l.sqlite", D(4_000_000), executor="loop") as ledger:
+        held = await ledger.reserve(D("0.5"), key="k")
+        await ledger.settle(held, cost, estimate=estimate)
+        state = await ledger.snapshot()
+    est_units = amount_units(estimate, what="estimate", round_up=False)
+    cost_units = amount_units(cost, what="cost", round_up=False)
+    assert state.estimated == D(est_units).scaleb(-12)
+    assert state.drift == D(cost_units - est_units).scaleb(-12)
+    assert state.spent == D(cost_units).scaleb(-12)
+
+
+@pytest.mark.parametrize(
+    ("estimate", "message"),
+    [(D("-0.1"), "negative"), (D("NaN"), "finite"), (True, "Decimal"), (0.5, "Decimal")],
+)
+async def test_a_bad_estimate_is_still_refused_by_the_sqlite_ledger_and_the_hold_stays(
+    tmp_path: Path, estimate: object, message: str
+) -> None:
+    async with SQLiteLedger(tmp_path / "l.sqlite", D(1), executor="loop") as ledger:
+        held = await ledger.reserve(D("0.5"), key="k")
+        with pytest.raises(ConfigurationError, match=message):
+            await ledger.settle(held, D(1), estimate=estimate)  # type: ignore[arg-type]
+        state = await ledger.snapshot()
+    assert (state.open, state.reserved, state.spent) == (1, D("0.5"), 0)
