@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -200,6 +201,9 @@ bench._serve("simulator", Ready(), b"", [])
 """
 
 
+_THIS_TREE = str(Path(__file__).resolve().parents[1])
+
+
 def _run_other_tree(tree: str, n: int, concurrency: int, stream: bool) -> Result:
     """The simulator of another checkout (``--against``), in its own process."""
     env = {**os.environ, "PYTHONPATH": tree}
@@ -223,7 +227,8 @@ def _run_other_tree(tree: str, n: int, concurrency: int, stream: bool) -> Result
 
 def _ab(args: argparse.Namespace, samples: tuple[bytes, list[bytes]]) -> int:
     """Rounds of baseline, this simulator and ``--against``'s, the two simulators'
-    order swapped every round; medians and ranges of CPU per 1,000 and of the ratios."""
+    order swapped every round, each in a fresh interpreter; medians and ranges of CPU
+    per 1,000 and of the ratios."""
     print(
         f"simulator A/B: {args.rounds} rounds of {args.requests} requests, {args.concurrency} "
         f"concurrent; this tree vs {args.against}; {os.cpu_count()} CPUs"
@@ -237,10 +242,10 @@ def _ab(args: argparse.Namespace, samples: tuple[bytes, list[bytes]]) -> int:
             )
             order = ("this", "against") if round_ % 2 == 0 else ("against", "this")
             for name in order:
-                if name == "this":
-                    result = _run("simulator", args.requests, args.concurrency, stream, samples)
-                else:
-                    result = _run_other_tree(args.against, args.requests, args.concurrency, stream)
+                # Both simulators in fresh processes: a server forked from this one would
+                # carry this process's heap, which every full collection traverses.
+                tree = _THIS_TREE if name == "this" else args.against
+                result = _run_other_tree(tree, args.requests, args.concurrency, stream)
                 cpu[name].append(result.cpu_ms_per_1000)
             print(
                 f"  {label} round {round_ + 1}: "
