@@ -63,6 +63,7 @@ def _serve(
 ) -> None:
     _uvloop()
     from provider_router.testing import SimulatorServer
+    from provider_router.testing.collector import tune_for_server
 
     async def main() -> None:
         async with SimulatorServer(
@@ -73,6 +74,8 @@ def _serve(
             log_limit=1000,
             **({} if completion_tokens is None else {"completion_tokens": completion_tokens}),
         ) as sim:
+            # A process of the simulator's own, as `provider_router simulate` runs it.
+            tune_for_server()
             ready.send(sim.url)
             await asyncio.Event().wait()
 

@@ -32,6 +32,9 @@ COMPLETION_TOKENS = 256
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
+_TUNE_BASELINE = "PROVIDER_ROUTER_BENCH_TUNE_BASELINE"
+
+
 def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as handle:
         fields = handle.read().rsplit(")", 1)[1].split()
@@ -67,6 +70,7 @@ def _serve(kind: str, ready: Any, sample_json: bytes, sample_chunks: list[bytes]
     import uvloop
 
     from provider_router.testing import SimulatorServer
+    from provider_router.testing.collector import tune_for_server
 
     async def main() -> None:
         if kind == "baseline":
@@ -82,6 +86,10 @@ def _serve(kind: str, ready: Any, sample_json: bytes, sample_chunks: list[bytes]
             )
             await sim.start()
             port = sim.port
+        if kind != "baseline" or os.environ.get(_TUNE_BASELINE):
+            # The simulator's process as `provider_router simulate` runs it; the bare
+            # server as people write it, unless --tune-baseline gives it the same.
+            tune_for_server()
         ready.send(port)
         await asyncio.Event().wait()
 
@@ -279,7 +287,14 @@ def main(argv: list[str]) -> int:
         help="also run the simulator of another checkout (e.g. main's) in alternating rounds",
     )
     parser.add_argument("--rounds", type=int, default=1, help="rounds of the --against A/B")
+    parser.add_argument(
+        "--tune-baseline",
+        action="store_true",
+        help="give the bare server the simulator process's collector settings too",
+    )
     args = parser.parse_args(argv)
+    if args.tune_baseline:
+        os.environ[_TUNE_BASELINE] = "1"  # read by the forked baseline server
     samples = _samples()
     if args.against:
         return _ab(args, samples)

@@ -20,6 +20,7 @@ from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
 from provider_router.cli._options import usd
 from provider_router.testing.app import ROUTES
+from provider_router.testing.collector import tune_for_server
 from provider_router.testing.server import SimulatorServer
 
 __all__ = ["register", "serve"]
@@ -134,7 +135,8 @@ def _handle(args: argparse.Namespace) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):  # Windows
                 loop.add_signal_handler(signum, stop.set)
-        return await serve(args, stop)
+        # This process serves and does nothing else: its collector is ours to set.
+        return await serve(args, stop, on_ready=lambda _sim: tune_for_server())
 
     try:
         import uvloop
