@@ -6,7 +6,7 @@ makes the collector walk them again and again, and every full collection walks
 the whole start-up heap (models, markets, imported modules) as well. In a process
 of the simulator's own (``provider_router simulate``, the benchmarks' servers) both
 are its to set: :func:`tune_for_server` freezes what start-up built and collects the
-young generation ten times less often (13 % of the simulator's CPU per JSON answer,
+young generation ten times less often (4–15 % of the simulator's CPU per JSON answer,
 docs/performance.md, "#13 wave 4: the simulator's process").
 
 The embedded :class:`~provider_router.testing.SimulatorServer` never calls it: it runs
