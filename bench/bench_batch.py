@@ -252,6 +252,9 @@ def _resume_child(url: str, directory: str, done: int, conn: Any) -> None:
         for _ in range(10**7):  # until the first completion beyond the journal's
             if runner._datasets and sum(d.tally.completed for d in runner._datasets) > done:
                 break
+            if task.done():  # the run ended (or was refused) before any new completion
+                task.result()
+                raise RuntimeError("the resumed run ended without a new completion")
             await asyncio.sleep(0.001)
         first = time.perf_counter() - t0
         runner.stop()
@@ -259,6 +262,16 @@ def _resume_child(url: str, directory: str, done: int, conn: Any) -> None:
         return {"load": load, "first": first}
 
     conn.send(asyncio.run(main()))
+
+
+async def _job_ledger(path: Path) -> None:
+    from decimal import Decimal
+
+    from provider_router import SQLiteLedger
+
+    ledger = SQLiteLedger(path, Decimal(100_000))
+    await ledger.snapshot()
+    await ledger.close()
 
 
 def resume(done: int) -> None:
@@ -290,6 +303,9 @@ def resume(done: int) -> None:
                 if n % 500 == 0:
                     journal.flush()
         journal.close("bench")
+        # The job's own ledger beside its journal: a journal that shows money spent
+        # without it is refused (the budget never resets silently).
+        asyncio.run(_job_ledger(work / "out" / "ledger.sqlite"))
         built = time.perf_counter() - t0
         size = (work / "out" / "journal.jsonl").stat().st_size
         sim = Sim(float("inf"))
