@@ -21,9 +21,8 @@ from typing import Any
 import pytest
 
 from provider_router import ConfigurationError, SQLiteLedger
-from provider_router.ledger._base import amount_units
 from provider_router.ledger._writer import WriterThread
-from tests.ledger.test_ledger_units import PAIRS
+from tests.ledger.test_ledger_units import PAIRS, assert_booked_as_own_conversion
 
 D = Decimal
 _OLD_INDEX = (
@@ -201,11 +200,7 @@ async def test_an_estimate_equal_to_the_cost_books_what_its_own_conversion_gives
         held = await ledger.reserve(D("0.5"), key="k")
         await ledger.settle(held, cost, estimate=estimate)
         state = await ledger.snapshot()
-    est_units = amount_units(estimate, what="estimate", round_up=False)
-    cost_units = amount_units(cost, what="cost", round_up=False)
-    assert state.estimated == D(est_units).scaleb(-12)
-    assert state.drift == D(cost_units - est_units).scaleb(-12)
-    assert state.spent == D(cost_units).scaleb(-12)
+    assert_booked_as_own_conversion(state, cost, estimate)
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ refused with the same error.
 from __future__ import annotations
 
 from decimal import Decimal, localcontext
+from typing import Any
 
 import pytest
 
@@ -39,7 +40,11 @@ async def test_an_estimate_books_what_its_own_conversion_gives(
     ledger = MemoryLedger(D(4_000_000))
     held = await ledger.reserve(D("0.5"), key="k")
     await ledger.settle(held, cost, estimate=estimate)
-    state = await ledger.snapshot()
+    assert_booked_as_own_conversion(await ledger.snapshot(), cost, estimate)
+
+
+def assert_booked_as_own_conversion(state: Any, cost: Decimal, estimate: Decimal) -> None:
+    """What a settle booked is what converting the cost and the estimate each gives."""
     est_units = amount_units(estimate, what="estimate", round_up=False)
     cost_units = amount_units(cost, what="cost", round_up=False)
     assert state.estimated == D(est_units).scaleb(-12)
