@@ -220,7 +220,9 @@ class Billing:
         ledger = self.ledger
         if reservation is not None and ledger is not None:
             try:
-                await self._write(lambda: ledger.attach(reservation, generation_id), "attach")
+                await self._write(
+                    functools.partial(ledger.attach, reservation, generation_id), "attach"
+                )
             except ConfigurationError:
                 raise
             except Exception as exc:
@@ -313,8 +315,12 @@ class Billing:
                 except Exception as exc:
                     failed = exc
                 if failed is not None:
+                    # A partial, not a lambda: a lambda would make six locals of
+                    # this frame cells on every settle, GC-tracked objects alive
+                    # while the settle is written (docs/performance.md, "#13 wave 5").
                     await self._write(
-                        lambda: ledger.settle(
+                        functools.partial(
+                            ledger.settle,
                             reservation,
                             settled_cost,
                             estimate=estimate,
@@ -383,7 +389,7 @@ class Billing:
             return False  # stays held at worst case; recovery asks again later
         try:
             await self._write(
-                lambda: ledger.settle(held, cost, generation_id=generation_id), "settle"
+                functools.partial(ledger.settle, held, cost, generation_id=generation_id), "settle"
             )
         except ConfigurationError:
             # Already closed: a settle cancelled mid-write still landed. Counted once.

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import random
 import time
@@ -518,7 +519,11 @@ class Router(AsyncResource):
             if failed is not None:
                 charged = await self.retry.resume(
                     failed,
-                    lambda n: self._attempt(request, n),
+                    # A partial, not a lambda: a lambda would make ``request`` and
+                    # ``self`` cells of this frame on every call, two GC-tracked
+                    # objects alive for the whole request (docs/performance.md,
+                    # "#13 wave 5").
+                    functools.partial(self._attempt, request),
                     started=start,
                     sleep=self._sleep,
                     clock=self._clock,
@@ -739,7 +744,7 @@ class Router(AsyncResource):
             except PaymentRequiredError as exc:
                 completion = await billing.hold_402(
                     exc,
-                    lambda: self._exchange(request, attempt, reservation),
+                    functools.partial(self._exchange, request, attempt, reservation),
                     key=request.key,
                     in_flight=self._in_flight,
                 )

@@ -25,7 +25,7 @@ matches every endpoint of a provider, including a rejected quantization.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final, Protocol
@@ -222,17 +222,35 @@ class RoutePlan:
                     cached_tokens=cached_tokens,
                     cache_write_tokens=cache_write_tokens,
                 )
-            return max(
-                p.cost(
-                    prompt_tokens,
-                    completion_tokens,
-                    cached_tokens=cached_tokens,
-                    cache_write_tokens=cache_write_tokens,
-                )
-                for p in pricings
+            return _dearest(
+                pricings, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens
             )
         except ValueError:
             return None
+
+
+def _dearest(
+    pricings: Sequence[Pricing],
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int,
+    cache_write_tokens: int,
+) -> Decimal:
+    """The highest of the pricings' costs for these counts.
+
+    A function of its own: the generator in it makes its arguments cells, and in
+    :meth:`RoutePlan.estimate` they would be cells on every request, one endpoint or
+    several (docs/performance.md, "#13 wave 5").
+    """
+    return max(
+        p.cost(
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens=cached_tokens,
+            cache_write_tokens=cache_write_tokens,
+        )
+        for p in pricings
+    )
 
 
 def build_route_plan(
