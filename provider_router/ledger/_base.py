@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from types import TracebackType
-from typing import Protocol, Self, TypeAlias, runtime_checkable
+from typing import Any, Final, Protocol, Self, TypeAlias, cast, runtime_checkable
 
 from provider_router._exceptions import BudgetExhausted, ConfigurationError
 from provider_router._money import (
@@ -61,6 +61,39 @@ class Reservation:
     def amount(self) -> Decimal:
         """The held amount in USD."""
         return from_units(self.units)
+
+
+RESERVATION_FIELDS: Final = ("id", "units", "key", "generation_id", "owner")
+"""Reservation's fields, in order (a test holds them equal to the dataclass's)."""
+
+
+class _Building:
+    """A Reservation's slots, writable: filled with plain attribute stores, then
+    made a :class:`Reservation` by ``__class__`` assignment.
+
+    The frozen dataclass's ``__init__`` goes through ``object.__setattr__`` for each
+    field, and calling the slots' ``__set__`` from Python builds an argument tuple
+    per field: ~0.85 µs and ~0.5 µs against ~0.22 µs this way, once per request.
+    Python allows the assignment only between identical layouts (same slots, in
+    the same order) and raises otherwise, so a field added to Reservation fails
+    every reserve loudly (tests/client/test_lean_path.py holds the fields
+    and the result equal to a Reservation built the usual way).
+    """
+
+    __slots__ = RESERVATION_FIELDS
+
+
+def new_reservation(res_id: str, units: int, key: str, owner: str) -> Reservation:
+    """``Reservation(res_id, units, key, None, owner)``, built at a quarter of the cost
+    (every ledger's reserve: ``MemoryLedger`` and the durable ones' batches)."""
+    res: Any = _Building()
+    res.id = res_id
+    res.units = units
+    res.key = key
+    res.generation_id = None
+    res.owner = owner
+    res.__class__ = Reservation
+    return cast(Reservation, res)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from typing import Any
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._log import get_logger
-from provider_router.ledger._base import Reservation, exhausted
+from provider_router.ledger._base import exhausted, new_reservation
 
 log = get_logger(__name__)
 
@@ -283,7 +283,7 @@ class Batcher:
             outcome = op.outcome
             if op.kind == RESERVE:
                 if outcome == OK:
-                    res = Reservation(op.id, op.units, op.key, None, self._owner)
+                    res = new_reservation(op.id, op.units, op.key, self._owner)
                     mine[op.id] = now
                     if fut.done():  # the caller gave up while the row was written
                         self._give_back(op.id, op.units)

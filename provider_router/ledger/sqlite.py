@@ -110,6 +110,11 @@ class _Store:
 
     def __init__(self, con: sqlite3.Connection, owner: str, lease: float, clock: Clock) -> None:
         self.con = con
+        # One cursor for every statement: ``con.execute`` builds a cursor per call
+        # and registers a weak reference to it with the connection (two objects the
+        # cyclic GC tracks, ~0.4 µs) only to drop both once the statement is done.
+        # Every result is read (fetchone steps to the end) before the next statement.
+        self.cur = con.cursor()
         self.owner = owner
         self.lease = lease
         self.clock = clock
@@ -137,15 +142,15 @@ class _Store:
 
     def apply_waiting(self, batch: list[b.Op]) -> tuple[int, int, int]:
         """:meth:`apply`, waiting up to the busy timeout for another process's lock."""
-        self.con.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        self.cur.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         try:
             return self.apply(batch)
         finally:
-            self.con.execute("PRAGMA busy_timeout = 0")
+            self.cur.execute("PRAGMA busy_timeout = 0")
 
     def begin(self) -> None:
         """Take the write lock (``BEGIN IMMEDIATE``) before the totals are read."""
-        self.con.execute("BEGIN IMMEDIATE")
+        self.cur.execute("BEGIN IMMEDIATE")
 
     def stage(self, batch: list[b.Op]) -> tuple[int, int, int]:
         """Apply ``batch`` inside the transaction :meth:`begin` opened, and leave it open.
@@ -153,11 +158,11 @@ class _Store:
         The caller commits it (:meth:`commit`) before anyone hears an outcome: an
         outcome set here is only true once the transaction is durable.
         """
-        con = self.con
+        cur = self.cur
         now = self.clock()
         handlers = self._handlers
         try:
-            t = Totals(*con.execute(_SELECT_TOTALS).fetchone())
+            t = Totals(*cur.execute(_SELECT_TOTALS).fetchone())
             before = t.row()
             rows = self._rows
             for op in batch:
@@ -170,7 +175,7 @@ class _Store:
             if rows:
                 self._insert_rows()
             if t.row() != before:
-                con.execute(_UPDATE_TOTALS, t.row())
+                cur.execute(_UPDATE_TOTALS, t.row())
         except BaseException:
             self.rollback()
             raise
@@ -179,7 +184,7 @@ class _Store:
     def commit(self) -> None:
         """Commit what :meth:`stage` wrote (the WAL write and its fsync)."""
         try:
-            self.con.execute("COMMIT")
+            self.cur.execute("COMMIT")
         except BaseException:
             self.rollback()
             raise
@@ -187,11 +192,11 @@ class _Store:
     def rollback(self) -> None:
         self._rows.clear()
         if self.con.in_transaction:  # SQLite already rolled back on a full disk (SQLITE_FULL)
-            self.con.execute("ROLLBACK")
+            self.cur.execute("ROLLBACK")
 
     def _insert_rows(self) -> None:
         """Insert the admitted reservations with one ``executemany`` (~1 µs less each)."""
-        self.con.executemany(_INSERT, self._rows)
+        self.cur.executemany(_INSERT, self._rows)
         self._rows.clear()
 
     def _reserve(self, op: b.Op, t: Totals, now: float) -> None:
@@ -203,24 +208,24 @@ class _Store:
             op.outcome = b.REFUSED if t.can_ever_fit(op.units) else b.NEVER
 
     def _attach(self, op: b.Op, t: Totals, now: float) -> None:
-        cur = self.con.execute(
+        cur = self.cur.execute(
             "UPDATE reservations SET generation_id = ? WHERE id = ? AND state = 'open'",
             (op.generation_id, op.id),
         )
         op.outcome = b.OK if cur.rowcount else b.NOT_OPEN
 
     def _lookup(self, op: b.Op) -> tuple[str, int] | None:
-        row = self.con.execute(_STATE, (op.id,)).fetchone()
+        row = self.cur.execute(_STATE, (op.id,)).fetchone()
         return None if row is None else (row[0], row[1])
 
     def _close(self, op: b.Op, state: str, now: float, cost: int | None) -> None:
-        self.con.execute(
+        self.cur.execute(
             _CLOSE, (state, cost, op.estimate, op.provider, op.generation_id, now, op.id)
         )
 
     def _close_held(self, op: b.Op, state: str, now: float, cost: int) -> bool:
         """Close ``op``'s reservation if it is open and holds ``op.units``; whether it did."""
-        cur = self.con.execute(
+        cur = self.cur.execute(
             _CLOSE_HELD,
             (state, cost, op.estimate, op.provider, op.generation_id, now, op.id, op.units),
         )
@@ -291,17 +296,17 @@ class _Store:
         op.value = t.state()
 
     def _list_open(self, op: b.Op, t: Totals, now: float) -> None:
-        rows = self.con.execute(_OPEN_ROWS + " WHERE state = 'open' ORDER BY created, id")
+        rows = self.cur.execute(_OPEN_ROWS + " WHERE state = 'open' ORDER BY created, id")
         op.value = [Reservation(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
     def _claim(self, op: b.Op, t: Totals, now: float) -> None:
-        rows = self.con.execute(_OPEN_ROWS + " WHERE state = 'open' AND owner != ?", (self.owner,))
+        rows = self.cur.execute(_OPEN_ROWS + " WHERE state = 'open' AND owner != ?", (self.owner,))
         orphans = [
             Reservation(r[0], r[1], r[2], r[3], self.owner)
             for r in rows.fetchall()
             if r[5] < op.value or owner_is_dead(r[4])
         ]
-        self.con.executemany(
+        self.cur.executemany(
             "UPDATE reservations SET owner = ?, lease_until = ? WHERE id = ?",
             [(self.owner, now + self.lease, res.id) for res in orphans],
         )
@@ -310,7 +315,7 @@ class _Store:
     def _renew(self, op: b.Op, t: Totals, now: float) -> None:
         """Extend the lease of the open rows this owner holds (``op.value[1]``: their ids)."""
         until, ids = op.value
-        self.con.executemany(
+        self.cur.executemany(
             "UPDATE reservations SET lease_until = ? WHERE id = ? AND owner = ? AND state = 'open'",
             [(until, res_id, self.owner) for res_id in ids],
         )

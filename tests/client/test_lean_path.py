@@ -26,7 +26,7 @@ from provider_router._completion import parse_completion
 from provider_router._json import loads as _loads
 from provider_router._request import PreparedRequest, _encode, encode_json
 from provider_router.ledger import Reservation
-from provider_router.ledger.memory import RESERVATION_FIELDS
+from provider_router.ledger._base import RESERVATION_FIELDS
 from provider_router.results import ToolCall, chat_result
 from provider_router.testing import SimulatorServer
 
@@ -320,11 +320,11 @@ def test_a_reservation_layout_change_fails_every_reserve_loudly() -> None:
     """The memory ledger builds a Reservation by ``__class__`` assignment from a
     writable twin with the same slots: Python refuses it when the layouts differ,
     so a field added to one and not the other cannot go unnoticed."""
-    from provider_router.ledger import memory
+    from provider_router.ledger import _base
 
     class Other:
         __slots__ = (*RESERVATION_FIELDS, "extra")
 
-    twin = memory._Building()
+    twin = _base._Building()
     with pytest.raises(TypeError, match="layout"):
         twin.__class__ = Other  # type: ignore[assignment]

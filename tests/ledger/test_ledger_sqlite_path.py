@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import dataclasses
 import gc
+import pickle
 import sqlite3
 import threading
 from decimal import Decimal
@@ -20,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from provider_router import ConfigurationError, SQLiteLedger
+from provider_router import ConfigurationError, Reservation, SQLiteLedger
 from provider_router.ledger._writer import WriterThread
+from tests.ledger.conftest import Backend
 from tests.ledger.test_ledger_units import PAIRS, assert_booked_as_own_conversion
 
 D = Decimal
@@ -216,3 +220,106 @@ async def test_a_bad_estimate_is_still_refused_by_the_sqlite_ledger_and_the_hold
             await ledger.settle(held, D(1), estimate=estimate)  # type: ignore[arg-type]
         state = await ledger.snapshot()
     assert (state.open, state.reserved, state.spent) == (1, D("0.5"), 0)
+
+
+class _CountingConnection(sqlite3.Connection):
+    """A connection that records what runs through its own shortcuts (one cursor each)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cursors = 0
+        self.statements: list[str] = []
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        self.cursors += 1
+        return super().cursor(*args, **kwargs)
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        self.statements.append(sql)
+        return super().execute(sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> Any:
+        self.statements.append(sql)
+        return super().executemany(sql, *args)
+
+
+async def test_every_statement_of_a_batch_goes_through_the_stores_one_cursor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ``con.execute`` builds a cursor (and a weak reference the connection keeps)
+    # per statement; the store reuses one cursor for the whole life of the ledger.
+    connect = sqlite3.connect
+    opened: list[_CountingConnection] = []
+
+    def counting(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        con = connect(*args, factory=_CountingConnection, **kwargs)
+        opened.append(con)
+        return con
+
+    monkeypatch.setattr(sqlite3, "connect", counting)
+    ledger = SQLiteLedger(tmp_path / "l.sqlite", D(10), commit_interval=0)
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    (con,) = opened
+    con.cursors, con.statements = 0, []
+    async with ledger:
+        held = [await ledger.reserve(D("1"), key=f"r{i}") for i in range(3)]
+        await ledger.attach(held[0], "gen-1")
+        await ledger.settle(held[0], D("0.25"), estimate=D("0.3"), provider="p")
+        await ledger.release(held[1])
+        with pytest.raises(ConfigurationError, match="not open"):
+            await ledger.settle(held[0], D("0.25"))
+        await ledger.set_limit(D(11))
+        state = await ledger.snapshot()
+        assert [r.id for r in await ledger.open_reservations()] == [held[2].id]
+        assert (con.cursors, con.statements) == (0, [])
+    assert (state.spent, state.reserved, state.open, state.limit) == (D("0.25"), 1, 1, 11)
+    assert ledger.audit() == {"spent_units": 250_000_000_000, "reserved_units": 10**12, "open": 1}
+
+
+async def test_a_batch_ending_in_a_read_leaves_no_statement_holding_the_wal(
+    tmp_path: Path,
+) -> None:
+    # The shared cursor's last statement may be a SELECT (a second settle of a closed
+    # row reads it and changes nothing); it is read to its end, so once the batch is
+    # committed no read snapshot is left open: another connection can truncate the WAL.
+    path = tmp_path / "l.sqlite"
+    async with SQLiteLedger(path, D(10), commit_interval=0) as ledger:
+        held = await ledger.reserve(D("1"), key="k")
+        await ledger.settle(held, D("0.5"))
+        with pytest.raises(ConfigurationError, match="not open"):
+            await ledger.settle(held, D("0.5"))
+        other = sqlite3.connect(path)
+        try:
+            busy, wal_frames, done = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            other.close()
+        assert (busy, wal_frames, done) == (0, 0, 0)
+        again = await ledger.reserve(D("2"), key="after")
+        await ledger.release(again)
+        state = await ledger.snapshot()
+    assert (state.spent, state.reserved, state.open) == (D("0.5"), 0, 0)
+
+
+async def test_every_ledgers_reservation_is_a_plain_reservation(backend: Backend) -> None:
+    # A batch builds its admitted Reservations as MemoryLedger does (a writable twin
+    # made a Reservation by __class__ assignment): the same object in every respect
+    # as one built through the frozen dataclass's __init__.
+    ledger = backend.make(D(10))
+    held = await ledger.reserve(D("0.25"), key="k-1")
+    plain = Reservation(held.id, 250_000_000_000, "k-1", None, held.owner)
+    assert type(held) is Reservation
+    assert held == plain
+    assert held.owner
+    assert held.amount == D("0.25")
+    assert hash(held) == hash(plain)
+    assert repr(held) == repr(plain)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        held.units = 1  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(held)) == held  # noqa: S301 (our own bytes)
+    assert copy.copy(held) == held
+    assert dataclasses.replace(held, generation_id="g") == dataclasses.replace(
+        plain, generation_id="g"
+    )
+    assert not hasattr(held, "__dict__")
+    await ledger.settle(held, D("0.1"))
+    assert (await ledger.snapshot()).spent == D("0.1")
