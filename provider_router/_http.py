@@ -40,6 +40,7 @@ from provider_router._constants import (
     ENV_BASE_URL,
     USER_AGENT,
 )
+from provider_router._deadlines import Deadline, Deadlines
 from provider_router._exceptions import (
     APIConnectionError,
     APIError,
@@ -253,6 +254,7 @@ class HttpClient(AsyncResource):
     __slots__ = (
         "_api_key",
         "_connect_timeout",
+        "_deadlines",
         "_headers",
         "_limit",
         "_limit_per_host",
@@ -289,7 +291,9 @@ class HttpClient(AsyncResource):
         self.timeout = timeout
         self._connect_timeout = connect_timeout
         self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
-        self._timeouts: dict[tuple[float | None, float | None], aiohttp.ClientTimeout] = {}
+        self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
+        # POST deadlines: one timer for the client instead of aiohttp's per request.
+        self._deadlines = Deadlines()
         self._urls: dict[str, URL] = {}
         self._limit = limit
         self._limit_per_host = limit_per_host
@@ -400,7 +404,7 @@ class HttpClient(AsyncResource):
             idle_timeout: seconds of silence allowed between two reads of the body.
         """
         timeout, seconds, url = self._post_target(path, request_timeout, idle_timeout)
-        return PostRequest(self.session(), url, payload, timeout, seconds)
+        return PostRequest(self.session(), url, payload, timeout, seconds, self._deadlines)
 
     def send(
         self, path: str, payload: bytes, *, request_timeout: float | None = None
@@ -414,20 +418,20 @@ class HttpClient(AsyncResource):
         mapped exactly as :meth:`post` maps them.
         """
         timeout, seconds, url = self._post_target(path, request_timeout, None)
-        return _send(self.session(), url, payload, timeout, seconds)
+        return _send(self.session(), url, payload, timeout, seconds, self._deadlines)
 
     def _post_target(
         self, path: str, request_timeout: float | None, idle_timeout: float | None
     ) -> tuple[aiohttp.ClientTimeout, float, URL]:
-        key = (request_timeout, idle_timeout)
-        timeout = self._timeouts.get(key)
+        timeout = self._timeouts.get(idle_timeout)
         if timeout is None:
+            # No ``total``: the request's deadline is kept by ``self._deadlines`` (one
+            # timer per client); ``connect`` still bounds opening a connection, whose
+            # failure is "never sent" (never_sent).
             timeout = aiohttp.ClientTimeout(
-                total=self.timeout if request_timeout is None else request_timeout,
-                connect=self._connect_timeout,
-                sock_read=idle_timeout,
+                total=None, connect=self._connect_timeout, sock_read=idle_timeout
             )
-            self._timeouts[key] = timeout
+            self._timeouts[idle_timeout] = timeout
         seconds = self.timeout if request_timeout is None else request_timeout
         url = self._urls.get(path)
         if url is None:
@@ -448,6 +452,7 @@ class HttpClient(AsyncResource):
         session = self._session
         if session is not None and self._owns_session and not session.closed:
             await session.close()
+        self._deadlines.close()
 
     async def _on_exit(self) -> None:
         await self.aclose()
@@ -462,33 +467,69 @@ async def _send(
     payload: bytes,
     limits: aiohttp.ClientTimeout,
     seconds: float,
+    deadlines: Deadlines,
 ) -> PostResponse:
-    """Send one POST and check its status: a 2xx :class:`PostResponse`, or the mapped error."""
+    """Send one POST and check its status: a 2xx :class:`PostResponse`, or the mapped error.
+
+    The request's deadline (``seconds``) is registered before it is sent and ends
+    here when the whole body came with the headers; otherwise the response keeps
+    it until it is released or closed.
+    """
+    exchange = PostResponse(url, seconds, not session.trace_configs)
+    deadlines.add(exchange, seconds)
     try:
         # The body as a payload that names its own type: no per-request headers for
         # aiohttp to merge into the session's (~0.5 µs a request).
         typed = BytesPayload(payload, content_type=_JSON_TYPE)
-        response = await session.post(url, data=typed, timeout=limits)
+        exchange._enter()
+        try:
+            response = await session.post(url, data=typed, timeout=limits)
+        except BaseException as exc:
+            exchange._leave(exc)  # the deadline's own cancel becomes TimeoutError
+            raise
+        exchange._leave(None)
     except (TimeoutError, aiohttp.ClientError) as exc:
+        exchange._end()
         raise connection_error(
             exc, what=f"POST {url}", timeout=seconds, sent=not never_sent(exc)
         ) from exc
-    status = response.status
+    except BaseException:
+        exchange._end()
+        raise
+    exchange._response = response
+    status = exchange.status = response.status
+    exchange.headers = response.headers
+    if response.content.is_eof():
+        exchange._end()  # the whole body is here: nothing left to time
     if not 200 <= status < 300:
         try:
-            body = await response.read()
+            exchange._enter()
+            try:
+                body = await response.read()
+            except BaseException as exc:
+                exchange._leave(exc)
+                raise
+            exchange._leave(None)
         except (TimeoutError, aiohttp.ClientError):
             body = b""
         finally:
-            response.release()
+            exchange.release()
         raise error_from_response(status, response.headers, body, what=f"POST {url}")
-    return PostResponse(response, url, seconds, not session.trace_configs)
+    return exchange
 
 
 class PostRequest:
     """One POST in flight; entering it sends the request and checks the status."""
 
-    __slots__ = ("_payload", "_response", "_seconds", "_session", "_timeout", "_url")
+    __slots__ = (
+        "_deadlines",
+        "_payload",
+        "_response",
+        "_seconds",
+        "_session",
+        "_timeout",
+        "_url",
+    )
 
     def __init__(
         self,
@@ -497,17 +538,19 @@ class PostRequest:
         payload: bytes,
         timeout: aiohttp.ClientTimeout,
         seconds: float,
+        deadlines: Deadlines,
     ) -> None:
         self._session = session
         self._url = url
         self._payload = payload
         self._timeout = timeout
         self._seconds = seconds
+        self._deadlines = deadlines
         self._response: PostResponse | None = None
 
     async def __aenter__(self) -> PostResponse:
         response = await _send(
-            self._session, self._url, self._payload, self._timeout, self._seconds
+            self._session, self._url, self._payload, self._timeout, self._seconds, self._deadlines
         )
         self._response = response
         return response
@@ -527,8 +570,11 @@ class PostRequest:
                 response.close()
 
 
-class PostResponse:
+class PostResponse(Deadline):
     """A 2xx answer to :meth:`HttpClient.post`: headers now, the body on demand.
+
+    It carries the request's deadline (:mod:`provider_router._deadlines`) until
+    it is released or closed, or its body has been read whole.
 
     Attributes:
         status: the HTTP status.
@@ -537,20 +583,30 @@ class PostResponse:
 
     __slots__ = ("_response", "_seconds", "_untraced", "_url", "headers", "status")
 
-    def __init__(
-        self, response: aiohttp.ClientResponse, url: URL, seconds: float, untraced: bool = False
-    ) -> None:
-        self._response = response
+    _response: aiohttp.ClientResponse
+    status: int
+    headers: Mapping[str, str]
+
+    def __init__(self, url: URL, seconds: float, untraced: bool = False) -> None:
+        # The aiohttp response, status and headers are set by _send once the
+        # headers arrive: the object exists before, to carry the deadline.
         self._url = url
         self._seconds = seconds
         self._untraced = untraced  # no trace config: a whole body may skip read()
-        self.status = response.status
-        self.headers: Mapping[str, str] = response.headers
 
     @property
     def _what(self) -> str:
         # Built only for an error message: most responses never need it.
         return f"POST {self._url}"
+
+    def _complete(self) -> bool:
+        # A deadline that passes once the whole body is here changes nothing
+        # (aiohttp stops its timer at the end of the body).
+        try:
+            response = self._response
+        except AttributeError:  # still waiting for the headers
+            return False
+        return response.content.is_eof()
 
     @property
     def complete(self) -> bool:
@@ -559,10 +615,12 @@ class PostResponse:
 
     def release(self) -> None:
         """Hand the connection back for reuse (after the body was read whole)."""
+        self._end()
         self._response.release()
 
     def close(self) -> None:
         """Drop the connection: the body was not read to its end (or reading failed)."""
+        self._end()
         self._response.close()
 
     async def json(self, *, expect: str = "a JSON object") -> Any:
@@ -581,14 +639,24 @@ class PostResponse:
                 # waiting, through three coroutines (~6 µs a request, docs/performance.md,
                 # "#13 wave 4"); there is no trace to send.
                 try:
+                    if self._state:
+                        # The deadline passed before the body ended: read() raises it.
+                        raise TimeoutError
                     body = content.read_nowait()
                 except BaseException:
                     response.close()  # as read() does
                     raise
             else:
-                body = await response.read()
+                self._enter()
+                try:
+                    body = await response.read()
+                except BaseException as exc:
+                    self._leave(exc)  # the deadline's own cancel becomes TimeoutError
+                    raise
+                self._leave(None)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise connection_error(exc, what=self._what, timeout=self._seconds) from exc
+        self._end()  # read whole: nothing left to time
         try:
             parsed = loads(body)
         except (ValueError, UnicodeDecodeError):
@@ -612,8 +680,19 @@ class PostResponse:
         parser = SSEParser()
         loop = asyncio.get_running_loop()
         last_event = loop.time()
+        chunks = self._response.content.iter_any()
         try:
-            async for chunk in self._response.content.iter_any():
+            while True:
+                self._enter()  # a deadline that passed meanwhile raises TimeoutError here
+                try:
+                    chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    self._leave(None)
+                    break
+                except BaseException as exc:
+                    self._leave(exc)  # the deadline's own cancel becomes TimeoutError
+                    raise
+                self._leave(None)
                 events = parser.feed(chunk)
                 if events:
                     last_event = loop.time()
@@ -628,3 +707,4 @@ class PostResponse:
             raise
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise connection_error(exc, what=self._what, timeout=self._seconds) from exc
+        self._end()  # read to its end: nothing left to time

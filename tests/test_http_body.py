@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 import aiohttp
 import pytest
+from _raw_http import head, serve_fixture, whole  # noqa: F401  (the serve fixture)
 
 from provider_router import APIConnectionError, InvalidResponseError
 from provider_router._http import HttpClient
@@ -26,75 +26,6 @@ BODY = (
     b'\n  {"id":"gen-1","provider":"Chutes","choices":[{"message":{"content":"hi"}}],'
     b'"usage":{"prompt_tokens":3,"completion_tokens":2,"cost":0.30000000000000004}}'
 )
-
-
-@dataclass
-class RawServer:
-    """An HTTP/1.1 keep-alive server on loopback that answers each POST as told."""
-
-    answer: Callable[[int], Any]  # request number -> coroutine writing the answer
-    connections: int = 0
-    requests: int = 0
-    url: str = ""
-    writers: list[asyncio.StreamWriter] = field(default_factory=list)
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        self.writers.append(writer)
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
-                self.requests += 1
-                await self.answer(self.requests)(writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-
-def _head(length: int) -> bytes:
-    return (
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-        b"Content-Length: " + str(length).encode() + b"\r\n\r\n"
-    )
-
-
-def whole(body: bytes) -> Callable[[int], Any]:
-    def answer(_: int) -> Any:
-        async def write(writer: asyncio.StreamWriter) -> None:
-            writer.write(_head(len(body)) + body)
-            await writer.drain()
-
-        return write
-
-    return answer
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[Callable[[Callable[[int], Any]], Any]]:
-    servers: list[asyncio.Server] = []
-    raws: list[RawServer] = []
-
-    async def start(answer: Callable[[int], Any]) -> RawServer:
-        raw = RawServer(answer)
-        server = await asyncio.start_server(raw.handle, "127.0.0.1", 0)
-        servers.append(server)
-        raws.append(raw)
-        raw.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        return raw
-
-    yield start
-    for raw in raws:
-        for writer in raw.writers:
-            writer.close()
-    for server in servers:
-        server.close()
-        await server.wait_closed()
 
 
 def _traced() -> tuple[aiohttp.TraceConfig, list[bytes]]:
@@ -153,7 +84,7 @@ async def test_a_body_still_arriving_is_awaited(
 
     def answer(_: int) -> Any:
         async def write(writer: asyncio.StreamWriter) -> None:
-            writer.write(_head(len(BODY)) + BODY[:10])
+            writer.write(head(len(BODY)) + BODY[:10])
             await writer.drain()
             await go.wait()
             writer.write(BODY[10:])
@@ -185,7 +116,7 @@ async def test_a_cut_body_raises_a_connection_error(
 ) -> None:
     def answer(_: int) -> Any:
         async def write(writer: asyncio.StreamWriter) -> None:
-            writer.write(_head(len(BODY)) + BODY[:10])
+            writer.write(head(len(BODY)) + BODY[:10])
             await writer.drain()
             writer.close()
 
