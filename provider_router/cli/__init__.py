@@ -98,12 +98,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int:
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit code.
+
+    ``own_process``: this process runs the command and nothing else (the console
+    script), so a long run may set the process's garbage collector for its load
+    (:func:`provider_router._collector.tune_for_process`); a program that calls
+    ``main`` keeps its collector as it is.
+    """
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.argv = argv  # the command as given, for the hints that repeat it
+    args.own_process = own_process
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
@@ -157,5 +164,5 @@ def _silence_stdout() -> None:
 
 
 def run() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point (``provider-router``, ``python -m provider_router``)."""
+    sys.exit(main(own_process=True))

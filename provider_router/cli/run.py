@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
+from provider_router._collector import tune_for_process
 from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
@@ -366,6 +367,11 @@ def _handle(args: argparse.Namespace) -> int:
                 account_horizon=args.own_key,
                 preflight=not args.no_preflight,
             )
+            if args.own_process:
+                # Thousands of requests in flight for hours: the young generation is
+                # collected ten times less often, the start-up heap never walked again
+                # (docs/performance.md, "#13 wave 5: the command line's collector").
+                tune_for_process()
             return await run_batch(runner, console=console, progress=args.progress)
         finally:
             if ledger is not None:
