@@ -50,8 +50,9 @@ _NEVER: Final = float("inf")
 class Deadline:
     """One request's deadline, registered in its client's :class:`Deadlines` until ended.
 
-    A guarded wait is ``_enter()``, the ``await``, then ``_leave(exc)`` with the
-    exception it raised (``None`` when it returned); ``_end()`` unregisters.
+    A guarded wait is ``_enter()`` (or :meth:`Deadlines.begin` for the first), the
+    ``await``, then ``_leave(exc)`` with the exception it raised (``None`` when it
+    returned); ``_end()`` unregisters.
     """
 
     __slots__ = ("_cancelling", "_fifo", "_owner", "_state", "_task", "_when")
@@ -116,8 +117,9 @@ class Deadlines:
         """Whether the loop timer is pending."""
         return self._timer is not None
 
-    def add(self, entry: Deadline, seconds: float) -> None:
-        """Register ``entry`` to expire ``seconds`` from now (call inside the running loop)."""
+    def begin(self, entry: Deadline, seconds: float) -> None:
+        """Register ``entry`` to expire ``seconds`` from now and start its first guarded
+        wait in the current task (one call on the per-request path)."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
@@ -130,7 +132,9 @@ class Deadlines:
         entry._owner = self
         entry._when = when
         entry._state = _LIVE
-        entry._task = None
+        task: asyncio.Task[object] = asyncio.current_task()  # type: ignore[assignment]
+        entry._cancelling = task.cancelling()
+        entry._task = task
         if when < self._armed_at:
             self._arm(loop, when)
 
@@ -161,7 +165,7 @@ class Deadlines:
         self._timer = None
         self._armed_at = _NEVER
         loop = self._loop
-        assert loop is not None  # armed only by add()
+        assert loop is not None  # armed only by begin()
         now = loop.time()
         earliest = _NEVER
         for seconds, fifo in list(self._fifos.items()):

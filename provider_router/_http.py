@@ -476,18 +476,20 @@ async def _send(
     it until it is released or closed.
     """
     exchange = PostResponse(url, seconds, not session.trace_configs)
-    deadlines.add(exchange, seconds)
+    # The body as a payload that names its own type: no per-request headers for
+    # aiohttp to merge into the session's (~0.5 µs a request).
+    typed = BytesPayload(payload, content_type=_JSON_TYPE)
+    deadlines.begin(exchange, seconds)  # registered, and the wait for the headers guarded
     try:
-        # The body as a payload that names its own type: no per-request headers for
-        # aiohttp to merge into the session's (~0.5 µs a request).
-        typed = BytesPayload(payload, content_type=_JSON_TYPE)
-        exchange._enter()
         try:
             response = await session.post(url, data=typed, timeout=limits)
         except BaseException as exc:
             exchange._leave(exc)  # the deadline's own cancel becomes TimeoutError
             raise
-        exchange._leave(None)
+        if exchange._state:
+            exchange._leave(None)  # expired as the headers came: its cancel taken back
+        else:
+            exchange._task = None
     except (TimeoutError, aiohttp.ClientError) as exc:
         exchange._end()
         raise connection_error(
