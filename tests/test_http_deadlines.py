@@ -81,6 +81,8 @@ async def reference(
                 raise error_from_response(response.status, response.headers, body, what=what)
             try:
                 if not stream:
+                    if between is not None:
+                        await between()
                     return json.loads(await response.read())
                 events = 0
                 async for _ in response.content.iter_any():
@@ -110,6 +112,8 @@ async def ours(
         if not stream:
             response = await http.send(CHAT, payload, request_timeout=seconds)
             try:
+                if between is not None:
+                    await between()
                 return await response.json()
             finally:
                 response.close()
@@ -290,6 +294,77 @@ async def test_a_deadline_passing_in_the_callers_own_code_never_cancels_it(serve
         == old
         == ("RequestTimeout", f"POST {raw.url}{CHAT}: no complete answer within 0.1 s", True)
     )
+
+
+BODY_BYTES = b'{"id":"gen-1","choices":[],"usage":{"cost":0.25}}'
+
+
+def whole_after(go: asyncio.Event) -> Callable[[int], Any]:
+    """Headers and the body's first byte, the rest once ``go`` is set."""
+
+    def answer(_: int) -> Any:
+        async def write(writer: asyncio.StreamWriter) -> None:
+            writer.write(head(len(BODY_BYTES)) + BODY_BYTES[:1])
+            await writer.drain()
+            await go.wait()
+            writer.write(BODY_BYTES[1:])
+            await writer.drain()
+            await writer.wait_closed()
+
+        return write
+
+    return answer
+
+
+def _after(seconds: float) -> Callable[[], Awaitable[None]]:
+    async def wait() -> None:  # the caller's own code, outlasting the deadline
+        done = asyncio.Event()
+        asyncio.get_running_loop().call_later(seconds, done.set)
+        await done.wait()
+
+    return wait
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["whole-with-headers", "completed-before-deadline", "stalled", "whole-after-deadline"],
+)
+async def test_a_body_read_after_the_deadline_passed_in_the_callers_code(
+    serve: Serve, case: str
+) -> None:
+    """Headers in time, the body read only once the deadline has passed (the router
+    was writing to its ledger): a body that was whole before the deadline is the
+    answer (aiohttp stops its timer at the body's end); one that was not is the
+    timeout, even if it is whole by the time it is read."""
+    go = asyncio.Event()
+    answer = {
+        "whole-with-headers": whole(BODY_BYTES),
+        "completed-before-deadline": whole_after(go),
+        "stalled": stalled_after(b"{", length=len(BODY_BYTES)),
+        "whole-after-deadline": whole_after(go),
+    }[case]
+    raw = await serve(answer)
+
+    async def between() -> None:
+        if case == "completed-before-deadline":
+            go.set()  # the rest of the body arrives at once, well before the deadline
+        await _after(0.15)()  # the 0.05 s deadline passes meanwhile
+        go.set()  # the rest of the body arrives after it, before the read
+        await _after(0.05)()
+        go.clear()
+
+    async with HttpClient(raw.url) as http:
+        new = await ours(http, PAYLOAD, 0.05, between=between)
+    old = await reference(raw.url, PAYLOAD, 0.05, key=None, between=between)
+    assert new == old
+    if case in ("whole-with-headers", "completed-before-deadline"):
+        assert new == {"id": "gen-1", "choices": [], "usage": {"cost": 0.25}}
+    else:
+        assert new == (
+            "RequestTimeout",
+            f"POST {raw.url}{CHAT}: no complete answer within 0.05 s",
+            True,
+        )
 
 
 async def test_the_deadlines_cancel_is_taken_back(hanging: SimulatorServer) -> None:
