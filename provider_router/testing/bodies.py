@@ -10,6 +10,7 @@ Shapes follow captured responses (docs/simulator.md cites them): the top-level
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -271,11 +272,17 @@ class Generations(Mapping[str, Generation]):
     (a full collection comes after so many promotions: fewer promoted objects per
     request, fewer and cheaper full collections). A :class:`Generation` is built
     when one is read.
+
+    The ids are also kept in a queue, oldest first, so that forgetting the oldest is
+    one step: ``next(iter(dict))`` walks every slot the earlier deletions left empty
+    at the front of the dict (until it is resized), tens of microseconds per answer
+    once ``log_limit`` records are kept.
     """
 
     def __init__(self, models: Mapping[str, ModelSpec]) -> None:
         self._models = models
         self._fields: dict[str, tuple[Any, ...]] = {}
+        self._order: deque[str] = deque()
 
     def put(
         self,
@@ -305,11 +312,13 @@ class Generations(Mapping[str, Generation]):
         )  # fmt: skip
         for attempt in attempts:
             fields += attempt
+        if gen_id not in self._fields:
+            self._order.append(gen_id)
         self._fields[gen_id] = fields
 
     def pop_oldest(self) -> str:
         """Forget the oldest record; its id."""
-        oldest = next(iter(self._fields))
+        oldest = self._order.popleft()
         del self._fields[oldest]
         return oldest
 

@@ -493,8 +493,11 @@ def _plain_answer(attempt: Attempt, plan: _Plan, cost: Cost) -> bytes:
 
 
 def _json_body(attempt: Attempt, plan: _Plan, data: bytes) -> web.Response:
+    # The Content-Type among the headers, after the id: the same headers in the same
+    # order as ``content_type="application/json"`` sets them, without that argument's
+    # checks and second insertion.
     return web.Response(
-        body=data, content_type="application/json", headers={"X-Generation-Id": plan.gen_id}
+        body=data, headers={"X-Generation-Id": plan.gen_id, "Content-Type": "application/json"}
     )
 
 

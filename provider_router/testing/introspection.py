@@ -71,17 +71,20 @@ class RequestRecord:
         return from_units(self.cost_units)
 
 
-class _Names(dict[tuple[str, int, str, str | None], tuple[str, ...]]):
-    """The counters one finished request adds to, per (route, status, outcome, tag):
-    a few dozen combinations, built once instead of four strings per request."""
+class _Names(dict[tuple[str, int, str, str | None, str | None], tuple[str, ...]]):
+    """The counters one finished request adds to, per (route, status, outcome, tag,
+    the tag of its only attempt): a few dozen combinations, built once instead of
+    five strings per request."""
 
-    def __missing__(self, key: tuple[str, int, str, str | None]) -> tuple[str, ...]:
-        route, status, outcome, tag = key
+    def __missing__(self, key: tuple[str, int, str, str | None, str | None]) -> tuple[str, ...]:
+        route, status, outcome, tag, only_attempt = key
         names = ["requests", f"route.{route}", f"status.{status}"]
         if route == "chat":
             names.append(f"outcome.{outcome}")
             if tag is not None:
                 names.append(f"served.{tag}")
+            if only_attempt is not None:
+                names.append(f"attempt.{only_attempt}")
         self[key] = result = tuple(names)
         return result
 
@@ -107,10 +110,14 @@ class RequestLog:
 
     def finish(self, record: RequestRecord) -> None:
         counters = self.counters
-        for name in self._names[(record.route, record.status, record.outcome, record.tag)]:
+        route = record.route
+        attempts = record.attempts
+        # The usual chat request made one attempt: its counter is among the names.
+        only = attempts[0][0] if route == "chat" and len(attempts) == 1 else None
+        for name in self._names[(route, record.status, record.outcome, record.tag, only)]:
             counters[name] += 1
-        if record.route == "chat":
-            for tag, _status in record.attempts:
+        if route == "chat" and only is None:
+            for tag, _status in attempts:
                 counters["attempt." + tag] += 1
 
     def chat(self) -> list[RequestRecord]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -131,6 +132,8 @@ class Simulator:
         self.caches = PrefixCache()
         self._by_header: dict[str, KeyState] = {}
         self._occurrences: dict[int, int] = {}
+        self._occurrence_order: deque[int] = deque()
+        """The fingerprints of ``_occurrences``, oldest first (see :meth:`rng_for`)."""
         self.stopping = asyncio.Event()
         self.bill_abandoned = bill_abandoned
         self._abandoned: set[asyncio.Task[None]] = set()
@@ -155,11 +158,15 @@ class Simulator:
         whatever order concurrent requests arrive in; a repeat gets the next stream."""
         occurrences = self._occurrences
         occurrence = occurrences.get(fingerprint, 0) + 1
-        if occurrence == 1 and len(occurrences) >= self.log_limit:
-            # Bounded like the request log (one entry per distinct request would grow
-            # forever): the oldest fingerprint goes first; a repeat of a request that
-            # old starts its streams again.
-            del occurrences[next(iter(occurrences))]
+        if occurrence == 1:
+            order = self._occurrence_order
+            if len(occurrences) >= self.log_limit:
+                # Bounded like the request log (one entry per distinct request would grow
+                # forever): the oldest fingerprint goes first; a repeat of a request that
+                # old starts its streams again. Taken from a queue: next(iter(dict)) walks
+                # the slots earlier deletions emptied, O(log_limit) per request.
+                del occurrences[order.popleft()]
+            order.append(fingerprint)
         occurrences[fingerprint] = occurrence
         return Draws(b"%d:%d:%d" % (self.seed, fingerprint, occurrence))
 
