@@ -33,6 +33,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 _TUNE_BASELINE = "PROVIDER_ROUTER_BENCH_TUNE_BASELINE"
+_LOG_LIMIT = "PROVIDER_ROUTER_BENCH_LOG_LIMIT"
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -82,7 +83,10 @@ def _serve(kind: str, ready: Any, sample_json: bytes, sample_chunks: list[bytes]
         else:
             # The default log_limit (100,000), so the RSS curve shows what a user's run keeps.
             sim = SimulatorServer(
-                speed=math.inf, credits=10**9, completion_tokens=COMPLETION_TOKENS
+                speed=math.inf,
+                credits=10**9,
+                completion_tokens=COMPLETION_TOKENS,
+                log_limit=int(os.environ.get(_LOG_LIMIT, "100000")),
             )
             await sim.start()
             port = sim.port
@@ -131,15 +135,23 @@ async def _load(
     bodies = [_body(i, stream) for i in range(n)]
     connector = aiohttp.TCPConnector(limit=concurrency)
     next_index = 0
+    last_cpu = _cpu_seconds(pid)
     async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
 
         async def worker() -> None:
-            nonlocal next_index
+            nonlocal next_index, last_cpu
             while next_index < n:
                 body = bodies[next_index]
                 next_index += 1
                 if rss_every and next_index % rss_every == 0:
-                    print(f"  after {next_index:>7} requests: simulator RSS {_rss_mb(pid):6.1f} MB")
+                    # CPU of the stretch too: it must stay flat past log_limit as well.
+                    cpu = _cpu_seconds(pid)
+                    stretch = (cpu - last_cpu) / rss_every * 1e6
+                    last_cpu = cpu
+                    print(
+                        f"  after {next_index:>7} requests: simulator RSS {_rss_mb(pid):6.1f} MB, "
+                        f"CPU {stretch:5.0f} ms per 1,000 since the last line"
+                    )
                 async with session.post(url, data=body) as response:
                     await response.read()
                     if response.status != 200:
@@ -292,7 +304,15 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="give the bare server the simulator process's collector settings too",
     )
+    parser.add_argument(
+        "--log-limit",
+        type=int,
+        default=100_000,
+        help="the simulator's log_limit (default 100,000, as a user's): with --rss-curve, "
+        "a smaller one shows memory and CPU past it",
+    )
     args = parser.parse_args(argv)
+    os.environ[_LOG_LIMIT] = str(args.log_limit)  # read by the forked simulator
     if args.tune_baseline:
         os.environ[_TUNE_BASELINE] = "1"  # read by the forked baseline server
     samples = _samples()
