@@ -33,6 +33,7 @@ and more up to the next whole second). A deadline never fires early.
 from __future__ import annotations
 
 import asyncio
+from types import TracebackType
 from typing import Final
 
 __all__ = ["GRANULARITY", "Deadline", "Deadlines"]
@@ -50,9 +51,9 @@ _NEVER: Final = float("inf")
 class Deadline:
     """One request's deadline, registered in its client's :class:`Deadlines` until ended.
 
-    A guarded wait is ``_enter()`` (or :meth:`Deadlines.begin` for the first), the
-    ``await``, then ``_leave(exc)`` with the exception it raised (``None`` when it
-    returned); ``_end()`` unregisters.
+    A guarded wait is ``with deadline: await ...`` (:meth:`Deadlines.begin` enters the
+    first one, which ``_leave(exc)`` ends with the exception it raised, ``None`` when
+    it returned); ``_end()`` unregisters.
     """
 
     __slots__ = ("_cancelling", "_fifo", "_owner", "_state", "_task", "_when")
@@ -76,6 +77,16 @@ class Deadline:
         # As asyncio.timeout does: a cancel pending before the wait is not ours to take back.
         self._cancelling = task.cancelling()
         self._task = task
+
+    __enter__ = _enter
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._leave(exc)  # raises TimeoutError when the deadline's own cancel ended the wait
 
     def _leave(self, exc: BaseException | None) -> None:
         """End a guarded wait; ``TimeoutError`` when the deadline (alone) cancelled it."""
@@ -132,9 +143,7 @@ class Deadlines:
         entry._owner = self
         entry._when = when
         entry._state = _LIVE
-        task: asyncio.Task[object] = asyncio.current_task()  # type: ignore[assignment]
-        entry._cancelling = task.cancelling()
-        entry._task = task
+        entry._enter()
         if when < self._armed_at:
             self._arm(loop, when)
 

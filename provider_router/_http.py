@@ -505,13 +505,8 @@ async def _send(
         exchange._end()  # the whole body is here: nothing left to time
     if not 200 <= status < 300:
         try:
-            exchange._enter()
-            try:
+            with exchange:  # a guarded wait: the deadline's cancel becomes TimeoutError
                 body = await response.read()
-            except BaseException as exc:
-                exchange._leave(exc)
-                raise
-            exchange._leave(None)
         except (TimeoutError, aiohttp.ClientError):
             body = b""
         finally:
@@ -649,13 +644,8 @@ class PostResponse(Deadline):
                     response.close()  # as read() does
                     raise
             else:
-                self._enter()
-                try:
+                with self:  # a guarded wait: the deadline's cancel becomes TimeoutError
                     body = await response.read()
-                except BaseException as exc:
-                    self._leave(exc)  # the deadline's own cancel becomes TimeoutError
-                    raise
-                self._leave(None)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise connection_error(exc, what=self._what, timeout=self._seconds) from exc
         self._end()  # read whole: nothing left to time
@@ -685,16 +675,13 @@ class PostResponse(Deadline):
         chunks = self._response.content.iter_any()
         try:
             while True:
-                self._enter()  # a deadline that passed meanwhile raises TimeoutError here
-                try:
-                    chunk = await chunks.__anext__()
-                except StopAsyncIteration:
-                    self._leave(None)
-                    break
-                except BaseException as exc:
-                    self._leave(exc)  # the deadline's own cancel becomes TimeoutError
-                    raise
-                self._leave(None)
+                # A guarded wait: a deadline that passed meanwhile raises TimeoutError on
+                # entry, the deadline's own cancel becomes TimeoutError on exit.
+                with self:
+                    try:
+                        chunk = await chunks.__anext__()
+                    except StopAsyncIteration:
+                        break
                 events = parser.feed(chunk)
                 if events:
                     last_event = loop.time()

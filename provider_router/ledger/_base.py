@@ -256,6 +256,21 @@ def _checked_amount(amount: object, what: str) -> Decimal:
     return Decimal(amount)
 
 
+def estimate_units(estimate: Decimal | None, cost: Decimal, cost_units: int) -> int | None:
+    """A settle's ``estimate`` in picodollars (``None`` stays ``None``), given its cost's.
+
+    Our price usually is OpenRouter's to the digit: an amount equal to the cost has
+    the cost's units, found by a comparison instead of a conversion (every ledger's
+    settle; tests/ledger/test_ledger_units.py and test_ledger_sqlite_path.py hold it
+    equal to converting).
+    """
+    if estimate is None:
+        return None
+    if type(estimate) is Decimal and estimate == cost:
+        return cost_units
+    return amount_units(estimate, what="estimate", round_up=False)
+
+
 def amount_units(amount: Decimal, *, what: str, round_up: bool, capped: bool = True) -> int:
     """Validate a USD amount from a caller and convert it to picodollars.
 

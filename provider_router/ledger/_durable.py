@@ -26,6 +26,7 @@ from provider_router.ledger._base import (
     RecoveryReport,
     Reservation,
     amount_units,
+    estimate_units,
     new_owner,
 )
 
@@ -134,15 +135,7 @@ class DurableLedger(AsyncResource):
     ) -> None:
         op = b.Op(b.SETTLE, reservation.id, reservation.units)
         op.cost = cost_units = amount_units(cost, what="cost", round_up=False)
-        if estimate is None:
-            pass
-        elif type(estimate) is Decimal and estimate == cost:
-            # Our price usually is OpenRouter's to the digit: an equal amount has equal
-            # units (a comparison instead of a conversion, as MemoryLedger.settle does;
-            # tests/ledger/test_ledger_sqlite_path.py holds both equal).
-            op.estimate = cost_units
-        else:
-            op.estimate = amount_units(estimate, what="estimate", round_up=False)
+        op.estimate = estimate_units(estimate, cost, cost_units)
         op.provider = provider
         op.generation_id = generation_id
         await self._batcher.submit(op)

@@ -21,6 +21,7 @@ from provider_router.ledger._base import (
     RecoveryReport,
     Reservation,
     amount_units,
+    estimate_units,
     exhausted,
     new_owner,
     new_reservation,
@@ -183,14 +184,7 @@ class MemoryLedger(AsyncResource):
         generation_id: str | None = None,
     ) -> None:
         cost_units = amount_units(cost, what="cost", round_up=False)
-        if estimate is None:
-            est = None
-        elif type(estimate) is Decimal and estimate == cost:
-            # Our price usually is OpenRouter's to the digit: an equal amount has
-            # equal units (a comparison instead of a conversion; tests/ledger/test_ledger_units.py).
-            est = cost_units
-        else:
-            est = amount_units(estimate, what="estimate", round_up=False)
+        est = estimate_units(estimate, cost, cost_units)
         # _take, inlined on the path of every request (its error when not open).
         res = self._open.pop(reservation.id, None)
         if res is None:
