@@ -1,0 +1,473 @@
+"""``HttpClient.send()`` on the wire: the owned client and an adopted aiohttp session agree.
+
+Every scenario runs through both clients (ids ``owned``: ``HttpClient(url, key)``;
+``aiohttp``: ``HttpClient(url, session=aiohttp.ClientSession(...))``) against the
+same scripted raw server (tests/_wire_server.py) and asserts one expected
+:class:`Outcome`: status, ``complete`` when send() returns, ``json()``, headers
+looked up in any case, the exception class, ``request_sent``, the message's
+``POST <url>: `` prefix, and which connection carried each request. The owned
+client is the lean HTTP/1.1 path of #13 (docs/performance.md); aiohttp's is
+the reference it must match. Failures are in tests/test_http_wire_failures.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import ssl
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import aiohttp
+import pytest
+from _wire_server import (  # noqa: F401  (the clients, kind and wire fixtures)
+    ANSWER,
+    CHAT,
+    CHUNKED,
+    CLOSE,
+    GEN,
+    HEADERS,
+    JSON,
+    OK,
+    PAYLOAD,
+    Clients,
+    Outcome,
+    Script,
+    Serve,
+    answer,
+    bytewise,
+    chunk,
+    clients_fixture,
+    exchange,
+    head,
+    kind_fixture,
+    parsed,
+    wire_fixture,
+)
+
+from provider_router import APIError, APIStatusError
+from provider_router._constants import USER_AGENT
+from provider_router._http import HttpClient
+
+
+def seen(*values: str | None, **fields: object) -> Outcome:
+    """An answer's outcome: ``values`` are ``headers.get`` of HEADERS (missing ones None)."""
+    padded = (*values, *(None,) * (len(HEADERS) - len(values)))
+    return Outcome(headers=padded, **fields)  # type: ignore[arg-type]
+
+
+def ok(**changes: object) -> Outcome:
+    """The JSON answer's outcome, with ``changes``."""
+    return replace(OK, **changes)  # type: ignore[arg-type]
+
+
+def _chunked(*parts: bytes, trailers: bytes = b"") -> bytes:
+    return head(headers=(JSON, CHUNKED, GEN)) + b"".join(parts) + b"0\r\n" + trailers + b"\r\n"
+
+
+def _odd_chunks() -> bytes:
+    """ANSWER in chunks with extensions, upper- and lower-case hex, then trailers."""
+    a, b, c = ANSWER[:26], ANSWER[26:69], ANSWER[69:]  # 0x1A and 0x2b bytes
+    return _chunked(
+        chunk(a, size="1A", extension=";a=b"),
+        chunk(b, size="2b", extension=';name="v x";flag'),
+        chunk(c),
+        trailers=b"X-Trailer: t\r\nX-Other: u\r\n",
+    )
+
+
+async def test_a_content_length_answer(wire: Serve, clients: Clients, kind: str) -> None:
+    server = await wire([answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=10)
+    assert await exchange(http) == OK
+    assert await exchange(http) == OK
+    assert [r.connection for r in server.requests] == [1, 1]
+
+
+async def test_an_answer_in_tiny_writes(wire: Serve, clients: Clients, kind: str) -> None:
+    """The head a byte at a time (names in odd case, values with and without spaces
+    around them), a pause, then the body a byte at a time."""
+    raw_head = (
+        b"HTTP/1.1 200 OK\r\ncontent-TYPE:application/json\r\nX-GENERATION-ID:   gen-wire-1  "
+        b"\r\nRetry-After:3\r\nContent-Length: " + str(len(ANSWER)).encode() + b"\r\n\r\n"
+    )
+    server = await wire([*bytewise(raw_head), 0.02, *bytewise(ANSWER)])
+    http = clients.connect(kind, server.url, limit=10)
+    expected = ok(
+        complete=False, headers=("application/json", "gen-wire-1", "gen-wire-1", "3", None)
+    )
+    assert await exchange(http) == expected
+    assert await exchange(http) == expected
+    assert server.connections == 1
+
+
+@pytest.mark.parametrize("pace", ["one-write", "tiny-writes"])
+async def test_a_chunked_answer(wire: Serve, clients: Clients, kind: str, pace: str) -> None:
+    """Extensions, upper- and lower-case hex sizes and trailers: the value whole, the
+    connection reused (the trailers were read to their end)."""
+    whole = _odd_chunks()
+    split = whole.index(b"\r\n\r\n") + 4
+    script: Script = (
+        [whole] if pace == "one-write" else [whole[:split], 0.02, *bytewise(whole[split:])]
+    )
+    server = await wire(script)
+    http = clients.connect(kind, server.url, limit=10)
+    expected = ok(complete=pace == "one-write")
+    assert await exchange(http) == expected
+    assert await exchange(http) == expected
+    assert [r.connection for r in server.requests] == [1, 1]
+
+
+async def test_a_chunked_answer_that_starts_with_whitespace(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    """OpenRouter sends whitespace while the model works: not complete at first, then JSON."""
+    server = await wire(
+        [
+            head(headers=(JSON, CHUNKED, GEN)),
+            chunk(b"\n"),
+            0.02,
+            chunk(b"\n \n"),
+            0.02,
+            chunk(ANSWER) + b"0\r\n\r\n",
+        ]
+    )
+    http = clients.connect(kind, server.url, limit=10)
+    assert await exchange(http) == ok(complete=False)
+    assert await exchange(http) == ok(complete=False)
+    assert server.connections == 1
+
+
+@pytest.mark.parametrize(
+    "raw_head",
+    [
+        head(version="HTTP/1.0", headers=(JSON, GEN)),
+        head(headers=(JSON, GEN, ("Connection", "close"))),
+    ],
+    ids=["http-1.0", "connection-close"],
+)
+async def test_a_body_delimited_by_the_close(
+    wire: Serve, clients: Clients, kind: str, raw_head: bytes
+) -> None:
+    """No Content-Length: the body is everything until the server hangs up."""
+    server = await wire([raw_head + ANSWER, 0.02, CLOSE])
+    http = clients.connect(kind, server.url, limit=10)
+    assert await exchange(http) == ok(complete=False)
+    assert await exchange(http) == ok(complete=False)
+    assert [r.connection for r in server.requests] == [1, 2]  # never reused
+
+
+async def test_sequential_sends_share_one_connection(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    server = await wire([answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=10)
+    for _ in range(5):
+        assert await exchange(http) == OK
+    assert [r.connection for r in server.requests] == [1] * 5
+    assert server.connections == 1
+
+
+async def test_connection_close_in_the_answer_is_honoured(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    """The server says close but leaves the socket open: the client must not reuse it."""
+    server = await wire([answer(ANSWER, GEN, ("Connection", "close"))])
+    http = clients.connect(kind, server.url, limit=10)
+    for _ in range(3):
+        assert await exchange(http) == OK
+    assert [r.connection for r in server.requests] == [1, 2, 3]
+
+
+async def test_an_idle_connection_the_server_closed_is_not_reused(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    server = await wire([answer(ANSWER, GEN), 0.02, CLOSE], [answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=10)
+    assert await exchange(http) == OK
+    await server.until(lambda: server.closed == 1)
+    await asyncio.sleep(0.02)  # the client's loop sees the FIN
+    assert await exchange(http) == OK
+    assert await exchange(http) == OK
+    assert [r.connection for r in server.requests] == [1, 2, 2]
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["apart", "together"])
+async def test_an_interim_100_continue_is_skipped(
+    wire: Serve, clients: Clients, kind: str, together: bool
+) -> None:
+    interim = b"HTTP/1.1 100 Continue\r\n\r\n"
+    whole = answer(ANSWER, GEN)
+    server = await wire([interim + whole] if together else [interim, 0.02, whole])
+    http = clients.connect(kind, server.url, limit=10)
+    assert await exchange(http) == OK
+    assert await exchange(http) == OK
+    assert server.connections == 1
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [head("204 No Content", (GEN,)), head(headers=(JSON, GEN), length=0)],
+    ids=["204", "200-empty"],
+)
+async def test_an_answer_without_a_body(
+    wire: Serve, clients: Clients, kind: str, raw: bytes
+) -> None:
+    """json() says the body is empty; the connection is reused."""
+    server = await wire([raw])
+    http = clients.connect(kind, server.url, limit=10)
+    url = http.url(CHAT)
+    empty = seen(
+        "application/json" if b"200" in raw else None,
+        "gen-wire-1",
+        "gen-wire-1",
+        status=204 if b"204" in raw else 200,
+        complete=True,
+        error="InvalidResponseError",
+        phase="json",
+        message=f"POST {url}: ",
+    )
+    assert await exchange(http) == empty
+    assert await exchange(http) == empty
+    assert server.connections == 1
+
+
+def _error(code: int, message: str, **metadata: str) -> bytes:
+    """OpenRouter's error body."""
+    error = {"code": code, "message": message, **({"metadata": metadata} if metadata else {})}
+    return json.dumps({"error": error}).encode()
+
+
+RATE_LIMITED = _error(429, "Rate limit exceeded", provider_name="Chutes")
+NO_CREDITS = _error(402, "Insufficient credits", limit_source="openrouter_credits")
+OVERLOADED = _error(503, "Provider overloaded")
+
+STATUS_ERRORS = {
+    "429": (
+        answer(RATE_LIMITED, GEN, ("Retry-After", "7"), status="429 Too Many Requests"),
+        seen(
+            "application/json",
+            "gen-wire-1",
+            "gen-wire-1",
+            "7",
+            status=429,
+            error="RateLimitError",
+            phase="send",
+            message="HTTP 429 from Chutes: Rate limit exceeded",
+            retry_after=7.0,
+        ),
+    ),
+    "402": (
+        answer(NO_CREDITS, status="402 Payment Required"),
+        seen(
+            "application/json",
+            status=402,
+            error="PaymentRequiredError",
+            phase="send",
+            message="HTTP 402: Insufficient credits",
+        ),
+    ),
+    "500-not-json": (
+        head("500 Internal Server Error", (("Content-Type", "text/plain"), GEN), length=17)
+        + b"upstream exploded",
+        seen(
+            "text/plain",
+            "gen-wire-1",
+            "gen-wire-1",
+            status=500,
+            error="ProviderUnavailableError",
+            phase="send",
+            message="HTTP 500: upstream exploded",
+        ),
+    ),
+    "503-chunked": (
+        head("503 Service Unavailable", (JSON, CHUNKED))
+        + chunk(OVERLOADED[:10], extension=";x=1")
+        + chunk(OVERLOADED[10:])
+        + b"0\r\n\r\n",
+        seen(
+            "application/json",
+            status=503,
+            error="ProviderUnavailableError",
+            phase="send",
+            message="HTTP 503: Provider overloaded",
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STATUS_ERRORS))
+async def test_an_error_status(wire: Serve, clients: Clients, kind: str, case: str) -> None:
+    """The mapped error with OpenRouter's body parsed; the read body frees the connection."""
+    raw, expected = STATUS_ERRORS[case]
+    server = await wire([raw], [answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=10)
+    assert await exchange(http) == expected
+    assert await exchange(http) == OK
+    assert [r.connection for r in server.requests] == [1, 1]
+
+
+async def test_a_408_is_a_timeout_that_was_sent(wire: Serve, clients: Clients, kind: str) -> None:
+    server = await wire([answer(b'{"error":{"code":408,"message":"slow"}}', status="408 Timeout")])
+    http = clients.connect(kind, server.url, limit=10)
+    expected = Outcome(
+        error="RequestTimeout", phase="send", sent=True, message=f"POST {http.url(CHAT)}: "
+    )
+    assert await exchange(http) == expected
+
+
+@pytest.mark.parametrize("size", [0, len(PAYLOAD), 1_000_000], ids=["empty", "small", "1MB"])
+async def test_the_request_goes_out_as_written(
+    wire: Serve, clients: Clients, kind: str, size: int
+) -> None:
+    payload = (
+        PAYLOAD if size == len(PAYLOAD) else b"[" + b" " * max(size - 2, 0) + b"]" if size else b""
+    )
+    server = await wire([answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=10)
+    assert await exchange(http, payload) == OK
+    (request,) = server.requests
+    assert (request.method, request.target, request.version) == (
+        "POST",
+        "/api/v1/chat/completions",
+        "HTTP/1.1",
+    )
+    assert request.headers["host"] == f"127.0.0.1:{server.port}"
+    assert request.headers["authorization"] == "Bearer sk-or-v1-wire-test-key"
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["content-length"] == str(len(payload))
+    assert request.headers["user-agent"] == USER_AGENT
+    assert "transfer-encoding" not in request.headers
+    assert request.body == payload
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+async def test_a_large_body_arrives_intact(
+    wire: Serve, clients: Clients, kind: str, framing: str
+) -> None:
+    text = "".join(chr(0x41 + i % 26) for i in range(5_000_000))
+    body = json.dumps({"id": "gen-big", "choices": [{"message": {"content": text}}]}).encode()
+    if framing == "chunked":
+        raw = _chunked(*(chunk(body[i : i + 65536]) for i in range(0, len(body), 65536)))
+    else:
+        raw = answer(body, GEN)
+    server = await wire([raw])
+    http = clients.connect(kind, server.url, limit=10)
+    outcome = await exchange(http)
+    assert outcome.status == 200
+    assert outcome.value == {"id": "gen-big", "choices": [{"message": {"content": text}}]}
+    assert await exchange(http) == outcome
+    assert server.connections == 1
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A self-signed certificate for localhost and 127.0.0.1 (key beside it)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl CLI to make a test certificate")
+    where = tmp_path_factory.mktemp("tls")
+    subprocess.run(  # noqa: S603 - fixed arguments, the openssl found on PATH
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(where / "key.pem"),
+            "-out",
+            str(where / "cert.pem"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return where / "cert.pem"
+
+
+async def test_a_json_answer_over_tls(
+    wire: Serve,
+    clients: Clients,
+    kind: str,
+    certificate: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The owned client trusts what ``SSL_CERT_FILE`` names (ssl.create_default_context);
+    the adopted session is given the same CA."""
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(certificate, certificate.with_name("key.pem"))
+    server = await wire([answer(ANSWER, GEN)], tls=served)
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate))
+    # aiohttp builds its default context at import, before the variable was set.
+    monkeypatch.setattr(aiohttp.connector, "_SSL_CONTEXT_VERIFIED", ssl.create_default_context())
+    url = f"https://localhost:{server.port}/api/v1"
+    ca = ssl.create_default_context(cafile=certificate) if kind == "aiohttp" else None
+    http = clients.connect(kind, url, limit=10, ca=ca)
+    outcome = await exchange(http)
+    assert await exchange(http) == outcome
+    assert outcome.status == 200
+    assert outcome.value == parsed(ANSWER)
+    assert outcome.headers[1:3] == ("gen-wire-1", "gen-wire-1")
+    assert server.connections == 1
+    assert server.requests[0].headers["host"] == f"localhost:{server.port}"
+
+
+WITNESSED: dict[str, list[Script]] = {
+    "content-length": [[answer(ANSWER, GEN, ("x-Odd-CASE", "  v  w "), ("X-Empty", ""))]],
+    "tiny-writes": [bytewise(answer(ANSWER, GEN))],
+    "chunked": [[_odd_chunks()]],
+    "close-delimited": [[head(version="HTTP/1.0", headers=(JSON, GEN)) + ANSWER, 0.02, CLOSE]],
+    "100-continue": [[b"HTTP/1.1 100 Continue\r\n\r\n", 0.02, answer(ANSWER, GEN)]],
+    "204": [[head("204 No Content", (GEN, ("Content-Type", "text/plain")))]],
+    "429-then-200": [[STATUS_ERRORS["429"][0]], [answer(ANSWER, GEN)]],
+    "500-chunked-then-200": [[STATUS_ERRORS["503-chunked"][0]], [answer(ANSWER, GEN)]],
+}
+
+
+async def _witness(http: HttpClient) -> tuple[object, ...]:
+    """Every header (names lower-cased), the value or the error's details."""
+    try:
+        response = await http.send(CHAT, PAYLOAD)
+    except APIStatusError as exc:
+        return type(exc).__name__, exc.status, exc.headers, exc.body, exc.retry_after
+    headers = {name.lower(): value for name, value in response.headers.items()}
+    try:
+        value: object = await response.json()
+    except APIError as exc:
+        value = type(exc).__name__
+    response.close()
+    return response.status, response.complete, headers, value
+
+
+@pytest.mark.parametrize("case", list(WITNESSED))
+async def test_the_owned_client_sees_what_aiohttp_sees(
+    wire: Serve, clients: Clients, case: str
+) -> None:
+    """Held against each other, beyond the expected outcomes above: all headers, the
+    requests as the server read them (aiohttp's Accept-Encoding aside: the owned
+    client need not offer compression), which connection carried each."""
+    seen_by: dict[str, object] = {}
+    for kind in ("aiohttp", "owned"):
+        server = await wire(*WITNESSED[case])
+        http = clients.connect(kind, server.url, limit=10)
+        answers = [await _witness(http) for _ in range(3)]
+        requests = [
+            (r.connection, r.method, r.target, r.version, r.body, r.headers)
+            for r in server.requests
+        ]
+        for request in requests:
+            request[-1].pop("accept-encoding", None)
+            request[-1]["host"] = request[-1]["host"].replace(str(server.port), "PORT")
+        seen_by[kind] = answers, requests
+    assert seen_by["owned"] == seen_by["aiohttp"]

@@ -1,0 +1,134 @@
+"""``HttpClient.send()`` failures on the wire: the owned client and aiohttp's agree.
+
+As tests/test_http_wire.py, for answers that do not come whole: a refused
+connection (the only "never sent"), a hang-up before or after the request was
+read, a head or body cut short, a garbled head, a head or body that stalls past
+the deadline. Each asserts the exception class, where it was raised (``send()``
+or ``json()``), ``request_sent`` and the ``POST <url>: `` prefix; after each,
+nothing is left registered in the client's deadlines (``exchange`` checks) and
+the next send to a healthy answer works, on a new connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from _wire_server import (  # noqa: F401  (the clients, kind and wire fixtures)
+    ANSWER,
+    CHAT,
+    CHUNKED,
+    CLOSE,
+    GEN,
+    HOLD,
+    JSON,
+    OK,
+    SEEN,
+    Clients,
+    Outcome,
+    Script,
+    Serve,
+    answer,
+    chunk,
+    clients_fixture,
+    exchange,
+    head,
+    kind_fixture,
+    wire_fixture,
+)
+
+CHUNKED_HEAD = head(headers=(JSON, CHUNKED, GEN))
+CUT_HEAD = head(headers=(JSON, GEN), length=len(ANSWER))
+STALL = 0.3  # the deadline of the stall cases: seconds
+
+# case: (script for the first request, deadline, (exception, raised by, headers seen))
+FAILURES: dict[str, tuple[Script, float, tuple[str, str, bool]]] = {
+    "hang-up-after-request": ([CLOSE], 5, ("APIConnectionError", "send", False)),
+    "cut-head": (
+        [b"HTTP/1.1 200 OK\r\nContent-Ty", CLOSE],
+        5,
+        ("APIConnectionError", "send", False),
+    ),
+    "garbage-status-line": ([b"HELLO\r\n\r\n", HOLD], 5, ("APIConnectionError", "send", False)),
+    "bad-status-code": (
+        [b"HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n", HOLD],
+        5,
+        ("APIConnectionError", "send", False),
+    ),
+    "bad-content-length": (
+        [b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n", HOLD],
+        5,
+        ("APIConnectionError", "send", False),
+    ),
+    "cut-body": ([CUT_HEAD + ANSWER[:20], CLOSE], 5, ("APIConnectionError", "json", True)),
+    "cut-chunk": (
+        [CHUNKED_HEAD + chunk(ANSWER)[:30], CLOSE],
+        5,
+        ("APIConnectionError", "json", True),
+    ),
+    "cut-before-last-chunk": (
+        [CHUNKED_HEAD + chunk(ANSWER), CLOSE],
+        5,
+        ("APIConnectionError", "json", True),
+    ),
+    "no-answer": ([HOLD], STALL, ("RequestTimeout", "send", False)),
+    "head-stalls": (
+        [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n", HOLD],
+        STALL,
+        ("RequestTimeout", "send", False),
+    ),
+    "body-stalls": ([CUT_HEAD + ANSWER[:5], HOLD], STALL, ("RequestTimeout", "json", True)),
+    "chunked-body-stalls": (
+        [CHUNKED_HEAD + chunk(b"\n") + chunk(ANSWER[:9]), HOLD],
+        STALL,
+        ("RequestTimeout", "json", True),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILURES))
+async def test_a_failure_after_the_connection_opened(
+    wire: Serve, clients: Clients, kind: str, case: str
+) -> None:
+    """May have been billed: request_sent stays True, whichever call raised."""
+    script, seconds, (error, phase, headers) = FAILURES[case]
+    server = await wire(script, [answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=10)
+    expected = Outcome(error=error, phase=phase, sent=True, message=f"POST {http.url(CHAT)}: ")
+    if headers:
+        expected = replace(expected, status=200, complete=False, headers=SEEN)
+    assert await exchange(http, seconds=seconds) == expected
+    assert await exchange(http) == OK
+    assert [r.connection for r in server.requests] == [1, 2]
+
+
+async def test_a_refused_connection_is_never_sent(
+    wire: Serve, clients: Clients, kind: str, unused_tcp_port: int
+) -> None:
+    url = f"http://127.0.0.1:{unused_tcp_port}/api/v1"
+    http = clients.connect(kind, url, limit=10)
+    refused = Outcome(
+        error="APIConnectionError",
+        phase="send",
+        sent=False,
+        message=f"POST {url}/chat/completions: ",
+    )
+    assert await exchange(http) == refused  # provably free
+    server = await wire([answer(ANSWER, GEN)], port=unused_tcp_port)
+    assert await exchange(http) == OK  # the port answers now
+    assert server.connections == 1
+
+
+async def test_a_hang_up_on_accept_may_have_been_sent(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    """The connection opened (the kernel accepted it): the request may have gone out."""
+    server = await wire([answer(ANSWER, GEN)], hang_up_on_accept=True)
+    http = clients.connect(kind, server.url, limit=10)
+    hung_up = Outcome(
+        error="APIConnectionError", phase="send", sent=True, message=f"POST {http.url(CHAT)}: "
+    )
+    assert await exchange(http) == hung_up
+    server.hang_up_on_accept = False
+    assert await exchange(http) == OK
+    assert server.connections == 2
