@@ -194,13 +194,45 @@ async def test_an_idle_connection_the_server_closed_is_not_reused(
     assert [r.connection for r in server.requests] == [1, 2, 2]
 
 
-@pytest.mark.parametrize("together", [False, True], ids=["apart", "together"])
-async def test_an_interim_100_continue_is_skipped(
-    wire: Serve, clients: Clients, kind: str, together: bool
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+HINTS = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+INTERIM: dict[str, Script] = {
+    "100-apart": [CONTINUE, 0.02, answer(ANSWER, GEN)],
+    "100-together": [CONTINUE + answer(ANSWER, GEN)],
+    "103-early-hints": [HINTS, 0.02, answer(ANSWER, GEN)],
+}
+
+
+@pytest.mark.parametrize("case", list(INTERIM))
+async def test_an_interim_answer_is_skipped(
+    wire: Serve, clients: Clients, kind: str, case: str
 ) -> None:
-    interim = b"HTTP/1.1 100 Continue\r\n\r\n"
-    whole = answer(ANSWER, GEN)
-    server = await wire([interim + whole] if together else [interim, 0.02, whole])
+    server = await wire(INTERIM[case])
+    http = clients.connect(kind, server.url, limit=10)
+    assert await exchange(http) == OK
+    assert await exchange(http) == OK
+    assert server.connections == 1
+
+
+LENIENT: dict[str, bytes] = {
+    "no-reason": b"HTTP/1.1 200\r\n",
+    "empty-reason": b"HTTP/1.1 200 \r\n",
+    "odd-reason": b"HTTP/1.1 200 Fine By Me\r\n",
+}
+
+
+@pytest.mark.parametrize("case", [*LENIENT, "chunked-in-capitals"])
+async def test_a_head_spelled_unusually(
+    wire: Serve, clients: Clients, kind: str, case: str
+) -> None:
+    """A status line without (or with an odd) reason phrase, a Transfer-Encoding value in
+    capitals: all valid HTTP/1.1."""
+    if case in LENIENT:
+        raw = LENIENT[case] + answer(ANSWER, GEN).split(b"\r\n", 1)[1]
+    else:
+        raw = head(headers=(JSON, GEN, ("transfer-encoding", "Chunked"))) + chunk(ANSWER)
+        raw += b"0\r\n\r\n"
+    server = await wire([raw])
     http = clients.connect(kind, server.url, limit=10)
     assert await exchange(http) == OK
     assert await exchange(http) == OK

@@ -11,6 +11,7 @@ the next send to a healthy answer works, on a new connection.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import pytest
@@ -60,6 +61,11 @@ FAILURES: dict[str, tuple[Script, float, tuple[str, str, bool]]] = {
         5,
         ("APIConnectionError", "send", False),
     ),
+    "negative-content-length": (
+        [b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n" + ANSWER, HOLD],
+        5,
+        ("APIConnectionError", "send", False),
+    ),
     "cut-body": ([CUT_HEAD + ANSWER[:20], CLOSE], 5, ("APIConnectionError", "json", True)),
     "cut-chunk": (
         [CHUNKED_HEAD + chunk(ANSWER)[:30], CLOSE],
@@ -97,7 +103,10 @@ async def test_a_failure_after_the_connection_opened(
     expected = Outcome(error=error, phase=phase, sent=True, message=f"POST {http.url(CHAT)}: ")
     if headers:
         expected = replace(expected, status=200, complete=False, headers=SEEN)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     assert await exchange(http, seconds=seconds) == expected
+    assert error != "RequestTimeout" or loop.time() >= started + seconds  # never early
     assert await exchange(http) == OK
     assert [r.connection for r in server.requests] == [1, 2]
 

@@ -1,0 +1,131 @@
+"""``HttpClient.send()``'s connections: the owned client's pool and aiohttp's agree.
+
+As tests/test_http_wire.py, for what happens to a connection between requests:
+requests at once share at most ``limit`` connections; a request that waits for
+one past its deadline may still have been sent as far as money goes; a response
+released or closed before its body ended is never reused (its leftover bytes
+would be the next answer); a whole one is, read or not, released or closed; closing the client
+closes its connections and fails the requests in flight as "may have been sent".
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from _wire_server import (  # noqa: F401  (the clients, kind and wire fixtures)
+    ANSWER,
+    CHAT,
+    GEN,
+    HOLD,
+    JSON,
+    OK,
+    PAYLOAD,
+    Clients,
+    Outcome,
+    Serve,
+    answer,
+    clients_fixture,
+    exchange,
+    head,
+    kind_fixture,
+    wire_fixture,
+)
+
+from provider_router import ConfigurationError
+
+SLOW = [0.05, answer(ANSWER, GEN)]  # the answer after a pause: requests overlap meanwhile
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+async def test_requests_at_once_share_at_most_limit_connections(
+    wire: Serve, clients: Clients, kind: str, limit: int
+) -> None:
+    server = await wire(SLOW)
+    http = clients.connect(kind, server.url, limit=limit)
+    outcomes = await asyncio.gather(*(exchange(http, alone=False) for _ in range(7)))
+    assert outcomes == [OK] * 7
+    assert len(http._deadlines) == 0
+    assert server.connections == limit
+    assert sorted({r.connection for r in server.requests}) == list(range(1, limit + 1))
+
+
+async def test_waiting_for_a_connection_past_the_deadline(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    """The only connection is busy with a stalled answer: the second request times out
+    waiting for it, never sent as far as the server knows, but not provably so to the
+    client's money rules (request_sent stays True: only a refused connection is False)."""
+    server = await wire([HOLD], [answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=1)
+    stalled = asyncio.ensure_future(exchange(http, seconds=0.4, alone=False))
+    await server.until(lambda: len(server.requests) == 1)
+    waiting = await exchange(http, seconds=0.1, alone=False)
+    assert waiting == Outcome(
+        error="RequestTimeout", phase="send", sent=True, message=f"POST {http.url(CHAT)}: "
+    )
+    assert len(server.requests) == 1  # it never reached the server
+    assert (await stalled).error == "RequestTimeout"
+    assert await exchange(http) == OK
+    assert [r.connection for r in server.requests] == [1, 2]
+
+
+@pytest.mark.parametrize("end", ["release", "close"])
+async def test_a_response_ended_before_its_body_is_never_reused(
+    wire: Serve, clients: Clients, kind: str, end: str
+) -> None:
+    """The rest of the first body arrives after the response was ended: on a reused
+    connection it would be read as the next answer."""
+    first = [head(headers=(JSON, GEN), length=len(ANSWER)) + ANSWER[:10], 0.05, ANSWER[10:]]
+    server = await wire(first, [answer(b'{"id":"gen-2"}', GEN)])
+    http = clients.connect(kind, server.url, limit=1)
+    response = await http.send(CHAT, PAYLOAD)
+    assert not response.complete
+    response.release() if end == "release" else response.close()
+    assert len(http._deadlines) == 0
+    second = await exchange(http)
+    assert second.value == {"id": "gen-2"}
+    assert [r.connection for r in server.requests] == [1, 2]
+
+
+@pytest.mark.parametrize("end", ["release", "close"])
+async def test_a_whole_response_ended_unread_keeps_its_connection(
+    wire: Serve, clients: Clients, kind: str, end: str
+) -> None:
+    """A body that arrived whole gave its connection back already (as aiohttp does at
+    the body's end): released or closed, unread, the next request reuses it."""
+    server = await wire([answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=1)
+    response = await http.send(CHAT, PAYLOAD)
+    assert response.complete
+    response.release() if end == "release" else response.close()
+    assert len(http._deadlines) == 0
+    assert await exchange(http) == OK
+    assert [r.connection for r in server.requests] == [1, 1]
+
+
+async def test_closing_the_client_closes_its_connections(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    server = await wire([answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=3)
+    assert await asyncio.gather(*(exchange(http, alone=False) for _ in range(3))) == [OK] * 3
+    assert server.closed == 0  # kept alive, idle in the pool
+    await clients.close(http)
+    await server.until(lambda: server.closed == server.connections)
+    with pytest.raises(ConfigurationError, match="closed"):
+        await http.send(CHAT, PAYLOAD)
+
+
+async def test_closing_the_client_fails_a_request_in_flight(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    server = await wire([HOLD])
+    http = clients.connect(kind, server.url, limit=3)
+    in_flight = asyncio.ensure_future(exchange(http))
+    await server.until(lambda: len(server.requests) == 1)
+    await clients.close(http)
+    assert await in_flight == Outcome(
+        error="APIConnectionError", phase="send", sent=True, message=f"POST {http.url(CHAT)}: "
+    )
+    await server.until(lambda: server.closed == 1)
