@@ -112,6 +112,10 @@ class WireServer:
     tasks: list[asyncio.Task[Any]] = field(default_factory=list)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # asyncio would log it as an error
+            await self._serve(reader, writer)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         number = self.connections
         self.writers.append(writer)
@@ -132,10 +136,10 @@ class WireServer:
             pass
         finally:
             writer.close()
-            with contextlib.suppress(ConnectionError, ssl.SSLError):
-                await writer.wait_closed()
-            self.closed += 1
-            self.changed.set()
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await writer.wait_closed()
+        self.closed += 1
+        self.changed.set()
 
     async def until(self, condition: Callable[[], bool]) -> None:
         """Wait until ``condition()`` holds (checked after each request or closed connection)."""

@@ -4,14 +4,21 @@ As tests/test_http_wire.py, for what happens to a connection between requests:
 requests at once share at most ``limit`` connections; a request that waits for
 one past its deadline may still have been sent as far as money goes; a response
 released or closed before its body ended is never reused (its leftover bytes
-would be the next answer); a whole one is, read or not, released or closed; closing the client
-closes its connections and fails the requests in flight as "may have been sent".
+would be the next answer); a whole one is, read or not, released or closed;
+closing the client closes its connections and fails the requests in flight as
+"may have been sent"; a cancel frees the connection's place; TLS connects as
+aiohttp does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
 
+import aiohttp
 import pytest
 from _wire_server import (  # noqa: F401  (the clients, kind and wire fixtures)
     ANSWER,
@@ -129,3 +136,127 @@ async def test_closing_the_client_fails_a_request_in_flight(
         error="APIConnectionError", phase="send", sent=True, message=f"POST {http.url(CHAT)}: "
     )
     await server.until(lambda: server.closed == 1)
+
+
+async def test_a_cancel_while_waiting_for_the_head(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    """A cancel from outside is a cancel; the connection, in an unknown state, is not
+    reused, and its place under the limit is free again."""
+    server = await wire([HOLD], [answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=1)
+    sending = asyncio.ensure_future(http.send(CHAT, PAYLOAD, request_timeout=5))
+    await server.until(lambda: len(server.requests) == 1)
+    sending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sending
+    assert len(http._deadlines) == 0
+    assert await exchange(http, seconds=1) == OK
+    assert [r.connection for r in server.requests] == [1, 2]
+
+
+async def test_a_cancel_while_reading_the_body(wire: Serve, clients: Clients, kind: str) -> None:
+    first = [head(headers=(JSON, GEN), length=len(ANSWER)) + ANSWER[:10], HOLD]
+    server = await wire(first, [answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=1)
+    response = await http.send(CHAT, PAYLOAD, request_timeout=5)
+    reading = asyncio.ensure_future(response.json())
+    await asyncio.sleep(0.02)  # waiting for the rest of the body
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    response.close()
+    assert len(http._deadlines) == 0
+    assert await exchange(http, seconds=1) == OK
+    assert [r.connection for r in server.requests] == [1, 2]
+
+
+async def test_send_post_and_get_on_one_client(wire: Serve, clients: Clients, kind: str) -> None:
+    """send() beside post() and get_json() (which may keep connections of their own):
+    each answers, and closing the client closes every connection."""
+    server = await wire([answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=10)
+    assert await exchange(http) == OK
+    async with http.post(CHAT, PAYLOAD) as response:
+        assert await response.json() == OK.value
+    assert await http.get_json("/models") == OK.value
+    assert await exchange(http) == OK
+    assert [(r.method, r.target) for r in server.requests] == [
+        ("POST", "/api/v1/chat/completions"),
+        ("POST", "/api/v1/chat/completions"),
+        ("GET", "/api/v1/models"),
+        ("POST", "/api/v1/chat/completions"),
+    ]
+    await clients.close(http)
+    await server.until(lambda: server.closed == server.connections)
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A self-signed certificate for localhost and 127.0.0.1 (key beside it)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl CLI to make a test certificate")
+    where = tmp_path_factory.mktemp("tls")
+    subprocess.run(  # noqa: S603 - fixed arguments, the openssl found on PATH
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(where / "key.pem"),
+            "-out",
+            str(where / "cert.pem"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return where / "cert.pem"
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "untrusted"])
+async def test_a_json_answer_over_tls(
+    wire: Serve,
+    clients: Clients,
+    kind: str,
+    certificate: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    trusted: bool,
+) -> None:
+    """The owned client trusts what ``SSL_CERT_FILE`` names (ssl.create_default_context);
+    the adopted session is given the same CA. Untrusted, the handshake fails before
+    the request was written: never sent."""
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(certificate, certificate.with_name("key.pem"))
+    server = await wire([answer(ANSWER, GEN)], tls=served)
+    ca = None
+    if trusted:
+        monkeypatch.setenv("SSL_CERT_FILE", str(certificate))
+        # aiohttp builds its default context at import, before the variable was set.
+        fresh = ssl.create_default_context()
+        monkeypatch.setattr(aiohttp.connector, "_SSL_CONTEXT_VERIFIED", fresh)
+        ca = ssl.create_default_context(cafile=certificate) if kind == "aiohttp" else None
+    url = f"https://localhost:{server.port}/api/v1"
+    http = clients.connect(kind, url, limit=10, ca=ca)
+    if not trusted:
+        refused = Outcome(
+            error="APIConnectionError", phase="send", sent=False, message=f"POST {http.url(CHAT)}: "
+        )
+        assert await exchange(http) == refused
+        assert server.requests == []
+        return
+    assert await exchange(http) == OK
+    assert await exchange(http) == OK
+    assert server.connections == 1
+    assert server.requests[0].headers["host"] == f"localhost:{server.port}"
