@@ -100,15 +100,19 @@ async def test_an_answer_in_tiny_writes(wire: Serve, clients: Clients, kind: str
     assert server.connections == 1
 
 
-@pytest.mark.parametrize("pace", ["one-write", "tiny-writes"])
+@pytest.mark.parametrize("pace", ["one-write", "tiny-writes", "late-end"])
 async def test_a_chunked_answer(wire: Serve, clients: Clients, kind: str, pace: str) -> None:
     """Extensions, upper- and lower-case hex sizes and trailers: the value whole, the
-    connection reused (the trailers were read to their end)."""
+    connection reused (the trailers were read to their end). ``late-end``: the last
+    chunk, its trailers and the final CRLF come apart."""
     whole = _odd_chunks()
     split = whole.index(b"\r\n\r\n") + 4
-    script: Script = (
-        [whole] if pace == "one-write" else [whole[:split], 0.02, *bytewise(whole[split:])]
-    )
+    last = whole.index(b"0\r\nX-Trailer")
+    script: Script = {
+        "one-write": [whole],
+        "tiny-writes": [whole[:split], 0.02, *bytewise(whole[split:])],
+        "late-end": [whole[: last + 3], 0.02, whole[last + 3 : -2], 0.02, whole[-2:]],
+    }[pace]
     server = await wire(script)
     http = clients.connect(kind, server.url, limit=10)
     expected = ok(complete=pace == "one-write")

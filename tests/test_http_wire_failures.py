@@ -141,3 +141,20 @@ async def test_a_hang_up_on_accept_may_have_been_sent(
     server.hang_up_on_accept = False
     assert await exchange(http) == OK
     assert server.connections == 2
+
+
+async def test_a_server_closing_right_after_a_whole_answer(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    """No ``Connection: close``, the server just hangs up after its answer: the next
+    request may go out on that connection before the client saw the hang-up (aiohttp
+    does so), and then fails as "may have been sent"; the one after gets a new one."""
+    server = await wire([answer(ANSWER, GEN), CLOSE], [answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=10)
+    assert await exchange(http) == OK
+    reused = Outcome(
+        error="APIConnectionError", phase="send", sent=True, message=f"POST {http.url(CHAT)}: "
+    )
+    assert await exchange(http) in (reused, OK)  # OK: it saw the hang-up in time
+    assert await exchange(http) == OK
+    assert server.connections == 2
