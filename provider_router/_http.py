@@ -1,14 +1,19 @@
-"""The only module that touches aiohttp: one session, and every error mapped here.
+"""The HTTP layer: one client per origin, and every transport error mapped here.
 
 :class:`HttpClient` owns an :class:`aiohttp.ClientSession` (created lazily,
 inside the running loop) with the base URL, the ``Authorization`` header built
-once from a secret key, the ``User-Agent``, timeouts and connector limits.
+once from a secret key, the ``User-Agent``, timeouts and connector limits. The
+non-streaming POST every completion takes (:meth:`HttpClient.send`) goes through
+the lean :class:`~provider_router._h1.H1Pool` instead when the client owns its
+connections (no ``session=`` given): a third of aiohttp's CPU a request, with
+the same answers and errors (docs/performance.md, "#13 wave 6").
 Request methods translate foreign failures exactly once:
 
 * a non-2xx answer → :func:`error_from_response` (an :class:`APIStatusError`
   subclass chosen by status, with OpenRouter's error body parsed; 408 → timeout);
 * ``TimeoutError`` → :class:`RequestTimeout`; any other ``aiohttp.ClientError``
-  → :class:`APIConnectionError`, both ``from`` the original;
+  or :class:`~provider_router._h1.H1Error` → :class:`APIConnectionError`, both
+  ``from`` the original;
 * a 2xx body that is not JSON → :class:`InvalidResponseError` saying what was
   expected and what came.
 
@@ -22,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any, Final
@@ -49,6 +54,7 @@ from provider_router._exceptions import (
     RequestTimeout,
     error_for_status,
 )
+from provider_router._h1 import H1ConnectError, H1Error, H1Pool, H1Response
 from provider_router._json import loads
 from provider_router._money import pin_exact_cost
 from provider_router._resource import AsyncResource
@@ -71,6 +77,9 @@ DEFAULT_CONNECTION_LIMIT: Final = 100
 """Connections the session keeps open at most (aiohttp's own default)."""
 
 _SNIPPET: Final = 200
+
+TRANSPORT_ERRORS: Final = (TimeoutError, aiohttp.ClientError, H1Error)
+"""What a failed exchange raises, on either transport (mapped by :func:`connection_error`)."""
 
 Params = Mapping[str, str | int | float]
 
@@ -206,10 +215,12 @@ def never_sent(exc: BaseException) -> bool:
     """Whether a transport failure provably happened before the request was written.
 
     Only a failure to open the connection (refused, DNS, TLS handshake, connect
-    timeout) qualifies: once a connection is open, aiohttp writes the request at
+    timeout) qualifies: once a connection is open, the request is written at
     once, and a later failure cannot tell how much of it OpenRouter received.
     """
-    return isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError)
+    return isinstance(
+        exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError | H1ConnectError
+    )
 
 
 def connection_error(
@@ -253,12 +264,15 @@ class HttpClient(AsyncResource):
 
     __slots__ = (
         "_api_key",
+        "_closed",
         "_connect_timeout",
         "_deadlines",
         "_headers",
+        "_heads",
         "_limit",
         "_limit_per_host",
         "_owns_session",
+        "_pool",
         "_session",
         "_timeout",
         "_timeouts",
@@ -305,6 +319,11 @@ class HttpClient(AsyncResource):
             self._headers["Authorization"] = f"Bearer {secret}"
         self._session = session
         self._owns_session = session is None
+        # The lean POST path (created on the first send, inside the running loop) and
+        # its request heads, built once per path.
+        self._pool: H1Pool | None = None
+        self._heads: dict[str, bytes] = {}
+        self._closed = False
 
     def __repr__(self) -> str:
         key = "set" if self._api_key is not None else "none"
@@ -318,7 +337,7 @@ class HttpClient(AsyncResource):
     @property
     def closed(self) -> bool:
         """True once :meth:`aclose` ran (or an adopted session was closed)."""
-        return self._session is not None and self._session.closed
+        return self._closed or (self._session is not None and self._session.closed)
 
     def url(self, path: str) -> str:
         """The absolute URL of ``path`` (relative to the base URL)."""
@@ -333,6 +352,8 @@ class HttpClient(AsyncResource):
     def session(self) -> aiohttp.ClientSession:
         """The session, created on first use (inside the running event loop)."""
         session = self._session
+        if self._closed:
+            raise ConfigurationError("this HttpClient is closed; create a new one")
         if session is None:
             connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=self._limit_per_host)
             session = aiohttp.ClientSession(
@@ -406,6 +427,23 @@ class HttpClient(AsyncResource):
         timeout, seconds, url = self._post_target(path, request_timeout, idle_timeout)
         return PostRequest(self.session(), url, payload, timeout, seconds, self._deadlines)
 
+    def _lean(self) -> H1Pool:
+        """The lean connection pool, created on first use (inside the running loop)."""
+        if self._closed:
+            raise ConfigurationError("this HttpClient is closed; create a new one")
+        pool = self._pool
+        if pool is None:
+            origin = URL(self.base_url)
+            pool = self._pool = H1Pool(
+                origin.raw_host or "",
+                origin.port or (443 if origin.scheme == "https" else 80),
+                tls=origin.scheme == "https",
+                headers=self._headers,
+                limit=min((n for n in (self._limit, self._limit_per_host) if n), default=0),
+                connect_timeout=self._connect_timeout,
+            )
+        return pool
+
     def send(
         self, path: str, payload: bytes, *, request_timeout: float | None = None
     ) -> Coroutine[Any, Any, PostResponse]:
@@ -418,7 +456,17 @@ class HttpClient(AsyncResource):
         mapped exactly as :meth:`post` maps them.
         """
         timeout, seconds, url = self._post_target(path, request_timeout, None)
-        return _send(self.session(), url, payload, timeout, seconds, self._deadlines)
+        if not self._owns_session:
+            # The application's session: its connector, proxy and trace configs apply.
+            session = self.session()
+            typed = BytesPayload(payload, content_type=_JSON_TYPE)
+            request = session.post(url, data=typed, timeout=timeout)
+            return _send(request, url, seconds, self._deadlines, not session.trace_configs)
+        pool = self._lean()
+        head = self._heads.get(path)
+        if head is None:
+            head = self._heads[path] = pool.request_head(url.raw_path_qs, _JSON_TYPE)
+        return _send(pool.post(head, payload), url, seconds, self._deadlines, True)
 
     def _post_target(
         self, path: str, request_timeout: float | None, idle_timeout: float | None
@@ -449,9 +497,13 @@ class HttpClient(AsyncResource):
 
     async def aclose(self) -> None:
         """Close the session if this client created it. Safe to call twice."""
+        self._closed = True
         session = self._session
         if session is not None and self._owns_session and not session.closed:
             await session.close()
+        pool = self._pool
+        if pool is not None:
+            await pool.aclose()
         self._deadlines.close()
 
     async def _on_exit(self) -> None:
@@ -460,29 +512,29 @@ class HttpClient(AsyncResource):
 
 _JSON_TYPE: Final = "application/json"
 
+_Answer = aiohttp.ClientResponse | H1Response
+"""An answer's headers and body, from aiohttp or from the lean pool (same calls)."""
+
 
 async def _send(
-    session: aiohttp.ClientSession,
+    request: Awaitable[_Answer],
     url: URL,
-    payload: bytes,
-    limits: aiohttp.ClientTimeout,
     seconds: float,
     deadlines: Deadlines,
+    untraced: bool,
 ) -> PostResponse:
-    """Send one POST and check its status: a 2xx :class:`PostResponse`, or the mapped error.
+    """Await one POST (``request``, not started yet) and check its status: a 2xx
+    :class:`PostResponse`, or the mapped error.
 
     The request's deadline (``seconds``) is registered before it is sent and ends
     here when the whole body came with the headers; otherwise the response keeps
     it until it is released or closed.
     """
-    exchange = PostResponse(url, seconds, not session.trace_configs)
-    # The body as a payload that names its own type: no per-request headers for
-    # aiohttp to merge into the session's (~0.5 µs a request).
-    typed = BytesPayload(payload, content_type=_JSON_TYPE)
+    exchange = PostResponse(url, seconds, untraced)
     deadlines.begin(exchange, seconds)  # registered, and the wait for the headers guarded
     try:
         try:
-            response = await session.post(url, data=typed, timeout=limits)
+            response = await request
         except BaseException as exc:
             exchange._leave(exc)  # the deadline's own cancel becomes TimeoutError
             raise
@@ -490,7 +542,7 @@ async def _send(
             exchange._leave(None)  # expired as the headers came: its cancel taken back
         else:
             exchange._task = None
-    except (TimeoutError, aiohttp.ClientError) as exc:
+    except TRANSPORT_ERRORS as exc:
         exchange._end()
         raise connection_error(
             exc, what=f"POST {url}", timeout=seconds, sent=not never_sent(exc)
@@ -507,7 +559,7 @@ async def _send(
         try:
             with exchange:  # a guarded wait: the deadline's cancel becomes TimeoutError
                 body = await response.read()
-        except (TimeoutError, aiohttp.ClientError):
+        except TRANSPORT_ERRORS:
             body = b""
         finally:
             exchange.release()
@@ -546,8 +598,13 @@ class PostRequest:
         self._response: PostResponse | None = None
 
     async def __aenter__(self) -> PostResponse:
+        session = self._session
+        # The body as a payload that names its own type: no per-request headers for
+        # aiohttp to merge into the session's (~0.5 µs a request).
+        typed = BytesPayload(self._payload, content_type=_JSON_TYPE)
+        request = session.post(self._url, data=typed, timeout=self._timeout)
         response = await _send(
-            self._session, self._url, self._payload, self._timeout, self._seconds, self._deadlines
+            request, self._url, self._seconds, self._deadlines, not session.trace_configs
         )
         self._response = response
         return response
@@ -580,7 +637,7 @@ class PostResponse(Deadline):
 
     __slots__ = ("_response", "_seconds", "_untraced", "_url", "headers", "status")
 
-    _response: aiohttp.ClientResponse
+    _response: _Answer
     status: int
     headers: Mapping[str, str]
 
@@ -646,7 +703,7 @@ class PostResponse(Deadline):
             else:
                 with self:  # a guarded wait: the deadline's cancel becomes TimeoutError
                     body = await response.read()
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except TRANSPORT_ERRORS as exc:
             raise connection_error(exc, what=self._what, timeout=self._seconds) from exc
         self._end()  # read whole: nothing left to time
         try:
@@ -672,7 +729,9 @@ class PostResponse(Deadline):
         parser = SSEParser()
         loop = asyncio.get_running_loop()
         last_event = loop.time()
-        chunks = self._response.content.iter_any()
+        response = self._response
+        assert isinstance(response, aiohttp.ClientResponse)  # streams are aiohttp's (post())
+        chunks = response.content.iter_any()
         try:
             while True:
                 # A guarded wait: a deadline that passed meanwhile raises TimeoutError on

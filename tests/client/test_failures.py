@@ -233,7 +233,15 @@ async def test_secrets_never_reach_logs_reprs_or_errors(
     errors: list[BaseException] = []
     router = await make_router(sim, api_key=secret, ledger=MemoryLedger(Decimal(1)))
     await router.chat(MESSAGES, max_tokens=50, stream=True)
-    router._http._session._default_headers["Authorization"] = "Bearer sk-or-v1-wrong"  # type: ignore[union-attr]
+    http = router._http
+    assert http is not None
+    wrong = "Bearer sk-or-v1-wrong"
+    http._session._default_headers["Authorization"] = wrong  # type: ignore[union-attr]
+    http._headers["Authorization"] = wrong
+    if http._pool is not None:  # the lean POST path: rebuilt with the wrong key
+        await http._pool.aclose()
+        http._pool = None
+        http._heads.clear()
     try:
         await router.chat(MESSAGES, max_tokens=50)
     except AuthenticationError as exc:
