@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from _batch_helpers import assert_consistent, ledger_spent, read_records, write_prompts
+from _polling import until
 
 from provider_router import DataFileError, MemoryLedger
 from provider_router.batch.runner import BatchRunner
@@ -40,14 +41,6 @@ def two_dataset_plan(tmp_path: Path, budget: str = "10", **dataset: Any) -> Plan
             ],
         }
     )
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    for _ in range(6000):  # 30 s
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("condition never became true")
 
 
 def runner(plan: Plan, out: Path, sim: SimulatorServer, **kwargs: Any) -> BatchRunner:

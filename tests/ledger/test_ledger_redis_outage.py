@@ -15,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from _polling import until
 
 from provider_router import ConfigurationError, LedgerUnavailableError, RedisLedger
 from provider_router.batch.runner import BatchRunner
@@ -225,14 +226,6 @@ def records(out: Path) -> list[str]:
     if not path.exists():
         return []
     return [json.loads(line)["id"] for line in path.read_text().splitlines()]
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    for _ in range(6000):  # 30 s
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("condition never became true")
 
 
 async def run_through_outage(
