@@ -145,7 +145,9 @@ class H1Response:
         return self.read_nowait()
 
     def release(self) -> None:
-        """Done with the answer: its connection is reused when read to a clean end."""
+        """Done with the answer: its connection is reused if the answer ended cleanly
+        (whether or not it was read, as aiohttp hands a connection back at the body's
+        end), else closed."""
         conn = self._conn
         if conn is not None:
             self._conn = None
@@ -154,12 +156,9 @@ class H1Response:
             else:
                 conn.close()
 
-    def close(self) -> None:
-        """Done with the answer, not read to its end: its connection is closed."""
-        conn = self._conn
-        if conn is not None:
-            self._conn = None
-            conn.close()
+    close = release
+    """Done with the answer, maybe not read to its end: the same as :meth:`release`
+    (an answer still arriving closes its connection either way)."""
 
     def _finish(self, error: H1Error | None = None) -> None:
         self._eof = True
