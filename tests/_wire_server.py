@@ -189,7 +189,7 @@ Serve = Callable[..., Awaitable[WireServer]]
 
 @pytest.fixture(name="wire")
 async def wire_fixture() -> AsyncIterator[Serve]:
-    """``await wire(*scripts, port=0, tls=None, hang_up_on_accept=False)``: a started server."""
+    """``await wire(*scripts, port=, tls=, hang_up_on_accept=, host=)``: a started server."""
     servers: list[asyncio.Server] = []
     raws: list[WireServer] = []
 
@@ -198,13 +198,15 @@ async def wire_fixture() -> AsyncIterator[Serve]:
         port: int = 0,
         tls: ssl.SSLContext | None = None,
         hang_up_on_accept: bool = False,
+        host: str = "127.0.0.1",
     ) -> WireServer:
         raw = WireServer(scripts, hang_up_on_accept)
-        server = await asyncio.start_server(raw.handle, "127.0.0.1", port, ssl=tls)
+        server = await asyncio.start_server(raw.handle, host, port, ssl=tls)
         servers.append(server)
         raws.append(raw)
         raw.port = server.sockets[0].getsockname()[1]
-        raw.url = f"{'https' if tls else 'http'}://127.0.0.1:{raw.port}{BASE_PATH}"
+        authority = f"[{host}]:{raw.port}" if ":" in host else f"{host}:{raw.port}"
+        raw.url = f"{'https' if tls else 'http'}://{authority}{BASE_PATH}"
         return raw
 
     yield start

@@ -191,6 +191,18 @@ async def test_send_post_and_get_on_one_client(wire: Serve, clients: Clients, ki
     await server.until(lambda: server.closed == server.connections)
 
 
+async def test_an_ipv6_literal_base_url(wire: Serve, clients: Clients, kind: str) -> None:
+    try:
+        server = await wire([answer(ANSWER, GEN)], host="::1")
+    except OSError as exc:
+        pytest.skip(f"no IPv6 loopback here: {exc}")
+    http = clients.connect(kind, server.url, limit=10)
+    assert await exchange(http) == OK
+    assert await exchange(http) == OK
+    assert server.connections == 1
+    assert server.requests[0].headers["host"] == f"[::1]:{server.port}"
+
+
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A self-signed certificate for localhost and 127.0.0.1 (key beside it)."""
