@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Final
@@ -233,19 +233,23 @@ class Clients:
         *,
         limit: int = DEFAULT_CONNECTION_LIMIT,
         ca: ssl.SSLContext | None = None,
+        headers: Mapping[str, str] | None = None,
+        user_agent: str = USER_AGENT,
     ) -> HttpClient:
-        """``owned``: the client owns its session; ``aiohttp``: it adopts one carrying the key."""
+        """``owned``: the client owns its session; ``aiohttp``: it adopts one carrying the key
+        (and the same ``headers`` and ``user_agent``)."""
         session = None
         if kind == "owned":
-            http = HttpClient(url, KEY, limit=limit)
+            http = HttpClient(url, KEY, limit=limit, headers=headers, user_agent=user_agent)
         else:
             connector = aiohttp.TCPConnector(limit=limit, ssl=ca if ca is not None else True)
-            headers = {
+            sent = {
                 "Authorization": f"Bearer {KEY}",
-                "User-Agent": USER_AGENT,
+                "User-Agent": user_agent,
                 "Accept": "application/json",
+                **(headers or {}),
             }
-            session = aiohttp.ClientSession(connector=connector, headers=headers)
+            session = aiohttp.ClientSession(connector=connector, headers=sent)
             http = HttpClient(url, session=session)
         self._made.append((http, session))
         return http

@@ -418,6 +418,22 @@ async def test_the_request_goes_out_as_written(
     assert request.body == payload
 
 
+async def test_the_clients_own_headers_go_out_as_given(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    """OpenRouter's attribution headers and a custom User-Agent, beside the fixed ones."""
+    server = await wire([answer(ANSWER, GEN)])
+    attribution = {"HTTP-Referer": "https://example.org/app", "X-Title": "Wire test"}
+    http = clients.connect(kind, server.url, headers=attribution, user_agent="wire/1.0")
+    assert await exchange(http) == OK
+    (request,) = server.requests
+    assert request.headers["http-referer"] == "https://example.org/app"
+    assert request.headers["x-title"] == "Wire test"
+    assert request.headers["user-agent"] == "wire/1.0"
+    assert request.headers["authorization"] == "Bearer sk-or-v1-wire-test-key"
+    assert request.headers["content-length"] == str(len(PAYLOAD))
+
+
 @pytest.mark.parametrize("framing", ["content-length", "chunked"])
 async def test_a_large_body_arrives_intact(
     wire: Serve, clients: Clients, kind: str, framing: str

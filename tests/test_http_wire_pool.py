@@ -44,17 +44,19 @@ from provider_router import ConfigurationError
 SLOW = [0.05, answer(ANSWER, GEN)]  # the answer after a pause: requests overlap meanwhile
 
 
-@pytest.mark.parametrize("limit", [1, 3])
+@pytest.mark.parametrize("limit", [1, 3, 0])
 async def test_requests_at_once_share_at_most_limit_connections(
     wire: Serve, clients: Clients, kind: str, limit: int
 ) -> None:
+    """``limit=0``: no limit, one connection for each request at once."""
     server = await wire(SLOW)
     http = clients.connect(kind, server.url, limit=limit)
     outcomes = await asyncio.gather(*(exchange(http, alone=False) for _ in range(7)))
     assert outcomes == [OK] * 7
     assert len(http._deadlines) == 0
-    assert server.connections == limit
-    assert sorted({r.connection for r in server.requests}) == list(range(1, limit + 1))
+    opened = limit or 7
+    assert server.connections == opened
+    assert sorted({r.connection for r in server.requests}) == list(range(1, opened + 1))
 
 
 async def test_waiting_for_a_connection_past_the_deadline(
@@ -127,6 +129,9 @@ async def test_closing_the_client_closes_its_connections(
 async def test_closing_the_client_fails_a_request_in_flight(
     wire: Serve, clients: Clients, kind: str
 ) -> None:
+    """Waiting for the head. (Waiting for the body, aiohttp's read waits on until the
+    deadline, a RequestTimeout, where the lean path fails at once: both "may have been
+    sent", not held equal.)"""
     server = await wire([HOLD])
     http = clients.connect(kind, server.url, limit=3)
     in_flight = asyncio.ensure_future(exchange(http))
