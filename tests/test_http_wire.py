@@ -453,6 +453,9 @@ async def test_a_large_body_arrives_intact(
     assert server.connections == 1
 
 
+# JSON with CRLF inside, cut into 7-byte chunks: some split a CRLF of the data.
+PRETTY = json.dumps(json.loads(ANSWER), indent=1).replace("\n", "\r\n").encode()
+
 WITNESSED: dict[str, list[Script]] = {
     "content-length": [[answer(ANSWER, GEN, ("x-Odd-CASE", "  v  w "), ("X-Empty", ""))]],
     "tiny-writes": [bytewise(answer(ANSWER, GEN))],
@@ -465,6 +468,10 @@ WITNESSED: dict[str, list[Script]] = {
     "204": [[head("204 No Content", (GEN, ("Content-Type", "text/plain")))]],
     "429-then-200": [[STATUS_ERRORS["429"][0]], [answer(ANSWER, GEN)]],
     "500-chunked-then-200": [[STATUS_ERRORS["503-chunked"][0]], [answer(ANSWER, GEN)]],
+    "crlf-in-chunks": [
+        bytewise(_chunked(*(chunk(PRETTY[i : i + 7]) for i in range(0, len(PRETTY), 7))))
+    ],
+    "last-chunk-extension": [[_odd_chunks().replace(b"\r\n0\r\nX-T", b"\r\n0;end=1\r\nX-T")]],
 }
 
 

@@ -16,6 +16,7 @@ import asyncio
 import shutil
 import ssl
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -23,13 +24,16 @@ import pytest
 from _wire_server import (  # noqa: F401  (the clients, kind and wire fixtures)
     ANSWER,
     CHAT,
+    CLOSE,
     GEN,
     HOLD,
     JSON,
     OK,
     PAYLOAD,
+    SEEN,
     Clients,
     Outcome,
+    Script,
     Serve,
     answer,
     clients_fixture,
@@ -141,6 +145,57 @@ async def test_closing_the_client_fails_a_request_in_flight(
         error="APIConnectionError", phase="send", sent=True, message=f"POST {http.url(CHAT)}: "
     )
     await server.until(lambda: server.closed == 1)
+
+
+async def test_a_cancel_while_waiting_for_a_connection(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    """Queued behind the only connection, cancelled: it never reaches the server and
+    takes no place; the next request gets the connection's place when it frees."""
+    server = await wire([HOLD], [answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=1)
+    stalled = asyncio.ensure_future(exchange(http, seconds=0.3, alone=False))
+    await server.until(lambda: len(server.requests) == 1)
+    queued = asyncio.ensure_future(http.send(CHAT, PAYLOAD, request_timeout=5))
+    await asyncio.sleep(0.02)
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert (await stalled).error == "RequestTimeout"
+    assert len(http._deadlines) == 0
+    assert await exchange(http, seconds=1) == OK
+    assert [r.connection for r in server.requests] == [1, 2]
+
+
+RATE_LIMITED = answer(b'{"error":{"code":429,"message":"slow down"}}', status="429 Too Many")
+CUT = head(headers=(JSON, GEN), length=len(ANSWER)) + ANSWER[:20]
+GIST = OK.value  # the whole answer's value
+BURST: dict[str, tuple[Script, Outcome]] = {  # what is played, the gist of what comes
+    "whole": ([answer(ANSWER, GEN)], Outcome(status=200, complete=True, value=GIST)),
+    "late": ([0.01, answer(ANSWER, GEN)], Outcome(status=200, complete=True, value=GIST)),
+    "429": ([RATE_LIMITED], Outcome(status=429, error="RateLimitError", phase="send")),
+    "cut-body": (
+        [CUT, CLOSE],
+        Outcome(status=200, complete=False, error="APIConnectionError", phase="json", sent=True),
+    ),
+    "hang-up": ([CLOSE], Outcome(error="APIConnectionError", phase="send", sent=True)),
+}
+
+
+def _gist(outcome: Outcome) -> str:
+    return repr(replace(outcome, headers=(), message=None, retry_after=None))
+
+
+async def test_a_burst_of_mixed_answers(wire: Serve, clients: Clients, kind: str) -> None:
+    """25 requests at once over 4 connections, each answered as BURST says in turn: every
+    request gets its own answer or failure, whatever the connection it took."""
+    cases = list(BURST) * 5
+    server = await wire(*(BURST[case][0] for case in cases))
+    http = clients.connect(kind, server.url, limit=4)
+    outcomes = await asyncio.gather(*(exchange(http, alone=False) for _ in cases))
+    assert len(http._deadlines) == 0
+    assert sorted(map(_gist, outcomes)) == sorted(_gist(BURST[case][1]) for case in cases)
+    assert 4 <= server.connections <= 4 + 10  # a new one after each cut or hang-up at most
 
 
 async def test_a_cancel_while_waiting_for_the_head(
