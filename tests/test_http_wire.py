@@ -171,59 +171,6 @@ async def test_sequential_sends_share_one_connection(
     assert server.connections == 1
 
 
-# How servers spell "close": the field's value is a comma-separated, case-insensitive
-# list, with optional whitespace (spaces or tabs) after the colon (RFC 9110 7.6.1, 5.6).
-CLOSE_SPELLINGS = {
-    "usual": b"Connection: close",
-    "no-space": b"Connection:close",
-    "two-spaces": b"Connection:  close",
-    "tab": b"Connection:\tclose",
-    "capitals": b"connection: CLOSE",
-    "in-a-list": b"Connection: keep-alive, close",
-}
-# The lean path reads only "connection: close" (one space, alone) today: reported (#13).
-LEAN_MISSES_CLOSE = {"no-space", "two-spaces", "tab", "in-a-list"}
-
-
-def _closing(spelling: str) -> bytes:
-    raw = answer(ANSWER, GEN)
-    return raw.replace(b"\r\n\r\n", b"\r\n" + CLOSE_SPELLINGS[spelling] + b"\r\n\r\n", 1)
-
-
-def _known_difference(request: pytest.FixtureRequest, kind: str, spelling: str) -> None:
-    if kind == "owned" and spelling in LEAN_MISSES_CLOSE:
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="the lean path misses this Connection: close")
-        )
-
-
-@pytest.mark.parametrize("spelling", list(CLOSE_SPELLINGS))
-async def test_connection_close_in_the_answer_is_honoured(
-    wire: Serve, clients: Clients, kind: str, spelling: str, request: pytest.FixtureRequest
-) -> None:
-    """The server says close but leaves the socket open: the client must not reuse it."""
-    _known_difference(request, kind, spelling)
-    server = await wire([_closing(spelling)])
-    http = clients.connect(kind, server.url, limit=10)
-    for _ in range(3):
-        assert await exchange(http) == OK
-    assert [r.connection for r in server.requests] == [1, 2, 3]
-
-
-@pytest.mark.parametrize("spelling", list(CLOSE_SPELLINGS))
-async def test_connection_close_and_a_hang_up_fail_no_request(
-    wire: Serve, clients: Clients, kind: str, spelling: str, request: pytest.FixtureRequest
-) -> None:
-    """The server says close and hangs up at once: a client that missed the close would
-    send the next request into the dead connection (a failure that may have been billed)."""
-    _known_difference(request, kind, spelling)
-    server = await wire([_closing(spelling), CLOSE])
-    http = clients.connect(kind, server.url, limit=10)
-    for _ in range(3):
-        assert await exchange(http) == OK
-    assert [r.connection for r in server.requests] == [1, 2, 3]
-
-
 async def test_an_idle_connection_the_server_closed_is_not_reused(
     wire: Serve, clients: Clients, kind: str
 ) -> None:
