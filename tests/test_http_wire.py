@@ -415,6 +415,10 @@ WITNESSED: dict[str, list[Script]] = {
     "204": [[head("204 No Content", (GEN, ("Content-Type", "text/plain")))]],
     "429-then-200": [[STATUS_ERRORS["429"][0]], [answer(ANSWER, GEN)]],
     "500-chunked-then-200": [[STATUS_ERRORS["503-chunked"][0]], [answer(ANSWER, GEN)]],
+    "201": [[answer(ANSWER, GEN, status="201 Created")]],
+    "html-200": [
+        [head(headers=(("Content-Type", "text/html"),), length=19) + b"<html>oops</html>\r\n"]
+    ],
     "crlf-in-chunks": [
         bytewise(_chunked(*(chunk(PRETTY[i : i + 7]) for i in range(0, len(PRETTY), 7))))
     ],

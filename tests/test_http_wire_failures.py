@@ -181,3 +181,26 @@ async def test_a_malformed_head_aiohttp_reads(
     assert await exchange(http, seconds=STALL) == OK
     assert await exchange(http, seconds=STALL) == OK
     assert server.connections == 1
+
+
+@pytest.mark.parametrize("stage", ["cut", "stalled"])
+async def test_an_error_status_whose_body_does_not_come_whole(
+    wire: Serve, clients: Clients, kind: str, stage: str
+) -> None:
+    """The status and headers decide the error (the body is what OpenRouter said, when
+    it came): a 429 with Retry-After is a RateLimitError either way, at once or at the
+    deadline."""
+    part = head("429 Too Many Requests", (JSON, GEN, ("Retry-After", "3")), length=100) + b'{"err'
+    server = await wire([part, CLOSE if stage == "cut" else HOLD], [answer(ANSWER, GEN)])
+    http = clients.connect(kind, server.url, limit=10)
+    limited = Outcome(
+        status=429,
+        headers=("application/json", "gen-wire-1", "gen-wire-1", "3", None),
+        error="RateLimitError",
+        phase="send",
+        message="HTTP 429: Too Many Requests",
+        retry_after=3.0,
+    )
+    assert await exchange(http, seconds=STALL) == limited
+    assert await exchange(http) == OK
+    assert [r.connection for r in server.requests] == [1, 2]
