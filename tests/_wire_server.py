@@ -306,7 +306,8 @@ OK: Final = Outcome(status=200, complete=True, headers=SEEN, value=parsed(ANSWER
 """The outcome of ``answer(ANSWER, GEN)``."""
 
 
-def _failed(exc: APIError, phase: str, what: str) -> Outcome:
+def failure(exc: APIError, phase: str, what: str) -> Outcome:
+    """The outcome of an error raised by ``phase``; ``what`` is its "POST <url>" prefix."""
     text = str(exc)
     prefix = f"{what}: "
     if isinstance(exc, APIStatusError):
@@ -336,7 +337,7 @@ async def exchange(
         try:
             response = await http.send(CHAT, payload, request_timeout=seconds)
         except APIError as exc:
-            return _failed(exc, "send", what)
+            return failure(exc, "send", what)
         seen = Outcome(
             status=response.status,
             complete=response.complete,
@@ -346,7 +347,7 @@ async def exchange(
             value = await response.json()
         except APIError as exc:
             response.close()
-            failed = _failed(exc, "json", what)
+            failed = failure(exc, "json", what)
             return replace(failed, status=seen.status, complete=seen.complete, headers=seen.headers)
         response.release()
         return replace(seen, value=value)
