@@ -69,9 +69,15 @@ def chunked_stream(pause: float = 0.01) -> Script:
 
 
 async def stream(
-    http: HttpClient, *, seconds: float = 5.0, idle: float | None = None, stop: int = 0
+    http: HttpClient,
+    *,
+    seconds: float = 5.0,
+    idle: float | None = None,
+    stop: int = 0,
+    alone: bool = True,
 ) -> Outcome:
-    """One ``post()`` read with ``events()`` (``stop``: leave after that many events)."""
+    """One ``post()`` read with ``events()`` (``stop``: leave after that many events);
+    nothing left registered after it when it is ``alone`` in flight."""
     what = f"POST {http.url(CHAT)}"
     got: list[str] = []
     seen = Outcome()
@@ -89,7 +95,7 @@ async def stream(
             failed = replace(failed, status=seen.status, headers=seen.headers)
         return replace(failed, value=tuple(got))
     finally:
-        assert len(http._deadlines) == 0  # nothing left registered, whatever the end
+        assert not alone or len(http._deadlines) == 0  # nothing left registered, whatever the end
     return replace(seen, value=tuple(got))
 
 
@@ -279,3 +285,64 @@ async def test_a_stream_whose_head_never_comes(wire: Serve, clients: Clients, ki
         error="RequestTimeout", phase="enter", sent=True, message=_what(http), value=()
     )
     assert await stream(http) == STREAMED
+
+
+def _deflated() -> Script:
+    packer = zlib.compressobj()  # zlib-wrapped deflate, as servers send "deflate"
+    body = packer.compress(BODY) + packer.flush()
+    return [head(headers=(STREAM, GEN, ("Content-Encoding", "deflate")), length=len(body)) + body]
+
+
+BIG = "y" * 1_000_000
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        _deflated(),
+        [STREAM_HEAD, chunk(BODY), b"0\r\nX-Trailer: t\r\n\r\n"],
+        [STREAM_HEAD, chunk(event(BIG)), chunk(event("[DONE]")), b"0\r\n\r\n"],
+    ],
+    ids=["deflate", "trailers", "1MB-event"],
+)
+async def test_more_stream_shapes(wire: Serve, clients: Clients, kind: str, script: Script) -> None:
+    server = await wire(script)
+    http = clients.connect(kind, server.url, limit=10)
+    first = await stream(http)
+    assert first.value in (EVENTS, (BIG, "[DONE]"))
+    assert await stream(http) == first
+    assert [r.connection for r in server.requests] == [1, 1]
+
+
+async def test_a_half_event_trickling_past_the_idle_timeout(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    """Bytes keep coming but never finish an event: no event within the idle timeout."""
+    server = await wire([STREAM_HEAD, chunk(b"data: {"), *_trickle(b"x", 0.05, 40)[1:]])
+    http = clients.connect(kind, server.url, limit=10)
+    assert await stream(http, seconds=5, idle=STALL) == _broken(http, "RequestTimeout", ())
+
+
+async def test_streams_at_once_share_at_most_limit_connections(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    server = await wire(chunked_stream(pause=0.02))
+    http = clients.connect(kind, server.url, limit=2)
+    outcomes = await asyncio.gather(*(stream(http, alone=False) for _ in range(5)))
+    assert outcomes == [STREAMED] * 5
+    assert len(http._deadlines) == 0
+    assert server.connections == 2
+
+
+async def test_a_stream_cancelled_while_reading(wire: Serve, clients: Clients, kind: str) -> None:
+    server = await wire([STREAM_HEAD, chunk(event(EVENTS[0])), HOLD], chunked_stream())
+    http = clients.connect(kind, server.url, limit=1)
+    reading = asyncio.ensure_future(stream(http))
+    await server.until(lambda: len(server.requests) == 1)
+    await asyncio.sleep(0.02)  # the first event is in, the rest never comes
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    assert len(http._deadlines) == 0
+    assert await stream(http) == STREAMED
+    assert [r.connection for r in server.requests] == [1, 2]
