@@ -27,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from functools import partial
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any, Final
@@ -425,7 +426,13 @@ class HttpClient(AsyncResource):
             idle_timeout: seconds of silence allowed between two reads of the body.
         """
         timeout, seconds, url = self._post_target(path, request_timeout, idle_timeout)
-        return PostRequest(self.session(), url, payload, timeout, seconds, self._deadlines)
+        if not self._owns_session:
+            session = self.session()
+            start = self._aiohttp_post(session, url, payload, timeout)
+            return PostRequest(start, url, seconds, self._deadlines, not session.trace_configs)
+        pool = self._lean()
+        lean = partial(pool.post, self._request_head(pool, path, url), payload, idle_timeout)
+        return PostRequest(lean, url, seconds, self._deadlines, True)
 
     def _lean(self) -> H1Pool:
         """The lean connection pool, created on first use (inside the running loop)."""
@@ -457,16 +464,31 @@ class HttpClient(AsyncResource):
         """
         timeout, seconds, url = self._post_target(path, request_timeout, None)
         if not self._owns_session:
-            # The application's session: its connector, proxy and trace configs apply.
             session = self.session()
-            typed = BytesPayload(payload, content_type=_JSON_TYPE)
-            request = session.post(url, data=typed, timeout=timeout)
-            return _send(request, url, seconds, self._deadlines, not session.trace_configs)
+            start = self._aiohttp_post(session, url, payload, timeout)
+            return _send(start(), url, seconds, self._deadlines, not session.trace_configs)
         pool = self._lean()
         head = self._heads.get(path)
         if head is None:
-            head = self._heads[path] = pool.request_head(url.raw_path_qs, _JSON_TYPE)
+            head = self._request_head(pool, path, url)
         return _send(pool.post(head, payload), url, seconds, self._deadlines, True)
+
+    def _request_head(self, pool: H1Pool, path: str, url: URL) -> bytes:
+        """The lean pool's request head for ``path``, built once."""
+        head = self._heads.get(path)
+        if head is None:
+            head = self._heads[path] = pool.request_head(url.raw_path_qs, _JSON_TYPE)
+        return head
+
+    @staticmethod
+    def _aiohttp_post(
+        session: aiohttp.ClientSession, url: URL, payload: bytes, timeout: aiohttp.ClientTimeout
+    ) -> partial[aiohttp.client._RequestContextManager]:
+        """A POST on a given aiohttp session (its connector and trace configs apply), to start."""
+        # The body as a payload that names its own type: no per-request headers for
+        # aiohttp to merge into the session's (~0.5 µs a request).
+        typed = BytesPayload(payload, content_type=_JSON_TYPE)
+        return partial(session.post, url, data=typed, timeout=timeout)
 
     def _post_target(
         self, path: str, request_timeout: float | None, idle_timeout: float | None
@@ -570,41 +592,26 @@ async def _send(
 class PostRequest:
     """One POST in flight; entering it sends the request and checks the status."""
 
-    __slots__ = (
-        "_deadlines",
-        "_payload",
-        "_response",
-        "_seconds",
-        "_session",
-        "_timeout",
-        "_url",
-    )
+    __slots__ = ("_deadlines", "_response", "_seconds", "_start", "_untraced", "_url")
 
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        start: Callable[[], Awaitable[_Answer]],
         url: URL,
-        payload: bytes,
-        timeout: aiohttp.ClientTimeout,
         seconds: float,
         deadlines: Deadlines,
+        untraced: bool,
     ) -> None:
-        self._session = session
+        self._start = start  # called on entry: nothing is sent before
         self._url = url
-        self._payload = payload
-        self._timeout = timeout
         self._seconds = seconds
         self._deadlines = deadlines
+        self._untraced = untraced
         self._response: PostResponse | None = None
 
     async def __aenter__(self) -> PostResponse:
-        session = self._session
-        # The body as a payload that names its own type: no per-request headers for
-        # aiohttp to merge into the session's (~0.5 µs a request).
-        typed = BytesPayload(self._payload, content_type=_JSON_TYPE)
-        request = session.post(self._url, data=typed, timeout=self._timeout)
         response = await _send(
-            request, self._url, self._seconds, self._deadlines, not session.trace_configs
+            self._start(), self._url, self._seconds, self._deadlines, self._untraced
         )
         self._response = response
         return response
@@ -729,9 +736,7 @@ class PostResponse(Deadline):
         parser = SSEParser()
         loop = asyncio.get_running_loop()
         last_event = loop.time()
-        response = self._response
-        assert isinstance(response, aiohttp.ClientResponse)  # streams are aiohttp's (post())
-        chunks = response.content.iter_any()
+        chunks = self._response.content.iter_any()
         try:
             while True:
                 # A guarded wait: a deadline that passed meanwhile raises TimeoutError on
@@ -753,6 +758,6 @@ class PostResponse(Deadline):
                     )
         except RequestTimeout:
             raise
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except TRANSPORT_ERRORS as exc:
             raise connection_error(exc, what=self._what, timeout=self._seconds) from exc
         self._end()  # read to its end: nothing left to time
