@@ -119,12 +119,16 @@ async def test_a_trickling_stream_is_not_silent(serve) -> None:
 
 async def test_a_stream_that_falls_silent_times_out_and_is_not_reused(serve) -> None:
     server = await serve(stream([event(0), event(1)], pause=0.5))
+    seen: list[str] = []
+
+    async def read(http: HttpClient) -> None:
+        async with http.post(CHAT, PAYLOAD, request_timeout=30, idle_timeout=0.15) as r:
+            async for data in r.events():
+                seen.append(data)
+
     async with HttpClient(server.url, DEFAULT_TEST_KEY) as http:
-        seen = []
         with pytest.raises(RequestTimeout) as caught:
-            async with http.post(CHAT, PAYLOAD, request_timeout=30, idle_timeout=0.15) as r:
-                async for data in r.events():
-                    seen.append(data)
+            await read(http)
         assert len(seen) == 1
         assert caught.value.request_sent is not False
         assert not pool_of(http)._connections  # closed, not kept for reuse
@@ -139,7 +143,9 @@ async def test_a_compressed_stream_is_decoded_piece_by_piece(serve, encoding: st
     pieces.append(compressor.flush())
     header = f"Content-Encoding: {encoding}\r\n".encode()
     server = await serve(stream([p for p in pieces if p], pause=0.002, head=header))
-    async with HttpClient(server.url, DEFAULT_TEST_KEY) as http:
-        async with http.post(CHAT, PAYLOAD, request_timeout=30) as response:
-            seen = [json.loads(d)["n"] async for d in response.events()]
+    async with (
+        HttpClient(server.url, DEFAULT_TEST_KEY) as http,
+        http.post(CHAT, PAYLOAD, request_timeout=30) as response,
+    ):
+        seen = [json.loads(d)["n"] async for d in response.events()]
     assert seen == list(range(20))
