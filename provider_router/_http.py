@@ -3,10 +3,10 @@
 :class:`HttpClient` owns an :class:`aiohttp.ClientSession` (created lazily,
 inside the running loop) with the base URL, the ``Authorization`` header built
 once from a secret key, the ``User-Agent``, timeouts and connector limits. The
-non-streaming POST every completion takes (:meth:`HttpClient.send`) goes through
-the lean :class:`~provider_router._h1.H1Pool` instead when the client owns its
-connections (no ``session=`` given): a third of aiohttp's CPU a request, with
-the same answers and errors (docs/performance.md, "#13 wave 6").
+POSTs every completion takes (:meth:`HttpClient.send`, :meth:`HttpClient.post`)
+go through the lean :class:`~provider_router._h1.H1Pool` instead when the client
+owns its connections (no ``session=`` given): a third of aiohttp's CPU a request,
+with the same answers and errors (docs/performance.md, "#13 wave 6").
 Request methods translate foreign failures exactly once:
 
 * a non-2xx answer → :func:`error_from_response` (an :class:`APIStatusError`
