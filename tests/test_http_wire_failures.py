@@ -161,8 +161,7 @@ async def test_a_server_closing_right_after_a_whole_answer(
 
 
 # Not valid HTTP/1.1, but aiohttp reads them (llhttp is lenient), and the answer may
-# have been paid for: the lean path takes the first for a body without a length and
-# waits for the second's blank line, either until the deadline (reported on #13).
+# have been paid for: both clients read them.
 TOLERATED = {
     "space-before-colon": CUT_HEAD.replace(b"Content-Length:", b"Content-Length :") + ANSWER,
     "bare-lf": CUT_HEAD.replace(b"\r\n", b"\n") + ANSWER,
@@ -171,11 +170,8 @@ TOLERATED = {
 
 @pytest.mark.parametrize("case", list(TOLERATED))
 async def test_a_malformed_head_aiohttp_reads(
-    wire: Serve, clients: Clients, kind: str, case: str, request: pytest.FixtureRequest
+    wire: Serve, clients: Clients, kind: str, case: str
 ) -> None:
-    if kind == "owned":
-        reason = "the lean path waits until the deadline"
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     server = await wire([TOLERATED[case]])
     http = clients.connect(kind, server.url, limit=10)
     assert await exchange(http, seconds=STALL) == OK

@@ -61,8 +61,6 @@ CLOSE_SPELLINGS = {
     "capitals": b"connection: CLOSE",
     "in-a-list": b"Connection: keep-alive, close",
 }
-# The lean path reads only "connection: close" (one space, alone) today: reported (#13).
-LEAN_MISSES_CLOSE = {"no-space", "two-spaces", "tab", "in-a-list"}
 
 
 def _closing(spelling: str) -> bytes:
@@ -70,19 +68,11 @@ def _closing(spelling: str) -> bytes:
     return raw.replace(b"\r\n\r\n", b"\r\n" + CLOSE_SPELLINGS[spelling] + b"\r\n\r\n", 1)
 
 
-def _known_difference(request: pytest.FixtureRequest, kind: str, spelling: str) -> None:
-    if kind == "owned" and spelling in LEAN_MISSES_CLOSE:
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="the lean path misses this Connection: close")
-        )
-
-
 @pytest.mark.parametrize("spelling", list(CLOSE_SPELLINGS))
 async def test_connection_close_in_the_answer_is_honoured(
-    wire: Serve, clients: Clients, kind: str, spelling: str, request: pytest.FixtureRequest
+    wire: Serve, clients: Clients, kind: str, spelling: str
 ) -> None:
     """The server says close but leaves the socket open: the client must not reuse it."""
-    _known_difference(request, kind, spelling)
     server = await wire([_closing(spelling)])
     http = clients.connect(kind, server.url, limit=10)
     for _ in range(3):
@@ -92,11 +82,10 @@ async def test_connection_close_in_the_answer_is_honoured(
 
 @pytest.mark.parametrize("spelling", list(CLOSE_SPELLINGS))
 async def test_connection_close_and_a_hang_up_fail_no_request(
-    wire: Serve, clients: Clients, kind: str, spelling: str, request: pytest.FixtureRequest
+    wire: Serve, clients: Clients, kind: str, spelling: str
 ) -> None:
     """The server says close and hangs up at once: a client that missed the close would
     send the next request into the dead connection (a failure that may have been billed)."""
-    _known_difference(request, kind, spelling)
     server = await wire([_closing(spelling), CLOSE])
     http = clients.connect(kind, server.url, limit=10)
     for _ in range(3):

@@ -23,6 +23,8 @@ MAX_HEAD_BYTES: Final = 64 * 1024
 
 _HEAD_END: Final = b"\r\n\r\n"
 _HEX: Final = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_NAME_SPACE: Final = re.compile(rb"(?m)^([^:\r\n]*?)[ \t]+:")
+_CONNECTION: Final = re.compile(rb"\r\nconnection:([^\r\n]*)")
 
 # Body framing of the answer being read.
 _LENGTH: Final = 0  # Content-Length: ``_left`` bytes to come
@@ -226,13 +228,24 @@ class H1Connection(asyncio.Protocol):
         """Parse a status line and headers from ``data``; what follows them is returned."""
         while True:
             end = data.find(_HEAD_END)
-            if end < 0:
+            # Bare LF line ends (RFC 9112 §2.2 lets a recipient accept them; aiohttp does):
+            # a head that ends in LF LF before any CRLF CRLF.
+            bare = data.find(b"\n\n", 0, end if end >= 0 else len(data))
+            if bare >= 0:
+                head = data[:bare].replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+                data = data[bare + 2 :]
+            elif end < 0:
                 if len(data) > MAX_HEAD_BYTES:
                     raise H1Error("malformed answer: headers too long")
                 self._buffer = data
                 return b""
-            head = data[:end]
-            data = data[end + 4 :]
+            else:
+                head = data[:end]
+                data = data[end + 4 :]
+            if b" :" in head or b"\t:" in head:
+                # Whitespace between a field's name and its colon: invalid, but read as
+                # aiohttp reads it (an answer that may have been paid for is not dropped).
+                head = _NAME_SPACE.sub(rb"\1:", head)
             if head[:7] != b"HTTP/1." or len(head) < 12 or head[12:13] not in (b"", b" ", b"\r"):
                 raise H1Error(f"malformed answer: bad status line {_start(head)!r}")
             try:
@@ -249,7 +262,9 @@ class H1Connection(asyncio.Protocol):
 
     def _start_body(self, head: bytes, status: int) -> None:
         lower = head.lower()
-        reusable = head[7:8] == b"1" and b"\r\nconnection: close" not in lower
+        reusable = head[7:8] == b"1" and not (
+            b"\r\nconnection:" in lower and b"close" in _tokens(lower, _CONNECTION)
+        )
         response = H1Response(self, status, head.decode("utf-8", "surrogateescape"), reusable)
         if b"\r\ncontent-encoding:" in lower:
             encoding = _value(lower, b"\r\ncontent-encoding:").decode("latin-1")
@@ -357,6 +372,13 @@ def _value(lower_head: bytes, name: bytes) -> bytes:
     start = lower_head.find(name) + len(name)
     end = lower_head.find(b"\r\n", start)
     return lower_head[start : end if end >= 0 else None].strip()
+
+
+def _tokens(lower_head: bytes, header: re.Pattern[bytes]) -> set[bytes]:
+    """The comma-separated tokens of every line of one header (RFC 9110 §5.6.1)."""
+    return {
+        token.strip(b" \t") for line in header.findall(lower_head) for token in line.split(b",")
+    }
 
 
 def _start(head: bytes) -> bytes:
