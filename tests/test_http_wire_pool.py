@@ -20,7 +20,6 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-import aiohttp
 import pytest
 from _wire_server import (  # noqa: F401  (the clients, kind and wire fixtures)
     ANSWER,
@@ -362,10 +361,7 @@ async def test_a_json_answer_over_tls(
     server = await wire([answer(ANSWER, GEN)], [answer(ANSWER, GEN)], [chunked], tls=served)
     ca = None
     if trusted:
-        monkeypatch.setenv("SSL_CERT_FILE", str(certificate))
-        # aiohttp builds its default context at import, before the variable was set.
-        fresh = ssl.create_default_context()
-        monkeypatch.setattr(aiohttp.connector, "_SSL_CONTEXT_VERIFIED", fresh)
+        monkeypatch.setenv("SSL_CERT_FILE", str(certificate))  # read when the pool starts
         ca = ssl.create_default_context(cafile=certificate) if kind == "aiohttp" else None
     url = f"https://localhost:{server.port}/api/v1"
     http = clients.connect(kind, url, limit=10, ca=ca)
