@@ -235,16 +235,17 @@ class Clients:
         ca: ssl.SSLContext | None = None,
         headers: Mapping[str, str] | None = None,
         user_agent: str = USER_AGENT,
+        key: str = KEY,
     ) -> HttpClient:
         """``owned``: the client owns its session; ``aiohttp``: it adopts one carrying the key
         (and the same ``headers`` and ``user_agent``)."""
         session = None
         if kind == "owned":
-            http = HttpClient(url, KEY, limit=limit, headers=headers, user_agent=user_agent)
+            http = HttpClient(url, key, limit=limit, headers=headers, user_agent=user_agent)
         else:
             connector = aiohttp.TCPConnector(limit=limit, ssl=ca if ca is not None else True)
             sent = {
-                "Authorization": f"Bearer {KEY}",
+                "Authorization": f"Bearer {key}",
                 "User-Agent": user_agent,
                 "Accept": "application/json",
                 **(headers or {}),
