@@ -346,3 +346,17 @@ async def test_a_stream_cancelled_while_reading(wire: Serve, clients: Clients, k
     assert len(http._deadlines) == 0
     assert await stream(http) == STREAMED
     assert [r.connection for r in server.requests] == [1, 2]
+
+
+async def test_events_in_time_keep_the_idle_timeout_away(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    """An event every 0.04 s for 0.4 s under a 0.15 s idle timeout: each event (and each
+    read) restarts the wait, so the stream outlasts the idle timeout many times over."""
+    script: list[bytes | float | str] = [STREAM_HEAD]
+    for n in range(10):
+        script += [chunk(event(f'{{"n":{n}}}')), 0.04]
+    server = await wire([*script, chunk(event("[DONE]")), b"0\r\n\r\n"])
+    http = clients.connect(kind, server.url, limit=10)
+    expected = (*(f'{{"n":{n}}}' for n in range(10)), "[DONE]")
+    assert await stream(http, seconds=5, idle=0.15) == replace(WHOLE, value=expected)
