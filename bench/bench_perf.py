@@ -2,7 +2,9 @@
 
 Run: ``python -m bench perf`` (``--quick`` for a short run; ``--rounds``, ``--n``,
 ``--skip openai,litellm,redis,import``, ``--litellm-python PATH`` to take LiteLLM
-from another interpreter, ``--json FILE``). Scenarios: 2 s latency with 2,000
+from another interpreter, ``--json FILE``; ``--stream``: every request streamed, what
+the batch runner sends, against a bare aiohttp loop reading the same SSE stream; the
+openai and LiteLLM rows are left out). Scenarios: 2 s latency with 2,000
 requests in flight, and 200 ms with 500. Each client run is a fresh process
 (``python -m bench.bench_perf --client ...``) against a local OpenRouter started
 for that run alone in its own process; every client sends the same body (the
@@ -79,7 +81,9 @@ _SLOW_CLIENTS = ("openai", "litellm")
 # --- one client run (in its own process) ----------------------------------------------
 
 
-async def _router(url: str, n: int, concurrency: int, kind: str, redis_url: str | None) -> Any:
+async def _router(
+    url: str, n: int, concurrency: int, kind: str, redis_url: str | None, stream: bool = False
+) -> Any:
     from provider_router import MemoryLedger, ProviderPolicy, RedisLedger, Router, SQLiteLedger
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -113,22 +117,57 @@ async def _router(url: str, n: int, concurrency: int, kind: str, redis_url: str 
         ):
 
             async def send() -> None:
-                await router.chat(MESSAGES, max_tokens=MAX_TOKENS)
+                await router.chat(MESSAGES, max_tokens=MAX_TOKENS, stream=stream)
 
             return await _measured(_drive(send, n, concurrency))
+
+
+async def _bare_stream(url: str, n: int, concurrency: int, provider: dict[str, Any]) -> Any:
+    """A bare aiohttp loop reading each answer as a stream: every ``data:`` line
+    decoded, the cost taken from the usage chunk (what a user's own loop does)."""
+    import aiohttp
+
+    body = {
+        "model": MODEL,
+        "messages": MESSAGES,
+        "max_tokens": MAX_TOKENS,
+        "provider": provider,
+        "stream": True,
+    }
+    payload = json.dumps(body).encode()
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), headers=headers
+    ) as session:
+
+        async def send() -> None:
+            async with session.post(f"{url}/chat/completions", data=payload) as response:
+                if response.status != 200:
+                    raise RuntimeError(response.status)
+                cost = None
+                async for line in response.content:
+                    if line.startswith(b"data: ") and line[6:].strip() != b"[DONE]":
+                        usage = json.loads(line[6:]).get("usage")
+                        if usage:
+                            cost = usage["cost"]
+                if cost is None:
+                    raise RuntimeError("no usage in the stream")
+
+        return await _measured(_drive(send, n, concurrency))
 
 
 def _client(kind: str, url: str, n: int, concurrency: int, provider: dict[str, Any]) -> None:
     _uvloop()
     redis_url = os.environ.get("BENCH_REDIS_URL")
+    stream = os.environ.get("BENCH_STREAM") == "1"
     if kind == "bare":
-        coro = _bare(url, n, concurrency, provider)
+        coro = (_bare_stream if stream else _bare)(url, n, concurrency, provider)
     elif kind == "openai":
         coro = _openai(url, n, concurrency, provider)
     elif kind == "litellm":
         coro = _litellm(url, n, concurrency, provider)
     else:
-        coro = _router(url, n, concurrency, kind, redis_url)
+        coro = _router(url, n, concurrency, kind, redis_url, stream)
     result = asyncio.run(coro)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
@@ -142,10 +181,13 @@ def run_client(
     provider: dict[str, Any],
     python: str,
     redis_url: str | None,
+    stream: bool = False,
 ) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     if redis_url:
         env["BENCH_REDIS_URL"] = redis_url
+    if stream:
+        env["BENCH_STREAM"] = "1"
     args = ["-m", "bench.bench_perf", "--client", kind, url, str(n), str(concurrency)]
     done = subprocess.run(  # noqa: S603 - our own fixed command
         [python, *args, json.dumps(provider)],
@@ -264,11 +306,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", default="2s,200ms", help="comma list: 2s,200ms")
     parser.add_argument("--litellm-python", default=sys.executable)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--stream", action="store_true", help="stream every answer (bare and our rows only)"
+    )
     args = parser.parse_args(argv)
     rounds, n, n_slow = args.rounds, args.n, args.n_slow
     if args.quick:
         rounds, n, n_slow = 1, 3000, 1000
     skip = set(filter(None, args.skip.split(",")))
+    if args.stream:
+        skip |= {*_SLOW_CLIENTS, "import"}
     kinds = [k for k in KINDS if k not in skip]
     if "litellm" in kinds:
         probe = subprocess.run(  # noqa: S603 - our own fixed command
@@ -288,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.getloadavg()[0]:.1f}, Python {platform.python_version()}, {platform.platform()}",
         "rounds": rounds,
         "requests": {"ours_and_bare": n, "openai_litellm": n_slow},
+        "streamed": args.stream,
     }
     try:
         for label, latency, concurrency in SCENARIOS:
@@ -305,7 +353,14 @@ def main(argv: list[str] | None = None) -> int:
                         python = args.litellm_python if kind == "litellm" else sys.executable
                         count = n_slow if kind in _SLOW_CLIENTS else n
                         row = run_client(
-                            kind, sim.url, count, concurrency, provider, python, redis_url
+                            kind,
+                            sim.url,
+                            count,
+                            concurrency,
+                            provider,
+                            python,
+                            redis_url,
+                            args.stream,
                         )
                     finally:
                         sim.stop()
@@ -325,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
             "import aiohttp": round(import_seconds("import aiohttp"), 3),
             "import openai": round(import_seconds("import openai"), 3),
         }
+    if args.stream:
+        print("every answer streamed (SSE), bare aiohttp reading the same stream")
     print(_table(results))
     if "import_seconds" in results:
         for statement, seconds in results["import_seconds"].items():
