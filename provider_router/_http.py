@@ -318,6 +318,13 @@ class HttpClient(AsyncResource):
             secret = self._api_key.get_secret_value()
             remember(secret)  # scrubbed from every error a server echoes it into
             self._headers["Authorization"] = f"Bearer {secret}"
+        for name, value in self._headers.items():
+            if any(c in name or c in value for c in "\r\n\0"):
+                # Never the value itself: it may be the key.
+                what = "the API key" if name == "Authorization" else f"the {name!r} header"
+                raise ConfigurationError(
+                    f"{what} holds a line break or NUL, which HTTP cannot carry"
+                )
         self._session = session
         self._owns_session = session is None
         # The lean POST path (created on the first send, inside the running loop) and
@@ -468,9 +475,7 @@ class HttpClient(AsyncResource):
             start = self._aiohttp_post(session, url, payload, timeout)
             return _send(start(), url, seconds, self._deadlines, not session.trace_configs)
         pool = self._lean()
-        head = self._heads.get(path)
-        if head is None:
-            head = self._request_head(pool, path, url)
+        head = self._heads.get(path) or self._request_head(pool, path, url)
         return _send(pool.post(head, payload), url, seconds, self._deadlines, True)
 
     def _request_head(self, pool: H1Pool, path: str, url: URL) -> bytes:

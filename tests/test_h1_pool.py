@@ -19,7 +19,12 @@ import pytest
 from _polling import until
 from _raw_http import head, serve_fixture, whole  # noqa: F401  (the serve fixture)
 
-from provider_router import APIConnectionError, InvalidResponseError, RequestTimeout
+from provider_router import (
+    APIConnectionError,
+    ConfigurationError,
+    InvalidResponseError,
+    RequestTimeout,
+)
 from provider_router._h1 import KEEPALIVE_SECONDS, H1ConnectError, H1Error, H1Pool
 from provider_router._http import HttpClient, never_sent
 from provider_router.testing import DEFAULT_TEST_KEY
@@ -423,3 +428,37 @@ def test_errors_after_the_connection_opened_are_not_connect_errors() -> None:
 
     assert never_sent(H1ConnectError("refused"))
     assert not never_sent(H1Error("server disconnected before the answer"))
+
+
+@pytest.mark.parametrize("key", ["sk-or-v1-abc\r\nX-Injected: 1", "sk-or-v1-abc\ndef", "sk\0x"])
+def test_a_key_that_would_break_the_request_head_is_refused_unseen(key: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        HttpClient("http://127.0.0.1:9", key)
+    assert "API key" in str(caught.value)
+    assert key.strip() not in str(caught.value)
+    assert "abc" not in repr(caught.value)
+
+
+def test_a_header_that_would_break_the_request_head_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="'X-Title' header"):
+        HttpClient("http://127.0.0.1:9", headers={"X-Title": "a\r\nb"})
+
+
+async def test_header_values_go_out_utf8_encoded(serve) -> None:
+    seen: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        await reader.readexactly(len(PAYLOAD))
+        writer.write(head(len(BODY)) + BODY)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with HttpClient(f"http://127.0.0.1:{port}", headers={"X-Title": "données"}) as http:
+            assert await exchange(http) == ANSWER
+    finally:
+        server.close()
+    assert b"\r\nX-Title: donn\xc3\xa9es\r\n" in seen[0]

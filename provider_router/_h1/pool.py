@@ -22,8 +22,11 @@ class H1Pool:
     """Keep-alive connections to one origin, at most ``limit`` open (``0``: no limit).
 
     Args:
-        url: the origin's URL (``http://`` or ``https://``; the path is ignored).
-        headers: sent with every request (``Host`` and ``Content-Length`` are added).
+        host, port: the origin.
+        tls: whether to speak TLS (``https://``), verified against the system's CAs.
+        headers: sent with every request (``Host`` and ``Content-Length`` are added;
+            values are sent UTF-8 encoded, as aiohttp sends them; the caller has
+            refused line breaks in them).
         limit: most connections open at once; a request beyond waits for one.
         connect_timeout: seconds to open a connection (and its TLS handshake).
     """
@@ -62,7 +65,7 @@ class H1Pool:
             authority = f"[{host}]" if port == default_port else f"[{host}]:{port}"
         lines = [f"Host: {authority}\r\n"]
         lines += [f"{name}: {value}\r\n" for name, value in headers.items()]
-        self._fixed = "".join(lines).encode("latin-1")
+        self._fixed = "".join(lines).encode("utf-8")
         self.limit = limit
         self.connect_timeout = connect_timeout
         self.loop = asyncio.get_running_loop()
