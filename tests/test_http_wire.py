@@ -384,14 +384,11 @@ async def test_the_clients_own_headers_go_out_as_given(
 @pytest.mark.parametrize("where", ["key", "header", "user-agent"])
 @pytest.mark.parametrize("brk", ["\r\n", "\n"], ids=["crlf", "lf"])
 async def test_a_line_break_in_a_header_value_is_refused_before_sending(
-    wire: Serve, clients: Clients, kind: str, where: str, brk: str, request: pytest.FixtureRequest
+    wire: Serve, clients: Clients, kind: str, where: str, brk: str
 ) -> None:
     """A key or header value with a line break in it (two keys pasted into one variable)
     would write a header line of its own: refused (a ValueError: aiohttp's, or our
     ConfigurationError), nothing sent."""
-    if kind == "owned":
-        reason = "the lean path writes the line break: a header line injected (#13)"
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     server = await wire([answer(ANSWER, GEN)])
     evil = f"sk-or-v1-first{brk}X-Injected: 1"
     given = {"key": {"key": evil}, "header": {"headers": {"X-Title": evil}}}
