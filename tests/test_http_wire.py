@@ -381,6 +381,18 @@ async def test_the_clients_own_headers_go_out_as_given(
     assert request.headers["content-length"] == str(len(PAYLOAD))
 
 
+async def test_a_non_ascii_header_value_goes_out_as_utf8(
+    wire: Serve, clients: Clients, kind: str
+) -> None:
+    """An app title with an accent and an emoji: UTF-8 bytes on the wire, as aiohttp
+    writes them (the server here reads header bytes as latin-1)."""
+    server = await wire([answer(ANSWER, GEN)])
+    title = "Caf\u00e9 \u2615"
+    http = clients.connect(kind, server.url, headers={"X-Title": title})
+    assert await exchange(http) == OK
+    assert server.requests[0].headers["x-title"] == title.encode().decode("latin-1")
+
+
 @pytest.mark.parametrize("where", ["key", "header", "user-agent"])
 @pytest.mark.parametrize("brk", ["\r\n", "\n"], ids=["crlf", "lf"])
 async def test_a_line_break_in_a_header_value_is_refused_before_sending(
