@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from collections import deque
 from collections.abc import Mapping
@@ -10,6 +11,7 @@ from typing import Final
 
 from provider_router._h1.connection import H1Connection
 from provider_router._h1.errors import H1ConnectError, H1ConnectTimeout
+from provider_router._h1.resolver import Resolver
 from provider_router._h1.response import H1Response
 
 __all__ = ["KEEPALIVE_SECONDS", "H1Pool"]
@@ -38,6 +40,7 @@ class H1Pool:
         "_idle_stack",
         "_open",
         "_port",
+        "_resolver",
         "_ssl",
         "_waiters",
         "closed",
@@ -58,6 +61,7 @@ class H1Pool:
     ) -> None:
         self._host = host
         self._port = port
+        self._resolver = Resolver(host, port)
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if tls else None
         default_port = 443 if tls else 80
         authority = host if port == default_port else f"{host}:{port}"
@@ -152,13 +156,7 @@ class H1Pool:
         conn = H1Connection(self)
         try:
             async with asyncio.timeout(self.connect_timeout):
-                await self.loop.create_connection(
-                    lambda: conn,
-                    self._host,
-                    self._port,
-                    ssl=self._ssl,
-                    server_hostname=self._host if self._ssl is not None else None,
-                )
+                await self._open_socket(conn)
         except TimeoutError:
             self._forget(conn)
             raise H1ConnectTimeout(
@@ -180,6 +178,37 @@ class H1Pool:
             raise H1ConnectError(f"cannot connect to {self._host}:{self._port}: closed at once")
         self._connections.add(conn)
         return conn
+
+    async def _open_socket(self, conn: H1Connection) -> None:
+        """Connect ``conn`` to the first address that answers (the lookup shared by all)."""
+        addresses = await self._resolver.addresses()
+        failure: OSError | None = None
+        for family, proto, sockaddr in addresses:
+            sock = socket.socket(family, socket.SOCK_STREAM, proto)
+            try:
+                sock.setblocking(False)
+                await self.loop.sock_connect(sock, sockaddr)
+            except OSError as exc:
+                sock.close()
+                failure = exc
+                continue
+            except BaseException:
+                sock.close()
+                raise
+            try:
+                await self.loop.create_connection(
+                    lambda: conn,
+                    sock=sock,
+                    ssl=self._ssl,
+                    server_hostname=self._host if self._ssl is not None else None,
+                )
+            except BaseException:
+                sock.close()
+                raise
+            return
+        self._resolver.forget()  # no address took a connection: ask again next time
+        assert failure is not None  # addresses() never returns an empty list
+        raise failure
 
     def _forget(self, conn: H1Connection) -> None:
         if not conn.closed:
