@@ -328,6 +328,7 @@ async def test_a_compressed_body_is_decoded(serve, encoding: str, encode: Any) -
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", "chunk"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n{}\r\n0\r\n\r\n", "chunk"),
         (b"HTTP/1.1 2x0 OK\r\nContent-Length: 2\r\n\r\n{}", "status line"),
+        (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", "101"),
         (b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70_000, "too long"),
     ],
 )

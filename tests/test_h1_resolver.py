@@ -42,7 +42,9 @@ async def test_many_new_connections_share_one_lookup(serve) -> None:
         answers = await asyncio.gather(*(exchange(http) for _ in range(40)))
         assert answers == [ANSWER] * 40
         assert server.connections == 40  # all at once: each on a connection of its own
-        assert pool_of(http)._resolver.lookups == 1
+        resolver = pool_of(http)._resolver
+        assert resolver is not None
+        assert resolver.lookups == 1
 
 
 async def test_a_name_that_does_not_resolve_was_never_sent_and_is_not_kept() -> None:
@@ -51,18 +53,22 @@ async def test_a_name_that_does_not_resolve_was_never_sent_and_is_not_kept() -> 
             with pytest.raises(APIConnectionError) as caught:
                 await exchange(http)
             assert caught.value.request_sent is False
-            assert pool_of(http)._resolver.lookups == attempt  # asked again, not cached
+            resolver = pool_of(http)._resolver
+            assert resolver is not None
+            assert resolver.lookups == attempt  # asked again, not cached
 
 
 async def test_a_refusing_address_gives_way_to_the_next(serve, unused_tcp_port: int) -> None:
     server = await serve(whole(BODY))
     port = int(server.url.rsplit(":", 1)[1])
-    async with HttpClient(server.url, DEFAULT_TEST_KEY) as http:
+    url = server.url.replace("127.0.0.1", "localhost")
+    async with HttpClient(url, DEFAULT_TEST_KEY) as http:
         assert await exchange(http) == ANSWER  # the pool exists; its one connection idles
         pool = pool_of(http)
         for conn in list(pool._connections):
             conn.close()
         resolver = pool._resolver
+        assert resolver is not None  # a name, not an IP address
         resolver._addresses = [
             (socket.AF_INET, 6, ("127.0.0.1", unused_tcp_port)),  # nothing listens here
             (socket.AF_INET, 6, ("127.0.0.1", port)),
@@ -77,12 +83,13 @@ async def test_when_every_address_refuses_the_next_connection_looks_up_again(
     serve, unused_tcp_port: int
 ) -> None:
     server = await serve(whole(BODY))
-    async with HttpClient(server.url, DEFAULT_TEST_KEY) as http:
+    async with HttpClient(server.url.replace("127.0.0.1", "localhost"), DEFAULT_TEST_KEY) as http:
         assert await exchange(http) == ANSWER
         pool = pool_of(http)
         for conn in list(pool._connections):
             conn.close()
         resolver = pool._resolver
+        assert resolver is not None  # a name, not an IP address
         resolver._addresses = [(socket.AF_INET, 6, ("127.0.0.1", unused_tcp_port))]
         resolver._expires = asyncio.get_running_loop().time() + 60
         with pytest.raises(APIConnectionError) as caught:
@@ -90,3 +97,10 @@ async def test_when_every_address_refuses_the_next_connection_looks_up_again(
         assert caught.value.request_sent is False
         assert await exchange(http) == ANSWER  # looked up again: the real address
         assert resolver.lookups == 2
+
+
+async def test_an_ip_address_is_never_looked_up(serve) -> None:
+    server = await serve(whole(BODY))
+    async with HttpClient(server.url, DEFAULT_TEST_KEY) as http:
+        assert await exchange(http) == ANSWER
+        assert pool_of(http)._resolver is None

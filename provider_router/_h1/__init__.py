@@ -26,6 +26,7 @@ What it does, and why each rule keeps money safe:
 
 Modules: :mod:`.errors`, :mod:`.response` (one answer, whole or streamed),
 :mod:`.connection` (one connection: writing a request, parsing its answer),
+:mod:`.resolver` (the origin's addresses, looked up once per 10 s and shared),
 :mod:`.pool` (connections to one origin, their limit and reuse).
 """
 

@@ -254,6 +254,8 @@ class H1Connection(asyncio.Protocol):
                 raise H1Error(f"malformed answer: bad status line {_start(head)!r}") from None
             if status < 100:
                 raise H1Error(f"malformed answer: bad status line {_start(head)!r}")
+            if status == 101:  # we never ask to switch protocols
+                raise H1Error("malformed answer: 101 Switching Protocols to a plain POST")
             if status >= 200:
                 break
             # 1xx: an interim answer; the real one follows.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import socket
+import ipaddress
 import ssl
 from collections import deque
 from collections.abc import Mapping
@@ -61,7 +61,7 @@ class H1Pool:
     ) -> None:
         self._host = host
         self._port = port
-        self._resolver = Resolver(host, port)
+        self._resolver = None if _is_ip(host) else Resolver(host, port)
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if tls else None
         default_port = 443 if tls else 80
         authority = host if port == default_port else f"{host}:{port}"
@@ -181,32 +181,35 @@ class H1Pool:
 
     async def _open_socket(self, conn: H1Connection) -> None:
         """Connect ``conn`` to the first address that answers (the lookup shared by all)."""
-        addresses = await self._resolver.addresses()
+        resolver = self._resolver
+        if resolver is None:  # an IP address: nothing to look up
+            await self.loop.create_connection(
+                lambda: conn,
+                self._host,
+                self._port,
+                ssl=self._ssl,
+                server_hostname=self._host if self._ssl is not None else None,
+            )
+            return
+        addresses = await resolver.addresses()
         failure: OSError | None = None
         for family, proto, sockaddr in addresses:
-            sock = socket.socket(family, socket.SOCK_STREAM, proto)
             try:
-                sock.setblocking(False)
-                await self.loop.sock_connect(sock, sockaddr)
-            except OSError as exc:
-                sock.close()
-                failure = exc
-                continue
-            except BaseException:
-                sock.close()
-                raise
-            try:
+                # A numeric host: the loop connects without a lookup of its own.
                 await self.loop.create_connection(
                     lambda: conn,
-                    sock=sock,
+                    sockaddr[0],
+                    sockaddr[1],
+                    family=family,
+                    proto=proto,
                     ssl=self._ssl,
                     server_hostname=self._host if self._ssl is not None else None,
                 )
-            except BaseException:
-                sock.close()
-                raise
+            except OSError as exc:
+                failure = exc
+                continue
             return
-        self._resolver.forget()  # no address took a connection: ask again next time
+        resolver.forget()  # no address took a connection: ask again next time
         assert failure is not None  # addresses() never returns an empty list
         raise failure
 
@@ -238,3 +241,11 @@ class H1Pool:
             if not waiter.done():
                 waiter.set_result(None)
                 return
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
