@@ -145,10 +145,16 @@ async def _drive(send: Any, n: int, concurrency: int) -> tuple[int, int, list[fl
     return ok, failed, latencies
 
 
-async def _bare(url: str, n: int, concurrency: int, provider: dict[str, Any]) -> Any:
+async def _bare(
+    url: str, n: int, concurrency: int, provider: dict[str, Any], stream: bool = False
+) -> Any:
+    """A bare aiohttp + uvloop loop; ``stream``: each answer read as SSE lines, every
+    ``data:`` line decoded and the cost taken from the usage chunk (a user's own loop)."""
     import aiohttp
 
     body = {"model": MODEL, "messages": MESSAGES, "max_tokens": MAX_TOKENS, "provider": provider}
+    if stream:
+        body["stream"] = True
     payload = json.dumps(body).encode()
     headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
     async with aiohttp.ClientSession(
@@ -162,7 +168,20 @@ async def _bare(url: str, n: int, concurrency: int, provider: dict[str, Any]) ->
                     raise RuntimeError(response.status)
                 data["usage"]["cost"]
 
-        return await _measured(_drive(send, n, concurrency))
+        async def send_streamed() -> None:
+            async with session.post(f"{url}/chat/completions", data=payload) as response:
+                if response.status != 200:
+                    raise RuntimeError(response.status)
+                cost = None
+                async for line in response.content:
+                    if line.startswith(b"data: ") and line[6:].strip() != b"[DONE]":
+                        usage = json.loads(line[6:]).get("usage")
+                        if usage:
+                            cost = usage["cost"]
+                if cost is None:
+                    raise RuntimeError("no usage in the stream")
+
+        return await _measured(_drive(send_streamed if stream else send, n, concurrency))
 
 
 async def _ours(url: str, n: int, concurrency: int, provider: dict[str, Any]) -> Any:

@@ -122,46 +122,12 @@ async def _router(
             return await _measured(_drive(send, n, concurrency))
 
 
-async def _bare_stream(url: str, n: int, concurrency: int, provider: dict[str, Any]) -> Any:
-    """A bare aiohttp loop reading each answer as a stream: every ``data:`` line
-    decoded, the cost taken from the usage chunk (what a user's own loop does)."""
-    import aiohttp
-
-    body = {
-        "model": MODEL,
-        "messages": MESSAGES,
-        "max_tokens": MAX_TOKENS,
-        "provider": provider,
-        "stream": True,
-    }
-    payload = json.dumps(body).encode()
-    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
-    async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0), headers=headers
-    ) as session:
-
-        async def send() -> None:
-            async with session.post(f"{url}/chat/completions", data=payload) as response:
-                if response.status != 200:
-                    raise RuntimeError(response.status)
-                cost = None
-                async for line in response.content:
-                    if line.startswith(b"data: ") and line[6:].strip() != b"[DONE]":
-                        usage = json.loads(line[6:]).get("usage")
-                        if usage:
-                            cost = usage["cost"]
-                if cost is None:
-                    raise RuntimeError("no usage in the stream")
-
-        return await _measured(_drive(send, n, concurrency))
-
-
 def _client(kind: str, url: str, n: int, concurrency: int, provider: dict[str, Any]) -> None:
     _uvloop()
     redis_url = os.environ.get("BENCH_REDIS_URL")
     stream = os.environ.get("BENCH_STREAM") == "1"
     if kind == "bare":
-        coro = (_bare_stream if stream else _bare)(url, n, concurrency, provider)
+        coro = _bare(url, n, concurrency, provider, stream)
     elif kind == "openai":
         coro = _openai(url, n, concurrency, provider)
     elif kind == "litellm":
