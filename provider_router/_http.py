@@ -438,7 +438,8 @@ class HttpClient(AsyncResource):
             start = self._aiohttp_post(session, url, payload, timeout)
             return PostRequest(start, url, seconds, self._deadlines, not session.trace_configs)
         pool = self._lean()
-        lean = partial(pool.post, self._request_head(pool, path, url), payload, idle_timeout)
+        head = self._heads.get(path) or self._request_head(pool, path, url)
+        lean = partial(pool.post, head, payload, idle_timeout)
         return PostRequest(lean, url, seconds, self._deadlines, True)
 
     def _lean(self) -> H1Pool:
@@ -479,10 +480,8 @@ class HttpClient(AsyncResource):
         return _send(pool.post(head, payload), url, seconds, self._deadlines, True)
 
     def _request_head(self, pool: H1Pool, path: str, url: URL) -> bytes:
-        """The lean pool's request head for ``path``, built once."""
-        head = self._heads.get(path)
-        if head is None:
-            head = self._heads[path] = pool.request_head(url.raw_path_qs, _JSON_TYPE)
+        """Build and keep the lean pool's request head for ``path`` (once per path)."""
+        head = self._heads[path] = pool.request_head(url.raw_path_qs, _JSON_TYPE)
         return head
 
     @staticmethod

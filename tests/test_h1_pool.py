@@ -153,12 +153,13 @@ async def test_a_woken_waiter_that_is_cancelled_passes_its_turn_on(
 
 async def test_a_request_cancelled_mid_exchange_closes_its_connection(serve) -> None:
     stalled = asyncio.Event()
+    late = asyncio.Event()
 
     def answer(number: int) -> Any:
         async def write(writer: asyncio.StreamWriter) -> None:
             if number == 1:
                 stalled.set()
-                await asyncio.sleep(0.3)  # the late answer to the cancelled request
+                await late.wait()  # the late answer to the cancelled request
             writer.write(head(len(BODY)) + BODY)
             await writer.drain()
 
@@ -174,14 +175,17 @@ async def test_a_request_cancelled_mid_exchange_closes_its_connection(serve) -> 
         assert await exchange(http) == ANSWER
         # Closed at the cancel, not left open until its late answer arrives.
         assert len(pool_of(http)._connections) == 1
+        late.set()
     assert server.connections == 2, "the late answer's connection was never reused"
 
 
 async def test_a_deadline_mid_exchange_closes_its_connection(serve) -> None:
+    late = asyncio.Event()
+
     def answer(number: int) -> Any:
         async def write(writer: asyncio.StreamWriter) -> None:
             if number == 1:
-                await asyncio.sleep(0.4)
+                await late.wait()  # answered only after the client gave up
             writer.write(head(len(BODY)) + BODY)
             await writer.drain()
 
@@ -191,6 +195,7 @@ async def test_a_deadline_mid_exchange_closes_its_connection(serve) -> None:
     async with HttpClient(server.url, DEFAULT_TEST_KEY) as http:
         with pytest.raises(RequestTimeout) as caught:
             await exchange(http, seconds=0.1)
+        late.set()
         assert caught.value.request_sent is not False
         assert await exchange(http) == ANSWER
     assert server.connections == 2
@@ -245,11 +250,13 @@ async def test_bytes_nobody_asked_for_keep_an_idle_connection_from_reuse(
 
 
 async def test_a_body_released_unread_closes_its_connection(serve) -> None:
+    released = asyncio.Event()
+
     def answer(_: int) -> Any:
         async def write(writer: asyncio.StreamWriter) -> None:
             writer.write(head(len(BODY)) + BODY[:5])
             await writer.drain()
-            await asyncio.sleep(0.05)
+            await released.wait()
             writer.write(BODY[5:])
             await writer.drain()
 
@@ -260,6 +267,7 @@ async def test_a_body_released_unread_closes_its_connection(serve) -> None:
         response = await http.send(CHAT, PAYLOAD, request_timeout=5)
         assert not response.complete
         response.release()  # not read to its end: the rest must not reach the next request
+        released.set()
         assert await exchange(http) == ANSWER
     assert server.connections == 2
 
@@ -267,7 +275,7 @@ async def test_a_body_released_unread_closes_its_connection(serve) -> None:
 async def test_closing_the_client_ends_a_request_in_flight(serve) -> None:
     def answer(_: int) -> Any:
         async def write(writer: asyncio.StreamWriter) -> None:
-            await asyncio.sleep(10)
+            await asyncio.Event().wait()  # never answers
 
         return write
 

@@ -106,7 +106,7 @@ class H1Connection(asyncio.Protocol):
             if self._response is not None and data:
                 self._body(data)
         except H1Error as exc:
-            self._fail(exc)
+            self.close(exc)
 
     def eof_received(self) -> None:
         self._closed = True  # never reused; the transport closes and connection_lost follows
@@ -160,17 +160,20 @@ class H1Connection(asyncio.Protocol):
             self.pause(False)
         self._pool._idle(self)
 
-    def close(self) -> None:
-        """Close the connection (the pool forgets it when the close completes)."""
+    def close(self, error: H1Error | None = None) -> None:
+        """Close the connection (the pool forgets it when the close completes); an
+        exchange still under way fails with ``error`` (default: closed under it)."""
         self._stop_watchdog()
         waiter = self._waiter
         self._waiter = None
         if waiter is not None and not waiter.done():
-            waiter.set_exception(H1Error("the connection was closed before the answer came"))
+            waiter.set_exception(
+                error or H1Error("the connection was closed before the answer came")
+            )
         response = self._response
         self._response = None
         if response is not None and not response._eof:
-            response._finish(H1Error("the connection was closed before the answer ended"))
+            response._finish(error or H1Error("the connection was closed before the answer ended"))
         transport = self._transport
         if transport is not None and not self._closed:
             self._closed = True
@@ -188,16 +191,6 @@ class H1Connection(asyncio.Protocol):
         else:
             transport.resume_reading()
 
-    def _fail(self, error: H1Error) -> None:
-        waiter = self._waiter
-        self._waiter = None
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(error)
-        response = self._response
-        if response is not None and not response._eof:
-            response._finish(error)
-        self.close()
-
     def _watch(self) -> None:
         self._watchdog = None
         limit = self._idle_limit
@@ -213,7 +206,7 @@ class H1Connection(asyncio.Protocol):
         if loop.time() < due:
             self._watchdog = loop.call_at(due, self._watch)
             return
-        self._fail(H1ReadTimeout(f"nothing arrived for {limit:g} s"))
+        self.close(H1ReadTimeout(f"nothing arrived for {limit:g} s"))
 
     def _stop_watchdog(self) -> None:
         self._idle_limit = None

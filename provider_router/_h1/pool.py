@@ -98,7 +98,7 @@ class H1Pool:
             H1ConnectError: no connection could be opened (nothing was sent).
             H1Error: the exchange failed after the request was written.
         """
-        conn = self._take()
+        conn = self._take()  # an idle connection without a coroutine: the usual case
         if conn is None:
             conn = await self._connection()
         try:
@@ -173,8 +173,7 @@ class H1Pool:
             self._forget(conn)
             raise
         if conn.closed:  # closed during the handshake
-            self._open -= 1
-            self._wake()
+            self._forget(conn)
             raise H1ConnectError(f"cannot connect to {self._host}:{self._port}: closed at once")
         self._connections.add(conn)
         return conn
@@ -182,16 +181,10 @@ class H1Pool:
     async def _open_socket(self, conn: H1Connection) -> None:
         """Connect ``conn`` to the first address that answers (the lookup shared by all)."""
         resolver = self._resolver
-        if resolver is None:  # an IP address: nothing to look up
-            await self.loop.create_connection(
-                lambda: conn,
-                self._host,
-                self._port,
-                ssl=self._ssl,
-                server_hostname=self._host if self._ssl is not None else None,
-            )
-            return
-        addresses = await resolver.addresses()
+        # An IP address has nothing to look up (and through the resolver costs more).
+        addresses = (
+            [(0, 0, (self._host, self._port))] if resolver is None else await resolver.addresses()
+        )
         failure: OSError | None = None
         for family, proto, sockaddr in addresses:
             try:
@@ -209,7 +202,8 @@ class H1Pool:
                 failure = exc
                 continue
             return
-        resolver.forget()  # no address took a connection: ask again next time
+        if resolver is not None:
+            resolver.forget()  # no address took a connection: ask again next time
         assert failure is not None  # addresses() never returns an empty list
         raise failure
 

@@ -193,25 +193,32 @@ class H1Response:
 
     def _decoded(self) -> bytes:
         body = b"".join(self._body)
-        encoding = self._encoding
-        if encoding is None or not body:
+        if self._encoding is None or not body:
             return body
-        try:
-            # 47: zlib or gzip header, detected; -15: a raw deflate stream.
-            return zlib.decompress(body, 47 if encoding == "gzip" else 15)
-        except zlib.error:
-            if encoding == "deflate":
-                try:
-                    return zlib.decompress(body, -15)
-                except zlib.error:
-                    pass
-            raise H1Error(f"the answer's {encoding} body could not be decoded") from None
+        data = self._decode_piece(body)
+        decoder = self._decoder
+        assert decoder is not None  # made by _decode_piece
+        if not decoder.eof:  # a whole body that stops mid-stream is not a body
+            raise H1Error(f"the answer's {self._encoding} body is cut short")
+        return data
 
     def _decode_piece(self, data: bytes) -> bytes:
+        """Decode the next piece of a compressed body (streamed or whole)."""
         decoder = self._decoder
         if decoder is None:
-            decoder = self._decoder = zlib.decompressobj(47 if self._encoding == "gzip" else 15)
+            decoder = self._decoder = zlib.decompressobj(_wbits(self._encoding, data))
         try:
             return decoder.decompress(data)
         except zlib.error:
             raise H1Error(f"the answer's {self._encoding} body could not be decoded") from None
+
+
+def _wbits(encoding: str | None, start: bytes) -> int:
+    """zlib's window bits for a body: gzip or zlib detected (47); for ``deflate`` a raw
+    stream (-15) when it lacks the zlib header some servers leave out."""
+    if encoding == "gzip":
+        return 47
+    if len(start) < 2:
+        return 15  # too little to tell: the standard's zlib stream
+    zlib_header = start[0] & 0x0F == 8 and (start[0] << 8 | start[1]) % 31 == 0
+    return 15 if zlib_header else -15
