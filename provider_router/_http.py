@@ -436,7 +436,9 @@ class HttpClient(AsyncResource):
         if not self._owns_session:
             session = self.session()
             start = self._aiohttp_post(session, url, payload, timeout)
-            return PostRequest(start, url, seconds, self._deadlines, not session.trace_configs)
+            return PostRequest(
+                _ignoring_exchange(start), url, seconds, self._deadlines, not session.trace_configs
+            )
         pool = self._lean()
         head = self._heads.get(path) or self._request_head(pool, path, url)
         lean = partial(pool.post, head, payload, idle_timeout)
@@ -474,10 +476,12 @@ class HttpClient(AsyncResource):
         if not self._owns_session:
             session = self.session()
             start = self._aiohttp_post(session, url, payload, timeout)
-            return _send(start(), url, seconds, self._deadlines, not session.trace_configs)
+            exchange = PostResponse(url, seconds, not session.trace_configs)
+            return _send(start(), exchange, self._deadlines)
         pool = self._lean()
         head = self._heads.get(path) or self._request_head(pool, path, url)
-        return _send(pool.post(head, payload), url, seconds, self._deadlines, True)
+        exchange = PostResponse(url, seconds, True)
+        return _send(pool.post(head, payload, None, exchange), exchange, self._deadlines)
 
     def _request_head(self, pool: H1Pool, path: str, url: URL) -> bytes:
         """Build and keep the lean pool's request head for ``path`` (once per path)."""
@@ -542,21 +546,28 @@ _Answer = aiohttp.ClientResponse | H1Response
 """An answer's headers and body, from aiohttp or from the lean pool (same calls)."""
 
 
+def _ignoring_exchange(
+    start: Callable[[], Awaitable[_Answer]],
+) -> Callable[[PostResponse], Awaitable[_Answer]]:
+    """An aiohttp POST to start as the lean pool's is started (aiohttp cannot say
+    whether it wrote the request: it counts as sent)."""
+    return lambda _exchange: start()
+
+
 async def _send(
-    request: Awaitable[_Answer],
-    url: URL,
-    seconds: float,
-    deadlines: Deadlines,
-    untraced: bool,
+    request: Awaitable[_Answer], exchange: PostResponse, deadlines: Deadlines
 ) -> PostResponse:
     """Await one POST (``request``, not started yet) and check its status: a 2xx
-    :class:`PostResponse`, or the mapped error.
+    :class:`PostResponse` (``exchange``, its headers set), or the mapped error.
 
-    The request's deadline (``seconds``) is registered before it is sent and ends
-    here when the whole body came with the headers; otherwise the response keeps
-    it until it is released or closed.
+    The request's deadline (``exchange``'s seconds) is registered before it is sent
+    and ends here when the whole body came with the headers; otherwise the response
+    keeps it until it is released or closed. A failure while the request still
+    waited for a connection (the lean pool says so on ``exchange._unsent``) is
+    "never sent", whatever ended the wait: the deadline, a connect failure, a close.
     """
-    exchange = PostResponse(url, seconds, untraced)
+    url = exchange._url
+    seconds = exchange._seconds
     deadlines.begin(exchange, seconds)  # registered, and the wait for the headers guarded
     try:
         try:
@@ -570,9 +581,8 @@ async def _send(
             exchange._task = None
     except TRANSPORT_ERRORS as exc:
         exchange._end()
-        raise connection_error(
-            exc, what=f"POST {url}", timeout=seconds, sent=not never_sent(exc)
-        ) from exc
+        sent = not (exchange._unsent or never_sent(exc))
+        raise connection_error(exc, what=f"POST {url}", timeout=seconds, sent=sent) from exc
     except BaseException:
         exchange._end()
         raise
@@ -600,7 +610,7 @@ class PostRequest:
 
     def __init__(
         self,
-        start: Callable[[], Awaitable[_Answer]],
+        start: Callable[[PostResponse], Awaitable[_Answer]],
         url: URL,
         seconds: float,
         deadlines: Deadlines,
@@ -614,9 +624,8 @@ class PostRequest:
         self._response: PostResponse | None = None
 
     async def __aenter__(self) -> PostResponse:
-        response = await _send(
-            self._start(), self._url, self._seconds, self._deadlines, self._untraced
-        )
+        exchange = PostResponse(self._url, self._seconds, self._untraced)
+        response = await _send(self._start(exchange), exchange, self._deadlines)
         self._response = response
         return response
 
@@ -646,7 +655,7 @@ class PostResponse(Deadline):
         headers: the response headers (case-insensitive lookup).
     """
 
-    __slots__ = ("_response", "_seconds", "_untraced", "_url", "headers", "status")
+    __slots__ = ("_response", "_seconds", "_unsent", "_untraced", "_url", "headers", "status")
 
     _response: _Answer
     status: int
@@ -658,6 +667,8 @@ class PostResponse(Deadline):
         self._url = url
         self._seconds = seconds
         self._untraced = untraced  # no trace config: a whole body may skip read()
+        # True while the lean pool still waits for a connection (nothing written yet).
+        self._unsent = False
 
     @property
     def _what(self) -> str:

@@ -7,7 +7,7 @@ import ipaddress
 import ssl
 from collections import deque
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Protocol
 
 from provider_router._h1.connection import H1Connection
 from provider_router._h1.errors import H1ConnectError, H1ConnectTimeout
@@ -18,6 +18,12 @@ __all__ = ["KEEPALIVE_SECONDS", "H1Pool"]
 
 KEEPALIVE_SECONDS: Final = 15.0
 """An idle connection older than this is closed instead of reused."""
+
+
+class _Exchange(Protocol):
+    """Where :meth:`H1Pool.post` says whether the request still waits for a connection."""
+
+    _unsent: bool
 
 
 class H1Pool:
@@ -87,12 +93,21 @@ class H1Pool:
             + f"Content-Type: {content_type}\r\nContent-Length: ".encode("latin-1")
         )
 
-    async def post(self, head: bytes, body: bytes, idle_limit: float | None = None) -> H1Response:
+    async def post(
+        self,
+        head: bytes,
+        body: bytes,
+        idle_limit: float | None = None,
+        exchange: _Exchange | None = None,
+    ) -> H1Response:
         """Send ``head`` (from :meth:`request_head`) with ``body``; the answer once its
         headers are in.
 
         ``idle_limit``: seconds without a byte (waiting for the headers or between two
         pieces of the body) after which the exchange fails with :class:`H1ReadTimeout`.
+        ``exchange._unsent`` is True while the request waits for a connection (a slot
+        under the limit, or one being opened): whatever ends that wait (a deadline's
+        cancel included), nothing was written.
 
         Raises:
             H1ConnectError: no connection could be opened (nothing was sent).
@@ -100,7 +115,11 @@ class H1Pool:
         """
         conn = self._take()  # an idle connection without a coroutine: the usual case
         if conn is None:
+            if exchange is not None:
+                exchange._unsent = True
             conn = await self._connection()
+            if exchange is not None:
+                exchange._unsent = False
         try:
             return await conn.send(b"%b%d\r\n\r\n%b" % (head, len(body), body), idle_limit)
         except BaseException:
@@ -175,6 +194,9 @@ class H1Pool:
         if conn.closed:  # closed during the handshake
             self._forget(conn)
             raise H1ConnectError(f"cannot connect to {self._host}:{self._port}: closed at once")
+        if self.closed:  # aclose() ran while this one was opening: never send on it
+            self._forget(conn)
+            raise H1ConnectError("the connection pool is closed")
         self._connections.add(conn)
         return conn
 

@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from _blackhole import blackhole
 from _router_helpers import KIMI, MESSAGES, MakeRouter, RecordingSleep
 
 from provider_router import (
@@ -133,6 +134,32 @@ async def test_a_request_that_never_reached_openrouter_is_released(
     state = await ledger.snapshot()
     assert (state.released, state.reserved, router.unresolved) == (1, 0, [])
     await router.close()
+
+
+async def test_a_deadline_while_connecting_is_released_as_never_sent(
+    openrouter_sim: SimulatorServer, make_router: MakeRouter
+) -> None:
+    first = await make_router(openrouter_sim)
+    endpoints = await first._catalog.endpoints(KIMI)  # type: ignore[union-attr]
+    ledger = MemoryLedger(Decimal(1))
+    with blackhole() as port:  # SYNs unanswered: the deadline ends the connect
+        router = Router(
+            KIMI,
+            ledger=ledger,
+            retry=ONCE,
+            endpoints=endpoints,
+            api_key=DEFAULT_TEST_KEY,
+            base_url=f"http://127.0.0.1:{port}/api/v1",
+            request_timeout=0.2,
+            connect_timeout=30,
+        )
+        await router.open()
+        with pytest.raises(RequestTimeout) as info:
+            await router.chat(MESSAGES, max_tokens=100)
+        await router.close()
+    assert info.value.request_sent is False
+    state = await ledger.snapshot()
+    assert (state.released, state.reserved, router.unresolved) == (1, 0, [])
 
 
 @pytest.mark.parametrize(

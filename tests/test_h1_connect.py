@@ -1,0 +1,107 @@
+"""Opening a connection on the lean pool, over real sockets: what a request that never got
+one is (never sent, whatever ended its wait), and a pool closed while one was opening."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from _blackhole import blackhole_fixture  # noqa: F401  (the blackhole_port fixture)
+from _polling import until
+from _wire_server import HOLD, Serve, answer, wire_fixture  # noqa: F401  (the wire fixture)
+
+from provider_router import APIConnectionError, RequestTimeout
+from provider_router._h1 import H1Pool
+from provider_router._h1.resolver import Resolver
+from provider_router._http import HttpClient
+from provider_router.testing import DEFAULT_TEST_KEY
+
+CHAT = "/chat/completions"
+ANSWER = {"id": "gen-1"}
+BODY = json.dumps(ANSWER).encode()
+
+
+async def exchange(http: HttpClient, seconds: float = 5.0) -> Any:
+    response = await http.send(CHAT, b"{}", request_timeout=seconds)
+    try:
+        return await response.json()
+    finally:
+        response.close()
+
+
+def pool_of(http: HttpClient) -> H1Pool:
+    pool = http._pool
+    assert pool is not None, "the owned client sends through the lean pool"
+    return pool
+
+
+# --- a deadline before the request was written: never sent -------------------------------
+
+
+async def test_a_deadline_while_waiting_for_a_pool_slot_was_never_sent(wire: Serve) -> None:
+    server = await wire([HOLD])  # the first request holds the one connection allowed
+    async with HttpClient(server.url, DEFAULT_TEST_KEY, limit=1) as http:
+        first = asyncio.ensure_future(exchange(http))
+        await server.until(lambda: len(server.requests) == 1)
+        with pytest.raises(RequestTimeout) as caught:
+            await exchange(http, seconds=0.1)
+        assert caught.value.request_sent is False
+        assert "no connection within 0.1 s" in str(caught.value)
+        assert not pool_of(http)._waiters
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+    assert len(server.requests) == 1
+
+
+async def test_a_deadline_while_connecting_was_never_sent(blackhole_port: int) -> None:
+    url = f"http://127.0.0.1:{blackhole_port}"
+    async with HttpClient(url, DEFAULT_TEST_KEY, connect_timeout=30) as http:
+        with pytest.raises(RequestTimeout) as caught:
+            await exchange(http, seconds=0.2)
+        assert caught.value.request_sent is False
+        pool = pool_of(http)
+        assert (pool._open, pool._connections) == (0, set())
+        assert len(http._deadlines) == 0
+
+
+async def test_a_deadline_after_the_request_was_written_is_still_sent(wire: Serve) -> None:
+    server = await wire([HOLD])
+    async with HttpClient(server.url, DEFAULT_TEST_KEY) as http:
+        with pytest.raises(RequestTimeout) as caught:
+            await exchange(http, seconds=0.1)
+        assert caught.value.request_sent is True
+    assert len(server.requests) == 1
+
+
+# --- aclose() while a connection opens ----------------------------------------------------
+
+
+async def test_closing_while_a_connection_opens_sends_nothing_and_closes_the_socket(
+    wire: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await wire([answer(BODY)])
+    looked_up = asyncio.Event()
+    gate = asyncio.Event()
+    query = Resolver._query
+
+    async def held_query(self: Resolver, loop: asyncio.AbstractEventLoop) -> Any:
+        looked_up.set()
+        await gate.wait()  # the lookup (so the connection) completes only after aclose()
+        return await query(self, loop)
+
+    monkeypatch.setattr(Resolver, "_query", held_query)
+    http = HttpClient(server.url.replace("127.0.0.1", "localhost"), DEFAULT_TEST_KEY)
+    task = asyncio.ensure_future(exchange(http))
+    await looked_up.wait()
+    await http.aclose()
+    gate.set()
+    with pytest.raises(APIConnectionError) as caught:
+        await task
+    assert caught.value.request_sent is False
+    assert "closed" in str(caught.value)
+    await until(lambda: server.connections == server.closed)
+    assert server.requests == []  # nothing went out on the closed pool
+    assert pool_of(http)._open == 0
