@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import ssl
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _certificate import certificate_fixture  # noqa: F401  (the certificate fixture)
 from _wire_server import (  # noqa: F401  (the clients, kind and wire fixtures)
     ANSWER,
     CHAT,
@@ -309,40 +308,6 @@ async def test_an_ipv6_literal_base_url(wire: Serve, clients: Clients, kind: str
     assert await exchange(http) == OK
     assert server.connections == 1
     assert server.requests[0].headers["host"] == f"[::1]:{server.port}"
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A self-signed certificate for localhost and 127.0.0.1 (key beside it)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("no openssl CLI to make a test certificate")
-    where = tmp_path_factory.mktemp("tls")
-    subprocess.run(  # noqa: S603 - fixed arguments, the openssl found on PATH
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-keyout",
-            str(where / "key.pem"),
-            "-out",
-            str(where / "cert.pem"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return where / "cert.pem"
 
 
 @pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "untrusted"])
