@@ -78,3 +78,22 @@ async def serve_fixture() -> AsyncIterator[Callable[[Callable[[int], Any]], Any]
     for server in servers:
         server.close()
         await server.wait_closed()
+
+
+def answering(body: bytes) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any]:
+    """A handler for ``asyncio.start_server`` that answers every request with ``body``
+    (for tests that run their own loop, uvloop's, outside the ``serve`` fixture)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return handle

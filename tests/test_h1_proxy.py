@@ -5,6 +5,7 @@ proxy's own log says what went through it, and its credentials are never shown."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from decimal import Decimal
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from _certificate import certificate_fixture  # noqa: F401  (the certificate fixture)
 from _proxy_server import StartProxy, tinyproxy_fixture  # noqa: F401  (the tinyproxy fixture)
+from _raw_http import answering
 from _wire_server import Serve, answer, wire_fixture  # noqa: F401  (the wire fixture)
 
 from provider_router import (
@@ -212,3 +214,24 @@ async def test_a_router_run_goes_through_the_proxy(
     assert f"GET {openrouter_sim.url}/models/moonshotai/kimi-k2.5/endpoints" in seen
     assert all(line.split(" ", 1)[1].startswith(openrouter_sim.url) for line in seen)
     assert (await ledger.snapshot()).spent > 0
+
+
+def test_a_tunnel_under_uvloop(tinyproxy: StartProxy, certificate: Path) -> None:
+    """The CLI runs on uvloop: CONNECT, then TLS over the tunnel (its own start_tls)."""
+    uvloop = pytest.importorskip("uvloop")
+    proxy = tinyproxy()
+    served, trusted = tls_pair(certificate)
+
+    async def run() -> None:
+        server = await asyncio.start_server(answering(BODY), "127.0.0.1", 0, ssl=served)
+        port = server.sockets[0].getsockname()[1]
+        url = f"https://127.0.0.1:{port}/api/v1"
+        async with server, HttpClient(url, DEFAULT_TEST_KEY, ssl=trusted) as http:
+            assert await exchange(http) == ANSWER
+            assert await exchange(http) == ANSWER
+        assert proxy.requests() == [f"CONNECT 127.0.0.1:{port}"]
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HTTPS_PROXY", proxy.url)
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(run())

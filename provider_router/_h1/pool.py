@@ -296,9 +296,11 @@ class H1Pool:
             sock = await aiohappyeyeballs.start_connection(
                 infos, happy_eyeballs_delay=HAPPY_EYEBALLS_DELAY, interleave=1
             )
-        except (OSError, RuntimeError) as exc:  # uvloop may raise RuntimeError
-            resolver.forget()  # no address took a connection: ask again next time
-            raise exc if isinstance(exc, OSError) else OSError(str(exc)) from exc
+        except BaseException as exc:
+            resolver.forget()  # no address took a connection (in time): ask again next time
+            if isinstance(exc, RuntimeError):  # what uvloop may raise for a failed connect
+                raise OSError(str(exc)) from exc
+            raise
         try:
             transport, _ = await self.loop.create_connection(
                 protocol, sock=sock, ssl=tls, server_hostname=hostname
