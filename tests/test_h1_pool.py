@@ -206,7 +206,7 @@ async def test_an_idle_connection_past_keep_alive_is_not_reused(serve) -> None:
     async with HttpClient(server.url, DEFAULT_TEST_KEY) as http:
         assert await exchange(http) == ANSWER
         (idle,) = pool_of(http)._idle_stack
-        idle.idle_since -= KEEPALIVE_SECONDS + 1  # aged past keep-alive
+        idle.expires -= KEEPALIVE_SECONDS + 1  # aged past keep-alive
         assert await exchange(http) == ANSWER
         assert idle.closed
     assert server.connections == 2

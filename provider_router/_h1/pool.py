@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 import ssl
 from collections import deque
@@ -18,14 +19,45 @@ from provider_router._h1.proxy import Proxy, open_tunnel, tunnel_reader
 from provider_router._h1.resolver import Resolver
 from provider_router._h1.response import H1Response
 
-__all__ = ["HAPPY_EYEBALLS_DELAY", "KEEPALIVE_SECONDS", "H1Pool"]
+__all__ = [
+    "HAPPY_EYEBALLS_DELAY",
+    "KEEPALIVE_MARGIN",
+    "KEEPALIVE_SECONDS",
+    "REAP_INTERVAL",
+    "H1Pool",
+    "keep_alive_seconds",
+]
 
 HAPPY_EYEBALLS_DELAY: Final = 0.25
 """Seconds before the next address is tried while one is still connecting (RFC 8305's
 recommended "Connection Attempt Delay", aiohttp's default)."""
 
 KEEPALIVE_SECONDS: Final = 15.0
-"""An idle connection older than this is closed instead of reused."""
+"""An idle connection older than this is closed instead of reused (aiohttp's 15 s)."""
+
+KEEPALIVE_MARGIN: Final = 1.0
+"""Seconds before the server's own ``Keep-Alive: timeout=N`` at which an idle connection
+expires (half of ``N`` when ``N`` is under twice this): a request sent just as the server
+closes its end is lost, and may have been billed."""
+
+REAP_INTERVAL: Final = 0.1
+"""The idle reaper (one loop timer a pool, armed for the next expiry) wakes at most this
+often: an idle connection past its expiry is closed at most this late."""
+
+_KEEP_ALIVE_TIMEOUT: Final = re.compile(r"(?:^|[,;\s])timeout\s*=\s*\"?(\d{1,9})")
+
+
+def keep_alive_seconds(header: str | None) -> float:
+    """How long a connection may idle, by the server's ``Keep-Alive`` header
+    (``timeout=5, max=100``; RFC 2068 §19.7.1): :data:`KEEPALIVE_SECONDS` at most,
+    :data:`KEEPALIVE_MARGIN` before the server's word; ``0`` for ``timeout=0``."""
+    if header is None:
+        return KEEPALIVE_SECONDS
+    found = _KEEP_ALIVE_TIMEOUT.search(header.lower())
+    if found is None:
+        return KEEPALIVE_SECONDS
+    server = float(found.group(1))
+    return min(KEEPALIVE_SECONDS, max(server - KEEPALIVE_MARGIN, server / 2))
 
 
 class _Exchange(Protocol):
@@ -63,6 +95,7 @@ class H1Pool:
         "_open",
         "_port",
         "_proxy",
+        "_reaper",
         "_resolver",
         "_single_use",
         "_ssl",
@@ -120,6 +153,7 @@ class H1Pool:
         self._connections: set[H1Connection] = set()
         self._open = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._reaper: asyncio.TimerHandle | None = None
         self.closed = False
 
     def __repr__(self) -> str:
@@ -172,6 +206,10 @@ class H1Pool:
     async def aclose(self) -> None:
         """Close every connection, idle or busy."""
         self.closed = True
+        reaper = self._reaper
+        if reaper is not None:
+            self._reaper = None
+            reaper.cancel()
         for conn in list(self._connections):
             conn.close()
         self._idle_stack.clear()
@@ -187,8 +225,8 @@ class H1Pool:
             if conn.closed or conn._buffer:  # closed, or sent bytes nobody asked for
                 conn.close()
                 continue
-            if self.loop.time() - conn.idle_since > KEEPALIVE_SECONDS:
-                conn.close()
+            if self.loop.time() >= conn.expires:
+                conn.close()  # the server may be closing it this very moment
                 continue
             return conn
         return None
@@ -319,14 +357,38 @@ class H1Pool:
         self._open -= 1
         self._wake()
 
-    def _idle(self, conn: H1Connection) -> None:
+    def _idle(self, conn: H1Connection, answer: H1Response | None = None) -> None:
         if self._single_use:
             conn.close()
             return
-        conn.idle_since = self.loop.time()
+        keep = KEEPALIVE_SECONDS
+        if answer is not None:
+            keep = keep_alive_seconds(answer.headers.get("keep-alive"))
+            if keep <= 0:
+                conn.close()  # the server keeps no idle connection
+                return
+        now = self.loop.time()
+        conn.expires = expires = now + keep
         self._idle_stack.append(conn)
+        if self._reaper is None:
+            self._reaper = self.loop.call_at(max(expires, now + REAP_INTERVAL), self._reap)
         if self._waiters:
             self._wake()
+
+    def _reap(self) -> None:
+        """Close the idle connections past their expiry (a burst's connections do not
+        stay open once it is over); wake again for the next one to expire."""
+        self._reaper = None
+        now = self.loop.time()
+        stack = self._idle_stack
+        kept = [conn for conn in stack if not conn.closed and now < conn.expires]
+        for conn in stack:
+            if not conn.closed and now >= conn.expires:
+                conn.close()
+        stack[:] = kept  # the same order: the most recently used on top
+        if kept and not self.closed:
+            due = min(conn.expires for conn in kept)
+            self._reaper = self.loop.call_at(max(due, now + REAP_INTERVAL), self._reap)
 
     def _lost(self, conn: H1Connection) -> None:
         if conn in self._connections:
