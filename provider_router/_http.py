@@ -65,10 +65,12 @@ from provider_router._secrets import remember, scrub
 from provider_router.sse import SSEParser
 
 __all__ = [
-    "OWNED_HEADERS",
     "HttpClient",
+    "OWNED_HEADERS",
     "PostRequest",
     "PostResponse",
+    "check_headers",
+    "check_ssl",
     "connection_error",
     "decode_json",
     "error_from_response",
@@ -115,8 +117,9 @@ def check_headers(headers: Mapping[str, str], where: str) -> dict[str, str]:
     """``headers`` as a dict, once none of them is one the client sets itself.
 
     Raises:
-        ConfigurationError: a name in :data:`OWNED_HEADERS`, or a name or value
-            that is not a string; names the header, never its value (it may be a key).
+        ConfigurationError: a name in :data:`OWNED_HEADERS`, a name or value that is
+            not a string or holds a line break; names the header, never its value
+            (it may be a key).
     """
     checked: dict[str, str] = {}
     for name, value in headers.items():
@@ -126,8 +129,23 @@ def check_headers(headers: Mapping[str, str], where: str) -> dict[str, str]:
             raise ConfigurationError(
                 f"{where}: {name.strip()!r} is set by provider_router itself and cannot be given"
             )
+        if any(c in name or c in value for c in "\r\n\0"):
+            raise ConfigurationError(
+                f"{where}: the {name!r} header holds a line break or NUL, which HTTP cannot carry"
+            )
         checked[name] = value
     return checked
+
+
+def check_ssl(context: SSLContext | None) -> SSLContext | None:
+    """``context`` once it is an :class:`ssl.SSLContext` (or ``None``: the system's CAs).
+
+    Raises:
+        ConfigurationError: anything else (``ssl=False`` does not turn verification off).
+    """
+    if context is not None and not isinstance(context, SSLContext):
+        raise ConfigurationError(f"ssl must be an ssl.SSLContext, got {type(context).__name__}")
+    return context
 
 
 def resolve_base_url(base_url: str | None = None) -> str:
@@ -389,9 +407,7 @@ class HttpClient(AsyncResource):
                 )
         self._session = session
         self._owns_session = session is None
-        if ssl is not None and not isinstance(ssl, SSLContext):
-            raise ConfigurationError(f"ssl must be an ssl.SSLContext, got {type(ssl).__name__}")
-        self._ssl = ssl
+        self._ssl = check_ssl(ssl)
         # The environment's proxy for our origin, once (an adopted session has its own).
         self._proxy = proxy_for(URL(self.base_url)) if session is None else None
         self._proxy_url: URL | None = None
