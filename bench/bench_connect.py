@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import platform
 import socket
 import statistics
@@ -34,43 +33,10 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from provider_router import APIError
 from provider_router._h1 import pool as pool_module
 from provider_router._http import HttpClient
+from provider_router.testing.loopback import answer_every_request, blackhole
 
 BODY = b'{"id":"gen-1"}'
 KEY = "sk-or-v1-bench-connect"
-
-
-async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-            await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(BODY), BODY))
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    finally:
-        writer.close()
-
-
-class _Blackhole:
-    """A listener on 127.0.0.1 whose accept queue is full: SYNs to it go unanswered."""
-
-    def __init__(self) -> None:
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(0)
-        self.port: int = self.listener.getsockname()[1]
-        self.fillers = []
-        for _ in range(3):
-            filler = socket.socket()
-            filler.setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                filler.connect(("127.0.0.1", self.port))
-            self.fillers.append(filler)
-
-    def close(self) -> None:
-        for sock in [*self.fillers, self.listener]:
-            sock.close()
 
 
 class _TwoAddresses(AbstractResolver):
@@ -122,28 +88,27 @@ async def _aiohttp_round(ports: tuple[int, int]) -> float:
 
 
 async def _measure(rounds: int) -> dict[str, list[float]]:
-    server = await asyncio.start_server(_answer, "127.0.0.1", 0)
+    server = await asyncio.start_server(answer_every_request(BODY), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    blackhole = _Blackhole()
-    ports = (blackhole.port, port)
     results: dict[str, list[float]] = {"lean": [], "aiohttp": [], "sequential": []}
-    runs: dict[str, Callable[[], Awaitable[float]]] = {
-        "lean": lambda: _lean_round(ports, 3.0),
-        "aiohttp": lambda: _aiohttp_round(ports),
-    }
-    try:
-        for _ in range(rounds):
-            for name, run in runs.items():
-                results[name].append(await run())
-        delay = pool_module.HAPPY_EYEBALLS_DELAY
-        pool_module.HAPPY_EYEBALLS_DELAY = None  # type: ignore[misc]  # the old rule
+    with blackhole() as blackholed:
+        ports = (blackholed, port)
+        runs: dict[str, Callable[[], Awaitable[float]]] = {
+            "lean": lambda: _lean_round(ports, 3.0),
+            "aiohttp": lambda: _aiohttp_round(ports),
+        }
         try:
-            results["sequential"].append(await _lean_round(ports, 3.0))
+            for _ in range(rounds):
+                for name, run in runs.items():
+                    results[name].append(await run())
+            delay = pool_module.HAPPY_EYEBALLS_DELAY
+            pool_module.HAPPY_EYEBALLS_DELAY = None  # type: ignore[misc]  # the old rule
+            try:
+                results["sequential"].append(await _lean_round(ports, 3.0))
+            finally:
+                pool_module.HAPPY_EYEBALLS_DELAY = delay  # type: ignore[misc]
         finally:
-            pool_module.HAPPY_EYEBALLS_DELAY = delay  # type: ignore[misc]
-    finally:
-        blackhole.close()
-        server.close()
+            server.close()
     return results
 
 

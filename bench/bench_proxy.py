@@ -36,60 +36,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provider_router.testing.loopback import self_signed_certificate, tls_contexts
+
 BODY = b'{"id":"gen-1","usage":{"cost":0.25}}'
 KEY = "sk-or-v1-bench-proxy"
-
-
-def _certificate(where: Path) -> Path:
-    subprocess.run(  # noqa: S603 - fixed arguments, the openssl found on PATH
-        [
-            shutil.which("openssl") or "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(where / "key.pem"),
-            "-out",
-            str(where / "cert.pem"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return where / "cert.pem"
 
 
 def _serve(cert: str, ready: Any) -> None:
     import uvloop
 
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                await reader.readexactly(length)
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%b" % (len(BODY), BODY)
-                )
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
+    from provider_router.testing.loopback import answer_every_request, tls_contexts
 
     async def main() -> None:
-        served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        served.load_cert_chain(cert, str(Path(cert).with_name("key.pem")))
-        server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=served, backlog=1024)
+        served, _ = tls_contexts(Path(cert))
+        server = await asyncio.start_server(
+            answer_every_request(BODY), "127.0.0.1", 0, ssl=served, backlog=1024
+        )
         ready.send(server.sockets[0].getsockname()[1])
         await asyncio.Event().wait()
 
@@ -176,7 +138,7 @@ def main(argv: list[str]) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         where = Path(tmp)
-        cert = _certificate(where)
+        cert = self_signed_certificate(where, shutil.which("openssl") or "openssl")
         receiver, sender = mp.Pipe(duplex=False)
         server = mp.get_context("spawn").Process(target=_serve, args=(str(cert), sender))
         server.start()
@@ -186,7 +148,7 @@ def main(argv: list[str]) -> int:
             url = f"https://127.0.0.1:{port}/api/v1"
             proxy_url = f"http://127.0.0.1:{proxy_port}"
             os.environ["HTTPS_PROXY"] = proxy_url
-            trusted = ssl.create_default_context(cafile=str(cert))
+            _, trusted = tls_contexts(cert)
             cpu: dict[str, list[float]] = {"lean": [], "aiohttp": []}
             for _ in range(args.rounds):
                 cpu["lean"].append(uvloop.run(_lean(url, trusted, args.requests, args.in_flight)))

@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from provider_router._h1 import H1Pool
+from provider_router._http import HttpClient
+
 
 @dataclass
 class RawServer:
@@ -80,20 +83,23 @@ async def serve_fixture() -> AsyncIterator[Callable[[Callable[[int], Any]], Any]
         await server.wait_closed()
 
 
-def answering(body: bytes) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any]:
-    """A handler for ``asyncio.start_server`` that answers every request with ``body``
-    (for tests that run their own loop, uvloop's, outside the ``serve`` fixture)."""
+CHAT = "/chat/completions"
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-                await reader.readexactly(length)
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
 
-    return handle
+async def exchange(http: HttpClient, seconds: float = 5.0, payload: bytes = b"{}") -> Any:
+    """One completion on ``http``: sent, read whole and released (closed on an error)."""
+    response = await http.send(CHAT, payload, request_timeout=seconds)
+    try:
+        body = await response.json()
+    except BaseException:
+        response.close()
+        raise
+    response.release()
+    return body
+
+
+def pool_of(http: HttpClient) -> H1Pool:
+    """The lean pool of an owned client (created by its first request)."""
+    pool = http._pool
+    assert pool is not None, "the owned client sends through the lean pool"
+    return pool

@@ -12,33 +12,19 @@ from typing import Any
 import pytest
 from _blackhole import blackhole_fixture  # noqa: F401  (the blackhole_port fixture)
 from _polling import until
-from _raw_http import answering
+from _raw_http import exchange, pool_of
 from _wire_server import HOLD, Serve, answer, wire_fixture  # noqa: F401  (the wire fixture)
 
 from provider_router import APIConnectionError, RequestTimeout
-from provider_router._h1 import H1Pool
 from provider_router._h1.pool import HAPPY_EYEBALLS_DELAY
 from provider_router._h1.resolver import Resolver
 from provider_router._http import HttpClient
 from provider_router.testing import DEFAULT_TEST_KEY
+from provider_router.testing.loopback import answer_every_request
 
 CHAT = "/chat/completions"
 ANSWER = {"id": "gen-1"}
 BODY = json.dumps(ANSWER).encode()
-
-
-async def exchange(http: HttpClient, seconds: float = 5.0) -> Any:
-    response = await http.send(CHAT, b"{}", request_timeout=seconds)
-    try:
-        return await response.json()
-    finally:
-        response.close()
-
-
-def pool_of(http: HttpClient) -> H1Pool:
-    pool = http._pool
-    assert pool is not None, "the owned client sends through the lean pool"
-    return pool
 
 
 def addresses_of(http: HttpClient, *ports: int) -> Resolver:
@@ -161,7 +147,7 @@ def test_addresses_are_raced_under_uvloop_too(blackhole_port: int) -> None:
     uvloop = pytest.importorskip("uvloop")
 
     async def run() -> None:
-        server = await asyncio.start_server(answering(BODY), "127.0.0.1", 0)
+        server = await asyncio.start_server(answer_every_request(BODY), "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         async with server, HttpClient(f"http://localhost:{port}", DEFAULT_TEST_KEY) as http:
             http._lean().connect_timeout = 2

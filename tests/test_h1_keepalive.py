@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import pytest
+from _raw_http import exchange, pool_of
 from _wire_server import Serve, answer, wire_fixture  # noqa: F401  (the wire fixture)
 
-from provider_router._h1 import H1Pool
 from provider_router._h1.pool import KEEPALIVE_SECONDS, keep_alive_seconds
 from provider_router._http import HttpClient
 from provider_router.testing import DEFAULT_TEST_KEY
@@ -19,23 +18,6 @@ from provider_router.testing import DEFAULT_TEST_KEY
 CHAT = "/chat/completions"
 ANSWER = {"id": "gen-1"}
 BODY = json.dumps(ANSWER).encode()
-
-
-async def exchange(http: HttpClient) -> Any:
-    response = await http.send(CHAT, b"{}", request_timeout=5)
-    try:
-        body = await response.json()
-    except BaseException:
-        response.close()
-        raise
-    response.release()
-    return body
-
-
-def pool_of(http: HttpClient) -> H1Pool:
-    pool = http._pool
-    assert pool is not None, "the owned client sends through the lean pool"
-    return pool
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 from _certificate import certificate_fixture  # noqa: F401  (the certificate fixture)
 from _proxy_server import StartProxy, tinyproxy_fixture  # noqa: F401  (the tinyproxy fixture)
-from _raw_http import answering
+from _raw_http import exchange
 from _wire_server import Serve, answer, wire_fixture  # noqa: F401  (the wire fixture)
 
 from provider_router import (
@@ -28,6 +27,7 @@ from provider_router import (
 )
 from provider_router._http import HttpClient
 from provider_router.testing import DEFAULT_TEST_KEY
+from provider_router.testing.loopback import answer_every_request, tls_contexts
 
 CHAT = "/chat/completions"
 ANSWER = {"id": "gen-1"}
@@ -35,26 +35,11 @@ BODY = json.dumps(ANSWER).encode()
 PASSWORD = "pr0xy-s3cret-pw"
 
 
-async def exchange(http: HttpClient) -> Any:
-    response = await http.send(CHAT, b"{}", request_timeout=10)
-    try:
-        return await response.json()
-    finally:
-        response.close()
-
-
 async def traffic(http: HttpClient, posts: int = 3) -> None:
     """``posts`` completions (the lean pool) and one GET (aiohttp), all answered."""
     for _ in range(posts):
         assert await exchange(http) == ANSWER
     assert await http.get_json("/models") == ANSWER
-
-
-def tls_pair(certificate: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """The server's context, and a client one trusting only the test CA."""
-    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    served.load_cert_chain(certificate, certificate.with_name("key.pem"))
-    return served, ssl.create_default_context(cafile=certificate)
 
 
 @pytest.mark.parametrize("variable", ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"])
@@ -80,7 +65,7 @@ async def test_an_https_origin_is_reached_through_a_tunnel(
     variable: str,
 ) -> None:
     proxy = tinyproxy()
-    served, trusted = tls_pair(certificate)
+    served, trusted = tls_contexts(certificate)
     server = await wire([answer(BODY)], tls=served)
     monkeypatch.setenv(variable, proxy.url)
     url = f"https://127.0.0.1:{server.port}/api/v1"
@@ -115,7 +100,7 @@ async def test_a_proxy_with_credentials_is_used_and_never_shown(
     log_events: list[dict[str, Any]],
 ) -> None:
     proxy = tinyproxy(auth=("router", PASSWORD))
-    served, trusted = tls_pair(certificate)
+    served, trusted = tls_contexts(certificate)
     server = await wire([answer(BODY)], tls=served)
     monkeypatch.setenv("HTTPS_PROXY", f"http://router:{PASSWORD}@127.0.0.1:{proxy.port}")
     url = f"https://127.0.0.1:{server.port}/api/v1"
@@ -140,7 +125,7 @@ async def test_wrong_proxy_credentials_fail_without_showing_them(
     origin: str,
 ) -> None:
     proxy = tinyproxy(auth=("router", "the-right-one"))
-    served, trusted = tls_pair(certificate)
+    served, trusted = tls_contexts(certificate)
     server = await wire([answer(BODY)], tls=served if origin == "https" else None)
     for variable in ("HTTP_PROXY", "HTTPS_PROXY"):
         monkeypatch.setenv(variable, f"http://router:{PASSWORD}@127.0.0.1:{proxy.port}")
@@ -220,10 +205,10 @@ def test_a_tunnel_under_uvloop(tinyproxy: StartProxy, certificate: Path) -> None
     """The CLI runs on uvloop: CONNECT, then TLS over the tunnel (its own start_tls)."""
     uvloop = pytest.importorskip("uvloop")
     proxy = tinyproxy()
-    served, trusted = tls_pair(certificate)
+    served, trusted = tls_contexts(certificate)
 
     async def run() -> None:
-        server = await asyncio.start_server(answering(BODY), "127.0.0.1", 0, ssl=served)
+        server = await asyncio.start_server(answer_every_request(BODY), "127.0.0.1", 0, ssl=served)
         port = server.sockets[0].getsockname()[1]
         url = f"https://127.0.0.1:{port}/api/v1"
         async with server, HttpClient(url, DEFAULT_TEST_KEY, ssl=trusted) as http:

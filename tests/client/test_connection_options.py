@@ -4,7 +4,6 @@ and the headers the library sets itself refused by name (never by value)."""
 
 from __future__ import annotations
 
-import ssl
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,12 @@ from provider_router import (
 )
 from provider_router._http import HttpClient
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
+from provider_router.testing.loopback import tls_contexts
 
 FIXTURES = Path(__file__).parents[1] / "data" / "fixtures"
 GEMINI = "google/gemini-2.5-pro-preview"
 ATTRIBUTION = {"HTTP-Referer": "https://example.org/eagle", "X-OpenRouter-Title": "EAGLE-3 data"}
 SECRET = "sk-or-v1-0123456789abcdef-never-shown"
-
-
-def tls_pair(certificate: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """The server's context, and a client one trusting only the test CA."""
-    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    served.load_cert_chain(certificate, certificate.with_name("key.pem"))
-    return served, ssl.create_default_context(cafile=certificate)
 
 
 async def fixed_endpoints(sim: SimulatorServer, make_router: MakeRouter) -> Any:
@@ -44,7 +37,7 @@ async def fixed_endpoints(sim: SimulatorServer, make_router: MakeRouter) -> Any:
 async def test_a_router_sends_attribution_headers_over_a_private_ca(
     wire: Serve, certificate: Path, openrouter_sim: SimulatorServer, make_router: MakeRouter
 ) -> None:
-    served, trusted = tls_pair(certificate)
+    served, trusted = tls_contexts(certificate)
     server = await wire([answer(ANSWER)], tls=served)
     url = f"https://127.0.0.1:{server.port}/api/v1"
     async with Router(
@@ -67,7 +60,7 @@ async def test_a_router_sends_attribution_headers_over_a_private_ca(
 async def test_without_the_private_ca_the_handshake_fails_never_sent(
     wire: Serve, certificate: Path, openrouter_sim: SimulatorServer, make_router: MakeRouter
 ) -> None:
-    served, _ = tls_pair(certificate)
+    served, _ = tls_contexts(certificate)
     server = await wire([answer(ANSWER)], tls=served)
     async with Router(
         KIMI,
@@ -83,7 +76,7 @@ async def test_without_the_private_ca_the_handshake_fails_never_sent(
 
 
 async def test_a_catalog_of_its_own_takes_ssl_and_headers(wire: Serve, certificate: Path) -> None:
-    served, trusted = tls_pair(certificate)
+    served, trusted = tls_contexts(certificate)
     body = (
         FIXTURES / "endpoints_google-gemini-2.5-pro-preview_2025-05-23_cline-nock.json"
     ).read_bytes()
