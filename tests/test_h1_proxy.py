@@ -15,7 +15,7 @@ import pytest
 from _certificate import certificate_fixture  # noqa: F401  (the certificate fixture)
 from _proxy_server import StartProxy, tinyproxy_fixture  # noqa: F401  (the tinyproxy fixture)
 from _raw_http import exchange
-from _wire_server import Serve, answer, wire_fixture  # noqa: F401  (the wire fixture)
+from _wire_server import CLOSE, Serve, answer, wire_fixture  # noqa: F401  (the wire fixture)
 
 from provider_router import (
     APIConnectionError,
@@ -220,3 +220,33 @@ def test_a_tunnel_under_uvloop(tinyproxy: StartProxy, certificate: Path) -> None
         env.setenv("HTTPS_PROXY", proxy.url)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(run())
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        ([b"HTTP/1.1 403 Forbidden\r\nContent-Length: 5\r\n\r\nnope!"], "403 Forbidden"),
+        ([b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * 9000], "too long"),
+        ([b"HTTP/1.1 200 Conn", CLOSE], "closed the connection at CONNECT"),
+        ([b"SSH-2.0-OpenSSH_9.2\r\n\r\n"], "refused a tunnel"),
+        ([b"HTTP/1.1 200 Connection established\r\n\r\n", CLOSE], "Cannot connect"),
+    ],
+    ids=["refused", "endless-reply", "cut-reply", "not-http", "closed-before-tls"],
+)
+async def test_a_tunnel_that_does_not_open_was_never_sent(
+    wire: Serve, monkeypatch: pytest.MonkeyPatch, reply: list[Any], said: str
+) -> None:
+    """A scripted raw server plays the proxy: whatever goes wrong before the tunnel
+    carries TLS, the request was never sent, and the error says what the proxy did."""
+    proxy = await wire(reply)
+    monkeypatch.setenv("HTTPS_PROXY", f"http://router:{PASSWORD}@127.0.0.1:{proxy.port}")
+    async with HttpClient("https://127.0.0.1:9/api/v1", DEFAULT_TEST_KEY) as http:
+        with pytest.raises(APIConnectionError) as caught:
+            await exchange(http)
+    assert caught.value.request_sent is False
+    assert said in str(caught.value)
+    assert PASSWORD not in str(caught.value)
+    (connect,) = proxy.requests
+    assert (connect.method, connect.target) == ("CONNECT", "127.0.0.1:9")
+    assert connect.headers["proxy-authorization"].startswith("Basic ")
+    assert proxy.connections == 1
