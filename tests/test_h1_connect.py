@@ -91,6 +91,24 @@ async def test_a_deadline_while_waiting_for_a_pool_slot_was_never_sent(wire: Ser
     assert len(server.requests) == 1
 
 
+async def test_a_streams_deadline_while_waiting_for_a_pool_slot_was_never_sent(
+    wire: Serve,
+) -> None:
+    """The same through ``post()``, the context manager streams take."""
+    server = await wire([HOLD])
+    async with HttpClient(server.url, DEFAULT_TEST_KEY, limit=1) as http:
+        first = asyncio.ensure_future(exchange(http))
+        await server.until(lambda: len(server.requests) == 1)
+        with pytest.raises(RequestTimeout) as caught:
+            async with http.post(CHAT, b"{}", request_timeout=0.1, idle_timeout=5):
+                pass
+        assert caught.value.request_sent is False
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+    assert len(server.requests) == 1
+
+
 async def test_a_deadline_while_connecting_was_never_sent(blackhole_port: int) -> None:
     url = f"http://127.0.0.1:{blackhole_port}"
     async with HttpClient(url, DEFAULT_TEST_KEY, connect_timeout=30) as http:
