@@ -30,7 +30,7 @@ from provider_router._exceptions import ConfigurationError
 from provider_router._h1.errors import H1ConnectError
 from provider_router._secrets import remember
 
-__all__ = ["MAX_PROXY_REPLY_BYTES", "Proxy", "open_tunnel", "proxy_for"]
+__all__ = ["MAX_PROXY_REPLY_BYTES", "Proxy", "open_tunnel", "proxy_for", "tunnel_reader"]
 
 MAX_PROXY_REPLY_BYTES: Final = 8190
 """A proxy's answer to ``CONNECT`` longer than this (before its blank line) is refused."""
