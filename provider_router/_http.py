@@ -30,6 +30,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from functools import partial
 from http import HTTPStatus
+from ssl import SSLContext
 from types import TracebackType
 from typing import Any, Final
 
@@ -56,6 +57,7 @@ from provider_router._exceptions import (
     error_for_status,
 )
 from provider_router._h1 import H1ConnectError, H1Error, H1Pool, H1Response
+from provider_router._h1.proxy import proxy_for
 from provider_router._json import loads
 from provider_router._money import pin_exact_cost
 from provider_router._resource import AsyncResource
@@ -64,8 +66,11 @@ from provider_router.sse import SSEParser
 
 __all__ = [
     "HttpClient",
+    "OWNED_HEADERS",
     "PostRequest",
     "PostResponse",
+    "check_headers",
+    "check_ssl",
     "connection_error",
     "decode_json",
     "error_from_response",
@@ -83,6 +88,64 @@ TRANSPORT_ERRORS: Final = (TimeoutError, aiohttp.ClientError, H1Error)
 """What a failed exchange raises, on either transport (mapped by :func:`connection_error`)."""
 
 Params = Mapping[str, str | int | float]
+
+
+OWNED_HEADERS: Final = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "authorization",
+        "connection",
+        "content-encoding",
+        "content-length",
+        "content-type",
+        "expect",
+        "host",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+"""Headers the client sets (or that frame the request): refused in ``headers=``."""
+
+
+def check_headers(headers: Mapping[str, str], where: str) -> dict[str, str]:
+    """``headers`` as a dict, once none of them is one the client sets itself.
+
+    Raises:
+        ConfigurationError: a name in :data:`OWNED_HEADERS`, a name or value that is
+            not a string or holds a line break; names the header, never its value
+            (it may be a key).
+    """
+    checked: dict[str, str] = {}
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise ConfigurationError(f"{where}: header names and values must be strings")
+        if name.strip().lower() in OWNED_HEADERS:
+            raise ConfigurationError(
+                f"{where}: {name.strip()!r} is set by provider_router itself and cannot be given"
+            )
+        if any(c in name or c in value for c in "\r\n\0"):
+            raise ConfigurationError(
+                f"{where}: the {name!r} header holds a line break or NUL, which HTTP cannot carry"
+            )
+        checked[name] = value
+    return checked
+
+
+def check_ssl(context: SSLContext | None) -> SSLContext | None:
+    """``context`` once it is an :class:`ssl.SSLContext` (or ``None``: the system's CAs).
+
+    Raises:
+        ConfigurationError: anything else (``ssl=False`` does not turn verification off).
+    """
+    if context is not None and not isinstance(context, SSLContext):
+        raise ConfigurationError(f"ssl must be an ssl.SSLContext, got {type(context).__name__}")
+    return context
 
 
 def resolve_base_url(base_url: str | None = None) -> str:
@@ -256,9 +319,19 @@ class HttpClient(AsyncResource):
         limit: most connections open at once (``0`` = no limit).
         limit_per_host: most connections to one host (``0`` = no limit).
         user_agent: the ``User-Agent`` header.
-        headers: extra headers sent with every request.
+        headers: extra headers sent with every request (attribution such as
+            ``HTTP-Referer``, ``X-OpenRouter-Title``); a header the client sets
+            itself (:data:`OWNED_HEADERS`) is refused.
+        ssl: the TLS settings for an ``https://`` base URL (an
+            :class:`ssl.SSLContext` trusting a private CA, say); default: the
+            system's CAs (``SSL_CERT_FILE`` honoured).
         session: an existing session to use instead (not closed by us; its own
-            headers apply, so it must already carry any auth it needs).
+            headers, TLS settings and proxy apply, so it must already carry any auth
+            it needs).
+
+    The proxy is the environment's (``HTTPS_PROXY`` / ``HTTP_PROXY`` / ``ALL_PROXY``
+    / ``NO_PROXY``, read when the client is built: :func:`~provider_router._h1.proxy.proxy_for`),
+    for the lean POSTs and the GETs alike.
 
     Use as ``async with HttpClient() as http:`` or call :meth:`aclose`.
     """
@@ -270,11 +343,16 @@ class HttpClient(AsyncResource):
         "_deadlines",
         "_headers",
         "_heads",
+        "_key_header",
         "_limit",
         "_limit_per_host",
         "_owns_session",
         "_pool",
+        "_proxy",
+        "_proxy_headers",
+        "_proxy_url",
         "_session",
+        "_ssl",
         "_timeout",
         "_timeouts",
         "_urls",
@@ -293,6 +371,7 @@ class HttpClient(AsyncResource):
         limit_per_host: int = 0,
         user_agent: str = USER_AGENT,
         headers: Mapping[str, str] | None = None,
+        ssl: SSLContext | None = None,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
         if timeout <= 0 or connect_timeout <= 0:
@@ -313,11 +392,12 @@ class HttpClient(AsyncResource):
         self._limit = limit
         self._limit_per_host = limit_per_host
         self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
-        self._headers.update(headers or {})
+        self._headers.update(check_headers(headers or {}, "headers"))
         if self._api_key is not None:
             secret = self._api_key.get_secret_value()
             remember(secret)  # scrubbed from every error a server echoes it into
             self._headers["Authorization"] = f"Bearer {secret}"
+        self._key_header = {k: v for k, v in self._headers.items() if k == "Authorization"}
         for name, value in self._headers.items():
             if any(c in name or c in value for c in "\r\n\0"):
                 # Never the value itself: it may be the key.
@@ -327,6 +407,14 @@ class HttpClient(AsyncResource):
                 )
         self._session = session
         self._owns_session = session is None
+        self._ssl = check_ssl(ssl)
+        # The environment's proxy for our origin, once (an adopted session has its own).
+        self._proxy = proxy_for(URL(self.base_url)) if session is None else None
+        self._proxy_url: URL | None = None
+        self._proxy_headers: dict[str, str] | None = None
+        if self._proxy is not None:
+            self._proxy_url = URL(f"http://{self._proxy.authority}")
+            self._proxy_headers = self._proxy.headers()
         # The lean POST path (created on the first send, inside the running loop) and
         # its request heads, built once per path.
         self._pool: H1Pool | None = None
@@ -363,9 +451,17 @@ class HttpClient(AsyncResource):
         if self._closed:
             raise ConfigurationError("this HttpClient is closed; create a new one")
         if session is None:
-            connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=self._limit_per_host)
+            connector = aiohttp.TCPConnector(
+                limit=self._limit,
+                limit_per_host=self._limit_per_host,
+                ssl=self._ssl if self._ssl is not None else True,
+            )
+            # The key goes with each GET, not among the session's default headers:
+            # aiohttp merges those into a proxy's CONNECT, where its Authorization
+            # becomes the Proxy-Authorization (the key would go to the proxy).
+            unkeyed = {k: v for k, v in self._headers.items() if k != "Authorization"}
             session = aiohttp.ClientSession(
-                connector=connector, headers=self._headers, timeout=self._timeout
+                connector=connector, headers=unkeyed, timeout=self._timeout
             )
             self._session = session
         elif session.closed:
@@ -399,7 +495,12 @@ class HttpClient(AsyncResource):
         session = self.session()
         try:
             async with session.get(
-                url, params=params, timeout=self.timeout_for(request_timeout)
+                url,
+                params=params,
+                timeout=self.timeout_for(request_timeout),
+                headers=self._key_header if self._owns_session else None,
+                proxy=self._proxy_url,  # None for an adopted session: its own settings
+                proxy_headers=self._proxy_headers,
             ) as response:
                 body = await response.read()
                 status = response.status
@@ -436,7 +537,9 @@ class HttpClient(AsyncResource):
         if not self._owns_session:
             session = self.session()
             start = self._aiohttp_post(session, url, payload, timeout)
-            return PostRequest(start, url, seconds, self._deadlines, not session.trace_configs)
+            return PostRequest(
+                _ignoring_exchange(start), url, seconds, self._deadlines, not session.trace_configs
+            )
         pool = self._lean()
         head = self._heads.get(path) or self._request_head(pool, path, url)
         lean = partial(pool.post, head, payload, idle_timeout)
@@ -456,6 +559,8 @@ class HttpClient(AsyncResource):
                 headers=self._headers,
                 limit=min((n for n in (self._limit, self._limit_per_host) if n), default=0),
                 connect_timeout=self._connect_timeout,
+                ssl_context=self._ssl,
+                proxy=self._proxy,
             )
         return pool
 
@@ -474,10 +579,12 @@ class HttpClient(AsyncResource):
         if not self._owns_session:
             session = self.session()
             start = self._aiohttp_post(session, url, payload, timeout)
-            return _send(start(), url, seconds, self._deadlines, not session.trace_configs)
+            exchange = PostResponse(url, seconds, not session.trace_configs)
+            return _send(start(), exchange, self._deadlines)
         pool = self._lean()
         head = self._heads.get(path) or self._request_head(pool, path, url)
-        return _send(pool.post(head, payload), url, seconds, self._deadlines, True)
+        exchange = PostResponse(url, seconds, True)
+        return _send(pool.post(head, payload, None, exchange), exchange, self._deadlines)
 
     def _request_head(self, pool: H1Pool, path: str, url: URL) -> bytes:
         """Build and keep the lean pool's request head for ``path`` (once per path)."""
@@ -542,21 +649,28 @@ _Answer = aiohttp.ClientResponse | H1Response
 """An answer's headers and body, from aiohttp or from the lean pool (same calls)."""
 
 
+def _ignoring_exchange(
+    start: Callable[[], Awaitable[_Answer]],
+) -> Callable[[PostResponse], Awaitable[_Answer]]:
+    """An aiohttp POST to start as the lean pool's is started (aiohttp cannot say
+    whether it wrote the request: it counts as sent)."""
+    return lambda _exchange: start()
+
+
 async def _send(
-    request: Awaitable[_Answer],
-    url: URL,
-    seconds: float,
-    deadlines: Deadlines,
-    untraced: bool,
+    request: Awaitable[_Answer], exchange: PostResponse, deadlines: Deadlines
 ) -> PostResponse:
     """Await one POST (``request``, not started yet) and check its status: a 2xx
-    :class:`PostResponse`, or the mapped error.
+    :class:`PostResponse` (``exchange``, its headers set), or the mapped error.
 
-    The request's deadline (``seconds``) is registered before it is sent and ends
-    here when the whole body came with the headers; otherwise the response keeps
-    it until it is released or closed.
+    The request's deadline (``exchange``'s seconds) is registered before it is sent
+    and ends here when the whole body came with the headers; otherwise the response
+    keeps it until it is released or closed. A failure while the request still
+    waited for a connection (the lean pool says so on ``exchange._unsent``) is
+    "never sent", whatever ended the wait: the deadline, a connect failure, a close.
     """
-    exchange = PostResponse(url, seconds, untraced)
+    url = exchange._url
+    seconds = exchange._seconds
     deadlines.begin(exchange, seconds)  # registered, and the wait for the headers guarded
     try:
         try:
@@ -570,9 +684,8 @@ async def _send(
             exchange._task = None
     except TRANSPORT_ERRORS as exc:
         exchange._end()
-        raise connection_error(
-            exc, what=f"POST {url}", timeout=seconds, sent=not never_sent(exc)
-        ) from exc
+        sent = not (exchange._unsent or never_sent(exc))
+        raise connection_error(exc, what=f"POST {url}", timeout=seconds, sent=sent) from exc
     except BaseException:
         exchange._end()
         raise
@@ -600,7 +713,7 @@ class PostRequest:
 
     def __init__(
         self,
-        start: Callable[[], Awaitable[_Answer]],
+        start: Callable[[PostResponse], Awaitable[_Answer]],
         url: URL,
         seconds: float,
         deadlines: Deadlines,
@@ -614,9 +727,8 @@ class PostRequest:
         self._response: PostResponse | None = None
 
     async def __aenter__(self) -> PostResponse:
-        response = await _send(
-            self._start(), self._url, self._seconds, self._deadlines, self._untraced
-        )
+        exchange = PostResponse(self._url, self._seconds, self._untraced)
+        response = await _send(self._start(exchange), exchange, self._deadlines)
         self._response = response
         return response
 
@@ -646,7 +758,7 @@ class PostResponse(Deadline):
         headers: the response headers (case-insensitive lookup).
     """
 
-    __slots__ = ("_response", "_seconds", "_untraced", "_url", "headers", "status")
+    __slots__ = ("_response", "_seconds", "_unsent", "_untraced", "_url", "headers", "status")
 
     _response: _Answer
     status: int
@@ -658,6 +770,8 @@ class PostResponse(Deadline):
         self._url = url
         self._seconds = seconds
         self._untraced = untraced  # no trace config: a whole body may skip read()
+        # True while the lean pool still waits for a connection (nothing written yet).
+        self._unsent = False
 
     @property
     def _what(self) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from ssl import SSLContext
 from typing import Any, Final, TypeVar
 
 import cachetools
@@ -34,7 +35,7 @@ from provider_router._exceptions import (
     InvalidResponseError,
     NotFoundError,
 )
-from provider_router._http import HttpClient
+from provider_router._http import HttpClient, check_headers, check_ssl
 from provider_router._log import get_logger
 from provider_router._resource import AsyncResource
 from provider_router._types import Clock, ModelId
@@ -74,7 +75,13 @@ class Catalog(AsyncResource):
         api_key: optional key (default ``$OPENROUTER_API_KEY``); with one,
             OpenRouter also fills in latency and throughput.
         ttl: seconds an answer stays fresh.
-        http: an :class:`HttpClient` to use (not closed by the catalog).
+        http: an :class:`HttpClient` to use (not closed by the catalog; its own TLS
+            settings and headers apply).
+        ssl: an :class:`ssl.SSLContext` for an ``https://`` base URL (a private CA);
+            default: the system's CAs. Only for the catalog's own client.
+        headers: extra headers sent with every request (attribution, as
+            :class:`~provider_router.Router` takes them); headers the library sets
+            itself are refused. Only for the catalog's own client.
         timer: the clock the cache uses (default :func:`time.monotonic`).
 
     Example:
@@ -89,10 +96,19 @@ class Catalog(AsyncResource):
         *,
         ttl: float = DEFAULT_CATALOG_TTL,
         http: HttpClient | None = None,
+        ssl: SSLContext | None = None,
+        headers: Mapping[str, str] | None = None,
         timer: Clock | None = None,
     ) -> None:
         if ttl <= 0:
             raise ConfigurationError(f"ttl must be > 0 seconds, got {ttl}")
+        if http is not None and (ssl is not None or headers):
+            raise ConfigurationError(
+                "Catalog: ssl= and headers= configure the catalog's own client; "
+                "give them to the HttpClient passed as http= instead"
+            )
+        self._ssl = check_ssl(ssl)
+        self._headers = check_headers(headers or {}, "Catalog(headers=...)")
         self.ttl = ttl
         self._http = http
         self._owns_http = http is None
@@ -122,7 +138,9 @@ class Catalog(AsyncResource):
 
     def _client(self) -> HttpClient:
         if self._http is None:
-            self._http = HttpClient(self._base_url, self._api_key)
+            self._http = HttpClient(
+                self._base_url, self._api_key, headers=self._headers, ssl=self._ssl
+            )
         return self._http
 
     # --- lookups -------------------------------------------------------------------

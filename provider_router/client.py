@@ -37,6 +37,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
+from ssl import SSLContext
 from typing import Any, Final
 
 from pydantic import SecretStr
@@ -143,6 +144,15 @@ class Router(AsyncResource):
             not retried: it ends as it stands (``finish_reason="deadline"``),
             settled at what ``/generation`` says it cost.
         connect_timeout: seconds to open a connection.
+        ssl: an :class:`ssl.SSLContext` for the ``https://`` base URL (a private CA,
+            a client certificate); default: the system's CAs (``SSL_CERT_FILE``
+            honoured). Used by the completions and the router's own catalog.
+        headers: extra headers sent with every request, e.g. OpenRouter's
+            attribution headers ``{"HTTP-Referer": "https://example.org",
+            "X-OpenRouter-Title": "my job"}``; a header the library sets itself
+            (``Authorization``, ``Host``, ``Content-Length``, ``Content-Type``,
+            ``Transfer-Encoding``, ``Connection``...) is refused with a
+            :class:`~provider_router.ConfigurationError` naming it.
         credits_hold_timeout: seconds one request may spend waiting out
             temporary (in-flight hold) 402s.
         cost_sanity_factor: a settled cost above this many times its
@@ -180,6 +190,8 @@ class Router(AsyncResource):
         stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
         stream_deadline: float | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        ssl: SSLContext | None = None,
+        headers: Mapping[str, str] | None = None,
         credits_hold_timeout: float = 300.0,
         cost_sanity_factor: Decimal | int = DEFAULT_COST_SANITY_FACTOR,
         max_violations_in_a_row: int = DEFAULT_MAX_VIOLATIONS_IN_A_ROW,
@@ -246,6 +258,8 @@ class Router(AsyncResource):
         self._stream_idle_timeout = stream_idle_timeout
         self._stream_deadline = stream_deadline
         self._connect_timeout = connect_timeout
+        self._ssl = _http.check_ssl(ssl)
+        self._headers = _http.check_headers(headers or {}, "Router(headers=...)")
         self._http: _http.HttpClient | None = None
         self._plan: RoutePlan | None = None
         self._plan_time = 0.0
@@ -330,6 +344,8 @@ class Router(AsyncResource):
             self._api_key,
             connect_timeout=self._connect_timeout,
             limit=self.limiter.max_concurrency,
+            headers=self._headers,
+            ssl=self._ssl,
         )
         try:
             if self._endpoints is None and self._catalog is None:

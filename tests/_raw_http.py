@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from provider_router._h1 import H1Pool
+from provider_router._http import HttpClient
+
 
 @dataclass
 class RawServer:
@@ -78,3 +81,25 @@ async def serve_fixture() -> AsyncIterator[Callable[[Callable[[int], Any]], Any]
     for server in servers:
         server.close()
         await server.wait_closed()
+
+
+CHAT = "/chat/completions"
+
+
+async def exchange(http: HttpClient, seconds: float = 5.0, payload: bytes = b"{}") -> Any:
+    """One completion on ``http``: sent, read whole and released (closed on an error)."""
+    response = await http.send(CHAT, payload, request_timeout=seconds)
+    try:
+        body = await response.json()
+    except BaseException:
+        response.close()
+        raise
+    response.release()
+    return body
+
+
+def pool_of(http: HttpClient) -> H1Pool:
+    """The lean pool of an owned client (created by its first request)."""
+    pool = http._pool
+    assert pool is not None, "the owned client sends through the lean pool"
+    return pool

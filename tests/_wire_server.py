@@ -102,6 +102,8 @@ class WireServer:
 
     scripts: tuple[Script, ...]
     hang_up_on_accept: bool = False
+    idle_close: float | None = None  # seconds an idle connection is kept before closing it
+    idle_closed: int = 0  # connections the server closed for idling (not the client)
     url: str = ""
     port: int = 0
     connections: int = 0  # accepted
@@ -124,7 +126,13 @@ class WireServer:
             self.tasks.append(task)
         try:
             while not self.hang_up_on_accept:
-                request = await _read_request(reader, number)
+                try:
+                    # The server's own idle timer (its pace, as a script's pauses are).
+                    async with asyncio.timeout(self.idle_close):
+                        request = await _read_request(reader, number)
+                except TimeoutError:
+                    self.idle_closed += 1
+                    break
                 if request is None:
                     break  # the client closed an idle connection
                 self.requests.append(request)
@@ -189,7 +197,8 @@ Serve = Callable[..., Awaitable[WireServer]]
 
 @pytest.fixture(name="wire")
 async def wire_fixture() -> AsyncIterator[Serve]:
-    """``await wire(*scripts, port=, tls=, hang_up_on_accept=, host=)``: a started server."""
+    """``await wire(*scripts, port=, tls=, hang_up_on_accept=, host=, idle_close=)``: a
+    started server."""
     servers: list[asyncio.Server] = []
     raws: list[WireServer] = []
 
@@ -199,8 +208,9 @@ async def wire_fixture() -> AsyncIterator[Serve]:
         tls: ssl.SSLContext | None = None,
         hang_up_on_accept: bool = False,
         host: str = "127.0.0.1",
+        idle_close: float | None = None,
     ) -> WireServer:
-        raw = WireServer(scripts, hang_up_on_accept)
+        raw = WireServer(scripts, hang_up_on_accept, idle_close)
         server = await asyncio.start_server(raw.handle, host, port, ssl=tls)
         servers.append(server)
         raws.append(raw)

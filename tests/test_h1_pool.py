@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from _polling import until
-from _raw_http import head, serve_fixture, whole  # noqa: F401  (the serve fixture)
+from _raw_http import exchange, head, pool_of, serve_fixture, whole  # noqa: F401  (the serve fixture)
 
 from provider_router import (
     APIConnectionError,
@@ -48,23 +48,6 @@ def raw(data: bytes, *, close: bool = False) -> Callable[[int], Any]:
         return write
 
     return answer
-
-
-async def exchange(http: HttpClient, seconds: float = 5.0) -> Any:
-    response = await http.send(CHAT, PAYLOAD, request_timeout=seconds)
-    try:
-        body = await response.json()
-    except BaseException:
-        response.close()
-        raise
-    response.release()
-    return body
-
-
-def pool_of(http: HttpClient) -> H1Pool:
-    pool = http._pool
-    assert pool is not None, "the owned client sends through the lean pool"
-    return pool
 
 
 async def test_sequential_requests_share_one_connection(serve) -> None:
@@ -206,7 +189,7 @@ async def test_an_idle_connection_past_keep_alive_is_not_reused(serve) -> None:
     async with HttpClient(server.url, DEFAULT_TEST_KEY) as http:
         assert await exchange(http) == ANSWER
         (idle,) = pool_of(http)._idle_stack
-        idle.idle_since -= KEEPALIVE_SECONDS + 1  # aged past keep-alive
+        idle.expires -= KEEPALIVE_SECONDS + 1  # aged past keep-alive
         assert await exchange(http) == ANSWER
         assert idle.closed
     assert server.connections == 2
@@ -364,7 +347,7 @@ async def test_the_request_on_the_wire(serve) -> None:
         async with HttpClient(
             f"http://127.0.0.1:{port}/api/v1", DEFAULT_TEST_KEY, headers={"X-Title": "données"}
         ) as http:
-            assert await exchange(http) == ANSWER
+            assert await exchange(http, payload=PAYLOAD) == ANSWER
     finally:
         server.close()
     (wire,) = seen

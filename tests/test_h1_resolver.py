@@ -9,30 +9,15 @@ import json
 import socket
 
 import pytest
-from _raw_http import serve_fixture, whole  # noqa: F401  (the serve fixture)
+from _raw_http import exchange, pool_of, serve_fixture, whole  # noqa: F401  (the serve fixture)
 
 from provider_router import APIConnectionError
-from provider_router._h1 import H1Pool
 from provider_router._http import HttpClient
 from provider_router.testing import DEFAULT_TEST_KEY
 
 CHAT = "/chat/completions"
 ANSWER = {"id": "gen-1"}
 BODY = json.dumps(ANSWER).encode()
-
-
-async def exchange(http: HttpClient) -> object:
-    response = await http.send(CHAT, b"{}", request_timeout=5)
-    try:
-        return await response.json()
-    finally:
-        response.close()
-
-
-def pool_of(http: HttpClient) -> H1Pool:
-    pool = http._pool
-    assert pool is not None
-    return pool
 
 
 async def test_many_new_connections_share_one_lookup(serve) -> None:

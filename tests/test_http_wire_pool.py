@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import ssl
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _certificate import certificate_fixture  # noqa: F401  (the certificate fixture)
 from _wire_server import (  # noqa: F401  (the clients, kind and wire fixtures)
     ANSWER,
     CHAT,
@@ -111,15 +110,19 @@ async def test_waiting_for_a_connection_past_the_deadline(
     wire: Serve, clients: Clients, kind: str
 ) -> None:
     """The only connection is busy with a stalled answer: the second request times out
-    waiting for it, never sent as far as the server knows, but not provably so to the
-    client's money rules (request_sent stays True: only a refused connection is False)."""
+    waiting for it, never sent. The lean pool knows it wrote nothing (request_sent is
+    False, #20); an adopted aiohttp session cannot say where its wait ended, so there it
+    stays True (the side that never pays twice)."""
     server = await wire([HOLD], [answer(ANSWER, GEN)])
     http = clients.connect(kind, server.url, limit=1)
     stalled = asyncio.ensure_future(exchange(http, seconds=0.4, alone=False))
     await server.until(lambda: len(server.requests) == 1)
     waiting = await exchange(http, seconds=0.1, alone=False)
     assert waiting == Outcome(
-        error="RequestTimeout", phase="send", sent=True, message=f"POST {http.url(CHAT)}: "
+        error="RequestTimeout",
+        phase="send",
+        sent=kind == "aiohttp",
+        message=f"POST {http.url(CHAT)}: ",
     )
     assert len(server.requests) == 1  # it never reached the server
     assert (await stalled).error == "RequestTimeout"
@@ -305,40 +308,6 @@ async def test_an_ipv6_literal_base_url(wire: Serve, clients: Clients, kind: str
     assert await exchange(http) == OK
     assert server.connections == 1
     assert server.requests[0].headers["host"] == f"[::1]:{server.port}"
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A self-signed certificate for localhost and 127.0.0.1 (key beside it)."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("no openssl CLI to make a test certificate")
-    where = tmp_path_factory.mktemp("tls")
-    subprocess.run(  # noqa: S603 - fixed arguments, the openssl found on PATH
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-keyout",
-            str(where / "key.pem"),
-            "-out",
-            str(where / "cert.pem"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return where / "cert.pem"
 
 
 @pytest.mark.parametrize("trusted", [True, False], ids=["trusted", "untrusted"])

@@ -13,20 +13,27 @@ What it does, and why each rule keeps money safe:
 
 * **Sent or not.** A request counts as sent from the moment its bytes are
   handed to the socket. Only a failure to open the connection (refused, DNS,
-  TLS handshake, connect timeout) is :class:`H1ConnectError`, the one error
-  that proves nothing reached the server; everything after is :class:`H1Error`.
+  TLS handshake, a proxy's refusal, connect timeout) is :class:`H1ConnectError`,
+  the one error that proves nothing reached the server; everything after is
+  :class:`H1Error`. A request still waiting for a connection when its deadline
+  cancels it is marked so (``exchange._unsent``): never sent either.
 * **Reuse only what is known clean.** A connection goes back to the pool only
   when its answer ended cleanly, the server did not ask to close it, and
   nothing arrived after the answer. A cancel, a failure or an answer still
   arriving closes it: a late answer can never be read as the next request's.
-* **Idle connections age out** after :data:`KEEPALIVE_SECONDS` (aiohttp's 15 s):
-  a server may close an idle connection just as we reuse it.
+* **Idle connections age out** after :data:`KEEPALIVE_SECONDS` (aiohttp's 15 s),
+  or a margin before the server's ``Keep-Alive: timeout=N``: a server may close an
+  idle connection just as we reuse it. An idle reaper closes them once expired.
+* **Connecting**: the origin's addresses (one lookup shared by all) are raced as
+  RFC 8305 says (``aiohappyeyeballs``); through the environment's proxy
+  (:mod:`.proxy`) an HTTPS origin is reached by a ``CONNECT`` tunnel.
 * No ``Accept-Encoding`` is sent; a ``gzip``/``deflate`` body is decoded anyway.
   Redirects are not followed: a 3xx is an error status like any other.
 
 Modules: :mod:`.errors`, :mod:`.response` (one answer, whole or streamed),
 :mod:`.connection` (one connection: writing a request, parsing its answer),
 :mod:`.resolver` (the origin's addresses, looked up once per 10 s and shared),
+:mod:`.proxy` (the environment's proxy, and the ``CONNECT`` tunnel through it),
 :mod:`.pool` (connections to one origin, their limit and reuse).
 """
 

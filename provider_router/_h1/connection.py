@@ -43,7 +43,7 @@ class _Home(Protocol):
 
     loop: asyncio.AbstractEventLoop
 
-    def _idle(self, conn: H1Connection) -> None: ...
+    def _idle(self, conn: H1Connection, answer: H1Response | None) -> None: ...
     def _lost(self, conn: H1Connection) -> None: ...
 
 
@@ -64,7 +64,7 @@ class H1Connection(asyncio.Protocol):
         "_transport",
         "_waiter",
         "_watchdog",
-        "idle_since",
+        "expires",
     )
 
     def __init__(self, pool: _Home) -> None:
@@ -82,7 +82,7 @@ class H1Connection(asyncio.Protocol):
         self._idle_limit: float | None = None
         self._last_data = 0.0
         self._watchdog: asyncio.TimerHandle | None = None
-        self.idle_since = 0.0
+        self.expires = 0.0  # when idle: not reused from then on (set by the pool)
 
     @property
     def closed(self) -> bool:
@@ -151,6 +151,7 @@ class H1Connection(asyncio.Protocol):
 
     def recycle(self) -> None:
         """Back to the pool (the answer ended cleanly)."""
+        answer = self._response
         self._response = None
         self._stop_watchdog()
         if self._closed or self._buffer:
@@ -158,7 +159,7 @@ class H1Connection(asyncio.Protocol):
             return
         if self._paused:
             self.pause(False)
-        self._pool._idle(self)
+        self._pool._idle(self, answer)  # its headers may say how long the server keeps it
 
     def close(self, error: H1Error | None = None) -> None:
         """Close the connection (the pool forgets it when the close completes); an

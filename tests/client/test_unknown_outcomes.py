@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from _blackhole import blackhole
 from _router_helpers import KIMI, MESSAGES, MakeRouter, RecordingSleep
 
 from provider_router import (
@@ -109,30 +110,59 @@ async def test_a_524_is_held_and_a_502_released(
     assert state.reserved == router.unresolved[0].amount
 
 
-async def test_a_request_that_never_reached_openrouter_is_released(
-    openrouter_sim: SimulatorServer, make_router: MakeRouter
-) -> None:
-    first = await make_router(openrouter_sim)
+async def unreachable_router(
+    sim: SimulatorServer, make_router: MakeRouter, port: int, **kwargs: Any
+) -> Router:
+    """An open Router whose base URL is 127.0.0.1:``port`` (endpoints from ``sim``), no retry."""
+    first = await make_router(sim)
     endpoints = await first._catalog.endpoints(KIMI)  # type: ignore[union-attr]
-    with socket.socket() as probe:  # a port nobody listens on: connection refused
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    ledger = MemoryLedger(Decimal(1))
     router = Router(
         KIMI,
-        ledger=ledger,
         retry=ONCE,
         endpoints=endpoints,
         api_key=DEFAULT_TEST_KEY,
         base_url=f"http://127.0.0.1:{port}/api/v1",
+        **kwargs,
     )
     await router.open()
+    return router
+
+
+async def test_a_request_that_never_reached_openrouter_is_released(
+    openrouter_sim: SimulatorServer, make_router: MakeRouter
+) -> None:
+    with socket.socket() as probe:  # a port nobody listens on: connection refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ledger = MemoryLedger(Decimal(1))
+    router = await unreachable_router(openrouter_sim, make_router, port, ledger=ledger)
     with pytest.raises(APIConnectionError) as info:
         await router.chat(MESSAGES, max_tokens=100)
     assert info.value.request_sent is False
     state = await ledger.snapshot()
     assert (state.released, state.reserved, router.unresolved) == (1, 0, [])
     await router.close()
+
+
+async def test_a_deadline_while_connecting_is_released_as_never_sent(
+    openrouter_sim: SimulatorServer, make_router: MakeRouter
+) -> None:
+    ledger = MemoryLedger(Decimal(1))
+    with blackhole() as port:  # SYNs unanswered: the deadline ends the connect
+        router = await unreachable_router(
+            openrouter_sim,
+            make_router,
+            port,
+            ledger=ledger,
+            request_timeout=0.2,
+            connect_timeout=30,
+        )
+        with pytest.raises(RequestTimeout) as info:
+            await router.chat(MESSAGES, max_tokens=100)
+        await router.close()
+    assert info.value.request_sent is False
+    state = await ledger.snapshot()
+    assert (state.released, state.reserved, router.unresolved) == (1, 0, [])
 
 
 @pytest.mark.parametrize(
