@@ -106,7 +106,7 @@ if _typing.TYPE_CHECKING:
         VerificationReport,
         VerifyThresholds,
     )
-    from provider_router.verify import verify
+    from provider_router.verifier import verify
     from provider_router.workload import (
         DatasetDemand,
         SampleStats,
@@ -229,7 +229,7 @@ _LAZY: dict[str, str] = {
     "read_scheme": "provider_router.quantization",
     "run_pilot": "provider_router.workload_stats",
     "sample_prompts": "provider_router.workload_stats",
-    "verify": "provider_router.verify",
+    "verify": "provider_router.verifier",
     "workload_cost": "provider_router.ranking",
 }
 

@@ -196,7 +196,7 @@ class ProviderPolicy:
             prompt tokens (OpenRouter's ``max_price`` unit).
         max_completion_price: the same for completion tokens.
         verified: a :class:`~provider_router.VerificationReport` of this model
-            (:func:`provider_router.verify`): reject endpoints that failed it, with
+            (:func:`provider_router.verifier`): reject endpoints that failed it, with
             the measured reason. Endpoints it did not measure, or could not tell
             about, pass (the reason says so); a report of another model is ignored.
 
@@ -299,7 +299,7 @@ class ProviderPolicy:
         set_(self, "max_completion_price", _max_price(max_completion_price, "max_completion_price"))
         if verified is not None and not isinstance(verified, VerificationReport):
             raise ConfigurationError(
-                "verified must be a VerificationReport (provider_router.verify(), or "
+                "verified must be a VerificationReport (provider_router.verifier(), or "
                 f"VerificationReport.load(path)); got {type(verified).__name__}"
             )
         set_(self, "verified", verified)

@@ -1,6 +1,6 @@
 """What a verification measured: per-endpoint estimates, verdicts and the saved report.
 
-Pure values, no I/O: :func:`provider_router.verify` fills them in,
+Pure values, no I/O: :func:`provider_router.verifier` fills them in,
 :class:`~provider_router.ProviderPolicy` (``verified=report``) reads them. The
 statistics are deliberately plain (docs/policy.md, "Measured fidelity"):
 

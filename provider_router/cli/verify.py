@@ -30,7 +30,7 @@ from provider_router.cli.endpoints import add_policy_arguments, policy_from_args
 from provider_router.ledger import SQLiteLedger
 from provider_router.prompts import PromptReader
 from provider_router.verification import EndpointVerdict, VerificationReport, VerifyThresholds
-from provider_router.verify import DEFAULT_SAMPLES, DEFAULT_TOKENS, DEFAULT_TOOL_SAMPLES, verify
+from provider_router.verifier import DEFAULT_SAMPLES, DEFAULT_TOKENS, DEFAULT_TOOL_SAMPLES, verify
 
 __all__ = ["register"]
 

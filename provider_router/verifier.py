@@ -7,7 +7,7 @@ compares, per endpoint (docs/policy.md, "Measured fidelity"):
 
 - **greedy agreement**: at ``temperature=0`` and a fixed ``seed``, the share of the
   first N tokens of each answer that match the reference's answer to the same prompt
-  in order (whitespace-separated words, matched by :mod:`difflib`), relative to the
+  in order (whitespace-separated words, their longest common subsequence), relative to the
   reference's agreement with itself (every canary is sent to it twice);
 - **tool calls** (where the endpoint lists ``tools``): valid JSON, a known function
   and arguments valid under its JSON schema, as vendor verifiers count them;
@@ -24,7 +24,6 @@ verification is paid from the job's budget, like the preflight.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -175,12 +174,20 @@ def _words(result: ChatResult | None, tokens: int) -> list[str] | None:
 
 
 def agreement(answer: Sequence[str], reference: Sequence[str]) -> float:
-    """The share of the compared tokens that match the reference's, in order."""
+    """The share of the compared tokens that match the reference's, in order: their
+    longest common subsequence over the longer of the two (an answer that stops early
+    has diverged). Exact dynamic programming, O(N²) for N compared tokens: difflib's
+    heuristic blocks under-count on text that repeats its words."""
     longest = max(len(answer), len(reference))
     if longest == 0:
         return 1.0
-    matcher = difflib.SequenceMatcher(None, answer, reference, autojunk=False)
-    return sum(block.size for block in matcher.get_matching_blocks()) / longest
+    previous = [0] * (len(reference) + 1)
+    for token in answer:
+        current = [0]
+        for j, other in enumerate(reference):
+            current.append(previous[j] + 1 if token == other else max(previous[j + 1], current[j]))
+        previous = current
+    return previous[-1] / longest
 
 
 def _agreements(
