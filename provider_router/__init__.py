@@ -100,6 +100,13 @@ if _typing.TYPE_CHECKING:
     from provider_router.results import ChatResult, StreamDelta, ToolCall, ToolCallDelta, Usage
     from provider_router.retry import Backoff, RetryPolicy, is_retryable
     from provider_router.routing import RoutePlan, build_route_plan, estimate_prompt_tokens
+    from provider_router.verification import (
+        EndpointVerdict,
+        Estimate,
+        VerificationReport,
+        VerifyThresholds,
+    )
+    from provider_router.verifier import verify
     from provider_router.workload import (
         DatasetDemand,
         SampleStats,
@@ -142,6 +149,8 @@ _LAZY: dict[str, str] = {
     "Endpoint": "provider_router.records",
     "EndpointHealth": "provider_router.records",
     "EndpointStatus": "provider_router.records",
+    "EndpointVerdict": "provider_router.verification",
+    "Estimate": "provider_router.verification",
     "ExportReport": "provider_router.batch.export",
     "FileJournal": "provider_router.batch.journal",
     "FleetJournal": "provider_router.batch.fleet_source",
@@ -197,6 +206,8 @@ _LAZY: dict[str, str] = {
     "ToolChoiceSupport": "provider_router.records",
     "TopProvider": "provider_router.records",
     "Usage": "provider_router.results",
+    "VerificationReport": "provider_router.verification",
+    "VerifyThresholds": "provider_router.verification",
     "WorkItem": "provider_router.batch.fleet",
     "Workload": "provider_router.ranking",
     "WorkloadEstimate": "provider_router.workload",
@@ -218,6 +229,7 @@ _LAZY: dict[str, str] = {
     "read_scheme": "provider_router.quantization",
     "run_pilot": "provider_router.workload_stats",
     "sample_prompts": "provider_router.workload_stats",
+    "verify": "provider_router.verifier",
     "workload_cost": "provider_router.ranking",
 }
 
@@ -257,6 +269,8 @@ __all__ = [
     "Endpoint",
     "EndpointHealth",
     "EndpointStatus",
+    "EndpointVerdict",
+    "Estimate",
     "ExportReport",
     "FileJournal",
     "FleetJournal",
@@ -325,6 +339,8 @@ __all__ = [
     "ToolChoiceSupport",
     "TopProvider",
     "Usage",
+    "VerificationReport",
+    "VerifyThresholds",
     "WorkItem",
     "Workload",
     "WorkloadEstimate",
@@ -347,6 +363,7 @@ __all__ = [
     "read_scheme",
     "run_pilot",
     "sample_prompts",
+    "verify",
     "workload_cost",
 ]
 

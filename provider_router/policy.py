@@ -27,6 +27,7 @@ from provider_router.quantization import (
     scheme_tier,
 )
 from provider_router.records import Endpoint, EndpointHealth, ModelEndpoints, Quantization
+from provider_router.verification import VerificationReport
 
 __all__ = [
     "Decision",
@@ -67,6 +68,7 @@ class DecisionCode(StrEnum):
     CONTEXT_TOO_SHORT = "context_too_short"
     PROMPT_PRICE_ABOVE_MAXIMUM = "prompt_price_above_maximum"
     COMPLETION_PRICE_ABOVE_MAXIMUM = "completion_price_above_maximum"
+    VERIFICATION_FAILED = "verification_failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +195,10 @@ class ProviderPolicy:
         max_prompt_price: reject endpoints charging more, in USD per million
             prompt tokens (OpenRouter's ``max_price`` unit).
         max_completion_price: the same for completion tokens.
+        verified: a :class:`~provider_router.VerificationReport` of this model
+            (:func:`provider_router.verifier`): reject endpoints that failed it, with
+            the measured reason. Endpoints it did not measure, or could not tell
+            about, pass (the reason says so); a report of another model is ignored.
 
     Raises:
         ConfigurationError: an argument is invalid (unknown precision or choice,
@@ -213,6 +219,7 @@ class ProviderPolicy:
     min_context_length: int | None
     max_prompt_price: Decimal | None
     max_completion_price: Decimal | None
+    verified: VerificationReport | None
 
     def __init__(
         self,
@@ -231,6 +238,7 @@ class ProviderPolicy:
         min_context_length: int | None = None,
         max_prompt_price: Decimal | str | float | None = None,
         max_completion_price: Decimal | str | float | None = None,
+        verified: VerificationReport | None = None,
     ) -> None:
         set_ = object.__setattr__  # frozen: assign once, here
         set_(
@@ -289,6 +297,12 @@ class ProviderPolicy:
         set_(self, "min_context_length", min_context_length)
         set_(self, "max_prompt_price", _max_price(max_prompt_price, "max_prompt_price"))
         set_(self, "max_completion_price", _max_price(max_completion_price, "max_completion_price"))
+        if verified is not None and not isinstance(verified, VerificationReport):
+            raise ConfigurationError(
+                "verified must be a VerificationReport (provider_router.verifier(), or "
+                f"VerificationReport.load(path)); got {type(verified).__name__}"
+            )
+        set_(self, "verified", verified)
 
     # --- evaluation ------------------------------------------------------------------
 
@@ -326,6 +340,7 @@ class ProviderPolicy:
         self._check_health(endpoint, failures, notes)
         self._check_capabilities(endpoint, failures, notes)
         self._check_prices(endpoint, failures)
+        self._check_verified(endpoint, model_id, failures, notes)
         if failures:
             return Decision(
                 endpoint=endpoint,
@@ -351,6 +366,28 @@ class ProviderPolicy:
                 endpoint.provider_slug.lower(),
             }
         )
+
+    def _check_verified(
+        self,
+        endpoint: Endpoint,
+        model_id: str,
+        failures: list[tuple[DecisionCode, str]],
+        notes: list[str],
+    ) -> None:
+        report = self.verified
+        if report is None or report.model != model_id:
+            return
+        verdict = report.verdict(endpoint.slug)
+        if verdict is None:
+            notes.append(f"not verified (the report against {report.reference} does not list it)")
+        elif verdict.passed is False:
+            failures.append(
+                (DecisionCode.VERIFICATION_FAILED, f"failed verification: {verdict.reason}")
+            )
+        elif verdict.passed is None:
+            notes.append(f"verification could not tell: {verdict.reason}")
+        else:
+            notes.append(f"passed verification against {report.reference}")
 
     def _check_provider(self, endpoint: Endpoint, failures: list[tuple[DecisionCode, str]]) -> None:
         if self.exclude_providers and self._matches(endpoint, self.exclude_providers):

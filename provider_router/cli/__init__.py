@@ -25,6 +25,7 @@ from provider_router.cli._logging import configure_logging, report_events
 _COMMAND_MODULES: tuple[str, ...] = (
     "endpoints",
     "preflight",
+    "verify",
     "simulate",
     "project",
     "run",

@@ -396,6 +396,7 @@ def _attempts(
                 break
             continue
         record.attempts.append(_SERVED[tag])
+        serves = endpoint.serves
         if fault is not None:
             sim.log.counters["fault." + fault.kind] += 1
         attempt = Attempt(
@@ -406,7 +407,7 @@ def _attempts(
             body,
             model,
             endpoint,
-            prompt_tokens,
+            prompt_tokens if serves is None else serves.prompt_tokens(prompt_tokens),
             max_tokens,
             rng,
             fault,

@@ -33,10 +33,12 @@ from aiohttp import web
 
 from provider_router.testing import bodies, tools
 from provider_router.testing.billing import Cost, KeyState, compute_cost
+from provider_router.testing.degradation import request_salt
 from provider_router.testing.draws import Draws
 from provider_router.testing.encode import (
     ChunkFrame,
     chat_result_bytes,
+    content_delta_json,
     filler_choices_json,
     filler_delta_json,
     usage_json,
@@ -100,6 +102,8 @@ class _Plan:
     cache_write_tokens: int = 0
     preamble: int = 0
     """Content tokens written before the tool calls (``auto`` only)."""
+    salt: int = 0
+    """Fixes how a degraded endpoint departs from the model for this request (else 0)."""
 
 
 def _completion_total(attempt: Attempt) -> int:
@@ -153,6 +157,10 @@ def _plan(attempt: Attempt) -> _Plan:
     if request is not None:
         calls = tools.plan_calls(request, attempt.body["messages"], attempt.model.id, rng)
         preamble = tools.preamble_tokens(request, calls, rng)
+    salt = 0
+    if endpoint.serves is not None:
+        salt = request_salt(attempt.sim.seed, endpoint.tag, attempt.body["messages"])
+        calls = endpoint.serves.calls(calls, salt)
     tool_tokens = preamble + sum(call.tokens for call in calls) if calls else None
     shape = shape_completion(attempt.body, total, attempt.max_tokens, tool_tokens)
     cache = _use_cache(attempt)
@@ -166,6 +174,7 @@ def _plan(attempt: Attempt) -> _Plan:
         calls,
         cache.written_tokens,
         preamble,
+        salt,
     )
 
 
@@ -323,11 +332,19 @@ def _shown(attempt: Attempt) -> str | None:
     return None if attempt.sim.anonymous else attempt.endpoint.provider_name
 
 
-def _content_text(plan: _Plan, content_tokens: int) -> str | None:
+def _text(attempt: Attempt, plan: _Plan, start: int, stop: int) -> str:
+    """Content tokens ``start`` to ``stop`` as this endpoint writes them."""
+    serves = attempt.endpoint.serves
+    if serves is None:
+        return filler(start, stop)
+    return serves.text(start, stop, plan.salt)
+
+
+def _content_text(attempt: Attempt, plan: _Plan, content_tokens: int) -> str | None:
     """``message.content``: the text, or with tool calls the words before them (else null)."""
     if not plan.calls:
-        return filler(0, content_tokens)
-    return filler(0, min(plan.preamble, content_tokens)) or None
+        return _text(attempt, plan, 0, content_tokens)
+    return _text(attempt, plan, 0, min(plan.preamble, content_tokens)) or None
 
 
 def _drop_cost(attempt: Attempt, usage: dict[str, Any]) -> None:
@@ -367,7 +384,7 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             plan.created,
             model_slug,
             _shown(attempt),
-            filler(0, content_tokens),
+            _text(attempt, plan, 0, content_tokens),
             _reasoning_text(attempt, plan, reasoning),
             "error",
             usage,
@@ -407,7 +424,8 @@ def _json_data(attempt: Attempt, plan: _Plan, kind: str | None) -> bytes:
     """The generation is over: charge it, remember it, and the answer's bytes."""
     shape = plan.shape
     cost = _charge(attempt, plan, shape.completion_tokens, shape.reasoning_tokens)
-    if kind != "no_usage_cost" and not plan.calls and attempt.choices == 1:
+    plain = not plan.calls and attempt.choices == 1 and attempt.endpoint.serves is None
+    if kind != "no_usage_cost" and plain:
         data = _plain_answer(attempt, plan, cost)
     else:
         data = WHITESPACE + bodies.dumps(_answer(attempt, plan, cost, kind))
@@ -448,7 +466,7 @@ def _answer(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict
         plan.created,
         attempt.model.canonical_slug,
         _shown(attempt),
-        _content_text(plan, shape.content_tokens),
+        _content_text(attempt, plan, shape.content_tokens),
         _reasoning_text(attempt, plan, shape.reasoning_tokens),
         shape.finish_reason,
         usage,
@@ -583,8 +601,11 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                 if plan.calls:  # the words before the calls, then the calls
                     n = min(n, plan.preamble - start)
                 sent += n
-                if n > 0:
+                if n > 0 and attempt.endpoint.serves is None:
                     await out.write(frame.sse(filler_delta_json(start, start + n)))
+                elif n > 0:
+                    text = content_delta_json(_text(attempt, plan, start, start + n))
+                    await out.write(frame.sse(text))
         reasoning_sent = min(sent, shape.reasoning_tokens)
         duration = plan.ttft + sent / tps
         if kind in ("error_200", "stream_error"):

@@ -19,6 +19,7 @@ from typing import Any
 from provider_router._constants import PER_MILLION
 from provider_router._money import UNITS_PER_USD
 from provider_router.testing._datafile import Fields, load_data_file, parse_data_text
+from provider_router.testing.degradation import Serves
 
 __all__ = ["DEFAULT_MARKET_FILE", "EndpointSpec", "Market", "ModelSpec", "ProviderSpec"]
 
@@ -65,6 +66,7 @@ _ENDPOINT_FIELDS = (
     "cache_min_tokens",
     "cache_ttl_seconds",
     "down",
+    "serves",
 )
 _PRICING_FIELDS = (
     "prompt",
@@ -159,6 +161,9 @@ class EndpointSpec:
     cache_min_tokens: int = 0
     cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS
     down: bool = False
+    serves: Serves | None = None
+    """What it really serves, when that is not what it declares (a simulation of
+    degradation: :mod:`~provider_router.testing.degradation`)."""
     # Derived once: integer picodollars per token (per request for the fee).
     prompt_units: int = field(init=False, default=0)
     completion_units: int = field(init=False, default=0)
@@ -451,6 +456,21 @@ def _parse_pricing(fields: Fields) -> dict[str, Any]:
     return result
 
 
+_SERVES_FIELDS = ("agreement", "tool_schema_error_rate", "prompt_token_skew")
+
+
+def _parse_serves(fields: Fields) -> Serves:
+    serves = Fields(
+        fields.path, fields.raw("serves"), f"{fields.where}.serves", line=fields.line_of("serves")
+    )
+    serves.reject_unknown(_SERVES_FIELDS)
+    return Serves(
+        agreement=serves.number("agreement", 1.0, minimum=0, maximum=1),
+        tool_schema_error_rate=serves.number("tool_schema_error_rate", 0.0, minimum=0, maximum=1),
+        prompt_token_skew=serves.number("prompt_token_skew", 1.0, minimum=0.5, maximum=2),
+    )
+
+
 def _parse_endpoint(path: Path, data: object, where: str, line: int | None) -> EndpointSpec:
     f = Fields(path, data, where, line=line)
     f.reject_unknown(_ENDPOINT_FIELDS)
@@ -499,6 +519,7 @@ def _parse_endpoint(path: Path, data: object, where: str, line: int | None) -> E
         cache_min_tokens=f.integer("cache_min_tokens", 0, minimum=0),
         cache_ttl_seconds=f.number("cache_ttl_seconds", DEFAULT_CACHE_TTL_SECONDS, minimum=0.001),
         down=f.flag("down", False),
+        serves=_parse_serves(f) if f.has("serves") else None,
         uptime_last_30m=uptime["uptime_last_30m"],
         uptime_last_5m=uptime["uptime_last_5m"],
         uptime_last_1d=uptime["uptime_last_1d"],

@@ -1,0 +1,175 @@
+"""``provider-router verify``: measure each allowed provider against the model's reference.
+
+::
+
+    provider-router verify moonshotai/kimi-k2.5 --exclude-below int4
+        [--prompts FILE] [--reference TAG] [--report FILE] [--ledger FILE] [--json]
+
+Sends a small canary set (prompts from ``--prompts`` first, then built-in ones) to
+every endpoint the policy allows, each pinned alone, and to the reference (the model
+author's own endpoint unless ``--reference`` names another), and compares greedy
+agreement, tool calls, think markers, prompt tokens and billing (docs/policy.md,
+"Measured fidelity"). ``--report FILE`` saves the measurements for
+``ProviderPolicy(verified=VerificationReport.load(FILE))``. With ``--ledger`` the
+canaries are reserved and booked on that SQLite ledger (a job's own), within its
+limit. Exit 0 when no endpoint failed, 1 when one did (each says why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from provider_router._exceptions import ConfigurationError
+from provider_router._format import format_usd
+from provider_router.cli._options import positive_count
+from provider_router.cli._render import make_console, print_json
+from provider_router.cli.endpoints import add_policy_arguments, policy_from_args
+from provider_router.ledger import SQLiteLedger
+from provider_router.prompts import PromptReader
+from provider_router.verification import EndpointVerdict, VerificationReport, VerifyThresholds
+from provider_router.verifier import DEFAULT_SAMPLES, DEFAULT_TOKENS, DEFAULT_TOOL_SAMPLES, verify
+
+__all__ = ["register"]
+
+_VERDICTS = {True: "pass", False: "FAIL", None: "?"}
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be within 0..1, got {text!r}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    defaults = VerifyThresholds()
+    parser = subparsers.add_parser(
+        "verify",
+        help="measure each allowed provider against the model's reference before a run",
+        description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
+    )
+    parser.add_argument("model", help="model id, e.g. moonshotai/kimi-k2.5")
+    add_policy_arguments(parser)
+    parser.add_argument(
+        "--base-url", metavar="URL", help="API root (default: $OPENROUTER_BASE_URL)"
+    )
+    parser.add_argument(
+        "--prompts", metavar="FILE", help="JSONL prompts (as run reads them) to use as canaries"
+    )
+    parser.add_argument(
+        "--reference", metavar="TAG", help="the endpoint to compare against (default: the author's)"
+    )
+    parser.add_argument(
+        "--samples", type=positive_count, default=DEFAULT_SAMPLES, metavar="N",
+        help="text canaries per endpoint",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tokens", type=positive_count, default=DEFAULT_TOKENS, metavar="N",
+        help="the first N tokens compared (each canary's max_tokens)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tool-samples", type=int, default=DEFAULT_TOOL_SAMPLES, metavar="N",
+        help="tool-call canaries per endpoint that lists tools (0: none)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--min-agreement-ratio", type=_share, default=defaults.min_agreement_ratio,
+        metavar="R", help="fail below this share of the reference's self-agreement",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-tool-error-rate", type=_share, default=defaults.max_tool_error_rate,
+        metavar="R", help="fail when more tool calls than this break their schema",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-prompt-token-skew", type=_share, default=defaults.max_prompt_token_skew,
+        metavar="R", help="fail when prompt tokens differ from the reference's by more",
+    )  # fmt: skip
+    parser.add_argument("--report", metavar="FILE", help="save the measurements as JSON here")
+    parser.add_argument(
+        "--ledger", metavar="FILE", help="book the canaries on this SQLite ledger (a job's own)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(handler=_handle)
+
+
+def _prompts(path: str | None) -> list[Any]:
+    if path is None:
+        return []
+    if not Path(path).is_file():
+        raise ConfigurationError(f"no prompts file at {path}")
+    return [prompt.messages for prompt in PromptReader([Path(path)], strict=True)]
+
+
+async def _verify(args: argparse.Namespace) -> VerificationReport:
+    kwargs: dict[str, Any] = {
+        "policy": policy_from_args(args),
+        "prompts": _prompts(args.prompts),
+        "reference": args.reference,
+        "samples": args.samples,
+        "tokens": args.tokens,
+        "tool_samples": args.tool_samples,
+        "thresholds": VerifyThresholds(
+            min_agreement_ratio=args.min_agreement_ratio,
+            max_tool_error_rate=args.max_tool_error_rate,
+            max_prompt_token_skew=args.max_prompt_token_skew,
+        ),
+        "base_url": args.base_url,
+    }
+    if args.ledger is None:
+        return await verify(args.model, **kwargs)
+    async with SQLiteLedger(args.ledger) as ledger:
+        return await verify(args.model, ledger=ledger, **kwargs)
+
+
+def _measure(verdict: EndpointVerdict) -> str:
+    parts = []
+    if verdict.agreement is not None:
+        parts.append(f"agreement {verdict.agreement.value:.2f}")
+    if verdict.tool_validity is not None:
+        parts.append(f"tools {verdict.tool_validity.value:.0%}")
+    if verdict.prompt_token_ratio is not None:
+        parts.append(f"prompt ×{verdict.prompt_token_ratio.value:.3f}")
+    return ", ".join(parts)
+
+
+def _print(report: VerificationReport) -> None:
+    console = make_console()
+    console.print(
+        f"verify: {report.model} against {report.reference} "
+        f"(self-agreement {report.self_agreement.value:.2f})"
+        if report.self_agreement is not None
+        else f"verify: {report.model} against {report.reference}",
+        highlight=False,
+    )
+    for v in report.endpoints:
+        line = f"  {_VERDICTS[v.passed]:<4} {v.tag:<22} {_measure(v)}"
+        if v.passed is not True:
+            line += f"\n       {v.reason}"
+        console.print(line, highlight=False, markup=False)
+    failed = ", ".join(report.failed) or "none"
+    console.print(
+        f"verify: {len(report.endpoints)} endpoints measured for {format_usd(report.cost)}; "
+        f"failed: {failed}",
+        highlight=False,
+        markup=False,
+    )
+
+
+def _handle(args: argparse.Namespace) -> int:
+    if args.tool_samples < 0:
+        raise ConfigurationError(f"--tool-samples must be ≥ 0, got {args.tool_samples}")
+    if args.ledger is not None and not Path(args.ledger).is_file():
+        raise ConfigurationError(f"no ledger file at {args.ledger}")
+    report = asyncio.run(_verify(args))
+    if args.report:
+        report.save(args.report)
+    if args.json:
+        print_json(report.to_json())
+    else:
+        _print(report)
+    return 1 if report.failed else 0
