@@ -46,6 +46,7 @@ if _typing.TYPE_CHECKING:
     from provider_router.batch.run_progress import DatasetProgress, RunProgress
     from provider_router.batch.runner import BatchRunner
     from provider_router.batch.summary import RunSummary, StopReason
+    from provider_router.batch_endpoints import BatchRoute, batch_route
     from provider_router.catalog import Catalog
     from provider_router.client import ChatStream, Router
     from provider_router.health import ProviderHealth, ProviderStats
@@ -123,6 +124,7 @@ _LAZY: dict[str, str] = {
     "AdaptiveLimiter": "provider_router.limiter",
     "Architecture": "provider_router.records",
     "Backoff": "provider_router.retry",
+    "BatchRoute": "provider_router.batch_endpoints",
     "BatchRunner": "provider_router.batch.runner",
     "BudgetFit": "provider_router.projection",
     "Catalog": "provider_router.catalog",
@@ -211,6 +213,7 @@ _LAZY: dict[str, str] = {
     "load_plan": "provider_router.plan",
     "measure_prompts": "provider_router.workload_stats",
     "merge_outputs": "provider_router.batch.merge",
+    "batch_route": "provider_router.batch_endpoints",
     "precision_rank": "provider_router.quantization",
     "project": "provider_router.projection",
     "rank": "provider_router.ranking",
@@ -233,6 +236,7 @@ __all__ = [
     "AuthenticationError",
     "Backoff",
     "BadRequestError",
+    "BatchRoute",
     "BatchRunner",
     "BudgetError",
     "BudgetExhausted",
@@ -330,6 +334,7 @@ __all__ = [
     "WorkloadEstimate",
     "__version__",
     "approx_prompt_tokens",
+    "batch_route",
     "build_route_plan",
     "demands_from_plan",
     "estimate_from_samples",

@@ -17,16 +17,14 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from provider_router._money import from_units
 from provider_router.testing import bodies
 from provider_router.testing.batch_lines import LineAnswer, Submission, answer_line
-from provider_router.testing.billing import KeyState
+from provider_router.testing.billing import Account, KeyState
 from provider_router.testing.draws import Draws
-
-if TYPE_CHECKING:
-    from provider_router.testing.simulator import Simulator
+from provider_router.testing.synth import Lengths
 
 __all__ = ["Batch", "BatchBook", "BatchFaults", "TERMINAL"]
 
@@ -120,10 +118,21 @@ class Batch:
         return None
 
 
+class SimulatorView(Protocol):
+    """What the book reads of its :class:`~provider_router.testing.Simulator`."""
+
+    seed: int
+    account: Account
+    lengths: Lengths
+    instant: bool
+
+    def now(self) -> float: ...
+
+
 class BatchBook:
     """Every batch of one simulator, newest last, with the faults that apply to them."""
 
-    def __init__(self, sim: Simulator, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, sim: SimulatorView, wall: Callable[[], float] = time.time) -> None:
         self.sim = sim
         self.faults = BatchFaults()
         self._epoch = int(wall())

@@ -541,7 +541,7 @@ def _parse_model(path: Path, data: object, where: str, line: int | None) -> Mode
             noun="batch endpoint",
             unique=("tag", lambda e: e.tag),
         )
-        if f.has("batch_endpoints")
+        if f.has("batch_endpoints") and f.items("batch_endpoints")
         else []
     )
     canonical = f.text("canonical_slug", model_id)
