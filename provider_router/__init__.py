@@ -100,6 +100,7 @@ if _typing.TYPE_CHECKING:
     )
     from provider_router.results import ChatResult, StreamDelta, ToolCall, ToolCallDelta, Usage
     from provider_router.retry import Backoff, RetryPolicy, is_retryable
+    from provider_router.route_choice import RouteComparison, compare_routes
     from provider_router.routing import RoutePlan, build_route_plan, estimate_prompt_tokens
     from provider_router.workload import (
         DatasetDemand,
@@ -125,6 +126,8 @@ _LAZY: dict[str, str] = {
     "Architecture": "provider_router.records",
     "Backoff": "provider_router.retry",
     "BatchRoute": "provider_router.batch_endpoints",
+    "RouteComparison": "provider_router.route_choice",
+    "compare_routes": "provider_router.route_choice",
     "BatchRunner": "provider_router.batch.runner",
     "BudgetFit": "provider_router.projection",
     "Catalog": "provider_router.catalog",
@@ -313,6 +316,7 @@ __all__ = [
     "Reservation",
     "ResponseCarriedError",
     "RetryPolicy",
+    "RouteComparison",
     "RoutePlan",
     "RouteShare",
     "Router",
@@ -336,6 +340,7 @@ __all__ = [
     "approx_prompt_tokens",
     "batch_route",
     "build_route_plan",
+    "compare_routes",
     "demands_from_plan",
     "estimate_from_samples",
     "estimate_prompt_tokens",
