@@ -1,0 +1,515 @@
+"""The runner's batch route: datasets through OpenRouter's Batch API, within the budget,
+each prompt's result written exactly once, across kills and resumes.
+
+:class:`BatchRouteRun` splits each dataset's remaining prompts into batches (at most
+5,000 requests and 200 MB, one model), and for each:
+
+1. reserves the batch's worst case in the job's ledger (every line's prompt bound
+   plus ``max_tokens`` at the pinned ``:batch`` endpoint's price); what does not fit
+   is not sent;
+2. journals the intent (the prompts, their ``custom_id``s, the reservation, the time)
+   and fsyncs it, *then* submits; journals the batch id after the 202;
+3. polls with backoff until the batch ends; collects its results page by page,
+   writing each successful line through the output journal (a prompt already done is
+   skipped: exactly once), checks the batch's ``usage.cost`` against the sum of its
+   lines and settles the reservation at the larger (failed lines cost nothing);
+4. a 402 on results (credits short at finalize) stops the run, saying how much to
+   add; the batch is not re-run, and a resume after the top-up collects it.
+
+After a kill, a resumed run first resolves every intent without a batch id (a lost
+202): it looks for the batch with ``GET /batches?created_after=`` and checks its
+results' ``custom_id``s, which carry the intent's id; until one is found or the list
+shows none for ``lost_grace`` seconds, those prompts are never sent again. Failed and
+expired batches' prompts run again in new batches (up to ``max_attempts`` each). An
+expired batch's reservation is settled at its worst case: nothing says what it cost
+(docs/batch.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from provider_router._exceptions import (
+    APIConnectionError,
+    APIStatusError,
+    BudgetExhausted,
+    ConfigurationError,
+    NotFoundError,
+    PaymentRequiredError,
+)
+from provider_router._log import get_logger
+from provider_router._money import from_units, to_units
+from provider_router.batch.batch_api import TERMINAL, BatchApi
+from provider_router.batch.batch_journal import BatchIntent, BatchJournal
+from provider_router.batch.journal import FileJournal
+from provider_router.batch.output import encode_record, make_record
+from provider_router.batch_endpoints import BatchRoute
+from provider_router.ledger import Ledger
+from provider_router.ledger._base import Reservation
+from provider_router.prompts import Prompt
+from provider_router.routing import estimate_prompt_tokens
+
+__all__ = ["BatchRouteResult", "BatchRouteRun"]
+
+log = get_logger(__name__)
+
+MAX_BATCH_REQUESTS = 5_000
+MAX_BATCH_BYTES = 200 * 1024 * 1024
+CLOCK_SKEW_SECONDS = 3600
+"""How far OpenRouter's clock may be behind ours when a lost 202 is looked for."""
+_BODY_MARGIN = 1024 * 1024
+"""Bytes kept free of the 200 MB limit for the body's head."""
+
+
+@dataclass(slots=True)
+class BatchRouteResult:
+    """What one run of the batch route did, and why it stopped."""
+
+    submitted: int = 0
+    collected: int = 0
+    lines_done: int = 0
+    lines_failed: int = 0
+    cost: Decimal = Decimal(0)
+    pending: int = 0
+    """Batches still live (running, or withheld for credits) when the run ended."""
+    stop: str | None = None
+    """None: every dataset's batches are done; else one plain sentence."""
+    top_up: Decimal | None = None
+    """USD to add before a resume can collect (after a results 402)."""
+    found_after_lost_202: int = 0
+    resubmitted_lines: int = 0
+    events: list[str] = field(default_factory=list)
+
+
+class _NoRoom(Exception):
+    """Not even one line's worst case fits what the budget has left."""
+
+
+class BatchRouteRun:
+    """Run datasets through the Batch API (see the module docstring).
+
+    Args:
+        api: the Batch API calls (on the run's HTTP client).
+        ledger: the job's ledger (its limit is the budget).
+        journal: the output journal of the job directory (exactly-once outputs).
+        directory: where ``batches.jsonl`` lives.
+        route: the pinned batch endpoint (:func:`~provider_router.batch_route`).
+        params: the request body's generation fields (``max_tokens`` required).
+        clock / sleep: wall clock (Unix seconds) and sleep, injectable.
+        poll_initial / poll_max: seconds between polls, doubling up to the max.
+        lost_grace: seconds after an intent before "no such batch listed" means it
+            was never created.
+        max_attempts: batches a prompt may be sent in (a failed or expired batch's
+            prompts go again, never beyond the budget).
+        max_batch_requests: requests per batch (at most 5,000).
+    """
+
+    def __init__(
+        self,
+        *,
+        api: BatchApi,
+        ledger: Ledger,
+        journal: FileJournal,
+        directory: str | Path,
+        route: BatchRoute,
+        params: Mapping[str, Any],
+        clock: Any = time.time,
+        sleep: Any = asyncio.sleep,
+        poll_initial: float = 5.0,
+        poll_max: float = 300.0,
+        lost_grace: float = 120.0,
+        max_attempts: int = 2,
+        max_batch_requests: int = MAX_BATCH_REQUESTS,
+    ) -> None:
+        if route.endpoint is None:
+            raise ConfigurationError(route.reason)
+        max_tokens = params.get("max_tokens")
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise ConfigurationError("the batch route needs max_tokens (its worst case) >= 1")
+        if not 1 <= max_batch_requests <= MAX_BATCH_REQUESTS:
+            raise ConfigurationError(f"max_batch_requests must be 1..{MAX_BATCH_REQUESTS}")
+        if params.get("stream"):
+            raise ConfigurationError(
+                "stream: true fails a whole batch; the batch route never streams"
+            )
+        self.api = api
+        self.ledger = ledger
+        self.journal = journal
+        self.batches = BatchJournal.open(directory)
+        self.route = route
+        self.endpoint = route.endpoint
+        self.params = dict(params)
+        self.max_tokens = max_tokens
+        self.clock = clock
+        self.sleep = sleep
+        self.poll_initial = poll_initial
+        self.poll_max = poll_max
+        self.lost_grace = lost_grace
+        self.max_attempts = max_attempts
+        self.max_batch_requests = max_batch_requests
+        self.result = BatchRouteResult()
+        self._reservations: dict[str, Reservation] = {}
+        self._withheld = False
+
+    def close(self) -> None:
+        self.batches.close()
+
+    # --- the run ------------------------------------------------------------------
+
+    async def run(self, datasets: Mapping[str, Sequence[Prompt]]) -> BatchRouteResult:
+        """Submit, poll and collect until every prompt is done, or a stop."""
+        prompts = {name: {p.id: p for p in items} for name, items in datasets.items()}
+        self.journal.prepare(list(prompts))
+        # A kill between a reserve and its intent left a hold nobody knows: a recovery
+        # counts it at its worst case (never below what may have been spent); a batch
+        # this run then collects corrects its own to the true cost.
+        await self.ledger.recover()
+        delay = self.poll_initial
+        while True:
+            self._withheld = False
+            await self._resolve_lost()
+            progressed = await self._poll_all(prompts)
+            if self._withheld:
+                break  # a results 402: stop, say how much to add; a resume collects
+            if self.result.stop is None:
+                progressed |= await self._submit_all(prompts)
+            if not any(i.live for i in self.batches):
+                break
+            delay = self.poll_initial if progressed else min(delay * 2, self.poll_max)
+            await self.sleep(delay)
+        self.result.pending = sum(1 for i in self.batches if i.live)
+        return self.result
+
+    # --- submit ---------------------------------------------------------------------
+
+    def _eligible(self, dataset: str, items: Mapping[str, Prompt]) -> list[Prompt]:
+        live = self.batches.live_ids(dataset)
+        attempts: dict[str, int] = {}
+        for intent in self.batches:
+            # Only batches OpenRouter took count (not refused or never created).
+            if intent.dataset == dataset and intent.batch_id is not None:
+                for pid in intent.prompt_ids:
+                    attempts[pid] = attempts.get(pid, 0) + 1
+        return [
+            p
+            for pid, p in items.items()
+            if pid not in live
+            and not self.journal.is_done(dataset, pid)
+            and attempts.get(pid, 0) < self.max_attempts
+        ]
+
+    def _line(self, intent: str, line: int, prompt: Prompt) -> dict[str, Any]:
+        body = {**prompt.request_fields, **self.params, "messages": prompt.messages}
+        body.pop("model", None)
+        body.pop("stream", None)
+        return {"custom_id": f"{intent}-{line}", "body": body}
+
+    def _worst(self, prompt: Prompt) -> Decimal:
+        return self.endpoint.pricing.cost(estimate_prompt_tokens(prompt.messages), self.max_tokens)
+
+    async def _submit_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
+        sent = False
+        for dataset, items in prompts.items():
+            todo = self._eligible(dataset, items)
+            while todo and self.result.stop is None:
+                chunk = self._chunk(todo)
+                todo = todo[len(chunk) :]
+                sent |= await self._submit(dataset, chunk)
+        return sent
+
+    def _chunk(self, todo: Sequence[Prompt]) -> list[Prompt]:
+        chunk: list[Prompt] = []
+        size = 0
+        for prompt in todo:
+            line = len(str(prompt.messages).encode()) + 512
+            if (
+                len(chunk) >= self.max_batch_requests
+                or size + line > MAX_BATCH_BYTES - _BODY_MARGIN
+            ):
+                break
+            chunk.append(prompt)
+            size += line
+        return chunk
+
+    async def _reserve(self, dataset: str, chunk: list[Prompt]) -> tuple[list[Prompt], Reservation]:
+        worst = [self._worst(p) for p in chunk]
+        state = await self.ledger.snapshot()
+        room = state.available
+        total = sum(worst, Decimal(0))
+        wanted = len(chunk)
+        while chunk and total > room:
+            # Take what fits: the budget is never exceeded, and the rest waits.
+            total -= worst.pop()
+            chunk = chunk[: len(worst)]
+        if not chunk:
+            raise _NoRoom(f"the ${room} left cannot hold even one batch line's worst case")
+        reservation = await self.ledger.reserve(total, key=f"batch:{dataset}")
+        if len(chunk) < wanted:
+            self.result.stop = (
+                f"the budget is spent: it held the worst case of {len(chunk)} of the "
+                f"{wanted} lines of the last batch"
+            )
+        return chunk, reservation
+
+    async def _submit(self, dataset: str, chunk: list[Prompt]) -> bool:
+        try:
+            chunk, reservation = await self._reserve(dataset, chunk)
+        except (BudgetExhausted, _NoRoom) as exc:
+            self.result.stop = f"the budget is spent: {exc}"
+            return False
+        intent_id = "b" + uuid.uuid4().hex[:12]
+        created_after = int(self.clock()) - 1
+        held = {
+            "id": reservation.id,
+            "units": reservation.units,
+            "key": reservation.key,
+            "owner": reservation.owner,
+        }
+        intent = self.batches.record_intent(
+            intent_id, dataset, [p.id for p in chunk], created_after, held, reservation.units
+        )
+        self._reservations[intent_id] = reservation
+        lines = [self._line(intent_id, n, p) for n, p in enumerate(chunk)]
+        try:
+            batch = await self.api.submit(self.route.model_id, lines, self.route.provider_object())
+        except (APIConnectionError, APIStatusError) as exc:
+            return await self._submit_failed(intent, exc)
+        self.batches.record_submitted(intent_id, str(batch["id"]))
+        self.result.submitted += 1
+        log.info("batch.submitted", dataset=dataset, batch=batch["id"], lines=len(chunk))
+        return True
+
+    async def _submit_failed(self, intent: BatchIntent, exc: Exception) -> bool:
+        definite = isinstance(exc, APIStatusError) and exc.status in (
+            400,
+            401,
+            402,
+            403,
+            404,
+            413,
+            422,
+        )
+        if not definite:
+            # Unknown: it may have been created. Its prompts wait for _resolve_lost.
+            self.result.events.append(f"submit of {intent.intent} got no answer ({exc})")
+            return False
+        await self._close_money(intent, Decimal(0))
+        self.batches.record_ended(intent.intent, "refused")
+        if isinstance(exc, PaymentRequiredError):
+            self.result.stop = f"OpenRouter refused the batch for credits: {exc}"
+            return False
+        assert isinstance(exc, APIStatusError)
+        raise ConfigurationError(f"OpenRouter refused the batch ({exc.status}): {exc}") from exc
+
+    # --- lost 202s ------------------------------------------------------------------
+
+    async def _resolve_lost(self) -> None:
+        for intent in [i for i in self.batches if i.live and i.batch_id is None]:
+            found, undecided = await self._find(intent)
+            if found is not None:
+                self.batches.record_submitted(intent.intent, found)
+                self.result.found_after_lost_202 += 1
+            elif not undecided and self.clock() - intent.created_after >= self.lost_grace:
+                # Listed nowhere for the grace period: the submit never created it.
+                await self._close_money(intent, Decimal(0))
+                self.batches.record_ended(intent.intent, "not_created")
+                self.result.resubmitted_lines += len(intent.prompt_ids)
+
+    async def _candidates(self, intent: BatchIntent) -> list[dict[str, Any]]:
+        """Listed batches created after the intent that could be it, not yet claimed."""
+        known = {i.batch_id for i in self.batches if i.batch_id is not None}
+        found: list[dict[str, Any]] = []
+        after: str | None = None
+        # An hour before the intent: a server clock behind ours must not hide the batch.
+        since = max(0, intent.created_after - CLOCK_SKEW_SECONDS)
+        while True:
+            page = await self.api.list_page(since, after)
+            for item in page.get("data") or []:
+                counts = item.get("request_counts") or {}
+                if item.get("id") not in known and counts.get("total") == len(intent.prompt_ids):
+                    found.append(item)
+            if not page.get("has_more") or not page.get("last_id"):
+                return found
+            after = str(page["last_id"])
+
+    async def _find(self, intent: BatchIntent) -> tuple[str | None, bool]:
+        """(the intent's batch id, or None; whether some candidate could not be checked)."""
+        undecided = False
+        for item in await self._candidates(intent):
+            if item.get("status") not in TERMINAL:
+                undecided = True  # its custom_ids show only once it ends; look again later
+                continue
+            try:
+                page = await self.api.results_page(str(item["id"]), None)
+            except PaymentRequiredError as exc:
+                await self._owed(exc)  # it may be ours: never resubmitted, collect after a top-up
+                undecided = True
+                continue
+            except APIStatusError:
+                undecided = True
+                continue
+            data = page.get("data") or []
+            if data and intent.prompt_for(str(data[0].get("custom_id", ""))) is not None:
+                return str(item["id"]), False
+            if not data and item.get("status") != "completed":
+                undecided = True  # a failed or expired batch shows no custom_ids
+        return None, undecided
+
+    # --- poll and collect -----------------------------------------------------------
+
+    async def _poll_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
+        progressed = False
+        self._withheld = False
+        for intent in [i for i in self.batches if i.live and i.batch_id is not None]:
+            assert intent.batch_id is not None
+            try:
+                batch = await self.api.get(intent.batch_id)
+            except NotFoundError:
+                continue  # a fresh batch may answer 404 a moment
+            except PaymentRequiredError as exc:
+                await self._owed(exc)
+                continue
+            status = batch.get("status")
+            if status == "completed":
+                progressed |= await self._collect(intent, prompts.get(intent.dataset, {}))
+            elif status in ("failed", "cancelled"):
+                await self._close_money(intent, Decimal(0))
+                self.batches.record_ended(intent.intent, str(status))
+                progressed = True
+            elif status == "expired":
+                # Nothing says what an expired batch cost: count its worst case.
+                await self._close_money(intent, from_units(intent.worst_units))
+                self.batches.record_ended(intent.intent, "expired")
+                progressed = True
+        return progressed
+
+    async def _owed(self, exc: PaymentRequiredError) -> None:
+        body = exc.body or {}
+        usage = body.get("usage") or {}
+        cost = Decimal(str(usage.get("cost", 0)))
+        balance = await self.api.balance()
+        short = cost if balance is None else max(cost - balance, Decimal(0))
+        self.result.top_up = (self.result.top_up or Decimal(0)) + short
+        self.result.stop = (
+            f"OpenRouter withholds a finished batch's results until credits cover its "
+            f"${cost}: add at least ${self.result.top_up} and run again to collect them "
+            "(they are not re-run)"
+        )
+        self._withheld = True
+
+    async def _collect(self, intent: BatchIntent, prompts: Mapping[str, Prompt]) -> bool:
+        assert intent.batch_id is not None
+        lines_cost = Decimal(0)
+        failed: list[str] = []
+        cursor: str | None = None
+        while True:
+            try:
+                page = await self.api.results_page(intent.batch_id, cursor)
+            except PaymentRequiredError as exc:
+                await self._owed(exc)
+                return False
+            for result in page.get("data") or []:
+                lines_cost += self._write_line(intent, result, prompts, failed)
+            self.journal.flush()  # a page's outputs committed before the next is asked for
+            cursor = page.get("next_cursor")
+            if not page.get("has_more") or cursor is None:
+                break
+        batch = await self.api.get(intent.batch_id)
+        reported = Decimal(str((batch.get("usage") or {}).get("cost", 0)))
+        if abs(reported - lines_cost) > Decimal("1e-9") * max(1, len(intent.prompt_ids)):
+            self.result.events.append(
+                f"batch {intent.batch_id}: usage.cost ${reported} differs from its lines' "
+                f"${lines_cost}; the larger is booked"
+            )
+        cost = max(reported, lines_cost)
+        await self._close_money(intent, cost)
+        self.batches.record_collected(intent.intent, to_units(cost), failed)
+        self.result.collected += 1
+        self.result.cost += cost
+        self.result.lines_failed += len(failed)
+        return True
+
+    def _write_line(
+        self,
+        intent: BatchIntent,
+        result: Mapping[str, Any],
+        prompts: Mapping[str, Prompt],
+        failed: list[str],
+    ) -> Decimal:
+        prompt_id = intent.prompt_for(str(result.get("custom_id", "")))
+        if prompt_id is None:
+            return Decimal(0)
+        response = result.get("response")
+        body = response.get("body") if isinstance(response, Mapping) else None
+        if result.get("error") is not None or not isinstance(body, Mapping):
+            failed.append(prompt_id)
+            return Decimal(0)
+        usage = body.get("usage") or {}
+        cost = Decimal(str(usage.get("cost", 0)))
+        dataset = intent.dataset
+        prompt = prompts.get(prompt_id)
+        if prompt is None or not self.journal.claim(dataset, prompt_id):
+            return cost  # already written (a collect cut short), or not in the inputs now
+        choice = (body.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        details = usage.get("completion_tokens_details") or {}
+        prompt_details = usage.get("prompt_tokens_details") or {}
+        now = float(self.clock())
+        record = make_record(
+            prompt_id=prompt_id,
+            dataset=dataset,
+            messages=prompt.messages,
+            text=message.get("content"),
+            reasoning=message.get("reasoning"),
+            finish_reason=choice.get("finish_reason"),
+            provider=body.get("provider"),
+            model=self.route.model_id,
+            served_model=body.get("model"),
+            generation_id=body.get("id"),
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            reasoning_tokens=int(details.get("reasoning_tokens") or 0),
+            cached_tokens=int(prompt_details.get("cached_tokens") or 0),
+            cost=cost,
+            metadata={**prompt.metadata, "batch_id": intent.batch_id},
+            started_at=float(intent.created_after),
+            finished_at=now,
+        )
+        self.journal.complete(
+            dataset,
+            prompt_id,
+            encode_record(record),
+            output_tokens=int(usage.get("completion_tokens", 0)),
+            prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            cost_units=to_units(cost),
+            location=prompt.location,
+        )
+        self.result.lines_done += 1
+        return cost
+
+    # --- money ----------------------------------------------------------------------
+
+    async def _close_money(self, intent: BatchIntent, cost: Decimal) -> None:
+        """Settle the intent's reservation at ``cost`` (zero: release), once."""
+        if intent.settled:
+            return
+        held = intent.reservation
+        reservation = self._reservations.pop(intent.intent, None) or Reservation(
+            str(held["id"]), int(held["units"]), str(held["key"]), None, held.get("owner")
+        )
+        try:
+            if cost > 0:
+                await self.ledger.settle(reservation, cost)
+            else:
+                await self.ledger.release(reservation)
+        except ConfigurationError:
+            # Closed already (a recovery counted its worst case): that stays booked.
+            self.result.events.append(f"batch {intent.intent}: its reservation was closed before")
+        self.batches.record_settled(intent.intent)
