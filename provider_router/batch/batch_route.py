@@ -28,6 +28,7 @@ expired batch's reservation is settled at its worst case: nothing says what it c
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -88,6 +89,15 @@ class BatchRouteResult:
     events: list[str] = field(default_factory=list)
 
 
+def _checked_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    max_tokens = params.get("max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise ConfigurationError("the batch route needs max_tokens (its worst case) >= 1")
+    if params.get("stream"):
+        raise ConfigurationError("stream: true fails a whole batch; the batch route never streams")
+    return dict(params)
+
+
 class _NoRoom(Exception):
     """Not even one line's worst case fits what the budget has left."""
 
@@ -109,6 +119,10 @@ class BatchRouteRun:
         max_attempts: batches a prompt may be sent in (a failed or expired batch's
             prompts go again, never beyond the budget).
         max_batch_requests: requests per batch (at most 5,000).
+        dataset_params: a dataset's own generation fields, over ``params``.
+        limits: per dataset, (output-token target, request cap): lines are sent in
+            waves so that what is done plus what is in batches (at the observed
+            tokens per line, ``max_tokens`` before any) stays within them.
     """
 
     def __init__(
@@ -127,12 +141,16 @@ class BatchRouteRun:
         lost_grace: float = 120.0,
         max_attempts: int = 2,
         max_batch_requests: int = MAX_BATCH_REQUESTS,
+        dataset_params: Mapping[str, Mapping[str, Any]] | None = None,
+        limits: Mapping[str, tuple[int | None, int | None]] | None = None,
     ) -> None:
         if route.endpoint is None:
             raise ConfigurationError(route.reason)
-        max_tokens = params.get("max_tokens")
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise ConfigurationError("the batch route needs max_tokens (its worst case) >= 1")
+        self.dataset_params = {
+            name: _checked_params({**params, **own}) for name, own in (dataset_params or {}).items()
+        }
+        self.params = _checked_params(params)
+        self.limits = dict(limits or {})
         if not 1 <= max_batch_requests <= MAX_BATCH_REQUESTS:
             raise ConfigurationError(f"max_batch_requests must be 1..{MAX_BATCH_REQUESTS}")
         if params.get("stream"):
@@ -145,8 +163,6 @@ class BatchRouteRun:
         self.batches = BatchJournal.open(directory)
         self.route = route
         self.endpoint = route.endpoint
-        self.params = dict(params)
-        self.max_tokens = max_tokens
         self.clock = clock
         self.sleep = sleep
         self.poll_initial = poll_initial
@@ -197,22 +213,44 @@ class BatchRouteRun:
             if intent.dataset == dataset and intent.batch_id is not None:
                 for pid in intent.prompt_ids:
                     attempts[pid] = attempts.get(pid, 0) + 1
-        return [
+        eligible = [
             p
             for pid, p in items.items()
             if pid not in live
             and not self.journal.is_done(dataset, pid)
             and attempts.get(pid, 0) < self.max_attempts
         ]
+        return eligible[: self._room(dataset, len(live))]
 
-    def _line(self, intent: str, line: int, prompt: Prompt) -> dict[str, Any]:
-        body = {**prompt.request_fields, **self.params, "messages": prompt.messages}
+    def _room(self, dataset: str, live: int) -> int:
+        """How many more lines the dataset's target and request cap allow now."""
+        target, cap = self.limits.get(dataset, (None, None))
+        tally = self.journal.tally(dataset)
+        room = 1 << 62
+        if cap is not None:
+            room = min(room, cap - tally.completed - live)
+        if target is not None:
+            per_line = (
+                tally.output_tokens / tally.completed
+                if tally.completed
+                else self._params(dataset)["max_tokens"]
+            )
+            left = target - tally.output_tokens
+            room = min(room, math.ceil(left / max(per_line, 1)) - live if left > 0 else 0)
+        return max(room, 0)
+
+    def _params(self, dataset: str) -> dict[str, Any]:
+        return self.dataset_params.get(dataset, self.params)
+
+    def _line(self, dataset: str, intent: str, line: int, prompt: Prompt) -> dict[str, Any]:
+        body = {**prompt.request_fields, **self._params(dataset), "messages": prompt.messages}
         body.pop("model", None)
         body.pop("stream", None)
         return {"custom_id": f"{intent}-{line}", "body": body}
 
-    def _worst(self, prompt: Prompt) -> Decimal:
-        return self.endpoint.pricing.cost(estimate_prompt_tokens(prompt.messages), self.max_tokens)
+    def _worst(self, dataset: str, prompt: Prompt) -> Decimal:
+        max_tokens = self._params(dataset)["max_tokens"]
+        return self.endpoint.pricing.cost(estimate_prompt_tokens(prompt.messages), max_tokens)
 
     async def _submit_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
         sent = False
@@ -239,7 +277,7 @@ class BatchRouteRun:
         return chunk
 
     async def _reserve(self, dataset: str, chunk: list[Prompt]) -> tuple[list[Prompt], Reservation]:
-        worst = [self._worst(p) for p in chunk]
+        worst = [self._worst(dataset, p) for p in chunk]
         state = await self.ledger.snapshot()
         room = state.available
         total = sum(worst, Decimal(0))
@@ -276,7 +314,7 @@ class BatchRouteRun:
             intent_id, dataset, [p.id for p in chunk], created_after, held, reservation.units
         )
         self._reservations[intent_id] = reservation
-        lines = [self._line(intent_id, n, p) for n, p in enumerate(chunk)]
+        lines = [self._line(dataset, intent_id, n, p) for n, p in enumerate(chunk)]
         try:
             batch = await self.api.submit(self.route.model_id, lines, self.route.provider_object())
         except (APIConnectionError, APIStatusError) as exc:

@@ -300,3 +300,17 @@ async def test_a_results_402_stops_with_the_top_up_and_the_resume_collects(job: 
     assert sorted(job.outputs()) == sorted(p.id for p in items)
     assert set(job.submitted().values()) == {1}
     await job.money_agrees()
+
+
+async def test_request_cap_and_output_target_are_kept(job: Job) -> None:
+    capped = await job.go(prompts(12), limits={"ds": (None, 4)})
+    assert len(job.outputs()) == 4
+    assert capped.submitted == 1
+
+
+async def test_an_output_target_is_reached_in_waves(job: Job) -> None:
+    # 200-token answers (the simulator's median is far above max_tokens): 700 tokens
+    # need 4 lines; the first wave sends 700 / 200 -> 4, and nothing more is needed.
+    result = await job.go(prompts(12), limits={"ds": (700, None)})
+    assert 4 <= len(job.outputs()) <= 5
+    assert result.stop is None
