@@ -63,6 +63,10 @@ log = get_logger(__name__)
 
 MAX_BATCH_REQUESTS = 5_000
 MAX_BATCH_BYTES = 200 * 1024 * 1024
+WAVE_SHARE = 0.8
+"""Share of the lines an output-token target still needs that one wave sends."""
+WAVE_TAIL_LINES = 20
+"""When no more than this many lines are left to a target, they go in one wave."""
 CLOCK_SKEW_SECONDS = 3600
 """How far OpenRouter's clock may be behind ours when a lost 202 is looked for."""
 _BODY_MARGIN = 1024 * 1024
@@ -236,7 +240,12 @@ class BatchRouteRun:
                 else self._params(dataset)["max_tokens"]
             )
             left = target - tally.output_tokens
-            room = min(room, math.ceil(left / max(per_line, 1)) - live if left > 0 else 0)
+            lines = left / max(per_line, 1)
+            # Each wave covers most of what is left at the observed mean, so a wave
+            # whose answers run long overshoots by a few lines, not by a share of the
+            # target; the last few lines go at once.
+            wave = lines if lines <= WAVE_TAIL_LINES else lines * WAVE_SHARE
+            room = min(room, math.ceil(wave) - live if left > 0 else 0)
         return max(room, 0)
 
     def _params(self, dataset: str) -> dict[str, Any]:
