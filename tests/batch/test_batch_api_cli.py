@@ -4,20 +4,23 @@ results-402 top-up resume, and SIGKILL at random points across submit, poll and 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import sys
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from _batch_helpers import ledger_spent, read_records, run_cli, write_prompts
+from _batch_helpers import (
+    ledger_spent,
+    read_records,
+    run_cli,
+    spawn_cli,
+    times_submitted,
+    write_prompts,
+)
 from _polling import until
 
-from provider_router.batch.batch_journal import BatchJournal
-from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
+from provider_router.testing import SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]
 SIZES = {"a": 14, "b": 9}
@@ -50,18 +53,6 @@ def output_ids(out: Path) -> list[str]:
         if path.exists():
             ids += [r["id"] for r in read_records(path)]
     return ids
-
-
-def times_submitted(out: Path, sim: SimulatorServer) -> Counter[str]:
-    with BatchJournal.open(out) as journal:
-        intents = {i.intent: i for i in journal}
-    seen: Counter[str] = Counter()
-    for batch in sim.simulator.batches:
-        for custom_id, _ in batch.submission.requests:
-            pid = intents[custom_id.rpartition("-")[0]].prompt_for(custom_id)
-            assert pid is not None
-            seen[pid] += 1
-    return seen
 
 
 def run_args(plan: Path, out: Path, sim: SimulatorServer) -> list[str]:
@@ -105,17 +96,8 @@ async def test_results_402_stops_with_the_top_up_then_resume_collects(
     sim = await openrouter_sim_factory(speed=math_inf(), credits="0.02")
     plan, out = make_plan(tmp_path), tmp_path / "out"
     # Another spender empties the account between submit and finalize.
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "provider_router",
-        "run",
-        *run_args(plan, out, sim)[1:],
-        "--batch-poll",
-        "0.5",
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "OPENROUTER_API_KEY": DEFAULT_TEST_KEY},
+    proc = await spawn_cli(
+        *run_args(plan, out, sim), "--batch-poll", "0.5", stderr=asyncio.subprocess.PIPE
     )
     await until(lambda: len(sim.simulator.batches) == 2)
     sim.simulator.set_balance(0)
@@ -147,20 +129,9 @@ async def test_sigkill_across_submit_poll_and_collect_loses_and_repeats_nothing(
     sim.simulator.batches.faults.lose_202 = 2
     plan, out = make_plan(tmp_path), tmp_path / "out"
     rng = random.Random(25)
-    env = {**os.environ, "OPENROUTER_API_KEY": DEFAULT_TEST_KEY}
     killed = 0
     for _ in range(KILLS):
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "provider_router",
-            *run_args(plan, out, sim),
-            "--batch-size",
-            "2",
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-            env=env,
-        )
+        proc = await spawn_cli(*run_args(plan, out, sim), "--batch-size", "2")
         await asyncio.sleep(rng.uniform(0.2, 2.0))
         if proc.returncode is None:
             proc.kill()

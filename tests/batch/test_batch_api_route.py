@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from _batch_helpers import times_submitted
 
 from provider_router import MemoryLedger, ProviderPolicy
 from provider_router._http import HttpClient
 from provider_router.batch.batch_api import BatchApi
-from provider_router.batch.batch_journal import BatchJournal
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
 from provider_router.batch.journal import FileJournal
 from provider_router.batch_endpoints import batch_route
@@ -115,18 +115,7 @@ class Job:
         return [json.loads(line)["id"] for line in path.read_text().splitlines()]
 
     def submitted(self) -> Counter[str]:
-        """How many batches each custom_id's prompt went out in, across every batch."""
-        seen: Counter[str] = Counter()
-        journal = BatchJournal.open(self.directory)
-        by_intent = {i.intent: i for i in journal}
-        journal.close()
-        for batch in self.sim.simulator.batches:
-            for custom_id, _ in batch.submission.requests:
-                intent = by_intent[custom_id.rpartition("-")[0]]
-                pid = intent.prompt_for(custom_id)
-                assert pid is not None
-                seen[pid] += 1
-        return seen
+        return times_submitted(self.directory, self.sim)
 
     async def money_agrees(self) -> None:
         self.sim.simulator.batches.settle_all()
