@@ -10,10 +10,12 @@ and ledger (the same files the sync runner uses, so one budget covers both);
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import ConfigurationError
@@ -31,7 +33,16 @@ from provider_router.prompts import Prompt, PromptReader
 from provider_router.ranking import Workload
 from provider_router.route_choice import BATCH_WINDOW_SECONDS
 
-__all__ = ["PlanBatches", "batch_datasets", "describe", "run_plan_batches", "without_datasets"]
+__all__ = [
+    "BATCHES_REPORT",
+    "PlanBatches",
+    "batch_datasets",
+    "describe",
+    "progress_printer",
+    "run_plan_batches",
+    "without_datasets",
+    "write_report",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +139,45 @@ async def run_plan_batches(
                     prompts: dict[str, list[Prompt]] = {
                         d.name: list(PromptReader(list(d.inputs))) for d in chosen
                     }
-                    return await runner.run(prompts)
+                    result = await runner.run(prompts)
                 finally:
                     runner.close()
+                write_report(directory, result)
+                return result
         finally:
             await ledger.close()
     finally:
         journal.close("batch route")
+
+
+BATCHES_REPORT = "batches.json"
+
+
+def write_report(directory: Path, result: BatchRouteResult) -> Path:
+    """``DIR/batches.json``: what the last run of the batch route did."""
+    path = directory / BATCHES_REPORT
+    path.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def progress_printer(file: TextIO) -> Callable[[BatchRouteResult], None]:
+    """A ``progress`` callback: one plain line each time the batch counts change."""
+    last: list[dict[str, int]] = []
+
+    def show(result: BatchRouteResult) -> None:
+        counts = result.counts()
+        if last and last[0] == counts:
+            return
+        last[:] = [counts]
+        print(
+            f"batches: {counts['submitted']} submitted, {counts['in_progress']} in progress, "
+            f"{counts['collected']} collected; {counts['lines_done']} lines written, "
+            f"{counts['lines_failed']} failed; ${result.cost}",
+            file=file,
+            flush=True,
+        )
+
+    return show
 
 
 def _params(plan: Plan, dataset: Any) -> dict[str, Any]:

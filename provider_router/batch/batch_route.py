@@ -31,7 +31,7 @@ import asyncio
 import math
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -90,7 +90,31 @@ class BatchRouteResult:
     """USD to add before a resume can collect (after a results 402)."""
     found_after_lost_202: int = 0
     resubmitted_lines: int = 0
+    in_progress: int = 0
+    """Batches submitted and not yet collected (at the last poll)."""
     events: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        """The figures progress lines, metrics and ``batches.json`` show."""
+        return {
+            "submitted": self.submitted,
+            "in_progress": self.in_progress,
+            "collected": self.collected,
+            "pending": self.pending,
+            "lines_done": self.lines_done,
+            "lines_failed": self.lines_failed,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """``DIR/batches.json``: this run's batch route (money as exact strings)."""
+        return {
+            **self.counts(),
+            "cost_usd": str(self.cost),
+            "found_after_lost_202": self.found_after_lost_202,
+            "stop": self.stop,
+            "top_up_usd": None if self.top_up is None else str(self.top_up),
+            "events": list(self.events),
+        }
 
 
 def _checked_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -127,6 +151,7 @@ class BatchRouteRun:
         limits: per dataset, (output-token target, request cap): lines are sent in
             waves so that what is done plus what is in batches (at the observed
             tokens per line, ``max_tokens`` before any) stays within them.
+        progress: called with the result so far after each round of polls.
     """
 
     def __init__(
@@ -147,6 +172,7 @@ class BatchRouteRun:
         max_batch_requests: int = MAX_BATCH_REQUESTS,
         dataset_params: Mapping[str, Mapping[str, Any]] | None = None,
         limits: Mapping[str, tuple[int | None, int | None]] | None = None,
+        progress: Callable[[BatchRouteResult], None] | None = None,
     ) -> None:
         if route.endpoint is None:
             raise ConfigurationError(route.reason)
@@ -155,6 +181,7 @@ class BatchRouteRun:
         }
         self.params = _checked_params(params)
         self.limits = dict(limits or {})
+        self.progress = progress
         if not 1 <= max_batch_requests <= MAX_BATCH_REQUESTS:
             raise ConfigurationError(f"max_batch_requests must be 1..{MAX_BATCH_REQUESTS}")
         if params.get("stream"):
@@ -200,12 +227,20 @@ class BatchRouteRun:
                 break  # a results 402: stop, say how much to add; a resume collects
             if self.result.stop is None:
                 progressed |= await self._submit_all(prompts)
+            self._report()
             if not any(i.live for i in self.batches):
                 break
             delay = self.poll_initial if progressed else min(delay * 2, self.poll_max)
             await self.sleep(delay)
-        self.result.pending = sum(1 for i in self.batches if i.live)
+        self._report()
         return self.result
+
+    def _report(self) -> None:
+        live = [i for i in self.batches if i.live]
+        self.result.pending = len(live)
+        self.result.in_progress = sum(1 for i in live if i.batch_id is not None)
+        if self.progress is not None:
+            self.progress(self.result)
 
     # --- submit ---------------------------------------------------------------------
 

@@ -44,9 +44,11 @@ from provider_router._format import decimal_str
 from provider_router.batch.batch_plan import (
     batch_datasets,
     describe,
+    progress_printer,
     run_plan_batches,
     without_datasets,
 )
+from provider_router.batch.batch_route import BatchRouteResult
 from provider_router.batch.fleet import DEFAULT_IDLE_TIMEOUT, FleetQueue
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import LEDGER_FILE, BatchRunner
@@ -362,10 +364,6 @@ def _handle(args: argparse.Namespace) -> int:
             f"no API key: set {ENV_API_KEY} to your OpenRouter key "
             f"(export {ENV_API_KEY}=sk-or-...; create one at https://openrouter.ai/keys)"
         )
-    batched = _run_batch_route(plan, args)
-    if batched is None or isinstance(batched, int):
-        return 0 if batched is None else batched
-    plan = batched
     console = make_console(sys.stderr)
     out = make_console()
     metrics = None
@@ -374,6 +372,17 @@ def _handle(args: argparse.Namespace) -> int:
         metrics.serve(args.metrics_port, args.metrics_addr)
         host, port = metrics.address or (args.metrics_addr, args.metrics_port)
         print(f"Metrics: http://{host}:{port}/metrics", file=sys.stderr)
+    try:
+        batched = _run_batch_route(plan, args, metrics)
+    except BaseException:
+        if metrics is not None:
+            metrics.close()
+        raise
+    if batched is None or isinstance(batched, int):
+        if metrics is not None:
+            metrics.close()
+        return 0 if batched is None else batched
+    plan = batched
 
     async def main() -> RunSummary:
         budget = plan.budget
@@ -432,7 +441,9 @@ def _handle(args: argparse.Namespace) -> int:
     return summary.exit_code
 
 
-def _run_batch_route(plan: Plan, args: argparse.Namespace) -> Plan | int | None:
+def _run_batch_route(
+    plan: Plan, args: argparse.Namespace, metrics: Metrics | None
+) -> Plan | int | None:
     """Run the plan's batch-route datasets first (docs/batch.md, "The Batch API route").
 
     Returns the plan left for the sync runner, or, when nothing is left, the exit code
@@ -452,6 +463,7 @@ def _run_batch_route(plan: Plan, args: argparse.Namespace) -> Plan | int | None:
             poll_initial=args.batch_poll,
             lost_grace=args.batch_lost_grace,
             max_batch_requests=args.batch_size,
+            progress=_batch_progress(args, metrics),
         )
     )
     for line in describe(result):
@@ -464,6 +476,20 @@ def _run_batch_route(plan: Plan, args: argparse.Namespace) -> Plan | int | None:
     if result.pending:
         return EXIT_CODES[StopReason.INCOMPLETE]
     return without_datasets(plan, batches.names)
+
+
+def _batch_progress(
+    args: argparse.Namespace, metrics: Metrics | None
+) -> Callable[[BatchRouteResult], None]:
+    printer = None if args.progress == "off" else progress_printer(sys.stderr)
+
+    def report(result: BatchRouteResult) -> None:
+        if printer is not None:
+            printer(result)
+        if metrics is not None:
+            metrics.batch_progress(result.counts(), result.cost)
+
+    return report
 
 
 def added_budget(plan: Plan, out: Path, args: argparse.Namespace) -> Decimal:

@@ -4,6 +4,7 @@ results-402 top-up resume, and SIGKILL at random points across submit, poll and 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
@@ -73,9 +74,14 @@ async def test_a_batch_plan_runs_end_to_end(
     assert ledger_spent(out) == sim.simulator.usage
     record = read_records(out / "a.jsonl")[0]
     assert record["provider"] == "Together"
-    code, _, err = await run_cli(*run_args(plan, out, sim))
+    report = json.loads((out / "batches.json").read_text())
+    assert report["collected"] == 2
+    assert report["lines_done"] == 23
+    assert Decimal(report["cost_usd"]) == sim.simulator.usage
+    code, _, err = await run_cli(*run_args(plan, out, sim), "--progress", "plain")
     assert code == 0
     assert "0 batches submitted" in err
+    assert "batches: 0 submitted, 0 in progress, 0 collected; 0 lines written" in err
 
 
 async def test_a_batch_route_on_a_model_without_one_is_refused(
