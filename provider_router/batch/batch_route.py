@@ -28,6 +28,7 @@ expired batch's reservation is settled at its worst case: nothing says what it c
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 import uuid
@@ -44,6 +45,8 @@ from provider_router._exceptions import (
     ConfigurationError,
     NotFoundError,
     PaymentRequiredError,
+    ProviderUnavailableError,
+    RateLimitError,
 )
 from provider_router._log import get_logger
 from provider_router._money import from_units, to_units
@@ -63,6 +66,7 @@ log = get_logger(__name__)
 
 MAX_BATCH_REQUESTS = 5_000
 MAX_BATCH_BYTES = 200 * 1024 * 1024
+_PROMPT_FIELDS = frozenset(["tools", "tool_choice", "response_format"])
 WAVE_SHARE = 0.8
 """Share of the lines an output-token target still needs that one wave sends."""
 WAVE_TAIL_LINES = 20
@@ -124,6 +128,10 @@ def _checked_params(params: Mapping[str, Any]) -> dict[str, Any]:
     if params.get("stream"):
         raise ConfigurationError("stream: true fails a whole batch; the batch route never streams")
     return dict(params)
+
+
+_TRANSIENT = (APIConnectionError, ProviderUnavailableError, RateLimitError)
+"""Errors a poll or collect waits out (tried again next round)."""
 
 
 class _NoRoom(Exception):
@@ -293,8 +301,13 @@ class BatchRouteRun:
         return {"custom_id": f"{intent}-{line}", "body": body}
 
     def _worst(self, dataset: str, prompt: Prompt) -> Decimal:
-        max_tokens = self._params(dataset)["max_tokens"]
-        return self.endpoint.pricing.cost(estimate_prompt_tokens(prompt.messages), max_tokens)
+        params = self._params(dataset)
+        # Tools and response_format are rendered into the prompt: a byte a token bounds them.
+        extra = {
+            k: v for k, v in {**prompt.request_fields, **params}.items() if k in _PROMPT_FIELDS
+        }
+        bound = estimate_prompt_tokens(prompt.messages) + len(json.dumps(extra).encode())
+        return self.endpoint.pricing.cost(bound, params["max_tokens"])
 
     async def _submit_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
         sent = False
@@ -394,13 +407,19 @@ class BatchRouteRun:
 
     async def _resolve_lost(self) -> None:
         for intent in [i for i in self.batches if i.live and i.batch_id is None]:
-            found, undecided = await self._find(intent)
+            try:
+                found, undecided, expired = await self._find(intent)
+            except _TRANSIENT:
+                continue  # look again next round
             if found is not None:
                 self.batches.record_submitted(intent.intent, found)
                 self.result.found_after_lost_202 += 1
             elif not undecided and self.clock() - intent.created_after >= self.lost_grace:
-                # Listed nowhere for the grace period: the submit never created it.
-                await self._close_money(intent, Decimal(0))
+                # Listed nowhere for the grace period: the submit never created it. If an
+                # expired batch that shows no custom_ids might be it, its worst case stays
+                # counted (an expired batch's bill is unknown).
+                cost = from_units(intent.worst_units) if expired else Decimal(0)
+                await self._close_money(intent, cost)
                 self.batches.record_ended(intent.intent, "not_created")
                 self.result.resubmitted_lines += len(intent.prompt_ids)
 
@@ -421,12 +440,19 @@ class BatchRouteRun:
                 return found
             after = str(page["last_id"])
 
-    async def _find(self, intent: BatchIntent) -> tuple[str | None, bool]:
-        """(the intent's batch id, or None; whether some candidate could not be checked)."""
-        undecided = False
+    async def _find(self, intent: BatchIntent) -> tuple[str | None, bool, bool]:
+        """(the intent's batch id or None; whether a candidate could not be checked yet;
+        whether an expired candidate, which shows no ``custom_id``s, might be it)."""
+        undecided = expired = False
         for item in await self._candidates(intent):
-            if item.get("status") not in TERMINAL:
+            status = item.get("status")
+            if status not in TERMINAL:
                 undecided = True  # its custom_ids show only once it ends; look again later
+                continue
+            if status != "completed":
+                # Failed batches ran nothing and cost nothing; expired (or cancelled) ones
+                # may have cost something and never show their custom_ids.
+                expired = expired or status in ("expired", "cancelled")
                 continue
             try:
                 page = await self.api.results_page(str(item["id"]), None)
@@ -439,10 +465,8 @@ class BatchRouteRun:
                 continue
             data = page.get("data") or []
             if data and intent.prompt_for(str(data[0].get("custom_id", ""))) is not None:
-                return str(item["id"]), False
-            if not data and item.get("status") != "completed":
-                undecided = True  # a failed or expired batch shows no custom_ids
-        return None, undecided
+                return str(item["id"]), False, False
+        return None, undecided, expired
 
     # --- poll and collect -----------------------------------------------------------
 
@@ -453,22 +477,26 @@ class BatchRouteRun:
             assert intent.batch_id is not None
             try:
                 batch = await self.api.get(intent.batch_id)
+                status = batch.get("status")
+                if status == "completed":
+                    progressed |= await self._collect(intent, prompts.get(intent.dataset, {}))
             except NotFoundError:
                 continue  # a fresh batch may answer 404 a moment
             except PaymentRequiredError as exc:
                 await self._owed(exc)
                 continue
-            status = batch.get("status")
-            if status == "completed":
-                progressed |= await self._collect(intent, prompts.get(intent.dataset, {}))
-            elif status in ("failed", "cancelled"):
-                await self._close_money(intent, Decimal(0))
-                self.batches.record_ended(intent.intent, str(status))
+            except _TRANSIENT as exc:
+                self.result.events.append(f"batch {intent.batch_id}: {exc}; polled again later")
+                continue
+            if status == "failed":
+                await self._close_money(intent, Decimal(0))  # ran nothing, billed nothing
+                self.batches.record_ended(intent.intent, "failed")
                 progressed = True
-            elif status == "expired":
-                # Nothing says what an expired batch cost: count its worst case.
+            elif status in ("expired", "cancelled"):
+                # Nothing says what it cost (a cancelled batch still ran and was billed):
+                # count its worst case.
                 await self._close_money(intent, from_units(intent.worst_units))
-                self.batches.record_ended(intent.intent, "expired")
+                self.batches.record_ended(intent.intent, str(status))
                 progressed = True
         return progressed
 

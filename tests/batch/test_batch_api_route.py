@@ -303,3 +303,17 @@ async def test_an_output_target_is_reached_in_waves(job: Job) -> None:
     result = await job.go(prompts(12), limits={"ds": (700, None)})
     assert 4 <= len(job.outputs()) <= 5
     assert result.stop is None
+
+
+async def test_a_lost_202_whose_batch_failed_goes_again_once_the_grace_is_over(job: Job) -> None:
+    # A failed batch shows no custom_ids; it ran nothing and cost nothing, so after the
+    # grace its prompts go again (they cannot have been paid for).
+    faults = job.sim.simulator.batches.faults
+    faults.lose_202 = 1
+    faults.fail = 1
+    result = await job.go(prompts(4))
+    assert result.resubmitted_lines == 4
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(4))
+    counts = job.submitted()
+    assert set(counts.values()) == {2}, "once in the failed batch, once in the new one"
+    await job.money_agrees()
