@@ -136,15 +136,19 @@ async def test_sigkill_across_submit_poll_and_collect_loses_and_repeats_nothing(
     plan, out = make_plan(tmp_path), tmp_path / "out"
     rng = random.Random(25)
     killed = 0
-    for _ in range(KILLS):
+    for point in range(KILLS):
         proc = await spawn_cli(*run_args(plan, out, sim), "--batch-size", "2")
-        await asyncio.sleep(rng.uniform(0.2, 2.0))
+        if point % 4 == 0:
+            await asyncio.sleep(rng.uniform(0.0, 1.0))  # start-up, recovery, the lost-202 search
+        else:
+            # After a few more steps (intents, 202s, collects) of the batch route's journal.
+            await steps_taken(proc, out, journal_entries(out) + rng.randint(1, 5))
         if proc.returncode is None:
             proc.kill()
             killed += 1
         await proc.wait()
     assert killed >= KILLS // 2, "most kill points landed while the run was alive"
-    code, _, err = await run_cli(*run_args(plan, out, sim))
+    code, _, err = await run_cli(*run_args(plan, out, sim), "--batch-size", "2")
     assert code == 0, err[-2000:]
     ids = output_ids(out)
     assert len(ids) == len(set(ids)), "every prompt written once"
@@ -160,6 +164,19 @@ async def test_sigkill_across_submit_poll_and_collect_loses_and_repeats_nothing(
     # The campaign did exercise what it claims: batches sent over several runs, lost 202s.
     assert len(sim.simulator.batches) == 12
     assert sim.simulator.batches.faults.lose_202 == 0
+
+
+def journal_entries(out: Path) -> int:
+    path = out / "batches.jsonl"
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+async def steps_taken(proc: asyncio.subprocess.Process, out: Path, entries: int) -> None:
+    """Wait until the batch journal has ``entries`` lines, the process ended, or 10 s."""
+    for _ in range(3000):
+        if proc.returncode is not None or journal_entries(out) >= entries:
+            return
+        await asyncio.sleep(0.003)
 
 
 def math_inf() -> float:
