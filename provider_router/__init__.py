@@ -46,7 +46,6 @@ if _typing.TYPE_CHECKING:
     from provider_router.batch.run_progress import DatasetProgress, RunProgress
     from provider_router.batch.runner import BatchRunner
     from provider_router.batch.summary import RunSummary, StopReason
-    from provider_router.batch_endpoints import BatchRoute, batch_route
     from provider_router.catalog import Catalog
     from provider_router.client import ChatStream, Router
     from provider_router.health import ProviderHealth, ProviderStats
@@ -100,6 +99,7 @@ if _typing.TYPE_CHECKING:
     )
     from provider_router.results import ChatResult, StreamDelta, ToolCall, ToolCallDelta, Usage
     from provider_router.retry import Backoff, RetryPolicy, is_retryable
+    from provider_router.route_batch import BatchRoute, batch_route
     from provider_router.route_choice import RouteComparison, compare_routes
     from provider_router.routing import RoutePlan, build_route_plan, estimate_prompt_tokens
     from provider_router.workload import (
@@ -125,7 +125,7 @@ _LAZY: dict[str, str] = {
     "AdaptiveLimiter": "provider_router.limiter",
     "Architecture": "provider_router.records",
     "Backoff": "provider_router.retry",
-    "BatchRoute": "provider_router.batch_endpoints",
+    "BatchRoute": "provider_router.route_batch",
     "RouteComparison": "provider_router.route_choice",
     "compare_routes": "provider_router.route_choice",
     "BatchRunner": "provider_router.batch.runner",
@@ -216,7 +216,7 @@ _LAZY: dict[str, str] = {
     "load_plan": "provider_router.plan",
     "measure_prompts": "provider_router.workload_stats",
     "merge_outputs": "provider_router.batch.merge",
-    "batch_route": "provider_router.batch_endpoints",
+    "batch_route": "provider_router.route_batch",
     "precision_rank": "provider_router.quantization",
     "project": "provider_router.projection",
     "rank": "provider_router.ranking",

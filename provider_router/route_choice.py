@@ -3,7 +3,7 @@ dataset takes.
 
 Pure, like :mod:`provider_router.projection`, whose :func:`project` prices both
 routes: the sync one on the model's endpoints, the batch one on the single ``:batch``
-endpoint :func:`~provider_router.batch_endpoints.batch_route` pins, at its own prices
+endpoint :func:`~provider_router.route_batch.batch_route` pins, at its own prices
 and with no cache reads (a batch line is priced whole: the side that never
 under-reserves). Times, per route (docs/projection.md, "Sync or batch"):
 
@@ -29,11 +29,11 @@ from statistics import NormalDist
 from typing import Any, Final, Literal
 
 from provider_router._exceptions import ConfigurationError
-from provider_router.batch_endpoints import BatchRoute, batch_route
 from provider_router.policy import ProviderPolicy
 from provider_router.projection import project
 from provider_router.projection_result import Projection
 from provider_router.records import Endpoint, ModelEndpoints
+from provider_router.route_batch import BatchRoute, batch_route
 from provider_router.workload import DatasetDemand, WorkloadEstimate
 
 __all__ = [

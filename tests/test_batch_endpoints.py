@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from provider_router import ConfigurationError, ProviderPolicy
-from provider_router.batch_endpoints import base_model_id, batch_listing_id, batch_route
 from provider_router.catalog import Catalog
 from provider_router.ranking import Workload
 from provider_router.records import parse_endpoints_response
+from provider_router.route_batch import base_model_id, batch_listing_id, batch_route
 from provider_router.testing import Market, SimulatorServer
 
 WORKLOAD = Workload(prompt_tokens=200, completion_tokens=2000)

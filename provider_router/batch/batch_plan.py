@@ -25,12 +25,12 @@ from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
 from provider_router.batch.job_ledger import open_job_ledger
 from provider_router.batch.journal import FileJournal
 from provider_router.batch.runner import LEDGER_FILE
-from provider_router.batch_endpoints import BatchRoute, batch_route
 from provider_router.catalog import Catalog
 from provider_router.plan import Plan
 from provider_router.policy import ProviderPolicy
 from provider_router.prompts import Prompt, PromptReader
 from provider_router.ranking import Workload
+from provider_router.route_batch import BatchRoute, batch_route
 from provider_router.route_choice import BATCH_WINDOW_SECONDS
 
 __all__ = [

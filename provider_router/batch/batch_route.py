@@ -54,10 +54,10 @@ from provider_router.batch.batch_api import TERMINAL, BatchApi
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.journal import FileJournal
 from provider_router.batch.output import encode_record, make_record
-from provider_router.batch_endpoints import BatchRoute
 from provider_router.ledger import Ledger
 from provider_router.ledger._base import Reservation
 from provider_router.prompts import Prompt
+from provider_router.route_batch import BatchRoute
 from provider_router.routing import estimate_prompt_tokens
 
 __all__ = ["BatchRouteResult", "BatchRouteRun"]

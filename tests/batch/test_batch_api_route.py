@@ -21,10 +21,10 @@ from provider_router._http import HttpClient
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
 from provider_router.batch.journal import FileJournal
-from provider_router.batch_endpoints import batch_route
 from provider_router.catalog import Catalog
 from provider_router.prompts import Prompt
 from provider_router.ranking import Workload
+from provider_router.route_batch import batch_route
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 K3 = "moonshotai/kimi-k3"
