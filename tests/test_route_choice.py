@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
@@ -10,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from test_cli_project import MODEL as REFERENCE_MODEL
+from test_cli_project import REFERENCE, run_cli
 
 from provider_router import ConfigurationError, ProviderPolicy
 from provider_router.catalog import Catalog
-from provider_router.cli import main
 from provider_router.plan import load_plan
 from provider_router.records import ModelEndpoints
 from provider_router.route_choice import (
@@ -142,35 +142,20 @@ def test_plan_route_and_deadline_fields(tmp_path: Path) -> None:
         load_plan(plan)
 
 
-async def run_cli(argv: list[str]) -> int:
-    return await asyncio.to_thread(main, argv)
-
-
-FLAGS = [
-    "--datasets",
-    "6",
-    "--target-output-tokens",
-    "10M",
-    "--prompt-tokens",
-    "200",
-    "--completion-tokens",
-    "1600",
-    "--budget",
-    "100",
-    "--exclude-below",
-    "int4",
-]
+def reference(model: str) -> list[str]:
+    """The seeds' reference check (test_cli_project.REFERENCE) on ``model``."""
+    return [model if arg == REFERENCE_MODEL else arg for arg in REFERENCE]
 
 
 async def test_cli_project_shows_sync_and_batch_side_by_side(
     openrouter_sim: SimulatorServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["project", "--model", K3, *FLAGS, "--base-url", openrouter_sim.url]
+    argv = [*reference(K3), "--base-url", openrouter_sim.url]
     assert await run_cli(argv) == 0
     out = capsys.readouterr().out
     assert "the batch pinned to together" in out
     assert "sync at 256 in flight" in out
-    assert "12 batches" in out
+    assert "6 batches" in out  # 5,000 requests a dataset: one batch each
     assert "24 h 00 min (the window)" in out
     assert "Batch saves $" in out
     assert await run_cli([*argv, "--json"]) == 0
@@ -185,7 +170,7 @@ async def test_cli_project_shows_sync_and_batch_side_by_side(
 async def test_cli_project_says_plainly_when_a_model_has_no_batch_route(
     openrouter_sim: SimulatorServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["project", "--model", K25, *FLAGS, "--base-url", openrouter_sim.url]
+    argv = [*reference(K25), "--base-url", openrouter_sim.url]
     assert await run_cli(argv) == 0
     out = capsys.readouterr().out
     assert (
