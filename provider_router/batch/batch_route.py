@@ -67,8 +67,8 @@ log = get_logger(__name__)
 MAX_BATCH_REQUESTS = 5_000
 MAX_BATCH_BYTES = 200 * 1024 * 1024
 _PROMPT_FIELDS = frozenset(["tools", "tool_choice", "response_format"])
-WAVE_SHARE = 0.8
-"""Share of the lines an output-token target still needs that one wave sends."""
+WAVE_SHARE = 0.95
+"""The most of the lines an output-token target still needs that one wave sends."""
 WAVE_TAIL_LINES = 20
 """When no more than this many lines are left to a target, they go in one wave."""
 CLOCK_SKEW_SECONDS = 3600
@@ -284,10 +284,11 @@ class BatchRouteRun:
             )
             left = target - tally.output_tokens
             lines = left / max(per_line, 1)
-            # Each wave covers most of what is left at the observed mean, so a wave
-            # whose answers run long overshoots by a few lines, not by a share of the
-            # target; the last few lines go at once.
-            wave = lines if lines <= WAVE_TAIL_LINES else lines * WAVE_SHARE
+            # A wave covers what is left at the observed mean, shrunk so that a mean
+            # read from few lines (answer lengths vary about as much as their mean) two
+            # standard errors too low still does not overshoot; the last few go at once.
+            share = min(WAVE_SHARE, 1 / (1 + 2 / math.sqrt(max(tally.completed, 1))))
+            wave = lines if lines <= WAVE_TAIL_LINES else lines * share
             room = min(room, math.ceil(wave) - live if left > 0 else 0)
         return max(room, 0)
 
