@@ -50,10 +50,11 @@ from provider_router._exceptions import (
 )
 from provider_router._log import get_logger
 from provider_router._money import from_units, to_units
-from provider_router.batch.batch_api import TERMINAL, BatchApi
+from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
+from provider_router.batch.batch_lost import find_lost
+from provider_router.batch.batch_results import read_result, result_record
 from provider_router.batch.journal import FileJournal
-from provider_router.batch.output import encode_record, make_record
 from provider_router.ledger import Ledger
 from provider_router.ledger._base import Reservation
 from provider_router.prompts import Prompt
@@ -71,8 +72,6 @@ WAVE_SHARE = 0.95
 """The most of the lines an output-token target still needs that one wave sends."""
 WAVE_TAIL_LINES = 20
 """When no more than this many lines are left to a target, they go in one wave."""
-CLOCK_SKEW_SECONDS = 3600
-"""How far OpenRouter's clock may be behind ours when a lost 202 is looked for."""
 _BODY_MARGIN = 1024 * 1024
 """Bytes kept free of the 200 MB limit for the body's head."""
 
@@ -409,65 +408,22 @@ class BatchRouteRun:
     async def _resolve_lost(self) -> None:
         for intent in [i for i in self.batches if i.live and i.batch_id is None]:
             try:
-                found, undecided, expired = await self._find(intent)
+                search = await find_lost(self.api, self.batches, intent)
             except _TRANSIENT:
                 continue  # look again next round
-            if found is not None:
-                self.batches.record_submitted(intent.intent, found)
+            if search.owed is not None:
+                await self._owed(search.owed)
+            if search.batch_id is not None:
+                self.batches.record_submitted(intent.intent, search.batch_id)
                 self.result.found_after_lost_202 += 1
-            elif not undecided and self.clock() - intent.created_after >= self.lost_grace:
+            elif not search.undecided and self.clock() - intent.created_after >= self.lost_grace:
                 # Listed nowhere for the grace period: the submit never created it. If an
                 # expired batch that shows no custom_ids might be it, its worst case stays
                 # counted (an expired batch's bill is unknown).
-                cost = from_units(intent.worst_units) if expired else Decimal(0)
+                cost = from_units(intent.worst_units) if search.expired else Decimal(0)
                 await self._close_money(intent, cost)
                 self.batches.record_ended(intent.intent, "not_created")
                 self.result.resubmitted_lines += len(intent.prompt_ids)
-
-    async def _candidates(self, intent: BatchIntent) -> list[dict[str, Any]]:
-        """Listed batches created after the intent that could be it, not yet claimed."""
-        known = {i.batch_id for i in self.batches if i.batch_id is not None}
-        found: list[dict[str, Any]] = []
-        after: str | None = None
-        # An hour before the intent: a server clock behind ours must not hide the batch.
-        since = max(0, intent.created_after - CLOCK_SKEW_SECONDS)
-        while True:
-            page = await self.api.list_page(since, after)
-            for item in page.get("data") or []:
-                counts = item.get("request_counts") or {}
-                if item.get("id") not in known and counts.get("total") == len(intent.prompt_ids):
-                    found.append(item)
-            if not page.get("has_more") or not page.get("last_id"):
-                return found
-            after = str(page["last_id"])
-
-    async def _find(self, intent: BatchIntent) -> tuple[str | None, bool, bool]:
-        """(the intent's batch id or None; whether a candidate could not be checked yet;
-        whether an expired candidate, which shows no ``custom_id``s, might be it)."""
-        undecided = expired = False
-        for item in await self._candidates(intent):
-            status = item.get("status")
-            if status not in TERMINAL:
-                undecided = True  # its custom_ids show only once it ends; look again later
-                continue
-            if status != "completed":
-                # Failed batches ran nothing and cost nothing; expired (or cancelled) ones
-                # may have cost something and never show their custom_ids.
-                expired = expired or status in ("expired", "cancelled")
-                continue
-            try:
-                page = await self.api.results_page(str(item["id"]), None)
-            except PaymentRequiredError as exc:
-                await self._owed(exc)  # it may be ours: never resubmitted, collect after a top-up
-                undecided = True
-                continue
-            except APIStatusError:
-                undecided = True
-                continue
-            data = page.get("data") or []
-            if data and intent.prompt_for(str(data[0].get("custom_id", ""))) is not None:
-                return str(item["id"]), False, False
-        return None, undecided, expired
 
     # --- poll and collect -----------------------------------------------------------
 
@@ -554,56 +510,27 @@ class BatchRouteRun:
         prompts: Mapping[str, Prompt],
         failed: list[str],
     ) -> Decimal:
-        prompt_id = intent.prompt_for(str(result.get("custom_id", "")))
-        if prompt_id is None:
+        line = read_result(intent, result)
+        if line is None:
             return Decimal(0)
-        response = result.get("response")
-        body = response.get("body") if isinstance(response, Mapping) else None
-        if result.get("error") is not None or not isinstance(body, Mapping):
-            failed.append(prompt_id)
+        if line.body is None:
+            failed.append(line.prompt_id)
             return Decimal(0)
-        usage = body.get("usage") or {}
-        cost = Decimal(str(usage.get("cost", 0)))
-        dataset = intent.dataset
-        prompt = prompts.get(prompt_id)
-        if prompt is None or not self.journal.claim(dataset, prompt_id):
-            return cost  # already written (a collect cut short), or not in the inputs now
-        choice = (body.get("choices") or [{}])[0]
-        message = choice.get("message") or {}
-        details = usage.get("completion_tokens_details") or {}
-        prompt_details = usage.get("prompt_tokens_details") or {}
-        now = float(self.clock())
-        record = make_record(
-            prompt_id=prompt_id,
-            dataset=dataset,
-            messages=prompt.messages,
-            text=message.get("content"),
-            reasoning=message.get("reasoning"),
-            finish_reason=choice.get("finish_reason"),
-            provider=body.get("provider"),
-            model=self.route.model_id,
-            served_model=body.get("model"),
-            generation_id=body.get("id"),
-            prompt_tokens=int(usage.get("prompt_tokens", 0)),
-            completion_tokens=int(usage.get("completion_tokens", 0)),
-            reasoning_tokens=int(details.get("reasoning_tokens") or 0),
-            cached_tokens=int(prompt_details.get("cached_tokens") or 0),
-            cost=cost,
-            metadata={**prompt.metadata, "batch_id": intent.batch_id},
-            started_at=float(intent.created_after),
-            finished_at=now,
-        )
+        prompt = prompts.get(line.prompt_id)
+        if prompt is None or not self.journal.claim(intent.dataset, line.prompt_id):
+            return line.cost  # already written (a collect cut short), or not in the inputs now
+        record = result_record(line, intent, prompt, self.route.model_id, float(self.clock()))
         self.journal.complete(
-            dataset,
-            prompt_id,
-            encode_record(record),
-            output_tokens=int(usage.get("completion_tokens", 0)),
-            prompt_tokens=int(usage.get("prompt_tokens", 0)),
-            cost_units=to_units(cost),
+            intent.dataset,
+            line.prompt_id,
+            record,
+            output_tokens=line.completion_tokens,
+            prompt_tokens=line.prompt_tokens,
+            cost_units=to_units(line.cost),
             location=prompt.location,
         )
         self.result.lines_done += 1
-        return cost
+        return line.cost
 
     # --- money ----------------------------------------------------------------------
 
