@@ -99,6 +99,8 @@ if _typing.TYPE_CHECKING:
     )
     from provider_router.results import ChatResult, StreamDelta, ToolCall, ToolCallDelta, Usage
     from provider_router.retry import Backoff, RetryPolicy, is_retryable
+    from provider_router.route_batch import BatchRoute, batch_route
+    from provider_router.route_choice import RouteComparison, compare_routes
     from provider_router.routing import RoutePlan, build_route_plan, estimate_prompt_tokens
     from provider_router.verification import (
         EndpointVerdict,
@@ -130,6 +132,9 @@ _LAZY: dict[str, str] = {
     "AdaptiveLimiter": "provider_router.limiter",
     "Architecture": "provider_router.records",
     "Backoff": "provider_router.retry",
+    "BatchRoute": "provider_router.route_batch",
+    "RouteComparison": "provider_router.route_choice",
+    "compare_routes": "provider_router.route_choice",
     "BatchRunner": "provider_router.batch.runner",
     "BudgetFit": "provider_router.projection",
     "Catalog": "provider_router.catalog",
@@ -222,6 +227,7 @@ _LAZY: dict[str, str] = {
     "load_plan": "provider_router.plan",
     "measure_prompts": "provider_router.workload_stats",
     "merge_outputs": "provider_router.batch.merge",
+    "batch_route": "provider_router.route_batch",
     "precision_rank": "provider_router.quantization",
     "project": "provider_router.projection",
     "rank": "provider_router.ranking",
@@ -245,6 +251,7 @@ __all__ = [
     "AuthenticationError",
     "Backoff",
     "BadRequestError",
+    "BatchRoute",
     "BatchRunner",
     "BudgetError",
     "BudgetExhausted",
@@ -323,6 +330,7 @@ __all__ = [
     "Reservation",
     "ResponseCarriedError",
     "RetryPolicy",
+    "RouteComparison",
     "RoutePlan",
     "RouteShare",
     "Router",
@@ -346,7 +354,9 @@ __all__ = [
     "WorkloadEstimate",
     "__version__",
     "approx_prompt_tokens",
+    "batch_route",
     "build_route_plan",
+    "compare_routes",
     "demands_from_plan",
     "estimate_from_samples",
     "estimate_prompt_tokens",

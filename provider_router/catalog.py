@@ -173,6 +173,15 @@ class Catalog(AsyncResource):
         log.debug("catalog.fetched", model=key, endpoints=len(record.endpoints))
         return self._remember(key, record, raw)
 
+    async def batch_endpoints(self, model_id: ModelId, *, refresh: bool = False) -> ModelEndpoints:
+        """The Batch API's endpoints of ``model_id``: the ``{model}:batch`` listing.
+
+        Cached and snapshotted like :meth:`endpoints` (under ``author/slug:batch``). A
+        model without batch endpoints answers an empty ``endpoints`` tuple, not an error.
+        """
+        base = model_id.strip().removesuffix(":batch")
+        return await self.endpoints(f"{base}:batch", refresh=refresh)
+
     async def models(self, *, refresh: bool = False) -> tuple[Model, ...]:
         """Every model in ``/models`` (their prices are each model's top provider's).
 

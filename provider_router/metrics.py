@@ -27,6 +27,10 @@ What is exported (prefix ``provider_router_``):
 ``budget_limit_usd``                  by the Router (a fleet's Redis ledger: the fleet's)
 ``limiter_window``                    the adaptive limiter's window (read at scrape time)
 ``in_flight``                         requests in flight (read at scrape time)
+``batches{state}``                    the Batch API route's batches: ``submitted``,
+                                      ``in_progress``, ``collected``, ``pending``
+``batch_lines{outcome}``              its lines written (``done``) and ``failed``
+``batch_cost_usd``                    what its collected batches were billed
 ====================================  ======================================================
 
 Money in Prometheus is a float: these are for dashboards; the exact figures are the
@@ -135,6 +139,9 @@ class Metrics:
         self.limit = prom.Gauge("budget_limit_usd", "The ledger's limit (the budget)", **kw)
         self.window = prom.Gauge("limiter_window", "The adaptive limiter's window", **kw)
         self.in_flight = prom.Gauge("in_flight", "Requests in flight", **kw)
+        self.batches = prom.Gauge("batches", "Batch API batches by state", ["state"], **kw)
+        self.batch_lines = prom.Gauge("batch_lines", "Batch lines by outcome", ["outcome"], **kw)
+        self.batch_cost = prom.Gauge("batch_cost_usd", "USD billed for collected batches", **kw)
 
     def __repr__(self) -> str:
         where = "not served" if self._server is None else f"serving on {self.address}"
@@ -146,6 +153,15 @@ class Metrics:
         """Read the limiter's window and the requests in flight at each scrape."""
         self.window.set_function(window)
         self.in_flight.set_function(in_flight)
+
+    def batch_progress(self, counts: dict[str, int], cost: Decimal) -> None:
+        """Record the batch route's counts (``submitted``, ``in_progress``, ``collected``,
+        ``pending``, ``lines_done``, ``lines_failed``) and what its batches cost."""
+        for state in ("submitted", "in_progress", "collected", "pending"):
+            self.batches.labels(state).set(counts.get(state, 0))
+        self.batch_lines.labels("done").set(counts.get("lines_done", 0))
+        self.batch_lines.labels("failed").set(counts.get("lines_failed", 0))
+        self.batch_cost.set(float(cost))
 
     def ledger_state(self, state: LedgerState) -> None:
         """Record a sample of the ledger's totals."""

@@ -32,7 +32,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -132,6 +132,10 @@ class DatasetSpec(_Frozen):
     target_output_tokens: int | None = Field(default=None, gt=0)
     max_requests: int | None = Field(default=None, gt=0)
     generation: GenerationParams = GenerationParams()
+    route: Literal["sync", "batch", "auto"] = "sync"
+    """``batch``: OpenRouter's Batch API; ``auto``: batch where an allowed batch endpoint
+    exists and ``deadline_hours`` is not sooner than its 24 h window (docs/batch.md)."""
+    deadline_hours: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="before")
     @classmethod

@@ -34,11 +34,13 @@ from provider_router.cli._options import (
 )
 from provider_router.client import Router
 from provider_router.ledger import MemoryLedger
-from provider_router.plan import Plan, load_plan
+from provider_router.plan import DEFAULT_BATCH_CONCURRENCY, Plan, load_plan
 from provider_router.policy import ProviderPolicy
 from provider_router.projection import Projection, project
 from provider_router.projection_report import render_projection
 from provider_router.records import ModelEndpoints
+from provider_router.route_choice import RouteComparison, compare_routes
+from provider_router.route_report import load_batch_listing, render_routes
 from provider_router.workload import DatasetDemand, WorkloadEstimate
 from provider_router.workload_stats import (
     PilotResult,
@@ -277,7 +279,35 @@ def _workloads(
     return own[job.demands[0].name], demands
 
 
-async def _gather(args: argparse.Namespace) -> tuple[Projection, PilotResult | None]:
+async def _routes(
+    args: argparse.Namespace,
+    job: _Job,
+    listing: ModelEndpoints,
+    workload: WorkloadEstimate,
+    demands: tuple[DatasetDemand, ...],
+) -> RouteComparison | None:
+    """Sync and batch side by side (None: a snapshot without the ``:batch`` listing)."""
+    batch = await load_batch_listing(job.model, base_url=args.base_url, snapshot=args.snapshot)
+    if batch is None:
+        return None
+    plan = job.plan
+    return compare_routes(
+        demands,
+        listing,
+        batch,
+        job.policy,
+        workload,
+        budget=job.budget,
+        model_id=job.model,
+        concurrency=plan.concurrency if plan is not None else DEFAULT_BATCH_CONCURRENCY,
+        routes={d.name: d.route for d in plan.datasets} if plan is not None else None,
+        deadlines={d.name: d.deadline_hours for d in plan.datasets} if plan is not None else None,
+    )
+
+
+async def _gather(
+    args: argparse.Namespace,
+) -> tuple[Projection, PilotResult | None, RouteComparison | None]:
     if args.plan is None:
         job, _ = _uniform_job(args)
         files: dict[str, PromptFileStats] = {}
@@ -289,7 +319,7 @@ async def _gather(args: argparse.Namespace) -> tuple[Projection, PilotResult | N
         pilot = await _pilot(args, job, listing, args.pilot)
     workload, demands = _workloads(args, job, files, pilot)
     projection = project(demands, listing, job.policy, workload, budget=job.budget)
-    return projection, pilot
+    return projection, pilot, await _routes(args, job, listing, workload, demands)
 
 
 def _pilot_dict(pilot: PilotResult) -> dict[str, Any]:
@@ -313,10 +343,11 @@ def _pilot_dict(pilot: PilotResult) -> dict[str, Any]:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    projection, pilot = asyncio.run(_gather(args))
+    projection, pilot, routes = asyncio.run(_gather(args))
     if args.json:
         data = projection.to_dict()
         data["pilot"] = None if pilot is None else _pilot_dict(pilot)
+        data["routes"] = None if routes is None else routes.to_dict()
         json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
@@ -329,4 +360,6 @@ def _handle(args: argparse.Namespace) -> int:
             f"p90 {stats.p90:.0f})"
         )
     render_projection(projection, file=sys.stdout)
+    if routes is not None:
+        render_routes(routes, file=sys.stdout)
     return 0

@@ -41,10 +41,18 @@ from provider_router._collector import tune_for_process
 from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
+from provider_router.batch.batch_plan import (
+    batch_datasets,
+    describe,
+    progress_printer,
+    run_plan_batches,
+    without_datasets,
+)
+from provider_router.batch.batch_route import BatchRouteResult
 from provider_router.batch.fleet import DEFAULT_IDLE_TIMEOUT, FleetQueue
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import LEDGER_FILE, BatchRunner
-from provider_router.batch.summary import RunSummary, StopReason
+from provider_router.batch.summary import EXIT_CODES, RunSummary, StopReason
 from provider_router.cli._errors import UsageError
 from provider_router.cli._logging import report_events
 from provider_router.cli._options import budget_usd, positive_count
@@ -138,6 +146,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "the job's budget)",
     )
     parser.add_argument("--base-url", help="OpenRouter API root (default: OPENROUTER_BASE_URL)")
+    parser.add_argument(
+        "--batch-poll",
+        type=_seconds,
+        default=5.0,
+        metavar="S",
+        help="route: batch datasets: seconds before the first poll of a batch (doubles up "
+        "to 300 while nothing changes; default 5)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=positive_count,
+        default=5000,
+        metavar="N",
+        help="route: batch datasets: requests per batch (at most 5,000, the Batch API's limit)",
+    )
+    parser.add_argument(
+        "--batch-lost-grace",
+        type=_seconds,
+        default=120.0,
+        metavar="S",
+        help="route: batch datasets: seconds a submit whose answer was lost must stay "
+        "unlisted before its prompts go again (default 120)",
+    )
     parser.add_argument(
         "--progress",
         choices=["auto", "rich", "plain", "off"],
@@ -341,6 +372,17 @@ def _handle(args: argparse.Namespace) -> int:
         metrics.serve(args.metrics_port, args.metrics_addr)
         host, port = metrics.address or (args.metrics_addr, args.metrics_port)
         print(f"Metrics: http://{host}:{port}/metrics", file=sys.stderr)
+    try:
+        batched = _run_batch_route(plan, args, metrics)
+    except BaseException:
+        if metrics is not None:
+            metrics.close()
+        raise
+    if batched is None or isinstance(batched, int):
+        if metrics is not None:
+            metrics.close()
+        return 0 if batched is None else batched
+    plan = batched
 
     async def main() -> RunSummary:
         budget = plan.budget
@@ -397,6 +439,57 @@ def _handle(args: argparse.Namespace) -> int:
         print(f"To resume: {resume_command(args.argv, summary)}", file=sys.stderr)
     print(f"Summary: {Path(args.out) / 'summary.json'}", file=sys.stderr)
     return summary.exit_code
+
+
+def _run_batch_route(
+    plan: Plan, args: argparse.Namespace, metrics: Metrics | None
+) -> Plan | int | None:
+    """Run the plan's batch-route datasets first (docs/batch.md, "The Batch API route").
+
+    Returns the plan left for the sync runner, or, when nothing is left, the exit code
+    (None: 0). A batch-route stop (a results 402, the budget) ends the command there.
+    """
+    if all(d.route == "sync" for d in plan.datasets):
+        return plan
+    batches = _run_loop(lambda: batch_datasets(plan, base_url=args.base_url))
+    if not batches.names:
+        return plan
+    result = _run_loop(
+        lambda: run_plan_batches(
+            plan,
+            Path(args.out),
+            batches,
+            base_url=args.base_url,
+            poll_initial=args.batch_poll,
+            lost_grace=args.batch_lost_grace,
+            max_batch_requests=args.batch_size,
+            progress=_batch_progress(args, metrics),
+        )
+    )
+    for line in describe(result):
+        print(line, file=sys.stderr)
+    if result.top_up is not None:
+        print(f"To resume after adding credits: {' '.join(args.argv)}", file=sys.stderr)
+        return EXIT_CODES[StopReason.CREDITS]
+    if result.stop is not None:
+        return EXIT_CODES[StopReason.BUDGET]
+    if result.pending:
+        return EXIT_CODES[StopReason.INCOMPLETE]
+    return without_datasets(plan, batches.names)
+
+
+def _batch_progress(
+    args: argparse.Namespace, metrics: Metrics | None
+) -> Callable[[BatchRouteResult], None]:
+    printer = None if args.progress == "off" else progress_printer(sys.stderr)
+
+    def report(result: BatchRouteResult) -> None:
+        if printer is not None:
+            printer(result)
+        if metrics is not None:
+            metrics.batch_progress(result.counts(), result.cost)
+
+    return report
 
 
 def added_budget(plan: Plan, out: Path, args: argparse.Namespace) -> Decimal:

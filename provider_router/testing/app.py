@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from aiohttp import web
 
 from provider_router._money import to_units
-from provider_router.testing import bodies
+from provider_router.testing import batch_routes, bodies
+from provider_router.testing.batch_lines import MAX_BATCH_BYTES
 from provider_router.testing.billing import KeyState
 from provider_router.testing.chat import chat_completions
 from provider_router.testing.introspection import RequestRecord
@@ -70,7 +71,14 @@ async def model(request: web.Request) -> web.StreamResponse:
 
 async def endpoints(request: web.Request) -> web.StreamResponse:
     market = request.app[SIM_KEY].market
+    if request.match_info["slug"].endswith(BATCH_SUFFIX):
+        # The Batch API's own listing: `{slug}:batch` (an empty list: no batch endpoint).
+        rendered = {f"{k}{BATCH_SUFFIX}": body for k, body in market.batch_endpoints_bodies.items()}
+        return _per_model(request, "batch_endpoints", rendered, "No endpoints found for {}.")
     return _per_model(request, "endpoints", market.endpoints_bodies, "No endpoints found for {}.")
+
+
+BATCH_SUFFIX = ":batch"
 
 
 AccountHandler = Callable[
@@ -218,6 +226,11 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("GET", "/key", "the calling key's usage, limit and budgets"),
     ("GET", "/auth/key", "the same as /key (older path)"),
     ("GET", "/credits", "the account's credits and usage"),
+    ("POST", "/batches", "submit a batch (202 validating; also under /api/beta)"),
+    ("GET", "/batches", "the key's batches, newest first (limit, after, status, created_*)"),
+    ("GET", "/batches/{batch_id}", "one batch; terminal ones with results (402: unpaid)"),
+    ("GET", "/batches/{batch_id}/results", "a terminal batch's results, paginated"),
+    ("DELETE", "/batches/{batch_id}", "delete a terminal batch (409 otherwise)"),
 )
 """Every route served under ``/api/v1``: (method, path, what it answers).
 
@@ -239,9 +252,24 @@ def make_app(sim: Simulator) -> web.Application:
         "/auth/key": key_info,
         "/credits": credits,
     }
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    batch_handlers = {
+        ("POST", "/batches"): _account_route("batch_submit")(batch_routes.submit_batch),
+        ("GET", "/batches"): _account_route("batch_list")(batch_routes.list_batches),
+        ("GET", "/batches/{batch_id}"): _account_route("batch_get")(batch_routes.get_batch),
+        ("GET", "/batches/{batch_id}/results"): _account_route("batch_results")(
+            batch_routes.batch_results
+        ),
+        ("DELETE", "/batches/{batch_id}"): _account_route("batch_delete")(
+            batch_routes.delete_batch
+        ),
+    }
+    # A batch body may reach 200 MB (the Batch API's limit); chat bodies stay far smaller.
+    app = web.Application(client_max_size=MAX_BATCH_BYTES + 1024 * 1024)
     app[SIM_KEY] = sim
     for method, path, _ in ROUTES:
-        app.router.add_route(method, "/api/v1" + path, handlers[path])
+        handler = batch_handlers.get((method, path)) or handlers[path]
+        app.router.add_route(method, "/api/v1" + path, handler)
+    for (method, path), handler in batch_handlers.items():
+        app.router.add_route(method, "/api/beta" + path, handler)
     app.router.add_route("*", "/api/v1/{tail:.*}", not_found)
     return app

@@ -91,6 +91,7 @@ _MODEL_FIELDS = (
     "knowledge_cutoff",
     "expiration_date",
     "endpoints",
+    "batch_endpoints",
 )
 _PROVIDER_FIELDS = (
     "name",
@@ -265,6 +266,8 @@ class ModelSpec:
     hugging_face_id: str | None = None
     knowledge_cutoff: str | None = None
     expiration_date: str | None = None
+    batch_endpoints: tuple[EndpointSpec, ...] = ()
+    """The ``:batch`` endpoints (the Batch API's own listing and prices); none: sync only."""
 
     def listing(self) -> dict[str, Any]:
         """The ``Model`` object of ``GET /models``; pricing from the cheapest stable endpoint."""
@@ -320,6 +323,13 @@ class ModelSpec:
                 "endpoints": [e.listing(self) for e in self.endpoints],
             }
         }
+
+    def batch_endpoints_listing(self) -> dict[str, Any]:
+        """The body of ``GET /models/{author}/{slug}:batch/endpoints`` (empty: no batch)."""
+        body = self.endpoints_listing()
+        body["data"]["id"] = f"{self.id}:batch"
+        body["data"]["endpoints"] = [e.listing(self) for e in self.batch_endpoints]
+        return body
 
 
 _ARCHITECTURE: dict[str, Any] = {
@@ -394,6 +404,10 @@ class Market:
         self.providers_body = json.dumps({"data": [p.listing() for p in self.providers]}).encode()
         self.endpoints_bodies = {
             key: json.dumps(model.endpoints_listing()).encode()
+            for key, model in self.models.items()
+        }
+        self.batch_endpoints_bodies = {
+            key: json.dumps(model.batch_endpoints_listing()).encode()
             for key, model in self.models.items()
         }
 
@@ -540,6 +554,17 @@ def _parse_model(path: Path, data: object, where: str, line: int | None) -> Mode
         noun="endpoint",
         unique=("tag", lambda e: e.tag),
     )
+    batch_endpoints = (
+        f.parse_each(
+            "batch_endpoints",
+            _parse_endpoint,
+            prefix=f"{where}.batch_endpoints",
+            noun="batch endpoint",
+            unique=("tag", lambda e: e.tag),
+        )
+        if f.has("batch_endpoints") and f.items("batch_endpoints")
+        else []
+    )
     canonical = f.text("canonical_slug", model_id)
     return ModelSpec(
         id=model_id,
@@ -555,6 +580,7 @@ def _parse_model(path: Path, data: object, where: str, line: int | None) -> Mode
         hugging_face_id=f.opt_text("hugging_face_id"),
         knowledge_cutoff=f.opt_text("knowledge_cutoff"),
         expiration_date=f.opt_text("expiration_date"),
+        batch_endpoints=tuple(batch_endpoints),
     )
 
 

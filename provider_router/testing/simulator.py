@@ -21,6 +21,7 @@ from aiohttp import web
 from provider_router._money import from_units
 from provider_router._types import Clock, Sleep
 from provider_router.testing import bodies
+from provider_router.testing.batches import BatchBook
 from provider_router.testing.billing import Account, KeyState
 from provider_router.testing.draws import Draws
 from provider_router.testing.faults import Fault, FaultBook
@@ -137,6 +138,8 @@ class Simulator:
         self.stopping = asyncio.Event()
         self.bill_abandoned = bill_abandoned
         self._abandoned: set[asyncio.Task[None]] = set()
+        self.batches = BatchBook(self)
+        """The Batch API's batches and their faults (``testing/batches.py``)."""
 
     # --- time and randomness ------------------------------------------------
 

@@ -7,14 +7,16 @@ import json
 import os
 import sqlite3
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from provider_router._money import from_units
+from provider_router.batch.batch_journal import BatchJournal
 from provider_router.batch.journal import FileJournal
-from provider_router.testing import DEFAULT_TEST_KEY
+from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 
 def write_prompts(path: Path, count: int, *, prefix: str = "q", extra: Iterable[str] = ()) -> Path:
@@ -98,3 +100,26 @@ async def run_cli(*argv: str, key: str | None = DEFAULT_TEST_KEY) -> tuple[int, 
     out, err = await proc.communicate()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+def times_submitted(directory: Path, sim: SimulatorServer) -> Counter[str]:
+    """How many batches each prompt went out in, over every batch the simulator took
+    (the batch route's journal maps each ``custom_id`` back to its prompt)."""
+    with BatchJournal.open(directory) as journal:
+        intents = {i.intent: i for i in journal}
+    seen: Counter[str] = Counter()
+    for batch in sim.simulator.batches:
+        for custom_id, _ in batch.submission.requests:
+            pid = intents[custom_id.rpartition("-")[0]].prompt_for(custom_id)
+            assert pid is not None
+            seen[pid] += 1
+    return seen
+
+
+async def spawn_cli(*argv: str, stderr: int | None = asyncio.subprocess.DEVNULL) -> Any:
+    """``python -m provider_router ARGV`` started with the test key (a Process)."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "provider_router", *argv,
+        stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
+        env={**os.environ, "OPENROUTER_API_KEY": DEFAULT_TEST_KEY},
+    )  # fmt: skip

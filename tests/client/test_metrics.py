@@ -153,3 +153,20 @@ def test_a_router_without_metrics_never_loads_prometheus() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.split() == ["None", "False"]
+
+
+async def test_the_batch_route_shows_its_batches() -> None:
+    metrics = Metrics()
+    metrics.serve(0)
+    try:
+        counts = {"submitted": 3, "in_progress": 1, "collected": 2, "pending": 1,
+                  "lines_done": 40, "lines_failed": 2}  # fmt: skip
+        metrics.batch_progress(counts, Decimal("0.125"))
+        samples = await scrape(metrics_url(metrics))
+    finally:
+        metrics.close()
+    assert samples[("provider_router_batches", (("state", "submitted"),))] == 3
+    assert samples[("provider_router_batches", (("state", "in_progress"),))] == 1
+    assert samples[("provider_router_batch_lines", (("outcome", "done"),))] == 40
+    assert samples[("provider_router_batch_lines", (("outcome", "failed"),))] == 2
+    assert samples[("provider_router_batch_cost_usd", ())] == 0.125

@@ -69,7 +69,7 @@ async def test_sdk_version_is_a_current_one() -> None:
 async def test_models_list_get_and_count(sdk: Any) -> None:
     listing = await sdk.models.list_async()
     models = listing.result.data
-    assert [m.id for m in models] == [MODEL]
+    assert [m.id for m in models] == [MODEL, "moonshotai/kimi-k3"]
     kimi = models[0]
     assert kimi.canonical_slug == "moonshotai/kimi-k2.5-0127"
     assert kimi.pricing.input_cache_read is not None, "Kimi's listing prices cache reads"

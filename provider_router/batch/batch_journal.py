@@ -1,0 +1,201 @@
+"""The batch route's journal: every batch's intent before its submit, its id after the 202.
+
+One append-only JSONL file (``batches.jsonl``) beside the outputs, each entry written
+and fsynced before the step it records is taken, so a kill -9 anywhere leaves one of:
+
+* ``intent`` (the prompts, the ``custom_id`` of each, the reservation holding the
+  batch's worst case, the time before the submit): the submit may or may not have
+  reached OpenRouter. Its prompts are never sent again until the batch is found
+  (``GET /batches?created_after=`` and its results' ``custom_id``s, which carry the
+  intent's id) or shown never to have been created;
+* ``submitted`` (the batch id): poll it, collect it;
+* ``collected`` (what it cost, which prompts failed): the outputs are in the
+  per-dataset files, committed through the output journal;
+* ``ended`` (failed, expired, refused, never created): its prompts may run again.
+
+A torn last line (a kill mid-write) is dropped; any other unreadable line is an
+error naming the file and line, never a silent reset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from provider_router._exceptions import DataFileError
+
+__all__ = ["BATCH_JOURNAL_FILE", "BatchIntent", "BatchJournal"]
+
+BATCH_JOURNAL_FILE = "batches.jsonl"
+
+
+@dataclass(slots=True)
+class BatchIntent:
+    """One batch, from intent to its end."""
+
+    intent: str
+    dataset: str
+    prompt_ids: tuple[str, ...]
+    """Line ``n``'s prompt; its ``custom_id`` is ``<intent>-<n>``."""
+    created_after: int
+    """Unix seconds, taken before the submit (a lost 202's batch was created after it)."""
+    reservation: dict[str, Any]
+    """The ledger reservation (id, units, key, owner) holding the worst case."""
+    worst_units: int
+    batch_id: str | None = None
+    collected: bool = False
+    cost_units: int = 0
+    failed_ids: tuple[str, ...] = ()
+    ended: str | None = None
+    """Why it ended without results (failed, expired, refused, not_created)."""
+    settled: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def custom_id(self, line: int) -> str:
+        return f"{self.intent}-{line}"
+
+    def prompt_for(self, custom_id: str) -> str | None:
+        """The prompt id of one of this intent's ``custom_id``s (None: not this intent's)."""
+        prefix, _, line = custom_id.rpartition("-")
+        if prefix != self.intent or not line.isdigit() or int(line) >= len(self.prompt_ids):
+            return None
+        return self.prompt_ids[int(line)]
+
+    @property
+    def live(self) -> bool:
+        """Its prompts may be in a batch OpenRouter runs (never send them again)."""
+        return not self.collected and self.ended is None
+
+    @property
+    def retryable_ids(self) -> tuple[str, ...]:
+        """What may run again: an ended batch's prompts, a collected one's failed lines."""
+        if self.ended is not None:
+            return self.prompt_ids
+        return self.failed_ids if self.collected else ()
+
+
+class BatchJournal:
+    """Append-only, fsynced per entry; replayed into :class:`BatchIntent`s on open."""
+
+    def __init__(self, path: Path, intents: dict[str, BatchIntent], fh: IO[bytes]) -> None:
+        self.path = path
+        self.intents = intents
+        self._fh = fh
+
+    @classmethod
+    def open(cls, directory: str | Path) -> BatchJournal:
+        path = Path(directory) / BATCH_JOURNAL_FILE
+        intents: dict[str, BatchIntent] = {}
+        good = 0
+        if path.exists():
+            data = path.read_bytes()
+            lines = data.split(b"\n")
+            for number, line in enumerate(lines, start=1):
+                if not line:
+                    good += 1
+                    continue
+                last = number == len(lines)
+                try:
+                    entry = json.loads(line)
+                    _apply(intents, entry)
+                except (ValueError, KeyError, TypeError) as exc:
+                    if last:  # torn by a kill mid-write: the step it records was not taken
+                        break
+                    raise DataFileError(
+                        path, f"unreadable batch journal entry ({exc})", line=number
+                    ) from None
+                good += len(line) + 1
+            if good < len(data):
+                with path.open("r+b") as cut:
+                    cut.truncate(min(good, len(data)))
+        fh = path.open("ab", buffering=0)
+        return cls(path, intents, fh)
+
+    def __iter__(self) -> Iterator[BatchIntent]:
+        return iter(self.intents.values())
+
+    def live_ids(self, dataset: str) -> set[str]:
+        """Prompts of ``dataset`` in batches that may still run or are being collected."""
+        return {p for i in self if i.dataset == dataset and i.live for p in i.prompt_ids}
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        _apply(self.intents, entry)
+        data = json.dumps(entry, separators=(",", ":")).encode() + b"\n"
+        self._fh.write(data)
+        os.fsync(self._fh.fileno())
+
+    def record_intent(
+        self,
+        intent: str,
+        dataset: str,
+        prompt_ids: Sequence[str],
+        created_after: int,
+        reservation: dict[str, Any],
+        worst_units: int,
+    ) -> BatchIntent:
+        self._write(
+            {
+                "op": "intent",
+                "intent": intent,
+                "ds": dataset,
+                "ids": list(prompt_ids),
+                "after": created_after,
+                "res": reservation,
+                "worst": worst_units,
+            }
+        )
+        return self.intents[intent]
+
+    def record_submitted(self, intent: str, batch_id: str) -> None:
+        self._write({"op": "submitted", "intent": intent, "batch": batch_id})
+
+    def record_collected(self, intent: str, cost_units: int, failed_ids: Sequence[str]) -> None:
+        self._write(
+            {"op": "collected", "intent": intent, "cost": cost_units, "failed": list(failed_ids)}
+        )
+
+    def record_ended(self, intent: str, why: str) -> None:
+        self._write({"op": "ended", "intent": intent, "why": why})
+
+    def record_settled(self, intent: str) -> None:
+        self._write({"op": "settled", "intent": intent})
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> BatchJournal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _apply(intents: dict[str, BatchIntent], entry: dict[str, Any]) -> None:
+    op = entry["op"]
+    if op == "intent":
+        intents[entry["intent"]] = BatchIntent(
+            intent=str(entry["intent"]),
+            dataset=str(entry["ds"]),
+            prompt_ids=tuple(str(p) for p in entry["ids"]),
+            created_after=int(entry["after"]),
+            reservation=dict(entry["res"]),
+            worst_units=int(entry["worst"]),
+        )
+        return
+    intent = intents[entry["intent"]]
+    if op == "submitted":
+        intent.batch_id = str(entry["batch"])
+    elif op == "collected":
+        intent.collected = True
+        intent.cost_units = int(entry["cost"])
+        intent.failed_ids = tuple(str(p) for p in entry["failed"])
+    elif op == "ended":
+        intent.ended = str(entry["why"])
+    elif op == "settled":
+        intent.settled = True
+    else:
+        raise ValueError(f"unknown op {op!r}")

@@ -1,0 +1,90 @@
+"""Finding a batch whose 202 was lost: through the list and its results' ``custom_id``s.
+
+An intent journaled before its submit has no batch id when the 202 never arrived (a
+kill, a dropped connection). :func:`find_lost` lists the key's batches created since
+an hour before the intent (a server clock behind ours must not hide it) with as many
+requests, and reads each finished candidate's first result: the batch is the
+intent's when that ``custom_id`` carries the intent's id. What cannot be checked yet
+(a candidate still running, results withheld for credits) keeps the intent undecided,
+so its prompts are never sent again while the batch may exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from provider_router._exceptions import APIStatusError, PaymentRequiredError
+from provider_router.batch.batch_api import TERMINAL, BatchApi
+from provider_router.batch.batch_journal import BatchIntent, BatchJournal
+
+__all__ = ["CLOCK_SKEW_SECONDS", "LostSearch", "find_lost"]
+
+CLOCK_SKEW_SECONDS: Final = 3600
+"""How far OpenRouter's clock may be behind ours when a lost 202 is looked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class LostSearch:
+    """What the list says of one intent without a batch id.
+
+    Attributes:
+        batch_id: the intent's batch, when found.
+        undecided: a candidate could not be checked yet (still running, or its
+            results withheld): the intent's prompts must wait.
+        expired: an expired or cancelled candidate, which shows no ``custom_id``s,
+            might be the intent's (its bill is unknown).
+        owed: the 402 of a candidate whose results are withheld for credits.
+    """
+
+    batch_id: str | None = None
+    undecided: bool = False
+    expired: bool = False
+    owed: PaymentRequiredError | None = None
+
+
+async def _candidates(
+    api: BatchApi, journal: BatchJournal, intent: BatchIntent
+) -> list[dict[str, Any]]:
+    """Listed batches since the intent that could be it, not claimed by another intent."""
+    known = {i.batch_id for i in journal if i.batch_id is not None}
+    found: list[dict[str, Any]] = []
+    after: str | None = None
+    since = max(0, intent.created_after - CLOCK_SKEW_SECONDS)
+    while True:
+        page = await api.list_page(since, after)
+        for item in page.get("data") or []:
+            counts = item.get("request_counts") or {}
+            if item.get("id") not in known and counts.get("total") == len(intent.prompt_ids):
+                found.append(item)
+        if not page.get("has_more") or not page.get("last_id"):
+            return found
+        after = str(page["last_id"])
+
+
+async def find_lost(api: BatchApi, journal: BatchJournal, intent: BatchIntent) -> LostSearch:
+    """Look for ``intent``'s batch (see the module docstring)."""
+    undecided = expired = False
+    owed: PaymentRequiredError | None = None
+    for item in await _candidates(api, journal, intent):
+        status = item.get("status")
+        if status not in TERMINAL:
+            undecided = True  # its custom_ids show only once it ends; look again later
+            continue
+        if status != "completed":
+            # Failed batches ran nothing and cost nothing; expired (or cancelled) ones
+            # may have cost something and never show their custom_ids.
+            expired = expired or status in ("expired", "cancelled")
+            continue
+        try:
+            page = await api.results_page(str(item["id"]), None)
+        except PaymentRequiredError as exc:
+            owed, undecided = exc, True  # it may be ours: collect it after a top-up
+            continue
+        except APIStatusError:
+            undecided = True
+            continue
+        data = page.get("data") or []
+        if data and intent.prompt_for(str(data[0].get("custom_id", ""))) is not None:
+            return LostSearch(batch_id=str(item["id"]))
+    return LostSearch(None, undecided, expired, owed)

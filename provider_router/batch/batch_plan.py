@@ -1,0 +1,204 @@
+"""A plan's batch-route datasets: which they are, and running them into the job directory.
+
+:func:`batch_datasets` resolves each dataset's ``route`` (``batch``; ``auto`` where an
+allowed batch endpoint exists and no deadline is sooner than the window) against the
+model's ``:batch`` listing. :func:`run_plan_batches` runs those datasets through
+:class:`~provider_router.batch.batch_route.BatchRouteRun` with the job's own journal
+and ledger (the same files the sync runner uses, so one budget covers both);
+``provider-router run`` calls it before the sync runner takes the other datasets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from provider_router._constants import ENV_API_KEY
+from provider_router._exceptions import ConfigurationError
+from provider_router._http import HttpClient
+from provider_router.batch.batch_api import BatchApi
+from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
+from provider_router.batch.job_ledger import open_job_ledger
+from provider_router.batch.journal import FileJournal
+from provider_router.batch.runner import LEDGER_FILE
+from provider_router.catalog import Catalog
+from provider_router.plan import Plan
+from provider_router.policy import ProviderPolicy
+from provider_router.prompts import Prompt, PromptReader
+from provider_router.ranking import Workload
+from provider_router.route_batch import BatchRoute, batch_route
+from provider_router.route_choice import BATCH_WINDOW_SECONDS
+
+__all__ = [
+    "BATCHES_REPORT",
+    "PlanBatches",
+    "batch_datasets",
+    "describe",
+    "progress_printer",
+    "run_plan_batches",
+    "without_datasets",
+    "write_report",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanBatches:
+    """The datasets a plan sends as batches, and the endpoint they are pinned to."""
+
+    names: tuple[str, ...]
+    route: BatchRoute | None
+
+
+async def batch_datasets(plan: Plan, *, base_url: str | None = None) -> PlanBatches:
+    """Which datasets take the batch route.
+
+    Raises:
+        ConfigurationError: a dataset asks for ``batch`` and the model has no batch
+            endpoint the plan's policy allows (the message says why).
+    """
+    asking = [d for d in plan.datasets if d.route != "sync"]
+    if not asking:
+        return PlanBatches((), None)
+    async with Catalog(base_url=base_url) as catalog:
+        listing = await catalog.batch_endpoints(plan.model)
+    max_tokens = max(plan.params_for(d).max_tokens or 1 for d in asking)
+    route = batch_route(
+        listing,
+        ProviderPolicy(**plan.policy),
+        Workload(prompt_tokens=0, completion_tokens=max_tokens),
+        model_id=plan.model,
+    )
+    names = []
+    for dataset in asking:
+        if not route.available:
+            if dataset.route == "batch":
+                raise ConfigurationError(
+                    f"dataset {dataset.name!r} asks for route batch, but {route.reason}"
+                )
+            continue
+        deadline = dataset.deadline_hours
+        if (
+            dataset.route == "auto"
+            and deadline is not None
+            and deadline * 3600 < (BATCH_WINDOW_SECONDS)
+        ):
+            continue
+        names.append(dataset.name)
+    return PlanBatches(tuple(names), route if names else None)
+
+
+def without_datasets(plan: Plan, names: tuple[str, ...]) -> Plan | None:
+    """The plan with ``names`` taken out (None: nothing left for the sync runner)."""
+    left = tuple(d for d in plan.datasets if d.name not in names)
+    return plan.model_copy(update={"datasets": left}) if left else None
+
+
+async def run_plan_batches(
+    plan: Plan,
+    out: str | Path,
+    batches: PlanBatches,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    **options: Any,
+) -> BatchRouteResult:
+    """Run the batch-route datasets of ``plan`` into ``out`` (``options``: see BatchRouteRun)."""
+    if batches.route is None or not batches.names:
+        return BatchRouteResult()
+    if plan.budget is None:
+        raise ConfigurationError("the batch route needs a budget")
+    if plan.ledger is not None or plan.workers_share is not None:
+        raise ConfigurationError(
+            "the batch route runs on the job's own ledger: a shared ledger or a fleet "
+            "takes route: sync for now"
+        )
+    directory = Path(out)
+    chosen = [d for d in plan.datasets if d.name in batches.names]
+    journal = FileJournal.open(directory)
+    try:
+        ledger = await open_job_ledger(directory / LEDGER_FILE, plan.budget, journal, None)
+        try:
+            key = api_key or os.environ.get(ENV_API_KEY)
+            async with HttpClient(base_url, key) as http:
+                runner = BatchRouteRun(
+                    api=BatchApi(http),
+                    ledger=ledger,
+                    journal=journal,
+                    directory=directory,
+                    route=batches.route,
+                    params=_params(plan, chosen[0]),
+                    dataset_params={d.name: _params(plan, d) for d in chosen},
+                    limits={d.name: (d.target_output_tokens, d.max_requests) for d in chosen},
+                    **options,
+                )
+                try:
+                    prompts: dict[str, list[Prompt]] = {
+                        d.name: list(PromptReader(list(d.inputs))) for d in chosen
+                    }
+                    result = await runner.run(prompts)
+                finally:
+                    runner.close()
+                write_report(directory, result)
+                return result
+        finally:
+            await ledger.close()
+    finally:
+        journal.close("batch route")
+
+
+BATCHES_REPORT = "batches.json"
+
+
+def write_report(directory: Path, result: BatchRouteResult) -> Path:
+    """``DIR/batches.json``: what the last run of the batch route did."""
+    path = directory / BATCHES_REPORT
+    path.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def progress_printer(file: TextIO) -> Callable[[BatchRouteResult], None]:
+    """A ``progress`` callback: one plain line each time the batch counts change."""
+    last: list[dict[str, int]] = []
+
+    def show(result: BatchRouteResult) -> None:
+        counts = result.counts()
+        if last and last[0] == counts:
+            return
+        last[:] = [counts]
+        print(
+            f"batches: {counts['submitted']} submitted, {counts['in_progress']} in progress, "
+            f"{counts['collected']} collected; {counts['lines_done']} lines written, "
+            f"{counts['lines_failed']} failed; ${result.cost}",
+            file=file,
+            flush=True,
+        )
+
+    return show
+
+
+def _params(plan: Plan, dataset: Any) -> dict[str, Any]:
+    params = plan.params_for(dataset).request_params()
+    params.pop("stream", None)
+    return params
+
+
+def describe(result: BatchRouteResult) -> list[str]:
+    """The batch route's lines for the end of ``provider-router run``."""
+    lines = [
+        f"Batch route: {result.submitted} batches submitted, {result.collected} collected, "
+        f"{result.lines_done} lines written ({result.lines_failed} failed lines, free), "
+        f"${result.cost} billed; {result.pending} batches still pending."
+    ]
+    if result.found_after_lost_202:
+        lines.append(
+            f"Batch route: {result.found_after_lost_202} batches whose 202 was lost were found "
+            "and collected (nothing sent twice)."
+        )
+    if result.stop is not None:
+        lines.append(f"Batch route stopped: {result.stop}.")
+    lines.extend(f"Batch route: {event}." for event in result.events)
+    return lines

@@ -1,0 +1,86 @@
+"""One Batch API result line as the runner's output record.
+
+A result is ``{custom_id, response: {status_code, body} | null, error | null}``; a chat
+body is a chat completion (``gen-batch-…`` id, ``usage.cost``). :func:`read_result`
+says which prompt it answers, whether it failed (a failed line costs nothing) and what
+it cost; :func:`result_record` builds the same output record a sync answer gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from provider_router.batch.batch_journal import BatchIntent
+from provider_router.batch.output import encode_record, make_record
+from provider_router.prompts import Prompt
+
+__all__ = ["ResultLine", "read_result", "result_record"]
+
+
+@dataclass(frozen=True, slots=True)
+class ResultLine:
+    """A result line read: its prompt, its chat body (None: the line failed), its cost."""
+
+    prompt_id: str
+    body: Mapping[str, Any] | None
+    cost: Decimal
+
+    @property
+    def usage(self) -> Mapping[str, Any]:
+        return {} if self.body is None else (self.body.get("usage") or {})
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self.usage.get("prompt_tokens", 0))
+
+    @property
+    def completion_tokens(self) -> int:
+        return int(self.usage.get("completion_tokens", 0))
+
+
+def read_result(intent: BatchIntent, result: Mapping[str, Any]) -> ResultLine | None:
+    """The line's prompt, body and cost (None: its ``custom_id`` is not the intent's)."""
+    prompt_id = intent.prompt_for(str(result.get("custom_id", "")))
+    if prompt_id is None:
+        return None
+    response = result.get("response")
+    body = response.get("body") if isinstance(response, Mapping) else None
+    if result.get("error") is not None or not isinstance(body, Mapping):
+        return ResultLine(prompt_id, None, Decimal(0))
+    return ResultLine(prompt_id, body, Decimal(str((body.get("usage") or {}).get("cost", 0))))
+
+
+def result_record(
+    line: ResultLine, intent: BatchIntent, prompt: Prompt, model: str, finished_at: float
+) -> bytes:
+    """The output line of a successful result (as a sync answer's, plus its batch id)."""
+    body = line.body or {}
+    usage = line.usage
+    choice = (body.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    details = usage.get("completion_tokens_details") or {}
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    record = make_record(
+        prompt_id=line.prompt_id,
+        dataset=intent.dataset,
+        messages=prompt.messages,
+        text=message.get("content"),
+        reasoning=message.get("reasoning"),
+        finish_reason=choice.get("finish_reason"),
+        provider=body.get("provider"),
+        model=model,
+        served_model=body.get("model"),
+        generation_id=body.get("id"),
+        prompt_tokens=line.prompt_tokens,
+        completion_tokens=line.completion_tokens,
+        reasoning_tokens=int(details.get("reasoning_tokens") or 0),
+        cached_tokens=int(prompt_details.get("cached_tokens") or 0),
+        cost=line.cost,
+        metadata={**prompt.metadata, "batch_id": intent.batch_id},
+        started_at=float(intent.created_after),
+        finished_at=finished_at,
+    )
+    return encode_record(record)

@@ -1,0 +1,553 @@
+"""The runner's batch route: datasets through OpenRouter's Batch API, within the budget,
+each prompt's result written exactly once, across kills and resumes.
+
+:class:`BatchRouteRun` splits each dataset's remaining prompts into batches (at most
+5,000 requests and 200 MB, one model), and for each:
+
+1. reserves the batch's worst case in the job's ledger (every line's prompt bound
+   plus ``max_tokens`` at the pinned ``:batch`` endpoint's price); what does not fit
+   is not sent;
+2. journals the intent (the prompts, their ``custom_id``s, the reservation, the time)
+   and fsyncs it, *then* submits; journals the batch id after the 202;
+3. polls with backoff until the batch ends; collects its results page by page,
+   writing each successful line through the output journal (a prompt already done is
+   skipped: exactly once), checks the batch's ``usage.cost`` against the sum of its
+   lines and settles the reservation at the larger (failed lines cost nothing);
+4. a 402 on results (credits short at finalize) stops the run, saying how much to
+   add; the batch is not re-run, and a resume after the top-up collects it.
+
+After a kill, a resumed run first resolves every intent without a batch id (a lost
+202): it looks for the batch with ``GET /batches?created_after=`` and checks its
+results' ``custom_id``s, which carry the intent's id; until one is found or the list
+shows none for ``lost_grace`` seconds, those prompts are never sent again. Failed and
+expired batches' prompts run again in new batches (up to ``max_attempts`` each). An
+expired batch's reservation is settled at its worst case: nothing says what it cost
+(docs/batch.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from provider_router._exceptions import (
+    APIConnectionError,
+    APIStatusError,
+    BudgetExhausted,
+    ConfigurationError,
+    NotFoundError,
+    PaymentRequiredError,
+    ProviderUnavailableError,
+    RateLimitError,
+)
+from provider_router._log import get_logger
+from provider_router._money import from_units, to_units
+from provider_router.batch.batch_api import BatchApi
+from provider_router.batch.batch_journal import BatchIntent, BatchJournal
+from provider_router.batch.batch_lost import find_lost
+from provider_router.batch.batch_results import read_result, result_record
+from provider_router.batch.journal import FileJournal
+from provider_router.ledger import Ledger
+from provider_router.ledger._base import Reservation
+from provider_router.prompts import Prompt
+from provider_router.route_batch import BatchRoute
+from provider_router.routing import estimate_prompt_tokens
+
+__all__ = ["BatchRouteResult", "BatchRouteRun"]
+
+log = get_logger(__name__)
+
+MAX_BATCH_REQUESTS = 5_000
+MAX_BATCH_BYTES = 200 * 1024 * 1024
+_PROMPT_FIELDS = frozenset(["tools", "tool_choice", "response_format"])
+WAVE_SHARE = 0.95
+"""The most of the lines an output-token target still needs that one wave sends."""
+WAVE_TAIL_LINES = 20
+"""When no more than this many lines are left to a target, they go in one wave."""
+_BODY_MARGIN = 1024 * 1024
+"""Bytes kept free of the 200 MB limit for the body's head."""
+
+
+@dataclass(slots=True)
+class BatchRouteResult:
+    """What one run of the batch route did, and why it stopped."""
+
+    submitted: int = 0
+    collected: int = 0
+    lines_done: int = 0
+    lines_failed: int = 0
+    cost: Decimal = Decimal(0)
+    pending: int = 0
+    """Batches still live (running, or withheld for credits) when the run ended."""
+    stop: str | None = None
+    """None: every dataset's batches are done; else one plain sentence."""
+    top_up: Decimal | None = None
+    """USD to add before a resume can collect (after a results 402)."""
+    found_after_lost_202: int = 0
+    resubmitted_lines: int = 0
+    in_progress: int = 0
+    """Batches submitted and not yet collected (at the last poll)."""
+    events: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        """The figures progress lines, metrics and ``batches.json`` show."""
+        return {
+            "submitted": self.submitted,
+            "in_progress": self.in_progress,
+            "collected": self.collected,
+            "pending": self.pending,
+            "lines_done": self.lines_done,
+            "lines_failed": self.lines_failed,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """``DIR/batches.json``: this run's batch route (money as exact strings)."""
+        return {
+            **self.counts(),
+            "cost_usd": str(self.cost),
+            "found_after_lost_202": self.found_after_lost_202,
+            "stop": self.stop,
+            "top_up_usd": None if self.top_up is None else str(self.top_up),
+            "events": list(self.events),
+        }
+
+
+def _checked_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    max_tokens = params.get("max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise ConfigurationError("the batch route needs max_tokens (its worst case) >= 1")
+    if params.get("stream"):
+        raise ConfigurationError("stream: true fails a whole batch; the batch route never streams")
+    return dict(params)
+
+
+_TRANSIENT = (APIConnectionError, ProviderUnavailableError, RateLimitError)
+"""Errors a poll or collect waits out (tried again next round)."""
+
+
+class _NoRoom(Exception):
+    """Not even one line's worst case fits what the budget has left."""
+
+
+class BatchRouteRun:
+    """Run datasets through the Batch API (see the module docstring).
+
+    Args:
+        api: the Batch API calls (on the run's HTTP client).
+        ledger: the job's ledger (its limit is the budget).
+        journal: the output journal of the job directory (exactly-once outputs).
+        directory: where ``batches.jsonl`` lives.
+        route: the pinned batch endpoint (:func:`~provider_router.batch_route`).
+        params: the request body's generation fields (``max_tokens`` required).
+        clock / sleep: wall clock (Unix seconds) and sleep, injectable.
+        poll_initial / poll_max: seconds between polls, doubling up to the max.
+        lost_grace: seconds after an intent before "no such batch listed" means it
+            was never created.
+        max_attempts: batches a prompt may be sent in (a failed or expired batch's
+            prompts go again, never beyond the budget).
+        max_batch_requests: requests per batch (at most 5,000).
+        dataset_params: a dataset's own generation fields, over ``params``.
+        limits: per dataset, (output-token target, request cap): lines are sent in
+            waves so that what is done plus what is in batches (at the observed
+            tokens per line, ``max_tokens`` before any) stays within them.
+        progress: called with the result so far after each round of polls.
+    """
+
+    def __init__(
+        self,
+        *,
+        api: BatchApi,
+        ledger: Ledger,
+        journal: FileJournal,
+        directory: str | Path,
+        route: BatchRoute,
+        params: Mapping[str, Any],
+        clock: Any = time.time,
+        sleep: Any = asyncio.sleep,
+        poll_initial: float = 5.0,
+        poll_max: float = 300.0,
+        lost_grace: float = 120.0,
+        max_attempts: int = 2,
+        max_batch_requests: int = MAX_BATCH_REQUESTS,
+        dataset_params: Mapping[str, Mapping[str, Any]] | None = None,
+        limits: Mapping[str, tuple[int | None, int | None]] | None = None,
+        progress: Callable[[BatchRouteResult], None] | None = None,
+    ) -> None:
+        if route.endpoint is None:
+            raise ConfigurationError(route.reason)
+        self.dataset_params = {
+            name: _checked_params({**params, **own}) for name, own in (dataset_params or {}).items()
+        }
+        self.params = _checked_params(params)
+        self.limits = dict(limits or {})
+        self.progress = progress
+        if not 1 <= max_batch_requests <= MAX_BATCH_REQUESTS:
+            raise ConfigurationError(f"max_batch_requests must be 1..{MAX_BATCH_REQUESTS}")
+        if params.get("stream"):
+            raise ConfigurationError(
+                "stream: true fails a whole batch; the batch route never streams"
+            )
+        self.api = api
+        self.ledger = ledger
+        self.journal = journal
+        self.batches = BatchJournal.open(directory)
+        self.route = route
+        self.endpoint = route.endpoint
+        self.clock = clock
+        self.sleep = sleep
+        self.poll_initial = poll_initial
+        self.poll_max = poll_max
+        self.lost_grace = lost_grace
+        self.max_attempts = max_attempts
+        self.max_batch_requests = max_batch_requests
+        self.result = BatchRouteResult()
+        self._reservations: dict[str, Reservation] = {}
+        self._withheld = False
+
+    def close(self) -> None:
+        self.batches.close()
+
+    # --- the run ------------------------------------------------------------------
+
+    async def run(self, datasets: Mapping[str, Sequence[Prompt]]) -> BatchRouteResult:
+        """Submit, poll and collect until every prompt is done, or a stop."""
+        prompts = {name: {p.id: p for p in items} for name, items in datasets.items()}
+        self.journal.prepare(list(prompts))
+        # A kill between a reserve and its intent left a hold nobody knows: a recovery
+        # counts it at its worst case (never below what may have been spent); a batch
+        # this run then collects corrects its own to the true cost.
+        await self.ledger.recover()
+        delay = self.poll_initial
+        while True:
+            self._withheld = False
+            await self._resolve_lost()
+            progressed = await self._poll_all(prompts)
+            if self._withheld:
+                break  # a results 402: stop, say how much to add; a resume collects
+            if self.result.stop is None:
+                progressed |= await self._submit_all(prompts)
+            self._report()
+            if not any(i.live for i in self.batches):
+                break
+            delay = self.poll_initial if progressed else min(delay * 2, self.poll_max)
+            await self.sleep(delay)
+        self._report()
+        return self.result
+
+    def _report(self) -> None:
+        live = [i for i in self.batches if i.live]
+        self.result.pending = len(live)
+        self.result.in_progress = sum(1 for i in live if i.batch_id is not None)
+        if self.progress is not None:
+            self.progress(self.result)
+
+    # --- submit ---------------------------------------------------------------------
+
+    def _eligible(self, dataset: str, items: Mapping[str, Prompt]) -> list[Prompt]:
+        live = self.batches.live_ids(dataset)
+        attempts: dict[str, int] = {}
+        for intent in self.batches:
+            # Only batches OpenRouter took count (not refused or never created).
+            if intent.dataset == dataset and intent.batch_id is not None:
+                for pid in intent.prompt_ids:
+                    attempts[pid] = attempts.get(pid, 0) + 1
+        eligible = [
+            p
+            for pid, p in items.items()
+            if pid not in live
+            and not self.journal.is_done(dataset, pid)
+            and attempts.get(pid, 0) < self.max_attempts
+        ]
+        return eligible[: self._room(dataset, len(live))]
+
+    def _room(self, dataset: str, live: int) -> int:
+        """How many more lines the dataset's target and request cap allow now."""
+        target, cap = self.limits.get(dataset, (None, None))
+        tally = self.journal.tally(dataset)
+        room = 1 << 62
+        if cap is not None:
+            room = min(room, cap - tally.completed - live)
+        if target is not None:
+            per_line = (
+                tally.output_tokens / tally.completed
+                if tally.completed
+                else self._params(dataset)["max_tokens"]
+            )
+            left = target - tally.output_tokens
+            lines = left / max(per_line, 1)
+            # A wave covers what is left at the observed mean, shrunk so that a mean
+            # read from few lines (answer lengths vary about as much as their mean) two
+            # standard errors too low still does not overshoot; the last few go at once.
+            share = min(WAVE_SHARE, 1 / (1 + 2 / math.sqrt(max(tally.completed, 1))))
+            wave = lines if lines <= WAVE_TAIL_LINES else lines * share
+            room = min(room, math.ceil(wave) - live if left > 0 else 0)
+        return max(room, 0)
+
+    def _params(self, dataset: str) -> dict[str, Any]:
+        return self.dataset_params.get(dataset, self.params)
+
+    def _line(self, dataset: str, intent: str, line: int, prompt: Prompt) -> dict[str, Any]:
+        body = {**prompt.request_fields, **self._params(dataset), "messages": prompt.messages}
+        body.pop("model", None)
+        body.pop("stream", None)
+        return {"custom_id": f"{intent}-{line}", "body": body}
+
+    def _worst(self, dataset: str, prompt: Prompt) -> Decimal:
+        params = self._params(dataset)
+        # Tools and response_format are rendered into the prompt: a byte a token bounds them.
+        extra = {
+            k: v for k, v in {**prompt.request_fields, **params}.items() if k in _PROMPT_FIELDS
+        }
+        bound = estimate_prompt_tokens(prompt.messages) + len(json.dumps(extra).encode())
+        return self.endpoint.pricing.cost(bound, params["max_tokens"])
+
+    async def _submit_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
+        sent = False
+        for dataset, items in prompts.items():
+            todo = self._eligible(dataset, items)
+            while todo and self.result.stop is None:
+                chunk = self._chunk(todo)
+                todo = todo[len(chunk) :]
+                sent |= await self._submit(dataset, chunk)
+        return sent
+
+    def _chunk(self, todo: Sequence[Prompt]) -> list[Prompt]:
+        chunk: list[Prompt] = []
+        size = 0
+        for prompt in todo:
+            line = len(str(prompt.messages).encode()) + 512
+            if (
+                len(chunk) >= self.max_batch_requests
+                or size + line > MAX_BATCH_BYTES - _BODY_MARGIN
+            ):
+                break
+            chunk.append(prompt)
+            size += line
+        return chunk
+
+    async def _reserve(self, dataset: str, chunk: list[Prompt]) -> tuple[list[Prompt], Reservation]:
+        worst = [self._worst(dataset, p) for p in chunk]
+        state = await self.ledger.snapshot()
+        room = state.available
+        total = sum(worst, Decimal(0))
+        wanted = len(chunk)
+        while chunk and total > room:
+            # Take what fits: the budget is never exceeded, and the rest waits.
+            total -= worst.pop()
+            chunk = chunk[: len(worst)]
+        if not chunk:
+            raise _NoRoom(f"the ${room} left cannot hold even one batch line's worst case")
+        reservation = await self.ledger.reserve(total, key=f"batch:{dataset}")
+        if len(chunk) < wanted:
+            self.result.stop = (
+                f"the budget is spent: it held the worst case of {len(chunk)} of the "
+                f"{wanted} lines of the last batch"
+            )
+        return chunk, reservation
+
+    async def _submit(self, dataset: str, chunk: list[Prompt]) -> bool:
+        try:
+            chunk, reservation = await self._reserve(dataset, chunk)
+        except (BudgetExhausted, _NoRoom) as exc:
+            self.result.stop = f"the budget is spent: {exc}"
+            return False
+        intent_id = "b" + uuid.uuid4().hex[:12]
+        created_after = int(self.clock()) - 1
+        held = {
+            "id": reservation.id,
+            "units": reservation.units,
+            "key": reservation.key,
+            "owner": reservation.owner,
+        }
+        intent = self.batches.record_intent(
+            intent_id, dataset, [p.id for p in chunk], created_after, held, reservation.units
+        )
+        self._reservations[intent_id] = reservation
+        lines = [self._line(dataset, intent_id, n, p) for n, p in enumerate(chunk)]
+        try:
+            batch = await self.api.submit(self.route.model_id, lines, self.route.provider_object())
+        except (APIConnectionError, APIStatusError) as exc:
+            return await self._submit_failed(intent, exc)
+        self.batches.record_submitted(intent_id, str(batch["id"]))
+        self.result.submitted += 1
+        log.info("batch.submitted", dataset=dataset, batch=batch["id"], lines=len(chunk))
+        return True
+
+    async def _submit_failed(self, intent: BatchIntent, exc: Exception) -> bool:
+        definite = isinstance(exc, APIStatusError) and exc.status in (
+            400,
+            401,
+            402,
+            403,
+            404,
+            413,
+            422,
+        )
+        if not definite:
+            # Unknown: it may have been created. Its prompts wait for _resolve_lost.
+            self.result.events.append(f"submit of {intent.intent} got no answer ({exc})")
+            return False
+        await self._close_money(intent, Decimal(0))
+        self.batches.record_ended(intent.intent, "refused")
+        if isinstance(exc, PaymentRequiredError):
+            self.result.stop = f"OpenRouter refused the batch for credits: {exc}"
+            return False
+        assert isinstance(exc, APIStatusError)
+        raise ConfigurationError(f"OpenRouter refused the batch ({exc.status}): {exc}") from exc
+
+    # --- lost 202s ------------------------------------------------------------------
+
+    async def _resolve_lost(self) -> None:
+        for intent in [i for i in self.batches if i.live and i.batch_id is None]:
+            try:
+                search = await find_lost(self.api, self.batches, intent)
+            except _TRANSIENT:
+                continue  # look again next round
+            if search.owed is not None:
+                await self._owed(search.owed)
+            if search.batch_id is not None:
+                self.batches.record_submitted(intent.intent, search.batch_id)
+                self.result.found_after_lost_202 += 1
+            elif not search.undecided and self.clock() - intent.created_after >= self.lost_grace:
+                # Listed nowhere for the grace period: the submit never created it. If an
+                # expired batch that shows no custom_ids might be it, its worst case stays
+                # counted (an expired batch's bill is unknown).
+                cost = from_units(intent.worst_units) if search.expired else Decimal(0)
+                await self._close_money(intent, cost)
+                self.batches.record_ended(intent.intent, "not_created")
+                self.result.resubmitted_lines += len(intent.prompt_ids)
+
+    # --- poll and collect -----------------------------------------------------------
+
+    async def _poll_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
+        progressed = False
+        self._withheld = False
+        for intent in [i for i in self.batches if i.live and i.batch_id is not None]:
+            assert intent.batch_id is not None
+            try:
+                batch = await self.api.get(intent.batch_id)
+                status = batch.get("status")
+                if status == "completed":
+                    progressed |= await self._collect(intent, prompts.get(intent.dataset, {}))
+            except NotFoundError:
+                continue  # a fresh batch may answer 404 a moment
+            except PaymentRequiredError as exc:
+                await self._owed(exc)
+                continue
+            except _TRANSIENT as exc:
+                self.result.events.append(f"batch {intent.batch_id}: {exc}; polled again later")
+                continue
+            if status == "failed":
+                await self._close_money(intent, Decimal(0))  # ran nothing, billed nothing
+                self.batches.record_ended(intent.intent, "failed")
+                progressed = True
+            elif status in ("expired", "cancelled"):
+                # Nothing says what it cost (a cancelled batch still ran and was billed):
+                # count its worst case.
+                await self._close_money(intent, from_units(intent.worst_units))
+                self.batches.record_ended(intent.intent, str(status))
+                progressed = True
+        return progressed
+
+    async def _owed(self, exc: PaymentRequiredError) -> None:
+        body = exc.body or {}
+        usage = body.get("usage") or {}
+        cost = Decimal(str(usage.get("cost", 0)))
+        balance = await self.api.balance()
+        short = cost if balance is None else max(cost - balance, Decimal(0))
+        self.result.top_up = (self.result.top_up or Decimal(0)) + short
+        self.result.stop = (
+            f"OpenRouter withholds a finished batch's results until credits cover its "
+            f"${cost}: add at least ${self.result.top_up} and run again to collect them "
+            "(they are not re-run)"
+        )
+        self._withheld = True
+
+    async def _collect(self, intent: BatchIntent, prompts: Mapping[str, Prompt]) -> bool:
+        assert intent.batch_id is not None
+        lines_cost = Decimal(0)
+        failed: list[str] = []
+        cursor: str | None = None
+        while True:
+            try:
+                page = await self.api.results_page(intent.batch_id, cursor)
+            except PaymentRequiredError as exc:
+                await self._owed(exc)
+                return False
+            for result in page.get("data") or []:
+                lines_cost += self._write_line(intent, result, prompts, failed)
+            self.journal.flush()  # a page's outputs committed before the next is asked for
+            cursor = page.get("next_cursor")
+            if not page.get("has_more") or cursor is None:
+                break
+        batch = await self.api.get(intent.batch_id)
+        reported = Decimal(str((batch.get("usage") or {}).get("cost", 0)))
+        if abs(reported - lines_cost) > Decimal("1e-9") * max(1, len(intent.prompt_ids)):
+            self.result.events.append(
+                f"batch {intent.batch_id}: usage.cost ${reported} differs from its lines' "
+                f"${lines_cost}; the larger is booked"
+            )
+        cost = max(reported, lines_cost)
+        await self._close_money(intent, cost)
+        self.batches.record_collected(intent.intent, to_units(cost), failed)
+        self.result.collected += 1
+        self.result.cost += cost
+        self.result.lines_failed += len(failed)
+        return True
+
+    def _write_line(
+        self,
+        intent: BatchIntent,
+        result: Mapping[str, Any],
+        prompts: Mapping[str, Prompt],
+        failed: list[str],
+    ) -> Decimal:
+        line = read_result(intent, result)
+        if line is None:
+            return Decimal(0)
+        if line.body is None:
+            failed.append(line.prompt_id)
+            return Decimal(0)
+        prompt = prompts.get(line.prompt_id)
+        if prompt is None or not self.journal.claim(intent.dataset, line.prompt_id):
+            return line.cost  # already written (a collect cut short), or not in the inputs now
+        record = result_record(line, intent, prompt, self.route.model_id, float(self.clock()))
+        self.journal.complete(
+            intent.dataset,
+            line.prompt_id,
+            record,
+            output_tokens=line.completion_tokens,
+            prompt_tokens=line.prompt_tokens,
+            cost_units=to_units(line.cost),
+            location=prompt.location,
+        )
+        self.result.lines_done += 1
+        return line.cost
+
+    # --- money ----------------------------------------------------------------------
+
+    async def _close_money(self, intent: BatchIntent, cost: Decimal) -> None:
+        """Settle the intent's reservation at ``cost`` (zero: release), once."""
+        if intent.settled:
+            return
+        held = intent.reservation
+        reservation = self._reservations.pop(intent.intent, None) or Reservation(
+            str(held["id"]), int(held["units"]), str(held["key"]), None, held.get("owner")
+        )
+        try:
+            if cost > 0:
+                await self.ledger.settle(reservation, cost)
+            else:
+                await self.ledger.release(reservation)
+        except ConfigurationError:
+            # Closed already (a recovery counted its worst case): that stays booked.
+            self.result.events.append(f"batch {intent.intent}: its reservation was closed before")
+        self.batches.record_settled(intent.intent)

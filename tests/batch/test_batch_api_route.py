@@ -1,0 +1,319 @@
+"""The runner's batch route on the local OpenRouter: budget, exactly once, lost 202s,
+kills at each step, a results 402 and the top-up resume (real loopback sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from _batch_helpers import times_submitted
+
+from provider_router import MemoryLedger, ProviderPolicy
+from provider_router._http import HttpClient
+from provider_router.batch.batch_api import BatchApi
+from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
+from provider_router.batch.journal import FileJournal
+from provider_router.catalog import Catalog
+from provider_router.prompts import Prompt
+from provider_router.ranking import Workload
+from provider_router.route_batch import batch_route
+from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
+
+K3 = "moonshotai/kimi-k3"
+MAX_TOKENS = 200
+
+
+class Killed(BaseException):
+    """A kill -9 at a chosen point (BaseException: nothing in the route catches it)."""
+
+
+class FakeTime:
+    """One clock for the simulator (monotonic) and the client (wall), moved by sleeps."""
+
+    def __init__(self) -> None:
+        self.t = float(int(time.time()))  # the simulator's batches carry Unix times
+        self.sleeps: list[float] = []
+        self.hook: Callable[[], None] | None = None
+
+    def __call__(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+        if self.hook is not None:
+            self.hook()
+        await asyncio.sleep(0)
+
+
+def prompts(n: int) -> list[Prompt]:
+    return [
+        Prompt(
+            f"p{i}",
+            [{"role": "user", "content": f"question {i}"}],
+            {"n": i},
+            Path("in.jsonl"),
+            i + 1,
+            location=i,
+        )
+        for i in range(n)
+    ]
+
+
+class Job:
+    def __init__(
+        self,
+        sim: SimulatorServer,
+        directory: Path,
+        ledger: MemoryLedger,
+        time: FakeTime,
+        http: HttpClient,
+        route: Any,
+    ) -> None:
+        self.sim, self.directory, self.ledger, self.time = sim, directory, ledger, time
+        self.http, self.route = http, route
+
+    def run(self, api: BatchApi | None = None, **options: Any) -> BatchRouteRun:
+        journal = FileJournal.open(self.directory)
+        return BatchRouteRun(
+            api=api or BatchApi(self.http),
+            ledger=self.ledger,
+            journal=journal,
+            directory=self.directory,
+            route=self.route,
+            params={"max_tokens": MAX_TOKENS},
+            clock=self.time,
+            sleep=self.time.sleep,
+            poll_initial=30.0,
+            poll_max=600.0,
+            lost_grace=120.0,
+            **{"max_batch_requests": 5, **options},
+        )
+
+    async def go(
+        self, items: list[Prompt], api: BatchApi | None = None, **options: Any
+    ) -> BatchRouteResult:
+        runner = self.run(api, **options)
+        try:
+            return await runner.run({"ds": items})
+        finally:
+            runner.journal.close()
+            runner.close()
+
+    def outputs(self) -> list[str]:
+        path = self.directory / "ds.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line)["id"] for line in path.read_text().splitlines()]
+
+    def submitted(self) -> Counter[str]:
+        return times_submitted(self.directory, self.sim)
+
+    async def money_agrees(self) -> None:
+        self.sim.simulator.batches.settle_all()
+        state = await self.ledger.snapshot()
+        charged = self.sim.simulator.usage
+        assert state.reserved == 0
+        assert state.spent == charged, "ledger vs simulator, to the picodollar"
+
+
+@pytest_asyncio.fixture
+async def job(
+    openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], tmp_path: Path
+) -> AsyncIterator[Job]:
+    clock = FakeTime()
+    sim = await openrouter_sim_factory(speed=1.0, clock=clock, credits=50)
+    async with HttpClient(sim.url, DEFAULT_TEST_KEY) as http, Catalog(sim.url) as catalog:
+        listing = await catalog.batch_endpoints(K3)
+        route = batch_route(
+            listing,
+            ProviderPolicy(exclude_below="int4"),
+            Workload(prompt_tokens=20, completion_tokens=MAX_TOKENS),
+        )
+        async with MemoryLedger(Decimal(10)) as ledger:
+            yield Job(sim, tmp_path, ledger, clock, http, route)
+
+
+async def test_every_prompt_once_within_the_budget(job: Job) -> None:
+    result = await job.go(prompts(12))
+    assert result.stop is None
+    assert result.submitted == 3  # 5 + 5 + 2
+    assert result.collected == 3
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(12))
+    assert set(job.submitted().values()) == {1}
+    assert result.cost == job.sim.simulator.usage
+    await job.money_agrees()
+    assert job.time.sleeps, "it polled with its injected sleep"
+    record = json.loads((job.directory / "ds.jsonl").read_text().splitlines()[0])
+    assert record["provider"] == "Together"
+    assert record["metadata"]["batch_id"].startswith("batch-")
+
+
+async def test_a_rerun_of_a_finished_job_sends_nothing(job: Job) -> None:
+    await job.go(prompts(6))
+    again = await job.go(prompts(6))
+    assert again.submitted == 0
+    assert len(job.outputs()) == 6
+
+
+async def test_failed_lines_go_again_and_cost_nothing(job: Job) -> None:
+    job.sim.simulator.batches.faults.line_failure_rate = 0.4
+    result = await job.go(prompts(10), max_attempts=3)
+    counts = job.submitted()
+    assert max(counts.values()) > 1, "some lines were retried"
+    assert len(job.outputs()) == len(set(job.outputs()))
+    assert result.lines_failed > 0
+    await job.money_agrees()
+
+
+async def test_a_failed_or_expired_batch_runs_again(job: Job) -> None:
+    faults = job.sim.simulator.batches.faults
+    faults.fail = 1
+    faults.expire = 1
+    result = await job.go(prompts(10))
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(10))
+    assert result.stop is None
+    state = await job.ledger.snapshot()
+    job.sim.simulator.batches.settle_all()
+    # The expired batch is counted at its worst case (nothing says what it cost).
+    assert state.spent > job.sim.simulator.usage
+    assert state.reserved == 0
+
+
+async def test_the_budget_is_never_exceeded(job: Job) -> None:
+    await job.ledger.set_limit(Decimal("0.004"))  # about 6 lines' worst case
+    result = await job.go(prompts(20))
+    assert result.stop is not None
+    assert "budget is spent" in result.stop
+    state = await job.ledger.snapshot()
+    assert state.spent + state.reserved <= state.limit
+    assert 0 < len(job.outputs()) < 20
+    await job.money_agrees()
+
+
+async def test_a_lost_202_is_found_and_never_resubmitted(job: Job) -> None:
+    job.sim.simulator.batches.faults.lose_202 = 1
+    result = await job.go(prompts(8))
+    assert result.found_after_lost_202 == 1
+    assert set(job.submitted().values()) == {1}
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(8))
+    await job.money_agrees()
+
+
+class KillAfterSubmit(BatchApi):
+    """The submit reaches OpenRouter, then the process dies before the 202 is journaled."""
+
+    async def submit(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        await super().submit(*args, **kwargs)
+        raise Killed
+
+
+class KillBeforeSubmit(BatchApi):
+    async def submit(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise Killed
+
+
+class KillOnPoll(BatchApi):
+    async def get(self, batch_id: str) -> dict[str, Any]:
+        raise Killed
+
+
+class KillMidCollect(BatchApi):
+    """Dies after the first results page was written (the outputs flushed, not committed)."""
+
+    async def get(self, batch_id: str) -> dict[str, Any]:
+        body = await super().get(batch_id)
+        if body["status"] == "completed" and not getattr(self, "armed", False):
+            self.armed = True
+        return body
+
+    async def results_page(self, batch_id: str, cursor: str | None) -> dict[str, Any]:
+        if getattr(self, "die_next", False):
+            raise Killed
+        page = await super().results_page(batch_id, cursor)
+        if getattr(self, "armed", False):
+            self.armed = False
+            page["data"] = page["data"][:2]
+            page["has_more"] = True
+            page["next_cursor"] = "bogus"
+            self.die_next = True
+        return page
+
+
+@pytest.mark.parametrize("killer", [KillBeforeSubmit, KillAfterSubmit, KillOnPoll, KillMidCollect])
+async def test_a_kill_at_each_step_then_a_resume_loses_and_repeats_nothing(
+    job: Job, killer: type[BatchApi]
+) -> None:
+    items = prompts(7)
+    with pytest.raises(Killed):
+        await job.go(items, killer(job.http))
+    if killer is KillMidCollect:
+        assert len(job.outputs()) == 2, "the first page was written before the kill"
+    job.time.t += 600  # past the lost-202 grace
+    result = await job.go(items)
+    assert result.stop is None
+    assert sorted(job.outputs()) == sorted(p.id for p in items)
+    assert set(job.submitted().values()) == {1}, "no prompt went out twice"
+    await job.money_agrees()
+
+
+async def test_a_results_402_stops_with_the_top_up_and_the_resume_collects(job: Job) -> None:
+    items = prompts(5)
+
+    def drain() -> None:
+        job.sim.simulator.set_balance(0)
+        job.time.hook = None
+
+    job.time.hook = drain  # after the submit: the balance is gone by finalize
+    stopped = await job.go(items)
+    assert stopped.stop is not None
+    assert "add at least $" in stopped.stop
+    assert stopped.top_up is not None
+    assert stopped.top_up > 0
+    assert stopped.pending == 1
+    assert job.outputs() == []
+    state = await job.ledger.snapshot()
+    assert state.reserved > 0, "the batch's worst case stays held"
+    job.sim.simulator.top_up(stopped.top_up)
+    resumed = await job.go(items)
+    assert resumed.submitted == 0, "collected, not re-run"
+    assert resumed.stop is None
+    assert sorted(job.outputs()) == sorted(p.id for p in items)
+    assert set(job.submitted().values()) == {1}
+    await job.money_agrees()
+
+
+async def test_request_cap_and_output_target_are_kept(job: Job) -> None:
+    capped = await job.go(prompts(12), limits={"ds": (None, 4)})
+    assert len(job.outputs()) == 4
+    assert capped.submitted == 1
+
+
+async def test_an_output_target_is_reached_in_waves(job: Job) -> None:
+    # 200-token answers (the simulator's median is far above max_tokens): 700 tokens
+    # need 4 lines; the first wave sends 700 / 200 -> 4, and nothing more is needed.
+    result = await job.go(prompts(12), limits={"ds": (700, None)})
+    assert 4 <= len(job.outputs()) <= 5
+    assert result.stop is None
+
+
+async def test_a_lost_202_whose_batch_failed_goes_again_once_the_grace_is_over(job: Job) -> None:
+    # A failed batch shows no custom_ids; it ran nothing and cost nothing, so after the
+    # grace its prompts go again (they cannot have been paid for).
+    faults = job.sim.simulator.batches.faults
+    faults.lose_202 = 1
+    faults.fail = 1
+    result = await job.go(prompts(4))
+    assert result.resubmitted_lines == 4
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(4))
+    counts = job.submitted()
+    assert set(counts.values()) == {2}, "once in the failed batch, once in the new one"
+    await job.money_agrees()
