@@ -62,6 +62,7 @@ from provider_router._constants import (
     STREAM_DEADLINE_BASE,
     STREAM_DEADLINE_TOKENS_PER_SECOND,
 )
+from provider_router._cost_check import CostVerdict
 from provider_router._exceptions import (
     ConfigurationError,
     CreditsExhausted,
@@ -145,9 +146,12 @@ class Router(AsyncResource):
         connect_timeout: seconds to open a connection.
         credits_hold_timeout: seconds one request may spend waiting out
             temporary (in-flight hold) 402s.
-        cost_sanity_factor: a settled cost above this many times its
-            reservation is an anomaly: an error log with the generation id, and
-            :attr:`halted` is set (a batch stops).
+        cost_sanity_factor: an answer's ``usage.cost`` above this many times its
+            reservation (default 2), or a negative one, is not booked on its
+            word: OpenRouter's ``/generation`` record is asked first. Confirmed,
+            it is booked; otherwise the worst case is booked and the figure is
+            disputed (:attr:`disputes`, ``ChatResult.disputed_cost``). Either
+            way :attr:`halted` names the generation id (a batch stops).
         max_violations_in_a_row: policy violations in a row that set
             :attr:`halted` (a batch stops).
         limiter: the concurrency limiter (default: AIMD up to ``max_concurrency``
@@ -457,11 +461,21 @@ class Router(AsyncResource):
     def halted(self) -> str | None:
         """Why a batch using this router must stop, or ``None``.
 
-        Set by a cost anomaly (a settle above ``cost_sanity_factor`` times its
-        reservation) or by ``max_violations_in_a_row`` policy violations in a row.
+        Set by a cost above ``cost_sanity_factor`` times its reservation (or a
+        negative one), confirmed or disputed, or by ``max_violations_in_a_row``
+        policy violations in a row.
         The router itself keeps serving: the caller decides (the batch runner stops).
         """
         return self._billing.halted or self._violations_halt
+
+    @property
+    def disputes(self) -> list[CostVerdict]:
+        """Answers whose ``usage.cost`` was not booked, oldest first (docs/ledger.md).
+
+        Each says what the answer reported (``disputed``), what OpenRouter's
+        ``/generation`` record said (``record``), what was booked and why.
+        """
+        return list(self._billing.disputes)
 
     @property
     def in_flight(self) -> int:

@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from pydantic import SecretStr
 
-from provider_router._constants import ENV_API_KEY
+from provider_router._constants import COST_TOLERANCE, ENV_API_KEY
 from provider_router._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -69,8 +69,6 @@ GENERATION_FIRST_WAIT: Final = 0.25
 REQUEST_ATTEMPTS: Final = 3
 """The pinned request is retried on 429 and 502/503 (Retry-After honoured, capped)."""
 MAX_RETRY_WAIT: Final = 10.0
-COST_TOLERANCE: Final = Decimal("1e-10")
-"""USD: OpenRouter's ``usage.cost`` is a JSON number; a difference below this is rounding."""
 
 KEYS_URL: Final = "https://openrouter.ai/keys"
 PROMPT_TOKENS_BOUND: Final = 256
