@@ -44,12 +44,14 @@ class CostVerdict:
             OpenRouter's record confirmed it).
         record: ``/generation``'s ``total_cost``, when it could be read.
         reason: one line for the halt: what was found and what to do.
+        generation_id: the answer's generation id, when it had one.
     """
 
     booked: Decimal
     disputed: Decimal | None
     record: Decimal | None
     reason: str
+    generation_id: str | None = None
 
 
 def is_sane(cost: Decimal, held: Decimal, factor: Decimal) -> bool:
@@ -85,6 +87,7 @@ async def check_cost(
             f"(confirmed by OpenRouter's /generation record), more than {factor}x its "
             f"reservation of ${decimal_str(held)}; it is booked: check the prices "
             "OpenRouter reports before going on",
+            generation_id,
         )
     if reported < 0:
         found = f"{what} for generation {gid} of {key!r} is negative (${decimal_str(reported)})"
@@ -110,4 +113,5 @@ async def check_cost(
         record,
         f"disputed cost: {found}; booked ${decimal_str(booked)} (its worst case) instead "
         f"and stopped: {where} at {ACTIVITY_URL}",
+        generation_id,
     )

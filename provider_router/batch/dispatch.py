@@ -20,6 +20,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterator
+from decimal import Decimal
 
 from provider_router._exceptions import LedgerWriteError
 from provider_router._log import get_logger
@@ -281,6 +282,13 @@ class Dispatcher:
                 raise
         else:
             landed = outcomes.completed(journal, ds, prompt, result, started, params.get("tools"))
+            if result.disputed_cost is not None and isinstance(journal, FileJournal):
+                journal.note_disputed(
+                    f"{name}/{prompt.id}",
+                    result.generation_id,
+                    result.disputed_cost,
+                    result.cost or Decimal(0),
+                )
             if router.halted is not None:  # a cost anomaly, violations in a row
                 self.stop(StopReason.ERROR, f"stopped: {router.halted}")
         finally:
