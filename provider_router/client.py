@@ -69,6 +69,7 @@ from provider_router._exceptions import (
     LedgerWriteError,
     PaymentRequiredError,
     RateLimitError,
+    RouterStopping,
 )
 from provider_router._log import DEBUG, get_logger
 from provider_router._request import PreparedRequest, RequestEncoder
@@ -280,6 +281,7 @@ class Router(AsyncResource):
         self._violations_halt: str | None = None
         self._seq = itertools.count(1)
         self._in_flight = 0
+        self._stopping = asyncio.Event()
         self.requests = 0
         """Requests finished successfully."""
         self.failures = 0
@@ -292,6 +294,23 @@ class Router(AsyncResource):
         self._metrics_task: asyncio.Task[None] | None = None
         if metrics is not None:
             metrics.watch(lambda: self.limiter.window, lambda: self._in_flight)
+
+    def stop(self) -> None:
+        """Start no new attempt of any request from now on (a batch's first Ctrl-C).
+
+        Attempts in flight finish (or are cut at their deadline); a retry's back-off
+        under way is cut short, and a request that would start another attempt, or
+        its first, raises :class:`RouterStopping` instead, reserving nothing. There
+        is no undo: a stopped router is closed, not restarted.
+        """
+        if not self._stopping.is_set():
+            log.info("route.stopping", model=self.model, in_flight=self._in_flight)
+            self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called (no new attempt starts)."""
+        return self._stopping.is_set()
 
     def __repr__(self) -> str:
         state = "open" if self._http is not None else "closed"
@@ -542,6 +561,7 @@ class Router(AsyncResource):
                     sleep=self._sleep,
                     clock=self._clock,
                     rng=self._rng,
+                    stopping=self._stopping,
                 )
         except BaseException as exc:
             self.failures += 1
@@ -748,11 +768,18 @@ class Router(AsyncResource):
         started = self._clock()
         reservation: Reservation | None = None
         try:
+            if self._stopping.is_set():
+                raise self._not_started(request, attempt)
             ledger = billing.ledger
             if ledger is not None:  # Billing.reserve, inlined: one coroutine less
                 reservation = await ledger.reserve(
                     request.worst_case, key=request.key, wait=self.budget_wait
                 )
+                if self._stopping.is_set():
+                    # Stopped while it waited for room or a slot: nothing was sent.
+                    await ledger.release(reservation)
+                    reservation = None
+                    raise self._not_started(request, attempt)
             try:
                 completion = await self._exchange(request, attempt, reservation)
             except PaymentRequiredError as exc:
@@ -799,6 +826,10 @@ class Router(AsyncResource):
             raise
         finally:
             limiter.release(ticket, outcome)
+
+    def _not_started(self, request: PreparedRequest, attempt: int) -> RouterStopping:
+        what = "not sent" if attempt == 1 else f"attempt {attempt} not started"
+        return RouterStopping(f"{request.key}: {what}: the router is stopping")
 
     async def _exchange(
         self, request: PreparedRequest, attempt: int, reservation: Reservation | None

@@ -1,0 +1,133 @@
+"""Stop means stop: once stopping, no request starts another attempt (#21, item 4).
+
+After the first Ctrl-C on a run whose upstream failed slowly, attempts 4-6 still
+started minutes later, each with a new reservation. The back-off here is an
+injected sleep that never ends by itself: only the stop can end it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _polling import until
+from _router_helpers import MESSAGES, MakeRouter
+
+from provider_router import MemoryLedger, RouterStopping
+from provider_router.batch.runner import BatchRunner
+from provider_router.batch.summary import StopReason
+from provider_router.plan import Plan
+from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
+
+Factory = Any
+FAILING = [{"kind": "provider_error", "status": 503, "no_fallback": True}]
+
+
+class EndlessBackoff:
+    """A sleep that records its waits and returns only when cancelled."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self.waiting = asyncio.Event()
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.waiting.set()
+        await asyncio.Event().wait()
+
+
+def chats(sim: SimulatorServer) -> list[Any]:
+    return [r for r in sim.requests if r.route == "chat"]
+
+
+async def test_a_stop_cuts_a_retrys_backoff_and_starts_no_attempt(
+    openrouter_sim_factory: Factory, make_router: MakeRouter
+) -> None:
+    sim = await openrouter_sim_factory(faults=FAILING)
+    sleep = EndlessBackoff()
+    ledger = MemoryLedger(Decimal(1))
+    router = await make_router(sim, ledger=ledger, sleep=sleep)
+    request = asyncio.ensure_future(router.chat(MESSAGES, max_tokens=50, key="q1"))
+    await asyncio.wait_for(sleep.waiting.wait(), 10)
+    assert len(chats(sim)) == 1  # the first attempt failed; its retry waits
+    router.stop()
+    with pytest.raises(RouterStopping, match="not retried: the router is stopping") as caught:
+        await asyncio.wait_for(request, 10)
+    assert len(caught.value.errors) == 1
+    assert len(chats(sim)) == 1  # no new attempt
+    state = await ledger.snapshot()
+    assert (state.open, state.reserved, state.spent) == (0, 0, 0)
+    assert router.stopping
+
+
+async def test_a_stopped_router_sends_and_reserves_nothing(
+    openrouter_sim_factory: Factory, make_router: MakeRouter
+) -> None:
+    sim = await openrouter_sim_factory()
+    ledger = MemoryLedger(Decimal(1))
+    router = await make_router(sim, ledger=ledger)
+    router.stop()
+    with pytest.raises(RouterStopping, match="q1: not sent: the router is stopping"):
+        await router.chat(MESSAGES, max_tokens=50, key="q1")
+    assert chats(sim) == []
+    assert (await ledger.snapshot()).settled == 0
+
+
+async def test_a_request_waiting_for_room_when_stopped_is_not_sent(
+    openrouter_sim_factory: Factory, make_router: MakeRouter
+) -> None:
+    sim = await openrouter_sim_factory(completion_tokens=50)
+    ledger = MemoryLedger(Decimal(1))
+    router = await make_router(sim, ledger=ledger, budget_wait=True)
+    blocker = await ledger.reserve(Decimal("0.9999"), key="other")  # no room left
+    waiting = asyncio.ensure_future(router.chat(MESSAGES, max_tokens=50, key="q1"))
+    await asyncio.sleep(0)
+    router.stop()
+    await ledger.release(blocker)  # room again: it would be sent now
+    with pytest.raises(RouterStopping):
+        await asyncio.wait_for(waiting, 10)
+    assert chats(sim) == []
+    state = await ledger.snapshot()
+    assert (state.open, state.spent) == (0, 0)
+
+
+def plan_of(tmp_path: Path, count: int) -> Plan:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(
+        "".join(f'{{"id": "q{i}", "prompt": "question {i}"}}\n' for i in range(count))
+    )
+    return Plan.model_validate(
+        {
+            "model": "moonshotai/kimi-k2.5",
+            "budget": "1",
+            "concurrency": 3,
+            "policy": {"exclude_below": "int4"},
+            "generation": {"max_tokens": 50},
+            "datasets": [{"name": "d", "input": str(prompts)}],
+        }
+    )
+
+
+async def test_a_batch_stopped_while_retries_back_off_starts_no_attempt(
+    openrouter_sim_factory: Factory, tmp_path: Path
+) -> None:
+    sim: SimulatorServer = await openrouter_sim_factory(faults=FAILING)
+    sleep = EndlessBackoff()
+    runner = BatchRunner(
+        plan_of(tmp_path, 10),
+        tmp_path / "out",
+        base_url=sim.url,
+        api_key=DEFAULT_TEST_KEY,
+        router_options={"sleep": sleep},
+    )
+    run = asyncio.ensure_future(runner.run())
+    await until(lambda: len(sleep.waits) >= 3)  # every request in flight backs off
+    runner.stop(StopReason.INTERRUPTED, "interrupted by Ctrl-C")
+    summary = await asyncio.wait_for(run, 30)
+    assert summary.reason is StopReason.INTERRUPTED
+    assert len(chats(sim)) == 3  # first attempts only
+    assert summary.spent == summary.reserved == 0
+    assert sum(d.run.failures for d in summary.datasets) == 0  # left for the next run
