@@ -66,6 +66,7 @@ from provider_router._request import PreparedRequest
 from provider_router._types import Clock, Sleep
 from provider_router.ledger import Ledger, Reservation
 from provider_router.results import ChatResult, chat_result
+from provider_router.retry import sleep_unless_stopping
 
 __all__ = ["LEDGER_RETRIES", "UNKNOWN_CHARGE_STATUSES", "Billing", "Charged", "provably_free"]
 
@@ -174,6 +175,7 @@ class Billing:
         "sanity_factor",
         "spent",
         "stopped",
+        "stopping",
         "unresolved",
     )
 
@@ -190,6 +192,8 @@ class Billing:
     ) -> None:
         self.model = model
         self.sanity_factor = cost_sanity_factor
+        self.stopping: asyncio.Event | None = None
+        """Set by the router's stop: a temporary 402 is not waited out any more."""
         self.halted: str | None = None
         """Why a batch must stop (a cost anomaly or dispute), or ``None``."""
         self.disputes: list[CostVerdict] = []
@@ -625,7 +629,13 @@ class Billing:
                     in_flight=in_flight,
                 )
                 waited += delay
-                await self._sleep(delay)
+                stopping = self.stopping
+                if stopping is None:
+                    await self._sleep(delay)
+                else:
+                    await sleep_unless_stopping(self._sleep, delay, stopping)
+                    if stopping.is_set():
+                        raise exc  # stopping: no new exchange (nothing was billed for it)
                 try:
                     return await again()
                 except PaymentRequiredError as refused:

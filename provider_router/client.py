@@ -282,6 +282,7 @@ class Router(AsyncResource):
         self._seq = itertools.count(1)
         self._in_flight = 0
         self._stopping = asyncio.Event()
+        self._billing.stopping = self._stopping
         self.requests = 0
         """Requests finished successfully."""
         self.failures = 0

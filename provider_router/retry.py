@@ -260,7 +260,7 @@ class RetryPolicy:
             if stopping is None:
                 await sleep(delay)
             else:
-                await _sleep_unless_stopping(sleep, delay, stopping)
+                await sleep_unless_stopping(sleep, delay, stopping)
                 if stopping.is_set():
                     raise RouterStopping(
                         f"not retried: the router is stopping ({len(errors)} attempt(s) "
@@ -284,7 +284,7 @@ class RetryPolicy:
                     on_retry(attempt, exc, delay)
 
 
-async def _sleep_unless_stopping(sleep: Sleep, delay: float, stopping: asyncio.Event) -> None:
+async def sleep_unless_stopping(sleep: Sleep, delay: float, stopping: asyncio.Event) -> None:
     """``sleep(delay)``, cut short when ``stopping`` is set (before or during it)."""
     if stopping.is_set():
         return

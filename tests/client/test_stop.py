@@ -16,7 +16,7 @@ import pytest
 from _polling import until
 from _router_helpers import MESSAGES, MakeRouter
 
-from provider_router import MemoryLedger, RouterStopping
+from provider_router import MemoryLedger, PaymentRequiredError, RouterStopping
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import StopReason
 from provider_router.plan import Plan
@@ -131,3 +131,26 @@ async def test_a_batch_stopped_while_retries_back_off_starts_no_attempt(
     assert len(chats(sim)) == 3  # first attempts only
     assert summary.spent == summary.reserved == 0
     assert sum(d.run.failures for d in summary.datasets) == 0  # left for the next run
+
+
+async def test_a_stop_cuts_the_wait_of_a_temporary_402(
+    openrouter_sim_factory: Factory, make_router: MakeRouter
+) -> None:
+    # The balance covers one worst case at a time; the first request hangs in
+    # flight, so the second meets the in-flight hold (a transient 402) and waits.
+    sim = await openrouter_sim_factory(
+        credits="0.004", completion_tokens=20, faults=[{"kind": "hang", "times": 1}]
+    )
+    sleep = EndlessBackoff()
+    router = await make_router(sim, sleep=sleep, ledger=MemoryLedger(Decimal(1)))
+    first = asyncio.ensure_future(router.chat(MESSAGES, max_tokens=1000, key="q1"))
+    await until(lambda: len(chats(sim)) == 1)
+    second = asyncio.ensure_future(router.chat(MESSAGES, max_tokens=1000, key="q2"))
+    await asyncio.wait_for(sleep.waiting.wait(), 10)
+    sent = len(chats(sim))
+    router.stop()
+    with pytest.raises(PaymentRequiredError):
+        await asyncio.wait_for(second, 10)
+    assert len(chats(sim)) == sent  # not asked again
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
