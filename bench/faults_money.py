@@ -23,6 +23,7 @@ insured empty answer (``error_200``), a reset and a truncated body.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -198,12 +199,12 @@ async def ctrl_c_in_backoff(job: Job, sim: Any) -> Outcome:
     _, stderr = await proc.communicate()
     took = time.monotonic() - signalled
     started_after = _chats(sim) - before
-    lines = [line for line in stderr.decode().splitlines() if line.strip()]
-    said = [line for line in lines if "interrupted" in line]
+    summary = json.loads((job.out / "summary.json").read_text())
     outcome.interruptions = 1
-    outcome.message = (said or lines or [""])[-1]
+    outcome.message = f"{summary['reason']}: {summary['message']}"  # the run's own line
     outcome.message_ok = (
-        started_after == 0
+        summary["reason"] == "interrupted"
+        and started_after == 0
         and proc.returncode == 130
         and took < BACKOFF_SECONDS
         and "Traceback" not in stderr.decode()
