@@ -17,7 +17,7 @@ import pytest
 from provider_router import ProviderPolicy
 from provider_router._pinned_request import PREFLIGHT_RETRY
 from provider_router.catalog import Catalog
-from provider_router.ledger import MemoryLedger, SQLiteLedger
+from provider_router.ledger import LedgerState, MemoryLedger, SQLiteLedger
 from provider_router.preflight import PreflightReport, preflight
 from provider_router.records import ModelEndpoints
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -323,13 +323,20 @@ async def test_with_a_ledger_that_has_no_room_nothing_is_sent(
 # --- #21: the pinned request is paid for and retried as any request ---------------
 
 
-def sqlite_rows(path: Path) -> list[dict[str, Any]]:
-    con = sqlite3.connect(path)
+async def check_in_sqlite(
+    sim: SimulatorServer, tmp_path: Path
+) -> tuple[PreflightReport, LedgerState, list[dict[str, Any]]]:
+    """The preflight paid from a $1 SQLite ledger: its report, totals and rows."""
+    async with SQLiteLedger(tmp_path / "l.sqlite", limit=Decimal(1)) as ledger:
+        report = await check(sim, ledger=ledger)
+        state = await ledger.snapshot()
+    con = sqlite3.connect(tmp_path / "l.sqlite")
     con.row_factory = sqlite3.Row
     try:
-        return [dict(row) for row in con.execute("SELECT * FROM reservations")]
+        rows = [dict(row) for row in con.execute("SELECT * FROM reservations")]
     finally:
         con.close()
+    return report, state, rows
 
 
 @pytest.mark.parametrize("reported", ["0.001", True, float("nan"), [1]])
@@ -355,16 +362,14 @@ async def test_an_absurd_or_negative_cost_is_disputed_and_its_worst_case_booked(
     openrouter_sim_factory: Factory, tmp_path: Path, reported: int, found: str
 ) -> None:
     sim = await openrouter_sim_factory(faults=[{"kind": "usage_cost", "reported": reported}])
-    async with SQLiteLedger(tmp_path / "l.sqlite", limit=Decimal(1)) as ledger:
-        report = await check(sim, ledger=ledger)
-        state = await ledger.snapshot()
+    report, state, rows = await check_in_sqlite(sim, tmp_path)
     assert not report.ok
     text = detail(report, "usage.cost")
     assert text.startswith("disputed cost: the server's usage.cost for generation gen-")
     assert found in text
     assert report.verdict is not None
     assert report.verdict.disputed == reported
-    (row,) = sqlite_rows(tmp_path / "l.sqlite")
+    (row,) = rows
     assert row["state"] == "settled"  # never left open
     assert state.spent == report.cost == report.verdict.booked
     assert sim.simulator.usage <= state.spent < Decimal("0.001")  # never the figure
@@ -376,12 +381,9 @@ async def test_an_insured_empty_answer_is_retried_not_a_price_failure(
     # One error_200 failed the preflight as "usage.cost = $0.0: the listing does
     # not price what is billed".
     sim = await openrouter_sim_factory(faults=[{"kind": "error_200", "times": 1}])
-    async with SQLiteLedger(tmp_path / "l.sqlite", limit=Decimal(1)) as ledger:
-        report = await check(sim, ledger=ledger)
-        state = await ledger.snapshot()
+    report, state, rows = await check_in_sqlite(sim, tmp_path)
     assert report.ok, report.failures
     assert len(chats(sim)) == 2
-    rows = sqlite_rows(tmp_path / "l.sqlite")
     assert min(r["cost"] for r in rows) == 0  # the empty answer: settled at $0
     assert all(r["state"] == "settled" and r["generation_id"] for r in rows)
     assert state.spent == report.cost == sim.simulator.usage
@@ -405,12 +407,9 @@ async def test_a_cut_connection_is_retried_and_its_charge_counted(
 ) -> None:
     # A cut connection failed the preflight at once.
     sim = await openrouter_sim_factory(faults=[{"kind": kind, "times": 1}])
-    async with SQLiteLedger(tmp_path / "l.sqlite", limit=Decimal(1)) as ledger:
-        report = await check(sim, ledger=ledger)
-        state = await ledger.snapshot()
+    report, state, rows = await check_in_sqlite(sim, tmp_path)
     assert report.ok, report.failures
     assert len(chats(sim)) == 2
-    rows = sqlite_rows(tmp_path / "l.sqlite")
     assert len(rows) == 2
     # Both attempts billed (the cut one in full); both settled with their ids.
     assert all(r["state"] == "settled" and r["generation_id"] for r in rows)

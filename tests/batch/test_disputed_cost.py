@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _batch_helpers import ledger_spent, read_records
+from _batch_helpers import ledger_spent, read_records, write_prompts
 
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import StopReason
@@ -31,26 +31,17 @@ async def _no_wait(_: float) -> None:
     return None
 
 
-def plan_of(tmp_path: Path, count: int, budget: str = "1") -> Plan:
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text(
-        "".join(f'{{"id": "q{i}", "prompt": "question {i}"}}\n' for i in range(count))
-    )
-    return Plan.model_validate(
-        {
-            "model": KIMI,
-            "budget": budget,
-            "concurrency": 1,
-            "policy": {"exclude_below": "int4"},
-            "generation": {"max_tokens": 50},
-            "datasets": [{"name": "d", "input": str(prompts)}],
-        }
-    )
-
-
 def runner(tmp_path: Path, sim: SimulatorServer, *, preflight: bool = False) -> BatchRunner:
+    plan = Plan.single(
+        [write_prompts(tmp_path / "p.jsonl", 6)],
+        model=KIMI,
+        budget=Decimal(1),
+        max_tokens=50,
+        concurrency=1,
+        exclude_below="int4",
+    )
     return BatchRunner(
-        plan_of(tmp_path, 6),
+        plan,
         tmp_path / "out",
         base_url=sim.url,
         api_key=DEFAULT_TEST_KEY,
@@ -90,7 +81,7 @@ async def test_a_disputed_cost_halts_the_job_without_booking_it(
         assert summary.reason is StopReason.ERROR
         message = summary.message
         assert len(summary.disputed) == 1
-        assert len(read_records(tmp_path / "out" / "d.jsonl")) == 1  # the paid answer kept
+        assert len(read_records(tmp_path / "out" / "p.jsonl")) == 1  # the paid answer kept
     assert message.count("disputed cost: the server's usage.cost") == 1
     assert "check generation gen-" in message
     spent = ledger_spent(tmp_path / "out")

@@ -18,7 +18,7 @@ import pytest
 from _router_helpers import MESSAGES, MakeRouter
 
 from provider_router import MemoryLedger
-from provider_router._cost_check import check_cost
+from provider_router._cost_check import CostVerdict, check_cost
 from provider_router._format import decimal_str
 from provider_router.testing import SimulatorServer
 
@@ -123,23 +123,28 @@ async def test_a_sane_cost_is_booked_on_the_answers_word(
     assert router.halted is None
 
 
-async def _no_record(_: str) -> Decimal | None:
-    return None
+async def verdict_of(record: Decimal | None, usage: Decimal | None) -> CostVerdict:
+    """An absurd $1,000,000 on a $0.01 hold, with what /generation and /key say."""
 
+    async def generation_cost(_: str) -> Decimal | None:
+        return record
 
-async def test_without_a_record_the_key_usage_is_quoted() -> None:
-    async def usage() -> Decimal | None:
-        return Decimal("3.5")
+    async def key_usage() -> Decimal | None:
+        return usage
 
-    verdict = await check_cost(
+    return await check_cost(
         Decimal(1000000),
         Decimal("0.01"),
         Decimal(2),
         key="d/q1",
         generation_id="gen-1",
-        generation_cost=_no_record,
-        key_usage=usage,
+        generation_cost=generation_cost,
+        key_usage=key_usage,
     )
+
+
+async def test_without_a_record_the_key_usage_is_quoted() -> None:
+    verdict = await verdict_of(None, Decimal("3.5"))
     assert (verdict.booked, verdict.disputed, verdict.record) == (
         Decimal("0.01"),
         Decimal(1000000),
@@ -150,20 +155,7 @@ async def test_without_a_record_the_key_usage_is_quoted() -> None:
 
 
 async def test_a_record_above_the_reservation_is_booked_not_the_reservation() -> None:
-    async def record(_: str) -> Decimal | None:
-        return Decimal("0.05")
-
-    async def usage() -> Decimal | None:
-        raise AssertionError("not asked: the record answered")
-
-    verdict = await check_cost(
-        Decimal(1000000),
-        Decimal("0.01"),
-        Decimal(2),
-        key="d/q1",
-        generation_id="gen-1",
-        generation_cost=record,
-        key_usage=usage,
-    )
+    verdict = await verdict_of(Decimal("0.05"), None)
     assert verdict.booked == Decimal("0.05")  # never below what OpenRouter says it charged
     assert verdict.disputed == Decimal(1000000)
+    assert "/generation record says $0.05" in verdict.reason

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +16,7 @@ from _polling import until
 from _router_helpers import MESSAGES, MakeRouter
 
 from provider_router import MemoryLedger, PaymentRequiredError, RouterStopping
-from provider_router.batch.runner import BatchRunner
-from provider_router.batch.summary import StopReason
-from provider_router.plan import Plan
-from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
+from provider_router.testing import SimulatorServer
 
 Factory = Any
 FAILING = [{"kind": "provider_error", "status": 503, "no_fallback": True}]
@@ -92,45 +88,6 @@ async def test_a_request_waiting_for_room_when_stopped_is_not_sent(
     assert chats(sim) == []
     state = await ledger.snapshot()
     assert (state.open, state.spent) == (0, 0)
-
-
-def plan_of(tmp_path: Path, count: int) -> Plan:
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text(
-        "".join(f'{{"id": "q{i}", "prompt": "question {i}"}}\n' for i in range(count))
-    )
-    return Plan.model_validate(
-        {
-            "model": "moonshotai/kimi-k2.5",
-            "budget": "1",
-            "concurrency": 3,
-            "policy": {"exclude_below": "int4"},
-            "generation": {"max_tokens": 50},
-            "datasets": [{"name": "d", "input": str(prompts)}],
-        }
-    )
-
-
-async def test_a_batch_stopped_while_retries_back_off_starts_no_attempt(
-    openrouter_sim_factory: Factory, tmp_path: Path
-) -> None:
-    sim: SimulatorServer = await openrouter_sim_factory(faults=FAILING)
-    sleep = EndlessBackoff()
-    runner = BatchRunner(
-        plan_of(tmp_path, 10),
-        tmp_path / "out",
-        base_url=sim.url,
-        api_key=DEFAULT_TEST_KEY,
-        router_options={"sleep": sleep},
-    )
-    run = asyncio.ensure_future(runner.run())
-    await until(lambda: len(sleep.waits) >= 3)  # every request in flight backs off
-    runner.stop(StopReason.INTERRUPTED, "interrupted by Ctrl-C")
-    summary = await asyncio.wait_for(run, 30)
-    assert summary.reason is StopReason.INTERRUPTED
-    assert len(chats(sim)) == 3  # first attempts only
-    assert summary.spent == summary.reserved == 0
-    assert sum(d.run.failures for d in summary.datasets) == 0  # left for the next run
 
 
 async def test_a_stop_cuts_the_wait_of_a_temporary_402(
