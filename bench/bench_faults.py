@@ -529,8 +529,9 @@ async def campaign(args: argparse.Namespace) -> list[Outcome]:
         ("redis", {}, lambda j, s: redis_outage(j, s, rng)),
         ("fields", {}, lambda j, s: request_fields(j, s, rng)),
     ]
+    scenarios += _money_scenarios()
     for key, sim_options, run in scenarios:
-        if only is not None and key not in only:
+        if only is not None and not any(key == o or key.startswith(f"{o}-") for o in only):
             continue
         root = Path(tempfile.mkdtemp(prefix=f"faults-{key}-"))
         try:
@@ -563,6 +564,13 @@ async def campaign(args: argparse.Namespace) -> list[Outcome]:
     return outcomes
 
 
+def _money_scenarios() -> list[tuple[str, dict[str, Any], Any]]:
+    # The money rows of #21 (lying costs, a stop in back-off, the preflight).
+    from bench.faults_money import money_scenarios
+
+    return list(money_scenarios())
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench faults", description=__doc__)
     p.add_argument("--quick", action="store_true", help="the small version (CI's slow test)")
@@ -574,7 +582,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=Decimal, default=Decimal(100))
     p.add_argument("--speed", type=float, default=50.0)
     p.add_argument(
-        "--only", default="", help="comma list: kill9,disk,cut,timeout,ledger,redis,fields"
+        "--only",
+        default="",
+        help="comma list: kill9,disk,cut,timeout,ledger,redis,fields,cost,stop,preflight "
+        "(a group picks its rows: cost-absurd-json...)",
     )
     p.add_argument(
         "--horizon",

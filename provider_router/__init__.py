@@ -34,6 +34,7 @@ from provider_router._exceptions import (
     RateLimitError,
     RequestTimeout,
     ResponseCarriedError,
+    RouterStopping,
 )
 
 if _typing.TYPE_CHECKING:
@@ -334,6 +335,7 @@ __all__ = [
     "RoutePlan",
     "RouteShare",
     "Router",
+    "RouterStopping",
     "RunProgress",
     "RunSummary",
     "SQLiteLedger",

@@ -27,11 +27,13 @@ settle still fails is returned with ``unsettled`` set, never thrown away.
 
 A settle above its reservation is an **overrun**: logged as an error
 (``route.overrun``); the ledger then admits nothing until the overrun is covered
-(``spent + reserved + amount <= limit`` cannot hold while ``spent > limit``). A
-settle above ``cost_sanity_factor`` times its reservation is an **anomaly**
-(``route.cost_anomaly``, with the generation id): it halts the router's batch
-(:attr:`Billing.halted`), as a server reporting absurd costs must not go on
-unremarked.
+(``spent + reserved + amount <= limit`` cannot hold while ``spent > limit``). An
+answer's ``usage.cost`` above ``cost_sanity_factor`` times its reservation, or a
+negative one, is not booked on its word (:mod:`provider_router._cost_check`):
+confirmed by ``/generation``, it is booked as an **anomaly**
+(``route.cost_anomaly``); otherwise the worst case is booked and the figure is
+**disputed** (``route.cost_disputed``, :attr:`Billing.disputes`). Either halts
+the router's batch (:attr:`Billing.halted`) with the generation id to check.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from typing import Any, Final
 from provider_router import _http
 from provider_router._completion import Completion
 from provider_router._constants import DEFAULT_COST_SANITY_FACTOR
+from provider_router._cost_check import CostVerdict, check_cost
 from provider_router._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -58,11 +61,12 @@ from provider_router._exceptions import (
     PaymentRequiredError,
 )
 from provider_router._log import get_logger
-from provider_router._money import from_units, to_decimal
+from provider_router._money import from_units, reported_cost
 from provider_router._request import PreparedRequest
 from provider_router._types import Clock, Sleep
 from provider_router.ledger import Ledger, Reservation
 from provider_router.results import ChatResult, chat_result
+from provider_router.retry import sleep_unless_stopping
 
 __all__ = ["LEDGER_RETRIES", "UNKNOWN_CHARGE_STATUSES", "Billing", "Charged", "provably_free"]
 
@@ -70,6 +74,7 @@ __all__ = ["LEDGER_RETRIES", "UNKNOWN_CHARGE_STATUSES", "Billing", "Charged", "p
 log = get_logger("provider_router.client")
 
 _GENERATION_PATH: Final = "/generation"
+_ZERO: Final = Decimal(0)
 _KEY_PATH: Final = "/key"
 
 TRANSIENT_402_SOURCES: Final = frozenset({"openrouter_in_flight_budget"})
@@ -114,6 +119,8 @@ class Charged:
     estimate: Decimal | None
     reserved: Decimal | None
     unsettled: BaseException | None = None
+    disputed: Decimal | None = None
+    """The answer's ``usage.cost`` when it was disputed (``cost`` is what was booked)."""
 
     def result(self, attempts: int, latency: float, quarantine_reason: str | None) -> ChatResult:
         """The :class:`ChatResult` of the request this attempt finished."""
@@ -136,6 +143,7 @@ class Charged:
             c.message,
             c.native_finish_reason,
             c.tool_calls,
+            self.disputed,
         )
 
 
@@ -148,8 +156,9 @@ class Billing:
         http: returns the router's open HTTP client (raises when closed).
         sleep: awaited between ``/generation`` lookups and temporary 402s.
         credits_hold_timeout: seconds one request may wait out temporary 402s.
-        cost_sanity_factor: a settled cost above this many times its reservation
-            is an anomaly: logged as an error and recorded in :attr:`halted`.
+        cost_sanity_factor: an answer's cost above this many times its reservation
+            is checked with ``/generation`` before it is booked, and halts
+            (:attr:`halted`): booked when confirmed, disputed otherwise.
     """
 
     __slots__ = (
@@ -159,6 +168,7 @@ class Billing:
         "_http",
         "_sleep",
         "_stopped_message",
+        "disputes",
         "halted",
         "held_since",
         "ledger",
@@ -166,6 +176,7 @@ class Billing:
         "sanity_factor",
         "spent",
         "stopped",
+        "stopping",
         "unresolved",
     )
 
@@ -182,8 +193,13 @@ class Billing:
     ) -> None:
         self.model = model
         self.sanity_factor = cost_sanity_factor
+        self.stopping: asyncio.Event | None = None
+        """Set by the router's stop: a temporary 402 is not waited out any more."""
         self.halted: str | None = None
-        """Why a batch must stop (a cost anomaly), or ``None``."""
+        """Why a batch must stop (a cost anomaly or dispute), or ``None``."""
+        self.disputes: list[CostVerdict] = []
+        """Answers whose ``usage.cost`` was not booked (negative, or absurd and not
+        confirmed by ``/generation``), oldest first."""
         self.ledger = ledger
         self._http = http
         self._sleep = sleep
@@ -295,6 +311,13 @@ class Billing:
                 )
         unsettled: BaseException | None = None
         held = from_units(reservation.units) if reservation is not None else None  # .amount
+        disputed: Decimal | None = None
+        confirmed = False
+        basis = held if held is not None else request.worst_case
+        # is_sane, inlined (every answer passes here): 0 <= cost <= factor x hold.
+        if cost < _ZERO or cost > basis * self.sanity_factor:
+            verdict = await self._check(request.key, cost, basis, generation_id)
+            cost, disputed, confirmed = verdict.booked, verdict.disputed, verdict.disputed is None
         if reservation is not None and ledger is not None:
             assert held is not None  # set with the reservation (for mypy)
             settled_cost = cost
@@ -343,9 +366,37 @@ class Billing:
                     error=repr(exc),
                 )
             if unsettled is None and cost > held:
-                self._overran(request.key, reservation, cost, generation_id)
+                self._overran(request.key, reservation, cost, generation_id, confirmed)
         self.spent += cost
-        return Charged(completion, cost, estimate, held, unsettled)
+        return Charged(completion, cost, estimate, held, unsettled, disputed)
+
+    async def _check(
+        self, key: str, reported: Decimal, held: Decimal, generation_id: str | None
+    ) -> CostVerdict:
+        """Ask OpenRouter's records about a cost that is not sane; halt on it either way."""
+        verdict = await check_cost(
+            reported,
+            held,
+            self.sanity_factor,
+            key=key,
+            generation_id=generation_id,
+            generation_cost=self.generation_cost,
+            key_usage=self.key_usage,
+        )
+        if verdict.disputed is not None:
+            self.disputes.append(verdict)
+            log.error(
+                "route.cost_disputed",
+                model=self.model,
+                key=key,
+                generation_id=generation_id,
+                reported=str(verdict.disputed),
+                record=None if verdict.record is None else str(verdict.record),
+                booked=str(verdict.booked),
+            )
+        if self.halted is None:
+            self.halted = verdict.reason
+        return verdict
 
     async def close_failed(
         self, reservation: Reservation, request: PreparedRequest, exc: BaseException
@@ -474,9 +525,17 @@ class Billing:
         return settled
 
     def _overran(
-        self, key: str, reservation: Reservation, cost: Decimal, generation_id: str | None
+        self,
+        key: str,
+        reservation: Reservation,
+        cost: Decimal,
+        generation_id: str | None,
+        confirmed: bool = False,
     ) -> None:
-        """Say loudly that a settle passed its reservation; halt on an absurd one."""
+        """Say loudly that a settle passed its reservation; halt on an absurd one.
+
+        ``confirmed``: ``/generation`` confirmed the cost (:meth:`_check` halted already).
+        """
         reserved = reservation.amount
         log.error(
             "route.overrun",
@@ -501,6 +560,7 @@ class Billing:
                 cost=str(cost),
                 reserved=str(reserved),
                 factor=str(self.sanity_factor),
+                confirmed=confirmed,
             )
             if self.halted is None:
                 self.halted = reason
@@ -571,7 +631,13 @@ class Billing:
                     in_flight=in_flight,
                 )
                 waited += delay
-                await self._sleep(delay)
+                stopping = self.stopping
+                if stopping is None:
+                    await self._sleep(delay)
+                else:
+                    await sleep_unless_stopping(self._sleep, delay, stopping)
+                    if stopping.is_set():
+                        raise exc  # stopping: no new exchange (nothing was billed for it)
                 try:
                     return await again()
                 except PaymentRequiredError as refused:
@@ -627,12 +693,8 @@ class Billing:
 
 
 def _data_amount(body: Any, name: str) -> Decimal | None:
-    """``body["data"][name]`` as an exact amount; ``None`` when absent or not a number."""
+    """``body["data"][name]`` as an exact amount; ``None`` when absent, not a JSON
+    number (a string, NaN: :func:`~provider_router._money.reported_cost`) or negative."""
     data = body.get("data") if isinstance(body, Mapping) else None
-    value = data.get(name) if isinstance(data, Mapping) else None
-    if value is None:
-        return None
-    try:
-        return to_decimal(value, what=name)
-    except ValueError:
-        return None
+    value = reported_cost(data.get(name)) if isinstance(data, Mapping) else None
+    return None if value is None or value < 0 else value

@@ -54,6 +54,11 @@ DEFAULT_RETRY_MAX_RETRY_AFTER: Final = 300.0
 """A ``Retry-After`` longer than this gives up rather than waits."""
 
 DEFAULT_COST_SANITY_FACTOR: Final = Decimal(2)
-"""A settled cost above this many times its reservation is an anomaly that halts a batch."""
+"""An answer's ``usage.cost`` above this many times its reservation is not booked on
+its word: OpenRouter's ``/generation`` record is asked first, and the batch halts
+(confirmed: booked; otherwise disputed: the worst case is booked). docs/ledger.md."""
+COST_TOLERANCE: Final = Decimal("1e-10")
+"""USD: two reports of one cost (``usage.cost``, ``/generation``, the listing's price)
+that differ by less than this are the same figure, rounded."""
 DEFAULT_MAX_VIOLATIONS_IN_A_ROW: Final = 3
 """Policy violations in a row (unallowed providers serving) that halt a batch."""

@@ -28,6 +28,7 @@ catch "my mistake" apart from "the world's":
     │   ├── LedgerWriteError                 a paid answer the ledger could not record
     │   └── LedgerUnavailableError           the ledger's store was gone past its outage window
     ├── PolicyViolationError                 an unallowed provider served a request
+    ├── RouterStopping                       stopping (Router.stop): no new attempt started
     └── AllAttemptsFailed (ExceptionGroup)   every attempt failed; holds each attempt's error
 
 Only ``_http`` translates aiohttp's exceptions into these (``raise ... from exc``).
@@ -69,6 +70,7 @@ __all__ = [
     "RateLimitError",
     "RequestTimeout",
     "ResponseCarriedError",
+    "RouterStopping",
     "error_for_status",
 ]
 
@@ -392,6 +394,20 @@ class PolicyViolationError(ProviderRouterError):
             f"request served by {provider!r}, which the policy does not allow "
             f"(allowed: {', '.join(self.allowed) or 'none'})"
         )
+
+
+class RouterStopping(ProviderRouterError):
+    """The router is stopping (:meth:`Router.stop`): this request starts no new attempt.
+
+    Raised instead of a retry (its back-off is cut short) or a first attempt that
+    had not started. ``errors`` holds the attempts' errors so far, oldest first
+    (empty when none was made); the last one is also the ``__cause__``. Nothing
+    was sent for it after the stop, so nothing was paid for it after the stop.
+    """
+
+    def __init__(self, message: str, errors: Sequence[BaseException] = ()) -> None:
+        super().__init__(message)
+        self.errors = tuple(errors)
 
 
 class AllAttemptsFailed(ExceptionGroup[Exception], ProviderRouterError):

@@ -7,6 +7,7 @@ still holds over nine million dollars.
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Final
@@ -110,6 +111,27 @@ def to_decimal(value: object, *, what: str = "amount") -> Decimal:
     if not result.is_finite():
         raise ValueError(f"{what} must be finite, got {value!r}")
     return result
+
+
+def reported_cost(value: object) -> Decimal | None:
+    """A cost as OpenRouter reports it (``usage.cost``, ``total_cost``), or ``None``.
+
+    Only a JSON number is a cost: an ``int``, a finite ``float`` or a finite
+    ``Decimal`` (pinned from the wire's digits by :func:`pin_exact_cost`). A string
+    (``"0.001"``), a boolean, ``NaN`` or an infinity is not a number OpenRouter
+    writes: it is *missing*, and the caller asks ``/generation`` or holds the worst
+    case (docs/ledger.md, "What proves a payment"). A negative number is returned
+    as it is: the caller disputes it (a charge cannot be negative).
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, Decimal):
+        return value if value.is_finite() else None
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(repr(value)) if math.isfinite(value) else None
+    return None
 
 
 def to_units(amount: Decimal, *, round_up: bool = False) -> int:

@@ -63,12 +63,14 @@ from provider_router._constants import (
     STREAM_DEADLINE_BASE,
     STREAM_DEADLINE_TOKENS_PER_SECOND,
 )
+from provider_router._cost_check import CostVerdict
 from provider_router._exceptions import (
     ConfigurationError,
     CreditsExhausted,
     LedgerWriteError,
     PaymentRequiredError,
     RateLimitError,
+    RouterStopping,
 )
 from provider_router._log import DEBUG, get_logger
 from provider_router._request import PreparedRequest, RequestEncoder
@@ -155,9 +157,12 @@ class Router(AsyncResource):
             :class:`~provider_router.ConfigurationError` naming it.
         credits_hold_timeout: seconds one request may spend waiting out
             temporary (in-flight hold) 402s.
-        cost_sanity_factor: a settled cost above this many times its
-            reservation is an anomaly: an error log with the generation id, and
-            :attr:`halted` is set (a batch stops).
+        cost_sanity_factor: an answer's ``usage.cost`` above this many times its
+            reservation (default 2), or a negative one, is not booked on its
+            word: OpenRouter's ``/generation`` record is asked first. Confirmed,
+            it is booked; otherwise the worst case is booked and the figure is
+            disputed (:attr:`disputes`, ``ChatResult.disputed_cost``). Either
+            way :attr:`halted` names the generation id (a batch stops).
         max_violations_in_a_row: policy violations in a row that set
             :attr:`halted` (a batch stops).
         limiter: the concurrency limiter (default: AIMD up to ``max_concurrency``
@@ -290,6 +295,8 @@ class Router(AsyncResource):
         self._violations_halt: str | None = None
         self._seq = itertools.count(1)
         self._in_flight = 0
+        self._stopping = asyncio.Event()
+        self._billing.stopping = self._stopping
         self.requests = 0
         """Requests finished successfully."""
         self.failures = 0
@@ -302,6 +309,23 @@ class Router(AsyncResource):
         self._metrics_task: asyncio.Task[None] | None = None
         if metrics is not None:
             metrics.watch(lambda: self.limiter.window, lambda: self._in_flight)
+
+    def stop(self) -> None:
+        """Start no new attempt of any request from now on (a batch's first Ctrl-C).
+
+        Attempts in flight finish (or are cut at their deadline); a retry's back-off
+        under way is cut short, and a request that would start another attempt, or
+        its first, raises :class:`RouterStopping` instead, reserving nothing. There
+        is no undo: a stopped router is closed, not restarted.
+        """
+        if not self._stopping.is_set():
+            log.info("route.stopping", model=self.model, in_flight=self._in_flight)
+            self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called (no new attempt starts)."""
+        return self._stopping.is_set()
 
     def __repr__(self) -> str:
         state = "open" if self._http is not None else "closed"
@@ -473,11 +497,21 @@ class Router(AsyncResource):
     def halted(self) -> str | None:
         """Why a batch using this router must stop, or ``None``.
 
-        Set by a cost anomaly (a settle above ``cost_sanity_factor`` times its
-        reservation) or by ``max_violations_in_a_row`` policy violations in a row.
+        Set by a cost above ``cost_sanity_factor`` times its reservation (or a
+        negative one), confirmed or disputed, or by ``max_violations_in_a_row``
+        policy violations in a row.
         The router itself keeps serving: the caller decides (the batch runner stops).
         """
         return self._billing.halted or self._violations_halt
+
+    @property
+    def disputes(self) -> list[CostVerdict]:
+        """Answers whose ``usage.cost`` was not booked, oldest first (docs/ledger.md).
+
+        Each says what the answer reported (``disputed``), what OpenRouter's
+        ``/generation`` record said (``record``), what was booked and why.
+        """
+        return list(self._billing.disputes)
 
     @property
     def in_flight(self) -> int:
@@ -544,6 +578,7 @@ class Router(AsyncResource):
                     sleep=self._sleep,
                     clock=self._clock,
                     rng=self._rng,
+                    stopping=self._stopping,
                 )
         except BaseException as exc:
             self.failures += 1
@@ -750,11 +785,18 @@ class Router(AsyncResource):
         started = self._clock()
         reservation: Reservation | None = None
         try:
+            if self._stopping.is_set():
+                raise self._not_started(request, attempt)
             ledger = billing.ledger
             if ledger is not None:  # Billing.reserve, inlined: one coroutine less
                 reservation = await ledger.reserve(
                     request.worst_case, key=request.key, wait=self.budget_wait
                 )
+                if self._stopping.is_set():
+                    # Stopped while it waited for room or a slot: nothing was sent.
+                    await ledger.release(reservation)
+                    reservation = None
+                    raise self._not_started(request, attempt)
             try:
                 completion = await self._exchange(request, attempt, reservation)
             except PaymentRequiredError as exc:
@@ -801,6 +843,10 @@ class Router(AsyncResource):
             raise
         finally:
             limiter.release(ticket, outcome)
+
+    def _not_started(self, request: PreparedRequest, attempt: int) -> RouterStopping:
+        what = "not sent" if attempt == 1 else f"attempt {attempt} not started"
+        return RouterStopping(f"{request.key}: {what}: the router is stopping")
 
     async def _exchange(
         self, request: PreparedRequest, attempt: int, reservation: Reservation | None

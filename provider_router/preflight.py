@@ -38,24 +38,23 @@ from typing import Any, Final
 
 from pydantic import SecretStr
 
-from provider_router._constants import ENV_API_KEY
+from provider_router._constants import COST_TOLERANCE, ENV_API_KEY
+from provider_router._cost_check import CostVerdict
 from provider_router._exceptions import (
-    APIConnectionError,
     APIStatusError,
     AuthenticationError,
     BudgetExhausted,
-    InvalidResponseError,
     LedgerWriteError,
     NotFoundError,
     ProviderRouterError,
-    ProviderUnavailableError,
-    RateLimitError,
+    ResponseCarriedError,
 )
 from provider_router._format import decimal_str, format_usd
 from provider_router._http import HttpClient, resolve_api_key
-from provider_router._money import to_decimal
+from provider_router._money import reported_cost, to_decimal
+from provider_router._pinned_request import PinnedRequest
 from provider_router.catalog import Catalog
-from provider_router.ledger import Ledger, Reservation
+from provider_router.ledger import Ledger
 from provider_router.policy import ProviderPolicy
 from provider_router.ranking import Workload, rank
 from provider_router.records import Endpoint, ModelEndpoints
@@ -66,17 +65,11 @@ PREFLIGHT_PROMPT: Final = "Reply with the single word OK."
 GENERATION_ATTEMPTS: Final = 6
 """``/generation`` may 404 for a moment after the answer; try this many times."""
 GENERATION_FIRST_WAIT: Final = 0.25
-REQUEST_ATTEMPTS: Final = 3
-"""The pinned request is retried on 429 and 502/503 (Retry-After honoured, capped)."""
-MAX_RETRY_WAIT: Final = 10.0
-COST_TOLERANCE: Final = Decimal("1e-10")
-"""USD: OpenRouter's ``usage.cost`` is a JSON number; a difference below this is rounding."""
 
 KEYS_URL: Final = "https://openrouter.ai/keys"
 PROMPT_TOKENS_BOUND: Final = 256
 """An upper bound on the pinned request's prompt tokens (a 7-word prompt plus any chat
 template): its reservation is the listed price of these and one completion token."""
-LEDGER_KEY: Final = "preflight"
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -104,7 +97,10 @@ class PreflightReport:
     model: str
     checks: tuple[Check, ...]
     cost: Decimal = Decimal(0)
-    """USD the pinned request cost (with a ledger: what the ledger was charged for it)."""
+    """USD the pinned request cost, every attempt (with a ledger: what it was charged)."""
+    verdict: CostVerdict | None = None
+    """Set when the answer's ``usage.cost`` was not sane: confirmed by ``/generation``
+    and booked, or disputed (``verdict.disputed``) with the worst case booked."""
 
     @property
     def ok(self) -> bool:
@@ -216,54 +212,29 @@ async def _generation_cost(http: HttpClient, generation_id: str, sleep: Sleep) -
     return None
 
 
-class _Outcome:
-    """What the pinned request was charged, as far as is known."""
-
-    __slots__ = ("billed", "cost")
-
-    def __init__(self) -> None:
-        self.billed: bool = True  # False only for an error answer (never charged)
-        self.cost: Decimal | None = None  # None while billed: unknown, hold the worst case
-
-
-async def _send(
-    http: HttpClient, body: dict[str, Any], top: Endpoint, sleep: Sleep, outcome: _Outcome
-) -> Any | Check:
-    """The pinned request's answer, or the check that says why there is none."""
-    for attempt in range(REQUEST_ATTEMPTS):
-        try:
-            return await http.post_json("/chat/completions", body)
-        except (RateLimitError, ProviderUnavailableError) as exc:
-            # Transient: a busy provider says nothing about what the run relies on.
-            if attempt + 1 == REQUEST_ATTEMPTS:
-                outcome.billed = False
-                return Check("request", False, f"a 1-token request pinned to {top.tag} "
-                             f"failed {REQUEST_ATTEMPTS} times: {exc}")  # fmt: skip
-            await sleep(min(exc.retry_after or 1.0, MAX_RETRY_WAIT))
-        except (APIConnectionError, InvalidResponseError) as exc:
-            # No answer, or one we cannot read: it may have been billed.
-            return Check("request", False, f"a 1-token request pinned to {top.tag} failed: {exc}")
-        except ProviderRouterError as exc:
-            outcome.billed = not isinstance(exc, APIStatusError)
-            return Check("request", False, f"a 1-token request pinned to {top.tag} failed: {exc}")
-    raise AssertionError("unreachable")  # pragma: no cover
+def _request_failed(top: Endpoint, request: PinnedRequest, exc: ProviderRouterError) -> Check:
+    tries = f" after {request.attempts} attempts" if request.attempts > 1 else ""
+    if isinstance(exc, ResponseCarriedError) and request.empty_answers == request.attempts:
+        # Insured empty answers only: the provider is failing, the price is not wrong.
+        return Check(
+            "request",
+            None,
+            f"a 1-token request pinned to {top.tag} ended with an error each time{tries} "
+            "(billed $0 under zero-completion insurance): its price could not be checked",
+        )
+    return Check("request", False, f"a 1-token request pinned to {top.tag} failed{tries}: {exc}")
 
 
 async def _request_checks(
-    http: HttpClient, model: str, top: Endpoint, sleep: Sleep, outcome: _Outcome
+    http: HttpClient, model: str, top: Endpoint, request: PinnedRequest
 ) -> list[Check]:
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": PREFLIGHT_PROMPT}],
-        "max_tokens": 1,
-        "provider": {"only": [top.tag], "allow_fallbacks": False},
-        "usage": {"include": True},
-    }
-    answer = await _send(http, body, top, sleep, outcome)
-    if isinstance(answer, Check):
-        return [answer]
-    if not isinstance(answer, dict):
-        return [Check("request", False, "the answer is not a JSON object")]
+    try:
+        answered = await request.send()
+    except BudgetExhausted:
+        raise
+    except ProviderRouterError as exc:
+        return [_request_failed(top, request, exc)]
+    answer = answered.body
     served = answer.get("provider")
     raw_usage = answer.get("usage")
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
@@ -278,17 +249,19 @@ async def _request_checks(
             + ("" if served == top.provider_name else f", not the pinned {top.provider_name!r}"),
         )
     )
-    cost = outcome.cost = _usd(usage.get("cost"))
+    cost = answered.cost
+    if answered.verdict is not None:
+        checks.append(Check("usage.cost", False, answered.verdict.reason))
+        return checks
     if cost is None:
         checks.append(
             Check(
                 "usage.cost",
                 False,
-                "the answer has no usage.cost: spend could not be settled exactly",
+                "the answer has no usage.cost (as a JSON number): spend could not be "
+                f"settled exactly; {format_usd(answered.booked)} was booked for it",
             )
         )
-        if has_id:  # what it cost all the same, for the ledger
-            outcome.cost = await _generation_cost(http, str(generation_id), sleep)
         return checks
     checks.append(Check("usage.cost", True, f"usage.cost {format_usd(cost)}"))
     prompt = int(usage.get("prompt_tokens") or 0)
@@ -317,7 +290,7 @@ async def _request_checks(
     if not has_id:
         checks.append(Check("generation", False, "the answer has no generation id"))
         return checks
-    total = await _generation_cost(http, str(generation_id), sleep)
+    total = await request.generation_cost(str(generation_id))
     if total is None:
         checks.append(
             Check("generation", False, f"/generation?id={generation_id} reported no cost")
@@ -336,33 +309,47 @@ async def _request_checks(
 
 async def _ledgered_request_checks(
     http: HttpClient, model: str, top: Endpoint, sleep: Sleep, ledger: Ledger | None
-) -> tuple[list[Check], Decimal]:
-    """The request's checks and what it cost, reserved and settled in ``ledger`` if given."""
-    outcome = _Outcome()
-    if ledger is None:
-        checks = await _request_checks(http, model, top, sleep, outcome)
-        return checks, outcome.cost or Decimal(0)
+) -> tuple[list[Check], Decimal, CostVerdict | None]:
+    """The request's checks, what it cost and its disputes; paid from ``ledger`` if given.
+
+    Every attempt reserves its worst case there before it is sent and is settled
+    (with its generation id) or released as the router would (:mod:`_pinned_request`).
+    """
     try:
         worst = top.pricing.cost(PROMPT_TOKENS_BOUND, 1)
     except ValueError as exc:
         why = f"the listing's price cannot be computed ({exc}); nothing was sent"
-        return [Check("request", False, why)], Decimal(0)
+        return [Check("request", False, why)], Decimal(0), None
+
+    async def generation_cost(generation_id: str) -> Decimal | None:
+        return await _generation_cost(http, generation_id, sleep)
+
+    async def key_usage() -> Decimal | None:
+        try:
+            body = await http.get_json("/key")
+        except ProviderRouterError:
+            return None
+        data = body.get("data") if isinstance(body, dict) else None
+        value = reported_cost(data.get("usage")) if isinstance(data, dict) else None
+        return value
+
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": PREFLIGHT_PROMPT}],
+        "max_tokens": 1,
+        "provider": {"only": [top.tag], "allow_fallbacks": False},
+        "usage": {"include": True},
+    }
+    request = PinnedRequest(
+        http, body, worst, ledger, sleep, generation_cost, key_usage, top.provider_name
+    )
     try:
-        hold: Reservation = await ledger.reserve(worst, key=LEDGER_KEY)
+        checks = await _request_checks(http, model, top, request)
     except BudgetExhausted:
         why = f"not sent: the budget has no room for its worst case ({format_usd(worst)})"
-        return [Check("request", None, why)], Decimal(0)
-    try:
-        checks = await _request_checks(http, model, top, sleep, outcome)
-    except BaseException:
-        await ledger.settle(hold, hold.amount)  # unknown is not free
-        raise
-    charged = outcome.cost if outcome.cost is not None else hold.amount
-    try:
-        if not outcome.billed:
-            await ledger.release(hold)
-            return checks, Decimal(0)
-        await ledger.settle(hold, charged, estimate=worst, provider=top.provider_name)
+        if request.attempts > 1:
+            why = f"not retried: the budget has no room for its worst case ({format_usd(worst)})"
+        return [Check("request", None, why)], request.charged, None
     except ProviderRouterError:
         raise
     except Exception as exc:  # a full disk, say: one clear error, not a traceback
@@ -371,7 +358,7 @@ async def _ledgered_request_checks(
             "reservation stays open at its worst case until the next run reconciles it",
             result=None,
         ) from exc
-    return checks, charged
+    return checks, request.charged, request.verdict
 
 
 async def preflight(
@@ -430,8 +417,8 @@ async def preflight(
         if not request or top is None or any(c.ok is False for c in checks):
             # No paid request when something it depends on already failed.
             return PreflightReport(model, tuple(checks))
-        more, cost = await _ledgered_request_checks(http, model, top, sleep, ledger)
-    return PreflightReport(model, (*checks, *more), cost)
+        more, cost, anomaly = await _ledgered_request_checks(http, model, top, sleep, ledger)
+    return PreflightReport(model, (*checks, *more), cost, anomaly)
 
 
 class PreflightFailed(ProviderRouterError):

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from provider_router._exceptions import InvalidResponseError
-from provider_router._money import to_decimal
+from provider_router._money import reported_cost
 
 __all__ = ["ChatResult", "StreamDelta", "ToolCall", "ToolCallDelta", "Usage"]
 
@@ -44,8 +44,10 @@ class Usage:
 
     ``cached_tokens`` and ``cache_write_tokens`` are part of ``prompt_tokens``;
     ``reasoning_tokens`` are part of ``completion_tokens`` (and billed at the
-    completion rate). ``cost`` is the authoritative USD charge, ``None`` when the
-    response did not say.
+    completion rate). ``cost`` is the USD charge the answer reported, ``None`` when
+    it did not say or said something that is not a JSON number (a string, a
+    boolean, NaN). It is kept as reported, even negative or absurd: the router
+    checks it against its reservation before booking it (docs/ledger.md).
     """
 
     prompt_tokens: int = 0
@@ -60,8 +62,8 @@ class Usage:
     def from_json(cls, raw: object) -> Usage | None:
         """Parse a response's ``usage`` object; ``None`` when there is none.
 
-        Tolerant: missing or malformed counts read as 0, an unparsable cost as
-        ``None`` (unknown, never 0).
+        Tolerant: missing or malformed counts read as 0, a cost that is not a JSON
+        number as ``None`` (unknown, never 0).
         """
         # type() first: decoded JSON is dicts, and an ABC check costs ~10x more.
         if type(raw) is not dict and not isinstance(raw, Mapping):
@@ -74,16 +76,13 @@ class Usage:
         if type(completion_details) is not dict and not isinstance(completion_details, Mapping):
             completion_details = _EMPTY
         cost_raw = get("cost")
-        cost: Decimal | None = None
+        cost: Decimal | None
         if type(cost_raw) is Decimal and cost_raw.is_finite():
             cost = cost_raw  # pinned from the wire's digits (pin_exact_cost)
-        elif cost_raw is not None:
-            try:
-                cost = to_decimal(cost_raw, what="usage.cost")
-            except ValueError:
-                cost = None
-        if cost is not None and cost < 0:
-            cost = None
+        else:
+            # Only a JSON number is a cost: a string, a boolean, NaN is missing. A
+            # negative one is kept as reported: the router disputes it (_billing).
+            cost = reported_cost(cost_raw)
         # _int inlined for the usual exact int (a call each costs more than the test).
         prompt = get("prompt_tokens")
         if type(prompt) is not int:
@@ -225,6 +224,10 @@ class ChatResult:
         message: the raw assistant message (``reasoning_details``, ``tool_calls``...).
         native_finish_reason: the provider's own finish reason.
         tool_calls: the function calls the model asked for, in order (empty when none).
+        disputed_cost: the ``usage.cost`` the answer reported when the router did
+            not book it (negative, or far above its reservation and not confirmed
+            by OpenRouter's ``/generation`` record): :attr:`cost` is then what was
+            booked instead, the reservation's worst case (docs/ledger.md, "Disputed").
     """
 
     text: str
@@ -244,6 +247,7 @@ class ChatResult:
     message: Mapping[str, Any] = field(default_factory=dict, repr=False)
     native_finish_reason: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    disputed_cost: Decimal | None = None
 
     @property
     def drift(self) -> Decimal | None:
@@ -271,6 +275,7 @@ def chat_result(
     message: Mapping[str, Any],
     native_finish_reason: str | None,
     tool_calls: tuple[ToolCall, ...],
+    disputed_cost: Decimal | None = None,
 ) -> ChatResult:
     """A :class:`ChatResult` with every field given, its ``__dict__`` filled in one step.
 
@@ -299,6 +304,7 @@ def chat_result(
             "message": message,
             "native_finish_reason": native_finish_reason,
             "tool_calls": tool_calls,
+            "disputed_cost": disputed_cost,
         },
     )
     return result

@@ -40,6 +40,7 @@ from provider_router._exceptions import (
     InvalidResponseError,
     ProviderUnavailableError,
     RateLimitError,
+    RouterStopping,
 )
 from provider_router._types import Clock, Sleep
 
@@ -234,6 +235,7 @@ class RetryPolicy:
         clock: Clock = time.monotonic,
         rng: _Random | None = None,
         on_retry: Callable[[int, BaseException, float], None] | None = None,
+        stopping: asyncio.Event | None = None,
     ) -> T:
         """Go on as :meth:`run` does after the first attempt raised ``error``.
 
@@ -241,6 +243,10 @@ class RetryPolicy:
         coroutine layer less on the path that does not fail). ``started`` is the
         ``clock`` reading taken just before that attempt; the rest is as :meth:`run`:
         ``error`` itself is raised when it is not retried.
+
+        ``stopping``: once set, no further attempt starts: a back-off under way is
+        cut short and :class:`~provider_router.RouterStopping` is raised, holding
+        the attempts' errors (the router's stop: the first Ctrl-C, a budget stop).
         """
         rng = rng if rng is not None else random.Random()
         errors: list[Exception] = [error]
@@ -251,7 +257,16 @@ class RetryPolicy:
         if on_retry is not None:
             on_retry(attempt, error, delay)
         while True:
-            await sleep(delay)
+            if stopping is None:
+                await sleep(delay)
+            else:
+                await sleep_unless_stopping(sleep, delay, stopping)
+                if stopping.is_set():
+                    raise RouterStopping(
+                        f"not retried: the router is stopping ({len(errors)} attempt(s) "
+                        f"made; the last failed: {errors[-1]})",
+                        errors,
+                    ) from errors[-1]
             attempt += 1
             try:
                 return await attempt_fn(attempt)
@@ -267,3 +282,17 @@ class RetryPolicy:
                 delay = next_delay
                 if on_retry is not None:
                     on_retry(attempt, exc, delay)
+
+
+async def sleep_unless_stopping(sleep: Sleep, delay: float, stopping: asyncio.Event) -> None:
+    """``sleep(delay)``, cut short when ``stopping`` is set (before or during it)."""
+    if stopping.is_set():
+        return
+    nap = asyncio.ensure_future(sleep(delay))
+    woken = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait((nap, woken), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        nap.cancel()
+        woken.cancel()
+        await asyncio.gather(nap, woken, return_exceptions=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
@@ -14,8 +15,9 @@ from typing import Any
 import pytest
 
 from provider_router import ProviderPolicy
+from provider_router._pinned_request import PREFLIGHT_RETRY
 from provider_router.catalog import Catalog
-from provider_router.ledger import MemoryLedger
+from provider_router.ledger import LedgerState, MemoryLedger, SQLiteLedger
 from provider_router.preflight import PreflightReport, preflight
 from provider_router.records import ModelEndpoints
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -218,7 +220,10 @@ async def test_a_busy_pinned_provider_is_retried(openrouter_sim_factory: Factory
 
     report = await preflight(KIMI, INT4, base_url=sim.url, api_key=DEFAULT_TEST_KEY, sleep=record)
     assert report.ok, report.failures
-    assert waits[:2] == [1.0, 1.0]  # Retry-After is real seconds: 0 at infinite speed
+    # Retry-After is real seconds (0 at infinite speed): the jittered backoff of
+    # any request's retries decides (PREFLIGHT_RETRY), within its ceilings.
+    retries = waits[:2]  # then /generation's lookups
+    assert all(0 <= w <= PREFLIGHT_RETRY.backoff.ceiling(n) for n, w in enumerate(retries, 1))
     assert len(chats(sim)) == 3
 
 
@@ -313,3 +318,99 @@ async def test_with_a_ledger_that_has_no_room_nothing_is_sent(
     assert report.ok
     assert not chats(sim)
     assert state.spent == state.reserved == 0
+
+
+# --- #21: the pinned request is paid for and retried as any request ---------------
+
+
+async def check_in_sqlite(
+    sim: SimulatorServer, tmp_path: Path
+) -> tuple[PreflightReport, LedgerState, list[dict[str, Any]]]:
+    """The preflight paid from a $1 SQLite ledger: its report, totals and rows."""
+    async with SQLiteLedger(tmp_path / "l.sqlite", limit=Decimal(1)) as ledger:
+        report = await check(sim, ledger=ledger)
+        state = await ledger.snapshot()
+    con = sqlite3.connect(tmp_path / "l.sqlite")
+    con.row_factory = sqlite3.Row
+    try:
+        rows = [dict(row) for row in con.execute("SELECT * FROM reservations")]
+    finally:
+        con.close()
+    return report, state, rows
+
+
+@pytest.mark.parametrize("reported", ["0.001", True, float("nan"), [1]])
+async def test_a_cost_that_is_not_a_json_number_is_missing_not_a_number(
+    openrouter_sim_factory: Factory, reported: object
+) -> None:
+    # "0.001" was booked as $0.001, 8.5x its hold.
+    sim = await openrouter_sim_factory(faults=[{"kind": "usage_cost", "reported": reported}])
+    async with MemoryLedger(Decimal(1)) as ledger:
+        report = await check(sim, ledger=ledger)
+        state = await ledger.snapshot()
+    assert verdicts(report)["usage.cost"] is False
+    assert "no usage.cost (as a JSON number)" in detail(report, "usage.cost")
+    assert state.spent == report.cost == sim.simulator.usage > 0  # /generation's figure
+    assert state.open == 0
+
+
+@pytest.mark.parametrize(
+    ("reported", "found"),
+    [(1000000, "more than 2x its reservation"), (-5, "is negative ($-5)")],
+)
+async def test_an_absurd_or_negative_cost_is_disputed_and_its_worst_case_booked(
+    openrouter_sim_factory: Factory, tmp_path: Path, reported: int, found: str
+) -> None:
+    sim = await openrouter_sim_factory(faults=[{"kind": "usage_cost", "reported": reported}])
+    report, state, rows = await check_in_sqlite(sim, tmp_path)
+    assert not report.ok
+    text = detail(report, "usage.cost")
+    assert text.startswith("disputed cost: the server's usage.cost for generation gen-")
+    assert found in text
+    assert report.verdict is not None
+    assert report.verdict.disputed == reported
+    (row,) = rows
+    assert row["state"] == "settled"  # never left open
+    assert state.spent == report.cost == report.verdict.booked
+    assert sim.simulator.usage <= state.spent < Decimal("0.001")  # never the figure
+
+
+async def test_an_insured_empty_answer_is_retried_not_a_price_failure(
+    openrouter_sim_factory: Factory, tmp_path: Path
+) -> None:
+    # One error_200 failed the preflight as "usage.cost = $0.0: the listing does
+    # not price what is billed".
+    sim = await openrouter_sim_factory(faults=[{"kind": "error_200", "times": 1}])
+    report, state, rows = await check_in_sqlite(sim, tmp_path)
+    assert report.ok, report.failures
+    assert len(chats(sim)) == 2
+    assert min(r["cost"] for r in rows) == 0  # the empty answer: settled at $0
+    assert all(r["state"] == "settled" and r["generation_id"] for r in rows)
+    assert state.spent == report.cost == sim.simulator.usage
+
+
+async def test_only_insured_empty_answers_cannot_tell_the_price(
+    openrouter_sim_factory: Factory,
+) -> None:
+    sim = await openrouter_sim_factory(faults=[{"kind": "error_200"}])
+    async with MemoryLedger(Decimal(1)) as ledger:
+        report = await check(sim, ledger=ledger)
+        state = await ledger.snapshot()
+    assert verdicts(report)["request"] is None  # could not tell: not a failure
+    assert "billed $0 under zero-completion insurance" in detail(report, "request")
+    assert state.spent == state.reserved == 0 == sim.simulator.usage
+
+
+@pytest.mark.parametrize("kind", ["reset", "truncate"])
+async def test_a_cut_connection_is_retried_and_its_charge_counted(
+    openrouter_sim_factory: Factory, tmp_path: Path, kind: str
+) -> None:
+    # A cut connection failed the preflight at once.
+    sim = await openrouter_sim_factory(faults=[{"kind": kind, "times": 1}])
+    report, state, rows = await check_in_sqlite(sim, tmp_path)
+    assert report.ok, report.failures
+    assert len(chats(sim)) == 2
+    assert len(rows) == 2
+    # Both attempts billed (the cut one in full); both settled with their ids.
+    assert all(r["state"] == "settled" and r["generation_id"] for r in rows)
+    assert state.spent == report.cost >= sim.simulator.usage > 0

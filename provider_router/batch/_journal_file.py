@@ -207,6 +207,8 @@ class Replay:
         preflight_units: what every run's preflight request cost (picodollars).
         unsettled: paid answers whose charge the ledger could not record, by request
             key: their cost (picodollars), until a run's recovery used them.
+        disputes: answers whose ``usage.cost`` was disputed (``disputed`` entries:
+            request key, generation id, the answer's figure, what was booked).
     """
 
     def __init__(self, directory: Path) -> None:
@@ -221,6 +223,7 @@ class Replay:
         self.claimed = False
         self.preflight_units = 0
         self.unsettled: dict[str, int] = {}
+        self.disputes: list[dict[str, Any]] = []
 
     def _read_lines(self) -> list[bytes]:
         try:
@@ -346,6 +349,8 @@ class Replay:
             self.unsettled[entry["key"]] = entry["cost"]
         elif op == "unsettled_used":
             self.unsettled.clear()
+        elif op == "disputed":
+            self.disputes.append(entry)
 
     @staticmethod
     def _count(state: DatasetState, entry: dict[str, Any], sign: int) -> None:

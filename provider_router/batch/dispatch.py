@@ -20,6 +20,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterator
+from decimal import Decimal
 
 from provider_router._exceptions import LedgerWriteError
 from provider_router._log import get_logger
@@ -63,11 +64,18 @@ class Dispatcher:
         self.running = 0  # requests dispatched and not yet finished (exact, unlike `tasks`)
         self._wake = asyncio.Event()
         self._stream = True
+        self._router: Router | None = None
 
     # --- the stop switch ------------------------------------------------------------------
 
     def stop(self, reason: StopReason = StopReason.INTERRUPTED, message: str = "") -> None:
-        """Stop taking new work; requests in flight finish (the first Ctrl-C)."""
+        """Stop taking new work; requests in flight finish (the first Ctrl-C).
+
+        No request starts another attempt either (:meth:`Router.stop`): a retry's
+        back-off under way is cut short, and its prompt is left for the next run.
+        """
+        if self._router is not None:
+            self._router.stop()
         if self.reason is None:
             self.reason = reason
             self.message = message
@@ -115,6 +123,9 @@ class Dispatcher:
         # request sets `_wake`, and one wake-up refills every slot freed since (the
         # semaphore's per-slot wake-ups and scans cost more than its bookkeeping).
         self._stream = stream
+        self._router = router
+        if self.reason is not None:  # stopped before dispatch began (a Ctrl-C at start-up)
+            router.stop()
         turn = itertools.count()
         items = aiter(self.source) if self.source is not None else None
         while self.reason is None:
@@ -281,6 +292,13 @@ class Dispatcher:
                 raise
         else:
             landed = outcomes.completed(journal, ds, prompt, result, started, params.get("tools"))
+            if result.disputed_cost is not None and isinstance(journal, FileJournal):
+                journal.note_disputed(
+                    f"{name}/{prompt.id}",
+                    result.generation_id,
+                    result.disputed_cost,
+                    result.cost or Decimal(0),
+                )
             if router.halted is not None:  # a cost anomaly, violations in a row
                 self.stop(StopReason.ERROR, f"stopped: {router.halted}")
         finally:

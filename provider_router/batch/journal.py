@@ -146,6 +146,8 @@ class FileJournal:
         self.unsettled: dict[str, int] = {}
         """Paid answers whose charge the ledger could not record (a full disk): request
         key → cost (picodollars), for the next recovery (:meth:`note_unsettled`)."""
+        self.disputes: list[dict[str, Any]] = []
+        """Answers whose ``usage.cost`` was disputed, every run's (:meth:`note_disputed`)."""
         self._state: defaultdict[str, DatasetState] = defaultdict(DatasetState)
         self._inflight: dict[tuple[str, str], str | None] = {}
         self._outputs: dict[str, OutputFile] = {}
@@ -183,6 +185,7 @@ class FileJournal:
             journal.ledger = found.ledger
             journal.preflight_units = found.preflight_units
             journal.unsettled = found.unsettled
+            journal.disputes = found.disputes
             journal.spent_before = found.claimed or found.ledger is not None
             journal._fh = journal.path.open("ab", buffering=0)
             if journal.path.stat().st_size == 0:
@@ -381,6 +384,32 @@ class FileJournal:
         units = to_units(cost)
         self.preflight_units += units
         self.note("preflight", cost=units)
+        self.flush()
+
+    def note_disputed(
+        self, key: str, generation_id: str | None, reported: Decimal, booked: Decimal
+    ) -> None:
+        """Record (durably, at once) an answer's ``usage.cost`` that was not booked.
+
+        ``booked`` (the worst case, in the ledger's spent) is what the job counts;
+        ``reported`` is kept beside it for the operator to check on the dashboard
+        (docs/ledger.md, "Disputed").
+        """
+        entry = {
+            "op": "disputed",
+            "key": key,
+            "gen": generation_id,
+            "reported": str(reported),
+            "booked": to_units(booked),
+        }
+        self.disputes.append(entry)
+        self.note(
+            "disputed",
+            key=key,
+            gen=generation_id,
+            reported=str(reported),
+            booked=to_units(booked),
+        )
         self.flush()
 
     def note_unsettled(self, key: str, cost: Decimal) -> None:

@@ -38,6 +38,7 @@ from provider_router._exceptions import (
     CreditsExhausted,
     LedgerUnavailableError,
     ProviderRouterError,
+    RouterStopping,
 )
 from provider_router._format import format_usd
 from provider_router._log import get_logger
@@ -164,6 +165,9 @@ class Outcomes:
             self._control.stop(StopReason.CREDITS, f"OpenRouter's credits ran out: {exc}")
             return
         if self.ledger_full(exc):  # nothing was sent, or its reservation stays held
+            return
+        if isinstance(exc, RouterStopping):
+            # The run is stopping: the prompt is left for the next run, not failed.
             return
         kind = type(exc).__name__
         retries = 0

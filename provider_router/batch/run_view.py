@@ -34,6 +34,7 @@ from provider_router.batch.summary import (
     RunSummary,
     StopReason,
     budget_to_finish,
+    disputed_line,
     finish_hint,
     money_to_finish,
 )
@@ -127,6 +128,7 @@ def summarize(
     started: float,
     recovered: list[str],
     preflight: Decimal,
+    disputes: list[dict[str, Any]] | None = None,
 ) -> RunSummary:
     """The run's summary (``started``: its monotonic start; ``preflight``: USD it cost)."""
     reports = []
@@ -185,6 +187,7 @@ def summarize(
         message=message.lstrip("; "),
         fleet=_fleet_report(dispatcher),
         preflight=preflight,
+        disputed=[disputed_line(entry) for entry in disputes or ()],
     )
 
 

@@ -324,9 +324,15 @@ class BatchRunner:
             base_url=self._base_url,
             api_key=self._api_key,
             ledger=ledger,
+            sleep=self._router_options.get("sleep", asyncio.sleep),
         )
         if report.cost:
             journal.note_preflight(report.cost)
+        verdict = report.verdict
+        if verdict is not None and verdict.disputed is not None:
+            journal.note_disputed(
+                "preflight", verdict.generation_id, verdict.disputed, verdict.booked
+            )
         if not report.ok:
             raise PreflightFailed(report)
 
@@ -392,6 +398,7 @@ class BatchRunner:
             started=self._started,
             recovered=self._recovered,
             preflight=from_units(self.journal.preflight_units) if self.journal else Decimal(0),
+            disputes=self.journal.disputes if self.journal else [],
         )
 
     def _write_report(self) -> None:

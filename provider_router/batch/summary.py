@@ -20,7 +20,9 @@ from rich.console import Console
 from rich.table import Table
 
 from provider_router._constants import PER_MILLION
+from provider_router._cost_check import ACTIVITY_URL
 from provider_router._format import CENT, decimal_str, format_usd, round_up_to_cent
+from provider_router._money import from_units
 
 __all__ = [
     "EXIT_CODES",
@@ -303,6 +305,8 @@ class RunSummary:
             the whole fleet's (None outside a fleet).
         preflight: USD the preflights of this job directory cost, over every run
             (part of ``spent``, in no dataset's cost: ``run``'s 1-token pinned request).
+        disputed: one line per answer whose ``usage.cost`` was disputed, over every
+            run: what it said and what was booked instead (docs/ledger.md).
     """
 
     reason: StopReason
@@ -320,6 +324,7 @@ class RunSummary:
     fleet: dict[str, Any] | None = None
     budget_to_finish: Decimal | None = None
     preflight: Decimal = Decimal(0)
+    disputed: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -346,6 +351,7 @@ class RunSummary:
             },
             "bad_lines": self.bad_lines,
             "recovered": self.recovered,
+            "disputed": self.disputed,
             **({"fleet": self.fleet} if self.fleet is not None else {}),
         }
 
@@ -440,13 +446,26 @@ class RunSummary:
             f"to finish the plan: {to_finish}; wall time {self.wall_time:.1f}s"
         )
         if self.message:
-            console.print(self.message)
+            console.print(self.message, markup=False, highlight=False)
+        for line in self.disputed:
+            console.print(f"disputed: {line}", markup=False, highlight=False)
         if self.bad_lines:
             console.print(f"{len(self.bad_lines)} bad input line(s) skipped:")
             for line in self.bad_lines[:20]:
                 console.print(f"  {line}", markup=False, highlight=False)
             if len(self.bad_lines) > 20:
                 console.print(f"  … and {len(self.bad_lines) - 20} more (see summary.json)")
+
+
+def disputed_line(entry: Mapping[str, Any]) -> str:
+    """One line for a journal's ``disputed`` entry (:meth:`FileJournal.note_disputed`)."""
+    booked = from_units(int(entry.get("booked") or 0))
+    gen = entry.get("gen") or "(no id)"
+    return (
+        f"{entry.get('key')} (generation {gen}): the answer's usage.cost "
+        f"${entry.get('reported')} was not booked; ${decimal_str(booked)} (its worst "
+        f"case) was: check generation {gen} at {ACTIVITY_URL}"
+    )
 
 
 def _fmt(value: Decimal | None) -> str:

@@ -107,7 +107,12 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
     (:func:`provider_router._collector.tune_for_process`); a program that calls
     ``main`` keeps its collector as it is.
     """
-    parser = build_parser()
+    try:
+        # A Ctrl-C while the command modules import (most of start-up) is one line.
+        parser = build_parser()
+    except KeyboardInterrupt:
+        _error("interrupted", prefix="")
+        return EXIT_INTERRUPTED
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.argv = argv  # the command as given, for the hints that repeat it
@@ -116,8 +121,8 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    configure_logging(level=args.log_level, fmt=args.log_format)
     try:
+        configure_logging(level=args.log_level, fmt=args.log_format)
         code: int = handler(args)
         # Flushed here, where a reader that left (`| head`) is still ours to handle.
         sys.stdout.flush()
@@ -166,4 +171,9 @@ def _silence_stdout() -> None:
 
 def run() -> None:
     """Console-script entry point (``provider-router``, ``python -m provider_router``)."""
-    sys.exit(main(own_process=True))
+    try:
+        code = main(own_process=True)
+    except KeyboardInterrupt:  # between the handlers above (a report, a flush): one line
+        _error("interrupted", prefix="")
+        code = EXIT_INTERRUPTED
+    sys.exit(code)

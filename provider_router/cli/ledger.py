@@ -11,19 +11,24 @@ Amounts are exact (this is the accounting view), written without exponents:
 
 A target starting with ``redis://``, ``rediss://`` or ``unix://`` is a Redis
 ledger (``--name`` says which); anything else is a SQLite file, which must
-already exist.
+already exist. ``show`` on a job's ``ledger.sqlite`` also lists the answers whose
+``usage.cost`` was disputed, from the job's journal beside it (read, never
+written): what each said, and the worst case booked instead (docs/ledger.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 from provider_router._constants import REDIS_URL_SCHEMES
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
+from provider_router.batch._journal_file import JOURNAL_FILE
+from provider_router.batch.summary import disputed_line
 from provider_router.cli._options import non_negative_usd
 from provider_router.cli._render import print_json
 from provider_router.ledger import LedgerState, RedisLedger, Reservation, SQLiteLedger
@@ -73,8 +78,15 @@ def _show(args: argparse.Namespace) -> int:
             return await ledger.snapshot(), await ledger.open_reservations()
 
     state, open_ = asyncio.run(read())
+    disputed = _disputed(args.target)
     if args.json:
-        print_json({**_state_dict(state), "open_reservations": [_res_dict(r) for r in open_]})
+        print_json(
+            {
+                **_state_dict(state),
+                "open_reservations": [_res_dict(r) for r in open_],
+                "disputed": disputed,
+            }
+        )
         return 0
     print(f"limit      ${decimal_str(state.limit)}")
     print(f"spent      ${decimal_str(state.spent)}")
@@ -90,7 +102,34 @@ def _show(args: argparse.Namespace) -> int:
             f"  open {res.id}  ${decimal_str(res.amount)}  key={res.key}"
             f"  generation={res.generation_id or '-'}  owner={res.owner}"
         )
+    for line in disputed:
+        print(f"  disputed {line}")
     return 0
+
+
+def _disputed(target: str) -> list[str]:
+    """The ``disputed`` entries of the job journal beside a SQLite ledger, as lines.
+
+    Read only (a running job may hold the journal); a line that does not parse is
+    skipped: this is a report, the journal's own reader judges damage.
+    """
+    if target.startswith(REDIS_URL_SCHEMES):
+        return []
+    try:
+        data = (Path(target).parent / JOURNAL_FILE).read_bytes()
+    except OSError:
+        return []
+    lines = []
+    for raw in data.splitlines():
+        if b'"disputed"' not in raw:
+            continue
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("op") == "disputed":
+            lines.append(disputed_line(entry))
+    return lines
 
 
 def _topup(args: argparse.Namespace) -> int:

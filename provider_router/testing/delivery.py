@@ -9,6 +9,8 @@ Delivery faults shape the answer: ``hang`` never answers (until ``hang_seconds``
 then 524), ``reset`` drops the connection, ``truncate`` cuts the body short,
 ``drop_done`` drops a stream's connection after its usage chunk (no ``[DONE]``),
 ``no_usage_cost`` answers normally (and bills) without ``usage.cost``,
+``usage_cost`` answers normally with the fault's ``reported`` figure as its
+``usage.cost`` (billing and recording the truth, or that figure with ``confirm``),
 ``error_200`` / ``stream_error`` end with ``finish_reason: "error"``. Charges:
 a normal answer costs its tokens; ``error_200``/``stream_error`` and ``hang``
 cost nothing (zero-completion insurance); ``reset`` and ``truncate`` are charged
@@ -198,6 +200,9 @@ def _charge(attempt: Attempt, plan: _Plan, completion_tokens: int, reasoning_tok
             cost.request * factor,
             cost.image * factor,
         )
+    fault = attempt.fault
+    if fault is not None and fault.kind == "usage_cost" and fault.confirm:
+        cost = Cost(fault.confirmed_units(), 0, 0)  # it really billed what it reports
     attempt.sim.account.charge(attempt.key, cost.total)
     record = attempt.record
     record.cost_units = cost.total
@@ -251,6 +256,8 @@ def _remember(
 
 
 _WRITTEN_BY_HAND = frozenset(("error_200", "reset", "truncate"))
+_USAGE_REWRITTEN = frozenset(("no_usage_cost", "usage_cost"))
+"""Kinds whose ``usage`` is not the template's (the answer is built as a dict)."""
 """JSON answers that wait or write themselves even at infinite speed."""
 
 
@@ -425,7 +432,7 @@ def _json_data(attempt: Attempt, plan: _Plan, kind: str | None) -> bytes:
     shape = plan.shape
     cost = _charge(attempt, plan, shape.completion_tokens, shape.reasoning_tokens)
     plain = not plan.calls and attempt.choices == 1 and attempt.endpoint.serves is None
-    if kind != "no_usage_cost" and plain:
+    if kind not in _USAGE_REWRITTEN and plain:
         data = _plain_answer(attempt, plan, cost)
     else:
         data = WHITESPACE + bodies.dumps(_answer(attempt, plan, cost, kind))
@@ -454,6 +461,11 @@ def _usage(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict[
     )
     if kind == "no_usage_cost":
         _drop_cost(attempt, usage)
+    elif kind == "usage_cost":
+        assert attempt.fault is not None  # the kind is the fault's
+        usage["cost"] = attempt.fault.reported  # written as it is: a lie, or the truth
+        usage.pop("cost_details", None)
+        attempt.record.outcome = "usage_cost"
     return usage
 
 

@@ -21,19 +21,27 @@ has a ``kind``, an optional scope (``provider`` tag or slug, ``key``, ``model``,
 Kinds that fail an attempt before any byte is sent (``rate_limit``,
 ``provider_error``, ``down``) let OpenRouter fall back to the next provider unless
 ``no_fallback`` is set; kinds that fail the delivery (``hang``, ``reset``,
-``truncate``, ``error_200``, ``stream_error``, ``drop_done``) hit the attempt
-that serves.
+``truncate``, ``error_200``, ``stream_error``, ``drop_done``, ``no_usage_cost``,
+``usage_cost``) hit the attempt that serves. ``usage_cost`` answers normally but
+writes ``reported`` as its ``usage.cost`` (any JSON value: an absurd number, a
+string, a negative one, NaN) while it bills and records the true cost, as a
+server whose answer lies and whose ``/generation`` record tells the truth; with
+``confirm: true`` it bills and records ``reported`` (a number >= 0) instead, as
+a server that really charged it.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from provider_router._exceptions import ConfigurationError
+from provider_router._money import UNITS_PER_USD
 from provider_router.testing._datafile import Fields, load_data_file
 from provider_router.testing.billing import key_label
 
@@ -41,7 +49,16 @@ __all__ = ["FAULT_KINDS", "Fault", "FaultBook", "load_faults"]
 
 ATTEMPT_KINDS = frozenset(["rate_limit", "provider_error", "down"])
 DELIVERY_KINDS = frozenset(
-    ["hang", "reset", "truncate", "error_200", "stream_error", "drop_done", "no_usage_cost"]
+    [
+        "hang",
+        "reset",
+        "truncate",
+        "error_200",
+        "stream_error",
+        "drop_done",
+        "no_usage_cost",
+        "usage_cost",
+    ]
 )
 FAULT_KINDS = ATTEMPT_KINDS | DELIVERY_KINDS
 PROVIDER_ERROR_STATUSES = frozenset([500, 502, 503, 524, 529])
@@ -66,6 +83,8 @@ _FIELDS = (
     "hang_seconds",
     "no_fallback",
     "message",
+    "reported",
+    "confirm",
 )
 
 
@@ -92,6 +111,10 @@ class Fault:
     hang_seconds: float | None = None
     no_fallback: bool = False
     message: str | None = None
+    reported: Any = None
+    """``usage_cost``: what the answer writes as ``usage.cost`` (any JSON value)."""
+    confirm: bool = False
+    """``usage_cost``: bill and record ``reported`` itself (the answer tells the truth)."""
     seen: int = 0
     fired: int = 0
     _buckets: dict[str, tuple[float, float]] = field(default_factory=dict, init=False, repr=False)
@@ -125,6 +148,10 @@ class Fault:
         if self.key is not None and not self.key.startswith("key-"):
             # Rules match on the key's non-secret label, so a raw key never stays in memory here.
             self.key = key_label(self.key)
+        if self.kind == "usage_cost":
+            self._check_reported()
+        elif self.reported is not None or self.confirm:
+            raise ConfigurationError("reported and confirm are for usage_cost faults")
         if self.status is None:
             self.status = {"rate_limit": 429, "down": 503}.get(self.kind, 502)
         elif self.kind == "provider_error" and self.status not in PROVIDER_ERROR_STATUSES:
@@ -132,6 +159,23 @@ class Fault:
                 f"provider_error status must be one of {sorted(PROVIDER_ERROR_STATUSES)}, "
                 f"got {self.status}"
             )
+
+    def _check_reported(self) -> None:
+        if self.reported is None:
+            raise ConfigurationError("a usage_cost fault needs reported (the usage.cost to send)")
+        if self.confirm and not self.confirmed_units() >= 0:
+            raise ConfigurationError(
+                f"confirm needs reported to be a number >= 0, got {self.reported!r}"
+            )
+
+    def confirmed_units(self) -> int:
+        """``reported`` in picodollars (``confirm``: what is billed); -1 when not a number >= 0."""
+        value = self.reported
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return -1
+        if not math.isfinite(value) or value < 0:
+            return -1
+        return round(Decimal(repr(value)) * UNITS_PER_USD)
 
     def applies(
         self, tag: str | None, slug: str | None, key: str, model: str, stream: bool, now: float
@@ -270,6 +314,8 @@ def fault_from_mapping(
             hang_seconds=f.opt_number("hang_seconds", minimum=0),
             no_fallback=f.flag("no_fallback", False),
             message=f.opt_text("message"),
+            reported=f.raw("reported"),
+            confirm=f.flag("confirm", False),
         )
     except ConfigurationError as exc:
         raise f.error("kind" if "kind" in str(exc) else None, str(exc)) from None

@@ -44,3 +44,16 @@ async def test_the_small_fault_campaign_loses_and_forgets_nothing() -> None:
     for outcome in outcomes.values():
         share = outcome.burned_share
         assert share is None or share <= Decimal("0.01"), outcome
+
+
+@pytest.mark.slow
+async def test_the_money_rows_hold_the_budget_and_say_what_happened() -> None:
+    # #21: lying usage.cost (JSON, streamed, preflight), Ctrl-C in back-off, the
+    # preflight under an insured empty answer and a reset.
+    only = "cost-absurd,cost-negative,cost-string,stop-backoff,preflight-error_200,preflight-reset"
+    args = quick(parser().parse_args(["--only", only, "--seed", "7"]))
+    outcomes = await campaign(args)
+    assert len(outcomes) == 12
+    for outcome in outcomes:
+        assert outcome.ok(), outcome.row()
+        assert outcome.charged > 0

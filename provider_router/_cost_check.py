@@ -1,0 +1,117 @@
+"""An answer's cost checked before it is booked: never take an absurd bill on its word.
+
+A ``usage.cost`` from ``0`` to ``cost_sanity_factor`` times its reservation is
+booked as the answer says. One above that, or a negative one, is checked against
+OpenRouter's own records first (:func:`check_cost`):
+
+* **confirmed**: ``GET /generation?id=`` records the same ``total_cost``. That
+  money is gone: it is booked, and the batch halts saying it was confirmed;
+* **disputed**: the record says otherwise, has no such generation, cannot be
+  read, or the figure is negative (never a charge). The reservation's worst case
+  is booked (or the record's figure, when that is larger: never below what
+  OpenRouter says it charged), the answer's figure is kept beside it as
+  *disputed*, and the batch halts naming the generation id to check on the
+  dashboard. When there is no record to read, the key's usage (``GET /key``) is
+  quoted where it shows the figure cannot be true.
+
+The ledger is never booked above what OpenRouter's records confirm
+(docs/ledger.md, "What proves a payment").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Final
+
+from provider_router._constants import COST_TOLERANCE
+from provider_router._format import decimal_str
+
+__all__ = ["ACTIVITY_URL", "CostVerdict", "check_cost", "is_sane"]
+
+ACTIVITY_URL: Final = "https://openrouter.ai/activity"
+"""Where an account's generations (and what each cost) are listed."""
+
+
+@dataclass(frozen=True, slots=True)
+class CostVerdict:
+    """What to book for an answer whose cost was not sane, and why.
+
+    Attributes:
+        booked: USD the ledger is charged.
+        disputed: the answer's own figure when it was not booked (``None`` when
+            OpenRouter's record confirmed it).
+        record: ``/generation``'s ``total_cost``, when it could be read.
+        reason: one line for the halt: what was found and what to do.
+        generation_id: the answer's generation id, when it had one.
+    """
+
+    booked: Decimal
+    disputed: Decimal | None
+    record: Decimal | None
+    reason: str
+    generation_id: str | None = None
+
+
+def is_sane(cost: Decimal, held: Decimal, factor: Decimal) -> bool:
+    """Whether ``cost`` may be booked on the answer's word (``0 <= cost <= factor * held``)."""
+    return Decimal(0) <= cost <= held * factor
+
+
+async def check_cost(
+    reported: Decimal,
+    held: Decimal,
+    factor: Decimal,
+    *,
+    key: str,
+    generation_id: str | None,
+    generation_cost: Callable[[str], Awaitable[Decimal | None]],
+    key_usage: Callable[[], Awaitable[Decimal | None]],
+    what: str = "the server's usage.cost",
+) -> CostVerdict:
+    """Ask OpenRouter's records about a cost :func:`is_sane` refused; what to book.
+
+    ``held`` is the attempt's worst case (its reservation); ``generation_cost``
+    reads ``/generation`` (``None`` when it has no record or cannot be read) and
+    ``key_usage`` reads ``/key``'s ``usage``.
+    """
+    gid = generation_id or "(no id)"
+    record = await generation_cost(generation_id) if generation_id else None
+    if reported >= 0 and record is not None and abs(record - reported) <= COST_TOLERANCE:
+        return CostVerdict(
+            reported,
+            None,
+            record,
+            f"cost anomaly: generation {gid} of {key!r} cost ${decimal_str(reported)} "
+            f"(confirmed by OpenRouter's /generation record), more than {factor}x its "
+            f"reservation of ${decimal_str(held)}; it is booked: check the prices "
+            "OpenRouter reports before going on",
+            generation_id,
+        )
+    if reported < 0:
+        found = f"{what} for generation {gid} of {key!r} is negative (${decimal_str(reported)})"
+    else:
+        found = (
+            f"{what} for generation {gid} of {key!r} is ${decimal_str(reported)}, more "
+            f"than {factor}x its reservation of ${decimal_str(held)}"
+        )
+    if record is not None:
+        found += f", and OpenRouter's /generation record says ${decimal_str(record)}"
+    elif generation_id:
+        found += ", and OpenRouter's /generation has no record of it"
+        usage = await key_usage()
+        if usage is not None and usage < reported:
+            found += f" (the key's whole usage is ${decimal_str(usage)})"
+    else:
+        found += ", and the answer has no generation id to check it by"
+    booked = held if record is None or record < held else record
+    where = f"check generation {gid}" if generation_id else "check the key's recent generations"
+    return CostVerdict(
+        booked,
+        reported,
+        record,
+        f"disputed cost: {found}; booked ${decimal_str(booked)} (its worst case) instead "
+        f"and stopped: {where} at {ACTIVITY_URL}",
+        generation_id,
+    )
