@@ -48,6 +48,8 @@ async def test_a_router_sends_attribution_headers_over_a_private_ca(
         retry=RetryPolicy(max_attempts=1),
         ssl=trusted,
         headers=ATTRIBUTION,
+        # The canned answer bills $0.25 on a hold of cents: taken as it is, not disputed.
+        cost_sanity_factor=10**12,
     ) as router:
         result = await router.chat(MESSAGES, max_tokens=16)
     assert result.text == "hi"
