@@ -7,7 +7,10 @@ the run its work. Each line is a snapshot of :meth:`BatchRunner.progress`:
 ``{"t": unix seconds, "elapsed": s, "limit": "$", "spent": "$", "reserved": "$",
 "completed": n, "output_tokens": n, "failures": n, "retries": n, "rate_limited": n,
 "errors": n, "in_flight": n, "projected": "$" | null, "datasets": {name: {...}},
-"final": bool}``
+"final": bool, "pid": n, "host": name}``
+
+``pid`` and ``host`` name the process writing it, so ``status`` can tell a run
+whose process is gone (killed) from one that is only quiet.
 
 ``projected`` is what the whole plan would cost at the rates observed so far
 (spent plus each dataset's ETA in money), so the report can draw the projection
@@ -21,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -186,6 +191,8 @@ class TimelineWriter:
             row = timeline_row(
                 self.runner.progress(), self.runner.budget, now=self._clock(), final=final
             )
+            row["pid"] = os.getpid()
+            row["host"] = socket.gethostname()
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._file = self.path.open("a", encoding="utf-8")
