@@ -32,7 +32,9 @@ from html import escape
 from pathlib import Path
 from typing import Any, Final
 
+from provider_router._format import format_usd
 from provider_router.batch import _svg
+from provider_router.batch.summary import finish_words
 from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
 
 __all__ = ["CHARTS", "REPORT_FILE", "RunData", "load_run", "render_report", "write_report"]
@@ -125,12 +127,9 @@ def _when(value: Any) -> float:
 
 
 def _money_text(value: Any) -> str:
-    """``$0.3384`` / ``$1,234.57``: for people (exact figures stay in summary.json)."""
+    """Money as every view shows it (:func:`format_usd`; exact figures stay in summary.json)."""
     amount = _dec(value)
-    if amount is None:
-        return "?"
-    quantum = Decimal("0.01") if abs(amount) >= 100 else Decimal("0.0001")
-    return f"${amount.quantize(quantum):,f}"
+    return "?" if amount is None else format_usd(amount)
 
 
 def _completions(path: Path, dataset: str, data: RunData) -> Iterator[Completion]:
@@ -463,15 +462,26 @@ def _headline(data: RunData) -> str:
             f"a summary) — spent "
             f"{escape(_money_text(last.get('spent') or '0'))} "
             f"of {escape(_money_text(last.get('limit')))}, "
+            f"reserved {escape(_money_text(last.get('reserved') or '0'))}, "
+            f"in flight {int(last.get('in_flight') or 0):,}, "
+            f"waiting for budget {int(last.get('waiting_for_budget') or 0):,}, "
             f"{int(last.get('completed') or 0):,} completed, "
-            f"{int(last.get('output_tokens') or 0):,} output tokens</p>"
+            f"{int(last.get('output_tokens') or 0):,} output tokens, to finish: "
+            f"{escape(finish_words(_dec(last.get('to_finish')), None))}</p>"
         )
     tokens = sum(int(d.get("output_tokens") or 0) for d in summary.get("datasets", {}).values())
+    to_finish = finish_words(
+        _dec(summary.get("to_finish_usd")), _dec(summary.get("budget_to_finish_usd"))
+    )
     return (
         f'<p class="meta"><span class="reason">{escape(str(summary.get("reason")))}</span> — '
         f"spent {escape(_money_text(summary.get('spent_usd')))} "
         f"of {escape(_money_text(summary.get('budget_usd')))}, "
-        f"{tokens:,} output tokens, last run {float(summary.get('wall_time_s') or 0):,.1f} s"
+        f"reserved {escape(_money_text(summary.get('reserved_usd') or '0'))}, "
+        f"in flight {int(summary.get('in_flight') or 0):,}, "
+        f"waiting for budget {int(summary.get('waiting_for_budget') or 0):,}, "
+        f"{tokens:,} output tokens, to finish: {escape(to_finish)}, "
+        f"last run {float(summary.get('wall_time_s') or 0):,.1f} s"
         f"{'' if not summary.get('message') else ' — ' + escape(str(summary['message']))}</p>"
     )
 

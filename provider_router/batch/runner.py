@@ -76,6 +76,7 @@ from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.batch.timeline import DEFAULT_INTERVAL, TimelineWriter
 from provider_router.client import Router
 from provider_router.ledger import Ledger, LedgerState
+from provider_router.metrics import Metrics
 from provider_router.plan import Plan
 from provider_router.policy import ProviderPolicy
 from provider_router.preflight import PreflightFailed, PreflightReport, preflight
@@ -370,6 +371,11 @@ class BatchRunner:
         )
 
     # --- reporting ----------------------------------------------------------------------------
+
+    @property
+    def metrics(self) -> Metrics | None:
+        """The Router's Prometheus metrics, if it has them (the timeline keeps them fresh)."""
+        return None if self.router is None else self.router.metrics
 
     def progress(self) -> RunProgress:
         """A snapshot for the progress display (cheap; call it a few times a second)."""

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from provider_router._exceptions import ConfigurationError
+from provider_router._format import format_usd
 from provider_router.batch._journal_file import lock_held
+from provider_router.batch.summary import finish_words
 from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
 
 __all__ = ["status_lines"]
@@ -29,12 +31,18 @@ _STALE_SECONDS = 120.0
 
 
 def _usd(value: Any) -> str:
+    """Money as every view shows it (:func:`format_usd`); ``?`` for what is not a number."""
     try:
-        amount = Decimal(str(value))
+        return format_usd(Decimal(str(value)))
     except (InvalidOperation, ValueError):
         return "?"
-    quantum = Decimal("0.01") if abs(amount) >= 100 else Decimal("0.0001")
-    return f"${amount.quantize(quantum):,f}"
+
+
+def _decimal(value: Any) -> Decimal | None:
+    try:
+        return None if value is None else Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
 
 
 def _age(seconds: float) -> str:
@@ -117,6 +125,7 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
         lines.append(
             f"spent {_usd(row.get('spent') or 0)} of {_usd(row.get('limit'))}, "
             f"reserved {_usd(row.get('reserved') or 0)}, in flight {row.get('in_flight', 0):,}, "
+            f"waiting for budget {row.get('waiting_for_budget', 0):,}, "
             f"elapsed {_age(float(row.get('elapsed') or 0))}"
         )
         lines.append(
@@ -125,8 +134,13 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
             f"429s {row.get('rate_limited', 0):,}"
             + ("" if row.get("projected") is None else f", projected {_usd(row['projected'])}")
         )
+        if "to_finish" in row and not finished:
+            lines.append(f"to finish: {finish_words(_decimal(row['to_finish']), None)}")
     elif summary is not None:
         lines.append(f"spent {_usd(summary.get('spent_usd'))} of {_usd(summary.get('budget_usd'))}")
+    if finished and summary is not None and "to_finish_usd" in summary:
+        needed = _decimal(summary.get("budget_to_finish_usd"))
+        lines.append(f"to finish: {finish_words(_decimal(summary['to_finish_usd']), needed)}")
     datasets = (row or {}).get("datasets") or {}
     if finished and summary is not None and isinstance(summary.get("datasets"), dict):
         datasets = {

@@ -112,6 +112,8 @@ class LedgerState:
         drift: the sum of ``cost - estimate`` over settles that gave an estimate.
         overrun: the sum of ``cost - reservation`` over settles that cost more than
             they reserved: the only way ``spent + reserved`` can pass ``limit``.
+        waiting: reservations of this process queued for room (``wait=``) that
+            have not fitted yet: requests waiting for budget, not yet sent.
     """
 
     limit: Decimal
@@ -124,6 +126,7 @@ class LedgerState:
     estimated: Decimal
     drift: Decimal
     overrun: Decimal
+    waiting: int = 0
 
     @property
     def available(self) -> Decimal:

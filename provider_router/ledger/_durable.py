@@ -9,6 +9,7 @@ recovery.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 from decimal import Decimal
@@ -147,7 +148,7 @@ class DurableLedger(AsyncResource):
 
     async def snapshot(self) -> LedgerState:
         state: LedgerState = await self._call(b.Op(b.SNAPSHOT))
-        return state
+        return dataclasses.replace(state, waiting=self._batcher.queued_for_room())
 
     async def open_reservations(self) -> list[Reservation]:
         found: list[Reservation] = await self._call(b.Op(b.LIST_OPEN))

@@ -8,6 +8,7 @@ from one event loop. Nothing survives the process, so there is nothing to recove
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections import deque
 from decimal import Decimal
@@ -204,7 +205,8 @@ class MemoryLedger(AsyncResource):
     # --- the rest of the contract -----------------------------------------------
 
     async def snapshot(self) -> LedgerState:
-        return self._totals.state()
+        waiting = sum(1 for w in self._waiters if not w.future.done())
+        return dataclasses.replace(self._totals.state(), waiting=waiting)
 
     async def open_reservations(self) -> list[Reservation]:
         return [

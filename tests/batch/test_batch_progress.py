@@ -7,9 +7,15 @@ from decimal import Decimal
 
 from rich.console import Console
 
+from provider_router.batch.finish import (
+    budget_to_finish,
+    finish_hint,
+    money_to_finish,
+    plan_to_finish,
+)
 from provider_router.batch.progress import dataset_eta, progress_lines, progress_table
 from provider_router.batch.run_progress import DatasetProgress, RunProgress
-from provider_router.batch.summary import Counter, DatasetReport, money_to_finish
+from provider_router.batch.summary import Counter, DatasetReport, RunSummary, StopReason
 
 
 def progress(**overrides: object) -> DatasetProgress:
@@ -38,7 +44,8 @@ def test_eta_uses_this_runs_rates_and_the_nearer_limit() -> None:
     seconds, _ = dataset_eta(progress(target_output_tokens=None), elapsed=10.0)
     assert seconds == 70.0
     assert dataset_eta(progress(finished=True), elapsed=10.0) == (0.0, Decimal(0))
-    assert dataset_eta(progress(run=Counter()), elapsed=10.0) == (None, None)
+    # No answer in this run: no time, but the money of every run so far still counts.
+    assert dataset_eta(progress(run=Counter()), elapsed=10.0) == (None, Decimal("0.22"))
 
 
 def test_plain_lines_and_table() -> None:
@@ -96,3 +103,51 @@ def test_money_to_finish() -> None:
     )
     assert money_to_finish(empty, None) is None
     assert money_to_finish(empty, Decimal("0.000002")) == Decimal("0.00")
+
+
+def test_to_finish_is_one_pair_of_numbers_in_the_message_the_table_and_the_json() -> None:
+    """What more must be spent, and the budget that allows it: the same everywhere."""
+    report = DatasetReport(
+        name="b3",
+        prompts=1000,
+        completed=400,
+        output_tokens=200_000,
+        cost=Decimal("0.44"),
+        target_output_tokens=None,
+        max_requests=None,
+        bad_lines=0,
+        lost=0,
+        run=Counter(),
+    )
+    each, to_finish = plan_to_finish([report])
+    assert each == [Decimal("0.66")] == [to_finish]  # 600 × 500 tokens × $0.0000022
+    spent, budget, largest = Decimal("0.45"), Decimal("0.50"), Decimal("0.05")
+    needed = budget_to_finish(spent, to_finish, largest)
+    assert needed == Decimal("1.33")  # 0.45 + 0.66 × 1.25 + 0.05, up to the cent
+    hint = finish_hint(StopReason.BUDGET, budget, spent, to_finish, needed, largest)
+    assert "about $0.66 more finishes the plan" in hint
+    assert "a budget of $1.33" in hint
+    report.to_finish = to_finish
+    summary = RunSummary(
+        reason=StopReason.BUDGET,
+        datasets=[report],
+        providers={},
+        provider_health={},
+        budget=budget,
+        spent=spent,
+        reserved=Decimal(0),
+        to_finish=to_finish,
+        budget_to_finish=needed,
+        wall_time=1.0,
+        bad_lines=[],
+        recovered=[],
+        message=hint.lstrip("; "),
+    )
+    console = Console(file=io.StringIO(), width=300)
+    summary.render(console)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "to finish the plan: about $0.66 more (a budget of $1.33)" in text
+    assert summary.to_json()["to_finish_usd"] == "0.66"
+    assert summary.to_json()["budget_to_finish_usd"] == "1.33"
+    credits = finish_hint(StopReason.CREDITS, budget, spent, to_finish, needed, largest)
+    assert "about $0.66 more finishes the plan" in credits
