@@ -177,7 +177,7 @@ async def test_a_plan_file_with_given_lengths_estimates_prompts_from_its_files(
 def test_incomplete_commands_say_what_is_missing(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main([*argv, "--snapshot", str(BUNDLED_SNAPSHOT)]) == 1
+    assert main([*argv, "--snapshot", str(BUNDLED_SNAPSHOT)]) == 2  # a bad command
     assert message in capsys.readouterr().err
 
 
@@ -185,7 +185,7 @@ def test_a_plan_without_lengths_asks_for_them_or_a_pilot(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = write_plan(tmp_path)
-    assert main(["project", str(plan), "--snapshot", str(BUNDLED_SNAPSHOT)]) == 1
+    assert main(["project", str(plan), "--snapshot", str(BUNDLED_SNAPSHOT)]) == 2
     assert "or --pilot N to measure them" in capsys.readouterr().err
 
 
@@ -193,7 +193,7 @@ def test_a_bad_plan_file_names_file_and_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = write_plan(tmp_path, extra="  - {name: b5, input: a.jsonl, max_requests: -3}\n")
-    assert main(["project", str(plan), "--snapshot", str(BUNDLED_SNAPSHOT)]) == 1
+    assert main(["project", str(plan), "--snapshot", str(BUNDLED_SNAPSHOT)]) == 2
     assert f"{plan}:8" in capsys.readouterr().err
 
 

@@ -28,7 +28,7 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 
-from provider_router.cli._options import add_market_arguments, load_listing
+from provider_router.cli._options import PRECISIONS, add_market_arguments, load_listing
 from provider_router.cli._render import (
     format_per_million,
     format_percent,
@@ -79,14 +79,11 @@ def _percent(text: str) -> float:
 
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``ProviderPolicy`` flags, shared by every command that filters endpoints."""
-    ranked = [
-        q.value for q in Quantization if q not in (Quantization.UNKNOWN, Quantization.UNRECOGNIZED)
-    ]
     parser.add_argument(
         "--exclude-below",
-        choices=ranked,
+        choices=PRECISIONS,
         metavar="PRECISION",
-        help=f"reject endpoints below this precision ({', '.join(ranked)})",
+        help=f"reject endpoints below this precision ({', '.join(PRECISIONS)})",
     )
     parser.add_argument(
         "--unknown",

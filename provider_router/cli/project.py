@@ -26,7 +26,9 @@ from typing import Any
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
+from provider_router.cli._errors import UsageError, as_usage
 from provider_router.cli._options import (
+    PRECISIONS,
     add_market_arguments,
     budget_usd,
     load_listing,
@@ -124,7 +126,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     workload.add_argument("--seed", type=int, default=0, help="pilot sampling seed (default 0)")
     parser.add_argument("--budget", type=budget_usd, metavar="USD", help="fit the plan into this")
     parser.add_argument(
-        "--exclude-below", metavar="PRECISION", help="reject endpoints below this (e.g. int4)"
+        "--exclude-below",
+        choices=PRECISIONS,
+        metavar="PRECISION",
+        help=f"reject endpoints below this ({', '.join(PRECISIONS)})",
     )
     add_market_arguments(parser.add_argument_group("the market"))
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -154,9 +159,9 @@ def _policy(args: argparse.Namespace, plan: Plan | None) -> ProviderPolicy:
 
 def _flag_workload(args: argparse.Namespace, prompt_tokens: Decimal | None) -> WorkloadEstimate:
     if prompt_tokens is None:
-        raise ConfigurationError("give --prompt-tokens N (prompt tokens per request)")
+        raise UsageError("give --prompt-tokens N (prompt tokens per request)")
     if args.completion_tokens is None:
-        raise ConfigurationError(
+        raise UsageError(
             "give --completion-tokens N (expected output tokens per response)"
             + (", or --pilot N to measure them" if args.plan else "")
         )
@@ -278,11 +283,12 @@ def _workloads(
 
 
 async def _gather(args: argparse.Namespace) -> tuple[Projection, PilotResult | None]:
-    if args.plan is None:
-        job, _ = _uniform_job(args)
-        files: dict[str, PromptFileStats] = {}
-    else:
-        job, files = _plan_job(args)
+    with as_usage():
+        if args.plan is None:
+            job, _ = _uniform_job(args)
+            files: dict[str, PromptFileStats] = {}
+        else:
+            job, files = _plan_job(args)
     listing = await load_listing(job.model, base_url=args.base_url, snapshot=args.snapshot)
     pilot = None
     if args.pilot is not None:

@@ -180,7 +180,7 @@ def test_status_and_report_of_a_directory_without_a_run(
 ) -> None:
     with pytest.raises(ConfigurationError, match="no run here"):
         status_lines(tmp_path, now=0)
-    assert main(["status", str(tmp_path / "missing")]) == 1
+    assert main(["status", str(tmp_path / "missing")]) == 2  # a bad command
     assert "no such run directory" in capsys.readouterr().err
 
 
