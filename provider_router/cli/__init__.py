@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-format",
         default="auto",
         choices=["auto", "console", "json"],
-        help="console for people, json for machines; auto picks console on a terminal",
+        help="console for people (in colour on a terminal), json for machines; auto is console",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
