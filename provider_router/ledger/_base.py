@@ -26,6 +26,7 @@ from provider_router._money import (
     LEDGER_MAX_USD,
     TERA,
     from_units,
+    to_decimal,
     to_units,
 )
 
@@ -272,6 +273,20 @@ def estimate_units(estimate: Decimal | None, cost: Decimal, cost_units: int) -> 
     if type(estimate) is Decimal and estimate == cost:
         return cost_units
     return amount_units(estimate, what="estimate", round_up=False)
+
+
+def limit_units(limit: object) -> int:
+    """A ledger's limit (the budget) in picodollars, by the one rule every budget follows.
+
+    The same as a plan's ``budget``: a Decimal, an int, a decimal string (``"0.1"``,
+    as a file or a flag gives it) or a float read as it prints (``0.3`` is $0.3,
+    never its binary expansion); a bool, a non-number or a negative amount is refused.
+    """
+    try:
+        amount = to_decimal(limit, what="limit")
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    return amount_units(amount, what="limit", round_up=False)
 
 
 def amount_units(amount: Decimal, *, what: str, round_up: bool, capped: bool = True) -> int:

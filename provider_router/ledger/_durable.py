@@ -28,6 +28,7 @@ from provider_router.ledger._base import (
     Reservation,
     amount_units,
     estimate_units,
+    limit_units,
     new_owner,
 )
 
@@ -155,7 +156,7 @@ class DurableLedger(AsyncResource):
         return found
 
     async def set_limit(self, limit: Decimal) -> None:
-        units = amount_units(limit, what="limit", round_up=False)
+        units = limit_units(limit)
         await self._call(b.Op(b.SET_LIMIT, units=units))
         log.info("ledger.set_limit", limit=str(limit))
 

@@ -24,6 +24,7 @@ from provider_router.ledger._base import (
     amount_units,
     estimate_units,
     exhausted,
+    limit_units,
     new_owner,
     new_reservation,
 )
@@ -54,7 +55,7 @@ class MemoryLedger(AsyncResource):
     """
 
     def __init__(self, limit: Decimal) -> None:
-        self._totals = Totals(amount_units(limit, what="limit", round_up=False))
+        self._totals = Totals(limit_units(limit))
         self._open: dict[str, Reservation] = {}
         self._generation: dict[str, str] = {}
         self._waiters: deque[_Waiter] = deque()
@@ -219,7 +220,7 @@ class MemoryLedger(AsyncResource):
         return RecoveryReport()
 
     async def set_limit(self, limit: Decimal) -> None:
-        self._totals.limit_units = amount_units(limit, what="limit", round_up=False)
+        self._totals.limit_units = limit_units(limit)
         log.info("ledger.set_limit", limit=str(limit))
         self._pump()
 
