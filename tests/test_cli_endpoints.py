@@ -146,7 +146,7 @@ def test_nothing_allowed_is_said_on_stderr(
     [
         (
             Canned(404, b'{"error":{"code":404,"message":"Resource not found"}}'),
-            "HTTP 404: Resource not found",
+            "endpoints: Resource not found: no model",
         ),
         (Canned(200, b"<html>"), "expected an endpoints listing, got a body that is not JSON"),
     ],

@@ -100,8 +100,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="expected output tokens per response, reasoning included",
     )
-    workload.add_argument("--completion-tokens-low", type=_decimal, metavar="N")
-    workload.add_argument("--completion-tokens-high", type=_decimal, metavar="N")
+    workload.add_argument(
+        "--completion-tokens-low",
+        type=_decimal,
+        metavar="N",
+        help="the low end of the output tokens per response, for the cost range "
+        "(default: the pilot's 95%% interval, else --completion-tokens)",
+    )
+    workload.add_argument(
+        "--completion-tokens-high",
+        type=_decimal,
+        metavar="N",
+        help="the high end of the output tokens per response, for the cost range "
+        "(default: the pilot's 95%% interval, else --completion-tokens)",
+    )
     workload.add_argument(
         "--reasoning-tokens",
         type=_decimal,
@@ -122,7 +134,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="measure response lengths by sending N sampled prompts of the plan first",
     )
-    workload.add_argument("--pilot-concurrency", type=positive_count, default=16, metavar="C")
+    workload.add_argument(
+        "--pilot-concurrency",
+        type=positive_count,
+        default=16,
+        metavar="C",
+        help="the pilot's requests in flight",
+    )
     workload.add_argument("--seed", type=int, default=0, help="pilot sampling seed (default 0)")
     parser.add_argument("--budget", type=budget_usd, metavar="USD", help="fit the plan into this")
     parser.add_argument(

@@ -54,7 +54,12 @@ from provider_router.ledger import RedisLedger, SQLiteLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ledger.redis import DEFAULT_LEASE
 from provider_router.metrics import Metrics
-from provider_router.plan import Plan, load_plan
+from provider_router.plan import (
+    DEFAULT_BATCH_CONCURRENCY,
+    DEFAULT_BATCH_MAX_TOKENS,
+    Plan,
+    load_plan,
+)
 from provider_router.preflight import PreflightFailed
 from provider_router.prompts import PromptReader
 
@@ -116,9 +121,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="USD",
         help="raise the job's budget by USD: its ledger's current limit plus USD (to resume)",
     )
-    parser.add_argument("--max-tokens", type=positive_count, metavar="N", help="completion cap")
+    # No argparse default: a plan file's own value wins over one the flag never gave.
     parser.add_argument(
-        "--concurrency", type=positive_count, metavar="C", help="requests in flight"
+        "--max-tokens",
+        type=positive_count,
+        metavar="N",
+        help=f"completion cap per request (default: {DEFAULT_BATCH_MAX_TOKENS}, or the "
+        "plan's generation.max_tokens)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=positive_count,
+        metavar="C",
+        help=f"requests in flight (default: {DEFAULT_BATCH_CONCURRENCY}, or the plan's)",
     )
     parser.add_argument(
         "--exclude-below",
