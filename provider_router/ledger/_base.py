@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any, Final, Protocol, Self, TypeAlias, cast, runtime_checkable
 
 from provider_router._exceptions import BudgetExhausted, ConfigurationError
+from provider_router._format import readable_repr
 from provider_router._money import (
     LEDGER_MAX_UNITS,
     LEDGER_MAX_USD,
@@ -129,6 +130,8 @@ class LedgerState:
     overrun: Decimal
     waiting: int = 0
 
+    __repr__ = readable_repr
+
     @property
     def available(self) -> Decimal:
         """What a new reservation can still take (never negative)."""
@@ -150,6 +153,8 @@ class RecoveryReport:
     worst_case: tuple[Reservation, ...] = ()
     reconciled_cost: Decimal = Decimal(0)
     worst_case_cost: Decimal = Decimal(0)
+
+    __repr__ = readable_repr
 
 
 CostResolver: TypeAlias = Callable[[Reservation], Awaitable[Decimal | None]]
