@@ -235,3 +235,16 @@ def test_bad_flags_are_usage_errors(
         main(["project", "--model", MODEL, flag, value])
     assert exc.value.code == 2
     assert flag in capsys.readouterr().err
+
+
+def test_the_example_plans_chat_dataset_is_projected_at_its_own_max_tokens(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    examples = Path(__file__).parents[1] / "examples"
+    argv = ["project", str(examples / "plan.yaml"), "--completion-tokens", "600"]
+    assert main([*argv, "--snapshot", str(examples / "market.json"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    chat = next(d for d in data["datasets"] if d["name"] == "chat")
+    code = next(d for d in data["datasets"] if d["name"] == "code")
+    assert chat["expected"]["completion_tokens_per_response"] == "256"  # its cap, not 600
+    assert code["expected"]["completion_tokens_per_response"] == "600"

@@ -233,6 +233,7 @@ def _plan_job(
             target_output_tokens=d.target_output_tokens,
             max_requests=args.max_requests or d.max_requests,
             available_prompts=files[d.name].prompts,
+            max_tokens=plan.params_for(d).max_tokens,
         )
         for d in plan.datasets
     )
@@ -294,6 +295,7 @@ def _workloads(
             max_requests=d.max_requests,
             available_prompts=d.available_prompts,
             workload=own[d.name],
+            max_tokens=d.max_tokens,
         )
         for d in job.demands
     )
