@@ -290,7 +290,8 @@ async def _request_checks(
         if has_id:  # what it cost all the same, for the ledger
             outcome.cost = await _generation_cost(http, str(generation_id), sleep)
         return checks
-    checks.append(Check("usage.cost", True, f"usage.cost {format_usd(cost)}"))
+    # One precision for the three figures of one request's price: exact (its digits).
+    checks.append(Check("usage.cost", True, f"usage.cost ${decimal_str(cost)}"))
     prompt = int(usage.get("prompt_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
     details = usage.get("prompt_tokens_details") or {}
@@ -310,7 +311,7 @@ async def _request_checks(
                 "price",
                 held,
                 f"{prompt} prompt + {completion} completion tokens at the listed price = "
-                f"${expected}; usage.cost = ${cost}"
+                f"${decimal_str(expected)}; usage.cost = ${decimal_str(cost)}"
                 + ("" if held else ": the listing does not price what is billed"),
             )
         )
@@ -328,7 +329,8 @@ async def _request_checks(
             Check(
                 "generation",
                 same,
-                f"/generation total_cost ${total}" + ("" if same else f" ≠ usage.cost ${cost}"),
+                f"/generation total_cost ${decimal_str(total)}"
+                + ("" if same else f" ≠ usage.cost ${decimal_str(cost)}"),
             )
         )
     return checks

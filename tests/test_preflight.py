@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from provider_router import ProviderPolicy
+from provider_router._format import decimal_str
 from provider_router.catalog import Catalog
 from provider_router.ledger import MemoryLedger
 from provider_router.preflight import PreflightReport, preflight
@@ -313,3 +314,13 @@ async def test_with_a_ledger_that_has_no_room_nothing_is_sent(
     assert report.ok
     assert not chats(sim)
     assert state.spent == state.reserved == 0
+
+
+async def test_one_requests_price_is_said_at_one_precision(openrouter_sim_factory: Factory) -> None:
+    sim = await openrouter_sim_factory()
+    report = await check(sim)
+    cost = chats(sim)[-1].cost
+    exact = f"${decimal_str(cost)}"
+    assert detail(report, "usage.cost") == f"usage.cost {exact}"  # was $0.0000090
+    assert detail(report, "price").endswith(f"= {exact}; usage.cost = {exact}")
+    assert detail(report, "generation") == f"/generation total_cost {exact}"

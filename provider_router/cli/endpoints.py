@@ -211,14 +211,15 @@ def render_report(report: EndpointReport, console: Console) -> None:
         title=f"{report.listing.id}: {len(report.decisions)} endpoints, "
         f"{len(report.ranked)} allowed",
         caption=f"workload: {workload.prompt_tokens} prompt + {workload.output_tokens} output "
-        "tokens per request; $/1k req = expected cost of 1,000 successful requests",
+        "tokens per request; $/1k ok req = expected cost of 1,000 successful requests "
+        "(failed attempts' share included)",
         title_justify="left",
         caption_justify="left",
     )
     for header, justify in (
         ("#", "right"), ("provider", "left"), ("tag", "left"), ("quant", "left"),
         ("prompt $/M", "right"), ("compl. $/M", "right"), ("uptime", "right"),
-        ("status", "left"), ("verdict", "left"), ("$/1k req", "right"), ("reason", "left"),
+        ("status", "left"), ("verdict", "left"), ("$/1k ok req", "right"), ("reason", "left"),
     ):  # fmt: skip
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for decision, ranked in report.rows():
