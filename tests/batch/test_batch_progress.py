@@ -70,19 +70,24 @@ def test_plain_lines_and_table() -> None:
     assert "b3" in console.file.getvalue()  # type: ignore[attr-defined]
 
 
-def test_money_to_finish() -> None:
-    report = DatasetReport(
+def dataset_report(completed: int, output_tokens: int, cost: str) -> DatasetReport:
+    """A dataset of 1,000 prompts, no target, at the end of a run."""
+    return DatasetReport(
         name="b3",
         prompts=1000,
-        completed=100,
-        output_tokens=50_000,
-        cost=Decimal("0.11"),
+        completed=completed,
+        output_tokens=output_tokens,
+        cost=Decimal(cost),
         target_output_tokens=None,
         max_requests=None,
         bad_lines=0,
         lost=0,
         run=Counter(),
     )
+
+
+def test_money_to_finish() -> None:
+    report = dataset_report(100, 50_000, "0.11")
     # 900 prompts × 500 tokens × $0.0000022 per token.
     assert money_to_finish(report, None) == Decimal("0.99")
     report.target_output_tokens = 60_000
@@ -107,18 +112,7 @@ def test_money_to_finish() -> None:
 
 def test_to_finish_is_one_pair_of_numbers_in_the_message_the_table_and_the_json() -> None:
     """What more must be spent, and the budget that allows it: the same everywhere."""
-    report = DatasetReport(
-        name="b3",
-        prompts=1000,
-        completed=400,
-        output_tokens=200_000,
-        cost=Decimal("0.44"),
-        target_output_tokens=None,
-        max_requests=None,
-        bad_lines=0,
-        lost=0,
-        run=Counter(),
-    )
+    report = dataset_report(400, 200_000, "0.44")
     each, to_finish = plan_to_finish([report])
     assert each == [Decimal("0.66")] == [to_finish]  # 600 × 500 tokens × $0.0000022
     spent, budget, largest = Decimal("0.45"), Decimal("0.50"), Decimal("0.05")
