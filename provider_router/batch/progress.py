@@ -128,7 +128,10 @@ _COLUMNS = (
     "$/M out",
     "req/s",
     "tok/s",
-    "in flight",
+    # Sent or waiting for budget: the ledger does not say which dataset a waiting
+    # request is of, so the header's "in flight" and "waiting for budget" stay apart
+    # there, and this column does not claim to be either.
+    "started",
     "failed",
     "ETA time / money",
 )

@@ -59,8 +59,11 @@ def test_plain_lines_and_table() -> None:
         retries=5,
         rate_limited=3,
         errors=4,
+        waiting_for_budget=5,
     )
     lines = progress_lines(snapshot)
+    assert "in flight 20 | waiting for budget 5" in lines[0]  # apart, never one number
+    assert "started=20" in lines[1]  # the dataset's requests, sent or waiting
     assert "retries 5, errors 4, 429s 3" in lines[0]
     assert "failed: RequestTimeout 2" in lines[0]
     assert "dataset=b3, done=300/1,000, output tokens=150,000/250,000" in lines[1]
