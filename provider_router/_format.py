@@ -20,11 +20,14 @@ exact.
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
 from typing import Final
 
 __all__ = [
     "decimal_str",
+    "readable_repr",
+    "tidy",
     "format_percent",
     "format_price",
     "format_usd",
@@ -46,6 +49,26 @@ def decimal_str(value: Decimal) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
+
+
+def tidy(value: Decimal) -> Decimal:
+    """The same amount with its digits as people write them: ``0E-12`` → ``0``,
+    ``0.050000000000`` → ``0.05`` (exact: only the exponent changes)."""
+    return Decimal(decimal_str(value))
+
+
+def readable_repr(obj: object) -> str:
+    """A dataclass's repr with its money tidied: ``spent=Decimal('0.05')``, never
+    ``Decimal('0.050000000000')`` or ``Decimal('0E-12')``. Set ``__repr__ = readable_repr``."""
+    parts = []
+    for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+        if not f.repr:
+            continue
+        value = getattr(obj, f.name)
+        if isinstance(value, Decimal) and value.is_finite():
+            value = tidy(value)
+        parts.append(f"{f.name}={value!r}")
+    return f"{type(obj).__name__}({', '.join(parts)})"
 
 
 def _significant(amount: Decimal, digits: int = _SIGNIFICANT) -> Decimal:

@@ -132,3 +132,26 @@ class RequestEncoder:
             rest["stream"] = True
         inner = _encode(rest)[1:-1]
         return (b"," + inner.encode() if inner else b"") + b',"provider":'
+
+
+def messages_problem(messages: object) -> str | None:
+    """What is wrong with ``messages`` as a chat's messages, or None if nothing is.
+
+    Asked only after encoding failed (``Router.chat``): the per-request path pays
+    nothing for a check that good input never needs.
+    """
+    example = "[{'role': 'user', 'content': 'Hi'}]"
+    if isinstance(messages, str | bytes):
+        return (
+            f"messages must be a list of {{'role': ..., 'content': ...}} dicts, got a "
+            f"{type(messages).__name__}: write router.chat({example}, ...)"
+        )
+    if not isinstance(messages, Sequence):
+        return f"messages must be a list of dicts like {example}, got {type(messages).__name__}"
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            return (
+                f"messages[{index}] must be a dict like {{'role': 'user', 'content': ...}}, "
+                f"got {type(message).__name__}"
+            )
+    return None

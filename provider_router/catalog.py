@@ -168,7 +168,19 @@ class Catalog(AsyncResource):
                 )
             return self._remember(key, parse_endpoints_response(raw, source=str(self._source)), raw)
         http = self._client()
-        raw = await http.get_json(path, expect="an endpoints listing")
+        try:
+            raw = await http.get_json(path, expect="an endpoints listing")
+        except NotFoundError as exc:
+            # Either the model is unknown there, or the URL is not OpenRouter's API:
+            # a 404 without the URL leaves the reader no way to tell which.
+            raise NotFoundError(
+                404,
+                f"GET {http.url(path)}: {exc.message}: no model {key!r} there, or "
+                f"{http.base_url} is not OpenRouter's API (its base URL ends in /api/v1, "
+                "e.g. https://openrouter.ai/api/v1)",
+                body=exc.body,
+                headers=exc.headers,
+            ) from exc
         record = parse_endpoints_response(raw, source=f"GET {http.url(path)}")
         log.debug("catalog.fetched", model=key, endpoints=len(record.endpoints))
         return self._remember(key, record, raw)

@@ -60,6 +60,7 @@ from provider_router._constants import (
     DEFAULT_MAX_VIOLATIONS_IN_A_ROW,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_STREAM_IDLE_TIMEOUT,
+    ENV_API_KEY,
     STREAM_DEADLINE_BASE,
     STREAM_DEADLINE_TOKENS_PER_SECOND,
 )
@@ -73,7 +74,7 @@ from provider_router._exceptions import (
     RouterStopping,
 )
 from provider_router._log import DEBUG, get_logger
-from provider_router._request import PreparedRequest, RequestEncoder
+from provider_router._request import PreparedRequest, RequestEncoder, messages_problem
 from provider_router._resource import AsyncResource
 from provider_router._secrets import scrub
 from provider_router._types import Clock, Message, Sleep
@@ -96,6 +97,8 @@ log = get_logger(__name__)
 
 _CHAT_PATH: Final = "/chat/completions"
 _RESERVED_PARAMS: Final = ("model", "provider", "messages", "stream")
+_LEDGER_METHODS: Final = ("reserve", "settle", "release", "snapshot")
+"""What a ledger is used for: an object without them is a mistake said at once."""
 _UNSET: Final[Any] = object()
 _CAP_CACHE_SIZE: Final = 256
 
@@ -280,6 +283,18 @@ class Router(AsyncResource):
         ):
             raise ConfigurationError(
                 f"max_violations_in_a_row must be an int >= 1, got {max_violations_in_a_row!r}"
+            )
+        if ledger is not None and not all(
+            callable(getattr(ledger, name, None)) for name in _LEDGER_METHODS
+        ):
+            raise ConfigurationError(
+                f"ledger must be a Ledger (MemoryLedger, SQLiteLedger or RedisLedger), got "
+                f"{type(ledger).__name__}"
+                + (
+                    f": to cap spending at ${ledger}, pass ledger=MemoryLedger(Decimal('{ledger}'))"
+                    if isinstance(ledger, Decimal | int | str) and not isinstance(ledger, bool)
+                    else ""
+                )
             )
         self._billing = Billing(
             model,
@@ -615,8 +630,14 @@ class Router(AsyncResource):
         on_delta: Callable[[StreamDelta], Any] | None,
         params: Mapping[str, Any],
     ) -> PreparedRequest:
-        if self._http is None:
-            raise ConfigurationError("the Router is not open: use `async with Router(...)`")
+        if self._http is None or self._api_key is None:
+            if self._http is None:
+                raise ConfigurationError("the Router is not open: use `async with Router(...)`")
+            # Said before sending: OpenRouter's 401 would not name the variable.
+            raise ConfigurationError(
+                f"no API key: set {ENV_API_KEY} to your OpenRouter key or pass "
+                "Router(api_key=...) (create one at https://openrouter.ai/keys); nothing was sent"
+            )
         if (
             max_tokens is not None
             and not (type(max_tokens) is int and max_tokens >= 1)
@@ -647,12 +668,19 @@ class Router(AsyncResource):
         plan = self._current_plan()
         encoder = self._encoder
         provider = encoder.provider_bytes(plan, self.health.demoted())
-        payload = encoder.encode(messages, max_tokens, stream, params, provider)
-        if params:
-            # The fields' JSON, already encoded for the body, bounds what tools and
-            # schemas add to the prompt: no second encoding (docs/performance.md).
-            extra_tokens = encoder.last_fields_bytes
-        text_tokens, images = measure(messages)
+        try:
+            payload = encoder.encode(messages, max_tokens, stream, params, provider)
+            if params:
+                # The fields' JSON, already encoded for the body, bounds what tools and
+                # schemas add to the prompt: no second encoding (docs/performance.md).
+                extra_tokens = encoder.last_fields_bytes
+            text_tokens, images = measure(messages)
+        except (AttributeError, TypeError, KeyError) as exc:
+            # Checked only once it failed: the per-request path pays nothing for it.
+            problem = messages_problem(messages)
+            if problem is None:
+                raise
+            raise ConfigurationError(problem) from exc
         prompt_tokens = text_tokens + extra_tokens
         deadline = self._request_timeout
         if stream:

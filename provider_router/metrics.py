@@ -26,11 +26,16 @@ What is exported (prefix ``provider_router_``):
 ``spent_usd`` / ``reserved_usd`` /    the ledger's totals, sampled every ``interval`` seconds
 ``budget_limit_usd``                  by the Router (a fleet's Redis ledger: the fleet's)
 ``limiter_window``                    the adaptive limiter's window (read at scrape time)
-``in_flight``                         requests in flight (read at scrape time)
 ``batches{state}``                    the Batch API route's batches: ``submitted``,
                                       ``in_progress``, ``collected``, ``pending``
 ``batch_lines{outcome}``              its lines written (``done``) and ``failed``
 ``batch_cost_usd``                    what its collected batches were billed
+``to_finish_usd``                     a batch run's money still to spend to finish its plan
+                                      (NaN while unknown; sampled with its timeline)
+``in_flight``                         requests in flight: sent, or being sent (read at
+                                      scrape time; those waiting for budget not counted)
+``waiting_for_budget``                requests whose reservation waits for room in the
+                                      budget, not sent (sampled with the ledger's totals)
 ====================================  ======================================================
 
 Money in Prometheus is a float: these are for dashboards; the exact figures are the
@@ -138,10 +143,18 @@ class Metrics:
         self.reserved = prom.Gauge("reserved_usd", "Held by open reservations", **kw)
         self.limit = prom.Gauge("budget_limit_usd", "The ledger's limit (the budget)", **kw)
         self.window = prom.Gauge("limiter_window", "The adaptive limiter's window", **kw)
-        self.in_flight = prom.Gauge("in_flight", "Requests in flight", **kw)
         self.batches = prom.Gauge("batches", "Batch API batches by state", ["state"], **kw)
         self.batch_lines = prom.Gauge("batch_lines", "Batch lines by outcome", ["outcome"], **kw)
         self.batch_cost = prom.Gauge("batch_cost_usd", "USD billed for collected batches", **kw)
+        self.in_flight = prom.Gauge("in_flight", "Requests in flight (sent)", **kw)
+        self.waiting_for_budget = prom.Gauge(
+            "waiting_for_budget", "Requests waiting for room in the budget (not sent)", **kw
+        )
+        self.to_finish = prom.Gauge(
+            "to_finish_usd", "A batch run's money still to spend to finish its plan", **kw
+        )
+        self.to_finish.set(float("nan"))
+        self._waiting = 0
 
     def __repr__(self) -> str:
         where = "not served" if self._server is None else f"serving on {self.address}"
@@ -152,7 +165,13 @@ class Metrics:
     def watch(self, window: Callable[[], float], in_flight: Callable[[], int]) -> None:
         """Read the limiter's window and the requests in flight at each scrape."""
         self.window.set_function(window)
-        self.in_flight.set_function(in_flight)
+        # The Router counts a request from its reservation on; one waiting for room
+        # in the budget is not in flight (the ledger's sampled count of those).
+        self.in_flight.set_function(lambda: max(in_flight() - self._waiting, 0))
+
+    def plan_to_finish(self, amount: Decimal | None) -> None:
+        """Record a batch run's to-finish (None: not known yet)."""
+        self.to_finish.set(float("nan") if amount is None else float(amount))
 
     def batch_progress(self, counts: dict[str, int], cost: Decimal) -> None:
         """Record the batch route's counts (``submitted``, ``in_progress``, ``collected``,
@@ -168,6 +187,8 @@ class Metrics:
         self.spent.set(float(state.spent))
         self.reserved.set(float(state.reserved))
         self.limit.set(float(state.limit))
+        self._waiting = state.waiting
+        self.waiting_for_budget.set(state.waiting)
 
     def answered(
         self,

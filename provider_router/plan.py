@@ -370,12 +370,18 @@ def _validate(
     except ValidationError as exc:
         errors = exc.errors()
         first = errors[0]
-        detail = _describe(first)
-        if len(errors) > 1:
-            detail += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+        line = _line_for(tuple(first["loc"]), lines or {}) if source is not None else None
+        if len(errors) == 1:
+            detail = _describe(first)
+        else:
+            # Every problem at once, each where it is: one fix-and-retry, not four.
+            listed = []
+            for error in errors:
+                at = _line_for(tuple(error["loc"]), lines or {}) if source is not None else None
+                listed.append(("" if at is None else f"line {at}: ") + _describe(error))
+            detail = f"{len(errors)} problems:\n  " + "\n  ".join(listed)
         if source is None:
             raise ConfigurationError(f"invalid plan: {detail}") from None
-        line = _line_for(tuple(first["loc"]), lines or {})
         raise DataFileError(source, f"invalid plan: {detail}", line=line) from None
 
 

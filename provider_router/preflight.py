@@ -263,7 +263,8 @@ async def _request_checks(
             )
         )
         return checks
-    checks.append(Check("usage.cost", True, f"usage.cost {format_usd(cost)}"))
+    # One precision for the three figures of one request's price: exact (its digits).
+    checks.append(Check("usage.cost", True, f"usage.cost ${decimal_str(cost)}"))
     prompt = int(usage.get("prompt_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
     details = usage.get("prompt_tokens_details") or {}
@@ -283,7 +284,7 @@ async def _request_checks(
                 "price",
                 held,
                 f"{prompt} prompt + {completion} completion tokens at the listed price = "
-                f"${expected}; usage.cost = ${cost}"
+                f"${decimal_str(expected)}; usage.cost = ${decimal_str(cost)}"
                 + ("" if held else ": the listing does not price what is billed"),
             )
         )
@@ -301,7 +302,8 @@ async def _request_checks(
             Check(
                 "generation",
                 same,
-                f"/generation total_cost ${total}" + ("" if same else f" ≠ usage.cost ${cost}"),
+                f"/generation total_cost ${decimal_str(total)}"
+                + ("" if same else f" ≠ usage.cost ${decimal_str(cost)}"),
             )
         )
     return checks

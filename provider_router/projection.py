@@ -332,7 +332,9 @@ def project(
             endpoints (then give ``model_id``, or a ``Plan`` that names the model).
         policy: which endpoints may serve; ``None`` takes the plan's policy (or
             allows everything when ``plan`` is a list of demands).
-        workload: the request shape; a dataset's own ``workload`` overrides it.
+        workload: the request shape; a dataset's own ``workload`` overrides it, and
+            its ``max_tokens`` caps the response lengths (a plan's datasets carry
+            their own).
         budget: USD to fit the plan into (default: the plan's budget, if any).
         model_id: the model, when ``endpoints`` is a bare iterable.
         prompt_counts: prompts per dataset of a ``Plan`` (caps its requests).
@@ -365,7 +367,7 @@ def project(
     markets: dict[WorkloadEstimate, _Market] = {}
     priced = []
     for demand in demands:
-        own = demand.workload or workload
+        own = (demand.workload or workload).capped(demand.max_tokens)
         if own not in markets:
             markets[own] = _market(decisions, own, assumed_uptime)
         priced.append(_Priced(demand, own, markets[own]))

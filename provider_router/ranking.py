@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import Final
 
 from provider_router._exceptions import ConfigurationError
+from provider_router._format import tidy
 from provider_router._money import to_decimal
 from provider_router.records import Endpoint, EndpointHealth
 
@@ -163,8 +164,9 @@ class RankedEndpoint:
 
     @property
     def effective_cost_per_1k_requests(self) -> Decimal:
-        """Expected cost per 1,000 successful requests."""
-        return self.expected_cost_per_success * _THOUSAND
+        """Expected cost per 1,000 successful requests (failed attempts' share included):
+        the ``$/1k ok req`` column of ``provider-router endpoints``."""
+        return tidy(self.expected_cost_per_success * _THOUSAND)
 
 
 def blended_uptime(endpoint: Endpoint) -> Decimal | None:
@@ -241,7 +243,7 @@ def rank(
             rank=position,
             endpoint=endpoint,
             cost_per_request=cost,
-            cost_per_1k_requests=cost * _THOUSAND,
+            cost_per_1k_requests=tidy(cost * _THOUSAND),
             cost_per_million_output_tokens=(
                 cost * _MILLION / output_tokens if output_tokens else None
             ),

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from provider_router._exceptions import InvalidResponseError
+from provider_router._format import readable_repr, tidy
 from provider_router._money import reported_cost
 
 __all__ = ["ChatResult", "StreamDelta", "ToolCall", "ToolCallDelta", "Usage"]
@@ -57,6 +58,8 @@ class Usage:
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
     cost: Decimal | None = None
+
+    __repr__ = readable_repr
 
     @classmethod
     def from_json(cls, raw: object) -> Usage | None:
@@ -249,12 +252,15 @@ class ChatResult:
     tool_calls: tuple[ToolCall, ...] = ()
     disputed_cost: Decimal | None = None
 
+    __repr__ = readable_repr
+
     @property
     def drift(self) -> Decimal | None:
-        """``cost - estimate``: how far our own price was from OpenRouter's."""
+        """``cost - estimate``: how far our own price was from OpenRouter's (``0``, never
+        ``0E-8``)."""
         if self.cost is None or self.estimate is None:
             return None
-        return self.cost - self.estimate
+        return tidy(self.cost - self.estimate)
 
 
 def chat_result(

@@ -36,6 +36,7 @@ from provider_router._billable import (
 )
 from provider_router._constants import PER_MILLION
 from provider_router._exceptions import ConfigurationError
+from provider_router._format import tidy
 from provider_router.ranking import RankedEndpoint, Workload, rank
 from provider_router.records import Endpoint, Pricing, Quantization
 
@@ -141,6 +142,16 @@ class RoutePlan:
     quantizations: tuple[str, ...] | None = None
     _pricing_by_provider: Mapping[str, tuple[Pricing, ...]] = field(default_factory=dict)
     _cache: dict[frozenset[str], dict[str, Any]] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        # The whole plan (every endpoint's listing and pricing) is ~10 kB: say what it is.
+        return (
+            f"RoutePlan(model={self.model!r}, order={list(self.order)!r}, "
+            f"ignored={len(self.ignore)}, max_price_per_M=(prompt "
+            f"${tidy(self.max_prompt_price * PER_MILLION)}, completion "
+            f"${tidy(self.max_completion_price * PER_MILLION)}), "
+            f"allow_fallbacks={self.allow_fallbacks})"
+        )
 
     @property
     def order(self) -> tuple[str, ...]:

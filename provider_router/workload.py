@@ -136,6 +136,27 @@ class WorkloadEstimate:
         set_(self, "cached_prompt_share", share)
         set_(self, "source", source)
 
+    def capped(self, max_tokens: int | None) -> WorkloadEstimate:
+        """This workload with no response longer than ``max_tokens`` (a dataset's cap).
+
+        A provider stops at ``max_tokens``: a mean (or its low and high) above it
+        can never be billed. Reasoning keeps its share of what remains. ``self``
+        when the cap changes nothing.
+        """
+        if max_tokens is None or self.high <= max_tokens:
+            return self
+        cap = Decimal(max_tokens)
+        completion = min(self.completion_tokens, cap)
+        return WorkloadEstimate(
+            self.prompt_tokens,
+            completion,
+            completion_tokens_low=min(self.low, cap),
+            completion_tokens_high=min(self.high, cap),
+            reasoning_tokens=self.reasoning_tokens * completion / self.completion_tokens,
+            cached_prompt_share=self.cached_prompt_share,
+            source=f"{self.source}, capped at max_tokens {max_tokens:,}",
+        )
+
     @property
     def reasoning_share(self) -> Decimal:
         """Fraction of output tokens that are reasoning."""
@@ -166,6 +187,8 @@ class DatasetDemand:
         max_requests: stop after this many completed requests.
         available_prompts: how many prompts its input files hold (each is sent once).
         workload: this dataset's own workload, overriding the plan-wide one.
+        max_tokens: its completion cap: no response is projected longer
+            (:meth:`WorkloadEstimate.capped`).
     """
 
     name: str
@@ -173,9 +196,10 @@ class DatasetDemand:
     max_requests: int | None = None
     available_prompts: int | None = None
     workload: WorkloadEstimate | None = None
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        for what in ("target_output_tokens", "max_requests", "available_prompts"):
+        for what in ("target_output_tokens", "max_requests", "available_prompts", "max_tokens"):
             value = getattr(self, what)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ConfigurationError(f"dataset {self.name!r}: {what} must be an integer")
@@ -216,6 +240,7 @@ def demands_from_plan(
             max_requests=spec.max_requests,
             available_prompts=counts.get(spec.name),
             workload=own.get(spec.name),
+            max_tokens=plan.params_for(spec).max_tokens,
         )
         for spec in plan.datasets
     )

@@ -42,6 +42,7 @@ __all__ = [
     "PromptFileStats",
     "approx_prompt_tokens",
     "measure_prompts",
+    "pilot_result",
     "run_pilot",
     "sample_prompts",
 ]
@@ -278,6 +279,23 @@ async def run_pilot(
         cost += result.cost or Decimal(0)
 
     await asyncio.gather(*(one(p) for p in prompts))
+    log.info("pilot.done", requests=len(usages), failures=failures, cost=str(cost))
+    return pilot_result(usages, providers, cost, failures, confidence=confidence)
+
+
+def pilot_result(
+    usages: Sequence[Usage],
+    providers: Mapping[str, int],
+    cost: Decimal,
+    failures: int,
+    *,
+    confidence: float = 0.95,
+) -> PilotResult:
+    """What a pilot's answers measure (``usages``: each completed request's ``usage``).
+
+    Raises:
+        ConfigurationError: fewer than two requests completed (no interval).
+    """
     if len(usages) < 2:
         raise ConfigurationError(
             f"the pilot completed {len(usages)} request(s) ({failures} failed): "
@@ -290,7 +308,6 @@ async def run_pilot(
         cached_tokens=[u.cached_tokens for u in usages],
         confidence=confidence,
     )
-    log.info("pilot.done", requests=len(usages), failures=failures, cost=str(cost))
     return PilotResult(
         usages=tuple(usages),
         failures=failures,

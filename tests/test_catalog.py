@@ -112,7 +112,7 @@ async def test_models_list(server: MetadataServer) -> None:
         (
             Canned(404, b'{"error":{"code":404,"message":"Resource not found"}}'),
             NotFoundError,
-            "HTTP 404: Resource not found",
+            "HTTP 404: GET .*: Resource not found: no model",
         ),
         (
             Canned(401, b'{"error":{"code":401,"message":"No auth credentials found"}}'),

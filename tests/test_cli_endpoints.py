@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,7 +10,10 @@ from pathlib import Path
 import pytest
 from _metadata_server import BUNDLED, Canned, MetadataServer, serve
 
+from provider_router import Catalog, ProviderPolicy, Workload, rank
+from provider_router._format import format_usd
 from provider_router.cli import main
+from provider_router.records import ModelEndpoints
 
 KIMI = "moonshotai/kimi-k2.5"
 
@@ -146,7 +150,7 @@ def test_nothing_allowed_is_said_on_stderr(
     [
         (
             Canned(404, b'{"error":{"code":404,"message":"Resource not found"}}'),
-            "HTTP 404: Resource not found",
+            "endpoints: Resource not found: no model",
         ),
         (Canned(200, b"<html>"), "expected an endpoints listing, got a body that is not JSON"),
     ],
@@ -200,3 +204,29 @@ def test_demo_prints_verdicts_and_ranking_offline(capsys: pytest.CaptureFixture[
     assert "9 allowed" in out
     assert "nvfp4 is below the int4 floor" in out
     assert "best: Chutes (chutes)" in out
+
+
+def test_the_tables_cost_column_is_the_attribute_of_the_same_name(
+    server: MetadataServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``$/1k ok req`` in the table is ``effective_cost_per_1k_requests``, as the README
+    prints it; ``cost_per_1k_requests`` (without failures) reads without padding."""
+    code, out, _ = run(
+        capsys, "endpoints", KIMI, "--exclude-below", "int4", "--base-url", server.base_url
+    )
+    assert code == 0
+    assert "$/1k ok req" in out
+    assert "$/1k req " not in out
+    listing = asyncio.run(_listing(server))
+    decisions = ProviderPolicy(exclude_below="int4").evaluate(listing)
+    best = rank(decisions.allowed, workload=Workload(prompt_tokens=200, completion_tokens=2000))[0]
+    chutes = next(line for line in out.splitlines() if "│ Chutes" in line)
+    assert format_usd(best.effective_cost_per_1k_requests) in chutes  # $4.54
+    assert str(best.cost_per_1k_requests) == "4.49"  # not 4.49000000
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert "ranked[0].effective_cost_per_1k_requests)  # the table's $/1k ok req" in readme
+
+
+async def _listing(server: MetadataServer) -> ModelEndpoints:
+    async with Catalog(base_url=server.base_url) as catalog:
+        return await catalog.endpoints(KIMI)

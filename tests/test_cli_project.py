@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from provider_router import SQLiteLedger
+from provider_router.batch.runner import BatchRunner
 from provider_router.cli import main
 from provider_router.cli._options import parse_count
+from provider_router.plan import load_plan
 from provider_router.testing.server import SimulatorServer
 
 MODEL = "moonshotai/kimi-k2.5"
@@ -106,7 +109,7 @@ def test_a_bundled_snapshot_needs_no_network(capsys: pytest.CaptureFixture[str])
     assert data["total"]["expected"]["completion_tokens"] == 60_000_000
 
 
-async def test_a_plan_file_with_a_pilot(
+async def test_a_plan_file_with_a_pilot_that_is_the_jobs_first_requests(
     openrouter_sim: SimulatorServer,
     openrouter_api_key: str,
     tmp_path: Path,
@@ -115,15 +118,19 @@ async def test_a_plan_file_with_a_pilot(
 ) -> None:
     monkeypatch.setenv("OPENROUTER_API_KEY", openrouter_api_key)
     plan = write_plan(tmp_path)
+    out = tmp_path / "job"
     before = openrouter_sim.balance
-    argv = ["project", str(plan), "--pilot", "40", "--base-url", openrouter_sim.url, "--json"]
-    assert await run_cli(argv) == 0
-    data = json.loads(capsys.readouterr().out)
+    argv = ["project", str(plan), "--pilot", "40", "--out", str(out)]
+    assert await run_cli([*argv, "--base-url", openrouter_sim.url, "--json"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
     pilot = data["pilot"]
     assert pilot["requests"] == 40
     assert pilot["failures"] == 0
-    assert Decimal(pilot["cost"]) == before - openrouter_sim.balance  # what the pilot really spent
-    assert len(openrouter_sim.requests) == 40
+    paid = before - openrouter_sim.balance
+    assert Decimal(pilot["cost"]) == paid  # what the pilot really spent
+    chats = [r for r in openrouter_sim.requests if r.route == "chat"]
+    assert len(chats) == 40
     length = pilot["completion_tokens"]
     assert length["mean_low"] < length["mean"] < length["mean_high"]
     workload = data["workload"]
@@ -134,6 +141,30 @@ async def test_a_plan_file_with_a_pilot(
     # Each dataset has 60 prompts, so neither reaches 10M output tokens.
     assert [d["limited_by"] for d in data["datasets"]] == ["prompts", "prompts"]
     assert data["total"]["expected"]["requests"] == 120
+    # Booked on the job's ledger, under the plan's budget ($100), its answers kept.
+    assert "booked on the job's ledger" in captured.err
+    async with SQLiteLedger(out / "ledger.sqlite") as ledger:
+        state = await ledger.snapshot()
+    assert state.limit == 100
+    assert state.spent == paid
+    kept = {name: (out / f"{name}.jsonl").read_text().count("\n") for name in ("b3", "b4")}
+    assert kept == {"b3": 20, "b4": 20}
+    # The run on the same directory sends only the rest: every prompt once.
+    runner = BatchRunner(load_plan(plan), out, base_url=openrouter_sim.url)
+    assert (await runner.run()).spent > paid
+    chats = [r for r in openrouter_sim.requests if r.route == "chat"]
+    assert len(chats) == 120
+    for name in ("b3", "b4"):
+        ids = [json.loads(line)["id"] for line in (out / f"{name}.jsonl").read_text().splitlines()]
+        assert len(ids) == len(set(ids)) == 60
+
+
+async def test_a_pilot_needs_the_job_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = write_plan(tmp_path)
+    assert await run_cli(["project", str(plan), "--pilot", "4"]) == 2
+    assert "--pilot needs --out DIR" in capsys.readouterr().err
 
 
 async def test_a_plan_file_with_given_lengths_estimates_prompts_from_its_files(
@@ -177,7 +208,7 @@ async def test_a_plan_file_with_given_lengths_estimates_prompts_from_its_files(
 def test_incomplete_commands_say_what_is_missing(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main([*argv, "--snapshot", str(BUNDLED_SNAPSHOT)]) == 1
+    assert main([*argv, "--snapshot", str(BUNDLED_SNAPSHOT)]) == 2  # a bad command
     assert message in capsys.readouterr().err
 
 
@@ -185,7 +216,7 @@ def test_a_plan_without_lengths_asks_for_them_or_a_pilot(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = write_plan(tmp_path)
-    assert main(["project", str(plan), "--snapshot", str(BUNDLED_SNAPSHOT)]) == 1
+    assert main(["project", str(plan), "--snapshot", str(BUNDLED_SNAPSHOT)]) == 2
     assert "or --pilot N to measure them" in capsys.readouterr().err
 
 
@@ -193,7 +224,7 @@ def test_a_bad_plan_file_names_file_and_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = write_plan(tmp_path, extra="  - {name: b5, input: a.jsonl, max_requests: -3}\n")
-    assert main(["project", str(plan), "--snapshot", str(BUNDLED_SNAPSHOT)]) == 1
+    assert main(["project", str(plan), "--snapshot", str(BUNDLED_SNAPSHOT)]) == 2
     assert f"{plan}:8" in capsys.readouterr().err
 
 
@@ -235,3 +266,16 @@ def test_bad_flags_are_usage_errors(
         main(["project", "--model", MODEL, flag, value])
     assert exc.value.code == 2
     assert flag in capsys.readouterr().err
+
+
+def test_the_example_plans_chat_dataset_is_projected_at_its_own_max_tokens(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    examples = Path(__file__).parents[1] / "examples"
+    argv = ["project", str(examples / "plan.yaml"), "--completion-tokens", "600"]
+    assert main([*argv, "--snapshot", str(examples / "market.json"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    chat = next(d for d in data["datasets"] if d["name"] == "chat")
+    code = next(d for d in data["datasets"] if d["name"] == "code")
+    assert chat["expected"]["completion_tokens_per_response"] == "256"  # its cap, not 600
+    assert code["expected"]["completion_tokens_per_response"] == "600"

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from provider_router import ProviderPolicy
+from provider_router._format import decimal_str
 from provider_router._pinned_request import PREFLIGHT_RETRY
 from provider_router.catalog import Catalog
 from provider_router.ledger import LedgerState, MemoryLedger, SQLiteLedger
@@ -414,3 +415,13 @@ async def test_a_cut_connection_is_retried_and_its_charge_counted(
     # Both attempts billed (the cut one in full); both settled with their ids.
     assert all(r["state"] == "settled" and r["generation_id"] for r in rows)
     assert state.spent == report.cost >= sim.simulator.usage > 0
+
+
+async def test_one_requests_price_is_said_at_one_precision(openrouter_sim_factory: Factory) -> None:
+    sim = await openrouter_sim_factory()
+    report = await check(sim)
+    cost = chats(sim)[-1].cost
+    exact = f"${decimal_str(cost)}"
+    assert detail(report, "usage.cost") == f"usage.cost {exact}"  # was $0.0000090
+    assert detail(report, "price").endswith(f"= {exact}; usage.cost = {exact}")
+    assert detail(report, "generation") == f"/generation total_cost {exact}"

@@ -175,6 +175,49 @@ def test_longer_responses_cost_more_for_a_request_cap() -> None:
     assert dataset.cost("cheapest").high == Decimal("3.345")  # 0.1M × 0.45 + 1.5M × 2.20
 
 
+def test_a_datasets_max_tokens_caps_its_projected_response_length() -> None:
+    workload = WorkloadEstimate(
+        100, 600, completion_tokens_low=400, completion_tokens_high=900, reasoning_tokens=300
+    )
+    demands = [
+        DatasetDemand("chat", max_requests=1000, max_tokens=256),
+        DatasetDemand("code", max_requests=1000),
+    ]
+    chat, code = project(demands, REFERENCE_MARKET, INT4, workload).datasets
+    # A provider stops at max_tokens: no response of "chat" is billed longer.
+    assert chat.expected.tokens.completion_tokens == 256_000
+    assert chat.low.tokens.completion_tokens == 256_000
+    assert chat.high.tokens.completion_tokens == 256_000
+    assert chat.expected.tokens.reasoning_tokens == 128_000  # its share kept: 300/600
+    assert code.expected.tokens.completion_tokens == 600_000  # uncapped
+    assert workload.capped(None) is workload
+    assert workload.capped(900) is workload
+    assert workload.capped(500).completion_tokens == 500
+    assert "capped at max_tokens 500" in workload.capped(500).source
+
+
+def test_a_plan_gives_each_dataset_its_own_max_tokens() -> None:
+    plan = Plan.model_validate(
+        {
+            "model": MODEL,
+            "generation": {"max_tokens": 1024},
+            "datasets": [
+                {"name": "code", "input": "c.jsonl", "max_requests": 10},
+                {
+                    "name": "chat",
+                    "input": "p.jsonl",
+                    "max_requests": 10,
+                    "generation": {"max_tokens": 256},
+                },
+            ],
+        }
+    )
+    workload = WorkloadEstimate(100, 600)
+    code, chat = project(plan, REFERENCE_MARKET, INT4, workload).datasets
+    assert chat.expected.tokens.completion_tokens == 2_560
+    assert code.expected.tokens.completion_tokens == 6_000
+
+
 def test_prompts_running_out_stop_a_dataset_short_of_its_target() -> None:
     short = [DatasetDemand("b3", target_output_tokens=10 * MILLION, available_prompts=1200)]
     dataset = project(short, REFERENCE_MARKET, INT4, REFERENCE_WORKLOAD).datasets[0]

@@ -71,6 +71,32 @@ async def test_every_readme_python_snippet_runs_against_the_local_openrouter(
     assert namespace["ranked"][0].endpoint.slug
 
 
+async def test_the_readme_snippets_paste_cleanly_into_python_m_asyncio(
+    tmp_path: Path, openrouter_sim: SimulatorServer
+) -> None:
+    """Pasted as a reader pastes them: into the REPL, line by line, through a pipe.
+
+    The REPL ends a block only at a blank line: a top-level line right after an
+    indented one is a SyntaxError there, though ``exec`` would take it.
+    """
+    env = {
+        **os.environ,
+        "OPENROUTER_BASE_URL": openrouter_sim.url,
+        "OPENROUTER_API_KEY": DEFAULT_TEST_KEY,
+    }
+    pasted = "".join(python_snippets()) + "print('README-DONE', result.provider)\n"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "asyncio",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(pasted.encode()), 120)
+    text = out.decode() + err.decode()
+    assert "Traceback" not in text, text[-3000:]
+    assert "SyntaxError" not in text, text[-3000:]
+    assert "README-DONE Chutes" in text, text[-3000:]
+
+
 def test_examples_ship_what_the_readme_uses() -> None:
     text = README.read_text()
     for name in ("plan.yaml", "faults.yaml", "market.json"):

@@ -46,6 +46,7 @@ __all__ = [
     "Replay",
     "dumps",
     "lock_directory",
+    "lock_held",
     "output_path",
     "replay",
     "unlock",
@@ -173,6 +174,32 @@ def _locked(directory: Path) -> ConfigurationError:
         f"another provider-router process is using {directory} "
         "(its journal is locked); wait for it or use another --out"
     )
+
+
+def lock_held(directory: Path) -> bool | None:
+    """Whether a process holds the job directory's lock (None where that cannot be told).
+
+    For ``provider-router status``: the OS drops the lock when its process dies, so
+    a free lock means no process is running the job, whatever its files say. The
+    test takes a shared lock without waiting and gives it back at once: while a run
+    holds the lock the test fails without touching it; only a run starting in that
+    same instant could find the directory busy.
+    """
+    for path in (directory, directory / JOURNAL_FILE):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return True
+            continue  # this file system cannot lock a directory: try the journal file
+        finally:
+            os.close(fd)  # closing gives back a lock this test took
+        return False
+    return None
 
 
 def unlock(fd: int) -> None:

@@ -8,10 +8,12 @@ drawing is approximate: labels show the exact figures given).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
+from typing import Final
 
 __all__ = ["PALETTE", "Bar", "Series", "bar_chart", "column_chart", "line_chart", "number"]
 
@@ -22,7 +24,10 @@ _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 28, 52
 
 @dataclass(frozen=True, slots=True)
 class Series:
-    """A line: ``points`` are (x, y); ``step`` draws a staircase (a running total)."""
+    """A line: ``points`` are (x, y); ``step`` draws a staircase (a running total).
+
+    A point whose y is NaN is a gap: the line stops there and starts again after it
+    (time when nothing ran, between two runs of a job)."""
 
     name: str
     points: Sequence[tuple[float, float]]
@@ -73,9 +78,31 @@ def _open(name: str, title: str, height: int = _H) -> list[str]:
     ]
 
 
-def _empty(parts: list[str], height: int = _H) -> str:
+GAP: Final = math.nan
+"""The y of a :class:`Series` point that breaks its line."""
+
+
+def money_ticks(ticks: Sequence[float]) -> Callable[[float], str]:
+    """USD tick labels with one number of decimals per axis: ``$0.75`` beside ``$1.00``
+    (cents at least; more only when the ticks' step needs them: ``$0.025``; whole
+    dollars for a whole-dollar step)."""
+    steps = [b - a for a, b in itertools.pairwise(ticks) if b > a]
+    step = min(steps, default=1.0)
+    # The fewest decimals (two at least) that print every multiple of the step exactly.
+    places = next((p for p in range(2, 9) if abs(round(step, p) - step) <= step * 1e-9), 8)
+    if step >= 1 and float(step).is_integer():
+        places = 0  # $50, $100: whole dollars, all alike
+
+    def label(value: float) -> str:
+        return f"${value:,.{places}f}"
+
+    return label
+
+
+def _empty(parts: list[str], height: int = _H, message: str = "no data") -> str:
     parts.append(
-        f'<text x="{_W / 2}" y="{height / 2}" text-anchor="middle" class="empty">no data</text>'
+        f'<text x="{_W / 2}" y="{height / 2}" text-anchor="middle" class="empty">'
+        f"{escape(message)}</text>"
     )
     parts.append("</svg>")
     return "\n".join(parts)
@@ -98,14 +125,17 @@ def line_chart(
     y_format: Callable[[float], str] = lambda v: f"{v:,.0f}",
     x_format: Callable[[float], str] = number,
     integer: bool = False,
+    money: bool = False,
+    empty: str = "no data",
 ) -> str:
-    """Lines over a shared x axis (time), with a zero-based y axis (``integer``: counts)."""
+    """Lines over a shared x axis (time), with a zero-based y axis (``integer``: counts;
+    ``money``: USD ticks with one number of decimals, :func:`money_ticks`)."""
     parts = _open(name, title)
-    drawn = [s for s in series if s.points]
+    drawn = [s for s in series if any(not math.isnan(y) for _, y in s.points)]
     if not drawn:
-        return _empty(parts)
+        return _empty(parts, message=empty)
     xs = [x for s in drawn for x, _ in s.points]
-    ys = [y for s in drawn for _, y in s.points]
+    ys = [y for s in drawn for _, y in s.points if not math.isnan(y)]
     x0, x1 = min(xs), max(xs)
     if x1 <= x0:
         x1 = x0 + 1
@@ -121,32 +151,43 @@ def line_chart(
     def py(y: float) -> float:
         return _TOP + plot_h - (y - y0) / (y1 - y0) * plot_h
 
+    if money:
+        y_format = money_ticks(_nice_ticks(y0, y1, integer=integer))
     _axes(parts, x0, x1, y0, y1, px, py, x_label, x_format, y_format, integer)
     parts.append('<g class="plot">')
     for s in drawn:
-        points = sorted(s.points)
-        coords: list[str] = []
-        previous: float | None = None
-        for x, y in points:
-            if s.step and previous is not None:
-                coords.append(f"{px(x):.1f},{py(previous):.1f}")
-            coords.append(f"{px(x):.1f},{py(y):.1f}")
-            previous = y
-        if len(coords) == 1:  # one point: a dot, so it still shows
+        for piece in _pieces(sorted(s.points)):
+            coords: list[str] = []
+            previous: float | None = None
+            for x, y in piece:
+                if s.step and previous is not None:
+                    coords.append(f"{px(x):.1f},{py(previous):.1f}")
+                coords.append(f"{px(x):.1f},{py(y):.1f}")
+                previous = y
+            if len(coords) == 1:  # one point: a dot, so it still shows
+                cx, cy = coords[0].split(",")
+                parts.append(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{s.color}"/>')
+                continue
+            dash = ' stroke-dasharray="6 4"' if s.dashed else ""
             parts.append(
-                f'<circle cx="{coords[0].split(",")[0]}" cy="{coords[0].split(",")[1]}" '
-                f'r="3" fill="{s.color}"/>'
+                f'<polyline fill="none" stroke="{s.color}" stroke-width="2"{dash} '
+                f'points="{" ".join(coords)}"/>'
             )
-            continue
-        dash = ' stroke-dasharray="6 4"' if s.dashed else ""
-        parts.append(
-            f'<polyline fill="none" stroke="{s.color}" stroke-width="2"{dash} '
-            f'points="{" ".join(coords)}"/>'
-        )
     parts.append("</g>")
     _legend(parts, [(s.name, s.color) for s in drawn], _H - 6)
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _pieces(points: Sequence[tuple[float, float]]) -> list[list[tuple[float, float]]]:
+    """``points`` cut at each :data:`GAP` (a NaN y), empty pieces dropped."""
+    pieces: list[list[tuple[float, float]]] = [[]]
+    for x, y in points:
+        if math.isnan(y):
+            pieces.append([])
+        else:
+            pieces[-1].append((x, y))
+    return [piece for piece in pieces if piece]
 
 
 def _axes(

@@ -21,7 +21,7 @@ spent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +46,14 @@ def validate_inputs(plan: Plan) -> None:
             raise first_problem_error(reader.problems)
 
 
-def open_file_datasets(plan: Plan, journal: FileJournal) -> list[DatasetRun]:
+def open_file_datasets(
+    plan: Plan, journal: FileJournal, *, only: Mapping[str, Collection[str]] | None = None
+) -> list[DatasetRun]:
     """The datasets of ``plan`` read from their input files (call it in the event loop).
 
     Starts counting each dataset's lines in the background (see the module docstring).
+    ``only``: send just these prompt ids of each dataset (a pilot); every line is
+    still read, so the journal locates what is done for the next run.
     """
     datasets = []
     for spec in plan.datasets:
@@ -64,12 +68,15 @@ def open_file_datasets(plan: Plan, journal: FileJournal) -> list[DatasetRun]:
         else:
             reader = PromptReader(list(spec.inputs))
             journal.record_inputs(spec.name, fingerprint)
+        prompts: Iterator[Prompt] = iter(reader)
+        if only is not None:
+            prompts = _only(prompts, frozenset(only.get(spec.name, ())))
         datasets.append(
             _dataset(
                 plan,
                 spec,
                 reader=reader,
-                prompts=iter(reader),
+                prompts=prompts,
                 tally=journal.tally(spec.name),
                 relocate=not fast,
             )
@@ -77,6 +84,11 @@ def open_file_datasets(plan: Plan, journal: FileJournal) -> list[DatasetRun]:
     for dataset in datasets:
         _background(asyncio.ensure_future(_count_lines(dataset)))
     return datasets
+
+
+def _only(prompts: Iterator[Prompt], wanted: frozenset[str]) -> Iterator[Prompt]:
+    # A function, not a generator expression in the loop: each dataset keeps its own set.
+    return (prompt for prompt in prompts if prompt.id in wanted)
 
 
 def open_fleet_datasets(plan: Plan, source: FleetSource) -> list[DatasetRun]:

@@ -24,6 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from provider_router._format import format_usd
+from provider_router.batch.finish import finish_words, money_to_finish, plan_to_finish
 from provider_router.batch.run_progress import DatasetProgress, RunProgress
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import per_million
@@ -36,13 +37,21 @@ _RICH_INTERVAL = 0.5
 _PLAIN_INTERVAL = 10.0
 
 
-def dataset_eta(d: DatasetProgress, elapsed: float) -> tuple[float | None, Decimal | None]:
-    """Seconds and USD to finish a dataset at this run's rates (None when unknown)."""
+def dataset_eta(
+    d: DatasetProgress, elapsed: float, money: Decimal | None = None
+) -> tuple[float | None, Decimal | None]:
+    """Seconds (at this run's token rate) and USD to finish a dataset (None when unknown).
+
+    ``money`` is its share of the plan's to-finish (:func:`plan_to_finish`, the one
+    definition every view shows); without it, the dataset's own.
+    """
     if d.finished:
         return 0.0, Decimal(0)
+    if money is None:
+        money = money_to_finish(d, None)
     run = d.run
     if elapsed <= 0 or run.requests == 0 or run.output_tokens == 0:
-        return None, None
+        return None, money
     remaining: list[float] = []
     tokens_per_request = run.output_tokens / run.requests
     if d.target_output_tokens is not None:
@@ -50,11 +59,8 @@ def dataset_eta(d: DatasetProgress, elapsed: float) -> tuple[float | None, Decim
     if d.total is not None:
         remaining.append(max(d.total - d.completed, 0) * tokens_per_request)
     if not remaining:
-        return None, None
-    tokens = min(remaining)
-    seconds = tokens / (run.output_tokens / elapsed)
-    money = (run.cost / run.output_tokens * Decimal(round(tokens))).quantize(Decimal("0.01"))
-    return seconds, money
+        return None, money
+    return min(remaining) / (run.output_tokens / elapsed), money
 
 
 def _duration(seconds: float | None) -> str:
@@ -79,6 +85,9 @@ def _header(p: RunProgress) -> str:
         parts.append(f"fleet: {p.workers} worker(s), {p.in_flight} in flight here")
     else:
         parts.append(f"in flight {p.in_flight}")
+    if p.waiting_for_budget:
+        parts.append(f"waiting for budget {p.waiting_for_budget}")
+    parts.append(f"to finish {finish_words(p.to_finish, None)}")
     parts.append(f"retries {p.retries}, errors {p.errors}, 429s {p.rate_limited}")
     if p.failures_by_kind:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(p.failures_by_kind.items()))
@@ -88,11 +97,11 @@ def _header(p: RunProgress) -> str:
     return " | ".join(parts)
 
 
-def _row(d: DatasetProgress, elapsed: float) -> list[str]:
+def _row(d: DatasetProgress, elapsed: float, money: Decimal | None) -> list[str]:
     total = f"/{d.total:,}" if d.total is not None else ""
     target = f"/{d.target_output_tokens:,}" if d.target_output_tokens else ""
     rate = per_million(d.cost, d.output_tokens)
-    seconds, money = dataset_eta(d, elapsed)
+    seconds, money = dataset_eta(d, elapsed, money)
     req_s = d.run.requests / elapsed if elapsed > 0 else 0.0
     tok_s = d.run.output_tokens / elapsed if elapsed > 0 else 0.0
     return [
@@ -119,7 +128,10 @@ _COLUMNS = (
     "$/M out",
     "req/s",
     "tok/s",
-    "in flight",
+    # Sent or waiting for budget: the ledger does not say which dataset a waiting
+    # request is of, so the header's "in flight" and "waiting for budget" stay apart
+    # there, and this column does not claim to be either.
+    "started",
     "failed",
     "ETA time / money",
 )
@@ -130,16 +142,18 @@ def progress_table(p: RunProgress) -> Group:
     table = Table(expand=False)
     for name in _COLUMNS:
         table.add_column(name, justify="left" if name == "dataset" else "right")
-    for d in p.datasets:
-        table.add_row(*_row(d, p.elapsed))
+    each, _ = plan_to_finish(p.datasets)
+    for d, money in zip(p.datasets, each, strict=True):
+        table.add_row(*_row(d, p.elapsed, money))
     return Group(Text(_header(p)), table)
 
 
 def progress_lines(p: RunProgress) -> Sequence[str]:
     """The plain-log form of one snapshot: a header line and one line per dataset."""
     lines = [f"[{_duration(p.elapsed)}] {_header(p)}"]
-    for d in p.datasets:
-        cells = _row(d, p.elapsed)
+    each, _ = plan_to_finish(p.datasets)
+    for d, money in zip(p.datasets, each, strict=True):
+        cells = _row(d, p.elapsed, money)
         lines.append("  " + ", ".join(f"{k}={v}" for k, v in zip(_COLUMNS, cells, strict=True)))
     return lines
 

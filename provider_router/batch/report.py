@@ -24,7 +24,7 @@ import itertools
 import json
 import math
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
@@ -32,7 +32,9 @@ from html import escape
 from pathlib import Path
 from typing import Any, Final
 
+from provider_router._format import format_usd
 from provider_router.batch import _svg
+from provider_router.batch.summary import finish_words
 from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
 
 __all__ = ["CHARTS", "REPORT_FILE", "RunData", "load_run", "render_report", "write_report"]
@@ -125,12 +127,9 @@ def _when(value: Any) -> float:
 
 
 def _money_text(value: Any) -> str:
-    """``$0.3384`` / ``$1,234.57``: for people (exact figures stay in summary.json)."""
+    """Money as every view shows it (:func:`format_usd`; exact figures stay in summary.json)."""
     amount = _dec(value)
-    if amount is None:
-        return "?"
-    quantum = Decimal("0.01") if abs(amount) >= 100 else Decimal("0.0001")
-    return f"${amount.quantize(quantum):,f}"
+    return "?" if amount is None else format_usd(amount)
 
 
 def _completions(path: Path, dataset: str, data: RunData) -> Iterator[Completion]:
@@ -181,54 +180,77 @@ def load_run(directory: str | Path) -> RunData:
 # --- charts --------------------------------------------------------------------------
 
 
-def _usd(value: float) -> str:
-    if value == 0:
-        return "$0"
-    if abs(value) >= 1:
-        return f"${value:,.2f}"
-    return f"${value:.2g}" if abs(value) < 0.01 else f"${value:.3f}"
-
-
 def _seconds(value: float) -> str:
     return f"{value:,.0f} s" if value >= 10 or value == 0 else f"{value:.2g} s"
 
 
+def _new_run(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """``after`` is the first line of another run of the job (nothing ran in between)."""
+    if before.get("final"):
+        return True
+    if float(after.get("elapsed") or 0) < float(before.get("elapsed") or 0):
+        return True  # a killed run, resumed: its clock starts again
+    return before.get("pid") is not None and before.get("pid") != after.get("pid")
+
+
+def _gapped(rows: Sequence[Mapping[str, Any]], t0: float, key: str) -> list[tuple[float, float]]:
+    """``key`` of each line as (seconds, value), with a gap where one run ends and the next
+    starts: the time between two runs of a job is drawn as nothing, never as a slope."""
+    points: list[tuple[float, float]] = []
+    previous: Mapping[str, Any] | None = None
+    for row in rows:
+        value = _dec(row.get(key))
+        if previous is not None and _new_run(previous, row):
+            points.append(((float(previous["t"]) + float(row["t"])) / 2 - t0, _svg.GAP))
+        if value is not None:
+            points.append((float(row["t"]) - t0, float(value)))
+        previous = row
+    return points
+
+
 def _spend_chart(data: RunData) -> str:
     t0 = data.start
-    spent: list[tuple[float, float]] = []
-    for row in data.rows():
-        used = _dec(row.get("spent"))
-        if used is not None:
-            spent.append((float(row["t"]) - t0, float(used)))
+    rows = data.rows()
+    spent = _gapped(rows, t0, "spent")
     if len(spent) < 2 and not data.sampled:  # no timeline: the answers' own costs
         spent = [(0.0, 0.0)] if data.completions else []
         total = Decimal(0)
         for c in data.completions:
             total += c.cost
             spent.append((c.finished - t0, float(total)))
-    remaining = []
-    for row in data.rows():
+    remaining: list[tuple[float, float]] = []
+    budget_line: list[tuple[float, float]] = []
+    previous: dict[str, Any] | None = None
+    for row in rows:
         limit, used, held = (
             _dec(row.get("limit")),
             _dec(row.get("spent")),
             _dec(row.get("reserved")),
         )
+        x = float(row["t"]) - t0
+        if previous is not None and _new_run(previous, row):
+            remaining.append(((float(previous["t"]) + float(row["t"])) / 2 - t0, _svg.GAP))
         if limit is not None and used is not None:
-            remaining.append((float(row["t"]) - t0, float(limit - used - (held or 0))))
+            remaining.append((x, float(limit - used - (held or 0))))
+        if limit is not None:
+            budget_line.append((x, float(limit)))  # a top-up raises it: drawn as it was
+        previous = row
     if not remaining and data.summary is not None:
         budget = _dec(data.summary.get("budget_usd"))
         if budget is not None:
             remaining = [(x, float(budget) - y) for x, y in spent]
+            budget_line = [(x, float(budget)) for x, _ in spent]
     series = [
+        _svg.Series("budget", budget_line, _svg.PALETTE[1], step=True, dashed=True),
         _svg.Series("spent", spent, _svg.PALETTE[0], step=True),
         _svg.Series("budget left (after reservations)", remaining, _svg.PALETTE[2]),
     ]
     return _svg.line_chart(
         "spend",
-        "Spend and remaining budget (USD)",
+        "Spend against the budget (USD)",
         series,
         x_label="seconds since start",
-        y_format=_usd,
+        money=True,
     )
 
 
@@ -243,6 +265,8 @@ def _tokens_chart(data: RunData) -> str:
     if len(rows) >= 2:  # the whole run, from the timeline's running totals
         t0 = data.start
         for before, after in itertools.pairwise(rows):
+            if _new_run(before, after):
+                continue  # nothing ran between two runs: no column there
             dt = float(after["t"]) - float(before["t"])
             made = int(after.get("output_tokens") or 0) - int(before.get("output_tokens") or 0)
             if dt > 0 and made >= 0:  # (a resumed run's first line restarts nothing)
@@ -266,17 +290,25 @@ def _tokens_chart(data: RunData) -> str:
     )
 
 
+def _whole_job(data: RunData) -> bool:
+    """The outputs were read whole: the provider charts can cover every run of the job,
+    as the header does (else the last run's summary, or what was read)."""
+    return bool(data.completions) and not data.sampled
+
+
 def _provider_outcomes(data: RunData) -> dict[str, dict[str, int]]:
     outcomes: dict[str, dict[str, int]] = defaultdict(dict)
     providers = (data.summary or {}).get("providers")
-    if isinstance(providers, dict) and providers:
+    if _whole_job(data) or not (isinstance(providers, dict) and providers):
+        for c in data.completions:  # every answer the job kept, from its outputs
+            outcomes[c.provider]["completed"] = outcomes[c.provider].get("completed", 0) + 1
+    else:
         for name, p in providers.items():
             outcomes[name]["completed"] = int(p.get("requests") or 0)
+    if isinstance(providers, dict):
+        for name, p in providers.items():  # failures are counted per run only
             for kind, n in (p.get("failures_by_kind") or {}).items():
-                outcomes[name][kind] = int(n)
-    else:  # a run in progress: its outputs so far
-        for c in data.completions:
-            outcomes[c.provider]["completed"] = outcomes[c.provider].get("completed", 0) + 1
+                outcomes[name][f"{kind} (last run)"] = int(n)
     return outcomes
 
 
@@ -294,7 +326,7 @@ def _requests_chart(data: RunData) -> str:
         )
         for name, o in sorted(outcomes.items(), key=lambda kv: -sum(kv[1].values()))
     ]
-    which = "this run" if data.summary is not None else "so far"
+    which = "every run of the job" if _whole_job(data) else "the last run"
     return _svg.bar_chart(
         "requests-by-provider", f"Requests by provider and outcome ({which})", bars
     )
@@ -326,14 +358,14 @@ def _cost_chart(data: RunData) -> str:
     cost: dict[str, Decimal] = defaultdict(Decimal)
     tokens: dict[str, int] = defaultdict(int)
     providers = (data.summary or {}).get("providers")
-    if isinstance(providers, dict) and providers:  # the whole run's, exact
+    if _whole_job(data) or not (isinstance(providers, dict) and providers):
+        for c in data.completions:  # every run's answers, exact
+            cost[c.provider] += c.cost
+            tokens[c.provider] += c.output_tokens
+    else:
         for name, p in providers.items():
             cost[name] += _dec(p.get("cost")) or Decimal(0)
             tokens[name] += int(p.get("output_tokens") or 0)
-    else:
-        for c in data.completions:
-            cost[c.provider] += c.cost
-            tokens[c.provider] += c.output_tokens
     bars = []
     for name in sorted(cost, key=lambda n: -tokens[n]):
         if tokens[name]:
@@ -345,7 +377,7 @@ def _cost_chart(data: RunData) -> str:
                     note=f"${per:.4f} /M ({tokens[name]:,} tokens)",
                 )
             )
-    which = "this run" if data.summary is not None else "so far"
+    which = "every run of the job" if _whole_job(data) else "the last run"
     return _svg.bar_chart(
         "cost-per-million", f"Cost per million output tokens, by provider ({which})", bars
     )
@@ -357,12 +389,18 @@ def _retries_chart(data: RunData) -> str:
     limited: list[tuple[float, float]] = []
     previous: dict[str, Any] | None = None
     for row in data.rows():
-        if previous is not None and row["t"] > previous["t"]:
+        if previous is not None and _new_run(previous, row):
+            gap = (float(previous["t"]) + float(row["t"])) / 2 - t0
+            retries.append((gap, _svg.GAP))
+            limited.append((gap, _svg.GAP))
+        elif previous is not None and row["t"] > previous["t"]:
             x = float(row["t"]) - t0
             for key, points in (("retries", retries), ("rate_limited", limited)):
                 delta = int(row.get(key) or 0) - int(previous.get(key) or 0)
-                points.append((x, float(max(delta, 0))))  # a resumed run restarts its counts
+                points.append((x, float(max(delta, 0))))
         previous = row
+    if not any(y > 0 for _, y in retries + limited):  # (NaN > 0 is False)
+        retries, limited = [], []  # a flat zero line says less than these words
     return _svg.line_chart(
         "retries-429s",
         "Retries and 429s (per interval)",
@@ -372,21 +410,15 @@ def _retries_chart(data: RunData) -> str:
         ],
         x_label="seconds since start",
         integer=True,
+        empty="no retries and no 429s: every request was answered at its first attempt",
     )
 
 
 def _projection_chart(data: RunData) -> str:
     t0 = data.start
-    projected = []
-    spent = []
-    for row in data.rows():
-        x = float(row["t"]) - t0
-        value = _dec(row.get("projected"))
-        if value is not None:
-            projected.append((x, float(value)))
-        used = _dec(row.get("spent"))
-        if used is not None:
-            spent.append((x, float(used)))
+    rows = data.rows()
+    projected = _gapped(rows, t0, "projected")
+    spent = _gapped(rows, t0, "spent")
     actual: list[tuple[float, float]] = []
     final = _dec((data.summary or {}).get("spent_usd"))
     if final is not None and spent:
@@ -402,7 +434,7 @@ def _projection_chart(data: RunData) -> str:
             _svg.Series("actual at the end", actual, _svg.PALETTE[1], dashed=True),
         ],
         x_label="seconds since start",
-        y_format=_usd,
+        money=True,
     )
 
 
@@ -463,15 +495,26 @@ def _headline(data: RunData) -> str:
             f"a summary) — spent "
             f"{escape(_money_text(last.get('spent') or '0'))} "
             f"of {escape(_money_text(last.get('limit')))}, "
+            f"reserved {escape(_money_text(last.get('reserved') or '0'))}, "
+            f"in flight {int(last.get('in_flight') or 0):,}, "
+            f"waiting for budget {int(last.get('waiting_for_budget') or 0):,}, "
             f"{int(last.get('completed') or 0):,} completed, "
-            f"{int(last.get('output_tokens') or 0):,} output tokens</p>"
+            f"{int(last.get('output_tokens') or 0):,} output tokens, to finish: "
+            f"{escape(finish_words(_dec(last.get('to_finish')), None))}</p>"
         )
     tokens = sum(int(d.get("output_tokens") or 0) for d in summary.get("datasets", {}).values())
+    to_finish = finish_words(
+        _dec(summary.get("to_finish_usd")), _dec(summary.get("budget_to_finish_usd"))
+    )
     return (
         f'<p class="meta"><span class="reason">{escape(str(summary.get("reason")))}</span> — '
         f"spent {escape(_money_text(summary.get('spent_usd')))} "
         f"of {escape(_money_text(summary.get('budget_usd')))}, "
-        f"{tokens:,} output tokens, last run {float(summary.get('wall_time_s') or 0):,.1f} s"
+        f"reserved {escape(_money_text(summary.get('reserved_usd') or '0'))}, "
+        f"in flight {int(summary.get('in_flight') or 0):,}, "
+        f"waiting for budget {int(summary.get('waiting_for_budget') or 0):,}, "
+        f"{tokens:,} output tokens, to finish: {escape(to_finish)}, "
+        f"last run {float(summary.get('wall_time_s') or 0):,.1f} s"
         f"{'' if not summary.get('message') else ' — ' + escape(str(summary['message']))}</p>"
     )
 

@@ -42,6 +42,11 @@ class DatasetProgress:
     run: Counter
     finished: bool
 
+    @property
+    def request_cap(self) -> int | None:
+        """The most prompts it will complete (``total``)."""
+        return self.total
+
 
 @dataclass(frozen=True, slots=True)
 class RunProgress:
@@ -50,6 +55,10 @@ class RunProgress:
     In a fleet (``workers`` is set) the datasets' figures, rates and ETAs are the
     whole fleet's, ``ledger`` is the shared ledger, and ``in_flight`` is this
     worker's requests.
+
+    ``in_flight`` counts requests sent (or being sent); ``waiting_for_budget`` those
+    whose reservation waits for room in the budget, not sent yet. Together they
+    are the requests this run has started and not finished.
     """
 
     datasets: tuple[DatasetProgress, ...]
@@ -62,3 +71,6 @@ class RunProgress:
     rate_limited: int = 0
     errors: int = 0
     workers: int | None = None
+    waiting_for_budget: int = 0
+    to_finish: Decimal | None = None
+    """USD still to spend to finish the plan (:mod:`provider_router.batch.finish`)."""

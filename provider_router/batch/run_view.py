@@ -23,6 +23,7 @@ from typing import Any
 from provider_router._money import from_units
 from provider_router.batch.dataset_run import DatasetRun
 from provider_router.batch.dispatch import Dispatcher
+from provider_router.batch.finish import budget_to_finish, finish_hint, plan_to_finish
 from provider_router.batch.fleet import FleetQueue
 from provider_router.batch.fleet_records import FleetTally
 from provider_router.batch.journal import DatasetTally
@@ -33,10 +34,7 @@ from provider_router.batch.summary import (
     DatasetReport,
     RunSummary,
     StopReason,
-    budget_to_finish,
     disputed_line,
-    finish_hint,
-    money_to_finish,
 )
 from provider_router.client import Router
 from provider_router.ledger import LedgerState
@@ -85,11 +83,17 @@ def progress_snapshot(
         for stats in router.health.snapshot().values():
             errors += stats.errors
             rate_limited += stats.rate_limited
+    # The Router's count (what Prometheus reads too), from its reservation on; the
+    # ledger's count of those waiting for room is sampled: never more than started.
+    started_requests = router.in_flight if router is not None else len(dispatcher.tasks)
+    waiting = min(ledger_state.waiting if ledger_state is not None else 0, started_requests)
     return RunProgress(
         datasets=tuple(datasets),
         elapsed=time.monotonic() - started,
         ledger=ledger_state,
-        in_flight=len(dispatcher.tasks),
+        in_flight=started_requests - waiting,
+        waiting_for_budget=waiting,
+        to_finish=plan_to_finish(datasets)[1],
         stopping=dispatcher.reason,
         failures_by_kind=failures,
         retries=retries,
@@ -147,24 +151,21 @@ def summarize(
                 run=ds.counter,
             )
         )
-    cost = sum((r.cost for r in reports), Decimal(0))
-    tokens = sum(r.output_tokens for r in reports)
-    fallback = cost / tokens if tokens else None
-    for report in reports:
-        report.to_finish = money_to_finish(report, fallback)
-    unknown = any(r.to_finish is None for r in reports)
-    to_finish = None if unknown else sum((r.to_finish or Decimal(0) for r in reports), Decimal(0))
+    each, to_finish = plan_to_finish(reports)
+    for report, money in zip(reports, each, strict=True):
+        report.to_finish = money
     health: dict[str, dict[str, Any]] = {}
     if router is not None:
         for name, stats in router.health.snapshot().items():
             health[name] = {"errors": stats.errors, "rate_limited": stats.rate_limited}
     state = ledger_state
+    waiting = min(state.waiting if state is not None else 0, len(dispatcher.tasks))
     reason = dispatcher.reason or StopReason.COMPLETE
     message = dispatcher.message
     spent = state.spent if state else Decimal(0)
     needed = budget_to_finish(spent, to_finish, outcomes.refused)
     if reason in (StopReason.BUDGET, StopReason.CREDITS):
-        message += finish_hint(reason, budget, spent, needed, outcomes.refused)
+        message += finish_hint(reason, budget, spent, to_finish, needed, outcomes.refused)
     elif reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
         message += "; run the same command again to resume"
     if fleet is not None:
@@ -188,6 +189,8 @@ def summarize(
         fleet=_fleet_report(dispatcher),
         preflight=preflight,
         disputed=[disputed_line(entry) for entry in disputes or ()],
+        in_flight=len(dispatcher.tasks) - waiting,
+        waiting_for_budget=waiting,
     )
 
 

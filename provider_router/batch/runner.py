@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,7 @@ from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.batch.timeline import DEFAULT_INTERVAL, TimelineWriter
 from provider_router.client import Router
 from provider_router.ledger import Ledger, LedgerState
+from provider_router.metrics import Metrics
 from provider_router.plan import Plan
 from provider_router.policy import ProviderPolicy
 from provider_router.preflight import PreflightFailed, PreflightReport, preflight
@@ -118,6 +119,9 @@ class BatchRunner:
             (:mod:`provider_router.batch.account`); negative: the stream deadline.
         timeline_interval: seconds between two lines of ``<out>/timeline.ndjson``
             (the time series ``report.html`` and ``provider-router status`` read).
+        only: send just these prompt ids of each dataset (a pilot:
+            :func:`provider_router.batch.pilot.pilot_into_job`): their spend is the
+            job's, their answers its first results; a later run sends the rest.
 
     Besides the outputs, a run writes ``summary.json`` and ``report.html`` (see
     :mod:`provider_router.batch.report`).
@@ -144,6 +148,7 @@ class BatchRunner:
         timeline_interval: float = DEFAULT_INTERVAL,
         account_horizon: float | None = None,
         preflight: bool = False,
+        only: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
@@ -152,6 +157,9 @@ class BatchRunner:
                 "workers sharing a plan must share one budget: give the fleet's ledger "
                 "(--ledger redis://...)"
             )
+        if only is not None and fleet is not None:
+            raise ConfigurationError("a pilot (only=) runs in one job directory, not a fleet")
+        self._only = only
         self.plan = plan
         self.budget: Decimal = plan.budget
         self.out = Path(out)
@@ -294,7 +302,9 @@ class BatchRunner:
                     if self._fleet is not None:
                         await self._run_fleet(self._fleet, journal, ledger, router)
                     else:
-                        self._datasets.extend(open_file_datasets(self.plan, journal))
+                        self._datasets.extend(
+                            open_file_datasets(self.plan, journal, only=self._only)
+                        )
                         await self._dispatch(journal, router)
                     self._dispatcher.check_targets()
                 finally:
@@ -376,6 +386,11 @@ class BatchRunner:
         )
 
     # --- reporting ----------------------------------------------------------------------------
+
+    @property
+    def metrics(self) -> Metrics | None:
+        """The Router's Prometheus metrics, if it has them (the timeline keeps them fresh)."""
+        return None if self.router is None else self.router.metrics
 
     def progress(self) -> RunProgress:
         """A snapshot for the progress display (cheap; call it a few times a second)."""

@@ -1,34 +1,48 @@
 """A quick text view of a run directory: ``provider-router status DIR``.
 
 Reads only what the run writes for others (``timeline.ndjson``, ``summary.json``),
-never the journal or the ledger, and takes no lock: it works while another
-process is running the job, as often as you like.
+never the journal or the ledger, and holds no lock: it works while another
+process is running the job, as often as you like. Whether that process still
+lives is told by the job's lock and the pid the timeline names, never by how old
+a file is: the OS drops the lock when the process dies, however it dies.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 from collections import deque
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from provider_router._exceptions import ConfigurationError
+from provider_router._format import format_usd
+from provider_router.batch._journal_file import lock_held
+from provider_router.batch.summary import finish_words
 from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
 
 __all__ = ["status_lines"]
 
 _STALE_SECONDS = 120.0
-"""A running job writes its timeline every second; this long without a line is suspicious."""
+"""A running job writes its timeline every second; this long without a line is suspicious
+(said only where neither the lock nor the pid can tell: another machine's file system)."""
 
 
 def _usd(value: Any) -> str:
+    """Money as every view shows it (:func:`format_usd`); ``?`` for what is not a number."""
     try:
-        amount = Decimal(str(value))
+        return format_usd(Decimal(str(value)))
     except (InvalidOperation, ValueError):
         return "?"
-    quantum = Decimal("0.01") if abs(amount) >= 100 else Decimal("0.0001")
-    return f"${amount.quantize(quantum):,f}"
+
+
+def _decimal(value: Any) -> Decimal | None:
+    try:
+        return None if value is None else Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
 
 
 def _age(seconds: float) -> str:
@@ -45,6 +59,29 @@ def _summary(directory: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return loaded if isinstance(loaded, dict) else None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists, run by someone else
+        return True
+    return True
+
+
+def _process_alive(directory: Path, row: dict[str, Any] | None) -> bool | None:
+    """Whether a process is running the job in ``directory`` (None: cannot be told).
+
+    A pid of this machine that no longer exists settles it; otherwise the job's
+    lock decides (a live pid may since belong to another program).
+    """
+    pid = (row or {}).get("pid")
+    here = (row or {}).get("host") == socket.gethostname()
+    if here and isinstance(pid, int) and pid > 0 and not _pid_alive(pid):
+        return False
+    return lock_held(directory)
 
 
 def status_lines(directory: str | Path, *, now: float) -> list[str]:
@@ -72,15 +109,23 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
             lines.append(f"  {summary['message']}")
     else:
         age = max(now - float(row["t"]), 0.0) if row is not None else 0.0
-        stale = "; no update for a while: it may have been killed (run it again to resume)"
-        lines.append(
-            f"{directory}: running (last update {_age(age)} ago)"
-            + (stale if age > _STALE_SECONDS else "")
-        )
+        alive = _process_alive(directory, row)
+        if alive is False:
+            lines.append(
+                f"{directory}: stopped (killed?): no process is running it and it wrote no "
+                f"summary (last update {_age(age)} ago); run the same command again to resume"
+            )
+        else:
+            stale = "; no update for a while: it may have been killed (run it again to resume)"
+            lines.append(
+                f"{directory}: running (last update {_age(age)} ago)"
+                + (stale if alive is None and age > _STALE_SECONDS else "")
+            )
     if row is not None:
         lines.append(
             f"spent {_usd(row.get('spent') or 0)} of {_usd(row.get('limit'))}, "
             f"reserved {_usd(row.get('reserved') or 0)}, in flight {row.get('in_flight', 0):,}, "
+            f"waiting for budget {row.get('waiting_for_budget', 0):,}, "
             f"elapsed {_age(float(row.get('elapsed') or 0))}"
         )
         lines.append(
@@ -89,8 +134,13 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
             f"429s {row.get('rate_limited', 0):,}"
             + ("" if row.get("projected") is None else f", projected {_usd(row['projected'])}")
         )
+        if "to_finish" in row and not finished:
+            lines.append(f"to finish: {finish_words(_decimal(row['to_finish']), None)}")
     elif summary is not None:
         lines.append(f"spent {_usd(summary.get('spent_usd'))} of {_usd(summary.get('budget_usd'))}")
+    if finished and summary is not None and "to_finish_usd" in summary:
+        needed = _decimal(summary.get("budget_to_finish_usd"))
+        lines.append(f"to finish: {finish_words(_decimal(summary['to_finish_usd']), needed)}")
     datasets = (row or {}).get("datasets") or {}
     if finished and summary is not None and isinstance(summary.get("datasets"), dict):
         datasets = {

@@ -8,7 +8,6 @@ Decimal additions). :class:`RunSummary` is built once at the end, written as
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -21,7 +20,7 @@ from rich.table import Table
 
 from provider_router._constants import PER_MILLION
 from provider_router._cost_check import ACTIVITY_URL
-from provider_router._format import CENT, decimal_str, format_usd, round_up_to_cent
+from provider_router._format import CENT, decimal_str, format_usd
 from provider_router._money import from_units
 
 __all__ = [
@@ -30,13 +29,8 @@ __all__ = [
     "DatasetReport",
     "RunSummary",
     "StopReason",
-    "budget_to_finish",
-    "finish_hint",
-    "money_to_finish",
+    "finish_words",
 ]
-
-FINISH_MARGIN = Decimal("1.25")
-"""Observed rates are an average: the suggested budget allows a quarter more."""
 
 
 class StopReason(StrEnum):
@@ -126,6 +120,16 @@ class Counter:
         }
 
 
+def finish_words(to_finish: Decimal | None, needed: Decimal | None) -> str:
+    """``about $0.67 more (a budget of $1.34)``: the two numbers, as every view says them."""
+    if to_finish is None:
+        return "unknown"
+    if to_finish == 0:
+        return "nothing more"
+    words = f"about {format_usd(max(to_finish, CENT))} more"
+    return words if needed is None else f"{words} (a budget of {format_usd(needed)})"
+
+
 def per_million(cost: Decimal, tokens: int) -> Decimal | None:
     """USD per million tokens, or None without tokens."""
     if tokens <= 0:
@@ -179,6 +183,12 @@ class DatasetReport:
             return True
         return self.prompts is not None and self.completed >= self.prompts
 
+    @property
+    def request_cap(self) -> int | None:
+        """The most prompts it will complete: its prompts, capped by ``max_requests``."""
+        caps = [c for c in (self.prompts, self.max_requests) if c is not None]
+        return min(caps) if caps else None
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return {
@@ -196,91 +206,6 @@ class DatasetReport:
         }
 
 
-def money_to_finish(
-    report: DatasetReport, fallback_cost_per_token: Decimal | None
-) -> Decimal | None:
-    """USD to finish a dataset at the rates observed so far (None when unknowable).
-
-    Remaining work is the smaller of what its target still needs and what its
-    prompts (and request cap) still allow; it is priced at the dataset's own
-    observed cost per output token, or ``fallback_cost_per_token`` (the whole
-    run's) before it has any completions.
-    """
-    if report.finished:
-        return Decimal(0)
-    if report.completed > 0 and report.output_tokens > 0:
-        per_token = report.cost / report.output_tokens
-        tokens_per_request = report.output_tokens / report.completed
-    elif fallback_cost_per_token is not None:
-        per_token = fallback_cost_per_token
-        tokens_per_request = None
-    else:
-        return None
-    limits: list[float] = []
-    if report.target_output_tokens is not None:
-        limits.append(report.target_output_tokens - report.output_tokens)
-    if tokens_per_request is not None:
-        caps = [c for c in (report.prompts, report.max_requests) if c is not None]
-        if caps:
-            limits.append((min(caps) - report.completed) * tokens_per_request)
-    if not limits:
-        return None
-    tokens = max(min(limits), 0.0)
-    return (per_token * math.ceil(tokens)).quantize(Decimal("0.01"))
-
-
-def budget_to_finish(
-    spent: Decimal, to_finish: Decimal | None, largest_request: Decimal
-) -> Decimal | None:
-    """A budget that should finish the plan: None when the cost per token is unknown.
-
-    What is spent, plus the remaining work at the observed rates with a margin,
-    plus room for the largest reservation the budget refused (every request
-    reserves its worst case before it is sent, so the last one needs that room
-    even when the plan's real remaining cost is a few cents). Whole cents, rounded up.
-    """
-    if to_finish is None:
-        return None
-    return round_up_to_cent(spent + to_finish * FINISH_MARGIN + largest_request)
-
-
-def finish_hint(
-    reason: StopReason,
-    budget: Decimal,
-    spent: Decimal,
-    needed: Decimal | None,
-    largest_request: Decimal,
-) -> str:
-    """The message tail after a money stop: what finishes the plan, and how to resume."""
-    if needed is None:
-        hint = (
-            "; how much more finishes the plan is unknown until an answer shows the cost per token"
-        )
-        if largest_request > budget - spent:
-            hint += (
-                f"; one request reserves up to {format_usd(largest_request)} (its prompt and "
-                "max_tokens at the highest allowed price): raise the budget above "
-                f"{format_usd(round_up_to_cent(spent + largest_request))} or lower max_tokens"
-            )
-        return hint
-    tail = ""
-    if largest_request > budget:
-        tail = (
-            f"; one request alone reserves up to {format_usd(largest_request)} (its prompt and "
-            "max_tokens at the highest allowed price): shorten it or lower max_tokens"
-        )
-    if reason is StopReason.CREDITS:
-        return (
-            f"; about {format_usd(max(needed - spent, CENT))} more OpenRouter credits finish "
-            "the plan at the observed rates: top up, then run the same command again to resume"
-            + tail
-        )
-    return (
-        f"; about {format_usd(max(needed - budget, CENT))} more finishes the plan at the "
-        f"observed rates: run again with a budget of {format_usd(needed)} to resume" + tail
-    )
-
-
 @dataclass
 class RunSummary:
     """The end of a run: why it stopped, every dataset and provider, and the money.
@@ -293,9 +218,10 @@ class RunSummary:
         budget: the ledger's limit (USD).
         spent: the ledger's spent total over every run (USD).
         reserved: still reserved at the end (USD; 0 after a clean stop).
-        to_finish: USD needed to finish the plan at observed rates (None: unknown).
-        budget_to_finish: a budget that should finish the plan, with room for the
-            largest reservation (see :func:`budget_to_finish`; None: unknown).
+        to_finish: USD still to spend to finish the plan at observed rates (None:
+            unknown; see :mod:`provider_router.batch.finish`).
+        budget_to_finish: the budget that allows it, with a margin and room for the
+            largest reservation (None: unknown).
         wall_time: seconds this run took.
         bad_lines: ``file:line: problem`` for each line skipped in this run.
         recovered: notes on what resuming repaired (journal, ledger).
@@ -307,6 +233,8 @@ class RunSummary:
             (part of ``spent``, in no dataset's cost: ``run``'s 1-token pinned request).
         disputed: one line per answer whose ``usage.cost`` was disputed, over every
             run: what it said and what was booked instead (docs/ledger.md).
+        in_flight: requests still in flight when it was written (sent, not answered).
+        waiting_for_budget: requests still waiting for room in the budget (not sent).
     """
 
     reason: StopReason
@@ -325,6 +253,8 @@ class RunSummary:
     budget_to_finish: Decimal | None = None
     preflight: Decimal = Decimal(0)
     disputed: list[str] = field(default_factory=list)
+    in_flight: int = 0
+    waiting_for_budget: int = 0
 
     @property
     def exit_code(self) -> int:
@@ -343,6 +273,8 @@ class RunSummary:
             "preflight_usd": decimal_str(self.preflight),
             "to_finish_usd": _str(self.to_finish),
             "budget_to_finish_usd": _str(self.budget_to_finish),
+            "in_flight": self.in_flight,
+            "waiting_for_budget": self.waiting_for_budget,
             "wall_time_s": round(self.wall_time, 3),
             "datasets": {d.name: d.to_json() for d in self.datasets},
             "providers": {
@@ -436,10 +368,7 @@ class RunSummary:
                 markup=False,
                 highlight=False,
             )
-        to_finish = "unknown" if self.to_finish is None else format_usd(self.to_finish)
-        needed = self.budget_to_finish
-        if self.reason is StopReason.BUDGET and needed is not None and needed > self.budget:
-            to_finish = f"a budget of {format_usd(needed)}"
+        to_finish = finish_words(self.to_finish, self.budget_to_finish)
         console.print(
             f"[bold]{self.reason.value}[/bold]: spent {format_usd(self.spent)} of "
             f"{format_usd(self.budget)} (reserved {format_usd(self.reserved)}); "

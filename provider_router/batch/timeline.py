@@ -6,11 +6,16 @@ the run its work. Each line is a snapshot of :meth:`BatchRunner.progress`:
 
 ``{"t": unix seconds, "elapsed": s, "limit": "$", "spent": "$", "reserved": "$",
 "completed": n, "output_tokens": n, "failures": n, "retries": n, "rate_limited": n,
-"errors": n, "in_flight": n, "projected": "$" | null, "datasets": {name: {...}},
-"final": bool}``
+"errors": n, "in_flight": n, "waiting_for_budget": n, "projected": "$" | null,
+"to_finish": "$" | null, "datasets": {name: {...}},
+"final": bool, "pid": n, "host": name}``
 
-``projected`` is what the whole plan would cost at the rates observed so far
-(spent plus each dataset's ETA in money), so the report can draw the projection
+``pid`` and ``host`` name the process writing it, so ``status`` can tell a run
+whose process is gone (killed) from one that is only quiet.
+
+``to_finish`` is the money still to spend to finish the plan at the rates observed
+so far (:mod:`provider_router.batch.finish`, as every view says it); ``projected``
+is what the whole plan would cost: spent plus ``to_finish``, so the report can draw the projection
 against the actual. Money is exact decimal strings. A run writes a first line at
 its start, one per ``interval`` seconds, and a ``final`` one at its end; a resumed
 run appends to the same file.
@@ -21,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -29,8 +36,9 @@ from typing import IO, Any, Final, Protocol
 
 import structlog
 
-from provider_router.batch.run_progress import DatasetProgress, RunProgress
+from provider_router.batch.run_progress import RunProgress
 from provider_router.ledger import Ledger, LedgerState
+from provider_router.metrics import Metrics
 
 
 class Sampled(Protocol):
@@ -42,6 +50,9 @@ class Sampled(Protocol):
     ledger_state: LedgerState | None
 
     def progress(self) -> RunProgress: ...
+
+    @property
+    def metrics(self) -> Metrics | None: ...
 
 
 __all__ = ["DEFAULT_INTERVAL", "TIMELINE_FILE", "TimelineWriter", "read_timeline", "timeline_row"]
@@ -57,38 +68,19 @@ def _money(value: Decimal | None) -> str | None:
     return None if value is None else format(value, "f")
 
 
-def _to_finish(d: DatasetProgress) -> Decimal | None:
-    """USD to finish a dataset at this run's cost per output token (None when unknown)."""
-    if d.finished:
-        return Decimal(0)
-    run = d.run
-    if run.requests == 0 or run.output_tokens == 0:
-        return None
-    remaining: list[float] = []
-    if d.target_output_tokens is not None:
-        remaining.append(max(d.target_output_tokens - d.output_tokens, 0))
-    if d.total is not None:
-        remaining.append(max(d.total - d.completed, 0) * run.output_tokens / run.requests)
-    if not remaining:
-        return None
-    return run.cost / run.output_tokens * Decimal(round(min(remaining)))
-
-
 def timeline_row(
     progress: RunProgress, budget: Decimal, *, now: float, final: bool = False
 ) -> dict[str, Any]:
     """One timeline line from a progress snapshot."""
     state = progress.ledger
     datasets: dict[str, Any] = {}
-    projected: Decimal | None = state.spent if state is not None else None
+    to_finish = progress.to_finish
+    projected = None if state is None or to_finish is None else state.spent + to_finish
     completed = output_tokens = failures = 0
     for d in progress.datasets:
         completed += d.completed
         output_tokens += d.output_tokens
         failures += d.run.failures
-        money = _to_finish(d)
-        if projected is not None:
-            projected = None if money is None else projected + money
         datasets[d.name] = {
             "completed": d.completed,
             "total": d.total,
@@ -98,8 +90,6 @@ def timeline_row(
             "cost": _money(d.cost),
             "finished": d.finished,
         }
-    if projected is not None:
-        projected = projected.quantize(Decimal("0.000001"))
     return {
         "t": round(now, 3),
         "elapsed": round(progress.elapsed, 3),
@@ -113,7 +103,9 @@ def timeline_row(
         "rate_limited": progress.rate_limited,
         "errors": progress.errors,
         "in_flight": progress.in_flight,
+        "waiting_for_budget": progress.waiting_for_budget,
         "projected": _money(projected),
+        "to_finish": _money(to_finish),
         "datasets": datasets,
         "final": final,
     }
@@ -161,6 +153,10 @@ class TimelineWriter:
             self._task = None
         await self._refresh_ledger()
         self.write(final=True)
+        self.close()
+
+    def close(self) -> None:
+        """Close the file (a later :meth:`write` opens it again)."""
         if self._file is not None:
             with contextlib.suppress(OSError):
                 self._file.close()
@@ -183,9 +179,15 @@ class TimelineWriter:
         if self._broken:
             return
         try:
-            row = timeline_row(
-                self.runner.progress(), self.runner.budget, now=self._clock(), final=final
-            )
+            progress = self.runner.progress()
+            row = timeline_row(progress, self.runner.budget, now=self._clock(), final=final)
+            metrics = self.runner.metrics
+            if metrics is not None:  # Prometheus shows what this line says
+                if progress.ledger is not None:
+                    metrics.ledger_state(progress.ledger)
+                metrics.plan_to_finish(progress.to_finish)
+            row["pid"] = os.getpid()
+            row["host"] = socket.gethostname()
             if self._file is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._file = self.path.open("a", encoding="utf-8")

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -43,12 +44,21 @@ EXIT_INTERRUPTED = 130
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default, except where there is none to show."""
+    """Shows each option's default once, except where there is none to show, and
+    the docstrings' reStructuredText as plain text (``x`` and `x` read as x)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default in (None, False, argparse.SUPPRESS) or action.default == []:
             return action.help
+        if action.help and "default" in action.help:  # it says its default itself
+            return action.help
         return super()._get_help_string(action)
+
+    def format_help(self) -> str:
+        return _RST_LITERAL.sub(r"\1", super().format_help())
+
+
+_RST_LITERAL = re.compile(r"``?([^`\n]+?)``?")
 
 
 class RawTextHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
@@ -89,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-format",
         default="auto",
         choices=["auto", "console", "json"],
-        help="console for people, json for machines; auto picks console on a terminal",
+        help="console for people (in colour on a terminal), json for machines; auto is console",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:

@@ -8,16 +8,34 @@ Anything not recognised here is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Final
 
 from provider_router._exceptions import ConfigurationError
 
-__all__ = ["EXIT_IO", "EXIT_UNAVAILABLE", "UsageError", "describe_failure"]
+__all__ = ["EXIT_IO", "EXIT_UNAVAILABLE", "UsageError", "as_usage", "describe_failure"]
 
 
 class UsageError(ConfigurationError):
     """A command given something it cannot use (a missing prompt file, an
     unwritable ``--out``, no API key): exit 2, before anything is sent."""
+
+
+@contextlib.contextmanager
+def as_usage() -> Iterator[None]:
+    """What the command was given cannot be used: a :class:`ConfigurationError` raised
+    while reading its flags, plan and prompt files is a :class:`UsageError` (exit 2).
+
+    Wrap only the reading of what was given, never the run: a bad answer or a
+    ledger that refuses is not a mistake in the command.
+    """
+    try:
+        yield
+    except UsageError:
+        raise
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 EXIT_UNAVAILABLE: Final = 69

@@ -13,8 +13,10 @@ through one :class:`EventReport` handler on the ``provider_router`` logger:
 * ``--log-level info`` or ``debug``: every event is printed as it happens.
 
 ``--log-format console|json`` picks the rendering (``structlog.stdlib.ProcessorFormatter``);
-``auto`` is console on a terminal and JSON elsewhere. The count lines follow the
-same format: in JSON they are ``{"event": "log.count", ...}`` objects.
+``auto`` is console, in colour on a terminal only: a log file or a CI job is read
+by people too, so JSON is for those who ask for it. The count lines are sentences
+(``_event_phrases.py``); in JSON they are ``{"event": "log.count", ...}`` objects
+whose ``message`` is that sentence.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, Final
 import structlog
 
 from provider_router._log import ROOT_LOGGER
+from provider_router.cli._event_phrases import describe_kind
 
 __all__ = ["EventReport", "configure_logging", "describe_kind", "report_events"]
 
@@ -42,28 +45,7 @@ _EACH_EVENT_LEVELS: Final = frozenset({"debug", "info"})
 # Event-dict fields that name the kind of an event (the first one present wins).
 _KIND_FIELDS: Final = ("error_type", "kind", "reason", "limit_source")
 
-# How a person reads a count of an event kind; anything else reads "N × event (kind)".
-_PHRASES: Final = {
-    ("route.failed", "BudgetExhausted"): "prompt(s) not sent: budget exhausted",
-    ("route.failed", "CreditsExhausted"): "prompt(s) not sent: OpenRouter credits exhausted",
-    ("route.failed", "AuthenticationError"): "request(s) refused: the API key was rejected (401)",
-    ("route.failed", "AllAttemptsFailed"): "request(s) failed after every retry",
-    ("route.failed", "CancelledError"): "request(s) abandoned",
-    ("route.credits_exhausted", None): "time(s) OpenRouter's credits ran out (402)",
-    ("route.cost_unknown", None): "answer(s) without a known cost, counted at worst case",
-    ("route.policy_violation", None): "answer(s) served by a provider the policy excludes",
-    ("route.generation_lookup_failed", None): "generation cost lookup(s) failed",
-}
-
 _COUNT_EVENT: Final = "log.count"
-
-
-def describe_kind(event: str, kind: str | None, count: int) -> str:
-    """``612 prompt(s) not sent: budget exhausted``, or ``3 × route.failed (Timeout)``."""
-    phrase = _PHRASES.get((event, kind)) or _PHRASES.get((event, None))
-    if phrase is not None:
-        return f"{count:,} {phrase}"
-    return f"{count:,} × {event}" + (f" ({kind})" if kind else "")
 
 
 def _event_dict(record: logging.LogRecord) -> dict[str, Any]:
@@ -147,7 +129,7 @@ def configure_logging(*, level: str = "warning", fmt: str = "auto") -> EventRepo
     """
     global _installed
     if fmt == "auto":
-        fmt = "console" if sys.stderr.isatty() else "json"
+        fmt = "console"
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
         if fmt == "console"

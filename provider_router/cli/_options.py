@@ -15,9 +15,10 @@ from decimal import Decimal, InvalidOperation
 from typing import Final
 
 from provider_router.catalog import Catalog
-from provider_router.records import ModelEndpoints
+from provider_router.records import ModelEndpoints, Quantization
 
 __all__ = [
+    "PRECISIONS",
     "add_market_arguments",
     "budget_usd",
     "load_listing",
@@ -27,6 +28,10 @@ __all__ = [
     "usd",
 ]
 
+PRECISIONS: Final = [
+    q.value for q in Quantization if q not in (Quantization.UNKNOWN, Quantization.UNRECOGNIZED)
+]
+"""What ``--exclude-below`` accepts: every known precision (anything else is a usage error)."""
 _SUFFIXES: Final = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9}
 _COUNT: Final = re.compile(r"^\s*([0-9][0-9_,]*(?:\.[0-9]+)?)\s*([kKmMgGbB]?)\s*$")
 

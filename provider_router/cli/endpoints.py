@@ -28,7 +28,7 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 
-from provider_router.cli._options import add_market_arguments, load_listing
+from provider_router.cli._options import PRECISIONS, add_market_arguments, load_listing
 from provider_router.cli._render import (
     format_per_million,
     format_percent,
@@ -79,14 +79,11 @@ def _percent(text: str) -> float:
 
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``ProviderPolicy`` flags, shared by every command that filters endpoints."""
-    ranked = [
-        q.value for q in Quantization if q not in (Quantization.UNKNOWN, Quantization.UNRECOGNIZED)
-    ]
     parser.add_argument(
         "--exclude-below",
-        choices=ranked,
+        choices=PRECISIONS,
         metavar="PRECISION",
-        help=f"reject endpoints below this precision ({', '.join(ranked)})",
+        help=f"reject endpoints below this precision ({', '.join(PRECISIONS)})",
     )
     parser.add_argument(
         "--unknown",
@@ -214,14 +211,15 @@ def render_report(report: EndpointReport, console: Console) -> None:
         title=f"{report.listing.id}: {len(report.decisions)} endpoints, "
         f"{len(report.ranked)} allowed",
         caption=f"workload: {workload.prompt_tokens} prompt + {workload.output_tokens} output "
-        "tokens per request; $/1k req = expected cost of 1,000 successful requests",
+        "tokens per request; $/1k ok req = expected cost of 1,000 successful requests "
+        "(failed attempts' share included)",
         title_justify="left",
         caption_justify="left",
     )
     for header, justify in (
         ("#", "right"), ("provider", "left"), ("tag", "left"), ("quant", "left"),
         ("prompt $/M", "right"), ("compl. $/M", "right"), ("uptime", "right"),
-        ("status", "left"), ("verdict", "left"), ("$/1k req", "right"), ("reason", "left"),
+        ("status", "left"), ("verdict", "left"), ("$/1k ok req", "right"), ("reason", "left"),
     ):  # fmt: skip
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for decision, ranked in report.rows():

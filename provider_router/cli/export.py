@@ -15,9 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from provider_router._exceptions import ConfigurationError
 from provider_router.batch.export import COMPLETE_FINISHES, export_conversations
 from provider_router.batch.journal import JOURNAL_FILE
+from provider_router.cli._errors import UsageError
 
 __all__ = ["output_files", "register"]
 
@@ -52,12 +52,12 @@ def output_files(sources: list[str]) -> list[Path]:
         if path.is_dir():
             found = sorted(p for p in path.glob("*.jsonl") if p.name != JOURNAL_FILE)
             if not found:
-                raise ConfigurationError(f"{path} holds no output files (<dataset>.jsonl)")
+                raise UsageError(f"{path} holds no output files (<dataset>.jsonl)")
             files += found
         elif path.is_file():
             files.append(path)
         else:
-            raise ConfigurationError(f"{path} is neither a job directory nor an output file")
+            raise UsageError(f"{path} is neither a job directory nor an output file")
     return files
 
 

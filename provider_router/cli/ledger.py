@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from provider_router._constants import REDIS_URL_SCHEMES
-from provider_router._exceptions import ConfigurationError
-from provider_router._format import decimal_str
+from provider_router._format import decimal_str, format_usd
 from provider_router.batch._journal_file import JOURNAL_FILE
 from provider_router.batch.summary import disputed_line
+from provider_router.cli._errors import UsageError
 from provider_router.cli._options import non_negative_usd
 from provider_router.cli._render import print_json
 from provider_router.ledger import LedgerState, RedisLedger, Reservation, SQLiteLedger
@@ -63,12 +63,12 @@ def _open(args: argparse.Namespace) -> DurableLedger:
     target: str = args.target
     if target.startswith(REDIS_URL_SCHEMES):
         if not args.name:
-            raise ConfigurationError("a Redis ledger needs --name")
+            raise UsageError("a Redis ledger needs --name")
         return RedisLedger(target, args.name)
     if args.name:
-        raise ConfigurationError("--name is for Redis ledgers; a SQLite file is its own name")
+        raise UsageError("--name is for Redis ledgers; a SQLite file is its own name")
     if not Path(target).is_file():
-        raise ConfigurationError(f"no ledger file at {target}")
+        raise UsageError(f"no ledger file at {target}")
     return SQLiteLedger(target)
 
 
@@ -135,9 +135,18 @@ def _disputed(target: str) -> list[str]:
 def _topup(args: argparse.Namespace) -> int:
     async def change() -> LedgerState:
         async with _open(args) as ledger:
-            limit = args.limit
-            if limit is None:
-                limit = (await ledger.snapshot()).limit + args.add
+            before = await ledger.snapshot()
+            limit = before.limit + args.add if args.limit is None else args.limit
+            if limit < before.spent:
+                # Never what anyone means: every request would be refused, and the
+                # figure reads as a budget while the money is already gone.
+                raise UsageError(
+                    f"--limit {format_usd(limit)} is below the {format_usd(before.spent)} "
+                    f"already spent from this ledger: nothing more could be spent. Give a "
+                    f"limit of at least {format_usd(before.spent)} (e.g. --limit "
+                    f"{decimal_str(before.spent + before.reserved)} stops new requests), "
+                    "or --add USD"
+                )
             await ledger.set_limit(limit)
             return await ledger.snapshot()
 

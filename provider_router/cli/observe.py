@@ -16,9 +16,11 @@ import argparse
 import time
 from pathlib import Path
 
-from provider_router._exceptions import ConfigurationError
 from provider_router.batch.report import write_report
+from provider_router.batch.runner import SUMMARY_FILE
 from provider_router.batch.status import status_lines
+from provider_router.batch.timeline import TIMELINE_FILE
+from provider_router.cli._errors import UsageError
 
 __all__ = ["register"]
 
@@ -48,9 +50,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run_dir(value: str) -> Path:
+    """A directory a run wrote to: one with its timeline or its summary (else exit 2)."""
     path = Path(value)
     if not path.is_dir():
-        raise ConfigurationError(f"{path}: no such run directory (give a run's --out)")
+        raise UsageError(f"{path}: no such run directory (give a run's --out)")
+    if not (path / TIMELINE_FILE).is_file() and not (path / SUMMARY_FILE).is_file():
+        raise UsageError(
+            f"{path}: no run here (neither {TIMELINE_FILE} nor {SUMMARY_FILE}); "
+            "give the --out directory of a run"
+        )
     return path
 
 

@@ -18,22 +18,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import sys
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from provider_router._exceptions import ConfigurationError
-from provider_router._format import decimal_str
+from provider_router._format import decimal_str, format_usd
+from provider_router.batch.pilot import pilot_into_job
+from provider_router.cli._errors import UsageError, as_usage
 from provider_router.cli._options import (
+    PRECISIONS,
     add_market_arguments,
     budget_usd,
     load_listing,
     positive_count,
 )
-from provider_router.client import Router
-from provider_router.ledger import MemoryLedger
 from provider_router.plan import DEFAULT_BATCH_CONCURRENCY, Plan, load_plan
 from provider_router.policy import ProviderPolicy
 from provider_router.projection import Projection, project
@@ -46,8 +46,6 @@ from provider_router.workload_stats import (
     PilotResult,
     PromptFileStats,
     measure_prompts,
-    run_pilot,
-    sample_prompts,
 )
 
 __all__ = ["register"]
@@ -100,8 +98,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="expected output tokens per response, reasoning included",
     )
-    workload.add_argument("--completion-tokens-low", type=_decimal, metavar="N")
-    workload.add_argument("--completion-tokens-high", type=_decimal, metavar="N")
+    workload.add_argument(
+        "--completion-tokens-low",
+        type=_decimal,
+        metavar="N",
+        help="the low end of the output tokens per response, for the cost range "
+        "(default: the pilot's 95%% interval, else --completion-tokens)",
+    )
+    workload.add_argument(
+        "--completion-tokens-high",
+        type=_decimal,
+        metavar="N",
+        help="the high end of the output tokens per response, for the cost range "
+        "(default: the pilot's 95%% interval, else --completion-tokens)",
+    )
     workload.add_argument(
         "--reasoning-tokens",
         type=_decimal,
@@ -120,13 +130,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--pilot",
         type=positive_count,
         metavar="N",
-        help="measure response lengths by sending N sampled prompts of the plan first",
+        help="measure response lengths by sending N sampled prompts of the plan first, as "
+        "the job's first requests (needs --out and a budget)",
     )
-    workload.add_argument("--pilot-concurrency", type=positive_count, default=16, metavar="C")
+    workload.add_argument(
+        "--out",
+        metavar="DIR",
+        help="with --pilot: the job directory the run will use; the pilot's spend is booked "
+        "on its ledger under the plan's budget and its answers kept as the datasets' first "
+        "results (run --plan PLAN --out DIR sends the rest)",
+    )
+    workload.add_argument(
+        "--pilot-concurrency",
+        type=positive_count,
+        default=16,
+        metavar="C",
+        help="the pilot's requests in flight",
+    )
     workload.add_argument("--seed", type=int, default=0, help="pilot sampling seed (default 0)")
     parser.add_argument("--budget", type=budget_usd, metavar="USD", help="fit the plan into this")
     parser.add_argument(
-        "--exclude-below", metavar="PRECISION", help="reject endpoints below this (e.g. int4)"
+        "--exclude-below",
+        choices=PRECISIONS,
+        metavar="PRECISION",
+        help=f"reject endpoints below this ({', '.join(PRECISIONS)})",
     )
     add_market_arguments(parser.add_argument_group("the market"))
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -156,9 +183,9 @@ def _policy(args: argparse.Namespace, plan: Plan | None) -> ProviderPolicy:
 
 def _flag_workload(args: argparse.Namespace, prompt_tokens: Decimal | None) -> WorkloadEstimate:
     if prompt_tokens is None:
-        raise ConfigurationError("give --prompt-tokens N (prompt tokens per request)")
+        raise UsageError("give --prompt-tokens N (prompt tokens per request)")
     if args.completion_tokens is None:
-        raise ConfigurationError(
+        raise UsageError(
             "give --completion-tokens N (expected output tokens per response)"
             + (", or --pilot N to measure them" if args.plan else "")
         )
@@ -200,6 +227,11 @@ def _plan_job(
 ) -> tuple[_Job, dict[str, PromptFileStats]]:
     if args.datasets is not None:
         raise ConfigurationError("--datasets is for a uniform plan; a plan file lists its own")
+    if args.pilot is not None and args.out is None:
+        raise UsageError(
+            "--pilot needs --out DIR, the job directory the run will use: the pilot is the "
+            "job's first requests, booked on its ledger under its budget"
+        )
     plan = load_plan(args.plan).with_overrides(
         model=args.model, target_output_tokens=args.target_output_tokens
     )
@@ -212,43 +244,37 @@ def _plan_job(
             target_output_tokens=d.target_output_tokens,
             max_requests=args.max_requests or d.max_requests,
             available_prompts=files[d.name].prompts,
+            max_tokens=plan.params_for(d).max_tokens,
         )
         for d in plan.datasets
     )
     budget = args.budget if args.budget is not None else plan.budget
+    if args.pilot is not None and budget is None:
+        raise UsageError("--pilot spends from the job's budget: give --budget USD or `budget:`")
     return _Job(plan.model, plan, demands, _policy(args, plan), budget), files
 
 
-async def _pilot(
-    args: argparse.Namespace, job: _Job, listing: ModelEndpoints, n: int
-) -> PilotResult:
+async def _pilot(args: argparse.Namespace, job: _Job, n: int) -> PilotResult:
     plan = job.plan
     assert plan is not None  # _uniform_job refuses --pilot
-    # The same share of the pilot from every dataset, sampled uniformly within it.
-    share = math.ceil(n / len(plan.datasets))
-    prompts = []
-    for index, dataset in enumerate(plan.datasets):
-        sample, _ = sample_prompts(dataset.inputs, share, seed=args.seed + index)
-        prompts.extend(sample)
-    first = plan.datasets[0]
-    params = plan.params_for(first).request_params()
-    max_tokens = params.pop("max_tokens")
-    ledger = MemoryLedger(job.budget) if job.budget is not None else None
-    async with Router(
-        job.model,
-        policy=job.policy,
-        ledger=ledger,
-        endpoints=listing,
+    assert job.budget is not None  # _plan_job checked
+    assert args.out is not None
+    plan = plan.with_overrides(budget=job.budget, exclude_below=args.exclude_below)
+    result, summary = await pilot_into_job(
+        plan,
+        args.out,
+        n,
+        seed=args.seed,
+        concurrency=args.pilot_concurrency,
         base_url=args.base_url,
-        max_concurrency=args.pilot_concurrency,
-    ) as router:
-        return await run_pilot(
-            router,
-            prompts[:n],
-            max_tokens=max_tokens,
-            concurrency=args.pilot_concurrency,
-            params=params,
-        )
+    )
+    print(
+        f"pilot: booked on the job's ledger in {args.out}: spent {format_usd(summary.spent)} "
+        f"of {format_usd(summary.budget)}; its answers are the datasets' first results "
+        f"(provider-router run --plan {args.plan} --out {args.out} sends the rest)",
+        file=sys.stderr,
+    )
+    return result
 
 
 def _workloads(
@@ -273,6 +299,7 @@ def _workloads(
             max_requests=d.max_requests,
             available_prompts=d.available_prompts,
             workload=own[d.name],
+            max_tokens=d.max_tokens,
         )
         for d in job.demands
     )
@@ -308,15 +335,16 @@ async def _routes(
 async def _gather(
     args: argparse.Namespace,
 ) -> tuple[Projection, PilotResult | None, RouteComparison | None]:
-    if args.plan is None:
-        job, _ = _uniform_job(args)
-        files: dict[str, PromptFileStats] = {}
-    else:
-        job, files = _plan_job(args)
+    with as_usage():
+        if args.plan is None:
+            job, _ = _uniform_job(args)
+            files: dict[str, PromptFileStats] = {}
+        else:
+            job, files = _plan_job(args)
     listing = await load_listing(job.model, base_url=args.base_url, snapshot=args.snapshot)
     pilot = None
     if args.pilot is not None:
-        pilot = await _pilot(args, job, listing, args.pilot)
+        pilot = await _pilot(args, job, args.pilot)
     workload, demands = _workloads(args, job, files, pilot)
     projection = project(demands, listing, job.policy, workload, budget=job.budget)
     return projection, pilot, await _routes(args, job, listing, workload, demands)

@@ -53,16 +53,21 @@ from provider_router.batch.fleet import DEFAULT_IDLE_TIMEOUT, FleetQueue
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import LEDGER_FILE, BatchRunner
 from provider_router.batch.summary import EXIT_CODES, RunSummary, StopReason
-from provider_router.cli._errors import UsageError
+from provider_router.cli._errors import UsageError, as_usage
 from provider_router.cli._logging import report_events
-from provider_router.cli._options import budget_usd, positive_count
+from provider_router.cli._options import PRECISIONS, budget_usd, positive_count
 from provider_router.cli._render import make_console
 from provider_router.cli.preflight import print_report
 from provider_router.ledger import RedisLedger, SQLiteLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ledger.redis import DEFAULT_LEASE
 from provider_router.metrics import Metrics
-from provider_router.plan import Plan, load_plan
+from provider_router.plan import (
+    DEFAULT_BATCH_CONCURRENCY,
+    DEFAULT_BATCH_MAX_TOKENS,
+    Plan,
+    load_plan,
+)
 from provider_router.preflight import PreflightFailed
 from provider_router.prompts import PromptReader
 
@@ -124,11 +129,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="USD",
         help="raise the job's budget by USD: its ledger's current limit plus USD (to resume)",
     )
-    parser.add_argument("--max-tokens", type=positive_count, metavar="N", help="completion cap")
+    # No argparse default: a plan file's own value wins over one the flag never gave.
     parser.add_argument(
-        "--concurrency", type=positive_count, metavar="C", help="requests in flight"
+        "--max-tokens",
+        type=positive_count,
+        metavar="N",
+        help=f"completion cap per request (default: {DEFAULT_BATCH_MAX_TOKENS}, or the "
+        "plan's generation.max_tokens)",
     )
-    parser.add_argument("--exclude-below", metavar="Q", help="lowest precision allowed (int4)")
+    parser.add_argument(
+        "--concurrency",
+        type=positive_count,
+        metavar="C",
+        help=f"requests in flight (default: {DEFAULT_BATCH_CONCURRENCY}, or the plan's)",
+    )
+    parser.add_argument(
+        "--exclude-below",
+        choices=PRECISIONS,
+        metavar="Q",
+        help=f"lowest precision allowed ({', '.join(PRECISIONS)})",
+    )
     parser.add_argument(
         "--target-output-tokens", type=positive_count, metavar="N", help="stop each dataset at N"
     )
@@ -352,11 +372,12 @@ def _run_loop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    plan = plan_from_args(args)
+    with as_usage():
+        plan = plan_from_args(args)
     if args.add_budget is not None:
         plan = plan.with_overrides(budget=added_budget(plan, Path(args.out), args))
     if plan.budget is None:
-        raise ConfigurationError("--budget USD is required (or `budget:` in the plan file)")
+        raise UsageError("--budget USD is required (or `budget:` in the plan file)")
     check_inputs(plan)
     check_out(Path(args.out))
     if not os.environ.get(ENV_API_KEY):

@@ -21,11 +21,13 @@ from types import TracebackType
 from typing import Any, Final, Protocol, Self, TypeAlias, cast, runtime_checkable
 
 from provider_router._exceptions import BudgetExhausted, ConfigurationError
+from provider_router._format import readable_repr
 from provider_router._money import (
     LEDGER_MAX_UNITS,
     LEDGER_MAX_USD,
     TERA,
     from_units,
+    to_decimal,
     to_units,
 )
 
@@ -112,6 +114,8 @@ class LedgerState:
         drift: the sum of ``cost - estimate`` over settles that gave an estimate.
         overrun: the sum of ``cost - reservation`` over settles that cost more than
             they reserved: the only way ``spent + reserved`` can pass ``limit``.
+        waiting: reservations of this process queued for room (``wait=``) that
+            have not fitted yet: requests waiting for budget, not yet sent.
     """
 
     limit: Decimal
@@ -124,6 +128,9 @@ class LedgerState:
     estimated: Decimal
     drift: Decimal
     overrun: Decimal
+    waiting: int = 0
+
+    __repr__ = readable_repr
 
     @property
     def available(self) -> Decimal:
@@ -146,6 +153,8 @@ class RecoveryReport:
     worst_case: tuple[Reservation, ...] = ()
     reconciled_cost: Decimal = Decimal(0)
     worst_case_cost: Decimal = Decimal(0)
+
+    __repr__ = readable_repr
 
 
 CostResolver: TypeAlias = Callable[[Reservation], Awaitable[Decimal | None]]
@@ -269,6 +278,20 @@ def estimate_units(estimate: Decimal | None, cost: Decimal, cost_units: int) -> 
     if type(estimate) is Decimal and estimate == cost:
         return cost_units
     return amount_units(estimate, what="estimate", round_up=False)
+
+
+def limit_units(limit: object) -> int:
+    """A ledger's limit (the budget) in picodollars, by the one rule every budget follows.
+
+    The same as a plan's ``budget``: a Decimal, an int, a decimal string (``"0.1"``,
+    as a file or a flag gives it) or a float read as it prints (``0.3`` is $0.3,
+    never its binary expansion); a bool, a non-number or a negative amount is refused.
+    """
+    try:
+        amount = to_decimal(limit, what="limit")
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    return amount_units(amount, what="limit", round_up=False)
 
 
 def amount_units(amount: Decimal, *, what: str, round_up: bool, capped: bool = True) -> int:

@@ -186,6 +186,10 @@ class Batcher:
         finally:
             self._hurry = False
 
+    def queued_for_room(self) -> int:
+        """Reservations queued for room that have not fitted yet (nor been cancelled)."""
+        return sum(1 for op in self._waiters if op.future is None or not op.future.done())
+
     def fail_waiters(self, exc: Exception) -> None:
         if self._timer is not None:
             self._timer.cancel()

@@ -9,6 +9,7 @@ recovery.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import os
 from decimal import Decimal
@@ -27,6 +28,7 @@ from provider_router.ledger._base import (
     Reservation,
     amount_units,
     estimate_units,
+    limit_units,
     new_owner,
 )
 
@@ -147,14 +149,14 @@ class DurableLedger(AsyncResource):
 
     async def snapshot(self) -> LedgerState:
         state: LedgerState = await self._call(b.Op(b.SNAPSHOT))
-        return state
+        return dataclasses.replace(state, waiting=self._batcher.queued_for_room())
 
     async def open_reservations(self) -> list[Reservation]:
         found: list[Reservation] = await self._call(b.Op(b.LIST_OPEN))
         return found
 
     async def set_limit(self, limit: Decimal) -> None:
-        units = amount_units(limit, what="limit", round_up=False)
+        units = limit_units(limit)
         await self._call(b.Op(b.SET_LIMIT, units=units))
         log.info("ledger.set_limit", limit=str(limit))
 

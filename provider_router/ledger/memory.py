@@ -8,6 +8,7 @@ from one event loop. Nothing survives the process, so there is nothing to recove
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from collections import deque
 from decimal import Decimal
@@ -23,6 +24,7 @@ from provider_router.ledger._base import (
     amount_units,
     estimate_units,
     exhausted,
+    limit_units,
     new_owner,
     new_reservation,
 )
@@ -53,7 +55,7 @@ class MemoryLedger(AsyncResource):
     """
 
     def __init__(self, limit: Decimal) -> None:
-        self._totals = Totals(amount_units(limit, what="limit", round_up=False))
+        self._totals = Totals(limit_units(limit))
         self._open: dict[str, Reservation] = {}
         self._generation: dict[str, str] = {}
         self._waiters: deque[_Waiter] = deque()
@@ -204,7 +206,8 @@ class MemoryLedger(AsyncResource):
     # --- the rest of the contract -----------------------------------------------
 
     async def snapshot(self) -> LedgerState:
-        return self._totals.state()
+        waiting = sum(1 for w in self._waiters if not w.future.done())
+        return dataclasses.replace(self._totals.state(), waiting=waiting)
 
     async def open_reservations(self) -> list[Reservation]:
         return [
@@ -217,7 +220,7 @@ class MemoryLedger(AsyncResource):
         return RecoveryReport()
 
     async def set_limit(self, limit: Decimal) -> None:
-        self._totals.limit_units = amount_units(limit, what="limit", round_up=False)
+        self._totals.limit_units = limit_units(limit)
         log.info("ledger.set_limit", limit=str(limit))
         self._pump()
 

@@ -34,7 +34,7 @@ from provider_router._exceptions import (
 from provider_router._money import from_units
 from provider_router._types import Clock, Sleep
 from provider_router.ledger import _batch as b
-from provider_router.ledger._base import LedgerState, Reservation, amount_units
+from provider_router.ledger._base import LedgerState, Reservation, limit_units
 from provider_router.ledger._durable import DurableLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW, OutageWindow
 from provider_router.ledger._redis_lua import BATCH, INIT
@@ -132,7 +132,7 @@ class RedisLedger(DurableLedger):
                 f"a Redis ledger name must be non-empty, without braces: {name!r}"
             )
         self.name = name
-        self._limit = None if limit is None else amount_units(limit, what="limit", round_up=False)
+        self._limit = None if limit is None else limit_units(limit)
         base = f"{prefix}:{{{name}}}:"
         self._keys = [base + "totals", base + "leases", base + "recovered"]
         self._res_prefix = base

@@ -29,7 +29,7 @@ from typing import Any, Final, Literal
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._types import Clock
 from provider_router.ledger import _batch as b
-from provider_router.ledger._base import Reservation, amount_units, owner_is_dead
+from provider_router.ledger._base import Reservation, limit_units, owner_is_dead
 from provider_router.ledger._durable import DurableLedger
 from provider_router.ledger._totals import FIELDS, Totals
 from provider_router.ledger._writer import WriterThread
@@ -345,7 +345,7 @@ def _open_totals(
     limit is refused (unless ``keep_limit``): it is changed with ``set_limit``,
     never by reopening.
     """
-    units = None if limit is None else amount_units(limit, what="limit", round_up=False)
+    units = None if limit is None else limit_units(limit)
     con.execute("BEGIN IMMEDIATE")
     try:
         version = con.execute("PRAGMA user_version").fetchone()[0]

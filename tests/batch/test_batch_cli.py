@@ -212,19 +212,28 @@ def test_run_rejects_bad_amounts_and_counts(
 
 
 def test_flag_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each a bad command: exit 2."""
     prompts = write_prompts(tmp_path / "p.jsonl", 2)
-    assert main(["run", str(prompts), "--out", str(tmp_path / "o"), "--budget", "1"]) == 1
+    assert (
+        main(["run", str(prompts), "--out", str(tmp_path / "o"), "--budget", "1"]) == 2
+    )  # a bad command
     assert "--model is required" in capsys.readouterr().err
-    assert main(["run", "--out", str(tmp_path / "o"), "--model", "m/x", "--budget", "1"]) == 1
+    assert (
+        main(["run", "--out", str(tmp_path / "o"), "--model", "m/x", "--budget", "1"]) == 2
+    )  # a bad command
     assert "PROMPTS.jsonl" in capsys.readouterr().err
-    assert main(["run", str(prompts), "--out", str(tmp_path / "o"), "--model", "m/x"]) == 1
+    assert (
+        main(["run", str(prompts), "--out", str(tmp_path / "o"), "--model", "m/x"]) == 2
+    )  # a bad command
     assert "--budget USD is required" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["run", str(prompts), "--out", "o", "--model", "m/x", "--budget", "-1"])
     assert "argument --budget: a budget must be more than $0, got '-1'" in capsys.readouterr().err
     bad_plan = tmp_path / "plan.yaml"
     bad_plan.write_text("model: m/x\ndatasets:\n  - {name: a, input: p.jsonl, max_requests: -1}\n")
-    assert main(["run", "--plan", str(bad_plan), "--out", str(tmp_path / "o")]) == 1
+    assert (
+        main(["run", "--plan", str(bad_plan), "--out", str(tmp_path / "o")]) == 2
+    )  # a bad command
     assert f"{bad_plan}:3: invalid plan" in capsys.readouterr().err
 
 
@@ -241,4 +250,4 @@ async def test_export_command(tmp_path: Path, openrouter_sim_factory: Factory) -
     assert len(rows) == sum(SIZES.values())
     assert {r["id"].split("/")[0] for r in rows} == set(SIZES)
     assert all(r["conversations"][-1]["role"] == "assistant" for r in rows)
-    assert main(["export", str(tmp_path / "nowhere"), "--to", str(target)]) == 1
+    assert main(["export", str(tmp_path / "nowhere"), "--to", str(target)]) == 2

@@ -21,7 +21,7 @@ def test_demo_runs_out_of_credits_tops_up_and_completes(
     # No raw log line lands in the middle of a table: the 402 is counted, said once at the end.
     assert "route.credits_exhausted" not in captured.err
     assert not [line for line in captured.err.splitlines() if line.startswith("{")]
-    assert "time(s) OpenRouter's credits ran out (402)" in captured.err
+    assert "OpenRouter's credits ran out (402)" in captured.err
     for step in ("1. Endpoints", "2. What the plan will cost", "3. Run 6 datasets", "4. Top up"):
         assert step in text
     assert "rejected" in text  # the endpoint verdicts

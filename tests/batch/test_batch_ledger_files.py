@@ -186,7 +186,7 @@ async def test_the_cli_refuses_a_deleted_ledger_and_a_budget_no_ledger_holds(
     # A budget no ledger can hold exactly is a clear error, and leaves nothing behind
     # that would make the next run fail.
     code, err = await cli_run(prompts, out, sim, "9999999")
-    assert code == 1, err
+    assert code == 2, err  # a bad command: refused before anything is sent
     assert "budget $9999999 is above the largest a ledger holds exactly" in err
     assert "Traceback" not in err
     code, err = await cli_run(prompts, out, sim, "5")

@@ -7,7 +7,9 @@ import contextlib
 import json
 import os
 import socket
+import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from html.parser import HTMLParser
@@ -18,6 +20,7 @@ import pytest
 from _batch_helpers import write_prompts
 
 from provider_router import ConfigurationError
+from provider_router.batch._journal_file import lock_directory, unlock
 from provider_router.batch.report import CHARTS, REPORT_FILE, load_run, write_report
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.status import status_lines
@@ -177,7 +180,7 @@ def test_status_and_report_of_a_directory_without_a_run(
 ) -> None:
     with pytest.raises(ConfigurationError, match="no run here"):
         status_lines(tmp_path, now=0)
-    assert main(["status", str(tmp_path / "missing")]) == 1
+    assert main(["status", str(tmp_path / "missing")]) == 2  # a bad command
     assert "no such run directory" in capsys.readouterr().err
 
 
@@ -218,9 +221,58 @@ def test_a_report_of_a_run_in_progress_tolerates_a_torn_line(tmp_path: Path) -> 
     charts = parse(tmp_path / REPORT_FILE)
     assert charts.charts["spend"]
     assert charts.charts["latency"]
-    assert status_lines(tmp_path, now=105.0)[0].endswith("running (last update 4 s ago)")
-    killed = status_lines(tmp_path, now=101.0 + 3600)[0]
-    assert "(last update 60 min ago); no update for a while: it may have been killed" in killed
+    fd = lock_directory(tmp_path)  # as the run's process holds it
+    try:
+        assert status_lines(tmp_path, now=105.0)[0].endswith("running (last update 4 s ago)")
+        # Quiet for an hour, but its process holds the lock: running, not "killed".
+        assert status_lines(tmp_path, now=101.0 + 3600)[0].endswith(
+            "running (last update 60 min ago)"
+        )
+    finally:
+        unlock(fd)
+    # The lock is free: no process runs it, however fresh its last line.
+    stopped = status_lines(tmp_path, now=101.5)[0]
+    assert "stopped (killed?)" in stopped
+    assert "(last update 0 s ago)" in stopped
+    assert "run the same command again to resume" in stopped
+
+
+def test_status_names_a_run_whose_pid_is_gone_stopped_while_the_lock_is_held(
+    tmp_path: Path,
+) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    row = {"t": 100.0, "limit": "5", "spent": "1", "completed": 1, "final": False}
+    row |= {"pid": gone.pid, "host": socket.gethostname()}
+    (tmp_path / TIMELINE_FILE).write_text(json.dumps(row) + "\n")
+    fd = lock_directory(tmp_path)  # held here, but not by the pid the timeline names
+    try:
+        assert "stopped (killed?)" in status_lines(tmp_path, now=101.0)[0]
+        # Another machine's pid says nothing here: the lock decides.
+        row["host"] = "elsewhere"
+        (tmp_path / TIMELINE_FILE).write_text(json.dumps(row) + "\n")
+        assert "running" in status_lines(tmp_path, now=101.0)[0]
+    finally:
+        unlock(fd)
+
+
+async def test_status_calls_a_killed_run_stopped_seconds_after_its_kill(
+    tmp_path: Path, openrouter_sim_factory: Factory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sim = await openrouter_sim_factory(seed=3, speed=5, completion_tokens=20)
+    prompts = write_prompts(tmp_path / "p.jsonl", 400)
+    out = tmp_path / "out"
+    proc = await run_cli(sim, out, prompts, "--budget", "5", "--concurrency", "2")
+    while not any(r["completed"] for r in read_timeline(out / TIMELINE_FILE)):
+        assert proc.returncode is None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 0.02)
+    assert "running" in status_lines(out, now=time.time())[0]
+    proc.kill()
+    await proc.wait()
+    assert main(["status", str(out)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "stopped (killed?)" in first, first
 
 
 async def test_the_report_in_a_real_browser_loads_cleanly_and_every_chart_draws(

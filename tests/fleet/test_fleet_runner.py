@@ -165,9 +165,9 @@ def test_plan_file_and_flags_name_the_shared_ledger_and_fleet(
         load_plan(path)
     prompts = str(tmp_path / "a.jsonl")
     common = ["run", prompts, "--out", str(tmp_path / "o"), "--model", "m/x", "--budget", "1"]
-    assert main([*common, "--workers-share", "b3"]) == 1
+    assert main([*common, "--workers-share", "b3"]) == 2  # a bad command
     assert "workers_share needs a shared ledger" in capsys.readouterr().err
-    assert main([*common, "--ledger", "redis://127.0.0.1:1/0"]) == 1
+    assert main([*common, "--ledger", "redis://127.0.0.1:1/0"]) == 2
     assert "needs a name" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([*common, "--idle-timeout", "0"])

@@ -57,6 +57,22 @@ def test_topup_sets_or_adds_to_the_limit(
     assert capsys.readouterr().out == "limit $10, available $7.75\n"
 
 
+def test_topup_below_what_is_spent_is_refused_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "run.ledger"
+    asyncio.run(_ledger_with_history(path))  # $0.25 spent, $2 reserved
+    capsys.readouterr()
+    assert main(["ledger", "topup", str(path), "--limit", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "--limit $0.10 is below the $0.25 already spent" in err
+    assert "at least $0.25" in err
+    assert main(["ledger", "show", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["limit"] == "100"  # unchanged
+    # At what is spent (or above) it is a real choice: stop spending more.
+    assert main(["ledger", "topup", str(path), "--limit", "0.25"]) == 0
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -68,7 +84,7 @@ def test_topup_sets_or_adds_to_the_limit(
 def test_bad_targets_are_explained(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(argv) == 1
+    assert main(argv) == 2  # a bad command
     assert message in capsys.readouterr().err
 
 
