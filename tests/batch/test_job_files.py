@@ -1,0 +1,253 @@
+"""A job's files: any one of them lost or cut never resets the budget nor cuts paid outputs (#21).
+
+The journal is cut at each line boundary of its first lines and at a random byte,
+the ledger moved, the ledger replaced by an older copy of itself (what removing its
+``-wal`` after a kill leaves): every resume either refuses, writing nothing, or
+continues with each paid output kept once and no prompt paid twice.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from _batch_helpers import ledger_spent, read_records, simulate_crash, write_prompts
+
+from provider_router import ConfigurationError, DataFileError
+from provider_router.batch.journal import JOURNAL_FILE, FileJournal, output_path
+from provider_router.batch.runner import BatchRunner
+from provider_router.batch.summary import StopReason
+from provider_router.plan import Plan
+from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
+
+Factory = Callable[..., Awaitable[SimulatorServer]]
+
+
+def plan_for(tmp_path: Path, *, budget: str = "10", requests: int | None = 8) -> Plan:
+    path = tmp_path / "p.jsonl"
+    if not path.exists():
+        write_prompts(path, 16)
+    dataset: dict[str, object] = {"name": "p", "input": str(path)}
+    if requests is not None:
+        dataset["max_requests"] = requests
+    return Plan.model_validate(
+        {
+            "model": "moonshotai/kimi-k2.5",
+            "budget": budget,
+            "concurrency": 2,
+            "policy": {"exclude_below": "int4"},
+            "generation": {"max_tokens": 100},
+            "datasets": [dataset],
+        }
+    )
+
+
+def runner(plan: Plan, out: Path, sim: SimulatorServer) -> BatchRunner:
+    return BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
+
+
+def snapshot(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+
+def paid_outputs(out: Path) -> list[dict[str, object]]:
+    return read_records(output_path(out, "p"))
+
+
+def assert_nothing_paid_twice(out: Path, sim: SimulatorServer) -> None:
+    records = paid_outputs(out)
+    ids = [r["id"] for r in records]
+    assert len(ids) == len(set(ids)), "a prompt's output appears twice"
+    # Every charge the simulator made is one kept output: none was paid twice or lost.
+    assert sum(Decimal(str(r["cost"])) for r in records) == sim.simulator.usage
+    assert ledger_spent(out) == sim.simulator.usage
+
+
+async def first_run(tmp_path: Path, sim: SimulatorServer) -> tuple[Plan, Path]:
+    out = tmp_path / "out"
+    summary = await runner(plan_for(tmp_path), out, sim).run()
+    assert summary.reason is StopReason.COMPLETE
+    assert len(paid_outputs(out)) == 8
+    for side in out.glob("ledger.sqlite-*"):
+        side.unlink()  # closed: everything is in the main file
+    return plan_for(tmp_path, requests=None), out
+
+
+def cut_journal(out: Path, *, lines: int | None = None, byte: int | None = None) -> None:
+    path = out / JOURNAL_FILE
+    data = path.read_bytes()
+    data = b"".join(data.splitlines(keepends=True)[:lines]) if byte is None else data[:byte]
+    path.write_bytes(data)
+
+
+def move_ledger(out: Path, where: Path) -> None:
+    where.mkdir(exist_ok=True)
+    for path in out.glob("ledger.sqlite*"):
+        shutil.move(path, where / path.name)
+
+
+LINES = list(range(11))
+
+
+@pytest.mark.parametrize("lines", LINES)
+async def test_a_cut_journal_beside_a_moved_ledger_is_refused_writing_nothing(
+    tmp_path: Path, openrouter_sim_factory: Factory, lines: int
+) -> None:
+    sim = await openrouter_sim_factory(seed=21)
+    plan, out = await first_run(tmp_path, sim)
+    charged = sim.simulator.usage
+    move_ledger(out, tmp_path / "elsewhere")
+    cut_journal(out, lines=lines)
+    before = snapshot(out)
+    with pytest.raises(ConfigurationError) as info:
+        await runner(plan, out, sim).run()
+    message = str(info.value)
+    assert "restore" in message.lower()
+    assert sim.simulator.usage == charged  # nothing sent on a budget reset to $0
+    assert snapshot(out) == before  # no ledger created, no line appended, no output cut
+
+
+async def test_a_journal_cut_at_a_random_byte_beside_a_moved_ledger_is_refused(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim = await openrouter_sim_factory(seed=22)
+    plan, out = await first_run(tmp_path, sim)
+    charged = sim.simulator.usage
+    move_ledger(out, tmp_path / "elsewhere")
+    size = (out / JOURNAL_FILE).stat().st_size
+    cut_journal(out, byte=random.Random(22).randrange(1, size))
+    with pytest.raises(ConfigurationError, match=r"(?i)restore"):
+        await runner(plan, out, sim).run()
+    assert sim.simulator.usage == charged
+
+
+@pytest.mark.parametrize("lines", LINES)
+async def test_a_cut_journal_keeps_every_paid_output(
+    tmp_path: Path, openrouter_sim_factory: Factory, lines: int
+) -> None:
+    sim = await openrouter_sim_factory(seed=23)
+    plan, out = await first_run(tmp_path, sim)
+    kept = paid_outputs(out)
+    journal_lines = (out / JOURNAL_FILE).read_bytes().splitlines()[:lines]
+    cut_journal(out, lines=lines)
+    if not any(b'"op":"output"' in line for line in journal_lines):
+        # The journal lost even the output file's line: refused, naming what to restore.
+        before = snapshot(out)
+        with pytest.raises(ConfigurationError, match="restore it"):
+            await runner(plan, out, sim).run()
+        assert snapshot(out) == before
+        return
+    summary = await runner(plan, out, sim).run()
+    assert summary.reason is StopReason.COMPLETE
+    assert paid_outputs(out)[: len(kept)] == kept  # not one paid output cut
+    assert len(paid_outputs(out)) == 16
+    assert_nothing_paid_twice(out, sim)
+
+
+async def test_an_older_copy_of_the_ledger_is_refused(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # What removing the -wal after a kill leaves: the ledger as of its last checkpoint.
+    sim = await openrouter_sim_factory(seed=24)
+    plan, out = await first_run(tmp_path, sim)
+    old = tmp_path / "old.sqlite"
+    shutil.copy(out / "ledger.sqlite", old)
+    summary = await runner(plan, out, sim).run()
+    assert summary.reason is StopReason.COMPLETE
+    charged = sim.simulator.usage
+    for path in out.glob("ledger.sqlite*"):
+        path.unlink()
+    shutil.copy(old, out / "ledger.sqlite")
+    before = snapshot(out)
+    with pytest.raises(DataFileError, match=r"less than the .* the job's outputs cost"):
+        await runner(plan_for(tmp_path, requests=None), out, sim).run()
+    assert sim.simulator.usage == charged
+    assert snapshot(out) == before
+
+
+async def test_a_ledger_file_without_a_ledger_is_refused_and_not_created_in(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    import sqlite3
+
+    sim = await openrouter_sim_factory(seed=25)
+    plan, out = await first_run(tmp_path, sim)
+    for path in out.glob("ledger.sqlite*"):
+        path.unlink()
+    con = sqlite3.connect(out / "ledger.sqlite")  # a database, but no ledger in it
+    con.execute("PRAGMA journal_mode = WAL")
+    con.execute("CREATE TABLE other (x)")
+    con.close()
+    before = snapshot(out)
+    with pytest.raises(DataFileError, match="holds no ledger"):
+        await runner(plan, out, sim).run()
+    assert snapshot(out) == before
+    con = sqlite3.connect(out / "ledger.sqlite")
+    tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master")}
+    con.close()
+    assert tables == {"other"}
+
+
+def paid_record(ds: str, pid: str, gen: str, cost: str = "0.0001") -> bytes:
+    record = {
+        "id": pid,
+        "dataset": ds,
+        "generation_id": gen,
+        "usage": {"prompt_tokens": 3, "completion_tokens": 7},
+        "cost": cost,
+    }
+    return (json.dumps(record) + "\n").encode()
+
+
+def test_a_paid_record_written_before_a_kill_is_kept_not_cut(tmp_path: Path) -> None:
+    j = FileJournal.open(tmp_path)
+    j.prepare(["d"])
+    assert j.claim("d", "a")
+    assert j.claim("d", "b")
+    j.flush()
+    with output_path(tmp_path, "d").open("ab") as fh:
+        fh.write(paid_record("d", "a", "gen-1"))  # the kill came before its done line
+        fh.write(b'{"id": "b", "generation_id": "gen-2", "torn')
+    simulate_crash(j)
+    with FileJournal.open(tmp_path) as j:
+        assert j.is_done("d", "a")
+        assert not j.is_done("d", "b")
+        assert [lost.prompt_id for lost in j.lost] == ["b"]  # a is done, not lost
+        assert j.tally("d").cost_units == 100_000_000
+        assert j.adopted == {"d": 1}
+        assert any("kept 1 paid output" in note for note in j.repairs)
+    with FileJournal.open(tmp_path) as j:  # the adoption is in the journal now
+        assert j.is_done("d", "a")
+        assert j.repairs == []
+    assert read_records(output_path(tmp_path, "d"))[0]["generation_id"] == "gen-1"
+
+
+def test_reading_a_journal_writes_nothing_until_it_begins(tmp_path: Path) -> None:
+    j = FileJournal.open(tmp_path)
+    j.prepare(["d"])
+    assert j.claim("d", "a")
+    j.flush()
+    with output_path(tmp_path, "d").open("ab") as fh:
+        fh.write(b'{"id": "x", "torn')
+    simulate_crash(j)
+    with (tmp_path / JOURNAL_FILE).open("ab") as fh:
+        fh.write(b'{"op":"cla')
+    before = snapshot(tmp_path)
+    j = FileJournal.read(tmp_path)
+    assert [lost.prompt_id for lost in j.lost] == ["a"]
+    j.record_ledger("abc")  # held until begin
+    j.close()
+    assert snapshot(tmp_path) == before
+    j = FileJournal.read(tmp_path)
+    j.record_ledger("abc")
+    j.begin()
+    j.close()
+    entries = [json.loads(line) for line in (tmp_path / JOURNAL_FILE).read_text().splitlines()]
+    ops = [e["op"] for e in entries]
+    assert ops[-4:] == ["run", "lost", "ledger", "stop"]
+    assert output_path(tmp_path, "d").read_bytes() == b""
