@@ -251,3 +251,28 @@ def test_reading_a_journal_writes_nothing_until_it_begins(tmp_path: Path) -> Non
     ops = [e["op"] for e in entries]
     assert ops[-4:] == ["run", "lost", "ledger", "stop"]
     assert output_path(tmp_path, "d").read_bytes() == b""
+
+
+def test_a_run_refused_for_its_key_or_policy_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from provider_router.cli import main
+
+    prompts = write_prompts(tmp_path / "p.jsonl", 2)
+    base = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "1"]
+    monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+    assert main([*base, "--out", str(tmp_path / "nokey")]) == 2
+    assert not (tmp_path / "nokey").exists()
+    monkeypatch.setenv("OPENROUTER_API_KEY", DEFAULT_TEST_KEY)
+    out = tmp_path / "policy"
+    argv = [*base, "--out", str(out), "--exclude-below", "int5", "--base-url", "http://127.0.0.1:9"]
+    assert main(argv) == 1
+    assert not out.exists()
+
+
+async def test_a_runner_refuses_a_bad_policy_before_any_file(tmp_path: Path) -> None:
+    plan = plan_for(tmp_path).model_copy(update={"policy": {"exclude_below": "int5"}})
+    out = tmp_path / "out"
+    with pytest.raises(ConfigurationError, match="exclude_below"):
+        await BatchRunner(plan, out, base_url="http://127.0.0.1:9", api_key="k").run()
+    assert not out.exists()
