@@ -314,6 +314,7 @@ class BatchRunner:
                     await timeline.stop()
                 if account is not None:
                     self._recovered += await correct_account(account)
+            self._money_certain(ledger)
             try:
                 self.ledger_state = await ledger.snapshot()
             except LedgerUnavailableError as exc:  # the run stops on it; say so once
@@ -328,6 +329,17 @@ class BatchRunner:
         finally:
             if self._given_ledger is None:
                 await ledger.close()
+
+    def _money_certain(self, ledger: Ledger) -> None:
+        """A run whose ledger failed to record money does not end as a clean one."""
+        failures = getattr(ledger, "write_failures", None)
+        if failures is None or not failures.uncertain:
+            return
+        self._dispatcher.fail(
+            f"the ledger {self._outcomes.ledger_name} failed {failures.count} write(s) "
+            f"(the first: {failures.first}), so what it recorded may differ from what "
+            "was spent: run the same command again to reconcile it"
+        )
 
     async def _preflight(self, ledger: Ledger, journal: FileJournal) -> None:
         """The preflight, paid from the job's ledger (on every run: it costs < $0.001)."""

@@ -53,7 +53,11 @@ _PHRASES: Final = {
     ("route.cost_unknown", None): "answer(s) without a known cost, counted at worst case",
     ("route.policy_violation", None): "answer(s) served by a provider the policy excludes",
     ("route.generation_lookup_failed", None): "generation cost lookup(s) failed",
+    ("ledger.write_failed", None): "ledger write(s) failed",
 }
+# Events whose count line also says the first one's cause (its ``error`` field):
+# what a failed ledger write means for money cannot be left to a count.
+_SAY_FIRST: Final = frozenset({"ledger.write_failed"})
 
 _COUNT_EVENT: Final = "log.count"
 
@@ -95,6 +99,7 @@ class EventReport(logging.Handler):
         self.each = each
         self.fmt = fmt
         self.counts: Counter[tuple[str, str | None, int]] = Counter()
+        self.first: dict[tuple[str, str | None, int], str] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -104,7 +109,11 @@ class EventReport(logging.Handler):
                 return
             event = _event_dict(record)
             kind = next((str(event[k]) for k in _KIND_FIELDS if event.get(k)), None)
-            self.counts[(str(event.get("event", record.getMessage())), kind, record.levelno)] += 1
+            name = str(event.get("event", record.getMessage()))
+            key = (name, kind, record.levelno)
+            self.counts[key] += 1
+            if name in _SAY_FIRST and event.get("error"):
+                self.first.setdefault(key, str(event["error"]))
         except Exception:  # pragma: no cover - logging must never break the run
             self.handleError(record)
 
@@ -115,6 +124,9 @@ class EventReport(logging.Handler):
             self.counts.items(), key=lambda item: (-item[1], item[0][0], item[0][1] or "")
         ):
             text = describe_kind(event, kind, count)
+            first = self.first.get((event, kind, levelno))
+            if first is not None:
+                text += f"; the first: {first}"
             if self.fmt == "json":
                 lines.append(
                     json.dumps(
@@ -131,6 +143,7 @@ class EventReport(logging.Handler):
             else:
                 lines.append(f"provider-router: {text}")
         self.counts.clear()
+        self.first.clear()
         for line in lines:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()

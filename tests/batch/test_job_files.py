@@ -276,3 +276,38 @@ async def test_a_runner_refuses_a_bad_policy_before_any_file(tmp_path: Path) -> 
     with pytest.raises(ConfigurationError, match="exclude_below"):
         await BatchRunner(plan, out, base_url="http://127.0.0.1:9", api_key="k").run()
     assert not out.exists()
+
+
+async def test_a_run_whose_ledger_failed_a_write_does_not_end_clean(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    from provider_router import SQLiteLedger
+    from provider_router.ledger import _batch as b
+
+    sim = await openrouter_sim_factory(seed=26)
+    async with SQLiteLedger(tmp_path / "shared.sqlite", Decimal(10)) as ledger:
+        real = ledger._execute_once
+        failed: list[int] = []
+
+        async def execute(batch: list[b.Op]) -> tuple[int, int, int]:
+            if not failed and any(op.kind == b.ATTACH for op in batch):
+                failed.append(len(batch))
+                raise OSError(5, "Input/output error")
+            return await real(batch)
+
+        ledger._execute_once = execute  # type: ignore[method-assign]
+        run = BatchRunner(
+            plan_for(tmp_path),
+            tmp_path / "out",
+            base_url=sim.url,
+            api_key=DEFAULT_TEST_KEY,
+            ledger=ledger,
+        )
+        summary = await run.run()
+    assert failed
+    assert summary.reason is StopReason.ERROR
+    assert summary.exit_code != 0
+    assert "failed 1 write(s)" in summary.message
+    assert "Input/output error" in summary.message
+    assert "a generation id was not recorded" in summary.message
+    assert len(paid_outputs(tmp_path / "out")) == 8  # the answers are kept all the same
