@@ -14,7 +14,9 @@ from typing import Any
 
 from provider_router._money import from_units
 from provider_router.batch.journal import FileJournal
-from provider_router.testing import DEFAULT_TEST_KEY
+from provider_router.batch.runner import BatchRunner
+from provider_router.plan import Plan
+from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 
 def write_prompts(path: Path, count: int, *, prefix: str = "q", extra: Iterable[str] = ()) -> Path:
@@ -98,3 +100,26 @@ async def run_cli(*argv: str, key: str | None = DEFAULT_TEST_KEY) -> tuple[int, 
     out, err = await proc.communicate()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+def small_plan(tmp_path: Path, *, requests: int | None = 6, prompts: int = 12) -> Plan:
+    """One dataset ``p`` of ``prompts`` prompts (``requests`` of them sent), budget $10."""
+    path = write_prompts(tmp_path / "p.jsonl", prompts)
+    dataset: dict[str, object] = {"name": "p", "input": str(path)}
+    if requests is not None:
+        dataset["max_requests"] = requests
+    return Plan.model_validate(
+        {
+            "model": "moonshotai/kimi-k2.5",
+            "budget": "10",
+            "concurrency": 4,
+            "policy": {"exclude_below": "int4"},
+            "generation": {"max_tokens": 200},
+            "datasets": [dataset],
+        }
+    )
+
+
+def runner(plan: Plan, out: Path, sim: SimulatorServer) -> BatchRunner:
+    """A runner of ``plan`` into ``out`` against the local OpenRouter ``sim``."""
+    return BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)

@@ -44,27 +44,24 @@ async def test_a_failed_settle_is_named_with_its_cause_and_meaning(
     assert "a paid answer's charge was not recorded" in event["error"]
 
 
-async def test_a_failed_read_is_no_failed_write(
-    tmp_path: Path, log_events: list[dict[str, Any]]
+@pytest.mark.parametrize(
+    ("kind", "meaning"),
+    [
+        (b.SNAPSHOT, None),  # a read: its caller's error alone
+        (b.RESERVE, "a request was not admitted (nothing was sent for it)"),
+    ],
+    ids=["read", "reserve"],
+)
+async def test_a_failure_that_records_no_money_leaves_money_certain(
+    tmp_path: Path, log_events: list[dict[str, Any]], kind: int, meaning: str | None
 ) -> None:
     async with SQLiteLedger(tmp_path / "l.sqlite", D(10)) as ledger:
-        failing(ledger, b.SNAPSHOT, RuntimeError("read failed"))
+        failing(ledger, kind, RuntimeError("store broke"))
         with pytest.raises(RuntimeError):
-            await ledger.snapshot()
+            await (ledger.snapshot() if kind == b.SNAPSHOT else ledger.reserve(D(1), key="p"))
         assert not ledger.write_failures.uncertain
-    assert not [e for e in log_events if e["event"] == "ledger.write_failed"]
-
-
-async def test_a_refused_reservation_is_named_but_leaves_money_certain(
-    tmp_path: Path, log_events: list[dict[str, Any]]
-) -> None:
-    async with SQLiteLedger(tmp_path / "l.sqlite", D(10)) as ledger:
-        failing(ledger, b.RESERVE, RuntimeError("store broke"))
-        with pytest.raises(RuntimeError):
-            await ledger.reserve(D(1), key="p")
-        assert not ledger.write_failures.uncertain  # nothing was sent
-    (event,) = [e for e in log_events if e["event"] == "ledger.write_failed"]
-    assert "a request was not admitted (nothing was sent for it)" in event["error"]
+    said = [e["error"] for e in log_events if e["event"] == "ledger.write_failed"]
+    assert said == ([] if meaning is None else [f"RuntimeError: store broke: {meaning}"])
 
 
 def test_the_count_line_says_the_first_cause(capsys: pytest.CaptureFixture[str]) -> None:
