@@ -28,10 +28,10 @@ from pathlib import Path
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._format import format_usd
 from provider_router.batch.journal import FileJournal
-from provider_router.ledger import Ledger
+from provider_router.ledger import Ledger, LedgerState
 from provider_router.ledger.sqlite import SQLiteLedger
 
-__all__ = ["open_job_ledger"]
+__all__ = ["check_not_behind", "open_job_ledger"]
 
 _ADVICE = (
     "starting a new ledger would reset the budget to $0 although the journal "
@@ -78,7 +78,7 @@ async def open_job_ledger(
     try:
         state = await ledger.snapshot()  # a Redis ledger learns its identity on first use
         _check_identity(ledger, journal)
-        _check_not_behind(ledger, journal, state.spent + state.reserved)
+        check_not_behind(ledger, journal, state)
     except BaseException:
         if given is None:
             await ledger.close()
@@ -103,14 +103,20 @@ def _check_identity(ledger: Ledger, journal: FileJournal) -> None:
         )
 
 
-def _check_not_behind(ledger: Ledger, journal: FileJournal, held: Decimal) -> None:
+def check_not_behind(ledger: Ledger, journal: FileJournal, state: LedgerState) -> None:
     """Refuse a ledger that holds less than the journal's paid outputs cost.
 
     Every completion the journal committed was settled in the ledger (or, its settle
     failed, is still held there at its worst case), so ``spent + reserved`` is never
     below their costs: a ledger that is (an older copy, a WAL lost after a kill)
-    forgot payments, and would let them be spent again.
+    forgot payments, and would let them be spent again. Checked when the ledger is
+    opened, and again once the crashed reservations are settled (open worst cases
+    may hide a deficit until then).
+
+    Raises:
+        DataFileError: the ledger holds less than the outputs cost.
     """
+    held = state.spent + state.reserved
     paid = journal.committed_cost
     if held >= paid or getattr(ledger, "identity", None) is None:
         return  # a MemoryLedger starts at $0 by design: nothing outlives its process

@@ -59,7 +59,7 @@ from provider_router.batch.dispatch import Dispatcher
 from provider_router.batch.fleet import FleetQueue, describe_error
 from provider_router.batch.fleet_records import FleetTally
 from provider_router.batch.fleet_source import FleetSource
-from provider_router.batch.job_ledger import open_job_ledger
+from provider_router.batch.job_ledger import check_not_behind, open_job_ledger
 from provider_router.batch.journal import FileJournal, Journal
 from provider_router.batch.outcomes import Outcomes
 from provider_router.batch.recovery import (
@@ -290,6 +290,7 @@ class BatchRunner:
                 self.router = router
                 report, notes = await reconcile_crashed(ledger, router, self.journal)
                 self._recovered += notes
+                check_not_behind(ledger, journal, await ledger.snapshot())
                 account = account_check(
                     self.plan,
                     self.out,

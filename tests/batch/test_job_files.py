@@ -295,3 +295,36 @@ async def test_a_run_whose_ledger_failed_a_write_does_not_end_clean(
     assert "Input/output error" in summary.message
     assert "a generation id was not recorded" in summary.message
     assert len(paid_outputs(tmp_path / "out")) == 8  # the answers are kept all the same
+
+
+async def test_a_ledger_whose_deficit_open_worst_cases_hid_is_refused_after_recovery(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    import socket
+    import sqlite3
+
+    sim = await openrouter_sim_factory(seed=27)
+    plan, out = await first_run(tmp_path, sim)
+    charged = sim.simulator.usage
+    # A ledger that lost two payments (what a lost -wal can do): one settle undone (its
+    # row open again, at a large worst case, owned by a dead process), one row gone.
+    con = sqlite3.connect(out / "ledger.sqlite")
+    rows = con.execute(
+        "SELECT id, cost FROM reservations WHERE state = 'settled' ORDER BY id LIMIT 2"
+    ).fetchall()
+    (reopened, cost1), (gone, cost2) = rows
+    worst = 10**12  # $1: hides both costs until recovery settles the row at its real cost
+    con.execute(
+        "UPDATE reservations SET state = 'open', units = ?, cost = NULL, owner = ?,"
+        " lease_until = 0 WHERE id = ?",
+        (worst, f"{socket.gethostname()}:999999999:dead", reopened),
+    )
+    con.execute("DELETE FROM reservations WHERE id = ?", (gone,))
+    con.execute(
+        "UPDATE totals SET spent = spent - ?, reserved = reserved + ?", (cost1 + cost2, worst)
+    )
+    con.commit()
+    con.close()
+    with pytest.raises(DataFileError, match=r"less than the .* the job's outputs cost"):
+        await runner(plan, out, sim).run()
+    assert sim.simulator.usage == charged  # refused before any prompt was sent
