@@ -96,9 +96,9 @@ def _generations(job: Any) -> list[str]:
 
 
 def _message(stderr: bytes) -> str:
-    """The rerun's one line: its error, else what it said it repaired, else its last line."""
+    """The rerun's one line: its error, else what it repaired or waited for, else its last."""
     lines = [line.strip() for line in stderr.decode(errors="replace").splitlines() if line.strip()]
-    for marker in ("error: ", "resumed: "):
+    for marker in ("error: ", "resumed: ", "locked by another process"):
         found = [line for line in lines if marker in line]
         if found:
             return found[0]

@@ -54,6 +54,8 @@ _PHRASES: Final = {
     ("route.policy_violation", None): "answer(s) served by a provider the policy excludes",
     ("route.generation_lookup_failed", None): "generation cost lookup(s) failed",
     ("ledger.write_failed", None): "ledger write(s) failed",
+    ("ledger.store_unreachable", None): "time(s) the ledger's store was unreachable or "
+    "locked by another process (waited for; nothing lost)",
 }
 # Events whose count line also says the first one's cause (its ``error`` field):
 # what a failed ledger write means for money cannot be left to a count.
