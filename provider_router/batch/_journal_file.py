@@ -438,7 +438,13 @@ class Replay:
                 )
         if size > committed:
             self._cuts.append((path, committed))
-            paid = f", holding {cut_paid} paid record(s) already in it" if cut_paid else ""
+            paid = (
+                f", among them {cut_paid} record(s) with a generation id that could not be "
+                "kept (after a torn or foreign line, or a prompt done already; the ledger "
+                "holds their charges)"
+                if cut_paid
+                else ""
+            )
             self.repairs.append(
                 f"cut {size - committed} uncommitted bytes from the end of {path}{paid}"
             )
@@ -459,9 +465,11 @@ class Replay:
         cut_paid = 0
         with path.open("rb") as fh:
             fh.seek(committed)
+            stopped = False
             for line in fh:
-                row = None if cut_paid else _paid_row(ds, line, state.done)
+                row = None if stopped else _paid_row(ds, line, state.done)
                 if row is None:
+                    stopped = True
                     cut_paid += _has_generation_id(line)
                     continue
                 end += len(line)

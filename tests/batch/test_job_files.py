@@ -328,3 +328,22 @@ async def test_a_ledger_whose_deficit_open_worst_cases_hid_is_refused_after_reco
     with pytest.raises(DataFileError, match=r"less than the .* the job's outputs cost"):
         await runner(plan, out, sim).run()
     assert sim.simulator.usage == charged  # refused before any prompt was sent
+
+
+def test_paid_records_after_a_torn_line_are_cut_and_said(tmp_path: Path) -> None:
+    j = FileJournal.open(tmp_path)
+    j.prepare(["d"])
+    for pid in "abc":
+        assert j.claim("d", pid)
+    j.flush()
+    with output_path(tmp_path, "d").open("ab") as fh:
+        fh.write(paid_record("d", "a", "gen-1"))
+        fh.write(b'{"id": "b", "torn"\n')  # not a record: adoption stops here
+        fh.write(paid_record("d", "c", "gen-3"))
+    simulate_crash(j)
+    with FileJournal.open(tmp_path) as j:
+        assert j.is_done("d", "a")
+        assert not j.is_done("d", "c")
+        (note,) = [n for n in j.repairs if n.startswith("cut ")]
+        assert "among them 1 record(s) with a generation id" in note
+    assert [r["id"] for r in read_records(output_path(tmp_path, "d"))] == ["a"]
