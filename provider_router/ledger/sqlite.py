@@ -510,8 +510,13 @@ class SQLiteLedger(DurableLedger):
 
     async def _execute_once(self, batch: list[b.Op]) -> tuple[int, int, int]:
         store, writer = self._store, self._writer
-        if writer is None:
-            return store.apply_waiting(batch)
+        if writer is None:  # the connection keeps its busy timeout: apply waits
+            try:
+                return store.apply(batch)
+            except sqlite3.OperationalError as exc:
+                if is_locked(exc):
+                    raise LedgerLocked(str(exc)) from exc
+                raise
         if writer.busy:
             # The batch task was cancelled while the thread still had the connection
             # (a commit, a whole batch): it stays the thread's until that job ends.
