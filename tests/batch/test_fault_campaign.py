@@ -51,7 +51,7 @@ async def test_the_job_file_rows_keep_every_paid_output() -> None:
     from bench import _faults_files
     from bench.bench_faults import Job
 
-    args = quick(parser().parse_args(["--only", "files", "--seed", "7"]))
+    args = quick(parser().parse_args(["--quick", "--only", "files", "--seed", "7"]))
 
     def job_for(root: Path, sim: object) -> Job:
         job = Job(root, 150, args.budget, 256, 16, sim.url, horizon=-1.0)  # type: ignore[attr-defined]
