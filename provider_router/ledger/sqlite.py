@@ -159,13 +159,19 @@ class _Store:
         """
         self.cur.execute(f"PRAGMA busy_timeout = {self.busy_ms}")
         try:
+            return self.apply_unless_locked(batch)
+        finally:
+            self.cur.execute("PRAGMA busy_timeout = 0")
+
+    def apply_unless_locked(self, batch: list[b.Op]) -> tuple[int, int, int]:
+        """:meth:`apply`; a lock still taken after the connection's busy timeout is
+        :class:`LedgerLocked` (nothing was applied: retry it)."""
+        try:
             return self.apply(batch)
         except sqlite3.OperationalError as exc:
             if is_locked(exc):
                 raise LedgerLocked(str(exc)) from exc
             raise
-        finally:
-            self.cur.execute("PRAGMA busy_timeout = 0")
 
     def begin(self) -> None:
         """Take the write lock (``BEGIN IMMEDIATE``) before the totals are read."""
@@ -511,12 +517,7 @@ class SQLiteLedger(DurableLedger):
     async def _execute_once(self, batch: list[b.Op]) -> tuple[int, int, int]:
         store, writer = self._store, self._writer
         if writer is None:  # the connection keeps its busy timeout: apply waits
-            try:
-                return store.apply(batch)
-            except sqlite3.OperationalError as exc:
-                if is_locked(exc):
-                    raise LedgerLocked(str(exc)) from exc
-                raise
+            return store.apply_unless_locked(batch)
         if writer.busy:
             # The batch task was cancelled while the thread still had the connection
             # (a commit, a whole batch): it stays the thread's until that job ends.
