@@ -584,8 +584,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--only",
         default="",
-        help="comma list: kill9,disk,cut,timeout,ledger,redis,fields,cost,stop,preflight "
-        "(a group picks its rows: cost-absurd-json...)",
+        help="comma list: kill9,disk,cut,timeout,ledger,redis,fields,cost,stop,preflight,"
+        "files,locked (a group picks its rows: cost-absurd-json...)",
     )
     p.add_argument(
         "--horizon",
@@ -615,11 +615,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(HEADER)
     outcomes = asyncio.run(campaign(args))
+    file_rows = asyncio.run(job_file_rows(args))
     if args.json:
-        args.json.write_text(
-            json.dumps([{**o.__dict__, "ok": o.ok()} for o in outcomes], default=str, indent=1)
-        )
-    return 0 if all(o.ok() for o in outcomes) else 1
+        table = [{**o.__dict__, "ok": o.ok()} for o in [*outcomes, *file_rows]]
+        args.json.write_text(json.dumps(table, default=str, indent=1))
+    return 0 if all(o.ok() for o in [*outcomes, *file_rows]) else 1
+
+
+async def job_file_rows(args: argparse.Namespace) -> list[Any]:
+    """The job-file rows of #21 (``bench/_faults_files.py``): files cut, moved, locked."""
+    from bench import _faults_files
+
+    only = {name.strip() for name in args.only.split(",") if name.strip()} or None
+
+    def job_for(root: Path, sim: Any) -> Job:
+        job = Job(root, 150, args.budget, 256, 16, sim.url, horizon=-1.0)
+        job.write_prompts(args.seed)
+        return job
+
+    return await _faults_files.rows(args, only, job_for)
 
 
 if __name__ == "__main__":

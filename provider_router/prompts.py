@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,8 @@ _MAX_ERROR_SNIPPET = 60
 _OFFSET_BITS = 48
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _decode = json.JSONDecoder().decode
+# A ``\ud800``-``\udfff`` escape: JSON allows it, UTF-8 cannot encode it unpaired.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def location(file_index: int, offset: int) -> int:
@@ -141,6 +144,17 @@ def _check_messages(value: object) -> str | None:
     return None
 
 
+def _check_encodable(obj: JSONObject) -> None:
+    """Refuse a line whose strings hold a lone surrogate: it could never be sent."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end].encode("unicode_escape").decode()
+        raise ValueError(
+            f"line holds a lone surrogate ({bad}): not valid Unicode, so it cannot be sent as UTF-8"
+        ) from None
+
+
 def _check_tools(obj: JSONObject) -> str | None:
     """Why the line's ``tools``/``tool_choice`` cannot be sent, or None when they can."""
     tools = obj.get("tools")
@@ -172,13 +186,16 @@ def parse_prompt_line(raw: bytes | str) -> tuple[str | None, list[Message], JSON
         ValueError: with a message saying what is wrong with the line.
     """
     try:
-        obj = _decode(raw.decode() if isinstance(raw, bytes) else raw)
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        obj = _decode(text)
     except UnicodeDecodeError as exc:
         raise ValueError(f"line is not valid UTF-8 (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"line is not valid JSON: {exc.msg} at column {exc.colno}") from None
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None:
+        _check_encodable(obj)
     has_messages = "messages" in obj
     has_prompt = "prompt" in obj
     if has_messages and has_prompt:

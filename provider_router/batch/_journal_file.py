@@ -5,6 +5,14 @@ entries; this module reads them back. :func:`replay` rebuilds every dataset's
 state from ``journal.jsonl``, drops a torn last line, cuts uncommitted bytes off
 the outputs and revokes completions whose records the disk lost, and reports
 what it repaired and which requests were in flight when the last run died.
+Reading writes nothing: the repairs are applied by :meth:`Replay.apply`, once the
+caller has checked everything else it can (the job's ledger above all), so a
+refused open leaves every file as it found it.
+
+An output record that carries a generation id is proof of a payment: records past
+the journal's last commit (a kill between the output write and its ``done`` line,
+or a journal cut short) are adopted back as completions rather than cut, and are
+counted as earlier spending, so a lost ledger beside them is refused.
 
 Entries (one JSON object a line, each with an ``op``):
 
@@ -28,10 +36,12 @@ import os
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, Final
 
 from provider_router._exceptions import ConfigurationError, DataFileError
+from provider_router._money import to_units
 
 __all__ = [
     "COLUMNS",
@@ -136,6 +146,33 @@ class DatasetState:
         self.inputs: list[Any] | None = None
 
 
+def _paid_row(ds: str, line: bytes, done: set[str]) -> tuple[str, int, int, int] | None:
+    """``line`` as a paid completion of ``ds`` (id, tokens out and in, cost units), or None."""
+    if not line.endswith(b"\n"):
+        return None  # torn by a kill mid-write: not a whole record
+    try:
+        record = json.loads(line)
+        pid, generation_id = record["id"], record["generation_id"]
+        usage = record["usage"]
+        row = (pid, int(usage["completion_tokens"]), int(usage["prompt_tokens"]))
+        cost = to_units(Decimal(record["cost"]))
+    except (ValueError, TypeError, KeyError, ArithmeticError):
+        return None
+    if not (isinstance(pid, str) and isinstance(generation_id, str) and generation_id):
+        return None
+    if record.get("dataset") != ds or pid in done:
+        return None
+    return (*row, cost)
+
+
+def _has_generation_id(line: bytes) -> bool:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and bool(record.get("generation_id"))
+
+
 def lock_directory(directory: Path) -> int:
     """Take the job directory's lock (one process per journal); its file descriptor.
 
@@ -236,6 +273,8 @@ class Replay:
             key: their cost (picodollars), until a run's recovery used them.
         disputes: answers whose ``usage.cost`` was disputed (``disputed`` entries:
             request key, generation id, the answer's figure, what was booked).
+        adopted: paid output records the journal had not committed, kept as done
+            (by dataset: how many).
     """
 
     def __init__(self, directory: Path) -> None:
@@ -251,6 +290,29 @@ class Replay:
         self.preflight_units = 0
         self.unsettled: dict[str, int] = {}
         self.disputes: list[dict[str, Any]] = []
+        self.adopted: dict[str, int] = {}
+        self._journal_keep: int | None = None
+        self._cuts: list[tuple[Path, int]] = []
+
+    @property
+    def spent_before(self) -> bool:
+        """Whether an earlier run may have spent money (so its ledger must exist)."""
+        return (
+            self.claimed
+            or self.ledger is not None
+            or any(state.done for state in self.states.values())
+        )
+
+    def apply(self) -> None:
+        """Write the repairs :func:`replay` found: the torn line and uncommitted bytes cut."""
+        if self._journal_keep is not None:
+            with self.path.open("r+b") as fh:
+                fh.truncate(self._journal_keep)
+            self._journal_keep = None
+        for path, size in self._cuts:
+            with path.open("r+b") as fh:
+                fh.truncate(size)
+        self._cuts.clear()
 
     def _read_lines(self) -> list[bytes]:
         try:
@@ -261,9 +323,7 @@ class Replay:
             raise DataFileError(self.path, f"cannot read journal: {exc.strerror or exc}") from None
         if data and not data.endswith(b"\n"):
             # A crash mid-append leaves a torn last line; it was never committed.
-            keep = data.rfind(b"\n") + 1
-            with self.path.open("r+b") as fh:
-                fh.truncate(keep)
+            keep = self._journal_keep = data.rfind(b"\n") + 1
             self.repairs.append(
                 f"dropped a torn last line ({len(data) - keep} bytes) of {self.path}"
             )
@@ -307,12 +367,15 @@ class Replay:
             if isinstance(exc, DataFileError):
                 raise
             raise DataFileError(self.path, f"journal entry is malformed: {exc!r}") from None
-        self.lost = [LostRequest(ds, pid, gen) for (ds, pid), gen in open_claims.items()]
-        for request in self.lost:
-            self.states[request.dataset].tally.lost += 1
         repairs: list[dict[str, Any]] = []
         for ds in sorted(ends):
             repairs += self._repair_output(ds, ends[ds], lines)
+        for ds, state in self.states.items():
+            for pid in state.done:
+                open_claims.pop((ds, pid), None)  # an adopted record's claim
+        self.lost = [LostRequest(ds, pid, gen) for (ds, pid), gen in open_claims.items()]
+        for request in self.lost:
+            self.states[request.dataset].tally.lost += 1
         return repairs
 
     def _replay(
@@ -397,11 +460,61 @@ class Replay:
         if size < committed:
             committed, repairs = self._revoke_past(ds, size, lines)
         if size > committed:
-            with path.open("r+b") as fh:
-                fh.truncate(committed)
-            self.repairs.append(f"cut {size - committed} uncommitted bytes from the end of {path}")
+            adopted, committed, cut_paid = self._adopt_paid(ds, path, committed)
+            if adopted.columns["ids"]:
+                repairs.append({"op": "done", "ds": ds, **adopted.columns})
+                self.adopted[ds] = len(adopted.columns["ids"])
+                self.repairs.append(
+                    f"kept {self.adopted[ds]} paid output(s) of {path} that the journal had "
+                    "not committed (each carries its generation id); they are done"
+                )
+        if size > committed:
+            self._cuts.append((path, committed))
+            paid = (
+                f", among them {cut_paid} record(s) with a generation id that could not be "
+                "kept (after a torn or foreign line, or a prompt done already; the ledger "
+                "holds their charges)"
+                if cut_paid
+                else ""
+            )
+            self.repairs.append(
+                f"cut {size - committed} uncommitted bytes from the end of {path}{paid}"
+            )
         self.outputs[ds] = OutputFile(path, committed)
         return repairs
+
+    def _adopt_paid(self, ds: str, path: Path, committed: int) -> tuple[Batch, int, int]:
+        """The whole records past ``committed`` that prove a payment, made done again.
+
+        Records are taken in order while each is a whole line, parses, belongs to
+        ``ds``, carries a generation id and is not done already; the first that is
+        not ends the adoption (what follows is cut). Returns the ``done`` batch, the
+        new committed length, and how many records with a generation id are cut.
+        """
+        batch = Batch("done", ds)
+        state = self.states[ds]
+        end = committed
+        cut_paid = 0
+        with path.open("rb") as fh:
+            fh.seek(committed)
+            stopped = False
+            for line in fh:
+                row = None if stopped else _paid_row(ds, line, state.done)
+                if row is None:
+                    stopped = True
+                    cut_paid += _has_generation_id(line)
+                    continue
+                end += len(line)
+                pid, out, prompt, cost = row
+                state.done.add(pid)
+                for name, value in zip(
+                    COLUMNS, (pid, end, out, prompt, cost, NO_LOCATION), strict=True
+                ):
+                    batch.columns[name].append(value)
+        if batch.columns["ids"]:
+            state.locations.add(NO_LOCATION)
+            self._count(state, batch.columns, 1)
+        return batch, end, cut_paid
 
     def _revoke_past(
         self, ds: str, size: int, lines: list[bytes]

@@ -8,7 +8,13 @@ id fixed when the ledger was created). When a job directory is opened again:
   budget at $0 although the money was spent;
 * a damaged ledger file is refused the same way;
 * a ledger whose identity is not the one the journal recorded (another job's
-  file copied in, a Redis ledger that was flushed and created again) is refused.
+  file copied in, a Redis ledger that was flushed and created again) is refused;
+* a ledger file that holds no ledger (its ``-wal`` file, where everything was,
+  removed after a kill) is refused without creating one in it.
+
+"Earlier runs" are the journal's claims and ledger record, and the paid output
+records it adopted (:mod:`~provider_router.batch._journal_file`): a journal cut
+short beside a moved ledger is refused as a moved ledger is.
 
 Each refusal is a :class:`~provider_router.DataFileError` that names the file and
 says what to do: restore the job's own ledger, or start over in a new directory.
@@ -19,12 +25,13 @@ from __future__ import annotations
 from decimal import Decimal
 from pathlib import Path
 
-from provider_router._exceptions import DataFileError
+from provider_router._exceptions import ConfigurationError, DataFileError
+from provider_router._format import format_usd
 from provider_router.batch.journal import FileJournal
-from provider_router.ledger import Ledger
+from provider_router.ledger import Ledger, LedgerState
 from provider_router.ledger.sqlite import SQLiteLedger
 
-__all__ = ["open_job_ledger"]
+__all__ = ["check_not_behind", "open_job_ledger"]
 
 _ADVICE = (
     "starting a new ledger would reset the budget to $0 although the journal "
@@ -52,18 +59,26 @@ async def open_job_ledger(
         try:
             # NORMAL survives a killed process, as the journal does (it is flushed, not
             # fsynced, per batch); FULL would put an fsync in front of every send.
-            ledger: Ledger = SQLiteLedger(path, budget, keep_limit=True, synchronous="NORMAL")
+            # After spending, the ledger must exist: it is opened, never created.
+            ledger: Ledger = SQLiteLedger(
+                path, None if spent_before else budget, keep_limit=True, synchronous="NORMAL"
+            )
         except DataFileError as exc:
             if not spent_before:
                 raise
             raise _refuse(path, f"is damaged ({exc.detail})", journal) from exc
+        except ConfigurationError as exc:
+            if not spent_before:
+                raise
+            raise _refuse(path, "holds no ledger (was its -wal file removed?)", journal) from exc
     else:
         ledger = given
     if journal is None:
         return ledger
     try:
-        await ledger.snapshot()  # a Redis ledger learns its identity on first use
+        state = await ledger.snapshot()  # a Redis ledger learns its identity on first use
         _check_identity(ledger, journal)
+        check_not_behind(ledger, journal, state)
     except BaseException:
         if given is None:
             await ledger.close()
@@ -88,9 +103,38 @@ def _check_identity(ledger: Ledger, journal: FileJournal) -> None:
         )
 
 
+def check_not_behind(ledger: Ledger, journal: FileJournal, state: LedgerState) -> None:
+    """Refuse a ledger that holds less than the journal's paid outputs cost.
+
+    Every completion the journal committed was settled in the ledger (or, its settle
+    failed, is still held there at its worst case), so ``spent + reserved`` is never
+    below their costs: a ledger that is (an older copy, a WAL lost after a kill)
+    forgot payments, and would let them be spent again. Checked when the ledger is
+    opened, and again once the crashed reservations are settled (open worst cases
+    may hide a deficit until then).
+
+    Raises:
+        DataFileError: the ledger holds less than the outputs cost.
+    """
+    held = state.spent + state.reserved
+    paid = journal.committed_cost
+    if held >= paid or getattr(ledger, "identity", None) is None:
+        return  # a MemoryLedger starts at $0 by design: nothing outlives its process
+    where = getattr(ledger, "path", None) or repr(ledger)
+    raise _refuse(
+        where,
+        f"holds {format_usd(held)} spent and reserved, less than the {format_usd(paid)} "
+        "the job's outputs cost (an older copy of it, or its -wal file removed?)",
+        journal,
+    )
+
+
 def _refuse(where: object, what: str, journal: FileJournal | None) -> DataFileError:
-    source = journal.path if journal is not None else "the journal"
-    return DataFileError(str(where), f"{what}, but {source} records earlier runs: {_ADVICE}")
+    source = f"{journal.path if journal is not None else 'the journal'} records earlier runs"
+    if journal is not None and journal.adopted:
+        paid = sum(journal.adopted.values())
+        source = f"the job's outputs hold {paid} paid record(s) the journal lost"
+    return DataFileError(str(where), f"{what}, but {source}: {_ADVICE}")
 
 
 def _has_content(path: Path) -> bool:

@@ -38,6 +38,7 @@ the names it shares (``JOURNAL_FILE``, ``DatasetTally``, ``LostRequest``,
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import defaultdict
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from provider_router._exceptions import ConfigurationError
-from provider_router._money import to_units
+from provider_router._money import from_units, to_units
 from provider_router.batch._journal_file import (
     FORMAT_VERSION,
     JOURNAL_FILE,
@@ -57,6 +58,7 @@ from provider_router.batch._journal_file import (
     DatasetTally,
     LostRequest,
     OutputFile,
+    Replay,
     dumps,
     lock_directory,
     output_path,
@@ -161,12 +163,38 @@ class FileJournal:
         self._fh: IO[bytes] | None = None
         self._lock_fd: int | None = None
         self._closed = False
+        self._replay: Replay | None = None
+        self.adopted: dict[str, int] = {}
+        """Paid output records the journal had not committed, kept as done (by dataset)."""
 
     # --- opening ------------------------------------------------------------------
 
     @classmethod
     def open(cls, directory: str | Path, *, autoflush: bool = False) -> FileJournal:
         """Open (creating if needed) the journal in ``directory``, repairing a crash.
+
+        :meth:`read`, then :meth:`begin`.
+
+        Raises:
+            ConfigurationError: another process holds this directory's journal.
+            DataFileError: the journal is damaged before its last line (names the line).
+        """
+        journal = cls.read(directory, autoflush=autoflush)
+        try:
+            journal.begin()
+        except BaseException:
+            journal._release_lock()
+            raise
+        return journal
+
+    @classmethod
+    def read(cls, directory: str | Path, *, autoflush: bool = False) -> FileJournal:
+        """Lock ``directory`` and read its journal, writing nothing yet.
+
+        What a crash left to repair is found but not written, and notes (such as
+        :meth:`record_ledger`) are held, until :meth:`begin`: a run checks its ledger
+        in between, so a refused start leaves the job's files as they were.
+        :meth:`close` before :meth:`begin` only lets go of the lock.
 
         Raises:
             ConfigurationError: another process holds this directory's journal.
@@ -177,7 +205,7 @@ class FileJournal:
         journal = cls(path, autoflush=autoflush)
         journal._lock_fd = lock_directory(path)
         try:
-            found = replay(path)
+            found = journal._replay = replay(path)
             journal._state = found.states
             journal._outputs = found.outputs
             journal.lost = found.lost
@@ -186,27 +214,34 @@ class FileJournal:
             journal.preflight_units = found.preflight_units
             journal.unsettled = found.unsettled
             journal.disputes = found.disputes
-            journal.spent_before = found.claimed or found.ledger is not None
-            journal._fh = journal.path.open("ab", buffering=0)
-            if journal.path.stat().st_size == 0:
-                journal._note({"op": "journal", "v": FORMAT_VERSION})
-            journal._note({"op": "run", "ts": round(time.time(), 3), "pid": os.getpid()})
-            for entry in found.repair_entries:
-                journal._note(entry)
-            for request in journal.lost:
-                lost: dict[str, Any] = {
-                    "op": "lost",
-                    "ds": request.dataset,
-                    "id": request.prompt_id,
-                }
-                if request.generation_id:
-                    lost["gen"] = request.generation_id
-                journal._note(lost)
-            journal.flush()
+            journal.adopted = found.adopted
+            journal.spent_before = found.spent_before
         except BaseException:
             journal._release_lock()
             raise
         return journal
+
+    def begin(self) -> None:
+        """Write what :meth:`read` found to repair, and the run's first lines."""
+        found = self._replay
+        if found is None or self._closed:
+            raise RuntimeError("begin() follows read(), once")
+        self._replay = None
+        found.apply()
+        held, self._pending = self._pending, []
+        self._fh = self.path.open("ab", buffering=0)
+        if self.path.stat().st_size == 0:
+            self._note({"op": "journal", "v": FORMAT_VERSION})
+        self._note({"op": "run", "ts": round(time.time(), 3), "pid": os.getpid()})
+        for entry in found.repair_entries:
+            self._note(entry)
+        for request in self.lost:
+            lost: dict[str, Any] = {"op": "lost", "ds": request.dataset, "id": request.prompt_id}
+            if request.generation_id:
+                lost["gen"] = request.generation_id
+            self._note(lost)
+        self._pending += held
+        self.flush()
 
     def _release_lock(self) -> None:
         if self._lock_fd is not None:
@@ -229,6 +264,12 @@ class FileJournal:
 
     def tally(self, dataset: str) -> DatasetTally:
         return self._state[dataset].tally
+
+    @property
+    def committed_cost(self) -> Decimal:
+        """What the journal's completions and preflights cost, over every run."""
+        units = sum(state.tally.cost_units for state in self._state.values())
+        return from_units(units + self.preflight_units)
 
     def datasets(self) -> list[str]:
         """Every dataset the journal knows of."""
@@ -276,8 +317,12 @@ class FileJournal:
         batch.columns["ids"].append(prompt_id)
         batch.columns["loc"].append(location)
 
-    def prepare(self, datasets: list[str]) -> None:
-        """Check that the outputs of ``datasets`` can be written, before anything is spent.
+    def check_outputs(self, datasets: list[str]) -> None:
+        """Refuse output files of ``datasets`` that this journal did not write.
+
+        Such a file holding paid records (each with its generation id) is most likely
+        this job's own, whose journal was lost or cut: the advice is to restore the
+        journal, since moving the file away pays for those prompts again.
 
         Raises:
             ConfigurationError: an output file exists that this journal did not write.
@@ -286,12 +331,31 @@ class FileJournal:
             if ds in self._outputs:
                 continue
             path = output_path(self.directory, ds)
-            if path.exists() and path.stat().st_size > 0:
+            if not (path.exists() and path.stat().st_size > 0):
+                continue
+            if _starts_with_paid_record(path):
                 raise ConfigurationError(
-                    f"{path} exists but the journal in {self.directory} never wrote to it; "
-                    "move it away or choose another --out"
+                    f"{path} holds paid outputs (records with a generation id) that "
+                    f"{self.path} does not record: if this job's journal was lost or cut, "
+                    "restore it (and keep ledger.sqlite); moving the outputs away pays for "
+                    "those prompts again. Otherwise choose another --out"
                 )
-            self._outputs[ds] = OutputFile(path, 0)
+            raise ConfigurationError(
+                f"{path} exists but the journal in {self.directory} never wrote to it; "
+                "move it away or choose another --out"
+            )
+
+    def prepare(self, datasets: list[str]) -> None:
+        """Check that the outputs of ``datasets`` can be written, before anything is spent.
+
+        Raises:
+            ConfigurationError: an output file exists that this journal did not write.
+        """
+        self.check_outputs(datasets)
+        for ds in datasets:
+            if ds in self._outputs:
+                continue
+            self._outputs[ds] = OutputFile(output_path(self.directory, ds), 0)
             # Durable before any record is written, so that a crash right after the
             # first record leaves an output file the journal knows (and can cut back).
             if self._fh is not None:
@@ -489,6 +553,17 @@ class FileJournal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _starts_with_paid_record(path: Path) -> bool:
+    """Whether the first line of ``path`` is a record carrying a generation id."""
+    try:
+        with path.open("rb") as fh:
+            first = fh.readline(1 << 20)
+        record = json.loads(first)
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and bool(record.get("generation_id"))
 
 
 def _write_all(fh: IO[bytes], data: bytes) -> None:

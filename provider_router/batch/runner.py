@@ -59,7 +59,7 @@ from provider_router.batch.dispatch import Dispatcher
 from provider_router.batch.fleet import FleetQueue, describe_error
 from provider_router.batch.fleet_records import FleetTally
 from provider_router.batch.fleet_source import FleetSource
-from provider_router.batch.job_ledger import open_job_ledger
+from provider_router.batch.job_ledger import check_not_behind, open_job_ledger
 from provider_router.batch.journal import FileJournal, Journal
 from provider_router.batch.outcomes import Outcomes
 from provider_router.batch.recovery import (
@@ -230,15 +230,19 @@ class BatchRunner:
             ProviderRouterError: the router could not start (e.g. a rejected key).
         """
         self._started = time.monotonic()
-        journal = self.journal = FileJournal.open(self.out)
+        names = [d.name for d in self.plan.datasets]
+        ProviderPolicy(**self.plan.policy)  # a bad policy is refused before any file is made
+        # Everything that can refuse the start is checked before the first byte is
+        # written: the journal is read (not repaired), the outputs and inputs checked,
+        # the ledger opened and matched to the journal; only then does the journal begin.
+        journal = self.journal = FileJournal.read(self.out)
         reason = "error"
         try:
-            self._recovered += journal_repairs(journal)
-            journal.prepare([d.name for d in self.plan.datasets])
+            journal.check_outputs(names)
             if self.strict and self._fleet is None:  # a fleet checks when joining
                 await asyncio.to_thread(validate_inputs, self.plan)
             try:
-                summary = await self._run_with_ledger(journal)
+                summary = await self._run_with_ledger(journal, names)
             except Exception as exc:  # the ledger's disk full outside dispatch (recovery...)
                 if not self._outcomes.ledger_full(exc):
                     raise
@@ -259,16 +263,25 @@ class BatchRunner:
                 except OSError as exc:  # name the directory: the CLI says it in one line
                     raise OSError(exc.errno, exc.strerror, str(self.out)) from exc
 
-    async def _open_ledger(self) -> Ledger:
+    async def _open_ledger(self, journal: FileJournal, names: list[str]) -> Ledger:
+        """The job's ledger, matched to its journal; then the journal begins."""
         ledger = await open_job_ledger(
             self.out / LEDGER_FILE, self.budget, self.journal, self._given_ledger
         )
-        self._outcomes.ledger_name = str(getattr(ledger, "path", None) or ledger)
-        self._recovered += await apply_budget(ledger, self.budget, self.journal)
+        try:
+            journal.begin()
+            self._recovered += journal_repairs(journal)
+            journal.prepare(names)
+            self._outcomes.ledger_name = str(getattr(ledger, "path", None) or ledger)
+            self._recovered += await apply_budget(ledger, self.budget, self.journal)
+        except BaseException:
+            if self._given_ledger is None:
+                await ledger.close()
+            raise
         return ledger
 
-    async def _run_with_ledger(self, journal: FileJournal) -> RunSummary:
-        ledger = self.ledger = await self._open_ledger()
+    async def _run_with_ledger(self, journal: FileJournal, names: list[str]) -> RunSummary:
+        ledger = self.ledger = await self._open_ledger(journal, names)
         try:
             if self.preflight:
                 await self._preflight(ledger, journal)
@@ -285,6 +298,7 @@ class BatchRunner:
                 self.router = router
                 report, notes = await reconcile_crashed(ledger, router, self.journal)
                 self._recovered += notes
+                check_not_behind(ledger, journal, await ledger.snapshot())
                 account = account_check(
                     self.plan,
                     self.out,
@@ -311,6 +325,7 @@ class BatchRunner:
                     await timeline.stop()
                 if account is not None:
                     self._recovered += await correct_account(account)
+            self._money_certain(ledger)
             try:
                 self.ledger_state = await ledger.snapshot()
             except LedgerUnavailableError as exc:  # the run stops on it; say so once
@@ -325,6 +340,17 @@ class BatchRunner:
         finally:
             if self._given_ledger is None:
                 await ledger.close()
+
+    def _money_certain(self, ledger: Ledger) -> None:
+        """A run whose ledger failed to record money does not end as a clean one."""
+        failures = getattr(ledger, "write_failures", None)
+        if failures is None or not failures.uncertain:
+            return
+        self._dispatcher.fail(
+            f"the ledger {self._outcomes.ledger_name} failed {failures.count} write(s) "
+            f"(the first: {failures.first}), so what it recorded may differ from what "
+            "was spent: run the same command again to reconcile it"
+        )
 
     async def _preflight(self, ledger: Ledger, journal: FileJournal) -> None:
         """The preflight, paid from the job's ledger (on every run: it costs < $0.001)."""

@@ -78,8 +78,8 @@ _SENTENCES: Final = {
     "recovered)",
     ("ledger.resolve_failed", None): "{n} open reservation{s} could not be priced from "
     "OpenRouter's records: counted at their worst case",
-    ("ledger.store_unreachable", None): "the ledger's store could not be reached {n} time{s} "
-    "(waited out and retried)",
+    ("ledger.store_unreachable", None): "the ledger's store could not be reached, or was "
+    "locked by another process, {n} time{s} (waited out and retried: nothing lost)",
     ("ledger.store_back", None): "the ledger's store answered again {n} time{s}",
     ("ledger.late_close", None): "{n} ledger operation{s} finished after the ledger closed",
     ("ledger.closed_with_open", None): "the ledger closed with reservations still open {n} "

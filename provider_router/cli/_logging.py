@@ -45,6 +45,10 @@ _EACH_EVENT_LEVELS: Final = frozenset({"debug", "info"})
 # Event-dict fields that name the kind of an event (the first one present wins).
 _KIND_FIELDS: Final = ("error_type", "kind", "reason", "limit_source")
 
+# Events whose count line also says the first one's cause (its ``error`` field):
+# what a failed ledger write means for money cannot be left to a count.
+_SAY_FIRST: Final = frozenset({"ledger.write_failed"})
+
 _COUNT_EVENT: Final = "log.count"
 
 
@@ -77,6 +81,7 @@ class EventReport(logging.Handler):
         self.each = each
         self.fmt = fmt
         self.counts: Counter[tuple[str, str | None, int]] = Counter()
+        self.first: dict[tuple[str, str | None, int], str] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -86,7 +91,11 @@ class EventReport(logging.Handler):
                 return
             event = _event_dict(record)
             kind = next((str(event[k]) for k in _KIND_FIELDS if event.get(k)), None)
-            self.counts[(str(event.get("event", record.getMessage())), kind, record.levelno)] += 1
+            name = str(event.get("event", record.getMessage()))
+            key = (name, kind, record.levelno)
+            self.counts[key] += 1
+            if name in _SAY_FIRST and event.get("error"):
+                self.first.setdefault(key, str(event["error"]))
         except Exception:  # pragma: no cover - logging must never break the run
             self.handleError(record)
 
@@ -97,6 +106,9 @@ class EventReport(logging.Handler):
             self.counts.items(), key=lambda item: (-item[1], item[0][0], item[0][1] or "")
         ):
             text = describe_kind(event, kind, count)
+            first = self.first.get((event, kind, levelno))
+            if first is not None:
+                text += f"; the first: {first}"
             if self.fmt == "json":
                 lines.append(
                     json.dumps(
@@ -113,6 +125,7 @@ class EventReport(logging.Handler):
             else:
                 lines.append(f"provider-router: {text}")
         self.counts.clear()
+        self.first.clear()
         for line in lines:
             sys.stderr.write(line + "\n")
         sys.stderr.flush()

@@ -68,6 +68,7 @@ from provider_router.plan import (
     Plan,
     load_plan,
 )
+from provider_router.policy import ProviderPolicy
 from provider_router.preflight import PreflightFailed
 from provider_router.prompts import PromptReader
 
@@ -379,12 +380,14 @@ def _handle(args: argparse.Namespace) -> int:
     if plan.budget is None:
         raise UsageError("--budget USD is required (or `budget:` in the plan file)")
     check_inputs(plan)
-    check_out(Path(args.out))
+    # Everything that can be refused is checked before --out is made (#21).
     if not os.environ.get(ENV_API_KEY):
         raise UsageError(
             f"no API key: set {ENV_API_KEY} to your OpenRouter key "
             f"(export {ENV_API_KEY}=sk-or-...; create one at https://openrouter.ai/keys)"
         )
+    ProviderPolicy(**plan.policy)
+    check_out(Path(args.out))
     console = make_console(sys.stderr)
     out = make_console()
     metrics = None

@@ -127,6 +127,8 @@ class Batcher:
         owner: the owning ledger instance id, stamped on reservations.
         poll_interval: seconds between retries of waiting reservations when no
             local activity retries them (room freed by other processes).
+        on_failure: told of each batch the store could not apply (before its
+            callers hear of it); default: an error event naming the cause.
     """
 
     def __init__(
@@ -137,8 +139,10 @@ class Batcher:
         poll_interval: float,
         commit_interval: float = 0.0,
         max_batch: int = DEFAULT_MAX_BATCH,
+        on_failure: Callable[[list[Op], Exception], None] | None = None,
     ) -> None:
         self._execute = execute
+        self._on_failure = on_failure or _log_batch_failure
         self._commit_interval = commit_interval
         self._max_batch = max_batch
         self._started = -math.inf
@@ -243,7 +247,7 @@ class Batcher:
                 try:
                     self._last = await self._execute(batch)
                 except Exception as exc:
-                    log.error("ledger.write_failed", ops=len(batch), error=repr(exc))
+                    self._on_failure(batch, exc)
                     for op in batch:
                         _fail(op, exc)
                     continue
@@ -345,6 +349,10 @@ class Batcher:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _log_batch_failure(batch: list[Op], exc: Exception) -> None:
+    log.error("ledger.write_failed", ops=len(batch), error=repr(exc))
 
 
 def _fail(op: Op, exc: Exception) -> None:

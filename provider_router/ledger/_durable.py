@@ -31,6 +31,7 @@ from provider_router.ledger._base import (
     limit_units,
     new_owner,
 )
+from provider_router.ledger._write_failures import WriteFailures
 
 log = get_logger(__name__)
 
@@ -78,12 +79,33 @@ class DurableLedger(AsyncResource):
             owner=self.owner,
             poll_interval=poll_interval,
             commit_interval=float(commit_interval),
+            on_failure=self._write_failed,
         )
+        self.write_failures = WriteFailures()
+        """The ledger writes that failed (money that may not be what was recorded)."""
         self._renew_timer: asyncio.TimerHandle | None = None
         self._closed = False
 
     async def _execute(self, batch: list[b.Op]) -> tuple[int, int, int]:
         raise NotImplementedError
+
+    def _write_failed(self, batch: list[b.Op], exc: Exception) -> None:
+        """Name a failed batch's cause and what it means for money (reads: nothing).
+
+        A misuse (a ledger that does not exist, a limit refused) is its caller's error,
+        not a failed write.
+        """
+        if isinstance(exc, ConfigurationError):
+            return
+        sentence = self.write_failures.add({op.kind for op in batch}, exc)
+        if sentence is not None:
+            log.error(
+                "ledger.write_failed",
+                ledger=repr(self),
+                ops=len(batch),
+                error_type=type(exc).__name__,
+                error=sentence,
+            )
 
     async def _close_store(self) -> None:
         raise NotImplementedError

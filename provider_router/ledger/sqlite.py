@@ -14,10 +14,16 @@ the connection's busy timeout is 0 there, and a batch that finds the lock taken
 (or that scans every open row: listing, claiming, renewing) runs whole in the
 thread, which waits for the lock. ``executor="loop"`` runs everything on the
 loop itself (blocking, fsync included).
+
+A lock another process holds for longer than the busy timeout is waited out as
+an unreachable Redis is (``lock_window``, :mod:`~provider_router.ledger._sqlite_lock`),
+and past it, or when opening, the error says the ledger is locked and by whom:
+never that it is damaged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 import uuid
@@ -26,11 +32,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from provider_router._exceptions import ConfigurationError, DataFileError
-from provider_router._types import Clock
+from provider_router._exceptions import ConfigurationError, DataFileError, LedgerUnavailableError
+from provider_router._types import Clock, Sleep
 from provider_router.ledger import _batch as b
 from provider_router.ledger._base import Reservation, limit_units, owner_is_dead
 from provider_router.ledger._durable import DurableLedger
+from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW, OutageWindow
+from provider_router.ledger._sqlite_lock import LedgerLocked, is_locked, locked_error
 from provider_router.ledger._totals import FIELDS, Totals
 from provider_router.ledger._writer import WriterThread
 
@@ -108,8 +116,11 @@ _OPEN_ROWS = "SELECT id, units, key, generation_id, owner, lease_until FROM rese
 class _Store:
     """Applies batches of ops to the database; runs in one thread at a time."""
 
-    def __init__(self, con: sqlite3.Connection, owner: str, lease: float, clock: Clock) -> None:
+    def __init__(
+        self, con: sqlite3.Connection, owner: str, lease: float, clock: Clock, busy_ms: int
+    ) -> None:
         self.con = con
+        self.busy_ms = busy_ms
         # One cursor for every statement: ``con.execute`` builds a cursor per call
         # and registers a weak reference to it with the connection (two objects the
         # cyclic GC tracks, ~0.4 µs) only to drop both once the statement is done.
@@ -141,12 +152,26 @@ class _Store:
         return totals
 
     def apply_waiting(self, batch: list[b.Op]) -> tuple[int, int, int]:
-        """:meth:`apply`, waiting up to the busy timeout for another process's lock."""
-        self.cur.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        """:meth:`apply`, waiting up to the busy timeout for another process's lock.
+
+        Raises:
+            LedgerLocked: the lock stayed taken (nothing was applied: retry it).
+        """
+        self.cur.execute(f"PRAGMA busy_timeout = {self.busy_ms}")
         try:
-            return self.apply(batch)
+            return self.apply_unless_locked(batch)
         finally:
             self.cur.execute("PRAGMA busy_timeout = 0")
+
+    def apply_unless_locked(self, batch: list[b.Op]) -> tuple[int, int, int]:
+        """:meth:`apply`; a lock still taken after the connection's busy timeout is
+        :class:`LedgerLocked` (nothing was applied: retry it)."""
+        try:
+            return self.apply(batch)
+        except sqlite3.OperationalError as exc:
+            if is_locked(exc):
+                raise LedgerLocked(str(exc)) from exc
+            raise
 
     def begin(self) -> None:
         """Take the write lock (``BEGIN IMMEDIATE``) before the totals are read."""
@@ -321,16 +346,18 @@ class _Store:
         )
 
 
-def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+def _connect(path: Path, synchronous: str, busy_ms: int) -> sqlite3.Connection:
     con = sqlite3.connect(
-        path, isolation_level=None, check_same_thread=False, timeout=_BUSY_TIMEOUT_MS / 1000
+        path, isolation_level=None, check_same_thread=False, timeout=busy_ms / 1000
     )
     try:
-        con.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        con.execute(f"PRAGMA busy_timeout = {busy_ms}")
         con.execute("PRAGMA journal_mode = WAL")
         con.execute(f"PRAGMA synchronous = {synchronous}")
     except sqlite3.DatabaseError as exc:
         con.close()
+        if is_locked(exc):
+            raise locked_error(path, busy_ms / 1000) from exc
         raise DataFileError(path, f"not a ledger database: {exc}") from exc
     return con
 
@@ -397,7 +424,12 @@ class SQLiteLedger(DurableLedger):
         executor: ``"thread"`` (default) or ``"loop"``; see the module docstring.
         keep_limit: an existing ledger keeps its own limit (``limit`` only
             creates a new one) instead of refusing a different one.
+        busy_timeout: seconds one attempt waits for another process's lock.
+        lock_window: seconds a lock held past that is waited out (retrying), as an
+            unreachable Redis is, before a call fails with
+            :class:`~provider_router.LedgerUnavailableError`.
         clock: wall-clock seconds for leases; injected in tests.
+        sleep, monotonic: for waiting out a lock; injected in tests.
 
     Attributes:
         identity: a random id fixed when the ledger was created (a batch journal
@@ -408,6 +440,8 @@ class SQLiteLedger(DurableLedger):
         ConfigurationError: a new file without a limit, a changed limit, or a limit
             above $4,000,000.
         DataFileError: the file is not a ledger database.
+        LedgerUnavailableError: another process holds the file's lock (it says
+            which, where the system tells): the ledger is intact.
     """
 
     def __init__(
@@ -421,7 +455,11 @@ class SQLiteLedger(DurableLedger):
         synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL",
         executor: Literal["thread", "loop"] = "thread",
         keep_limit: bool = False,
+        busy_timeout: float = _BUSY_TIMEOUT_MS / 1000,
+        lock_window: float = DEFAULT_OUTAGE_WINDOW,
         clock: Clock = time.time,
+        sleep: Sleep = asyncio.sleep,
+        monotonic: Clock = time.monotonic,
     ) -> None:
         super().__init__(
             lease=lease, poll_interval=poll_interval, clock=clock, commit_interval=commit_interval
@@ -430,18 +468,34 @@ class SQLiteLedger(DurableLedger):
             raise ConfigurationError(f"synchronous must be FULL, NORMAL or OFF: {synchronous!r}")
         if executor not in ("thread", "loop"):
             raise ConfigurationError(f"executor must be 'thread' or 'loop', got {executor!r}")
+        if not (busy_timeout >= 0 and lock_window > 0):
+            raise ConfigurationError(
+                f"busy_timeout must be ≥ 0 and lock_window > 0 seconds, got "
+                f"{busy_timeout!r} and {lock_window!r}"
+            )
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        con = _connect(self.path, synchronous)
+        busy_ms = round(busy_timeout * 1000)
+        con = _connect(self.path, synchronous, busy_ms)
         try:
             self.identity, self.created = _open_totals(con, self.path, limit, keep_limit=keep_limit)
         except sqlite3.DatabaseError as exc:
             con.close()
+            if is_locked(exc):
+                raise locked_error(self.path, busy_timeout) from exc
             raise DataFileError(self.path, f"not a ledger database: {exc}") from exc
         except BaseException:
             con.close()
             raise
-        self._store = _Store(con, self.owner, self.lease, clock)
+        self._monotonic = monotonic
+        self._lock_wait = OutageWindow(
+            f"SQLite file {self.path} (locked by another process)",
+            lock_window,
+            (LedgerLocked,),
+            sleep=sleep,
+            clock=monotonic,
+        )
+        self._store = _Store(con, self.owner, self.lease, clock, busy_ms)
         self._writer: WriterThread | None = None
         if executor == "thread":
             # Statements run on the loop (no lock waits there: see _execute), the
@@ -453,9 +507,17 @@ class SQLiteLedger(DurableLedger):
         return f"SQLiteLedger({str(self.path)!r})"
 
     async def _execute(self, batch: list[b.Op]) -> tuple[int, int, int]:
+        try:
+            return await self._lock_wait.call(lambda: self._execute_once(batch))
+        except LedgerUnavailableError as exc:
+            since = self._lock_wait.since
+            waited = None if since is None else self._monotonic() - since
+            raise locked_error(self.path, waited) from exc
+
+    async def _execute_once(self, batch: list[b.Op]) -> tuple[int, int, int]:
         store, writer = self._store, self._writer
-        if writer is None:
-            return store.apply(batch)
+        if writer is None:  # the connection keeps its busy timeout: apply waits
+            return store.apply_unless_locked(batch)
         if writer.busy:
             # The batch task was cancelled while the thread still had the connection
             # (a commit, a whole batch): it stays the thread's until that job ends.

@@ -16,6 +16,8 @@ from typing import Any
 from provider_router._money import from_units
 from provider_router.batch.batch_journal import BatchJournal
 from provider_router.batch.journal import FileJournal
+from provider_router.batch.runner import BatchRunner
+from provider_router.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 
@@ -123,3 +125,26 @@ async def spawn_cli(*argv: str, stderr: int | None = asyncio.subprocess.DEVNULL)
         stdout=asyncio.subprocess.DEVNULL, stderr=stderr,
         env={**os.environ, "OPENROUTER_API_KEY": DEFAULT_TEST_KEY},
     )  # fmt: skip
+
+
+def small_plan(tmp_path: Path, *, requests: int | None = 6, prompts: int = 12) -> Plan:
+    """One dataset ``p`` of ``prompts`` prompts (``requests`` of them sent), budget $10."""
+    path = write_prompts(tmp_path / "p.jsonl", prompts)
+    dataset: dict[str, object] = {"name": "p", "input": str(path)}
+    if requests is not None:
+        dataset["max_requests"] = requests
+    return Plan.model_validate(
+        {
+            "model": "moonshotai/kimi-k2.5",
+            "budget": "10",
+            "concurrency": 4,
+            "policy": {"exclude_below": "int4"},
+            "generation": {"max_tokens": 200},
+            "datasets": [dataset],
+        }
+    )
+
+
+def runner(plan: Plan, out: Path, sim: SimulatorServer) -> BatchRunner:
+    """A runner of ``plan`` into ``out`` against the local OpenRouter ``sim``."""
+    return BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)

@@ -88,6 +88,9 @@ def test_blank_lines_are_skipped_silently_and_numbering_kept(tmp_path: Path) -> 
         (b'{"prompt": "a", "id": true}', "`id` must be a string or an integer, got bool"),
         (b'{"prompt": "a", "id": [1]}', "`id` must be a string or an integer, got list"),
         (b'{"prompt": "\xff\xfe"}', "not valid"),
+        (b'{"prompt": "a \\ud800 b"}', "line holds a lone surrogate (\\ud800)"),
+        (b'{"prompt": "a", "source": "\\udfff"}', "line holds a lone surrogate (\\udfff)"),
+        (b'{"messages": [{"role": "user", "content": "\\uDBFF"}]}', "lone surrogate"),
     ],
 )
 def test_bad_lines_are_reported_with_file_and_line(
@@ -103,6 +106,17 @@ def test_bad_lines_are_reported_with_file_and_line(
     assert problem.line == 2
     assert expected in str(problem)
     assert str(problem).startswith(f"{path}:2: ")
+
+
+def test_a_surrogate_pair_is_one_character_not_a_bad_line() -> None:
+    _, messages, _ = parse_prompt_line(b'{"prompt": "smile \\ud83d\\ude00"}')
+    assert messages[0]["content"] == "smile \U0001f600"
+
+
+def test_strict_names_a_lone_surrogate_with_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path / "p.jsonl", '{"prompt": "a"}', '{"prompt": "\\ud800"}')
+    with pytest.raises(DataFileError, match=r"p\.jsonl:2: line holds a lone surrogate"):
+        list(PromptReader([path], strict=True))
 
 
 def test_multimodal_content_and_tool_call_assistant_are_accepted() -> None:

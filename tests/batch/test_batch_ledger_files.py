@@ -12,10 +12,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from _batch_helpers import ledger_spent, write_prompts
+from _batch_helpers import ledger_spent, runner, small_plan, write_prompts
 
 from provider_router import DataFileError
-from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import StopReason
 from provider_router.ledger import sqlite as sqlite_module
 from provider_router.plan import Plan
@@ -23,27 +22,6 @@ from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]
 ADVICE = "Restore the job's own ledger"
-
-
-def small_plan(tmp_path: Path, *, requests: int | None = 6, prompts: int = 12) -> Plan:
-    path = write_prompts(tmp_path / "p.jsonl", prompts)
-    dataset: dict[str, object] = {"name": "p", "input": str(path)}
-    if requests is not None:
-        dataset["max_requests"] = requests
-    return Plan.model_validate(
-        {
-            "model": "moonshotai/kimi-k2.5",
-            "budget": "10",
-            "concurrency": 4,
-            "policy": {"exclude_below": "int4"},
-            "generation": {"max_tokens": 200},
-            "datasets": [dataset],
-        }
-    )
-
-
-def runner(plan: Plan, out: Path, sim: SimulatorServer) -> BatchRunner:
-    return BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
 
 
 async def first_run(tmp_path: Path, sim: SimulatorServer) -> tuple[Plan, Path]:

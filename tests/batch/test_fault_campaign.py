@@ -57,3 +57,23 @@ async def test_the_money_rows_hold_the_budget_and_say_what_happened() -> None:
     for outcome in outcomes:
         assert outcome.ok(), outcome.row()
         assert outcome.charged > 0
+
+
+async def test_the_job_file_rows_keep_every_paid_output() -> None:
+    from bench import _faults_files
+    from bench.bench_faults import Job
+
+    args = quick(parser().parse_args(["--quick", "--only", "files", "--seed", "7"]))
+
+    def job_for(root: Path, sim: object) -> Job:
+        job = Job(root, 150, args.budget, 256, 16, sim.url, horizon=-1.0)  # type: ignore[attr-defined]
+        job.write_prompts(args.seed)
+        return job
+
+    rows = await _faults_files.rows(args, {"files"}, job_for)
+    assert len(rows) == 3 + 3 + 2 + 2  # quick: lines 2, 4, 6 (alone, ledger moved), ...
+    for row in rows:
+        assert row.ok(), row.row()
+    refused = [row for row in rows if row.rerun_exit not in (0, 3, 5)]
+    assert refused  # the moved ledgers at least
+    assert all(row.unchanged for row in refused)

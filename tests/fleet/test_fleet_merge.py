@@ -87,14 +87,16 @@ def test_each_prompt_once_first_directory_wins_and_merging_again_is_the_same(
     assert (out / "a.jsonl").read_bytes() == before
 
 
-def test_only_records_the_journal_committed_are_taken(tmp_path: Path) -> None:
+def test_only_records_the_journal_committed_or_paid_are_taken(tmp_path: Path) -> None:
     w1 = _worker_dir(tmp_path / "w1", {"a": [("p1", "0.1")]})
-    # A crash after the output write but before the journal's `done` line.
+    # A crash after the output writes but before the journal's `done` line: a whole
+    # record with its generation id is a paid answer, kept (#21); a torn one is cut.
     with (w1 / "a.jsonl").open("ab") as fh:
-        fh.write(_record("a", "ghost", "0.5"))
+        fh.write(_record("a", "paid", "0.5"))
+        fh.write(_record("a", "torn", "0.5")[:-9])
     report = merge_outputs([w1], tmp_path / "merged")
-    assert _ids(tmp_path / "merged" / "a.jsonl") == ["p1"]
-    assert report.datasets["a"].cost == Decimal("0.1")
+    assert _ids(tmp_path / "merged" / "a.jsonl") == ["p1", "paid"]
+    assert report.datasets["a"].cost == Decimal("0.6")
 
 
 def test_bad_merges_are_refused_with_the_reason(tmp_path: Path) -> None:

@@ -107,3 +107,15 @@ def test_show_reads_a_redis_ledger(
     capsys.readouterr()
     assert main(["ledger", "show", redis_server.url, "--name", "cli-show"]) == 0
     assert "reserved   $1.5  (1 open)" in capsys.readouterr().out
+
+
+@pytest.mark.redis
+def test_show_of_a_redis_ledger_never_created_logs_no_failed_write(
+    redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["ledger", "show", redis_server.url, "--name", "never-made"]) == 1
+    err = capsys.readouterr().err
+    assert "is new: give it a limit" in err
+    assert "write_failed" not in err
+    assert "write(s) failed" not in err

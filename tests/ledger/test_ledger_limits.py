@@ -95,8 +95,8 @@ def _kill_while_creating(path: Path) -> int:
         from provider_router.ledger import sqlite as mod
 
         real = mod._connect
-        def dying(path, synchronous):
-            con = real(path, synchronous)
+        def dying(path, synchronous, *rest):
+            con = real(path, synchronous, *rest)
             con.set_trace_callback(
                 lambda sql: os._exit(9) if sql.startswith("INSERT INTO totals") else None
             )
