@@ -250,7 +250,9 @@ def test_a_run_refused_for_its_key_or_policy_writes_nothing(
     monkeypatch.setenv("OPENROUTER_API_KEY", DEFAULT_TEST_KEY)
     out = tmp_path / "policy"
     argv = [*base, "--out", str(out), "--exclude-below", "int5", "--base-url", "http://127.0.0.1:9"]
-    assert main(argv) == 1
+    with pytest.raises(SystemExit) as stopped:  # a usage error, refused by argparse (#23)
+        main(argv)
+    assert stopped.value.code == 2
     assert not out.exists()
 
 

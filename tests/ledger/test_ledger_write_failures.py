@@ -78,7 +78,7 @@ def test_the_count_line_says_the_first_cause(capsys: pytest.CaptureFixture[str])
         logger.removeHandler(report)
     (line,) = report.report()
     assert line == (
-        "provider-router: 2 ledger write(s) failed; the first: OSError: disk 0: a charge…"
+        "provider-router: 2 ledger writes failed; the first: OSError: disk 0: a charge…"
     )
 
 
@@ -86,6 +86,6 @@ def test_a_lock_waited_out_is_said_as_such() -> None:
     from provider_router.cli._logging import describe_kind
 
     assert describe_kind("ledger.store_unreachable", None, 1) == (
-        "1 time(s) the ledger's store was unreachable or locked by another process "
-        "(waited for; nothing lost)"
+        "the ledger's store could not be reached, or was locked by another process, 1 time "
+        "(waited out and retried: nothing lost)"
     )
