@@ -21,11 +21,17 @@ What it does, and why each rule keeps money safe:
   arriving closes it: a late answer can never be read as the next request's.
 * **Idle connections age out** after :data:`KEEPALIVE_SECONDS` (aiohttp's 15 s):
   a server may close an idle connection just as we reuse it.
-* No ``Accept-Encoding`` is sent; a ``gzip``/``deflate`` body is decoded anyway.
+* **Framing is llhttp's** (through ``httptools``), with aiohttp's leniencies;
+  everything it does not bound is bounded here (:mod:`.limits`): a hostile answer
+  is an error within its deadline, never a stalled loop or gigabytes of memory.
+* ``Accept-Encoding: identity`` is sent; a ``gzip``/``deflate`` body is decoded
+  anyway, bounded (:mod:`.decoding`); any other coding fails when the body is
+  read, so an error status still reaches the caller.
   Redirects are not followed: a 3xx is an error status like any other.
 
-Modules: :mod:`.errors`, :mod:`.response` (one answer, whole or streamed),
-:mod:`.connection` (one connection: writing a request, parsing its answer),
+Modules: :mod:`.errors`, :mod:`.limits`, :mod:`.decoding` (gzip/deflate, bounded),
+:mod:`.response` (one answer, whole or streamed),
+:mod:`.connection` (one connection: writing a request, framing its answer),
 :mod:`.resolver` (the origin's addresses, looked up once per 10 s and shared),
 :mod:`.pool` (connections to one origin, their limit and reuse).
 """
