@@ -42,6 +42,7 @@ from provider_router import APIConnectionError, RateLimitError
 from provider_router._billing import provably_free
 from provider_router._h1.limits import (
     MAX_BODY_BYTES,
+    MAX_DECODED_BYTES,
     MAX_FIELD_BYTES,
 )
 from provider_router._http import HttpClient
@@ -99,9 +100,9 @@ LIMITS: dict[str, tuple[Script, str, str]] = {
         "MAX_INTERIM_ANSWERS",
     ),
     "gzip-bomb": (
-        [answer(_bomb(2 * MAX_BODY_BYTES), GEN, GZIP)],
+        [answer(_bomb(2 * MAX_DECODED_BYTES), GEN, GZIP)],
         "json",
-        "MAX_BODY_BYTES",
+        "MAX_DECODED_BYTES",
     ),
     "1.5GiB-content-length": (
         [head(headers=(JSON, GEN), length=3 << 29) + b'{"id":', HOLD],

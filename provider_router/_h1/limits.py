@@ -18,6 +18,7 @@ from typing import Final
 __all__ = [
     "DECODE_PIECE_BYTES",
     "MAX_BODY_BYTES",
+    "MAX_DECODED_BYTES",
     "MAX_FIELD_BYTES",
     "MAX_HEADERS",
     "MAX_HEAD_BYTES",
@@ -41,14 +42,20 @@ MAX_INTERIM_ANSWERS: Final = 16
 """1xx answers (``100 Continue``, ``103 Early Hints``) before the real one."""
 
 MAX_BODY_BYTES: Final = 32 * 1024 * 1024
-"""A body read whole (a JSON answer, an error's body), as it came and once decoded.
+"""A body read whole (a JSON answer, an error's body), as it came.
 The largest completion OpenRouter can send (262k tokens of text) is a few MB; a
 stream is read piece by piece and has no total bound (its deadline ends it), only
 :data:`~provider_router.sse.MAX_EVENT_BYTES` per event."""
 
+MAX_DECODED_BYTES: Final = 4 * 1024 * 1024
+"""A compressed body read whole, once decoded (we ask for none: ``Accept-Encoding:
+identity``, and OpenRouter's largest answer is ~2 MB). It is decoded at once, in the
+event loop: 4 MiB is ~10 ms of zlib, well below the 50 ms a loop may be held."""
+
 DECODE_PIECE_BYTES: Final = 256 * 1024
 """Most bytes one compressed piece of a stream is decoded into at a time; the rest of
-its input waits for the reader's next call (no gzip bomb inflates at once)."""
+its input waits for the reader's next call, one loop turn later (no gzip bomb
+inflates at once, nor holds the loop)."""
 
 
 def too_big(what: str, limit: int, name: str) -> str:

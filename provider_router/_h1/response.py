@@ -9,7 +9,12 @@ from multidict import CIMultiDict, CIMultiDictProxy
 
 from provider_router._h1.decoding import BodyDecoder
 from provider_router._h1.errors import H1Error
-from provider_router._h1.limits import DECODE_PIECE_BYTES, MAX_BODY_BYTES, too_big
+from provider_router._h1.limits import (
+    DECODE_PIECE_BYTES,
+    MAX_BODY_BYTES,
+    MAX_DECODED_BYTES,
+    too_big,
+)
 
 __all__ = ["H1Response"]
 
@@ -35,9 +40,10 @@ class H1Response:
     (``status``, ``headers``, ``content.is_eof()``, ``content.iter_any()``,
     ``read()``, ``release()``, ``close()``), so
     :class:`provider_router._http.PostResponse` reads either. A body read whole
-    is bounded by :data:`~provider_router._h1.limits.MAX_BODY_BYTES`, as it came
-    and decoded; a coding it cannot decode (``br``, ``zstd``) fails only when
-    the body is read, so an error status (a 429 and its ``Retry-After``) still
+    is bounded by :data:`~provider_router._h1.limits.MAX_BODY_BYTES` as it came
+    and :data:`~provider_router._h1.limits.MAX_DECODED_BYTES` decoded; a coding it
+    cannot decode (``br``, ``zstd``) fails only when the body is read, so an error
+    status (a 429 and its ``Retry-After``) still
     reaches the caller.
     """
 
@@ -147,6 +153,7 @@ class H1Response:
         """
         decoder = self._decoder
         if decoder is not None and decoder.pending:  # a bounded piece left input behind
+            await asyncio.sleep(0)  # one loop turn per piece: a bomb never holds the loop
             piece = decoder.more(DECODE_PIECE_BYTES)
             if piece:
                 return piece
@@ -233,8 +240,9 @@ class H1Response:
         if self._coding is None or not data:
             return data
         decoder = BodyDecoder(self._coding)
-        decoded = decoder.feed(data, MAX_BODY_BYTES + 1)
-        if len(decoded) > MAX_BODY_BYTES:
-            raise H1Error(too_big("the answer's decoded body", MAX_BODY_BYTES, "MAX_BODY_BYTES"))
+        decoded = decoder.feed(data, MAX_DECODED_BYTES + 1)
+        if len(decoded) > MAX_DECODED_BYTES:
+            what = "the answer's decoded body"
+            raise H1Error(too_big(what, MAX_DECODED_BYTES, "MAX_DECODED_BYTES"))
         decoder.finish()  # a whole body that stops mid-stream is not a body
         return decoded
