@@ -2,7 +2,8 @@
 with peak RSS ≤ 200 MB and the event loop never blocked for more than 50 ms.
 
 Run: ``python -m bench hostile`` (``--case NAME`` for one, ``--deadline S``,
-``--json FILE``). Each case is a fresh process (``python -m bench.bench_hostile
+``--repeat N`` runs per case, default 3: the median lag is reported, with the
+worst; ``--json FILE``). Each case is a fresh process (``python -m bench.bench_hostile
 --one NAME``) holding a raw HTTP/1.1 server on loopback and the owned
 ``HttpClient`` (the lean path every completion takes); its server writes the
 answer piece by piece from one reused buffer, so what the process holds is the
@@ -216,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--case", action="append", help="only these cases")
     parser.add_argument("--deadline", type=float, default=30.0)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case (median lag)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if args.one:
@@ -226,24 +228,25 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     failed = False
     for name in args.case or list(_cases()):
-        done = subprocess.run(  # noqa: S603 - our own module, fixed arguments
-            [
-                sys.executable,
-                "-m",
-                "bench.bench_hostile",
-                "--one",
-                name,
-                "--deadline",
-                str(args.deadline),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode:
-            print(done.stderr, file=sys.stderr)
-            return done.returncode
-        row = json.loads(done.stdout.strip().splitlines()[-1])
+        runs = []
+        for _ in range(args.repeat):
+            command = [sys.executable, "-m", "bench.bench_hostile", "--one", name]
+            done = subprocess.run(  # noqa: S603 - our own module, fixed arguments
+                [*command, "--deadline", str(args.deadline)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode:
+                print(done.stderr, file=sys.stderr)
+                return done.returncode
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        # The median run by loop lag (a shared machine's scheduling adds to any one run),
+        # with the worst RSS and time of all.
+        row = sorted(runs, key=lambda r: r["lag_ms"])[len(runs) // 2]
+        row["lag_ms_max"] = max(r["lag_ms"] for r in runs)
+        row["rss_mb"] = max(r["rss_mb"] for r in runs)
+        row["seconds"] = max(r["seconds"] for r in runs)
         ok = (
             row["rss_mb"] <= RSS_LIMIT_MB
             and row["lag_ms"] <= LAG_LIMIT_MS
@@ -253,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({**row, "within": ok})
         print(
             f"{row['case']:<22} {row['seconds']:>7.3f} s {row['rss_mb']:>7.1f} MB "
-            f"{row['lag_ms']:>6.1f} ms  sent={row['sent']!s:<5} {'ok ' if ok else 'OUT'} "
-            f"{row['outcome']}"
+            f"{row['lag_ms']:>6.1f} ms (max {row['lag_ms_max']:>5.1f})  sent={row['sent']!s:<5} "
+            f"{'ok ' if ok else 'OUT'} {row['outcome']}"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
