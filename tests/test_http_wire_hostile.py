@@ -119,6 +119,11 @@ LIMITS: dict[str, tuple[Script, str, str]] = {
         "json",
         "unsupported encoding 'br'",
     ),
+    "an-unknown-coding-is-not-echoed": (
+        [answer(b"{}", GEN, ("Content-Encoding", "sk-or-v1-echoed"))],
+        "json",
+        "unsupported encoding '?'",
+    ),
     "te-and-content-length": (
         [head(headers=(JSON, GEN, CHUNKED), length=len(ANSWER)) + chunk(ANSWER) + b"0\r\n\r\n"],
         "send",
@@ -149,6 +154,7 @@ async def test_a_hostile_answer_is_a_clear_error_and_may_have_been_billed(
     raised, error = await _failure(http)
     assert (raised, words in str(error)) == (phase, True), str(error)
     assert str(error).startswith(f"POST {http.url(CHAT)}: ")
+    assert "echoed" not in str(error)  # a header's value is never repeated
     assert error.request_sent  # it was written: it may have been billed
     assert not provably_free(error, sent=True)  # so its reservation is kept
     assert len(http._deadlines) == 0

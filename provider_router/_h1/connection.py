@@ -408,16 +408,19 @@ def _codings(response: H1Response, content: list[bytes], transfer: list[bytes]) 
     codings = [c for c in (*transfer, *content) if c != b"identity"]
     if not codings:
         return
-    if len(codings) > 1 or b"chunked" in codings:
-        spelled = ", ".join(c.decode("latin-1")[:20] for c in codings[:4])
-        response._refused = f"the answer's body has an unsupported encoding chain {spelled!r}"
+    coding = CODINGS.get(codings[0].decode("latin-1")) if len(codings) == 1 else None
+    if coding is not None:
+        response._coding = coding
         return
-    coding = CODINGS.get(codings[0].decode("latin-1"))
-    if coding is None:
-        spelled = codings[0].decode("latin-1")[:20]
-        response._refused = f"the answer's body has an unsupported encoding {spelled!r}"
-        return
-    response._coding = coding
+    # Named only when it is a coding's registered name: a header's value is never echoed
+    # (a server may put anything there, the key included).
+    spelled = ", ".join(c.decode("latin-1") if c in _KNOWN_CODINGS else "?" for c in codings[:4])
+    response._refused = f"the answer's body has an unsupported encoding {spelled!r}"
+
+
+_KNOWN_CODINGS: Final = frozenset(
+    {b"br", b"zstd", b"compress", b"x-compress", b"gzip", b"x-gzip", b"deflate", b"chunked"}
+)
 
 
 def _too_many(what: str, limit: int, name: str) -> str:
