@@ -287,3 +287,19 @@ async def test_a_whole_gzip_stream_still_reads(wire: Serve, clients: Clients) ->
     http = clients.connect("owned", server.url, limit=10)
     outcome = await stream(http, seconds=DEADLINE)
     assert outcome.value == ('{"n":1}', '{"n":2}')
+
+
+async def test_bytes_after_an_answer_that_ends_a_parsed_slice_keep_it_from_reuse(
+    wire: Serve, clients: Clients
+) -> None:
+    """A long read is framed 8 KiB at a time: an answer ending exactly at a slice's end
+    still has the bytes after it judged (a second answer nobody asked for)."""
+    start = head(headers=(JSON, GEN), length=0)
+    filler = 8192 - len(start) - len(b"X-Pad: \r\n")
+    exact = start.replace(b"\r\n\r\n", b"\r\nX-Pad: " + b"p" * filler + b"\r\n\r\n")
+    assert len(exact) == 8192
+    server = await wire([exact + answer(ANSWER, GEN)], [answer(ANSWER, GEN)])
+    http = clients.connect("owned", server.url, limit=10)
+    assert (await exchange(http)).status == 200
+    assert await exchange(http) == OK
+    assert [r.connection for r in server.requests] == [1, 2]

@@ -147,6 +147,10 @@ class H1Connection(asyncio.Protocol):
         view = memoryview(data)
         for start in range(0, len(data), _SLICE):
             if not self._parse(view[start : start + _SLICE]):
+                response = self._response
+                rest = data[start + _SLICE :]
+                if rest and response is not None and response._eof and not self._closed:
+                    self._stray(rest)  # the answer ended with a slice: the rest is not its own
                 return
 
     def eof_received(self) -> None:
