@@ -138,7 +138,7 @@ class H1Connection(asyncio.Protocol):
         if self._idle_limit is not None:
             self._last_data = self._pool.loop.time()
         response = self._response
-        if (self._waiter is None) if response is None else response._eof:
+        if (self._waiter is None) if response is None else response._whole:
             self._stray(data)  # no answer asked for, or the answer is whole
             return
         if len(data) <= _SLICE:
@@ -149,7 +149,7 @@ class H1Connection(asyncio.Protocol):
             if not self._parse(view[start : start + _SLICE]):
                 response = self._response
                 rest = data[start + _SLICE :]
-                if rest and response is not None and response._eof and not self._closed:
+                if rest and response is not None and response._whole and not self._closed:
                     self._stray(rest)  # the answer ended with a slice: the rest is not its own
                 return
 
@@ -161,7 +161,7 @@ class H1Connection(asyncio.Protocol):
         self._stop_watchdog()
         self._pool._lost(self)
         response = self._response
-        if response is not None and not response._eof:
+        if response is not None and not response._whole:
             if self._until_close and exc is None:
                 response._finish()  # the body was close-delimited: this is its end
             else:
@@ -247,7 +247,7 @@ class H1Connection(asyncio.Protocol):
         if limit is None or self._closed:
             return
         response = self._response
-        if response is not None and response._eof:
+        if response is not None and response._whole:
             return  # the answer is whole: nothing left to wait for
         loop = self._pool.loop
         if self._paused:
@@ -274,7 +274,7 @@ class H1Connection(asyncio.Protocol):
             self._parser.feed_data(data)
         except (HttpParserError, HttpParserUpgrade) as exc:
             response = self._response
-            if response is not None and response._eof and response._error is None:
+            if response is not None and response._whole and response._error is None:
                 self._stray(bytes(data))  # the answer is whole: what follows it is not
             else:
                 self.close(_failure(exc, self._response is None and not self._lines))
@@ -295,7 +295,7 @@ class H1Connection(asyncio.Protocol):
             if self._head_lines > _MAX_HEAD_LINES:
                 self.close(H1Error(_too_many("header lines", MAX_HEADERS, "MAX_HEADERS")))
                 return False
-        elif response._eof:
+        elif response._whole:
             return False
         elif self._progress:
             self._pending = 0  # (a head that ended here: its line count is no longer needed)

@@ -47,15 +47,14 @@ The largest completion OpenRouter can send (262k tokens of text) is a few MB; a
 stream is read piece by piece and has no total bound (its deadline ends it), only
 :data:`~provider_router.sse.MAX_EVENT_BYTES` per event."""
 
-MAX_DECODED_BYTES: Final = 4 * 1024 * 1024
+MAX_DECODED_BYTES: Final = MAX_BODY_BYTES
 """A compressed body read whole, once decoded (we ask for none: ``Accept-Encoding:
-identity``, and OpenRouter's largest answer is ~2 MB). It is decoded at once, in the
-event loop: 4 MiB is ~10 ms of zlib, well below the 50 ms a loop may be held."""
+identity``). It is decoded :data:`DECODE_PIECE_BYTES` a loop turn, so a bomb never
+holds the loop, only this much memory."""
 
 DECODE_PIECE_BYTES: Final = 256 * 1024
-"""Most bytes one compressed piece of a stream is decoded into at a time; the rest of
-its input waits for the reader's next call, one loop turn later (no gzip bomb
-inflates at once, nor holds the loop)."""
+"""Most bytes a compressed body is decoded into in one loop turn (a streamed one: per
+read; one read whole: until it is decoded); the rest of its input waits."""
 
 
 def too_big(what: str, limit: int, name: str) -> str:

@@ -63,6 +63,7 @@ class H1Response:
         "_refused",
         "_reusable",
         "_waiter",
+        "_whole",
         "status",
     )
 
@@ -73,7 +74,8 @@ class H1Response:
         self._headers: CIMultiDictProxy[str] | None = None
         self._body: list[bytes] = []
         self._buffered = 0
-        self._eof = False
+        self._eof = False  # the body is here (decoded, for a compressed one read whole)
+        self._whole = False  # the body came to its end on the wire
         self._error: H1Error | None = None
         self._waiter: asyncio.Future[None] | None = None  # read(): woken at the end
         self._chunk_waiter: asyncio.Future[None] | None = None  # iteration: woken per piece
@@ -225,6 +227,42 @@ class H1Response:
                     conn.pause(True)
 
     def _finish(self, error: H1Error | None = None) -> None:
+        self._whole = True
+        if error is None and self._coding is not None and self._decoder is None and self._body:
+            # A compressed body whole before anyone read it: decoded here, a loop turn
+            # per piece (no bomb holds the loop), before it counts as ended.
+            raw = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+            self._body = []
+            self._buffered = 0
+            self._inflate(BodyDecoder(self._coding), [], raw)
+            return
+        self._end(error)
+
+    def _inflate(self, decoder: BodyDecoder, decoded: list[bytes], raw: bytes = b"") -> None:
+        if self._eof:
+            return  # closed meanwhile
+        piece = decoder.feed(raw, DECODE_PIECE_BYTES) if raw else decoder.more(DECODE_PIECE_BYTES)
+        if piece:
+            decoded.append(piece)
+            self._buffered += len(piece)
+            if self._buffered > MAX_DECODED_BYTES:
+                what = "the answer's decoded body"
+                self._end(H1Error(too_big(what, MAX_DECODED_BYTES, "MAX_DECODED_BYTES")))
+                return
+        if decoder.pending:
+            asyncio.get_running_loop().call_soon(self._inflate, decoder, decoded)
+            return
+        try:
+            decoder.finish()  # a whole body that stops mid-stream is not a body
+        except H1Error as exc:
+            self._end(exc)
+            return
+        self._body = decoded
+        self._coding = None  # decoded: read or iterated as it is now
+        self._end()
+
+    def _end(self, error: H1Error | None = None) -> None:
+        self._whole = True
         self._eof = True
         self._error = error
         for waiter in (self._waiter, self._chunk_waiter):
