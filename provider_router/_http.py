@@ -62,7 +62,7 @@ from provider_router._json import loads
 from provider_router._money import pin_exact_cost
 from provider_router._resource import AsyncResource
 from provider_router._secrets import remember, scrub
-from provider_router.sse import SSEParser
+from provider_router.sse import SSEParser, SSETooLong
 
 __all__ = [
     "HttpClient",
@@ -878,4 +878,6 @@ class PostResponse(Deadline):
             raise
         except TRANSPORT_ERRORS as exc:
             raise connection_error(exc, what=self._what, timeout=self._seconds) from exc
+        except SSETooLong as exc:  # cut as a broken connection is: it may have been billed
+            raise APIConnectionError(f"{self._what}: {exc}") from exc
         self._end()  # read to its end: nothing left to time

@@ -24,14 +24,26 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["DONE", "SSEParser"]
+__all__ = ["DONE", "MAX_EVENT_BYTES", "SSEParser", "SSETooLong"]
 
 DONE: Final = "[DONE]"
 """The data of the event that ends an OpenRouter stream."""
 
+MAX_EVENT_BYTES: Final = 8 * 1024 * 1024
+"""One line, and one event's data lines together, longer than this end the stream
+(:class:`SSETooLong`). OpenRouter's events are a few hundred bytes; the largest
+(a final chunk with usage, a tool call's arguments at once) a few KB."""
+
+
+class SSETooLong(ValueError):
+    """A line or an event past :data:`MAX_EVENT_BYTES`: the stream cannot be read on."""
+
 
 class SSEParser:
     """Feed bytes, get back the data of every event they complete.
+
+    The work is linear in the bytes fed, however they are split: a line still
+    open is kept as its pieces and joined once, when its end comes.
 
     Example::
 
@@ -43,21 +55,38 @@ class SSEParser:
                 handle(json.loads(data))
     """
 
-    __slots__ = ("_buffer", "_data", "_has_data")
+    __slots__ = ("_data", "_event_bytes", "_has_data", "_open", "_open_bytes")
 
     def __init__(self) -> None:
-        self._buffer = b""
+        self._open: list[bytes] = []  # the pieces of the line still open
+        self._open_bytes = 0
         self._data: list[str] = []
+        self._event_bytes = 0
         self._has_data = False
 
     def feed(self, chunk: bytes) -> list[str]:
-        """Add ``chunk``; return the data of each event completed by it, in order."""
-        buffer = self._buffer + chunk if self._buffer else chunk
-        if b"\n" not in buffer:
-            self._buffer = buffer
+        """Add ``chunk``; return the data of each event completed by it, in order.
+
+        Raises:
+            SSETooLong: a line or an event is past :data:`MAX_EVENT_BYTES`.
+        """
+        if b"\n" not in chunk:
+            if chunk:
+                self._open.append(chunk)
+                self._open_bytes += len(chunk)
+                if self._open_bytes > MAX_EVENT_BYTES:
+                    raise SSETooLong(_too_long("a line"))
             return []
-        lines = buffer.split(b"\n")
-        self._buffer = lines.pop()
+        if self._open:
+            self._open.append(chunk)
+            chunk = b"".join(self._open)
+            self._open = []
+            self._open_bytes = 0
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        if rest:
+            self._open.append(rest)
+            self._open_bytes = len(rest)
         events: list[str] = []
         for raw in lines:
             if raw.endswith(b"\r"):
@@ -66,6 +95,7 @@ class SSEParser:
                 if self._has_data:
                     events.append("\n".join(self._data))
                     self._data = []
+                    self._event_bytes = 0
                     self._has_data = False
                 continue
             if raw[0] == 0x3A:  # ":" comment, e.g. keep-alive
@@ -75,17 +105,29 @@ class SSEParser:
                 continue
             if colon and value.startswith(b" "):
                 value = value[1:]
+            self._event_bytes += len(value)
+            if self._event_bytes > MAX_EVENT_BYTES or len(raw) > MAX_EVENT_BYTES:
+                raise SSETooLong(_too_long("an event"))
             self._data.append(value.decode("utf-8", "replace"))
             self._has_data = True
+        if self._open_bytes > MAX_EVENT_BYTES:
+            raise SSETooLong(_too_long("a line"))
         return events
 
     @property
     def pending(self) -> bool:
         """Whether bytes of an unfinished line or event are buffered."""
-        return bool(self._buffer) or self._has_data
+        return bool(self._open) or self._has_data
 
     def close(self) -> None:
         """Forget any unfinished event (the stream ended)."""
-        self._buffer = b""
+        self._open = []
+        self._open_bytes = 0
         self._data = []
+        self._event_bytes = 0
         self._has_data = False
+
+
+def _too_long(what: str) -> str:
+    limit = f"{MAX_EVENT_BYTES:,} bytes: MAX_EVENT_BYTES"
+    return f"{what} of the event stream is too long (over {limit})"

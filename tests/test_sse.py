@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from provider_router.sse import DONE, SSEParser
+from provider_router.sse import DONE, MAX_EVENT_BYTES, SSEParser, SSETooLong
 
 FIXTURES = sorted((Path(__file__).parent / "data" / "fixtures").glob("*.sse"))
 CAPTURES = {path.name: path.read_bytes() for path in FIXTURES}
@@ -124,3 +124,27 @@ def test_done_sentinel() -> None:
 
 def test_invalid_utf8_is_replaced_not_raised() -> None:
     assert parse_all([b"data: \xff\n\n"]) == ["\ufffd"]
+
+
+def test_a_line_past_the_limit_ends_the_stream_naming_it() -> None:
+    parser = SSEParser()
+    piece = b"x" * (1 << 20)
+    for _ in range(MAX_EVENT_BYTES >> 20):
+        assert parser.feed(piece) == []  # at the limit: still a line
+    with pytest.raises(SSETooLong, match="MAX_EVENT_BYTES"):
+        parser.feed(b"x")
+
+
+def test_an_event_past_the_limit_ends_the_stream() -> None:
+    parser = SSEParser()
+    line = b"data: " + b"x" * (1 << 20) + b"\n"
+    for _ in range(MAX_EVENT_BYTES >> 20):
+        assert parser.feed(line) == []  # at the limit: still an event
+    with pytest.raises(SSETooLong, match="an event"):
+        parser.feed(line)
+
+
+def test_an_event_just_under_the_limit_is_whole() -> None:
+    data = b"y" * (MAX_EVENT_BYTES - 100)
+    pieces = [b"data: ", *(data[i : i + 4096] for i in range(0, len(data), 4096)), b"\n\n"]
+    assert parse_all(pieces) == [data.decode()]

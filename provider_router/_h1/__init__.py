@@ -27,11 +27,17 @@ What it does, and why each rule keeps money safe:
 * **Connecting**: the origin's addresses (one lookup shared by all) are raced as
   RFC 8305 says (``aiohappyeyeballs``); through the environment's proxy
   (:mod:`.proxy`) an HTTPS origin is reached by a ``CONNECT`` tunnel.
-* No ``Accept-Encoding`` is sent; a ``gzip``/``deflate`` body is decoded anyway.
+* **Framing is llhttp's** (through ``httptools``), with aiohttp's leniencies;
+  everything it does not bound is bounded here (:mod:`.limits`): a hostile answer
+  is an error within its deadline, never a stalled loop or gigabytes of memory.
+* ``Accept-Encoding: identity`` is sent; a ``gzip``/``deflate`` body is decoded
+  anyway, bounded (:mod:`.decoding`); any other coding fails when the body is
+  read, so an error status still reaches the caller.
   Redirects are not followed: a 3xx is an error status like any other.
 
-Modules: :mod:`.errors`, :mod:`.response` (one answer, whole or streamed),
-:mod:`.connection` (one connection: writing a request, parsing its answer),
+Modules: :mod:`.errors`, :mod:`.limits`, :mod:`.decoding` (gzip/deflate, bounded),
+:mod:`.response` (one answer, whole or streamed),
+:mod:`.connection` (one connection: writing a request, framing its answer),
 :mod:`.resolver` (the origin's addresses, looked up once per 10 s and shared),
 :mod:`.proxy` (the environment's proxy, and the ``CONNECT`` tunnel through it),
 :mod:`.pool` (connections to one origin, their limit and reuse).

@@ -1,8 +1,15 @@
-"""One keep-alive HTTP/1.1 connection: write a request, parse its answer as it arrives.
+"""One keep-alive HTTP/1.1 connection: write a request, frame its answer with llhttp.
 
-The answer's framing follows RFC 9112 §6: a 1xx is skipped, a 204/304 has no
-body, ``Transfer-Encoding: chunked`` wins over ``Content-Length``, and an answer
-with neither ends when the server closes. Anything that does not parse is an
+The framing is llhttp's (Node's parser, through ``httptools``; aiohttp's own C
+parser wraps it), with the leniencies aiohttp turns on for answers (bare LF line
+ends, blanks before a colon, spaces after a chunk size): RFC 9112 §6 — a 1xx is
+skipped, a 204/304 has no body, ``Transfer-Encoding`` and ``Content-Length``
+together are refused, a body with neither ends when the server closes. What
+llhttp leaves to its caller is done here: the limits of
+:mod:`provider_router._h1.limits` (llhttp bounds no head), the end of a
+close-delimited body (llhttp is never told of the EOF), trailing blanks of a
+value, a 101, an HTTP/1.0 answer with ``Transfer-Encoding`` (faulty framing,
+RFC 9112 §6.1), and the codings of the body. Anything that does not parse is an
 :class:`~provider_router._h1.errors.H1Error` (the request was sent) and closes
 the connection.
 """
@@ -10,32 +17,36 @@ the connection.
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Final, Protocol
 
+from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
+
+from provider_router._h1.decoding import CODINGS
 from provider_router._h1.errors import H1Error, H1ReadTimeout
-from provider_router._h1.response import H1Response
+from provider_router._h1.limits import (
+    MAX_FIELD_BYTES,
+    MAX_HEAD_BYTES,
+    MAX_HEADERS,
+    MAX_INTERIM_ANSWERS,
+    too_big,
+)
+from provider_router._h1.response import H1Response, RawHeaders
 
-__all__ = ["MAX_HEAD_BYTES", "H1Connection"]
+__all__ = ["H1Connection"]
 
-MAX_HEAD_BYTES: Final = 64 * 1024
-"""A status line and headers (or a chunk line) longer than this are refused as malformed."""
+_SLICE: Final = 8192
+"""A read longer than this is parsed a slice at a time, and the limits checked between:
+llhttp would otherwise take a whole read (up to 256 KiB) of folded header lines, whose
+value ``httptools`` grows by copying, in one call."""
 
-_HEAD_END: Final = b"\r\n\r\n"
-_HEX: Final = re.compile(rb"[0-9A-Fa-f]{1,16}")
-_NAME_SPACE: Final = re.compile(rb"(?m)^([^:\r\n]*?)[ \t]+:")
-_CONNECTION: Final = re.compile(rb"\r\nconnection:([^\r\n]*)")
+_MAX_HEAD_LINES: Final = 4 * MAX_HEADERS
+"""Raw lines before the answer's head ends (interim heads and folded lines included)."""
 
-# Body framing of the answer being read.
-_LENGTH: Final = 0  # Content-Length: ``_left`` bytes to come
-_CHUNKED: Final = 1  # Transfer-Encoding: chunked
-_UNTIL_CLOSE: Final = 2  # neither: the body ends when the server closes
-
-# Where a chunked body is.
-_SIZE: Final = 0  # at a chunk-size line
-_DATA: Final = 1  # inside a chunk: ``_left`` bytes to come
-_DATA_END: Final = 2  # after a chunk's data: its CRLF
-_TRAILER: Final = 3  # after the last chunk: trailer lines up to an empty one
+_CONTENT_LENGTH: Final = b"content-length"
+_CONTENT_ENCODING: Final = b"content-encoding"
+_TRANSFER_ENCODING: Final = b"transfer-encoding"
+_NAMED: Final = frozenset({len(_CONTENT_LENGTH), len(_CONTENT_ENCODING), len(_TRANSFER_ENCODING)})
+_BLANKS: Final = b" \t"
 
 
 class _Home(Protocol):
@@ -48,20 +59,29 @@ class _Home(Protocol):
 
 
 class H1Connection(asyncio.Protocol):
-    """One keep-alive connection: one request at a time, its answer parsed as it arrives."""
+    """One keep-alive connection: one request at a time, its answer framed as it arrives."""
 
     __slots__ = (
         "_buffer",
-        "_chunk",
         "_closed",
-        "_framing",
+        "_codings",
+        "_fields",
+        "_head_bytes",
+        "_head_lines",
         "_idle_limit",
+        "_interim",
         "_last_data",
-        "_left",
+        "_length",
+        "_lines",
+        "_parser",
         "_paused",
+        "_pending",
         "_pool",
+        "_progress",
         "_response",
+        "_transfer",
         "_transport",
+        "_until_close",
         "_waiter",
         "_watchdog",
         "expires",
@@ -70,14 +90,34 @@ class H1Connection(asyncio.Protocol):
     def __init__(self, pool: _Home) -> None:
         self._pool = pool
         self._transport: asyncio.Transport | None = None
+        # Bytes that came outside any answer (after one, or on an idle connection):
+        # kept only as the mark of a connection never to reuse.
         self._buffer = b""
         self._waiter: asyncio.Future[H1Response] | None = None
         self._response: H1Response | None = None
-        self._framing = _LENGTH
-        self._chunk = _SIZE
-        self._left = 0
         self._closed = False
         self._paused = False
+        parser = self._parser = HttpResponseParser(self)
+        # aiohttp's leniencies for answers (and no other): a paid answer is read when
+        # aiohttp would read it.
+        parser.set_dangerous_leniencies(
+            lenient_headers=True,
+            lenient_optional_cr_before_lf=True,
+            lenient_spaces_after_chunk_size=True,
+        )
+        # The head being read: its fields, what framing and codings they name.
+        self._fields: RawHeaders = []
+        self._lines = 0  # header (or trailer) lines of the current head
+        self._length = -1
+        self._codings: list[bytes] = []  # Content-Encoding values
+        self._transfer: list[bytes] = []  # Transfer-Encoding values
+        self._until_close = False
+        # Bounds across one exchange (see _parse).
+        self._interim = 0
+        self._head_bytes = 0
+        self._head_lines = 0
+        self._pending = 0
+        self._progress = False
         # The read (idle) timeout of a stream: one timer, re-armed only when it fires.
         self._idle_limit: float | None = None
         self._last_data = 0.0
@@ -97,16 +137,21 @@ class H1Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._idle_limit is not None:
             self._last_data = self._pool.loop.time()
-        if self._buffer:
-            data = self._buffer + data
-            self._buffer = b""
-        try:
-            if self._response is None:
-                data = self._head(data)
-            if self._response is not None and data:
-                self._body(data)
-        except H1Error as exc:
-            self.close(exc)
+        response = self._response
+        if (self._waiter is None) if response is None else response._whole:
+            self._stray(data)  # no answer asked for, or the answer is whole
+            return
+        if len(data) <= _SLICE:
+            self._parse(data)
+            return
+        view = memoryview(data)
+        for start in range(0, len(data), _SLICE):
+            if not self._parse(view[start : start + _SLICE]):
+                response = self._response
+                rest = data[start + _SLICE :]
+                if rest and response is not None and response._whole and not self._closed:
+                    self._stray(rest)  # the answer ended with a slice: the rest is not its own
+                return
 
     def eof_received(self) -> None:
         self._closed = True  # never reused; the transport closes and connection_lost follows
@@ -116,11 +161,15 @@ class H1Connection(asyncio.Protocol):
         self._stop_watchdog()
         self._pool._lost(self)
         response = self._response
-        if response is not None and not response._eof:
-            if self._framing == _UNTIL_CLOSE and exc is None:
+        if response is not None and not response._whole:
+            if self._until_close and exc is None:
                 response._finish()  # the body was close-delimited: this is its end
             else:
-                response._finish(H1Error(_truncated(self._framing, exc)))
+                what = "body" if self._until_close or not self._transfer else "chunked body"
+                detail = f": {exc}" if exc is not None else ""
+                response._finish(
+                    H1Error(f"the connection closed before the answer's {what} ended{detail}")
+                )
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
@@ -139,6 +188,7 @@ class H1Connection(asyncio.Protocol):
         loop = self._pool.loop
         waiter = self._waiter = loop.create_future()
         self._response = None
+        self._interim = self._head_bytes = self._head_lines = self._pending = 0
         if idle_limit is not None:
             self._idle_limit = idle_limit
             self._last_data = now = loop.time()
@@ -198,7 +248,7 @@ class H1Connection(asyncio.Protocol):
         if limit is None or self._closed:
             return
         response = self._response
-        if response is not None and response._eof:
+        if response is not None and response._whole:
             return  # the answer is whole: nothing left to wait for
         loop = self._pool.loop
         if self._paused:
@@ -216,81 +266,125 @@ class H1Connection(asyncio.Protocol):
             self._watchdog = None
             watchdog.cancel()
 
-    # --- parsing ------------------------------------------------------------------
+    # --- framing ------------------------------------------------------------------
 
-    def _head(self, data: bytes) -> bytes:
-        """Parse a status line and headers from ``data``; what follows them is returned."""
-        while True:
-            end = data.find(_HEAD_END)
-            # Bare LF line ends (RFC 9112 §2.2 lets a recipient accept them; aiohttp does):
-            # a head that ends in LF LF before any CRLF CRLF.
-            bare = data.find(b"\n\n", 0, end if end >= 0 else len(data))
-            if bare >= 0:
-                head = data[:bare].replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
-                data = data[bare + 2 :]
-            elif end < 0:
-                if len(data) > MAX_HEAD_BYTES:
-                    raise H1Error("malformed answer: headers too long")
-                self._buffer = data
-                return b""
+    def _parse(self, data: bytes | memoryview) -> bool:
+        """Frame one piece of the answer; False once the rest of the read is not its own."""
+        self._progress = False
+        try:
+            self._parser.feed_data(data)
+        except (HttpParserError, HttpParserUpgrade) as exc:
+            response = self._response
+            if response is not None and response._whole and response._error is None:
+                self._stray(bytes(data))  # the answer is whole: what follows it is not
             else:
-                head = data[:end]
-                data = data[end + 4 :]
-            if b" :" in head or b"\t:" in head:
-                # Whitespace between a field's name and its colon: invalid, but read as
-                # aiohttp reads it (an answer that may have been paid for is not dropped).
-                head = _NAME_SPACE.sub(rb"\1:", head)
-            if head[:7] != b"HTTP/1." or len(head) < 12 or head[12:13] not in (b"", b" ", b"\r"):
-                raise H1Error(f"malformed answer: bad status line {_start(head)!r}")
-            try:
-                status = int(head[9:12])
-            except ValueError:
-                raise H1Error(f"malformed answer: bad status line {_start(head)!r}") from None
-            if status < 100:
-                raise H1Error(f"malformed answer: bad status line {_start(head)!r}")
-            if status == 101:  # we never ask to switch protocols
-                raise H1Error("malformed answer: 101 Switching Protocols to a plain POST")
-            if status >= 200:
-                break
-            # 1xx: an interim answer; the real one follows.
-        self._start_body(head, status)
-        return data
+                self.close(_failure(exc, self._response is None and not self._lines))
+            return False
+        response = self._response
+        if response is None:  # all of this piece was head: bounded by its bytes and lines
+            self._head_bytes += len(data)
+            piece = bytes(data) if type(data) is memoryview else data
+            self._head_lines += piece.count(b"\n")
+            end = piece.rfind(b"\n")  # the line still open: llhttp calls nothing until it ends
+            self._pending = len(piece) - end - 1 if end >= 0 else self._pending + len(piece)
+            if self._pending > MAX_FIELD_BYTES:
+                self.close(H1Error(too_big("a header line", MAX_FIELD_BYTES, "MAX_FIELD_BYTES")))
+                return False
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self.close(H1Error(too_big("the answer's head", MAX_HEAD_BYTES, "MAX_HEAD_BYTES")))
+                return False
+            if self._head_lines > _MAX_HEAD_LINES:
+                self.close(H1Error(_too_many("header lines", MAX_HEADERS, "MAX_HEADERS")))
+                return False
+        elif response._whole:
+            return False
+        elif self._progress:
+            self._pending = 0  # (a head that ended here: its line count is no longer needed)
+        else:  # neither a body byte nor a field: a chunk line or a trailer still coming
+            self._pending += len(data)
+            if self._pending > MAX_FIELD_BYTES:
+                what = "a chunk line or trailer"
+                self.close(H1Error(too_big(what, MAX_FIELD_BYTES, "MAX_FIELD_BYTES")))
+                return False
+        return True
 
-    def _start_body(self, head: bytes, status: int) -> None:
-        lower = head.lower()
-        reusable = head[7:8] == b"1" and not (
-            b"\r\nconnection:" in lower and b"close" in _tokens(lower, _CONNECTION)
-        )
-        response = H1Response(self, status, head.decode("utf-8", "surrogateescape"), reusable)
-        if b"\r\ncontent-encoding:" in lower:
-            encoding = _value(lower, b"\r\ncontent-encoding:").decode("latin-1")
-            if encoding not in ("", "identity"):
-                if encoding not in ("gzip", "x-gzip", "deflate"):
-                    raise H1Error(f"the answer's body has an unsupported encoding {encoding!r}")
-                response._encoding = "deflate" if encoding == "deflate" else "gzip"
-        self._response = response
-        if status == 204 or status == 304:
-            self._framing = _LENGTH
-            self._left = 0
-        elif b"\r\ntransfer-encoding:" in lower:
-            codings = _value(lower, b"\r\ntransfer-encoding:")
-            if codings.rsplit(b",", 1)[-1].strip() == b"chunked":
-                self._framing = _CHUNKED
-                self._chunk = _SIZE
-            else:
-                self._framing = _UNTIL_CLOSE
-                response._reusable = False
-        elif b"\r\ncontent-length:" in lower:
-            length = _value(lower, b"\r\ncontent-length:")
-            if not length.isdigit() or lower.count(b"\r\ncontent-length:") > 1:
-                raise H1Error(f"malformed answer: Content-Length {length[:40]!r}")
-            self._framing = _LENGTH
-            self._left = int(length)
-        else:
-            self._framing = _UNTIL_CLOSE
+    def _stray(self, data: bytes) -> None:
+        """Bytes no request asked for: the connection is never reused (closed if idle)."""
+        self._buffer = data or b"?"
+        response = self._response
+        if response is not None:
             response._reusable = False
-        if self._framing == _LENGTH and not self._left:
-            response._finish()
+        elif self._waiter is None:
+            self.close()
+
+    # llhttp's callbacks (httptools calls them by name, during feed_data).
+
+    def on_message_begin(self) -> None:
+        self._progress = True
+        if self._response is not None:  # a second answer after the first: not asked for
+            raise H1Error("bytes after the answer")
+        self._fields = []
+        self._lines = 0
+        self._length = -1
+        self._codings = []
+        self._transfer = []
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._progress = True
+        lines = self._lines = self._lines + 1
+        if lines > MAX_HEADERS:
+            raise H1Error(_too_many("header lines", MAX_HEADERS, "MAX_HEADERS"))
+        if len(name) + len(value) > MAX_FIELD_BYTES:
+            raise H1Error(too_big("a header line", MAX_FIELD_BYTES, "MAX_FIELD_BYTES"))
+        if self._response is not None:
+            return  # a trailer: bounded, then dropped (aiohttp drops them too)
+        if b"\0" in value:
+            raise H1Error("malformed answer: a NUL byte in a header value")
+        # llhttp strips the blanks before a value, not after; nor, leniently, before
+        # the colon.
+        value = value.rstrip(_BLANKS)
+        if name[-1] in _BLANKS:
+            name = name.rstrip(_BLANKS)
+        self._fields.append((name, value))
+        if len(name) in _NAMED:
+            lower = name.lower()
+            if lower == _CONTENT_LENGTH:
+                self._length = int(value) if value.isdigit() else -1
+            elif lower == _CONTENT_ENCODING:
+                self._codings.append(value)
+            elif lower == _TRANSFER_ENCODING:
+                self._transfer.append(value)
+
+    def on_headers_complete(self) -> None:
+        self._progress = True
+        parser = self._parser
+        status = parser.get_status_code()
+        version = parser.get_http_version()
+        if version != "1.1" and version != "1.0":
+            raise H1Error(f"malformed answer: bad status line (HTTP/{version[:8]})")
+        if status < 100:
+            raise H1Error(f"malformed answer: bad status line (status {status})")
+        if status == 101:  # we never ask to switch protocols
+            raise H1Error("malformed answer: 101 Switching Protocols to a plain POST")
+        if status < 200:  # an interim answer; the real one follows
+            self._interim += 1
+            if self._interim > MAX_INTERIM_ANSWERS:
+                limit = f"{MAX_INTERIM_ANSWERS} interim (1xx) answers"
+                raise H1Error(f"malformed answer: more than {limit} (MAX_INTERIM_ANSWERS)")
+            return
+        transfer = _tokens(self._transfer)
+        if transfer and version == "1.0":
+            raise H1Error("malformed answer: Transfer-Encoding in an HTTP/1.0 answer")
+        chunked = bool(transfer) and transfer[-1] == b"chunked"
+        until_close = not chunked and self._length < 0 and status != 204 and status != 304
+        self._until_close = until_close
+        reusable = not until_close and parser.should_keep_alive()
+        response = H1Response(self, status, self._fields, reusable)
+        response._length = self._length
+        self._lines = 0  # trailers have their own count
+        if self._codings or len(transfer) > chunked:
+            _codings(response, _tokens(self._codings), transfer[:-1] if chunked else transfer)
+        self._response = response
         waiter = self._waiter
         self._waiter = None
         if waiter is None or waiter.done():
@@ -298,90 +392,57 @@ class H1Connection(asyncio.Protocol):
             raise H1Error("an answer arrived that no request was waiting for")
         waiter.set_result(response)
 
-    def _body(self, data: bytes) -> None:
+    def on_body(self, body: bytes) -> None:
+        self._progress = True
+        self._response._feed(body)  # type: ignore[union-attr]
+
+    def on_message_complete(self) -> None:
+        self._progress = True
         response = self._response
-        assert response is not None  # called only while an answer is being read
-        if response._eof:
-            # Bytes after the answer's end: never reuse this connection.
-            response._reusable = False
-            return
-        framing = self._framing
-        if framing == _LENGTH:
-            left = self._left
-            if len(data) < left:
-                response._feed(data)
-                self._left = left - len(data)
-                return
-            response._feed(data[:left] if len(data) > left else data)
-            self._left = 0
-            if len(data) > left:
-                response._reusable = False
+        if response is not None:  # else an interim answer ended: the real one follows
             response._finish()
-        elif framing == _UNTIL_CLOSE:
-            response._feed(data)
-        else:
-            self._chunked(response, data)
-
-    def _chunked(self, response: H1Response, data: bytes) -> None:
-        at = 0
-        size = len(data)
-        while at < size:
-            state = self._chunk
-            if state == _DATA:
-                take = min(self._left, size - at)
-                response._feed(data[at : at + take] if take < size else data)
-                at += take
-                self._left -= take
-                if not self._left:
-                    self._chunk = _DATA_END
-                continue
-            end = data.find(b"\r\n", at)
-            if end < 0:
-                if size - at > MAX_HEAD_BYTES:
-                    raise H1Error("malformed answer: a chunk line too long")
-                self._buffer = data[at:]
-                return
-            line = data[at:end]
-            at = end + 2
-            if state == _SIZE:
-                digits = line.split(b";", 1)[0].strip()
-                if _HEX.fullmatch(digits) is None:
-                    raise H1Error(f"malformed answer: chunk size {digits[:20]!r}")
-                chunk = int(digits, 16)
-                if chunk:
-                    self._chunk = _DATA
-                    self._left = chunk
-                else:
-                    self._chunk = _TRAILER
-            elif state == _DATA_END:
-                if line:
-                    raise H1Error("malformed answer: a chunk longer than its size")
-                self._chunk = _SIZE
-            elif not line:  # _TRAILER: the empty line ends the body
-                if at < size:
-                    response._reusable = False
-                response._finish()
-                return
 
 
-def _value(lower_head: bytes, name: bytes) -> bytes:
-    start = lower_head.find(name) + len(name)
-    end = lower_head.find(b"\r\n", start)
-    return lower_head[start : end if end >= 0 else None].strip()
+def _tokens(values: list[bytes]) -> list[bytes]:
+    """The comma-separated tokens of every line of one header (RFC 9110 §5.6.1), lower-case."""
+    return [t for v in values for t in (part.strip(_BLANKS).lower() for part in v.split(b",")) if t]
 
 
-def _tokens(lower_head: bytes, header: re.Pattern[bytes]) -> set[bytes]:
-    """The comma-separated tokens of every line of one header (RFC 9110 §5.6.1)."""
-    return {
-        token.strip(b" \t") for line in header.findall(lower_head) for token in line.split(b",")
-    }
+def _codings(response: H1Response, content: list[bytes], transfer: list[bytes]) -> None:
+    """Say how the body is decoded; a coding we cannot decode is refused when it is read."""
+    codings = [c for c in (*transfer, *content) if c != b"identity"]
+    if not codings:
+        return
+    coding = CODINGS.get(codings[0].decode("latin-1")) if len(codings) == 1 else None
+    if coding is not None:
+        response._coding = coding
+        return
+    # Named only when it is a coding's registered name: a header's value is never echoed
+    # (a server may put anything there, the key included).
+    spelled = ", ".join(c.decode("latin-1") if c in _KNOWN_CODINGS else "?" for c in codings[:4])
+    response._refused = f"the answer's body has an unsupported encoding {spelled!r}"
 
 
-def _start(head: bytes) -> bytes:
-    return head.split(b"\r\n", 1)[0][:40]
+_KNOWN_CODINGS: Final = frozenset(
+    {b"br", b"zstd", b"compress", b"x-compress", b"gzip", b"x-gzip", b"deflate", b"chunked"}
+)
 
 
-def _truncated(framing: int, exc: Exception | None) -> str:
-    what = "chunked body" if framing == _CHUNKED else "body"
-    detail = f": {exc}" if exc is not None else ""
-    return f"the connection closed before the answer's {what} ended{detail}"
+def _too_many(what: str, limit: int, name: str) -> str:
+    return f"malformed answer: more than {limit} {what} ({name})"
+
+
+_HEADER_WORDS: Final = ("header", "Content-Length", "Transfer-Encoding")
+
+
+def _failure(exc: Exception, at_start: bool) -> H1Error:
+    """Our error for llhttp's (or for ours, raised in one of its callbacks)."""
+    cause = exc.__context__
+    if isinstance(cause, H1Error):
+        return cause
+    if isinstance(exc, HttpParserUpgrade):
+        return H1Error("malformed answer: an upgrade to a plain POST")
+    reason = str(exc) or type(exc).__name__
+    if at_start and not any(word in reason for word in _HEADER_WORDS):
+        return H1Error(f"malformed answer: bad status line ({reason})")
+    return H1Error(f"malformed answer: {reason}")

@@ -167,6 +167,8 @@ class H1Pool:
         return (
             f"POST {target} HTTP/1.1\r\n".encode("latin-1")
             + self._fixed
+            # Only what no bound is needed for (docs/client.md, "Connections").
+            + b"Accept-Encoding: identity\r\n"
             + f"Content-Type: {content_type}\r\nContent-Length: ".encode("latin-1")
         )
 

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import re
-import zlib
 from typing import Final, Protocol
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from provider_router._h1.decoding import BodyDecoder
 from provider_router._h1.errors import H1Error
+from provider_router._h1.limits import (
+    DECODE_PIECE_BYTES,
+    MAX_BODY_BYTES,
+    MAX_DECODED_BYTES,
+    too_big,
+)
 
 __all__ = ["H1Response"]
 
 PAUSE_BYTES: Final = 1 << 20
 """A streamed body buffered past this pauses reading until the reader catches up."""
 
-_HEADER: Final = re.compile(r"\r\n([^:\r\n]+):[ \t]*([^\r\n]*?)[ \t]*(?=\r\n|\Z)")
+RawHeaders = list[tuple[bytes, bytes]]
+"""The head's fields as llhttp gave them (names and values stripped of blanks)."""
 
 
 class _Carrier(Protocol):
@@ -33,48 +39,63 @@ class H1Response:
     It offers the part of aiohttp's ``ClientResponse`` the HTTP layer uses
     (``status``, ``headers``, ``content.is_eof()``, ``content.iter_any()``,
     ``read()``, ``release()``, ``close()``), so
-    :class:`provider_router._http.PostResponse` reads either.
+    :class:`provider_router._http.PostResponse` reads either. A body read whole
+    is bounded by :data:`~provider_router._h1.limits.MAX_BODY_BYTES` as it came
+    and :data:`~provider_router._h1.limits.MAX_DECODED_BYTES` decoded; a coding it
+    cannot decode (``br``, ``zstd``) fails only when the body is read, so an error
+    status (a 429 and its ``Retry-After``) still
+    reaches the caller.
     """
 
     __slots__ = (
         "_body",
         "_buffered",
         "_chunk_waiter",
+        "_coding",
         "_conn",
         "_decoder",
-        "_encoding",
         "_eof",
         "_error",
-        "_head",
         "_headers",
+        "_length",
         "_paused",
+        "_raw",
+        "_refused",
         "_reusable",
         "_waiter",
+        "_whole",
         "status",
     )
 
-    def __init__(self, conn: _Carrier, status: int, head: str, reusable: bool) -> None:
+    def __init__(self, conn: _Carrier, status: int, raw: RawHeaders, reusable: bool) -> None:
         self._conn: _Carrier | None = conn
         self.status = status
-        self._head = head
+        self._raw = raw
         self._headers: CIMultiDictProxy[str] | None = None
         self._body: list[bytes] = []
         self._buffered = 0
-        self._eof = False
+        self._eof = False  # the body is here (decoded, for a compressed one read whole)
+        self._whole = False  # the body came to its end on the wire
         self._error: H1Error | None = None
         self._waiter: asyncio.Future[None] | None = None  # read(): woken at the end
         self._chunk_waiter: asyncio.Future[None] | None = None  # iteration: woken per piece
         self._paused = False
         self._reusable = reusable
-        self._encoding: str | None = None
-        self._decoder: zlib._Decompress | None = None
+        self._coding: str | None = None  # "gzip" or "deflate": decoded as read
+        self._refused: str | None = None  # why the body cannot be decoded, said when read
+        self._decoder: BodyDecoder | None = None
+        self._length = -1  # the Content-Length, when one was given
 
     @property
     def headers(self) -> CIMultiDictProxy[str]:
-        """The answer's headers (case-insensitive), parsed on first use."""
+        """The answer's headers (case-insensitive), decoded on first use."""
         headers = self._headers
         if headers is None:
-            headers = self._headers = CIMultiDictProxy(CIMultiDict(_HEADER.findall(self._head)))
+            fields = [
+                (name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+                for name, value in self._raw
+            ]
+            headers = self._headers = CIMultiDictProxy(CIMultiDict(fields))
         return headers
 
     @property
@@ -100,8 +121,14 @@ class H1Response:
         """The whole body, waiting for it.
 
         Raises:
-            H1Error: the connection broke before the body's end (a truncated body).
+            H1Error: the connection broke before the body's end (a truncated body), or
+                the body is past :data:`~provider_router._h1.limits.MAX_BODY_BYTES` or
+                in a coding not decoded.
         """
+        if self._refused is not None:
+            raise H1Error(self._refused)
+        if self._length > MAX_BODY_BYTES:  # refused before a byte of it is buffered
+            raise H1Error(too_big("the answer's Content-Length", MAX_BODY_BYTES, "MAX_BODY_BYTES"))
         if not self._eof:
             if self._paused:  # paused before anyone read: the whole body is wanted now
                 self._paused = False
@@ -119,16 +146,25 @@ class H1Response:
         return self
 
     async def __anext__(self) -> bytes:
-        """The bytes that arrived since the last call, waiting for some.
+        """The bytes that arrived since the last call (decoded), waiting for some.
 
         Raises:
             StopAsyncIteration: the body ended.
-            H1Error: it was cut short (``H1ReadTimeout``: nothing came in time).
+            H1Error: it was cut short (``H1ReadTimeout``: nothing came in time), or its
+                coding cannot be decoded or stops short.
         """
+        decoder = self._decoder
+        if decoder is not None and decoder.pending:  # a bounded piece left input behind
+            await asyncio.sleep(0)  # one loop turn per piece: a bomb never holds the loop
+            piece = decoder.more(DECODE_PIECE_BYTES)
+            if piece:
+                return piece
         while not self._body:
             if self._eof:
                 if self._error is not None:
                     raise self._error
+                if decoder is not None:
+                    decoder.finish()
                 raise StopAsyncIteration
             waiter = self._chunk_waiter = asyncio.get_running_loop().create_future()
             try:
@@ -144,8 +180,12 @@ class H1Response:
             conn = self._conn
             if conn is not None:
                 conn.pause(False)
-        if self._encoding is not None:
-            data = self._decode_piece(data)
+        if self._coding is not None:
+            if self._refused is not None:
+                raise H1Error(self._refused)
+            if decoder is None:
+                decoder = self._decoder = BodyDecoder(self._coding)
+            data = decoder.feed(data, DECODE_PIECE_BYTES)
         return data
 
     def release(self) -> None:
@@ -168,14 +208,17 @@ class H1Response:
 
     def _feed(self, data: bytes) -> None:
         self._body.append(data)
+        self._buffered += len(data)
         waiter = self._chunk_waiter
         if waiter is not None:
             self._chunk_waiter = None
             if not waiter.done():
                 waiter.set_result(None)
-        else:
-            self._buffered += len(data)
-            if self._buffered > PAUSE_BYTES and not self._paused and self._waiter is None:
+        elif self._buffered > PAUSE_BYTES:
+            if self._waiter is not None:  # read whole: bounded
+                if self._buffered > MAX_BODY_BYTES:
+                    raise H1Error(too_big("the answer's body", MAX_BODY_BYTES, "MAX_BODY_BYTES"))
+            elif not self._paused:
                 # A stream read slower than it arrives: stop reading the socket (the
                 # server's sending slows to match) until the reader takes what is here.
                 conn = self._conn
@@ -184,6 +227,42 @@ class H1Response:
                     conn.pause(True)
 
     def _finish(self, error: H1Error | None = None) -> None:
+        self._whole = True
+        if error is None and self._coding is not None and self._decoder is None and self._body:
+            # A compressed body whole before anyone read it: decoded here, a loop turn
+            # per piece (no bomb holds the loop), before it counts as ended.
+            raw = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+            self._body = []
+            self._buffered = 0
+            self._inflate(BodyDecoder(self._coding), [], raw)
+            return
+        self._end(error)
+
+    def _inflate(self, decoder: BodyDecoder, decoded: list[bytes], raw: bytes = b"") -> None:
+        if self._eof:
+            return  # closed meanwhile
+        piece = decoder.feed(raw, DECODE_PIECE_BYTES) if raw else decoder.more(DECODE_PIECE_BYTES)
+        if piece:
+            decoded.append(piece)
+            self._buffered += len(piece)
+            if self._buffered > MAX_DECODED_BYTES:
+                what = "the answer's decoded body"
+                self._end(H1Error(too_big(what, MAX_DECODED_BYTES, "MAX_DECODED_BYTES")))
+                return
+        if decoder.pending:
+            asyncio.get_running_loop().call_soon(self._inflate, decoder, decoded)
+            return
+        try:
+            decoder.finish()  # a whole body that stops mid-stream is not a body
+        except H1Error as exc:
+            self._end(exc)
+            return
+        self._body = decoded
+        self._coding = None  # decoded: read or iterated as it is now
+        self._end()
+
+    def _end(self, error: H1Error | None = None) -> None:
+        self._whole = True
         self._eof = True
         self._error = error
         for waiter in (self._waiter, self._chunk_waiter):
@@ -192,33 +271,16 @@ class H1Response:
         self._waiter = self._chunk_waiter = None
 
     def _decoded(self) -> bytes:
-        body = b"".join(self._body)
-        if self._encoding is None or not body:
-            return body
-        data = self._decode_piece(body)
-        decoder = self._decoder
-        assert decoder is not None  # made by _decode_piece
-        if not decoder.eof:  # a whole body that stops mid-stream is not a body
-            raise H1Error(f"the answer's {self._encoding} body is cut short")
-        return data
-
-    def _decode_piece(self, data: bytes) -> bytes:
-        """Decode the next piece of a compressed body (streamed or whole)."""
-        decoder = self._decoder
-        if decoder is None:
-            decoder = self._decoder = zlib.decompressobj(_wbits(self._encoding, data))
-        try:
-            return decoder.decompress(data)
-        except zlib.error:
-            raise H1Error(f"the answer's {self._encoding} body could not be decoded") from None
-
-
-def _wbits(encoding: str | None, start: bytes) -> int:
-    """zlib's window bits for a body: gzip or zlib detected (47); for ``deflate`` a raw
-    stream (-15) when it lacks the zlib header some servers leave out."""
-    if encoding == "gzip":
-        return 47
-    if len(start) < 2:
-        return 15  # too little to tell: the standard's zlib stream
-    zlib_header = start[0] & 0x0F == 8 and (start[0] << 8 | start[1]) % 31 == 0
-    return 15 if zlib_header else -15
+        body = self._body
+        data = body[0] if len(body) == 1 else b"".join(body)
+        if self._refused is not None:
+            raise H1Error(self._refused)
+        if self._coding is None or not data:
+            return data
+        decoder = BodyDecoder(self._coding)
+        decoded = decoder.feed(data, MAX_DECODED_BYTES + 1)
+        if len(decoded) > MAX_DECODED_BYTES:
+            what = "the answer's decoded body"
+            raise H1Error(too_big(what, MAX_DECODED_BYTES, "MAX_DECODED_BYTES"))
+        decoder.finish()  # a whole body that stops mid-stream is not a body
+        return decoded
