@@ -341,9 +341,9 @@ class HttpClient(AsyncResource):
         "_closed",
         "_connect_timeout",
         "_deadlines",
+        "_get_headers",
         "_headers",
         "_heads",
-        "_key_header",
         "_limit",
         "_limit_per_host",
         "_owns_session",
@@ -397,7 +397,6 @@ class HttpClient(AsyncResource):
             secret = self._api_key.get_secret_value()
             remember(secret)  # scrubbed from every error a server echoes it into
             self._headers["Authorization"] = f"Bearer {secret}"
-        self._key_header = {k: v for k, v in self._headers.items() if k == "Authorization"}
         for name, value in self._headers.items():
             if any(c in name or c in value for c in "\r\n\0"):
                 # Never the value itself: it may be the key.
@@ -412,9 +411,16 @@ class HttpClient(AsyncResource):
         self._proxy = proxy_for(URL(self.base_url)) if session is None else None
         self._proxy_url: URL | None = None
         self._proxy_headers: dict[str, str] | None = None
+        # What each GET adds to the session's headers: the key, and, for a plain-HTTP
+        # origin, the proxy's credentials (aiohttp sends ``proxy_headers`` only in a
+        # CONNECT: the request itself goes to the proxy and must carry them).
+        self._get_headers = {k: v for k, v in self._headers.items() if k == "Authorization"}
         if self._proxy is not None:
             self._proxy_url = URL(f"http://{self._proxy.authority}")
-            self._proxy_headers = self._proxy.headers()
+            if URL(self.base_url).scheme == "https":
+                self._proxy_headers = self._proxy.headers()
+            else:
+                self._get_headers.update(self._proxy.headers())
         # The lean POST path (created on the first send, inside the running loop) and
         # its request heads, built once per path.
         self._pool: H1Pool | None = None
@@ -498,7 +504,7 @@ class HttpClient(AsyncResource):
                 url,
                 params=params,
                 timeout=self.timeout_for(request_timeout),
-                headers=self._key_header if self._owns_session else None,
+                headers=self._get_headers if self._owns_session else None,
                 proxy=self._proxy_url,  # None for an adopted session: its own settings
                 proxy_headers=self._proxy_headers,
             ) as response:

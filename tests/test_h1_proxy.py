@@ -116,6 +116,22 @@ async def test_a_proxy_with_credentials_is_used_and_never_shown(
     assert PASSWORD not in repr(log_events)
 
 
+async def test_a_proxy_with_credentials_serves_an_http_origin_posts_and_gets(
+    wire: Serve, tinyproxy: StartProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No tunnel: each request goes to the proxy itself and carries its credentials (a
+    GET too: aiohttp sends ``proxy_headers`` only in a CONNECT, the GET came back 407)."""
+    proxy = tinyproxy(auth=("router", PASSWORD))
+    server = await wire([answer(BODY)])
+    monkeypatch.setenv("HTTP_PROXY", f"http://router:{PASSWORD}@127.0.0.1:{proxy.port}")
+    async with HttpClient(server.url, DEFAULT_TEST_KEY) as http:
+        await traffic(http, posts=1)
+        shown = repr(http) + repr(http._pool) + repr(http._proxy)
+    assert proxy.requests() == [f"POST {server.url}{CHAT}", f"GET {server.url}/models"]
+    assert all(r.headers["authorization"] == f"Bearer {DEFAULT_TEST_KEY}" for r in server.requests)
+    assert PASSWORD not in shown
+
+
 @pytest.mark.parametrize("origin", ["http", "https"])
 async def test_wrong_proxy_credentials_fail_without_showing_them(
     wire: Serve,
