@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from functools import partial
 from http import HTTPStatus
@@ -113,6 +114,13 @@ OWNED_HEADERS: Final = frozenset(
 """Headers the client sets (or that frame the request): refused in ``headers=``."""
 
 
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""A header name: RFC 9110's ``token``."""
+
+_CONTROL: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""What a header value cannot hold (RFC 9110 ``field-value``: a tab is allowed)."""
+
+
 def check_headers(headers: Mapping[str, str], where: str) -> dict[str, str]:
     """``headers`` as a dict, once none of them is one the client sets itself.
 
@@ -129,9 +137,17 @@ def check_headers(headers: Mapping[str, str], where: str) -> dict[str, str]:
             raise ConfigurationError(
                 f"{where}: {name.strip()!r} is set by provider_router itself and cannot be given"
             )
-        if any(c in name or c in value for c in "\r\n\0"):
+        if not _TOKEN.fullmatch(name):
+            # A space, a colon or a line break would smuggle another header into the head
+            # (" X: 1" continues the line before; "Host:x" is a Host header).
             raise ConfigurationError(
-                f"{where}: the {name!r} header holds a line break or NUL, which HTTP cannot carry"
+                f"{where}: {name!r} is not a header name (letters, digits and "
+                "!#$%&'*+-.^_`|~ only, RFC 9110)"
+            )
+        if _CONTROL.search(value):
+            raise ConfigurationError(
+                f"{where}: the {name!r} header holds a line break or another control "
+                "character, which HTTP cannot carry"
             )
         checked[name] = value
     return checked

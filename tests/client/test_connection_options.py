@@ -122,6 +122,34 @@ def test_a_header_value_that_would_break_the_head_is_refused_unseen() -> None:
     assert SECRET not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "name",
+    [" X-Title", "Host:evil", "X Title", "X-Title\t", "", "X-Title\r\nHost", "Tïtle"],
+    ids=["leading-space", "colon", "inner-space", "tab", "empty", "line-break", "non-ascii"],
+)
+def test_a_name_that_is_not_a_header_name_is_refused(name: str) -> None:
+    """A leading space makes the line a continuation of the one before (obs-fold) and a
+    colon starts the value early: either would smuggle a header the library owns."""
+    for build in (
+        lambda: Router(KIMI, headers={name: "1"}),
+        lambda: HttpClient("http://127.0.0.1:9", headers={name: "1"}),
+    ):
+        with pytest.raises(ConfigurationError, match="header"):
+            build()
+
+
+@pytest.mark.parametrize("control", ["\x0b", "\x7f", "\x1b", "\0"])
+def test_a_header_value_with_a_control_character_is_refused_unseen(control: str) -> None:
+    with pytest.raises(ConfigurationError, match="X-OpenRouter-Title") as caught:
+        Router(KIMI, headers={"X-OpenRouter-Title": f"{SECRET}{control}"})
+    assert SECRET not in str(caught.value)
+
+
+def test_a_tab_inside_a_header_value_is_allowed() -> None:
+    http = HttpClient("http://127.0.0.1:9", headers={"X-OpenRouter-Title": "EAGLE\t3"})
+    assert http._headers["X-OpenRouter-Title"] == "EAGLE\t3"
+
+
 @pytest.mark.parametrize("bad", [False, "/etc/ssl/certs/ca.pem", object()])
 def test_ssl_must_be_a_context(bad: Any) -> None:
     for build in (lambda: Router(KIMI, ssl=bad), lambda: Catalog(ssl=bad)):
