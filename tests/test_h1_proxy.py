@@ -25,6 +25,7 @@ from provider_router import (
     ProviderPolicy,
     Router,
 )
+from provider_router._billing import provably_free
 from provider_router._http import HttpClient
 from provider_router.testing import DEFAULT_TEST_KEY
 from provider_router.testing.loopback import answer_every_request, tls_contexts
@@ -161,6 +162,36 @@ async def test_wrong_proxy_credentials_fail_without_showing_them(
         assert error.status == 401
     assert PASSWORD not in str(error) + repr(error.__cause__) + repr(vars(error))
     assert server.requests == []
+
+
+@pytest.mark.parametrize("status", ["502 Bad Gateway", "504 Gateway Timeout"])
+async def test_a_plain_http_proxys_gateway_error_may_have_been_billed(
+    wire: Serve, monkeypatch: pytest.MonkeyPatch, status: str
+) -> None:
+    """A proxy that lost its upstream, or gave up waiting for it, answers for the origin,
+    which may have the request and bill it: not an error status OpenRouter does not charge
+    for (the reservation would be released), but a failure after sending."""
+    proxy = await wire([answer(b"<html>gateway</html>", status=status)])
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    async with HttpClient("http://127.0.0.1:9/api/v1", DEFAULT_TEST_KEY) as http:
+        with pytest.raises(APIConnectionError) as caught:
+            await exchange(http)
+    assert caught.value.request_sent is True
+    assert not provably_free(caught.value, sent=True)
+    assert status.split()[0] in str(caught.value)
+    (request,) = proxy.requests
+    assert request.target == f"http://127.0.0.1:9/api/v1{CHAT}"
+
+
+async def test_a_plain_http_proxys_other_refusals_stay_statuses(
+    wire: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = await wire([answer(b"no", status="403 Forbidden")])
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    async with HttpClient("http://127.0.0.1:9/api/v1", DEFAULT_TEST_KEY) as http:
+        with pytest.raises(APIStatusError) as caught:
+            await exchange(http)
+    assert caught.value.status == 403
 
 
 async def test_a_proxy_that_does_not_listen_was_never_sent(

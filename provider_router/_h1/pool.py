@@ -14,8 +14,8 @@ from typing import Final, Protocol
 import aiohappyeyeballs
 
 from provider_router._h1.connection import H1Connection
-from provider_router._h1.errors import H1ConnectError, H1ConnectTimeout
-from provider_router._h1.proxy import Proxy, open_tunnel, tunnel_reader
+from provider_router._h1.errors import H1ConnectError, H1ConnectTimeout, H1Error
+from provider_router._h1.proxy import PROXY_GATEWAY_STATUSES, Proxy, open_tunnel, tunnel_reader
 from provider_router._h1.resolver import Resolver
 from provider_router._h1.response import H1Response
 
@@ -198,10 +198,20 @@ class H1Pool:
             if exchange is not None:
                 exchange._unsent = False
         try:
-            return await conn.send(b"%b%d\r\n\r\n%b" % (head, len(body), body), idle_limit)
+            response = await conn.send(b"%b%d\r\n\r\n%b" % (head, len(body), body), idle_limit)
         except BaseException:
             conn.close()  # cancelled or failed mid-exchange: its state is unknown
             raise
+        if self._single_use and response.status in PROXY_GATEWAY_STATUSES:
+            # The proxy's word on its upstream, not the origin's: the origin may have the
+            # request (and be generating it), so it is a transport failure after sending,
+            # not an error status OpenRouter does not charge for.
+            response.close()
+            raise H1Error(
+                f"the proxy {self._dial_host}:{self._dial_port} answered HTTP "
+                f"{response.status}: no answer from the origin, which may have the request"
+            )
+        return response
 
     async def aclose(self) -> None:
         """Close every connection, idle or busy."""

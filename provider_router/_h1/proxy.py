@@ -30,10 +30,23 @@ from provider_router._exceptions import ConfigurationError
 from provider_router._h1.errors import H1ConnectError
 from provider_router._secrets import remember
 
-__all__ = ["MAX_PROXY_REPLY_BYTES", "Proxy", "open_tunnel", "proxy_for", "tunnel_reader"]
+__all__ = [
+    "MAX_PROXY_REPLY_BYTES",
+    "PROXY_GATEWAY_STATUSES",
+    "Proxy",
+    "open_tunnel",
+    "proxy_for",
+    "tunnel_reader",
+]
 
 MAX_PROXY_REPLY_BYTES: Final = 8190
 """A proxy's answer to ``CONNECT`` longer than this (before its blank line) is refused."""
+
+PROXY_GATEWAY_STATUSES: Final = frozenset({502, 504})
+"""Statuses a plain-HTTP proxy gives when its upstream failed or timed out (RFC 9110
+§15.6.3, §15.6.5): the request may have reached the origin, which may bill it, so the
+lean pool reports them as a transport failure after sending, never as a free error
+status. (Through a ``CONNECT`` tunnel the proxy cannot answer for the origin.)"""
 
 
 class Proxy:
