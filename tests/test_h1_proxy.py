@@ -274,11 +274,19 @@ def test_a_tunnel_under_uvloop(tinyproxy: StartProxy, certificate: Path) -> None
     [
         ([b"HTTP/1.1 403 Forbidden\r\nContent-Length: 5\r\n\r\nnope!"], "403 Forbidden"),
         ([b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * 9000], "too long"),
+        ([b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * 9000 + b"\r\n\r\n", CLOSE], "too long"),
         ([b"HTTP/1.1 200 Conn", CLOSE], "closed the connection at CONNECT"),
         ([b"SSH-2.0-OpenSSH_9.2\r\n\r\n"], "refused a tunnel"),
         ([b"HTTP/1.1 200 Connection established\r\n\r\n", CLOSE], "Cannot connect"),
     ],
-    ids=["refused", "endless-reply", "cut-reply", "not-http", "closed-before-tls"],
+    ids=[
+        "refused",
+        "endless-reply",
+        "long-reply-in-one-read",
+        "cut-reply",
+        "not-http",
+        "closed-before-tls",
+    ],
 )
 async def test_a_tunnel_that_does_not_open_was_never_sent(
     wire: Serve, monkeypatch: pytest.MonkeyPatch, reply: list[Any], said: str

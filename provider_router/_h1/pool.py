@@ -313,6 +313,7 @@ class H1Pool:
             transport.close()
             raise
         if secure is None:  # the loop gave no transport: the tunnel closed under the handshake
+            transport.close()
             raise H1ConnectError(f"the proxy {proxy.authority} closed the tunnel")
         conn.connection_made(secure)  # start_tls does not call it
 

@@ -129,13 +129,15 @@ class _TunnelReply(asyncio.Protocol):
         self._buffer = b""
 
     def data_received(self, data: bytes) -> None:
+        if self._done.done():
+            return  # answered (or refused): nothing more is read before TLS starts
         self._buffer += data
         end = self._buffer.find(b"\r\n\r\n")
-        if end >= 0:
-            if not self._done.done():
-                self._done.set_result(self._buffer[:end])
-        elif len(self._buffer) > MAX_PROXY_REPLY_BYTES and not self._done.done():
+        if end > MAX_PROXY_REPLY_BYTES or (end < 0 and len(self._buffer) > MAX_PROXY_REPLY_BYTES):
+            # Whether or not its end came in the same read: the limit is the head's.
             self._done.set_exception(H1ConnectError("the proxy's answer to CONNECT is too long"))
+        elif end >= 0:
+            self._done.set_result(self._buffer[:end])
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._done.done():
