@@ -114,6 +114,10 @@ OWNED_HEADERS: Final = frozenset(
 """Headers the client sets (or that frame the request): refused in ``headers=``."""
 
 
+_SESSION_HEADERS: Final = frozenset({"User-Agent", "Accept"})
+"""The aiohttp session's default headers: aiohttp also sends them in a proxy's
+``CONNECT``, so nothing that may be a secret is among them."""
+
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """A header name: RFC 9110's ``token``."""
 
@@ -427,10 +431,13 @@ class HttpClient(AsyncResource):
         self._proxy = proxy_for(URL(self.base_url)) if session is None else None
         self._proxy_url: URL | None = None
         self._proxy_headers: dict[str, str] | None = None
-        # What each GET adds to the session's headers: the key, and, for a plain-HTTP
-        # origin, the proxy's credentials (aiohttp sends ``proxy_headers`` only in a
-        # CONNECT: the request itself goes to the proxy and must carry them).
-        self._get_headers = {k: v for k, v in self._headers.items() if k == "Authorization"}
+        # What each GET adds to the session's headers: the key and the caller's headers
+        # (aiohttp merges a session's default headers into a proxy's CONNECT, where the
+        # key would become its Proxy-Authorization and a gateway key given in headers=
+        # would reach the proxy), and, for a plain-HTTP origin, the proxy's credentials
+        # (aiohttp sends proxy_headers only in a CONNECT: the request itself goes to
+        # the proxy and must carry them).
+        self._get_headers = {k: v for k, v in self._headers.items() if k not in _SESSION_HEADERS}
         if self._proxy is not None:
             self._proxy_url = URL(f"http://{self._proxy.authority}")
             if URL(self.base_url).scheme == "https":
@@ -478,12 +485,11 @@ class HttpClient(AsyncResource):
                 limit_per_host=self._limit_per_host,
                 ssl=self._ssl if self._ssl is not None else True,
             )
-            # The key goes with each GET, not among the session's default headers:
-            # aiohttp merges those into a proxy's CONNECT, where its Authorization
-            # becomes the Proxy-Authorization (the key would go to the proxy).
-            unkeyed = {k: v for k, v in self._headers.items() if k != "Authorization"}
+            # Only what may reach a proxy's CONNECT among the session's default headers
+            # (aiohttp merges them into it): the rest goes with each GET (_get_headers).
+            anonymous = {k: v for k, v in self._headers.items() if k in _SESSION_HEADERS}
             session = aiohttp.ClientSession(
-                connector=connector, headers=unkeyed, timeout=self._timeout
+                connector=connector, headers=anonymous, timeout=self._timeout
             )
             self._session = session
         elif session.closed:

@@ -164,6 +164,23 @@ async def test_wrong_proxy_credentials_fail_without_showing_them(
     assert server.requests == []
 
 
+async def test_a_gets_connect_carries_neither_the_key_nor_the_callers_headers(
+    wire: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp merges a session's default headers into the CONNECT it sends a proxy: a
+    gateway key given as a header would have reached the proxy, as the API key would."""
+    proxy = await wire([b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n"])
+    monkeypatch.setenv("HTTPS_PROXY", f"http://router:{PASSWORD}@127.0.0.1:{proxy.port}")
+    headers = {"X-Gateway-Key": "gw-s3cret", "X-OpenRouter-Title": "EAGLE-3 data"}
+    async with HttpClient("https://127.0.0.1:9/api/v1", DEFAULT_TEST_KEY, headers=headers) as http:
+        with pytest.raises(APIConnectionError):
+            await http.get_json("/models")
+    (connect,) = proxy.requests
+    assert connect.method == "CONNECT"
+    assert connect.headers["proxy-authorization"].startswith("Basic ")
+    assert not {"authorization", "x-gateway-key", "x-openrouter-title"} & set(connect.headers)
+
+
 @pytest.mark.parametrize("status", ["502 Bad Gateway", "504 Gateway Timeout"])
 async def test_a_plain_http_proxys_gateway_error_may_have_been_billed(
     wire: Serve, monkeypatch: pytest.MonkeyPatch, status: str
