@@ -16,6 +16,7 @@ from _certificate import certificate_fixture  # noqa: F401  (the certificate fix
 from _proxy_server import StartProxy, tinyproxy_fixture  # noqa: F401  (the tinyproxy fixture)
 from _raw_http import exchange
 from _wire_server import CLOSE, Serve, answer, wire_fixture  # noqa: F401  (the wire fixture)
+from yarl import URL
 
 from provider_router import (
     APIConnectionError,
@@ -26,6 +27,7 @@ from provider_router import (
     Router,
 )
 from provider_router._billing import provably_free
+from provider_router._h1.proxy import proxy_for
 from provider_router._http import HttpClient
 from provider_router.testing import DEFAULT_TEST_KEY
 from provider_router.testing.loopback import answer_every_request, tls_contexts
@@ -322,3 +324,28 @@ async def test_a_tunnel_that_does_not_open_was_never_sent(
     assert (connect.method, connect.target) == ("CONNECT", "127.0.0.1:9")
     assert connect.headers["proxy-authorization"].startswith("Basic ")
     assert proxy.connections == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "no_proxy", "direct"),
+    [
+        ("http://127.0.0.1:8000/api/v1", "127.0.0.0/8", True),  # CIDR: requests, httpx, curl
+        ("http://10.1.2.3/api/v1", "localhost, 10.0.0.0/8", True),
+        ("http://11.1.2.3/api/v1", "10.0.0.0/8", False),
+        ("http://[fd00::7]:8000/api/v1", "fd00::/8", True),
+        ("http://[::1]:8000/api/v1", "::1", True),
+        ("http://localhost:8000/api/v1", "localhost:8000", True),  # host:port, as requests
+        ("http://localhost:8000/api/v1", "localhost:9000", False),  # another port
+        ("http://localhost:8000/api/v1", "localhost", True),  # a name matches every port
+        ("https://api.corp:8443/v1", ".corp", True),
+        ("https://openrouter.ai/api/v1", "notopenrouter.ai,10.0.0.0/8,bad/range", False),
+        ("https://openrouter.ai/api/v1", "*", True),
+    ],
+)
+def test_no_proxy_entries_match_as_requests_and_httpx_match_them(
+    monkeypatch: pytest.MonkeyPatch, url: str, no_proxy: str, direct: bool
+) -> None:
+    for variable in ("HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.setenv(variable, "http://127.0.0.1:3128")
+    monkeypatch.setenv("NO_PROXY", no_proxy)
+    assert (proxy_for(URL(url)) is None) is direct

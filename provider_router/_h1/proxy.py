@@ -3,7 +3,9 @@
 ``HTTPS_PROXY`` / ``HTTP_PROXY`` (by the origin's scheme), else ``ALL_PROXY``, each
 also in lower case, and ``NO_PROXY`` to go direct: read by the standard library's
 :func:`urllib.request.getproxies` and :func:`urllib.request.proxy_bypass` (the
-functions requests itself falls back to), not by a parser of our own. aiohttp's
+functions requests itself falls back to), not by a parser of our own; of
+``NO_PROXY`` we add what requests, httpx and curl match beyond urllib (CIDR ranges,
+``host:port`` entries). aiohttp's
 ``trust_env`` reads the same variables but ignores ``ALL_PROXY``; we follow
 requests and httpx there. Only ``http://`` proxies are spoken to (as aiohttp,
 which ignores an ``https://`` one): an HTTPS origin is reached through a
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import urllib.request
 from typing import Final
 
@@ -85,8 +88,7 @@ def proxy_for(url: URL) -> Proxy | None:
             ``socks5://`` proxies are not supported); names its host, never its
             credentials.
     """
-    host = url.raw_host or ""
-    if host and urllib.request.proxy_bypass(host):  # NO_PROXY
+    if _bypassed(url):
         return None
     proxies = urllib.request.getproxies()
     raw = proxies.get(url.scheme) or proxies.get("all")
@@ -119,6 +121,34 @@ def proxy_for(url: URL) -> Proxy | None:
         remember(token)
         authorization = SecretStr(f"Basic {token}")
     return Proxy(proxy_url.raw_host, port, authorization)
+
+
+def _bypassed(url: URL) -> bool:
+    """Whether ``NO_PROXY`` names ``url``'s host: as :func:`urllib.request.proxy_bypass`
+    matches it (names, domain suffixes, ``*``), plus what requests, httpx and curl also
+    match there: a ``host:port`` entry for that port alone, and an IP address inside a
+    CIDR range (``10.0.0.0/8``, ``fd00::/8``)."""
+    host = url.raw_host or ""
+    if not host:
+        return False
+    port = url.explicit_port
+    # "host:port" lets urllib compare an entry's port too (its plain entries still match);
+    # an IPv6 address is passed alone, its colons are not a port.
+    if urllib.request.proxy_bypass(host if port is None or ":" in host else f"{host}:{port}"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    entries = urllib.request.getproxies_environment().get("no", "")
+    for entry in entries.split(","):
+        if "/" in entry:
+            try:
+                if address in ipaddress.ip_network(entry.strip(), strict=False):
+                    return True
+            except ValueError:
+                continue  # not a range: urllib has already judged it
+    return False
 
 
 class _TunnelReply(asyncio.Protocol):
