@@ -80,6 +80,24 @@ async def test_an_https_origin_is_reached_through_a_tunnel(
     assert proxy.requests() == [f"CONNECT 127.0.0.1:{server.port}"] * 2
 
 
+async def test_tls_in_the_tunnel_names_the_origin_not_the_proxy(
+    wire: Serve, tinyproxy: StartProxy, certificate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handshake's server name (SNI, and the name the certificate is checked against)
+    is the origin's, ``localhost``, though the socket goes to the proxy at 127.0.0.1."""
+    proxy = tinyproxy()
+    served, trusted = tls_contexts(certificate)
+    names: list[str | None] = []
+    served.sni_callback = lambda _sock, name, _context: names.append(name)
+    server = await wire([answer(BODY)], tls=served)
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+    url = f"https://localhost:{server.port}/api/v1"
+    async with HttpClient(url, DEFAULT_TEST_KEY, ssl=trusted) as http:
+        await traffic(http, posts=1)
+    assert names == ["localhost", "localhost"]  # the lean pool's tunnel, aiohttp's
+    assert proxy.requests() == [f"CONNECT localhost:{server.port}"] * 2
+
+
 @pytest.mark.parametrize("bypass", ["127.0.0.1", "localhost,127.0.0.1", "*"])
 async def test_no_proxy_goes_direct(
     wire: Serve, tinyproxy: StartProxy, monkeypatch: pytest.MonkeyPatch, bypass: str
