@@ -381,7 +381,11 @@ class H1Pool:
         now = self.loop.time()
         conn.expires = expires = now + keep
         self._idle_stack.append(conn)
-        if self._reaper is None:
+        reaper = self._reaper
+        # Armed for a later expiry (a server that keeps this one for less): earlier, then.
+        if reaper is None or expires + REAP_INTERVAL < reaper.when():
+            if reaper is not None:
+                reaper.cancel()
             self._reaper = self.loop.call_at(max(expires, now + REAP_INTERVAL), self._reap)
         if self._waiters:
             self._wake()
