@@ -98,6 +98,26 @@ async def test_tls_in_the_tunnel_names_the_origin_not_the_proxy(
     assert proxy.requests() == [f"CONNECT localhost:{server.port}"] * 2
 
 
+async def test_an_untrusted_origin_behind_a_tunnel_is_named_never_sent(
+    wire: Serve, tinyproxy: StartProxy, certificate: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The certificate check fails inside the tunnel: the error names the origin whose
+    certificate it is (and the proxy it went through), not the proxy alone."""
+    proxy = tinyproxy()
+    served, _ = tls_contexts(certificate)
+    server = await wire([answer(BODY)], tls=served)
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+    async with HttpClient(f"https://localhost:{server.port}/api/v1", DEFAULT_TEST_KEY) as http:
+        with pytest.raises(APIConnectionError) as caught:
+            await exchange(http)
+    assert caught.value.request_sent is False
+    message = str(caught.value)
+    assert f"localhost:{server.port}" in message
+    assert f"proxy 127.0.0.1:{proxy.port}" in message
+    assert "certificate verify failed" in message
+    assert server.requests == []
+
+
 @pytest.mark.parametrize("bypass", ["127.0.0.1", "localhost,127.0.0.1", "*"])
 async def test_no_proxy_goes_direct(
     wire: Serve, tinyproxy: StartProxy, monkeypatch: pytest.MonkeyPatch, bypass: str

@@ -309,6 +309,13 @@ class H1Pool:
             secure = await self.loop.start_tls(
                 transport, conn, self._ssl, server_hostname=self._host
             )
+        except OSError as exc:  # the handshake with the origin (a certificate, a reset)
+            transport.close()
+            # The origin named, as aiohttp names it for a TLS failure: the proxy did its part.
+            raise H1ConnectError(
+                f"Cannot connect to host {self._host}:{self._port} ssl:default through the "
+                f"proxy {proxy.authority} [{exc.strerror or exc}]"
+            ) from exc
         except BaseException:
             transport.close()
             raise
