@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from functools import partial
 from http import HTTPStatus
@@ -59,6 +58,7 @@ from provider_router._exceptions import (
 )
 from provider_router._h1 import H1ConnectError, H1Error, H1Pool, H1Response
 from provider_router._h1.proxy import proxy_for
+from provider_router._http_options import check_headers, check_ssl
 from provider_router._json import loads
 from provider_router._money import pin_exact_cost
 from provider_router._resource import AsyncResource
@@ -67,11 +67,8 @@ from provider_router.sse import SSEParser
 
 __all__ = [
     "HttpClient",
-    "OWNED_HEADERS",
     "PostRequest",
     "PostResponse",
-    "check_headers",
-    "check_ssl",
     "connection_error",
     "decode_json",
     "error_from_response",
@@ -91,81 +88,9 @@ TRANSPORT_ERRORS: Final = (TimeoutError, aiohttp.ClientError, H1Error)
 Params = Mapping[str, str | int | float]
 
 
-OWNED_HEADERS: Final = frozenset(
-    {
-        "accept",
-        "accept-encoding",
-        "authorization",
-        "connection",
-        "content-encoding",
-        "content-length",
-        "content-type",
-        "expect",
-        "host",
-        "keep-alive",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-"""Headers the client sets (or that frame the request): refused in ``headers=``."""
-
-
 _SESSION_HEADERS: Final = frozenset({"User-Agent", "Accept"})
 """The aiohttp session's default headers: aiohttp also sends them in a proxy's
 ``CONNECT``, so nothing that may be a secret is among them."""
-
-_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-"""A header name: RFC 9110's ``token``."""
-
-_CONTROL: Final = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-"""What a header value cannot hold (RFC 9110 ``field-value``: a tab is allowed)."""
-
-
-def check_headers(headers: Mapping[str, str], where: str) -> dict[str, str]:
-    """``headers`` as a dict, once none of them is one the client sets itself.
-
-    Raises:
-        ConfigurationError: a name in :data:`OWNED_HEADERS`, a name or value that is
-            not a string or holds a line break; names the header, never its value
-            (it may be a key).
-    """
-    checked: dict[str, str] = {}
-    for name, value in headers.items():
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise ConfigurationError(f"{where}: header names and values must be strings")
-        if name.strip().lower() in OWNED_HEADERS:
-            raise ConfigurationError(
-                f"{where}: {name.strip()!r} is set by provider_router itself and cannot be given"
-            )
-        if not _TOKEN.fullmatch(name):
-            # A space, a colon or a line break would smuggle another header into the head
-            # (" X: 1" continues the line before; "Host:x" is a Host header).
-            raise ConfigurationError(
-                f"{where}: {name!r} is not a header name (letters, digits and "
-                "!#$%&'*+-.^_`|~ only, RFC 9110)"
-            )
-        if _CONTROL.search(value):
-            raise ConfigurationError(
-                f"{where}: the {name!r} header holds a line break or another control "
-                "character, which HTTP cannot carry"
-            )
-        checked[name] = value
-    return checked
-
-
-def check_ssl(context: SSLContext | None) -> SSLContext | None:
-    """``context`` once it is an :class:`ssl.SSLContext` (or ``None``: the system's CAs).
-
-    Raises:
-        ConfigurationError: anything else (``ssl=False`` does not turn verification off).
-    """
-    if context is not None and not isinstance(context, SSLContext):
-        raise ConfigurationError(f"ssl must be an ssl.SSLContext, got {type(context).__name__}")
-    return context
 
 
 def resolve_base_url(base_url: str | None = None) -> str:
@@ -341,7 +266,7 @@ class HttpClient(AsyncResource):
         user_agent: the ``User-Agent`` header.
         headers: extra headers sent with every request (attribution such as
             ``HTTP-Referer``, ``X-OpenRouter-Title``); a header the client sets
-            itself (:data:`OWNED_HEADERS`) is refused.
+            itself (:data:`~provider_router._http_options.OWNED_HEADERS`) is refused.
         ssl: the TLS settings for an ``https://`` base URL (an
             :class:`ssl.SSLContext` trusting a private CA, say); default: the
             system's CAs (``SSL_CERT_FILE`` honoured).
