@@ -337,7 +337,9 @@ class HttpClient(AsyncResource):
         self._limit = limit
         self._limit_per_host = limit_per_host
         self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
-        self._headers.update(check_headers(headers or {}, "headers"))
+        for name, value in check_headers(headers or {}, "headers").items():
+            # A User-Agent given in any case replaces ours (never sent twice).
+            self._headers["User-Agent" if name.lower() == "user-agent" else name] = value
         if self._api_key is not None:
             secret = self._api_key.get_secret_value()
             remember(secret)  # scrubbed from every error a server echoes it into

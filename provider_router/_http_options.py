@@ -75,6 +75,10 @@ def check_headers(headers: Mapping[str, str], where: str) -> dict[str, str]:
                 f"{where}: the {name!r} header holds a line break or another control "
                 "character, which HTTP cannot carry"
             )
+        if any(name.lower() == seen.lower() for seen in checked):
+            raise ConfigurationError(
+                f"{where}: the {name!r} header is given twice (names are case-insensitive)"
+            )
         checked[name] = value
     return checked
 

@@ -161,3 +161,16 @@ def test_a_catalog_given_a_client_refuses_options_for_its_own() -> None:
     http = HttpClient("http://127.0.0.1:9")
     with pytest.raises(ConfigurationError, match="give them to the HttpClient"):
         Catalog(http=http, headers=ATTRIBUTION)
+
+
+def test_a_header_given_twice_in_another_case_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="given twice"):
+        Router(KIMI, headers={"X-OpenRouter-Title": "a", "x-openrouter-title": "b"})
+
+
+@pytest.mark.parametrize("name", ["User-Agent", "user-agent", "USER-AGENT"])
+async def test_a_user_agent_given_replaces_ours_whatever_its_case(name: str) -> None:
+    async with HttpClient("http://127.0.0.1:9", headers={name: "eagle-data/1.0"}) as http:
+        head = http._lean().request_head("/chat/completions", "application/json").lower()
+    assert head.count(b"user-agent:") == 1
+    assert b"user-agent: eagle-data/1.0\r\n" in head
