@@ -6,6 +6,7 @@ proxy's own log says what went through it, and its credentials are never shown."
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -387,3 +388,15 @@ def test_no_proxy_entries_match_as_requests_and_httpx_match_them(
         monkeypatch.setenv(variable, "http://127.0.0.1:3128")
     monkeypatch.setenv("NO_PROXY", no_proxy)
     assert (proxy_for(URL(url)) is None) is direct
+
+
+def test_an_ipv6_proxy_with_percent_encoded_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials are percent-decoded (as requests and curl decode them) and sent UTF-8;
+    the proxy is named with its address in brackets, its credentials never."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://us%40er:p%3Ass%2F%C3%A9@[::1]:3128")
+    proxy = proxy_for(URL("https://openrouter.ai/api/v1"))
+    assert proxy is not None
+    assert (proxy.host, proxy.port, proxy.authority) == ("::1", 3128, "[::1]:3128")
+    token = base64.b64encode("us@er:p:ss/é".encode()).decode()
+    assert proxy.headers() == {"Proxy-Authorization": f"Basic {token}"}
+    assert repr(proxy) == "Proxy([::1]:3128, with credentials)"

@@ -65,7 +65,7 @@ class Proxy:
 
     def __repr__(self) -> str:
         auth = ", with credentials" if self.authorization is not None else ""
-        return f"Proxy({self.host}:{self.port}{auth})"
+        return f"Proxy({self.authority}{auth})"
 
     @property
     def authority(self) -> str:
