@@ -165,7 +165,12 @@ class _TunnelReply(asyncio.Protocol):
         end = self._buffer.find(b"\r\n\r\n")
         if end > MAX_PROXY_REPLY_BYTES or (end < 0 and len(self._buffer) > MAX_PROXY_REPLY_BYTES):
             # Whether or not its end came in the same read: the limit is the head's.
-            self._done.set_exception(H1ConnectError("the proxy's answer to CONNECT is too long"))
+            self._done.set_exception(
+                H1ConnectError(
+                    f"the proxy's answer to CONNECT is too long (over {MAX_PROXY_REPLY_BYTES:,} "
+                    "bytes, MAX_PROXY_REPLY_BYTES)"
+                )
+            )
         elif end >= 0:
             self._done.set_result(self._buffer[:end])
 
