@@ -362,6 +362,7 @@ async def test_a_tunnel_that_does_not_open_was_never_sent(
     (connect,) = proxy.requests
     assert (connect.method, connect.target) == ("CONNECT", "127.0.0.1:9")
     assert connect.headers["proxy-authorization"].startswith("Basic ")
+    assert "authorization" not in connect.headers  # the API key never goes to the proxy
     assert proxy.connections == 1
 
 
