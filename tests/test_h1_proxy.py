@@ -16,7 +16,7 @@ import pytest
 from _certificate import certificate_fixture  # noqa: F401  (the certificate fixture)
 from _proxy_server import StartProxy, tinyproxy_fixture  # noqa: F401  (the tinyproxy fixture)
 from _raw_http import exchange
-from _wire_server import CLOSE, Serve, answer, wire_fixture  # noqa: F401  (the wire fixture)
+from _wire_server import CLOSE, HOLD, Serve, answer, wire_fixture  # noqa: F401  (the wire fixture)
 from yarl import URL
 
 from provider_router import (
@@ -25,6 +25,7 @@ from provider_router import (
     ConfigurationError,
     MemoryLedger,
     ProviderPolicy,
+    RequestTimeout,
     Router,
 )
 from provider_router._billing import provably_free
@@ -401,3 +402,19 @@ def test_an_ipv6_proxy_with_percent_encoded_credentials(monkeypatch: pytest.Monk
     token = base64.b64encode("us@er:p:ss/é".encode()).decode()
     assert proxy.headers() == {"Proxy-Authorization": f"Basic {token}"}
     assert repr(proxy) == "Proxy([::1]:3128, with credentials)"
+
+
+async def test_a_proxy_silent_after_connect_ends_at_the_connect_timeout_never_sent(
+    wire: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = await wire([HOLD])  # reads the CONNECT, never answers it
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+    async with HttpClient(
+        "https://127.0.0.1:9/api/v1", DEFAULT_TEST_KEY, connect_timeout=0.3
+    ) as http:
+        with pytest.raises(RequestTimeout) as caught:
+            await exchange(http)
+    assert caught.value.request_sent is False
+    assert "no connection within" in str(caught.value)
+    (connect,) = proxy.requests
+    assert connect.method == "CONNECT"
