@@ -66,10 +66,7 @@ def check_headers(headers: Mapping[str, str], where: str) -> dict[str, str]:
         if not _TOKEN.fullmatch(name):
             # A space, a colon or a line break would smuggle another header into the head
             # (" X: 1" continues the line before; "Host:x" is a Host header).
-            raise ConfigurationError(
-                f"{where}: {name!r} is not a header name (letters, digits and "
-                "!#$%&'*+-.^_`|~ only, RFC 9110)"
-            )
+            raise ConfigurationError(f"{where}: {_not_a_token(name)}")
         if _CONTROL.search(value):
             raise ConfigurationError(
                 f"{where}: the {name!r} header holds a line break or another control "
@@ -92,3 +89,16 @@ def check_ssl(context: SSLContext | None) -> SSLContext | None:
     if context is not None and not isinstance(context, SSLContext):
         raise ConfigurationError(f"ssl must be an ssl.SSLContext, got {type(context).__name__}")
     return context
+
+
+def _not_a_token(name: str) -> str:
+    """Why ``name`` is no header name, shown up to its first wrong character only: what
+    follows may be a value pasted in with it (``"Authorization: Bearer sk-..."``)."""
+    if not name:
+        return "an empty header name"
+    found = _TOKEN.match(name)
+    start = found.end() if found else 0
+    return (
+        f"the header name {name[:start][:40]!r} is followed by {name[start]!r}, which a "
+        "header name cannot hold (letters, digits and !#$%&'*+-.^_`|~ only, RFC 9110)"
+    )

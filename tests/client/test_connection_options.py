@@ -138,6 +138,12 @@ def test_a_name_that_is_not_a_header_name_is_refused(name: str) -> None:
             build()
 
 
+def test_a_name_with_a_value_pasted_in_is_refused_unseen() -> None:
+    with pytest.raises(ConfigurationError, match="'Authorization' is followed by ':'") as caught:
+        Router(KIMI, headers={f"Authorization: Bearer {SECRET}": ""})
+    assert SECRET not in str(caught.value)
+
+
 @pytest.mark.parametrize("control", ["\x0b", "\x7f", "\x1b", "\0"])
 def test_a_header_value_with_a_control_character_is_refused_unseen(control: str) -> None:
     with pytest.raises(ConfigurationError, match="X-OpenRouter-Title") as caught:
