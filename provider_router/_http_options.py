@@ -98,7 +98,12 @@ def _not_a_token(name: str) -> str:
         return "an empty header name"
     found = _TOKEN.match(name)
     start = found.end() if found else 0
+    where = (
+        f"the header name {name[:start][:40]!r} is followed by"
+        if start
+        else "a header name starts with"
+    )
     return (
-        f"the header name {name[:start][:40]!r} is followed by {name[start]!r}, which a "
-        "header name cannot hold (letters, digits and !#$%&'*+-.^_`|~ only, RFC 9110)"
+        f"{where} {name[start]!r}, which no header name can hold "
+        "(letters, digits and !#$%&'*+-.^_`|~ only, RFC 9110)"
     )
