@@ -58,6 +58,7 @@ from provider_router._exceptions import (
 )
 from provider_router._h1 import H1ConnectError, H1Error, H1Pool, H1Response
 from provider_router._h1.proxy import proxy_for
+from provider_router._http_options import check_headers, check_ssl
 from provider_router._json import loads
 from provider_router._money import pin_exact_cost
 from provider_router._resource import AsyncResource
@@ -66,11 +67,8 @@ from provider_router.sse import SSEParser, SSETooLong
 
 __all__ = [
     "HttpClient",
-    "OWNED_HEADERS",
     "PostRequest",
     "PostResponse",
-    "check_headers",
-    "check_ssl",
     "connection_error",
     "decode_json",
     "error_from_response",
@@ -90,62 +88,9 @@ TRANSPORT_ERRORS: Final = (TimeoutError, aiohttp.ClientError, H1Error)
 Params = Mapping[str, str | int | float]
 
 
-OWNED_HEADERS: Final = frozenset(
-    {
-        "accept",
-        "accept-encoding",
-        "authorization",
-        "connection",
-        "content-encoding",
-        "content-length",
-        "content-type",
-        "expect",
-        "host",
-        "keep-alive",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
-"""Headers the client sets (or that frame the request): refused in ``headers=``."""
-
-
-def check_headers(headers: Mapping[str, str], where: str) -> dict[str, str]:
-    """``headers`` as a dict, once none of them is one the client sets itself.
-
-    Raises:
-        ConfigurationError: a name in :data:`OWNED_HEADERS`, a name or value that is
-            not a string or holds a line break; names the header, never its value
-            (it may be a key).
-    """
-    checked: dict[str, str] = {}
-    for name, value in headers.items():
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise ConfigurationError(f"{where}: header names and values must be strings")
-        if name.strip().lower() in OWNED_HEADERS:
-            raise ConfigurationError(
-                f"{where}: {name.strip()!r} is set by provider_router itself and cannot be given"
-            )
-        if any(c in name or c in value for c in "\r\n\0"):
-            raise ConfigurationError(
-                f"{where}: the {name!r} header holds a line break or NUL, which HTTP cannot carry"
-            )
-        checked[name] = value
-    return checked
-
-
-def check_ssl(context: SSLContext | None) -> SSLContext | None:
-    """``context`` once it is an :class:`ssl.SSLContext` (or ``None``: the system's CAs).
-
-    Raises:
-        ConfigurationError: anything else (``ssl=False`` does not turn verification off).
-    """
-    if context is not None and not isinstance(context, SSLContext):
-        raise ConfigurationError(f"ssl must be an ssl.SSLContext, got {type(context).__name__}")
-    return context
+_SESSION_HEADERS: Final = frozenset({"User-Agent", "Accept"})
+"""The aiohttp session's default headers: aiohttp also sends them in a proxy's
+``CONNECT``, so nothing that may be a secret is among them."""
 
 
 def resolve_base_url(base_url: str | None = None) -> str:
@@ -321,7 +266,7 @@ class HttpClient(AsyncResource):
         user_agent: the ``User-Agent`` header.
         headers: extra headers sent with every request (attribution such as
             ``HTTP-Referer``, ``X-OpenRouter-Title``); a header the client sets
-            itself (:data:`OWNED_HEADERS`) is refused.
+            itself (:data:`~provider_router._http_options.OWNED_HEADERS`) is refused.
         ssl: the TLS settings for an ``https://`` base URL (an
             :class:`ssl.SSLContext` trusting a private CA, say); default: the
             system's CAs (``SSL_CERT_FILE`` honoured).
@@ -341,9 +286,9 @@ class HttpClient(AsyncResource):
         "_closed",
         "_connect_timeout",
         "_deadlines",
+        "_get_headers",
         "_headers",
         "_heads",
-        "_key_header",
         "_limit",
         "_limit_per_host",
         "_owns_session",
@@ -392,12 +337,13 @@ class HttpClient(AsyncResource):
         self._limit = limit
         self._limit_per_host = limit_per_host
         self._headers = {"User-Agent": user_agent, "Accept": "application/json"}
-        self._headers.update(check_headers(headers or {}, "headers"))
+        for name, value in check_headers(headers or {}, "headers").items():
+            # A User-Agent given in any case replaces ours (never sent twice).
+            self._headers["User-Agent" if name.lower() == "user-agent" else name] = value
         if self._api_key is not None:
             secret = self._api_key.get_secret_value()
             remember(secret)  # scrubbed from every error a server echoes it into
             self._headers["Authorization"] = f"Bearer {secret}"
-        self._key_header = {k: v for k, v in self._headers.items() if k == "Authorization"}
         for name, value in self._headers.items():
             if any(c in name or c in value for c in "\r\n\0"):
                 # Never the value itself: it may be the key.
@@ -412,9 +358,19 @@ class HttpClient(AsyncResource):
         self._proxy = proxy_for(URL(self.base_url)) if session is None else None
         self._proxy_url: URL | None = None
         self._proxy_headers: dict[str, str] | None = None
+        # What each GET adds to the session's headers: the key and the caller's headers
+        # (aiohttp merges a session's default headers into a proxy's CONNECT, where the
+        # key would become its Proxy-Authorization and a gateway key given in headers=
+        # would reach the proxy), and, for a plain-HTTP origin, the proxy's credentials
+        # (aiohttp sends proxy_headers only in a CONNECT: the request itself goes to
+        # the proxy and must carry them).
+        self._get_headers = {k: v for k, v in self._headers.items() if k not in _SESSION_HEADERS}
         if self._proxy is not None:
             self._proxy_url = URL(f"http://{self._proxy.authority}")
-            self._proxy_headers = self._proxy.headers()
+            if URL(self.base_url).scheme == "https":
+                self._proxy_headers = self._proxy.headers()
+            else:
+                self._get_headers.update(self._proxy.headers())
         # The lean POST path (created on the first send, inside the running loop) and
         # its request heads, built once per path.
         self._pool: H1Pool | None = None
@@ -456,12 +412,11 @@ class HttpClient(AsyncResource):
                 limit_per_host=self._limit_per_host,
                 ssl=self._ssl if self._ssl is not None else True,
             )
-            # The key goes with each GET, not among the session's default headers:
-            # aiohttp merges those into a proxy's CONNECT, where its Authorization
-            # becomes the Proxy-Authorization (the key would go to the proxy).
-            unkeyed = {k: v for k, v in self._headers.items() if k != "Authorization"}
+            # Only what may reach a proxy's CONNECT among the session's default headers
+            # (aiohttp merges them into it): the rest goes with each GET (_get_headers).
+            anonymous = {k: v for k, v in self._headers.items() if k in _SESSION_HEADERS}
             session = aiohttp.ClientSession(
-                connector=connector, headers=unkeyed, timeout=self._timeout
+                connector=connector, headers=anonymous, timeout=self._timeout
             )
             self._session = session
         elif session.closed:
@@ -498,7 +453,7 @@ class HttpClient(AsyncResource):
                 url,
                 params=params,
                 timeout=self.timeout_for(request_timeout),
-                headers=self._key_header if self._owns_session else None,
+                headers=self._get_headers if self._owns_session else None,
                 proxy=self._proxy_url,  # None for an adopted session: its own settings
                 proxy_headers=self._proxy_headers,
             ) as response:

@@ -35,7 +35,8 @@ from provider_router._exceptions import (
     InvalidResponseError,
     NotFoundError,
 )
-from provider_router._http import HttpClient, check_headers, check_ssl
+from provider_router._http import HttpClient
+from provider_router._http_options import check_headers, check_ssl
 from provider_router._log import get_logger
 from provider_router._resource import AsyncResource
 from provider_router._types import Clock, ModelId

@@ -73,6 +73,7 @@ from provider_router._exceptions import (
     RateLimitError,
     RouterStopping,
 )
+from provider_router._http_options import check_headers, check_ssl
 from provider_router._log import DEBUG, get_logger
 from provider_router._request import PreparedRequest, RequestEncoder, messages_problem
 from provider_router._resource import AsyncResource
@@ -266,8 +267,8 @@ class Router(AsyncResource):
         self._stream_idle_timeout = stream_idle_timeout
         self._stream_deadline = stream_deadline
         self._connect_timeout = connect_timeout
-        self._ssl = _http.check_ssl(ssl)
-        self._headers = _http.check_headers(headers or {}, "Router(headers=...)")
+        self._ssl = check_ssl(ssl)
+        self._headers = check_headers(headers or {}, "Router(headers=...)")
         self._http: _http.HttpClient | None = None
         self._plan: RoutePlan | None = None
         self._plan_time = 0.0

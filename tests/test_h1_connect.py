@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,6 +38,16 @@ def addresses_of(http: HttpClient, *ports: int) -> Resolver:
     return resolver
 
 
+def connecting_to(port: int) -> int:
+    """Sockets on this machine still connecting (``SYN_SENT``) to 127.0.0.1:``port``."""
+    try:
+        table = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        pytest.skip("no /proc/net/tcp to count connecting sockets by")
+    remote = f"0100007F:{port:04X}"
+    return sum(1 for row in table if row.split()[2] == remote and row.split()[3] == "02")
+
+
 # --- Happy Eyeballs -------------------------------------------------------------------------
 
 
@@ -48,10 +59,12 @@ async def test_a_first_address_that_blackholes_gives_way_to_the_next(
     # Tried one after the other, the blackholed address would take the whole connect
     # timeout and the request would fail; raced, the second starts 0.25 s later.
     assert HAPPY_EYEBALLS_DELAY * 4 < 2
+    before = connecting_to(blackhole_port)  # the blackhole's own fillers
     async with HttpClient(url, DEFAULT_TEST_KEY, connect_timeout=2) as http:
         pool = http._lean()
         addresses_of(http, blackhole_port, server.port)
         assert await exchange(http) == ANSWER
+        assert connecting_to(blackhole_port) == before  # the losing attempt's socket closed
         assert await exchange(http) == ANSWER  # the connection that won is kept and reused
         assert len(pool._connections) == 1
         assert pool._resolver is not None
@@ -109,12 +122,18 @@ async def test_a_streams_deadline_while_waiting_for_a_pool_slot_was_never_sent(
     assert len(server.requests) == 1
 
 
-async def test_a_deadline_while_connecting_was_never_sent(blackhole_port: int) -> None:
-    url = f"http://127.0.0.1:{blackhole_port}"
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"], ids=["ip", "raced-name"])
+async def test_a_deadline_while_connecting_was_never_sent(blackhole_port: int, host: str) -> None:
+    url = f"http://{host}:{blackhole_port}"
+    before = connecting_to(blackhole_port)
     async with HttpClient(url, DEFAULT_TEST_KEY, connect_timeout=30) as http:
+        if host == "localhost":
+            http._lean()
+            addresses_of(http, blackhole_port, blackhole_port)  # two attempts cancelled
         with pytest.raises(RequestTimeout) as caught:
-            await exchange(http, seconds=0.2)
+            await exchange(http, seconds=0.4)
         assert caught.value.request_sent is False
+        assert connecting_to(blackhole_port) == before  # the cancelled attempts' sockets closed
         pool = pool_of(http)
         assert (pool._open, pool._connections) == (0, set())
         assert len(http._deadlines) == 0

@@ -84,3 +84,21 @@ async def test_a_bursts_idle_connections_are_reaped(wire: Serve) -> None:
         assert pool._reaper is None  # nothing left to reap: no timer left armed
         assert await exchange(http) == ANSWER
     assert server.idle_closed == 0
+
+
+async def test_a_shorter_keep_alive_is_reaped_on_time_behind_a_longer_one(wire: Serve) -> None:
+    """The reaper, armed for a connection kept 15 s, is brought forward for one the server
+    keeps 1 s: that one is closed by the client in time, the other stays for reuse."""
+    server = await wire(
+        [answer(BODY)],  # no Keep-Alive header: kept our own 15 s
+        [0.05, answer(BODY, ("Keep-Alive", "timeout=1"))],  # idle after the first
+    )
+    async with HttpClient(server.url, DEFAULT_TEST_KEY, limit=0) as http:
+        assert await asyncio.gather(exchange(http), exchange(http)) == [ANSWER] * 2
+        await server.until(lambda: server.closed == 1)
+        pool = pool_of(http)
+        (kept,) = pool._idle_stack
+        assert not kept.closed
+        assert await exchange(http) == ANSWER  # on the connection kept
+    assert server.connections == 2
+    assert server.idle_closed == 0

@@ -14,8 +14,8 @@ from typing import Final, Protocol
 import aiohappyeyeballs
 
 from provider_router._h1.connection import H1Connection
-from provider_router._h1.errors import H1ConnectError, H1ConnectTimeout
-from provider_router._h1.proxy import Proxy, open_tunnel, tunnel_reader
+from provider_router._h1.errors import H1ConnectError, H1ConnectTimeout, H1Error
+from provider_router._h1.proxy import PROXY_GATEWAY_STATUSES, Proxy, open_tunnel, tunnel_reader
 from provider_router._h1.resolver import Resolver
 from provider_router._h1.response import H1Response
 
@@ -200,10 +200,20 @@ class H1Pool:
             if exchange is not None:
                 exchange._unsent = False
         try:
-            return await conn.send(b"%b%d\r\n\r\n%b" % (head, len(body), body), idle_limit)
+            response = await conn.send(b"%b%d\r\n\r\n%b" % (head, len(body), body), idle_limit)
         except BaseException:
             conn.close()  # cancelled or failed mid-exchange: its state is unknown
             raise
+        if self._single_use and response.status in PROXY_GATEWAY_STATUSES:
+            # The proxy's word on its upstream, not the origin's: the origin may have the
+            # request (and be generating it), so it is a transport failure after sending,
+            # not an error status OpenRouter does not charge for.
+            response.close()
+            raise H1Error(
+                f"the proxy {self._dial_host}:{self._dial_port} answered HTTP "
+                f"{response.status}: no answer from the origin, which may have the request"
+            )
+        return response
 
     async def aclose(self) -> None:
         """Close every connection, idle or busy."""
@@ -301,10 +311,18 @@ class H1Pool:
             secure = await self.loop.start_tls(
                 transport, conn, self._ssl, server_hostname=self._host
             )
+        except OSError as exc:  # the handshake with the origin (a certificate, a reset)
+            transport.close()
+            # The origin named, as aiohttp names it for a TLS failure: the proxy did its part.
+            raise H1ConnectError(
+                f"Cannot connect to host {self._host}:{self._port} ssl:default through the "
+                f"proxy {proxy.authority} [{exc.strerror or exc}]"
+            ) from exc
         except BaseException:
             transport.close()
             raise
         if secure is None:  # the loop gave no transport: the tunnel closed under the handshake
+            transport.close()
             raise H1ConnectError(f"the proxy {proxy.authority} closed the tunnel")
         conn.connection_made(secure)  # start_tls does not call it
 
@@ -372,7 +390,11 @@ class H1Pool:
         now = self.loop.time()
         conn.expires = expires = now + keep
         self._idle_stack.append(conn)
-        if self._reaper is None:
+        reaper = self._reaper
+        # Armed for a later expiry (a server that keeps this one for less): earlier, then.
+        if reaper is None or expires + REAP_INTERVAL < reaper.when():
+            if reaper is not None:
+                reaper.cancel()
             self._reaper = self.loop.call_at(max(expires, now + REAP_INTERVAL), self._reap)
         if self._waiters:
             self._wake()

@@ -3,7 +3,9 @@
 ``HTTPS_PROXY`` / ``HTTP_PROXY`` (by the origin's scheme), else ``ALL_PROXY``, each
 also in lower case, and ``NO_PROXY`` to go direct: read by the standard library's
 :func:`urllib.request.getproxies` and :func:`urllib.request.proxy_bypass` (the
-functions requests itself falls back to), not by a parser of our own. aiohttp's
+functions requests itself falls back to), not by a parser of our own; of
+``NO_PROXY`` we add what requests, httpx and curl match beyond urllib (CIDR ranges,
+``host:port`` entries). aiohttp's
 ``trust_env`` reads the same variables but ignores ``ALL_PROXY``; we follow
 requests and httpx there. Only ``http://`` proxies are spoken to (as aiohttp,
 which ignores an ``https://`` one): an HTTPS origin is reached through a
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import urllib.request
 from typing import Final
 
@@ -30,10 +33,23 @@ from provider_router._exceptions import ConfigurationError
 from provider_router._h1.errors import H1ConnectError
 from provider_router._secrets import remember
 
-__all__ = ["MAX_PROXY_REPLY_BYTES", "Proxy", "open_tunnel", "proxy_for", "tunnel_reader"]
+__all__ = [
+    "MAX_PROXY_REPLY_BYTES",
+    "PROXY_GATEWAY_STATUSES",
+    "Proxy",
+    "open_tunnel",
+    "proxy_for",
+    "tunnel_reader",
+]
 
 MAX_PROXY_REPLY_BYTES: Final = 8190
 """A proxy's answer to ``CONNECT`` longer than this (before its blank line) is refused."""
+
+PROXY_GATEWAY_STATUSES: Final = frozenset({502, 504})
+"""Statuses a plain-HTTP proxy gives when its upstream failed or timed out (RFC 9110
+§15.6.3, §15.6.5): the request may have reached the origin, which may bill it, so the
+lean pool reports them as a transport failure after sending, never as a free error
+status. (Through a ``CONNECT`` tunnel the proxy cannot answer for the origin.)"""
 
 
 class Proxy:
@@ -49,7 +65,7 @@ class Proxy:
 
     def __repr__(self) -> str:
         auth = ", with credentials" if self.authorization is not None else ""
-        return f"Proxy({self.host}:{self.port}{auth})"
+        return f"Proxy({self.authority}{auth})"
 
     @property
     def authority(self) -> str:
@@ -72,8 +88,7 @@ def proxy_for(url: URL) -> Proxy | None:
             ``socks5://`` proxies are not supported); names its host, never its
             credentials.
     """
-    host = url.raw_host or ""
-    if host and urllib.request.proxy_bypass(host):  # NO_PROXY
+    if _bypassed(url):
         return None
     proxies = urllib.request.getproxies()
     raw = proxies.get(url.scheme) or proxies.get("all")
@@ -108,6 +123,34 @@ def proxy_for(url: URL) -> Proxy | None:
     return Proxy(proxy_url.raw_host, port, authorization)
 
 
+def _bypassed(url: URL) -> bool:
+    """Whether ``NO_PROXY`` names ``url``'s host: as :func:`urllib.request.proxy_bypass`
+    matches it (names, domain suffixes, ``*``), plus what requests, httpx and curl also
+    match there: a ``host:port`` entry for that port alone, and an IP address inside a
+    CIDR range (``10.0.0.0/8``, ``fd00::/8``)."""
+    host = url.raw_host or ""
+    if not host:
+        return False
+    port = url.explicit_port
+    # "host:port" lets urllib compare an entry's port too (its plain entries still match);
+    # an IPv6 address is passed alone, its colons are not a port.
+    if urllib.request.proxy_bypass(host if port is None or ":" in host else f"{host}:{port}"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    entries = urllib.request.getproxies_environment().get("no", "")
+    for entry in entries.split(","):
+        if "/" in entry:
+            try:
+                if address in ipaddress.ip_network(entry.strip(), strict=False):
+                    return True
+            except ValueError:
+                continue  # not a range: urllib has already judged it
+    return False
+
+
 class _TunnelReply(asyncio.Protocol):
     """Reads a proxy's answer to ``CONNECT`` (its head only: nothing else is expected)."""
 
@@ -116,13 +159,20 @@ class _TunnelReply(asyncio.Protocol):
         self._buffer = b""
 
     def data_received(self, data: bytes) -> None:
+        if self._done.done():
+            return  # answered (or refused): nothing more is read before TLS starts
         self._buffer += data
         end = self._buffer.find(b"\r\n\r\n")
-        if end >= 0:
-            if not self._done.done():
-                self._done.set_result(self._buffer[:end])
-        elif len(self._buffer) > MAX_PROXY_REPLY_BYTES and not self._done.done():
-            self._done.set_exception(H1ConnectError("the proxy's answer to CONNECT is too long"))
+        if end > MAX_PROXY_REPLY_BYTES or (end < 0 and len(self._buffer) > MAX_PROXY_REPLY_BYTES):
+            # Whether or not its end came in the same read: the limit is the head's.
+            self._done.set_exception(
+                H1ConnectError(
+                    f"the proxy's answer to CONNECT is too long (over {MAX_PROXY_REPLY_BYTES:,} "
+                    "bytes, MAX_PROXY_REPLY_BYTES)"
+                )
+            )
+        elif end >= 0:
+            self._done.set_result(self._buffer[:end])
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._done.done():

@@ -124,6 +124,40 @@ def test_a_header_value_that_would_break_the_head_is_refused_unseen() -> None:
     assert SECRET not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "name",
+    [" X-Title", "Host:evil", "X Title", "X-Title\t", "", "X-Title\r\nHost", "Tïtle"],
+    ids=["leading-space", "colon", "inner-space", "tab", "empty", "line-break", "non-ascii"],
+)
+def test_a_name_that_is_not_a_header_name_is_refused(name: str) -> None:
+    """A leading space makes the line a continuation of the one before (obs-fold) and a
+    colon starts the value early: either would smuggle a header the library owns."""
+    for build in (
+        lambda: Router(KIMI, headers={name: "1"}),
+        lambda: HttpClient("http://127.0.0.1:9", headers={name: "1"}),
+    ):
+        with pytest.raises(ConfigurationError, match="header"):
+            build()
+
+
+def test_a_name_with_a_value_pasted_in_is_refused_unseen() -> None:
+    with pytest.raises(ConfigurationError, match="'Authorization' is followed by ':'") as caught:
+        Router(KIMI, headers={f"Authorization: Bearer {SECRET}": ""})
+    assert SECRET not in str(caught.value)
+
+
+@pytest.mark.parametrize("control", ["\x0b", "\x7f", "\x1b", "\0"])
+def test_a_header_value_with_a_control_character_is_refused_unseen(control: str) -> None:
+    with pytest.raises(ConfigurationError, match="X-OpenRouter-Title") as caught:
+        Router(KIMI, headers={"X-OpenRouter-Title": f"{SECRET}{control}"})
+    assert SECRET not in str(caught.value)
+
+
+def test_a_tab_inside_a_header_value_is_allowed() -> None:
+    http = HttpClient("http://127.0.0.1:9", headers={"X-OpenRouter-Title": "EAGLE\t3"})
+    assert http._headers["X-OpenRouter-Title"] == "EAGLE\t3"
+
+
 @pytest.mark.parametrize("bad", [False, "/etc/ssl/certs/ca.pem", object()])
 def test_ssl_must_be_a_context(bad: Any) -> None:
     for build in (lambda: Router(KIMI, ssl=bad), lambda: Catalog(ssl=bad)):
@@ -135,3 +169,16 @@ def test_a_catalog_given_a_client_refuses_options_for_its_own() -> None:
     http = HttpClient("http://127.0.0.1:9")
     with pytest.raises(ConfigurationError, match="give them to the HttpClient"):
         Catalog(http=http, headers=ATTRIBUTION)
+
+
+def test_a_header_given_twice_in_another_case_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="given twice"):
+        Router(KIMI, headers={"X-OpenRouter-Title": "a", "x-openrouter-title": "b"})
+
+
+@pytest.mark.parametrize("name", ["User-Agent", "user-agent", "USER-AGENT"])
+async def test_a_user_agent_given_replaces_ours_whatever_its_case(name: str) -> None:
+    async with HttpClient("http://127.0.0.1:9", headers={name: "eagle-data/1.0"}) as http:
+        head = http._lean().request_head("/chat/completions", "application/json").lower()
+    assert head.count(b"user-agent:") == 1
+    assert b"user-agent: eagle-data/1.0\r\n" in head
