@@ -1,0 +1,97 @@
+"""RayJob on a local cluster: the budget, the ledger and exactly-once, end to end."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ledger.conftest import RedisServer
+from tests.ray._sim_thread import SimulatorThread
+from tests.ray.conftest import CREDITS, make_job, prompts
+
+pytestmark = [pytest.mark.ray, pytest.mark.redis, pytest.mark.timeout(240)]
+
+
+def _run(job: Any, rows: list[dict[str, Any]], blocks: int = 4) -> list[dict[str, Any]]:
+    import ray
+
+    out: list[dict[str, Any]] = job.generate(
+        ray.data.from_items(rows, override_num_blocks=blocks)
+    ).take_all()
+    return out
+
+
+def test_every_prompt_once_and_the_ledger_equals_what_openrouter_charged(
+    ray_session: Path,
+    redis_server: RedisServer,
+    sim: SimulatorThread,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    job = make_job(sim, redis_server, job_name)
+    rows = _run(job, prompts(60))
+    ids = [row["id"] for row in rows]
+    assert sorted(ids) == sorted(f"p{i}" for i in range(60))
+    assert {row["status"] for row in rows} == {"answered"}
+    assert all(row["generation_id"] and row["provider"] for row in rows)
+    assert all(row["prompt"].startswith("question") for row in rows)  # input columns kept
+    paid = sum((Decimal(row["cost"]) for row in rows), Decimal(0))
+    summary = job.finish(tmp_path)
+    charged = sim.charged(CREDITS)
+    assert paid == summary.spent == charged > 0
+    assert summary.reserved == 0
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["reason"] == "complete"
+    assert Decimal(written["spent_usd"]) == charged
+    assert written["datasets"]["default"]["completed"] == 60
+    assert len(sim.server.requests) == 60
+
+
+def test_a_budget_stop_keeps_every_paid_answer_and_a_top_up_pays_only_the_rest(
+    ray_session: Path,
+    redis_server: RedisServer,
+    sim: SimulatorThread,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    from provider_router.ray import JobStopped
+
+    budget = Decimal("0.02")
+    job = make_job(sim, redis_server, job_name, budget=str(budget), concurrency=8)
+    first = _run(job, prompts(80))
+    statuses = Counter(row["status"] for row in first)
+    assert statuses["answered"] > 0
+    assert statuses["not_sent"] > 0  # refused rows are emitted, never dropped
+    assert statuses["answered"] + statuses["not_sent"] == 80
+    assert sorted(row["id"] for row in first) == sorted(f"p{i}" for i in range(80))
+    with pytest.raises(JobStopped) as stopped:
+        job.finish(tmp_path)
+    summary = stopped.value.summary
+    assert summary.reason.value == "budget_exhausted"
+    assert "budget=" in str(stopped.value)
+    assert "resumes it" in str(stopped.value)
+    assert json.loads((tmp_path / "summary.json").read_text())["reason"] == "budget_exhausted"
+    paid = sum((Decimal(r["cost"]) for r in first if r["status"] == "answered"), Decimal(0))
+    assert paid == summary.spent == sim.charged(CREDITS)
+    assert summary.spent <= budget
+    answered = {r["id"]: r["generation_id"] for r in first if r["status"] == "answered"}
+    sent_before = len(sim.server.requests)
+    assert sent_before == len(answered)
+
+    resumed = make_job(sim, redis_server, job_name, budget="5")
+    second = _run(resumed, prompts(80))
+    assert Counter(row["status"] for row in second) == {"answered": 80}
+    assert sorted(row["id"] for row in second) == sorted(f"p{i}" for i in range(80))
+    for row in second:  # the answers paid before come back as they were, free
+        if row["id"] in answered:
+            assert row["generation_id"] == answered[row["id"]]
+    assert len(sim.server.requests) - sent_before == 80 - len(answered)
+    final = resumed.finish(tmp_path)
+    assert final.reason.value == "complete"
+    assert final.spent == sim.charged(CREDITS)
+    assert final.budget == Decimal(5)
