@@ -110,6 +110,34 @@ def _set_row_concurrency(concurrency: int) -> None:
     plan_udf_map_op.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY = max(current, concurrency)
 
 
+async def _recover_orphans(ledger: RedisLedger, router: Router, lease: float) -> list[str]:
+    """Settle what dead actors held: every reservation still open once the stage is done.
+
+    Nothing in Ray runs a killed actor's cleanup, and Redis frees a reservation only
+    when its lease runs out, so this waits up to one lease for the last ones (the
+    stage is done: no live actor holds a reservation any more).
+    """
+    deadline = time.monotonic() + lease + 1.0
+    reconciled = worst = 0
+    reconciled_cost = worst_cost = Decimal(0)
+    while True:
+        report = await ledger.recover(router.resolve)
+        reconciled += len(report.reconciled)
+        worst += len(report.worst_case)
+        reconciled_cost += report.reconciled_cost
+        worst_cost += report.worst_case_cost
+        if not await ledger.open_reservations() or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(min(lease / 4, 1.0))
+    if not (reconciled or worst):
+        return []
+    return [
+        f"ledger: {reconciled} request(s) of dead actors reconciled "
+        f"({format_usd(reconciled_cost)}), {worst} counted at worst case "
+        f"({format_usd(worst_cost)})"
+    ]
+
+
 class RayJob:
     """One generation job on a Ray cluster (see the module docstring).
 
@@ -315,13 +343,8 @@ class RayJob:
                 self.model, ledger=ledger, api_key=self._api_key, base_url=self.base_url
             )
             async with router:
-                report = await ledger.recover(router.resolve)
-            if report.reconciled or report.worst_case:
-                self.recovered.append(
-                    f"ledger: {len(report.reconciled)} request(s) of dead actors reconciled "
-                    f"({format_usd(report.reconciled_cost)}), {len(report.worst_case)} "
-                    f"counted at worst case ({format_usd(report.worst_case_cost)})"
-                )
+                notes = await _recover_orphans(ledger, router, self.lease)
+            self.recovered += notes
             state = await ledger.snapshot()
             return await tally(
                 store,

@@ -89,6 +89,7 @@ def make_job(
         "concurrency": 64,
         "actors": 2,
         "recover_interval": 0.5,
+        "lease": 2.0,
         **kwargs,
     }
     return RayJob(
