@@ -109,6 +109,19 @@ def plain(value: Any) -> Any:
     return value
 
 
+def clean_messages(messages: Any) -> Any:
+    """Messages as sent: without the ``None`` fields Arrow adds when it unifies the
+    keys of different messages into one struct (``content`` stays: it may be null)."""
+    if not isinstance(messages, list):
+        return messages
+    return [
+        {k: v for k, v in m.items() if v is not None or k == "content"}
+        if isinstance(m, dict)
+        else m
+        for m in messages
+    ]
+
+
 def answer_fields(result: ChatResult, started: float, finished: float) -> dict[str, Any]:
     """The columns an answer adds to its row (stored as they are: a replay is identical)."""
     usage = result.usage
@@ -241,6 +254,8 @@ class PromptStage:
     async def __call__(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         config = self.config
         data = plain(dict(row))
+        if "messages" in data:
+            data["messages"] = clean_messages(data["messages"])
         dataset = str(data.get("dataset") or config.dataset)
         try:
             explicit_id, messages, metadata = parse_prompt_line(json.dumps(data, default=str))

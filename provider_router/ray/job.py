@@ -216,6 +216,7 @@ class RayJob:
         self.recovered: list[str] = []
         self._since = time.time()
         self._started = time.monotonic()
+        self._generated = False
         # The Router validates model, fields and policy: fail here, not on a worker.
         Router(model, ledger=None, api_key=key, base_url=self.base_url, params=self.params)
 
@@ -229,12 +230,21 @@ class RayJob:
 
     # --- the driver's side ------------------------------------------------------------------
 
-    def generate(self, ds: Dataset) -> Dataset:
+    def generate(
+        self,
+        ds: Dataset,
+        *,
+        dataset: str | None = None,
+        max_tokens: int | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Dataset:
         """``ds`` with every prompt answered (lazy: Ray runs it when it is consumed).
 
         Sets the job's ledger limit to ``budget`` (creating the ledger if new) and
         stores a new pad for the key. Rows need ``messages`` or ``prompt``, and
         should have an ``id`` (without one, an id derived from the messages).
+        One job may generate several datasets (``dataset``, ``max_tokens`` and
+        ``params`` override the job's for this one); :meth:`finish` tallies them all.
 
         Raises:
             ConfigurationError: ``DataContext.max_errored_blocks`` is not 0 (Ray would
@@ -247,7 +257,9 @@ class RayJob:
                 f"DataContext.max_errored_blocks is {context.max_errored_blocks}: Ray would "
                 "drop failed blocks and the paid answers in them; set it to 0"
             )
-        self._since, self._started = time.time(), time.monotonic()
+        if not self._generated:  # "this run" starts with its first dataset
+            self._since, self._started = time.time(), time.monotonic()
+            self._generated = True
         masked, pad = mask_key(self._api_key, f"{self.store_prefix}:{{{self.name}}}")
         run_sync(self._prepare(masked.pad_name, pad))
         _set_row_concurrency(self.per_actor)
@@ -257,9 +269,9 @@ class RayJob:
             redis_url=self.redis_url,
             store_prefix=self.store_prefix,
             key=masked,
-            dataset=self.dataset,
-            max_tokens=self.max_tokens,
-            params=self.params,
+            dataset=dataset or self.dataset,
+            max_tokens=max_tokens or self.max_tokens,
+            params=dict(self.params if params is None else params),
             policy=self.policy,
             base_url=self.base_url,
             concurrency=self.per_actor,
