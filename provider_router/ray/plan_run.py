@@ -183,7 +183,7 @@ def run_plan_on_ray(
         ray.init(address=address, **{"logging_level": "WARNING", **(init_options or {})})
         started_ray = True
     try:
-        blocks = max(job.actors * 4, 1)
+        blocks = job.blocks
         for ds in datasets:
             items = _items(ds)
             if not items:
