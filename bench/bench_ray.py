@@ -13,7 +13,7 @@ Run: ``python -m bench ray`` (``--prompts 500 --concurrency 500`` for a reduced 
    time (Ray's includes starting the local cluster), the job's own wall time
    (``summary.json``), the ratio against the baseline, and the peak PSS of the
    command's whole process tree (Ray's: the driver, GCS, raylet and workers).
-2. **Kill -9 campaign.** A :class:`~provider_router.ray.RayJob` on a local cluster
+2. **Kill -9 campaign.** A :class:`~provider_router.ray.RayJob` (4 actors) on a local cluster
    (``num_cpus=2``) answers ``--prompts`` prompts while a thread SIGKILLs one stage
    actor every few seconds, ``--kills`` times. Reported: ids duplicated and missing
    in the output, requests paid twice (chat requests the simulator served beyond
@@ -171,7 +171,7 @@ def kills(prompts: int, concurrency: int, count: int, interval: float, redis_url
         job = RayJob(
             MODEL, budget="1000", redis_url=redis_url, name=f"bench-kill-{time.time_ns()}",
             api_key=KEY, base_url=sim.url, max_tokens=MAX_TOKENS, concurrency=concurrency,
-            lease=10.0, recover_interval=5.0,
+            actors=4, lease=10.0, recover_interval=5.0,
         )  # fmt: skip
         rows_in = [
             {"id": f"p{i}", "prompt": f"Write about routing, case {i}."} for i in range(prompts)
@@ -179,7 +179,7 @@ def kills(prompts: int, concurrency: int, count: int, interval: float, redis_url
         thread = threading.Thread(target=killer, daemon=True)
         start = time.monotonic()
         thread.start()
-        ds = job.generate(ray.data.from_items(rows_in, override_num_blocks=job.actors * 4))
+        ds = job.generate(ray.data.from_items(rows_in, override_num_blocks=job.blocks))
         rows = ds.take_all()
         wall = time.monotonic() - start
         done.set()

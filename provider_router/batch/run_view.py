@@ -35,7 +35,7 @@ from provider_router.batch.summary import (
     StopReason,
     budget_to_finish,
     finish_hint,
-    money_to_finish,
+    plan_to_finish,
 )
 from provider_router.client import Router
 from provider_router.ledger import LedgerState
@@ -145,13 +145,7 @@ def summarize(
                 run=ds.counter,
             )
         )
-    cost = sum((r.cost for r in reports), Decimal(0))
-    tokens = sum(r.output_tokens for r in reports)
-    fallback = cost / tokens if tokens else None
-    for report in reports:
-        report.to_finish = money_to_finish(report, fallback)
-    unknown = any(r.to_finish is None for r in reports)
-    to_finish = None if unknown else sum((r.to_finish or Decimal(0) for r in reports), Decimal(0))
+    to_finish = plan_to_finish(reports)
     health: dict[str, dict[str, Any]] = {}
     if router is not None:
         for name, stats in router.health.snapshot().items():

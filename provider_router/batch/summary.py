@@ -31,6 +31,7 @@ __all__ = [
     "budget_to_finish",
     "finish_hint",
     "money_to_finish",
+    "plan_to_finish",
 ]
 
 FINISH_MARGIN = Decimal("1.25")
@@ -225,6 +226,21 @@ def money_to_finish(
         return None
     tokens = max(min(limits), 0.0)
     return (per_token * math.ceil(tokens)).quantize(Decimal("0.01"))
+
+
+def plan_to_finish(reports: list[DatasetReport]) -> Decimal | None:
+    """Fill in each report's ``to_finish``; the plan's total (None when one is unknown).
+
+    A dataset without completions is priced at the whole run's cost per token.
+    """
+    cost = sum((r.cost for r in reports), Decimal(0))
+    tokens = sum(r.output_tokens for r in reports)
+    fallback = cost / tokens if tokens else None
+    for report in reports:
+        report.to_finish = money_to_finish(report, fallback)
+    if any(r.to_finish is None for r in reports):
+        return None
+    return sum((r.to_finish or Decimal(0) for r in reports), Decimal(0))
 
 
 def budget_to_finish(

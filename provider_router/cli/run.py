@@ -217,7 +217,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--ray-actors",
         type=positive_count,
         metavar="N",
-        help="stage actors on Ray (each runs concurrency/N requests; default 4)",
+        help="stage actors on Ray (each runs concurrency/N requests; default: one per node)",
     )
     parser.set_defaults(handler=_handle)
 
@@ -407,6 +407,11 @@ def _handle(args: argparse.Namespace) -> int:
     finally:
         if metrics is not None:
             metrics.close()
+    return _report(args, summary, out)
+
+
+def _report(args: argparse.Namespace, summary: RunSummary, out: Console) -> int:
+    """The end of a run: counted events, the tables, the hints; the exit code."""
     # Counted events first (one line per kind), then the tables and the hints.
     report_events()
     summary.render(out)
@@ -438,14 +443,7 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
         actors=args.ray_actors,
         strict=args.strict,
     )
-    report_events()
-    summary.render(make_console())
-    for note in summary.recovered:
-        print(f"resumed: {note}", file=sys.stderr)
-    if summary.reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
-        print(f"To resume: {resume_command(args.argv, summary)}", file=sys.stderr)
-    print(f"Summary: {Path(args.out) / 'summary.json'}", file=sys.stderr)
-    return summary.exit_code
+    return _report(args, summary, make_console())
 
 
 def added_budget(plan: Plan, out: Path, args: argparse.Namespace) -> Decimal:

@@ -258,7 +258,9 @@ class PromptStage:
             data["messages"] = clean_messages(data["messages"])
         dataset = str(data.get("dataset") or config.dataset)
         try:
-            explicit_id, messages, metadata = parse_prompt_line(json.dumps(data, default=str))
+            # A null column is an absent key: Arrow gives every row every column.
+            present = {k: v for k, v in data.items() if v is not None}
+            explicit_id, messages, metadata = parse_prompt_line(json.dumps(present, default=str))
         except (ValueError, TypeError) as exc:
             ident = str(data.get("id", ""))
             return [self._row(data, dataset, ident, BAD_INPUT, f"bad input row: {exc}")]

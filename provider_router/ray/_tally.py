@@ -20,7 +20,7 @@ from provider_router.batch.summary import (
     StopReason,
     budget_to_finish,
     finish_hint,
-    money_to_finish,
+    plan_to_finish,
 )
 from provider_router.ledger import LedgerState
 from provider_router.ray._store import AnswerStore
@@ -125,13 +125,7 @@ async def tally(
                 run=runs.get(name, Counter()),
             )
         )
-    total_cost = sum((r.cost for r in reports), Decimal(0))
-    total_tokens = sum(r.output_tokens for r in reports)
-    fallback = total_cost / total_tokens if total_tokens else None
-    for report in reports:
-        report.to_finish = money_to_finish(report, fallback)
-    unknown = any(r.to_finish is None for r in reports)
-    to_finish = None if unknown else sum((r.to_finish or Decimal(0) for r in reports), Decimal(0))
+    to_finish = plan_to_finish(reports)
     refused = max(
         (Decimal(n["requested"]) for n in map(json.loads, unsent.values()) if n.get("requested")),
         default=Decimal(0),

@@ -53,9 +53,8 @@ from provider_router.ray._tally import tally
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-__all__ = ["DEFAULT_ACTORS", "JobStopped", "RayJob", "run_sync"]
+__all__ = ["JobStopped", "RayJob", "run_sync"]
 
-DEFAULT_ACTORS: Final = 4
 DEFAULT_CALLS_PER_ACTOR: Final = 16
 """Tasks (blocks) one actor runs at once. A task ends with its slowest row, so with one
 at a time an actor idles behind every block's slowest answer (p99 ~1 minute)."""
@@ -154,7 +153,11 @@ class RayJob:
         params: further request fields (``temperature``, ``reasoning``...).
         dataset: the dataset name of rows without a ``dataset`` column.
         concurrency: requests in flight across the cluster.
-        actors: stage actors (each runs ``concurrency / actors`` rows at once).
+        actors: stage actors (each runs ``concurrency / actors`` requests at once);
+            default: one per alive node of the cluster when :meth:`generate` is called
+            (one process keeps 2,000 requests in flight, as ``provider-router run``
+            does; more actors on one node only compete for its CPUs, and on a loaded
+            2-CPU machine the second actor started 50 s after the first).
         num_cpus: CPUs each actor asks for (0-0.25).
         calls_per_actor: blocks one actor works on at once (its rows share the
             actor's ``concurrency / actors`` requests in flight).
@@ -178,7 +181,7 @@ class RayJob:
         params: Mapping[str, Any] | None = None,
         dataset: str = "default",
         concurrency: int = 2000,
-        actors: int = DEFAULT_ACTORS,
+        actors: int | None = None,
         num_cpus: float = DEFAULT_NUM_CPUS,
         calls_per_actor: int = DEFAULT_CALLS_PER_ACTOR,
         api_key: str | SecretStr | None = None,
@@ -191,8 +194,8 @@ class RayJob:
         self.budget = to_decimal(budget, what="budget")
         if self.budget <= 0:
             raise ConfigurationError(f"budget must be more than $0, got {budget!r}")
-        counts = (("concurrency", concurrency), ("actors", actors), ("calls", calls_per_actor))
-        for what, count in counts:
+        counts = (("concurrency", concurrency), ("calls_per_actor", calls_per_actor))
+        for what, count in (*counts, ("actors", 1 if actors is None else actors)):
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise ConfigurationError(f"{what} must be an int >= 1, got {count!r}")
         if not 0 <= num_cpus <= 1:
@@ -213,7 +216,7 @@ class RayJob:
         self.params = dict(params or {})
         self.dataset = dataset
         self.concurrency = concurrency
-        self.actors = actors
+        self._actors = actors
         self.num_cpus = num_cpus
         self.calls_per_actor = calls_per_actor
         self.base_url = _http.resolve_base_url(base_url)
@@ -230,6 +233,18 @@ class RayJob:
 
     def __repr__(self) -> str:
         return f"RayJob(name={self.name!r}, model={self.model!r}, budget={self.budget})"
+
+    @property
+    def actors(self) -> int:
+        """Stage actors: as given, else one per alive node (1 before Ray is started)."""
+        if self._actors is not None:
+            return self._actors
+        import ray
+
+        if not ray.is_initialized():
+            return 1
+        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        return max(1, len([node for node in nodes if node.get("Alive")]))
 
     @property
     def per_actor(self) -> int:
@@ -293,11 +308,12 @@ class RayJob:
             recover_interval=self.recover_interval,
             router_options=self.router_options,
         )
+        actors = self._actors = self.actors  # fixed for this job from here on
         result: Dataset = ds.flat_map(
             PromptStage,
             fn_constructor_args=(config,),
             compute=ray_data.ActorPoolStrategy(
-                size=self.actors, max_concurrent_calls_per_actor=self.calls_per_actor
+                size=actors, max_concurrent_calls_per_actor=self.calls_per_actor
             ),
             num_cpus=self.num_cpus,
         )

@@ -33,7 +33,7 @@ from provider_router.batch.summary import RunSummary
 from provider_router.plan import DatasetSpec, Plan
 from provider_router.prompts import PromptReader
 from provider_router.ray._stage import ANSWERED
-from provider_router.ray.job import DEFAULT_ACTORS, SUMMARY_FILE, RayJob
+from provider_router.ray.job import SUMMARY_FILE, RayJob
 from provider_router.ray.job import _import_ray_data as import_ray_data
 
 __all__ = ["run_plan_on_ray"]
@@ -147,7 +147,7 @@ def run_plan_on_ray(
         address: the Ray cluster's address (``None``: a local cluster, unless this
             process is already connected to one).
         api_key, base_url: OpenRouter's (defaults from the environment).
-        actors: stage actors (default :data:`~provider_router.ray.job.DEFAULT_ACTORS`).
+        actors: stage actors (default: one per alive node).
         strict: the first bad input line raises before anything is sent.
         init_options: further ``ray.init`` keyword arguments.
 
@@ -173,7 +173,7 @@ def run_plan_on_ray(
         concurrency=plan.concurrency,
         api_key=api_key,
         base_url=base_url,
-        actors=DEFAULT_ACTORS if actors is None else actors,
+        actors=actors,
     )
     ray_data = import_ray_data()
     import ray

@@ -12,7 +12,7 @@ import pytest
 
 from tests.ledger.conftest import RedisServer
 from tests.ray._sim_thread import SimulatorThread
-from tests.ray.conftest import CREDITS, make_job, prompts
+from tests.ray.conftest import CREDITS, MODEL, make_job, prompts
 
 pytestmark = [pytest.mark.ray, pytest.mark.redis, pytest.mark.timeout(240)]
 
@@ -95,3 +95,38 @@ def test_a_budget_stop_keeps_every_paid_answer_and_a_top_up_pays_only_the_rest(
     assert final.reason.value == "complete"
     assert final.spent == sim.charged(CREDITS)
     assert final.budget == Decimal(5)
+
+
+def test_a_job_refuses_what_would_lose_paid_answers_or_leak_nothing_to_send_with(
+    ray_session: Path,
+    redis_server: RedisServer,
+    sim: SimulatorThread,
+    job_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ray
+
+    from provider_router import ConfigurationError
+    from provider_router.ray import RayJob
+
+    with pytest.raises(ConfigurationError, match="no API key"):
+        RayJob(MODEL, budget="1", redis_url=redis_server.url, name=job_name, base_url=sim.url)
+    job = make_job(sim, redis_server, job_name, actors=None)
+    assert job.actors == 1  # one per alive node: the session's local cluster has one
+    context = ray.data.DataContext.get_current()
+    monkeypatch.setattr(context, "max_errored_blocks", 1)
+    with pytest.raises(ConfigurationError, match="max_errored_blocks is 1"):
+        job.generate(ray.data.from_items(prompts(2)))
+
+
+def test_bad_rows_come_out_marked_and_cost_nothing(
+    ray_session: Path, redis_server: RedisServer, sim: SimulatorThread, job_name: str
+) -> None:
+    job = make_job(sim, redis_server, job_name)
+    rows = [*prompts(3), {"id": "x1", "text": "no prompt here"}, {"id": "x2", "prompt": ""}]
+    out = {row["id"]: row for row in _run(job, rows, blocks=2)}
+    assert out["x1"]["status"] == "bad_input"
+    assert "neither `messages` nor `prompt`" in out["x1"]["error"]
+    assert out["x2"]["status"] == "bad_input"
+    assert [out[f"p{i}"]["status"] for i in range(3)] == ["answered"] * 3
+    assert len(sim.server.requests) == 3
