@@ -105,14 +105,31 @@ def test_the_key_is_in_no_file_ray_keeps(
     rows = job.generate(ray.data.from_items(prompts(20), override_num_blocks=2)).take_all()
     assert len(rows) == 20
     job.finish()
-    needle = KEY.encode()
-    scanned = 0
-    for path in ray_session.rglob("*"):
+    found, scanned = _files_holding(ray_session, KEY.encode())
+    assert found == []
+    assert scanned > 10  # Ray's session logs were there to look at
+
+    # The scan would see a leak: what runtime_env env vars carry lands in Ray's files.
+    control = "control-" + "9f3a" * 8
+
+    @ray.remote(runtime_env={"env_vars": {"PROVIDER_ROUTER_CONTROL": control}})
+    def read_env() -> str:
+        return os.environ["PROVIDER_ROUTER_CONTROL"]
+
+    assert ray.get(read_env.remote(), timeout=120) == control
+    leaked, _ = _files_holding(ray_session, control.encode())
+    assert leaked, "runtime_env env vars were expected in Ray's session files"
+
+
+def _files_holding(root: Path, needle: bytes) -> tuple[list[Path], int]:
+    found, scanned = [], 0
+    for path in root.rglob("*"):
         if path.is_file() and not path.is_symlink():
             try:
                 data = path.read_bytes()
             except OSError:
                 continue
             scanned += 1
-            assert needle not in data, f"the API key is in {path}"
-    assert scanned > 10  # Ray's session logs were there to look at
+            if needle in data:
+                found.append(path)
+    return found, scanned
