@@ -8,6 +8,7 @@ Without Ray (the ``ray`` extra) these tests skip, saying why, except where
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import os
 import shutil
@@ -30,6 +31,9 @@ KEY = "sk-or-v1-" + "5eC12e7" * 9
 CREDITS = Decimal(100)
 MODEL = "moonshotai/kimi-k2.5"
 _names = itertools.count(1)
+_RECORD_FACTORY = logging.getLogRecordFactory()
+"""The process's log record factory before Ray's: importing Ray replaces it with one
+that adds ``_ray_timestamp_ns`` to every record, which later tests would see."""
 
 
 @pytest.fixture(scope="session")
@@ -51,6 +55,7 @@ def ray_session() -> Iterator[Path]:
         logging_level="WARNING",
         log_to_driver=False,
     )
+    logging.setLogRecordFactory(_RECORD_FACTORY)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     try:
