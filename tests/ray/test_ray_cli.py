@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
@@ -56,18 +57,31 @@ def _ids(path: Path) -> Counter[str]:
     return Counter(record["id"] for _, record in read_outputs(path))
 
 
-def test_a_plan_on_ray_writes_the_same_outputs_summary_and_report_and_resumes_free(
+@pytest.fixture
+def ray_run(
     ray_session: Path,
     redis_server: RedisServer,
     sim: SimulatorThread,
     job_name: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[str], tuple[list[str], Path]]:
+    """``make(budget)``: the ``run --ray`` command line of a two-dataset plan, and its DIR."""
+    monkeypatch.setenv("OPENROUTER_API_KEY", KEY)
+
+    def make(budget: str) -> tuple[list[str], Path]:
+        out = tmp_path / "out"
+        return _argv(_plan(tmp_path, budget), out, redis_server, sim, job_name), out
+
+    return make
+
+
+def test_a_plan_on_ray_writes_the_same_outputs_summary_and_report_and_resumes_free(
+    ray_run: Callable[[str], tuple[list[str], Path]],
+    sim: SimulatorThread,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv("OPENROUTER_API_KEY", KEY)
-    out = tmp_path / "out"
-    argv = _argv(_plan(tmp_path, "5"), out, redis_server, sim, job_name)
+    argv, out = ray_run("5")
     assert main(argv) == 0
     assert _ids(out / "a.jsonl") == Counter({f"a{i}": 1 for i in range(30)})
     assert _ids(out / "b.jsonl") == Counter({f"b{i}": 1 for i in range(20)})
@@ -95,17 +109,11 @@ def test_a_plan_on_ray_writes_the_same_outputs_summary_and_report_and_resumes_fr
 
 
 def test_a_budget_stop_on_ray_says_how_to_resume_and_the_resume_pays_only_the_rest(
-    ray_session: Path,
-    redis_server: RedisServer,
+    ray_run: Callable[[str], tuple[list[str], Path]],
     sim: SimulatorThread,
-    job_name: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv("OPENROUTER_API_KEY", KEY)
-    out = tmp_path / "out"
-    argv = _argv(_plan(tmp_path, "0.02"), out, redis_server, sim, job_name)
+    argv, out = ray_run("0.02")
     assert main(argv) == 3
     err = capsys.readouterr().err
     assert "To resume: provider-router run" in err
