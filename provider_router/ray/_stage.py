@@ -36,9 +36,11 @@ from typing import Any, Final
 
 from provider_router._exceptions import (
     AllAttemptsFailed,
+    AuthenticationError,
     BudgetExhausted,
     ConfigurationError,
     CreditsExhausted,
+    LedgerUnavailableError,
     LedgerWriteError,
     ProviderRouterError,
 )
@@ -292,6 +294,10 @@ class PromptStage:
             return [await self._not_sent(store, data, dataset, prompt_id)]
         except ConfigurationError:
             raise  # the job's own mistake (a field that cannot be priced): fail it loudly
+        except (AuthenticationError, LedgerUnavailableError) as exc:
+            # Every other row would hit it too (as the batch runner, stop sending).
+            self._stopped = f"error: {exc}"
+            return [await self._not_sent(store, data, dataset, prompt_id)]
         except ProviderRouterError as exc:
             kind = _error_kind(exc)
             await store.failed(key, kind)

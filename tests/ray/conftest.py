@@ -97,12 +97,5 @@ def make_job(
         "lease": 2.0,
         **kwargs,
     }
-    return RayJob(
-        MODEL,
-        budget=budget,
-        redis_url=redis.url,
-        name=name,
-        api_key=KEY,
-        base_url=sim.url,
-        **options,
-    )
+    options.setdefault("api_key", KEY)
+    return RayJob(MODEL, budget=budget, redis_url=redis.url, name=name, base_url=sim.url, **options)

@@ -130,3 +130,16 @@ def test_bad_rows_come_out_marked_and_cost_nothing(
     assert out["x2"]["status"] == "bad_input"
     assert [out[f"p{i}"]["status"] for i in range(3)] == ["answered"] * 3
     assert len(sim.server.requests) == 3
+
+
+def test_a_rejected_key_stops_sending_and_the_job_ends_in_an_error(
+    ray_session: Path, redis_server: RedisServer, sim: SimulatorThread, job_name: str
+) -> None:
+    job = make_job(sim, redis_server, job_name, api_key="sk-or-v1-" + "0" * 40, concurrency=2)
+    rows = _run(job, prompts(20), blocks=2)
+    assert {row["status"] for row in rows} == {"not_sent"}
+    assert all("error: " in row["error"] for row in rows)
+    assert len(sim.server.requests) <= 20  # a 401 is never retried
+    summary = job.finish()
+    assert summary.reason.value == "error"
+    assert summary.spent == 0
