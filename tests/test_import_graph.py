@@ -13,8 +13,8 @@ from pathlib import Path
 import provider_router
 
 PACKAGE = Path(provider_router.__file__).parent
-# Layers above the batch runner, allowed to import it.
-_ABOVE_BATCH = ("provider_router.batch", "provider_router.cli")
+# Layers above the batch runner, allowed to import it (ray: its summary and records).
+_ABOVE_BATCH = ("provider_router.batch", "provider_router.cli", "provider_router.ray")
 
 
 def _modules() -> dict[str, Path]:

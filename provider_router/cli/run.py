@@ -7,6 +7,7 @@
         [--target-output-tokens N] [--max-requests N] [--temperature T] \\
         [--plan plan.yaml] [--strict] [--base-url URL] [--progress auto|rich|plain|off] \\
         [--ledger redis://HOST:6379/0 [--ledger-name NAME] [--workers-share NAME]]
+        [--ray [ADDRESS] [--ray-actors N]]
 
 Outputs (``DIR/<dataset>.jsonl``), the journal, the SQLite ledger and
 ``summary.json`` all live in DIR. Running the same command again resumes; running
@@ -16,7 +17,9 @@ it with a higher ``--budget`` continues after a top-up. The API key comes from
 With ``--ledger redis://...`` the budget lives in Redis instead, shared by every
 process using it; with ``--workers-share NAME`` several workers (each with its own
 DIR) share the plan's prompts through that Redis, and ``provider-router merge``
-joins their outputs (docs/workers.md).
+joins their outputs (docs/workers.md). With ``--ray [ADDRESS]`` the plan runs as a
+Ray Data stage on a Ray cluster (a local one without ADDRESS), its budget and paid
+answers in the ``--ledger`` Redis (:mod:`provider_router.ray.plan_run`).
 
 Exit codes: 0 done, 1 error, 2 usage, 3 budget used up, 4 OpenRouter credits
 exhausted, 5 finished with failed prompts (re-run to retry them), 130 interrupted.
@@ -253,6 +256,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="an unreachable Redis ledger is waited out for S seconds, then the run stops "
         "(default %(default)s)",
     )
+    on_ray = parser.add_argument_group("beyond one machine on Ray (docs/workers.md)")
+    on_ray.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run the plan on a Ray cluster (ADDRESS, e.g. ray://head:10001 or auto; a local "
+        "cluster without it); needs the ray extra and --ledger redis://...",
+    )
+    on_ray.add_argument(
+        "--ray-actors",
+        type=positive_count,
+        metavar="N",
+        help="stage actors on Ray (each runs concurrency/N requests; default: one per node)",
+    )
     parser.set_defaults(handler=_handle)
 
 
@@ -388,6 +406,8 @@ def _handle(args: argparse.Namespace) -> int:
         )
     ProviderPolicy(**plan.policy)
     check_out(Path(args.out))
+    if args.ray is not None:
+        return _handle_ray(args, plan)
     console = make_console(sys.stderr)
     out = make_console()
     metrics = None
@@ -453,6 +473,11 @@ def _handle(args: argparse.Namespace) -> int:
     finally:
         if metrics is not None:
             metrics.close()
+    return _report(args, summary, out)
+
+
+def _report(args: argparse.Namespace, summary: RunSummary, out: Console) -> int:
+    """The end of a run: counted events, the tables, the hints; the exit code."""
     # Counted events first (one line per kind), then the tables and the hints.
     report_events()
     summary.render(out)
@@ -514,6 +539,28 @@ def _batch_progress(
             metrics.batch_progress(result.counts(), result.cost)
 
     return report
+
+
+def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
+    """``--ray``: the plan on a Ray cluster; the same outputs, summary and report."""
+    if plan.workers_share is not None:
+        raise UsageError("--ray and --workers-share are two ways to share a plan: pick one")
+    if plan.ledger is None:
+        raise UsageError(
+            "--ray needs a Redis ledger: --ledger redis://host:6379/0 --ledger-name NAME "
+            "(the budget and the paid answers live there, shared by every actor)"
+        )
+    from provider_router.ray.plan_run import run_plan_on_ray
+
+    summary = run_plan_on_ray(
+        plan,
+        Path(args.out),
+        address=args.ray or None,
+        base_url=args.base_url,
+        actors=args.ray_actors,
+        strict=args.strict,
+    )
+    return _report(args, summary, make_console())
 
 
 def added_budget(plan: Plan, out: Path, args: argparse.Namespace) -> Decimal:

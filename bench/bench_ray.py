@@ -1,0 +1,233 @@
+"""Ray benchmark: ``run --ray`` against ``run`` on one machine, and a kill -9 campaign.
+
+Run: ``python -m bench ray`` (``--prompts 500 --concurrency 500`` for a reduced run,
+``--skip-speed`` or ``--skip-kills`` for one half). Needs the ``ray`` extra and a
+``redis-server`` binary.
+
+1. **Wall time and memory.** The local OpenRouter runs in its own process at speed 1
+   (realistic latency: answers of the default market's lengths take seconds to a
+   minute). The same one-dataset plan (``--prompts`` prompts, ``--concurrency`` in
+   flight) runs as ``provider-router run`` (the baseline) and as
+   ``provider-router run --ray --ledger redis://...`` on a local Ray cluster, each a
+   command in its own process, one after the other. Reported: the command's wall
+   time (Ray's includes starting the local cluster), the job's own wall time
+   (``summary.json``), the ratio against the baseline, and the peak PSS of the
+   command's whole process tree (Ray's: the driver, GCS, raylet and workers).
+2. **Kill -9 campaign.** A :class:`~provider_router.ray.RayJob` (4 actors) on a local cluster
+   (``num_cpus=2``) answers ``--prompts`` prompts while a thread SIGKILLs one stage
+   actor every few seconds, ``--kills`` times. Reported: ids duplicated and missing
+   in the output, requests paid twice (chat requests the simulator served beyond
+   one per prompt) against what was in flight at the kills, and the ledger against
+   what the simulator charged.
+
+The machine is shared: compare ratios measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.bench_client import KEY, MODEL, Sim
+from bench.bench_ledger import _start_redis
+
+STAGE_TITLE = "MapWorker(FlatMap(PromptStage))"
+MAX_TOKENS = 4096
+
+
+def _write_prompts(path: Path, count: int) -> Path:
+    with path.open("w") as fh:
+        for i in range(count):
+            fh.write(json.dumps({"id": f"p{i}", "prompt": f"Write about routing, case {i}."}))
+            fh.write("\n")
+    return path
+
+
+def _tree_pss(pid: int) -> int:
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_full_info().pss
+        except psutil.Error:
+            continue
+    return total
+
+
+def _command(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """Run a command; its wall time and the peak PSS of its process tree (sampled 1/s)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # noqa: S603
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_pss(proc.pid))
+        time.sleep(1.0)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode(errors="replace")
+    return {
+        "wall_s": time.monotonic() - start,
+        "peak_pss_mib": peak / 2**20,
+        "code": proc.returncode,
+        "stderr": err,
+    }
+
+
+def speed(prompts: int, concurrency: int, redis_url: str) -> None:
+    sim = Sim(speed=1.0, completion_tokens=None)
+    binary = str(Path(sys.executable).with_name("provider-router"))
+    env = {**os.environ, "OPENROUTER_API_KEY": KEY}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            source = _write_prompts(work / "prompts.jsonl", prompts)
+            common = [
+                binary, "run", str(source), "--model", MODEL, "--budget", "1000",
+                "--concurrency", str(concurrency), "--max-tokens", str(MAX_TOKENS),
+                "--base-url", sim.url, "--no-preflight", "--progress", "off",
+            ]  # fmt: skip
+            results = {}
+            for name, extra in (
+                ("run", ["--out", str(work / "one")]),
+                (
+                    "run --ray",
+                    [
+                        "--out",
+                        str(work / "ray"),
+                        "--ray",
+                        "--ledger",
+                        redis_url,
+                        "--ledger-name",
+                        f"bench-ray-{time.time_ns()}",
+                    ],
+                ),
+            ):
+                out = _command([*common, *extra], env)
+                summary = json.loads((Path(extra[1]) / "summary.json").read_text())
+                out["job_wall_s"] = summary["wall_time_s"]
+                out["completed"] = sum(d["completed"] for d in summary["datasets"].values())
+                results[name] = out
+                if out["code"] != 0:
+                    print(f"{name}: exit {out['code']}\n{out['stderr'][-2000:]}", file=sys.stderr)
+    finally:
+        sim.stop()
+    base = results["run"]["wall_s"]
+    print(f"\n{prompts} prompts, {concurrency} in flight, speed 1, max_tokens {MAX_TOKENS}")
+    print(f"{'command':<10} {'wall s':>8} {'job s':>8} {'ratio':>6} {'peak PSS MiB':>13} done")
+    for name, r in results.items():
+        print(
+            f"{name:<10} {r['wall_s']:8.1f} {r['job_wall_s']:8.1f} {r['wall_s'] / base:6.2f} "
+            f"{r['peak_pss_mib']:13.0f} {r['completed']}"
+        )
+
+
+def _stage_pids() -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if STAGE_TITLE in " ".join(proc.info["cmdline"] or ()):
+            found.append(proc.pid)
+    return found
+
+
+def kills(prompts: int, concurrency: int, count: int, interval: float, redis_url: str) -> None:
+    import ray
+
+    sys.path.insert(0, str(Path(__file__).parent.parent))
+    from provider_router.ray import RayJob
+    from tests.ray._sim_thread import SimulatorThread
+
+    credits = Decimal(10**4)
+    sim = SimulatorThread(api_keys=[KEY], speed=1.0, credits=credits)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    killed: list[tuple[float, int]] = []
+    done = threading.Event()
+
+    def killer() -> None:
+        while len(killed) < count and not done.wait(interval):
+            pids = _stage_pids()
+            if pids:
+                os.kill(pids[len(killed) % len(pids)], signal.SIGKILL)
+                killed.append((time.monotonic(), job.per_actor))
+
+    try:
+        job = RayJob(
+            MODEL, budget="1000", redis_url=redis_url, name=f"bench-kill-{time.time_ns()}",
+            api_key=KEY, base_url=sim.url, max_tokens=MAX_TOKENS, concurrency=concurrency,
+            actors=4, lease=10.0, recover_interval=5.0,
+        )  # fmt: skip
+        rows_in = [
+            {"id": f"p{i}", "prompt": f"Write about routing, case {i}."} for i in range(prompts)
+        ]
+        thread = threading.Thread(target=killer, daemon=True)
+        start = time.monotonic()
+        thread.start()
+        ds = job.generate(ray.data.from_items(rows_in, override_num_blocks=job.blocks))
+        rows = ds.take_all()
+        wall = time.monotonic() - start
+        done.set()
+        thread.join()
+        summary = job.finish(raise_on_stop=False)
+        charged = sim.charged(credits)
+        served = len(sim.server.requests)
+    finally:
+        ray.shutdown()
+        sim.stop()
+    ids = Counter(r["id"] for r in rows)
+    statuses = Counter(r["status"] for r in rows)
+    dup = sum(n - 1 for n in ids.values() if n > 1)
+    missing = prompts - len(ids)
+    in_flight_bound = sum(bound for _, bound in killed)
+    print(f"\nkill -9 campaign: {prompts} prompts, {concurrency} in flight, {len(killed)} kills")
+    print(f"wall {wall:.1f} s; statuses {dict(statuses)}")
+    print(f"duplicated ids {dup}, missing ids {missing}")
+    print(
+        f"requests served {served} for {prompts} prompts: paid twice {served - prompts} "
+        f"(in flight at the kills: at most {in_flight_bound})"
+    )
+    print(
+        f"ledger ${summary.spent} vs simulator ${charged}: difference ${summary.spent - charged} "
+        f"(reserved left ${summary.reserved}); recovered: {summary.recovered}"
+    )
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench ray")
+    parser.add_argument("--prompts", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=2000)
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--kill-interval", type=float, default=6.0)
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--skip-kills", action="store_true")
+    args = parser.parse_args(argv)
+    cpus, python = os.cpu_count(), platform.python_version()
+    print(f"machine: {platform.machine()}, {cpus} CPUs (shared), Python {python}")
+    proc, redis_url = _start_redis()
+    if proc is None or redis_url is None:
+        return 1
+    try:
+        if not args.skip_speed:
+            speed(args.prompts, args.concurrency, redis_url)
+        if not args.skip_kills:
+            kills(args.prompts, args.concurrency, args.kills, args.kill_interval, redis_url)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return 0

@@ -1,0 +1,39 @@
+"""Ray Data: the routed, budgeted client as a stage, for jobs beyond one machine.
+
+Needs the extras: ``pip install 'provider-router[ray,redis]'``. Importing this
+package does not import Ray; :meth:`RayJob.generate` does.
+
+* :class:`RayJob`: model, policy, generation parameters, the Redis URL and the
+  budget; ``job.generate(ds)`` returns a Ray Dataset of answered rows, and
+  ``job.finish(out)`` recovers dead actors' reservations, tallies, writes
+  ``summary.json`` and raises :class:`JobStopped` on a budget stop.
+* :class:`PromptStage`: the per-row async stage itself, for pipelines that build
+  their own ``flat_map``.
+
+See docs/workers.md for when to use Ray and what it costs.
+"""
+
+from __future__ import annotations
+
+from provider_router.ray._stage import (
+    ANSWERED,
+    FAILED,
+    NOT_SENT,
+    QUARANTINED,
+    PromptStage,
+    StageConfig,
+)
+from provider_router.ray._store import AnswerStore
+from provider_router.ray.job import JobStopped, RayJob
+
+__all__ = [
+    "ANSWERED",
+    "FAILED",
+    "NOT_SENT",
+    "QUARANTINED",
+    "AnswerStore",
+    "JobStopped",
+    "PromptStage",
+    "RayJob",
+    "StageConfig",
+]

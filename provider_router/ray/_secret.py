@@ -1,0 +1,61 @@
+"""Handing the API key to Ray actors without writing it into any file.
+
+A key in ``runtime_env`` env vars is written in plain text to
+``runtime_env_agent.log`` in Ray's session logs on every node (measured in #22).
+A key in an actor's constructor arguments is pickled into the task's
+specification and the object store, which Ray may spill to disk. So the key is
+split in two, and neither half alone says anything about it:
+
+* a one-time pad of random bytes, as long as the key, kept in the job's Redis
+  under a random name (with an expiry);
+* the key XOR that pad, which travels with the stage's constructor arguments.
+
+An actor reads the pad back from Redis (once, when it opens) and recombines the
+key in memory. Ray's files can only ever hold the masked half; Redis's files
+(``dump.rdb``, an append-only file) only the pad. Each job start draws a new pad,
+so two masked keys never share one.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from typing import Final
+
+from pydantic import SecretStr
+
+from provider_router._exceptions import ConfigurationError
+
+__all__ = ["PAD_TTL", "MaskedKey", "mask_key"]
+
+PAD_TTL: Final = 30 * 24 * 3600
+"""Seconds a pad stays in Redis: a lazy dataset may be executed long after it was built."""
+
+
+@dataclass(frozen=True, slots=True)
+class MaskedKey:
+    """The key XOR a pad stored in Redis at ``pad_name`` (safe to pickle and log)."""
+
+    pad_name: str
+    masked: bytes
+
+    def __repr__(self) -> str:
+        return f"MaskedKey(pad_name={self.pad_name!r})"
+
+    def unmask(self, pad: bytes | None) -> SecretStr:
+        """The key, from the pad read back from Redis."""
+        if pad is None or len(pad) != len(self.masked):
+            raise ConfigurationError(
+                f"the API key's pad {self.pad_name!r} is missing from Redis (expired, or "
+                "the keys were deleted): build the job's dataset again with job.generate()"
+            )
+        return SecretStr(bytes(a ^ b for a, b in zip(self.masked, pad, strict=True)).decode())
+
+
+def mask_key(key: SecretStr, prefix: str) -> tuple[MaskedKey, bytes]:
+    """A new pad for ``key``: ``(the masked key, the pad to store in Redis)``."""
+    raw = key.get_secret_value().encode()
+    pad = os.urandom(len(raw))
+    masked = bytes(a ^ b for a, b in zip(raw, pad, strict=True))
+    return MaskedKey(f"{prefix}:pad:{secrets.token_hex(16)}", masked), pad

@@ -1,0 +1,148 @@
+"""The finish step's tally: the job's Redis store and ledger as a :class:`RunSummary`.
+
+The tally reads Redis, not the dataset: a Ray Dataset is lazy, and counting its
+rows would execute it again. The store holds every paid answer (with its cost,
+tokens, provider and start time), every prompt not sent and every failure, so the
+summary has the same figures and words as ``provider-router run``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from decimal import Decimal
+
+from provider_router.batch.finish import budget_to_finish, finish_hint, plan_to_finish
+from provider_router.batch.summary import Counter, DatasetReport, RunSummary, StopReason
+from provider_router.ledger import LedgerState
+from provider_router.ray._store import AnswerStore
+
+__all__ = ["tally"]
+
+
+def _dataset_of(key: str) -> str:
+    return key.partition("/")[0]
+
+
+def _counter(counters: dict[str, Counter], name: str) -> Counter:
+    counter = counters.get(name)
+    if counter is None:
+        counter = counters[name] = Counter()
+    return counter
+
+
+def _reason(unsent: Mapping[str, str], failed: Mapping[str, str]) -> tuple[StopReason, str]:
+    if unsent:
+        notes = [json.loads(v) for v in unsent.values()]
+        kinds = {str(n.get("reason", "")).partition(":")[0] for n in notes}
+        first = str(notes[0].get("reason", "")).partition(": ")[2]
+        if "budget" in kinds:
+            return StopReason.BUDGET, f"{len(unsent)} prompt(s) not sent: {first}"
+        if "credits" in kinds:
+            return StopReason.CREDITS, f"{len(unsent)} prompt(s) not sent: {first}"
+        return StopReason.ERROR, f"{len(unsent)} prompt(s) not sent: {first}"
+    if failed:
+        return StopReason.INCOMPLETE, f"{len(failed)} prompt(s) failed"
+    return StopReason.COMPLETE, ""
+
+
+async def tally(
+    store: AnswerStore,
+    state: LedgerState,
+    *,
+    datasets: Mapping[str, int | None],
+    since: float,
+    started: float,
+    recovered: list[str],
+    targets: Mapping[str, tuple[int | None, int | None]] | None = None,
+) -> RunSummary:
+    """The summary of a job.
+
+    Args:
+        store: the job's answers.
+        state: the ledger's totals after the final recovery.
+        datasets: each dataset's number of prompts (None: only those seen are known).
+        since: wall-clock start of this run: answers started after it are "this run".
+        started: the run's monotonic start (its wall time).
+        recovered: notes on what the final recovery settled.
+        targets: per dataset, ``(target_output_tokens, max_requests)``.
+    """
+    completed: dict[str, int] = {}
+    output: dict[str, int] = {}
+    cost: dict[str, Decimal] = {}
+    runs: dict[str, Counter] = {}
+    providers: dict[str, Counter] = {}
+    seen: dict[str, set[str]] = {}
+    async for key, fields in store.answers():
+        name = _dataset_of(key)
+        seen.setdefault(name, set()).add(key)
+        tokens, price = int(fields["completion_tokens"]), Decimal(fields["cost"])
+        completed[name] = completed.get(name, 0) + 1
+        output[name] = output.get(name, 0) + tokens
+        cost[name] = cost.get(name, Decimal(0)) + price
+        if float(fields.get("started_at") or 0) < since:
+            continue
+        provider = _counter(providers, fields.get("provider") or "unknown")
+        for counter in (_counter(runs, name), provider):
+            counter.started(float(fields["started_at"]))
+            counter.ended(float(fields["finished_at"]))
+            counter.requests += 1
+            counter.prompt_tokens += int(fields["prompt_tokens"])
+            counter.output_tokens += tokens
+            counter.reasoning_tokens += int(fields["reasoning_tokens"])
+            counter.cost += price
+            counter.retries += max(int(fields.get("attempts") or 1) - 1, 0)
+    unsent = await store.reasons("unsent")
+    failed = await store.reasons("failed")
+    for key, kind in failed.items():
+        _counter(runs, _dataset_of(key)).failed(kind)
+    for key in [*unsent, *failed]:
+        seen.setdefault(_dataset_of(key), set()).add(key)
+    names = list(datasets) or sorted(seen)
+    reports = []
+    for name in names:
+        target, cap = (targets or {}).get(name, (None, None))
+        known = datasets.get(name)
+        reports.append(
+            DatasetReport(
+                name=name,
+                prompts=known if known is not None else len(seen.get(name, ())),
+                completed=completed.get(name, 0),
+                output_tokens=output.get(name, 0),
+                cost=cost.get(name, Decimal(0)),
+                target_output_tokens=target,
+                max_requests=cap,
+                bad_lines=0,
+                lost=0,
+                run=runs.get(name, Counter()),
+            )
+        )
+    each, to_finish = plan_to_finish(reports)
+    for report, money in zip(reports, each, strict=True):
+        report.to_finish = money
+    refused = max(
+        (Decimal(n["requested"]) for n in map(json.loads, unsent.values()) if n.get("requested")),
+        default=Decimal(0),
+    )
+    reason, message = _reason(unsent, failed)
+    needed = budget_to_finish(state.spent, to_finish, refused)
+    if reason in (StopReason.BUDGET, StopReason.CREDITS):
+        message += finish_hint(reason, state.limit, state.spent, to_finish, needed, refused)
+    elif reason is not StopReason.COMPLETE:
+        message += "; run the job again to resume"
+    return RunSummary(
+        reason=reason,
+        datasets=reports,
+        providers=providers,
+        provider_health={},
+        budget=state.limit,
+        spent=state.spent,
+        reserved=state.reserved,
+        to_finish=to_finish,
+        budget_to_finish=needed,
+        wall_time=time.monotonic() - started,
+        bad_lines=[],
+        recovered=recovered,
+        message=message,
+    )

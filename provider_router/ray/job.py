@@ -1,0 +1,404 @@
+"""A generation job as a Ray Data stage: many machines, one budget, each prompt paid once.
+
+::
+
+    import ray
+    from provider_router.ray import RayJob
+
+    job = RayJob("moonshotai/kimi-k2.5", budget="100", redis_url="redis://redis:6379/0",
+                 name="b3", policy={"exclude_below": "int4"}, max_tokens=8192)
+    ds = ray.data.read_json("s3://bucket/prompts/")     # rows with id and messages/prompt
+    out = job.generate(ds)                               # lazy: a Ray Dataset
+    out.write_parquet("s3://bucket/answers/")
+    summary = job.finish("runs/b3")                      # raises JobStopped on a budget stop
+
+The driver (the process that calls :meth:`RayJob.generate`) creates the job's
+:class:`~provider_router.RedisLedger` or sets its limit to ``budget``: only the
+driver does, so actors racing each other can never put back an old limit. Each
+actor reserves from that one ledger, so the cluster together never passes it.
+
+Rows come out in the formats ``provider-router run`` reads and writes: the input's
+columns, plus ``answer``, ``cost`` (an exact decimal string), ``provider``,
+``generation_id``, tokens and ``status`` (``answered``, ``not_sent`` when the budget
+or OpenRouter's credits refused it, ``failed``, ``quarantined``, ``bad_input``).
+A refused row is emitted, never dropped; :meth:`RayJob.finish` turns it into
+:class:`JobStopped` with what finishes the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Coroutine, Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from pydantic import SecretStr
+
+from provider_router import _http
+from provider_router._exceptions import BudgetError, ConfigurationError, MissingDependencyError
+from provider_router._format import format_usd
+from provider_router._money import to_decimal
+from provider_router.batch.recovery import apply_budget
+from provider_router.batch.summary import RunSummary, StopReason
+from provider_router.client import Router
+from provider_router.ledger import RedisLedger
+from provider_router.ray._secret import PAD_TTL, mask_key
+from provider_router.ray._stage import PromptStage, StageConfig
+from provider_router.ray._store import DEFAULT_STORE_PREFIX, AnswerStore
+from provider_router.ray._tally import tally
+
+if TYPE_CHECKING:
+    from ray.data import Dataset
+
+__all__ = ["JobStopped", "RayJob", "run_sync"]
+
+DEFAULT_CALLS_PER_ACTOR: Final = 16
+"""Tasks (blocks) one actor runs at once. A task ends with its slowest row, so with one
+at a time an actor idles behind every block's slowest answer (p99 ~1 minute)."""
+DEFAULT_NUM_CPUS: Final = 0.25
+"""CPUs an actor asks for: the work is waiting on sockets. 0.5 each deadlocked a
+2-CPU cluster for 10 minutes with no error (#22): keep it at 0-0.25."""
+SUMMARY_FILE: Final = "summary.json"
+
+T = TypeVar("T")
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end from sync code, even where a loop already runs (notebooks)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class JobStopped(BudgetError):
+    """A job ended with prompts not sent (the budget, or OpenRouter's credits).
+
+    Every paid answer is kept in the job's store and output; :attr:`summary` says
+    what is left, and the message what budget finishes it.
+
+    Attributes:
+        summary: the job's summary (also written as ``summary.json``).
+    """
+
+    def __init__(self, message: str, summary: RunSummary) -> None:
+        self.summary = summary
+        super().__init__(message)
+
+
+def _import_ray_data() -> Any:
+    try:
+        import ray.data
+    except ImportError as exc:
+        raise MissingDependencyError("provider_router.ray", "ray") from exc
+    return ray.data
+
+
+def _set_row_concurrency(concurrency: int) -> None:
+    """Rows one actor runs at once: Ray reads it from a constant when it plans a stage.
+
+    There is no public option (``RAY_DATA_DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY`` is read
+    once, at import); the ``ray`` extra pins the Ray range this was tested on.
+    """
+    from ray.data._internal.planner import plan_udf_map_op
+
+    if not hasattr(plan_udf_map_op, "DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY"):
+        raise ConfigurationError(
+            "this Ray has no DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY: install the tested range "
+            "with pip install 'provider-router[ray]'"
+        )
+    current = plan_udf_map_op.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY
+    plan_udf_map_op.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY = max(current, concurrency)
+
+
+async def _recover_orphans(ledger: RedisLedger, router: Router, lease: float) -> list[str]:
+    """Settle what dead actors held: every reservation still open once the stage is done.
+
+    Nothing in Ray runs a killed actor's cleanup, and Redis frees a reservation only
+    when its lease runs out, so this waits up to one lease for the last ones (the
+    stage is done: no live actor holds a reservation any more).
+    """
+    deadline = time.monotonic() + lease + 1.0
+    reconciled = worst = 0
+    reconciled_cost = worst_cost = Decimal(0)
+    while True:
+        report = await ledger.recover(router.resolve)
+        reconciled += len(report.reconciled)
+        worst += len(report.worst_case)
+        reconciled_cost += report.reconciled_cost
+        worst_cost += report.worst_case_cost
+        if not await ledger.open_reservations() or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(min(lease / 4, 1.0))
+    if not (reconciled or worst):
+        return []
+    return [
+        f"ledger: {reconciled} request(s) of dead actors reconciled "
+        f"({format_usd(reconciled_cost)}), {worst} counted at worst case "
+        f"({format_usd(worst_cost)})"
+    ]
+
+
+class RayJob:
+    """One generation job on a Ray cluster (see the module docstring).
+
+    Args:
+        model: the OpenRouter model id.
+        budget: the hard cap in USD over every run of this job (a top-up: a higher one).
+        redis_url: the Redis holding the job's ledger and answers.
+        name: the job's name: its ledger and answer store; the same name resumes.
+        policy: :class:`~provider_router.ProviderPolicy` keyword arguments.
+        max_tokens: the completion cap of every request.
+        params: further request fields (``temperature``, ``reasoning``...).
+        dataset: the dataset name of rows without a ``dataset`` column.
+        concurrency: requests in flight across the cluster.
+        actors: stage actors (each runs ``concurrency / actors`` requests at once);
+            default: one per alive node of the cluster when :meth:`generate` is called
+            (one process keeps 2,000 requests in flight, as ``provider-router run``
+            does; more actors on one node only compete for its CPUs, and on a loaded
+            2-CPU machine the second actor started 50 s after the first).
+        num_cpus: CPUs each actor asks for (0-0.25).
+        calls_per_actor: blocks one actor works on at once (its rows share the
+            actor's ``concurrency / actors`` requests in flight).
+        api_key: the OpenRouter key (default ``OPENROUTER_API_KEY`` on the driver);
+            never in Ray's arguments or files (see :mod:`provider_router.ray._secret`).
+        base_url: OpenRouter's API root (default ``OPENROUTER_BASE_URL`` on the driver).
+        lease: seconds a dead actor's reservations stay held before recovery.
+        recover_interval: seconds between two recoveries in each live actor.
+        router_options: further :class:`~provider_router.Router` keyword arguments.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        budget: Decimal | int | str,
+        redis_url: str,
+        name: str,
+        policy: Mapping[str, Any] | None = None,
+        max_tokens: int = 8192,
+        params: Mapping[str, Any] | None = None,
+        dataset: str = "default",
+        concurrency: int = 2000,
+        actors: int | None = None,
+        num_cpus: float = DEFAULT_NUM_CPUS,
+        calls_per_actor: int = DEFAULT_CALLS_PER_ACTOR,
+        api_key: str | SecretStr | None = None,
+        base_url: str | None = None,
+        lease: float = 60.0,
+        recover_interval: float = 30.0,
+        router_options: Mapping[str, Any] | None = None,
+        store_prefix: str = DEFAULT_STORE_PREFIX,
+    ) -> None:
+        self.budget = to_decimal(budget, what="budget")
+        if self.budget <= 0:
+            raise ConfigurationError(f"budget must be more than $0, got {budget!r}")
+        counts = (("concurrency", concurrency), ("calls_per_actor", calls_per_actor))
+        for what, count in (*counts, ("actors", 1 if actors is None else actors)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ConfigurationError(f"{what} must be an int >= 1, got {count!r}")
+        if not 0 <= num_cpus <= 1:
+            raise ConfigurationError(f"num_cpus must be within 0-1, got {num_cpus!r}")
+        if "/" in dataset or not dataset:
+            raise ConfigurationError(f"dataset must be a non-empty name without '/': {dataset!r}")
+        key = _http.resolve_api_key(api_key)
+        if key is None:
+            raise ConfigurationError(
+                "no API key: give api_key= or set OPENROUTER_API_KEY on the driver"
+            )
+        self._api_key: SecretStr = key
+        self.model = model
+        self.redis_url = redis_url
+        self.name = name
+        self.policy = dict(policy or {})
+        self.max_tokens = max_tokens
+        self.params = dict(params or {})
+        self.dataset = dataset
+        self.concurrency = concurrency
+        self._actors = actors
+        self.num_cpus = num_cpus
+        self.calls_per_actor = calls_per_actor
+        self.base_url = _http.resolve_base_url(base_url)
+        self.lease = lease
+        self.recover_interval = recover_interval
+        self.router_options = dict(router_options or {})
+        self.store_prefix = store_prefix
+        self.recovered: list[str] = []
+        self._since = time.time()
+        self._started = time.monotonic()
+        self._generated = False
+        # The Router validates model, fields and policy: fail here, not on a worker.
+        Router(model, ledger=None, api_key=key, base_url=self.base_url, params=self.params)
+
+    def __repr__(self) -> str:
+        return f"RayJob(name={self.name!r}, model={self.model!r}, budget={self.budget})"
+
+    @property
+    def actors(self) -> int:
+        """Stage actors: as given, else one per alive node (1 before Ray is started)."""
+        if self._actors is not None:
+            return self._actors
+        import ray
+
+        if not ray.is_initialized():
+            return 1
+        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        return max(1, len([node for node in nodes if node.get("Alive")]))
+
+    @property
+    def per_actor(self) -> int:
+        """Requests in flight per actor."""
+        return max(1, -(-self.concurrency // self.actors))
+
+    @property
+    def blocks(self) -> int:
+        """Blocks that keep every actor busy: give the input at least this many
+        (``ds.repartition(job.blocks)``); fewer leave actors idle."""
+        return self.actors * self.calls_per_actor
+
+    # --- the driver's side ------------------------------------------------------------------
+
+    def generate(
+        self,
+        ds: Dataset,
+        *,
+        dataset: str | None = None,
+        max_tokens: int | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Dataset:
+        """``ds`` with every prompt answered (lazy: Ray runs it when it is consumed).
+
+        Sets the job's ledger limit to ``budget`` (creating the ledger if new) and
+        stores a new pad for the key. Rows need ``messages`` or ``prompt``, and
+        should have an ``id`` (without one, an id derived from the messages).
+        One job may generate several datasets (``dataset``, ``max_tokens`` and
+        ``params`` override the job's for this one); :meth:`finish` tallies them all.
+
+        Raises:
+            ConfigurationError: ``DataContext.max_errored_blocks`` is not 0 (Ray would
+                drop failed blocks, paid answers with them).
+        """
+        ray_data = _import_ray_data()
+        context = ray_data.DataContext.get_current()
+        if context.max_errored_blocks != 0:
+            raise ConfigurationError(
+                f"DataContext.max_errored_blocks is {context.max_errored_blocks}: Ray would "
+                "drop failed blocks and the paid answers in them; set it to 0"
+            )
+        if not self._generated:  # "this run" starts with its first dataset
+            self._since, self._started = time.time(), time.monotonic()
+            self._generated = True
+        masked, pad = mask_key(self._api_key, f"{self.store_prefix}:{{{self.name}}}")
+        run_sync(self._prepare(masked.pad_name, pad))
+        _set_row_concurrency(self.per_actor)
+        config = StageConfig(
+            model=self.model,
+            name=self.name,
+            redis_url=self.redis_url,
+            store_prefix=self.store_prefix,
+            key=masked,
+            dataset=dataset or self.dataset,
+            max_tokens=max_tokens or self.max_tokens,
+            params=dict(self.params if params is None else params),
+            policy=self.policy,
+            base_url=self.base_url,
+            concurrency=self.per_actor,
+            lease=self.lease,
+            recover_interval=self.recover_interval,
+            router_options=self.router_options,
+        )
+        actors = self._actors = self.actors  # fixed for this job from here on
+        result: Dataset = ds.flat_map(
+            PromptStage,
+            fn_constructor_args=(config,),
+            compute=ray_data.ActorPoolStrategy(
+                size=actors, max_concurrent_calls_per_actor=self.calls_per_actor
+            ),
+            num_cpus=self.num_cpus,
+        )
+        return result
+
+    async def _prepare(self, pad_name: str, pad: bytes) -> None:
+        ledger = RedisLedger(self.redis_url, self.name, lease=self.lease)
+        try:
+            if not await ledger.exists():
+                await ledger.close()
+                ledger = RedisLedger(self.redis_url, self.name, self.budget, lease=self.lease)
+            self.recovered += await apply_budget(ledger, self.budget, None)
+        finally:
+            await ledger.close()
+        store = AnswerStore(self.redis_url, self.name, prefix=self.store_prefix)
+        try:
+            await store.put_pad(pad_name, pad, PAD_TTL)
+        finally:
+            await store.close()
+
+    def finish(
+        self,
+        out: str | Path | None = None,
+        *,
+        prompts: Mapping[str, int | None] | None = None,
+        targets: Mapping[str, tuple[int | None, int | None]] | None = None,
+        raise_on_stop: bool = True,
+    ) -> RunSummary:
+        """Recover dead actors' reservations, tally, write ``summary.json``; raise on a stop.
+
+        Call it once the generated dataset was consumed.
+
+        Args:
+            out: a directory for ``summary.json`` (None: not written).
+            prompts: each dataset's number of prompts, when known.
+            targets: per dataset, ``(target_output_tokens, max_requests)``.
+            raise_on_stop: raise :class:`JobStopped` when prompts were not sent.
+
+        Raises:
+            JobStopped: prompts were not sent (the budget or the credits ran out);
+                raised after ``summary.json`` is written. Every paid answer is kept.
+        """
+        summary = run_sync(self._finish(prompts or {}, targets))
+        if out is not None:
+            path = Path(out)
+            path.mkdir(parents=True, exist_ok=True)
+            summary.write(path / SUMMARY_FILE)
+        if raise_on_stop and summary.reason in (StopReason.BUDGET, StopReason.CREDITS):
+            needed = summary.budget_to_finish
+            how = (
+                f"RayJob(..., budget={str(needed)!r}).generate(ds) resumes it"
+                if needed is not None and needed > summary.budget
+                else "top up, then run the job again to resume it"
+            )
+            raise JobStopped(
+                f"job {self.name!r} stopped: {summary.message}; {how} (the answered prompts "
+                f"are not paid again; spent {format_usd(summary.spent)})",
+                summary,
+            )
+        return summary
+
+    async def _finish(
+        self,
+        prompts: Mapping[str, int | None],
+        targets: Mapping[str, tuple[int | None, int | None]] | None,
+    ) -> RunSummary:
+        ledger = RedisLedger(self.redis_url, self.name, lease=self.lease)
+        store = AnswerStore(self.redis_url, self.name, prefix=self.store_prefix)
+        try:
+            router = Router(
+                self.model, ledger=ledger, api_key=self._api_key, base_url=self.base_url
+            )
+            async with router:
+                notes = await _recover_orphans(ledger, router, self.lease)
+            self.recovered += notes
+            state = await ledger.snapshot()
+            return await tally(
+                store,
+                state,
+                datasets=prompts,
+                since=self._since,
+                started=self._started,
+                recovered=list(self.recovered),
+                targets=targets,
+            )
+        finally:
+            await store.close()
+            await ledger.close()

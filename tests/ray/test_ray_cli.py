@@ -1,0 +1,142 @@
+"""``provider-router run --plan plan.yaml --ray``: a plan on the session's local cluster."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from provider_router.batch.output import read_outputs
+from provider_router.cli import main
+from tests.ledger.conftest import RedisServer
+from tests.ray._sim_thread import SimulatorThread
+from tests.ray.conftest import CREDITS, KEY, MODEL
+
+pytestmark = [pytest.mark.ray, pytest.mark.redis, pytest.mark.timeout(240)]
+
+
+def _plan(tmp_path: Path, budget: str) -> Path:
+    a = tmp_path / "a.jsonl"
+    a.write_text("".join(json.dumps({"id": f"a{i}", "prompt": f"q {i}"}) + "\n" for i in range(30)))
+    b = tmp_path / "b.jsonl"
+    lines = [json.dumps({"id": f"b{i}", "prompt": f"r {i}", "source": "x"}) for i in range(20)]
+    b.write_text("\n".join([*lines[:5], "{not json", *lines[5:]]) + "\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        f"model: {MODEL}\nbudget: {budget}\nconcurrency: 16\n"
+        "generation: {max_tokens: 256}\n"
+        f"datasets:\n  - {{name: a, input: {a}}}\n  - {{name: b, input: {b}}}\n"
+    )
+    return plan
+
+
+def _argv(plan: Path, out: Path, redis: RedisServer, sim: SimulatorThread, name: str) -> list[str]:
+    return [
+        "run",
+        "--plan",
+        str(plan),
+        "--out",
+        str(out),
+        "--ray",
+        "--ray-actors",
+        "2",
+        "--ledger",
+        redis.url,
+        "--ledger-name",
+        name,
+        "--base-url",
+        sim.url,
+    ]
+
+
+def _ids(path: Path) -> Counter[str]:
+    return Counter(record["id"] for _, record in read_outputs(path))
+
+
+@pytest.fixture
+def ray_run(
+    ray_session: Path,
+    redis_server: RedisServer,
+    sim: SimulatorThread,
+    job_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Callable[[str], tuple[list[str], Path]]:
+    """``make(budget)``: the ``run --ray`` command line of a two-dataset plan, and its DIR."""
+    monkeypatch.setenv("OPENROUTER_API_KEY", KEY)
+
+    def make(budget: str) -> tuple[list[str], Path]:
+        out = tmp_path / "out"
+        return _argv(_plan(tmp_path, budget), out, redis_server, sim, job_name), out
+
+    return make
+
+
+def test_a_plan_on_ray_writes_the_same_outputs_summary_and_report_and_resumes_free(
+    ray_run: Callable[[str], tuple[list[str], Path]],
+    sim: SimulatorThread,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv, out = ray_run("5")
+    assert main(argv) == 0
+    assert _ids(out / "a.jsonl") == Counter({f"a{i}": 1 for i in range(30)})
+    assert _ids(out / "b.jsonl") == Counter({f"b{i}": 1 for i in range(20)})
+    record = next(r for _, r in read_outputs(out / "b.jsonl") if r["id"] == "b7")
+    assert record["metadata"] == {"source": "x"}
+    assert record["messages"][0] == {"role": "user", "content": "r 7"}
+    assert record["messages"][1]["role"] == "assistant"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["reason"] == "complete"
+    assert summary["datasets"]["a"]["completed"] == 30
+    assert summary["datasets"]["b"]["bad_lines"] == 1
+    assert len(summary["bad_lines"]) == 1
+    written = sum(
+        (Decimal(r["cost"]) for f in ("a", "b") for _, r in read_outputs(out / f"{f}.jsonl")),
+        Decimal(0),
+    )
+    assert Decimal(summary["spent_usd"]) == written == sim.charged(CREDITS)
+    assert (out / "report.html").is_file()
+
+    sent = len(sim.server.requests)
+    assert main(argv) == 0  # the same command again: nothing left to send
+    assert len(sim.server.requests) == sent
+    assert sum(_ids(out / "a.jsonl").values()) == 30
+    capsys.readouterr()
+
+
+def test_a_budget_stop_on_ray_says_how_to_resume_and_the_resume_pays_only_the_rest(
+    ray_run: Callable[[str], tuple[list[str], Path]],
+    sim: SimulatorThread,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv, out = ray_run("0.02")
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "To resume: provider-router run" in err
+    assert "--budget" in err.split("To resume:")[1]
+    first = sum(_ids(out / f).total() for f in ("a.jsonl", "b.jsonl"))
+    assert 0 < first < 50
+    assert len(sim.server.requests) == first  # every paid answer was written
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["reason"] == "budget_exhausted"
+    assert Decimal(summary["spent_usd"]) == sim.charged(CREDITS) <= Decimal("0.02")
+
+    resumed = [*argv[:-2], "--budget", "5", *argv[-2:]]
+    assert main(resumed) == 0
+    assert _ids(out / "a.jsonl") == Counter({f"a{i}": 1 for i in range(30)})
+    assert _ids(out / "b.jsonl") == Counter({f"b{i}": 1 for i in range(20)})
+    assert len(sim.server.requests) == 50  # nothing paid twice
+    capsys.readouterr()
+
+
+def test_ray_needs_a_redis_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENROUTER_API_KEY", KEY)
+    plan = _plan(tmp_path, "5")
+    assert main(["run", "--plan", str(plan), "--out", str(tmp_path / "o"), "--ray"]) == 2
+    assert "--ray needs a Redis ledger: --ledger redis://" in capsys.readouterr().err

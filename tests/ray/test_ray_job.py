@@ -1,0 +1,145 @@
+"""RayJob on a local cluster: the budget, the ledger and exactly-once, end to end."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ledger.conftest import RedisServer
+from tests.ray._sim_thread import SimulatorThread
+from tests.ray.conftest import CREDITS, MODEL, make_job, prompts
+
+pytestmark = [pytest.mark.ray, pytest.mark.redis, pytest.mark.timeout(240)]
+
+
+def _run(job: Any, rows: list[dict[str, Any]], blocks: int = 4) -> list[dict[str, Any]]:
+    import ray
+
+    out: list[dict[str, Any]] = job.generate(
+        ray.data.from_items(rows, override_num_blocks=blocks)
+    ).take_all()
+    return out
+
+
+def test_every_prompt_once_and_the_ledger_equals_what_openrouter_charged(
+    ray_session: Path,
+    redis_server: RedisServer,
+    sim: SimulatorThread,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    job = make_job(sim, redis_server, job_name)
+    rows = _run(job, prompts(60))
+    ids = [row["id"] for row in rows]
+    assert sorted(ids) == sorted(f"p{i}" for i in range(60))
+    assert {row["status"] for row in rows} == {"answered"}
+    assert all(row["generation_id"] and row["provider"] for row in rows)
+    assert all(row["prompt"].startswith("question") for row in rows)  # input columns kept
+    paid = sum((Decimal(row["cost"]) for row in rows), Decimal(0))
+    summary = job.finish(tmp_path)
+    charged = sim.charged(CREDITS)
+    assert paid == summary.spent == charged > 0
+    assert summary.reserved == 0
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["reason"] == "complete"
+    assert Decimal(written["spent_usd"]) == charged
+    assert written["datasets"]["default"]["completed"] == 60
+    assert len(sim.server.requests) == 60
+
+
+def test_a_budget_stop_keeps_every_paid_answer_and_a_top_up_pays_only_the_rest(
+    ray_session: Path,
+    redis_server: RedisServer,
+    sim: SimulatorThread,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    from provider_router.ray import JobStopped
+
+    budget = Decimal("0.02")
+    job = make_job(sim, redis_server, job_name, budget=str(budget), concurrency=8)
+    first = _run(job, prompts(80))
+    statuses = Counter(row["status"] for row in first)
+    assert statuses["answered"] > 0
+    assert statuses["not_sent"] > 0  # refused rows are emitted, never dropped
+    assert statuses["answered"] + statuses["not_sent"] == 80
+    assert sorted(row["id"] for row in first) == sorted(f"p{i}" for i in range(80))
+    with pytest.raises(JobStopped) as stopped:
+        job.finish(tmp_path)
+    summary = stopped.value.summary
+    assert summary.reason.value == "budget_exhausted"
+    assert "budget=" in str(stopped.value)
+    assert "resumes it" in str(stopped.value)
+    assert json.loads((tmp_path / "summary.json").read_text())["reason"] == "budget_exhausted"
+    paid = sum((Decimal(r["cost"]) for r in first if r["status"] == "answered"), Decimal(0))
+    assert paid == summary.spent == sim.charged(CREDITS)
+    assert summary.spent <= budget
+    answered = {r["id"]: r["generation_id"] for r in first if r["status"] == "answered"}
+    sent_before = len(sim.server.requests)
+    assert sent_before == len(answered)
+
+    resumed = make_job(sim, redis_server, job_name, budget="5")
+    second = _run(resumed, prompts(80))
+    assert Counter(row["status"] for row in second) == {"answered": 80}
+    assert sorted(row["id"] for row in second) == sorted(f"p{i}" for i in range(80))
+    for row in second:  # the answers paid before come back as they were, free
+        if row["id"] in answered:
+            assert row["generation_id"] == answered[row["id"]]
+    assert len(sim.server.requests) - sent_before == 80 - len(answered)
+    final = resumed.finish(tmp_path)
+    assert final.reason.value == "complete"
+    assert final.spent == sim.charged(CREDITS)
+    assert final.budget == Decimal(5)
+
+
+def test_a_job_refuses_what_would_lose_paid_answers_or_leak_nothing_to_send_with(
+    ray_session: Path,
+    redis_server: RedisServer,
+    sim: SimulatorThread,
+    job_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ray
+
+    from provider_router import ConfigurationError
+    from provider_router.ray import RayJob
+
+    with pytest.raises(ConfigurationError, match="no API key"):
+        RayJob(MODEL, budget="1", redis_url=redis_server.url, name=job_name, base_url=sim.url)
+    job = make_job(sim, redis_server, job_name, actors=None)
+    assert job.actors == 1  # one per alive node: the session's local cluster has one
+    context = ray.data.DataContext.get_current()
+    monkeypatch.setattr(context, "max_errored_blocks", 1)
+    with pytest.raises(ConfigurationError, match="max_errored_blocks is 1"):
+        job.generate(ray.data.from_items(prompts(2)))
+
+
+def test_bad_rows_come_out_marked_and_cost_nothing(
+    ray_session: Path, redis_server: RedisServer, sim: SimulatorThread, job_name: str
+) -> None:
+    job = make_job(sim, redis_server, job_name)
+    rows = [*prompts(3), {"id": "x1", "text": "no prompt here"}, {"id": "x2", "prompt": ""}]
+    out = {row["id"]: row for row in _run(job, rows, blocks=2)}
+    assert out["x1"]["status"] == "bad_input"
+    assert "neither `messages` nor `prompt`" in out["x1"]["error"]
+    assert out["x2"]["status"] == "bad_input"
+    assert [out[f"p{i}"]["status"] for i in range(3)] == ["answered"] * 3
+    assert len(sim.server.requests) == 3
+
+
+def test_a_rejected_key_stops_sending_and_the_job_ends_in_an_error(
+    ray_session: Path, redis_server: RedisServer, sim: SimulatorThread, job_name: str
+) -> None:
+    job = make_job(sim, redis_server, job_name, api_key="sk-or-v1-" + "0" * 40, concurrency=2)
+    rows = _run(job, prompts(20), blocks=2)
+    assert {row["status"] for row in rows} == {"not_sent"}
+    assert all("error: " in row["error"] for row in rows)
+    assert len(sim.server.requests) <= 20  # a 401 is never retried
+    summary = job.finish()
+    assert summary.reason.value == "error"
+    assert summary.spent == 0

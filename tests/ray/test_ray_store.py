@@ -1,0 +1,84 @@
+"""The answer store and the key's two halves, against a real redis-server (no cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+import pytest
+import redis.asyncio as aioredis
+import redis.exceptions
+
+from provider_router import ConfigurationError
+from provider_router.ray import AnswerStore
+from provider_router.ray._secret import mask_key
+from tests.ledger.conftest import RedisServer
+from tests.ray.conftest import KEY
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
+
+
+async def _hmget_calls(url: str) -> int:
+    client = aioredis.Redis.from_url(url)
+    try:
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return int(stats.get("cmdstat_hmget", {}).get("calls", 0))
+
+
+async def test_lookups_of_one_loop_turn_are_one_hmget(
+    redis_server: RedisServer, job_name: str
+) -> None:
+    store = AnswerStore(redis_server.url, job_name)
+    try:
+        await store.put("default/p3", {"answer": "three", "cost": "0.5"})
+        before = await _hmget_calls(redis_server.url)
+        found = await asyncio.gather(*(store.get(f"default/p{i}") for i in range(300)))
+        after = await _hmget_calls(redis_server.url)
+    finally:
+        await store.close()
+    assert after - before == 1
+    assert found[3] == {"answer": "three", "cost": "0.5"}
+    assert [f for i, f in enumerate(found) if i != 3] == [None] * 299
+
+
+async def test_an_answer_clears_an_earlier_refusal_and_failure(
+    redis_server: RedisServer, job_name: str
+) -> None:
+    store = AnswerStore(redis_server.url, job_name)
+    try:
+        await store.not_sent("a/p1", '{"reason": "budget: ..."}')
+        await store.failed("a/p1", "RequestTimeout")
+        await store.failed("a/p2", "RequestTimeout")
+        await store.put("a/p1", {"answer": "x"})
+        assert await store.reasons("unsent") == {}
+        assert await store.reasons("failed") == {"a/p2": "RequestTimeout"}
+        assert [key async for key, _ in store.answers()] == ["a/p1"]
+    finally:
+        await store.close()
+
+
+async def test_a_lookup_failure_reaches_every_waiting_row(job_name: str) -> None:
+    store = AnswerStore("redis://127.0.0.1:1/0", job_name)  # nothing listens on port 1
+    try:
+        results = await asyncio.gather(store.get("a/p1"), store.get("a/p2"), return_exceptions=True)
+    finally:
+        await store.close()
+    assert all(isinstance(r, redis.exceptions.ConnectionError) for r in results), results
+
+
+def test_the_masked_half_says_nothing_of_the_key_and_the_pad_restores_it() -> None:
+    from pydantic import SecretStr
+
+    masked, pad = mask_key(SecretStr(KEY), "provider-router:ray:{job}")
+    assert KEY.encode() not in pickle.dumps(masked)
+    assert KEY not in repr(masked)
+    assert masked.unmask(pad).get_secret_value() == KEY
+    again, other_pad = mask_key(SecretStr(KEY), "provider-router:ray:{job}")
+    assert other_pad != pad  # a new pad per job start: no two masked keys share one
+    assert again.pad_name != masked.pad_name
+    with pytest.raises(ConfigurationError, match=r"pad .* is missing"):
+        masked.unmask(None)
+    with pytest.raises(ConfigurationError, match="missing"):
+        masked.unmask(pad[:-1])
