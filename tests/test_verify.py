@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from _markets import degraded_market
 
 import provider_router as pr
 from provider_router.cli import main
@@ -30,18 +29,6 @@ MINE = [
 ]
 
 
-def market_file(tmp_path: Path, serves: dict[str, dict[str, float]]) -> Path:
-    """The default market with ``serves`` set on the endpoints named (by slug)."""
-    text = (resources.files("provider_router.testing") / "markets" / "kimi-k2.5.yaml").read_text()
-    data = yaml.safe_load(text)
-    for endpoint in data["models"][0]["endpoints"]:
-        if endpoint["slug"] in serves:
-            endpoint["serves"] = serves[endpoint["slug"]]
-    path = tmp_path / "market.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 def charged(sim: SimulatorServer) -> Decimal:
     return sum((r.cost for r in sim.requests if r.cost is not None), Decimal(0))
 
@@ -49,7 +36,7 @@ def charged(sim: SimulatorServer) -> Decimal:
 async def test_a_secretly_degraded_provider_is_flagged_and_only_it_for_cents(
     tmp_path: Path, openrouter_sim_factory: SimFactory
 ) -> None:
-    market = market_file(tmp_path, {"novita": {"agreement": 0.7}})
+    market = degraded_market(tmp_path, {"novita": {"agreement": 0.7}})
     sim = await openrouter_sim_factory(market=market, seed=11)
     ledger = pr.MemoryLedger(Decimal(1))
     report = await pr.verify(MODEL, policy=INT4, base_url=sim.url, api_key=KEY, ledger=ledger)
@@ -87,7 +74,7 @@ async def test_no_honest_provider_is_flagged(seed: int, openrouter_sim_factory: 
 async def test_broken_tool_calls_and_a_different_template_are_caught(
     tmp_path: Path, openrouter_sim_factory: SimFactory
 ) -> None:
-    market = market_file(
+    market = degraded_market(
         tmp_path,
         {"chutes": {"tool_schema_error_rate": 0.5}, "together": {"prompt_token_skew": 1.05}},
     )
@@ -108,7 +95,7 @@ async def test_broken_tool_calls_and_a_different_template_are_caught(
 async def test_the_policy_rejects_what_failed_with_the_measured_reason(
     tmp_path: Path, openrouter_sim_factory: SimFactory
 ) -> None:
-    market = market_file(tmp_path, {"novita": {"agreement": 0.6}})
+    market = degraded_market(tmp_path, {"novita": {"agreement": 0.6}})
     sim = await openrouter_sim_factory(market=market)
     report = await pr.verify(MODEL, policy=INT4, base_url=sim.url, api_key=KEY)
     path = tmp_path / "verify.json"
@@ -212,10 +199,10 @@ def test_the_simulated_degradation_is_the_same_streamed_or_not_and_under_a_seed(
 
 
 def test_a_bad_serves_field_in_a_market_file_is_named(tmp_path: Path) -> None:
-    path = market_file(tmp_path, {"novita": {"agreement": 2}})
+    path = degraded_market(tmp_path, {"novita": {"agreement": 2}})
     with pytest.raises(pr.DataFileError, match=r"serves.*agreement"):
         SimulatorServer(market=path)
-    path = market_file(tmp_path, {"novita": {"honesty": 0.5}})  # type: ignore[dict-item]
+    path = degraded_market(tmp_path, {"novita": {"honesty": 0.5}})  # type: ignore[dict-item]
     with pytest.raises(pr.DataFileError, match="honesty"):
         SimulatorServer(market=path)
 
@@ -265,7 +252,7 @@ async def test_the_cli_prints_a_line_per_endpoint_saves_the_report_and_exits_1_o
 ) -> None:
     import asyncio
 
-    market = market_file(tmp_path, {"novita": {"agreement": 0.5}})
+    market = degraded_market(tmp_path, {"novita": {"agreement": 0.5}})
     sim = await openrouter_sim_factory(market=market)
     monkeypatch.setenv("OPENROUTER_API_KEY", KEY)
     report = tmp_path / "r.json"

@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Collection, Mapping
 from decimal import Decimal
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,9 @@ from provider_router.metrics import Metrics
 from provider_router.plan import Plan
 from provider_router.policy import ProviderPolicy
 from provider_router.preflight import PreflightFailed, PreflightReport, preflight
+from provider_router.prompts import PromptReader
+from provider_router.verification import VerificationReport
+from provider_router.verifier import DEFAULT_SAMPLES, verify
 
 __all__ = ["LEDGER_FILE", "SUMMARY_FILE", "BatchRunner", "DatasetProgress", "RunProgress"]
 
@@ -87,6 +92,7 @@ log = get_logger(__name__)
 
 LEDGER_FILE = "ledger.sqlite"
 SUMMARY_FILE = "summary.json"
+VERIFY_FILE = "verify.json"
 
 
 class BatchRunner:
@@ -119,6 +125,10 @@ class BatchRunner:
             (:mod:`provider_router.batch.account`); negative: the stream deadline.
         timeline_interval: seconds between two lines of ``<out>/timeline.ndjson``
             (the time series ``report.html`` and ``provider-router status`` read).
+        verify: measure every allowed endpoint against the model's reference before
+            any prompt is sent (:func:`provider_router.verify`, canaries from the first
+            dataset, paid from the job's ledger), save ``<out>/verify.json``, and send
+            nothing to an endpoint that failed it.
         only: send just these prompt ids of each dataset (a pilot:
             :func:`provider_router.batch.pilot.pilot_into_job`): their spend is the
             job's, their answers its first results; a later run sends the rest.
@@ -149,6 +159,7 @@ class BatchRunner:
         account_horizon: float | None = None,
         preflight: bool = False,
         only: Mapping[str, Collection[str]] | None = None,
+        verify: bool = False,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
@@ -177,6 +188,12 @@ class BatchRunner:
         reserved and settled in the job's ledger; a failed check raises
         :class:`~provider_router.preflight.PreflightFailed` before any prompt is sent."""
         self.preflight_report: PreflightReport | None = None
+        self.verify = verify
+        """Measure every allowed endpoint against the model's reference first
+        (:func:`~provider_router.verify`, canaries from the first dataset, paid from the
+        job's ledger), save the report as ``<out>/verify.json``, and exclude the
+        endpoints that failed it from this run (docs/policy.md, "Measured fidelity")."""
+        self.verification: VerificationReport | None = None
         self._base_url = base_url
         self._api_key = api_key
         self._router_options = dict(router_options or {})
@@ -285,9 +302,12 @@ class BatchRunner:
         try:
             if self.preflight:
                 await self._preflight(ledger, journal)
+            policy = ProviderPolicy(**self.plan.policy)
+            if self.verify:
+                policy = await self._verify(ledger, policy)
             router = Router(
                 self.plan.model,
-                policy=ProviderPolicy(**self.plan.policy),
+                policy=policy,
                 ledger=ledger,
                 max_concurrency=self.plan.concurrency,
                 base_url=self._base_url,
@@ -351,6 +371,25 @@ class BatchRunner:
             f"(the first: {failures.first}), so what it recorded may differ from what "
             "was spent: run the same command again to reconcile it"
         )
+
+    async def _verify(self, ledger: Ledger, policy: ProviderPolicy) -> ProviderPolicy:
+        """The verification, paid from the job's ledger: the policy that excludes what failed."""
+        first = self.plan.datasets[0]
+
+        def canaries() -> list[Any]:
+            prompts = islice(PromptReader(list(first.inputs)), DEFAULT_SAMPLES)
+            return [prompt.messages for prompt in prompts]
+
+        report = self.verification = await verify(
+            self.plan.model,
+            policy=policy,
+            prompts=await asyncio.to_thread(canaries),
+            ledger=ledger,
+            base_url=self._base_url,
+            api_key=self._api_key,
+        )
+        await asyncio.to_thread(report.save, self.out / VERIFY_FILE)
+        return dataclasses.replace(policy, verified=report)
 
     async def _preflight(self, ledger: Ledger, journal: FileJournal) -> None:
         """The preflight, paid from the job's ledger (on every run: it costs < $0.001)."""

@@ -169,6 +169,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "allows an endpoint, one 1-token request pinned to the top-ranked provider, paid from "
         "the job's budget)",
     )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="before any prompt, measure each allowed provider against the model's reference "
+        "(provider-router verify, canaries from the first dataset, a few cents from the "
+        "job's budget; DIR/verify.json) and send nothing to those that fail",
+    )
     parser.add_argument("--base-url", help="OpenRouter API root (default: OPENROUTER_BASE_URL)")
     parser.add_argument(
         "--batch-poll",
@@ -405,6 +412,11 @@ def _handle(args: argparse.Namespace) -> int:
             f"(export {ENV_API_KEY}=sk-or-...; create one at https://openrouter.ai/keys)"
         )
     ProviderPolicy(**plan.policy)
+    if args.verify and (args.ray is not None or any(d.route != "sync" for d in plan.datasets)):
+        raise UsageError(
+            "--verify measures the providers of the sync route before a run on one machine; "
+            "with --ray or a batch-route dataset run provider-router verify first instead"
+        )
     check_out(Path(args.out))
     if args.ray is not None:
         return _handle_ray(args, plan)
@@ -452,6 +464,7 @@ def _handle(args: argparse.Namespace) -> int:
                 router_options=None if metrics is None else {"metrics": metrics},
                 account_horizon=args.own_key,
                 preflight=not args.no_preflight,
+                verify=args.verify,
             )
             if args.own_process:
                 # Thousands of requests in flight for hours: the young generation is
