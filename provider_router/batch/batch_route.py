@@ -211,6 +211,7 @@ class BatchRouteRun:
         self.result = BatchRouteResult()
         self._reservations: dict[str, Reservation] = {}
         self._withheld = False
+        self._owed_costs: dict[str, Decimal] = {}
 
     def close(self) -> None:
         self.batches.close()
@@ -429,7 +430,6 @@ class BatchRouteRun:
 
     async def _poll_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
         progressed = False
-        self._withheld = False
         for intent in [i for i in self.batches if i.live and i.batch_id is not None]:
             assert intent.batch_id is not None
             try:
@@ -458,18 +458,21 @@ class BatchRouteRun:
         return progressed
 
     async def _owed(self, exc: PaymentRequiredError) -> None:
+        self._withheld = True
         body = exc.body or {}
         usage = body.get("usage") or {}
         cost = Decimal(str(usage.get("cost", 0)))
+        # Keyed by batch: two lost intents may find the same withheld batch, and one
+        # balance covers every withheld bill at once (not each bill on its own).
+        self._owed_costs[str(body.get("id", id(exc)))] = cost
+        owed = sum(self._owed_costs.values(), Decimal(0))
         balance = await self.api.balance()
-        short = cost if balance is None else max(cost - balance, Decimal(0))
-        self.result.top_up = (self.result.top_up or Decimal(0)) + short
+        self.result.top_up = owed if balance is None else max(owed - balance, Decimal(0))
         self.result.stop = (
-            f"OpenRouter withholds a finished batch's results until credits cover its "
-            f"${cost}: add at least ${self.result.top_up} and run again to collect them "
+            f"OpenRouter withholds finished batches' results until credits cover their "
+            f"${owed}: add at least ${self.result.top_up} and run again to collect them "
             "(they are not re-run)"
         )
-        self._withheld = True
 
     async def _collect(self, intent: BatchIntent, prompts: Mapping[str, Prompt]) -> bool:
         assert intent.batch_id is not None

@@ -317,3 +317,50 @@ async def test_a_lost_202_whose_batch_failed_goes_again_once_the_grace_is_over(j
     counts = job.submitted()
     assert set(counts.values()) == {2}, "once in the failed batch, once in the new one"
     await job.money_agrees()
+
+
+async def test_a_lost_202_whose_results_are_withheld_stops_the_run_once(job: Job) -> None:
+    # The lost batch is found only through its results, and those answer 402: the run
+    # must stop with the top-up (not poll on forever, the amount growing each round).
+    job.sim.simulator.batches.faults.lose_202 = 1
+
+    def drain() -> None:
+        job.sim.simulator.set_balance(0)
+        job.time.hook = guard
+
+    def guard() -> None:
+        if len(job.time.sleeps) > 60:
+            raise Killed  # it would never have stopped
+
+    job.time.hook = drain  # after the submit: the balance is gone by finalize
+    stopped = await job.go(prompts(5))
+    assert stopped.top_up is not None
+    assert stopped.stop is not None
+    assert "add at least $" in stopped.stop
+    assert stopped.top_up <= Decimal(1), "one batch's bill, counted once"
+    assert job.outputs() == []
+    job.sim.simulator.top_up(stopped.top_up)
+    resumed = await job.go(prompts(5))
+    assert resumed.submitted == 0, "collected, not re-run"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    assert set(job.submitted().values()) == {1}
+    await job.money_agrees()
+
+
+async def test_the_top_up_covers_every_withheld_batch_from_one_balance(job: Job) -> None:
+    # Two batches withheld, a little balance left: the balance counts once, not per batch.
+    job.sim.simulator.batches.faults.slow = 1e-6  # both finished by the first poll
+
+    def drain() -> None:
+        job.sim.simulator.set_balance(Decimal("0.0001"))
+        job.time.hook = None
+
+    job.time.hook = drain
+    stopped = await job.go(prompts(10))
+    assert stopped.submitted == 2
+    assert stopped.top_up is not None
+    job.sim.simulator.top_up(stopped.top_up)
+    resumed = await job.go(prompts(10))
+    assert resumed.stop is None, "the top-up said was enough collects everything"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(10))
+    await job.money_agrees()
