@@ -43,6 +43,7 @@ from provider_router._exceptions import (
     APIStatusError,
     BudgetExhausted,
     ConfigurationError,
+    InvalidResponseError,
     NotFoundError,
     PaymentRequiredError,
     ProviderUnavailableError,
@@ -53,7 +54,7 @@ from provider_router._money import from_units, to_units
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.batch_lost import find_lost
-from provider_router.batch.batch_results import read_result, result_record
+from provider_router.batch.batch_results import ResultLine, read_result, result_record
 from provider_router.batch.journal import FileJournal
 from provider_router.ledger import Ledger
 from provider_router.ledger._base import Reservation
@@ -478,6 +479,7 @@ class BatchRouteRun:
         assert intent.batch_id is not None
         lines_cost = Decimal(0)
         failed: list[str] = []
+        seen: set[str] = set()
         cursor: str | None = None
         while True:
             try:
@@ -485,12 +487,25 @@ class BatchRouteRun:
             except PaymentRequiredError as exc:
                 await self._owed(exc)
                 return False
+            fresh = 0
             for result in page.get("data") or []:
-                lines_cost += self._write_line(intent, result, prompts, failed)
+                line = read_result(intent, result)
+                if line is None or line.prompt_id in seen:
+                    continue  # not this batch's line, or listed again: counted once
+                seen.add(line.prompt_id)
+                fresh += 1
+                lines_cost += self._write_line(intent, line, prompts, failed)
             self.journal.flush()  # a page's outputs committed before the next is asked for
             cursor = page.get("next_cursor")
-            if not page.get("has_more") or cursor is None:
-                break
+            if not page.get("has_more") or cursor is None or len(seen) == len(intent.prompt_ids):
+                break  # the last page, or every line is in (a batch has no more)
+            if not fresh:
+                # Each page must bring a line not seen before: else it is read forever.
+                raise InvalidResponseError(
+                    f"GET /batches/{intent.batch_id}/results: a page of no new line and "
+                    f"has_more ({len(seen)} of {len(intent.prompt_ids)} lines read); the "
+                    "batch stays held and is collected again on the next run"
+                )
         batch = await self.api.get(intent.batch_id)
         reported = Decimal(str((batch.get("usage") or {}).get("cost", 0)))
         if abs(reported - lines_cost) > Decimal("1e-9") * max(1, len(intent.prompt_ids)):
@@ -509,13 +524,10 @@ class BatchRouteRun:
     def _write_line(
         self,
         intent: BatchIntent,
-        result: Mapping[str, Any],
+        line: ResultLine,
         prompts: Mapping[str, Prompt],
         failed: list[str],
     ) -> Decimal:
-        line = read_result(intent, result)
-        if line is None:
-            return Decimal(0)
         if line.body is None:
             failed.append(line.prompt_id)
             return Decimal(0)

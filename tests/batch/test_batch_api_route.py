@@ -17,6 +17,7 @@ import pytest_asyncio
 from _batch_helpers import times_submitted
 
 from provider_router import MemoryLedger, ProviderPolicy
+from provider_router._exceptions import InvalidResponseError
 from provider_router._http import HttpClient
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
@@ -363,4 +364,42 @@ async def test_the_top_up_covers_every_withheld_batch_from_one_balance(job: Job)
     resumed = await job.go(prompts(10))
     assert resumed.stop is None, "the top-up said was enough collects everything"
     assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(10))
+    await job.money_agrees()
+
+
+class RepeatingPages(BatchApi):
+    """A results endpoint that answers the same two lines forever (has_more, a cursor)."""
+
+    async def results_page(self, batch_id: str, cursor: str | None) -> dict[str, Any]:
+        page = await super().results_page(batch_id, None)
+        self.pages = getattr(self, "pages", 0) + 1
+        if self.pages > 50:
+            raise Killed  # it would have read on forever
+        page["data"] = page["data"][:2]
+        page["has_more"] = True
+        page["next_cursor"] = "again"
+        return page
+
+
+async def test_results_pages_that_never_end_are_an_error_not_a_loop(job: Job) -> None:
+    with pytest.raises(InvalidResponseError, match="results"):
+        await job.go(prompts(5), RepeatingPages(job.http))
+    assert len(job.outputs()) == 2, "the lines read were written, once"
+    state = await job.ledger.snapshot()
+    assert state.reserved > 0, "the batch's worst case stays held while it is not collected"
+
+
+class DoubledLines(BatchApi):
+    """A results page that lists every line twice."""
+
+    async def results_page(self, batch_id: str, cursor: str | None) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor)
+        page["data"] = list(page["data"]) * 2
+        return page
+
+
+async def test_a_line_listed_twice_is_written_and_counted_once(job: Job) -> None:
+    result = await job.go(prompts(5), DoubledLines(job.http))
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    assert result.cost == job.sim.simulator.usage, "each line's cost booked once"
     await job.money_agrees()
