@@ -403,3 +403,67 @@ async def test_a_line_listed_twice_is_written_and_counted_once(job: Job) -> None
     assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
     assert result.cost == job.sim.simulator.usage, "each line's cost booked once"
     await job.money_agrees()
+
+
+class CountsLater(BatchApi):
+    """A list that shows a running batch's request_counts as zero (they fill in later)."""
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        page = await super().list_page(created_after, after)
+        for item in page["data"]:
+            if item["status"] not in ("completed", "failed", "expired", "cancelled"):
+                item["request_counts"] = {"total": 0, "completed": 0, "failed": 0}
+        return page
+
+
+async def test_a_lost_202_whose_listing_shows_no_counts_yet_is_waited_for(job: Job) -> None:
+    # A running batch whose counts are not known yet may be the lost one: its prompts wait.
+    job.sim.simulator.batches.faults.lose_202 = 1
+    job.sim.simulator.batches.faults.slow = 20.0  # still running well past the grace
+    result = await job.go(prompts(5), CountsLater(job.http))
+    assert set(job.submitted().values()) == {1}, "never sent twice"
+    assert result.found_after_lost_202 == 1
+    await job.money_agrees()
+
+
+class NoResultsYet(BatchApi):
+    """Completed batches whose results list nothing on the first asks."""
+
+    hidden = 0
+
+    async def results_page(self, batch_id: str, cursor: str | None) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor)
+        if self.hidden < 1:
+            self.hidden += 1
+            page["data"], page["has_more"], page["next_cursor"] = [], False, None
+        return page
+
+
+async def test_a_lost_202_candidate_listing_no_results_is_never_taken_as_free(job: Job) -> None:
+    # A completed batch of the intent's size that shows no custom_id may be the lost one
+    # (and billed): if its prompts go again, its worst case stays counted.
+    job.sim.simulator.batches.faults.lose_202 = 1
+    await job.go(prompts(5), NoResultsYet(job.http))
+    job.sim.simulator.batches.settle_all()
+    state = await job.ledger.snapshot()
+    assert state.reserved == 0
+    assert state.spent >= job.sim.simulator.usage, "the ledger is never below what was billed"
+
+
+class EndlessList(BatchApi):
+    """A batch list whose every page says has_more, with the same last_id."""
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        self.pages = getattr(self, "pages", 0) + 1
+        if self.pages > 50:
+            raise Killed  # it would have listed on forever
+        page = await super().list_page(created_after, None)
+        page["has_more"], page["last_id"] = True, "batch-same"
+        return page
+
+
+async def test_a_batch_list_that_never_ends_is_an_error_and_sends_nothing(job: Job) -> None:
+    job.sim.simulator.batches.faults.lose_202 = 1
+    with pytest.raises(InvalidResponseError, match="repeat"):
+        await job.go(prompts(5), EndlessList(job.http))
+    assert set(job.submitted().values()) == {1}
