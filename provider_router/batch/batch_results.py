@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from provider_router._money import to_decimal
 from provider_router.batch.batch_journal import BatchIntent
 from provider_router.batch.output import encode_record, make_record
 from provider_router.prompts import Prompt
 
-__all__ = ["ResultLine", "read_result", "result_record"]
+__all__ = ["ResultLine", "read_cost", "read_result", "result_record"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +27,9 @@ class ResultLine:
 
     prompt_id: str
     body: Mapping[str, Any] | None
-    cost: Decimal
+    cost: Decimal | None
+    """What OpenRouter says the line cost (None: a successful line without a readable,
+    non-negative ``usage.cost``: unknown, which is never free)."""
 
     @property
     def usage(self) -> Mapping[str, Any]:
@@ -50,13 +53,33 @@ def read_result(intent: BatchIntent, result: Mapping[str, Any]) -> ResultLine | 
     body = response.get("body") if isinstance(response, Mapping) else None
     if result.get("error") is not None or not isinstance(body, Mapping):
         return ResultLine(prompt_id, None, Decimal(0))
-    return ResultLine(prompt_id, body, Decimal(str((body.get("usage") or {}).get("cost", 0))))
+    usage = body.get("usage")
+    return ResultLine(
+        prompt_id, body, read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
+    )
+
+
+def read_cost(value: Any) -> Decimal | None:
+    """A ``usage.cost`` as exact USD; None when absent, unreadable or negative."""
+    if value is None:
+        return None
+    try:
+        cost = to_decimal(value, what="usage.cost")
+    except ValueError:
+        return None
+    return cost if cost >= 0 else None
 
 
 def result_record(
-    line: ResultLine, intent: BatchIntent, prompt: Prompt, model: str, finished_at: float
+    line: ResultLine,
+    intent: BatchIntent,
+    prompt: Prompt,
+    model: str,
+    finished_at: float,
+    cost: Decimal,
 ) -> bytes:
-    """The output line of a successful result (as a sync answer's, plus its batch id)."""
+    """The output line of a successful result (as a sync answer's, plus its batch id),
+    with ``cost`` as booked."""
     body = line.body or {}
     usage = line.usage
     choice = (body.get("choices") or [{}])[0]
@@ -78,7 +101,7 @@ def result_record(
         completion_tokens=line.completion_tokens,
         reasoning_tokens=int(details.get("reasoning_tokens") or 0),
         cached_tokens=int(prompt_details.get("cached_tokens") or 0),
-        cost=line.cost,
+        cost=cost,
         metadata={**prompt.metadata, "batch_id": intent.batch_id},
         started_at=float(intent.created_after),
         finished_at=finished_at,

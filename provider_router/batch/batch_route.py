@@ -54,7 +54,7 @@ from provider_router._money import from_units, to_units
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.batch_lost import find_lost
-from provider_router.batch.batch_results import ResultLine, read_result, result_record
+from provider_router.batch.batch_results import ResultLine, read_cost, read_result, result_record
 from provider_router.batch.journal import FileJournal
 from provider_router.ledger import Ledger
 from provider_router.ledger._base import Reservation
@@ -461,8 +461,8 @@ class BatchRouteRun:
     async def _owed(self, exc: PaymentRequiredError) -> None:
         self._withheld = True
         body = exc.body or {}
-        usage = body.get("usage") or {}
-        cost = Decimal(str(usage.get("cost", 0)))
+        usage = body.get("usage")
+        cost = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None) or Decimal(0)
         # Keyed by batch: two lost intents may find the same withheld batch, and one
         # balance covers every withheld bill at once (not each bill on its own).
         self._owed_costs[str(body.get("id", id(exc)))] = cost
@@ -507,7 +507,10 @@ class BatchRouteRun:
                     "batch stays held and is collected again on the next run"
                 )
         batch = await self.api.get(intent.batch_id)
-        reported = Decimal(str((batch.get("usage") or {}).get("cost", 0)))
+        usage = batch.get("usage")
+        reported = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
+        if reported is None:
+            reported = Decimal(0)  # the lines' sum stands (each unknown one at its worst)
         if abs(reported - lines_cost) > Decimal("1e-9") * max(1, len(intent.prompt_ids)):
             self.result.events.append(
                 f"batch {intent.batch_id}: usage.cost ${reported} differs from its lines' "
@@ -532,20 +535,34 @@ class BatchRouteRun:
             failed.append(line.prompt_id)
             return Decimal(0)
         prompt = prompts.get(line.prompt_id)
+        cost = line.cost
+        if cost is None:
+            # Unknown is not free: the line's worst case (its prompt's, or else the
+            # batch's worst case shared out by line).
+            n = len(intent.prompt_ids)
+            cost = (
+                self._worst(intent.dataset, prompt)
+                if prompt is not None
+                else from_units(-(-intent.worst_units // n))
+            )
+            self.result.events.append(
+                f"batch {intent.batch_id}: line {line.prompt_id} has no readable cost; "
+                f"booked at its worst case ${cost}"
+            )
         if prompt is None or not self.journal.claim(intent.dataset, line.prompt_id):
-            return line.cost  # already written (a collect cut short), or not in the inputs now
-        record = result_record(line, intent, prompt, self.route.model_id, float(self.clock()))
+            return cost  # already written (a collect cut short), or not in the inputs now
+        record = result_record(line, intent, prompt, self.route.model_id, float(self.clock()), cost)
         self.journal.complete(
             intent.dataset,
             line.prompt_id,
             record,
             output_tokens=line.completion_tokens,
             prompt_tokens=line.prompt_tokens,
-            cost_units=to_units(line.cost),
+            cost_units=to_units(cost),
             location=prompt.location,
         )
         self.result.lines_done += 1
-        return line.cost
+        return cost
 
     # --- money ----------------------------------------------------------------------
 

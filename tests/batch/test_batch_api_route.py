@@ -467,3 +467,35 @@ async def test_a_batch_list_that_never_ends_is_an_error_and_sends_nothing(job: J
     with pytest.raises(InvalidResponseError, match="repeat"):
         await job.go(prompts(5), EndlessList(job.http))
     assert set(job.submitted().values()) == {1}
+
+
+class CostsUnreadable(BatchApi):
+    """Results whose lines carry no cost, a negative one or a text one; the batch no total."""
+
+    async def results_page(self, batch_id: str, cursor: str | None) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor)
+        for n, result in enumerate(page["data"]):
+            usage = result["response"]["body"]["usage"]
+            if n % 3 == 0:
+                del usage["cost"]
+            else:
+                usage["cost"] = "-1" if n % 3 == 1 else "lots"
+        return page
+
+    async def get(self, batch_id: str) -> dict[str, Any]:
+        batch = await super().get(batch_id)
+        if batch.get("usage"):
+            batch["usage"]["cost"] = None
+        return batch
+
+
+async def test_a_line_without_a_readable_cost_is_never_booked_free(job: Job) -> None:
+    # Unknown is not free: such a line is booked at its worst case, never at 0 or less.
+    result = await job.go(prompts(5), CostsUnreadable(job.http))
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5)), "answers kept"
+    job.sim.simulator.batches.settle_all()
+    state = await job.ledger.snapshot()
+    assert state.reserved == 0
+    assert state.spent >= job.sim.simulator.usage > 0
+    assert result.cost == state.spent
+    assert any("no readable cost" in event for event in result.events)
