@@ -211,7 +211,7 @@ class BatchRouteRun:
         self.max_batch_requests = max_batch_requests
         self.result = BatchRouteResult()
         self._reservations: dict[str, Reservation] = {}
-        self._withheld = False
+        self._halt = False
         self._owed_costs: dict[str, Decimal] = {}
 
     def close(self) -> None:
@@ -229,11 +229,11 @@ class BatchRouteRun:
         await self.ledger.recover()
         delay = self.poll_initial
         while True:
-            self._withheld = False
+            self._halt = False
             await self._resolve_lost()
             progressed = await self._poll_all(prompts)
-            if self._withheld:
-                break  # a results 402: stop, say how much to add; a resume collects
+            if self._halt:
+                break  # a results 402 (a resume collects after the top-up), or a vanished batch
             if self.result.stop is None:
                 progressed |= await self._submit_all(prompts)
             self._report()
@@ -439,7 +439,17 @@ class BatchRouteRun:
                 if status == "completed":
                     progressed |= await self._collect(intent, prompts.get(intent.dataset, {}))
             except NotFoundError:
-                continue  # a fresh batch may answer 404 a moment
+                if self.clock() - intent.created_after < self.lost_grace:
+                    continue  # a fresh batch may answer 404 a moment
+                # Deleted, or not this key's: it may still run and bill, so its worst
+                # case stays held and its prompts are not sent again; the run stops.
+                self.result.stop = (
+                    f"batch {intent.batch_id} answers 404 {self.lost_grace:g} s after its "
+                    "submit (deleted, or submitted with another key?): its worst case "
+                    "stays held and its prompts are not sent again"
+                )
+                self._halt = True
+                continue
             except PaymentRequiredError as exc:
                 await self._owed(exc)
                 continue
@@ -459,7 +469,7 @@ class BatchRouteRun:
         return progressed
 
     async def _owed(self, exc: PaymentRequiredError) -> None:
-        self._withheld = True
+        self._halt = True
         body = exc.body or {}
         usage = body.get("usage")
         cost = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None) or Decimal(0)

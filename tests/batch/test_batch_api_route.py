@@ -499,3 +499,25 @@ async def test_a_line_without_a_readable_cost_is_never_booked_free(job: Job) -> 
     assert state.spent >= job.sim.simulator.usage > 0
     assert result.cost == state.spent
     assert any("no readable cost" in event for event in result.events)
+
+
+class Vanished(BatchApi):
+    """Every GET of a submitted batch answers 404 (deleted, or never this key's)."""
+
+    async def get(self, batch_id: str) -> dict[str, Any]:
+        self.gets = getattr(self, "gets", 0) + 1
+        if self.gets > 60:
+            raise Killed  # it would have polled on forever
+        return await super().get("batch-0-gone")
+
+
+async def test_a_batch_that_answers_404_past_the_grace_stops_the_run_holding_it(
+    job: Job,
+) -> None:
+    result = await job.go(prompts(5), Vanished(job.http))
+    assert result.stop is not None
+    assert "404" in result.stop
+    assert result.pending == 1
+    assert set(job.submitted().values()) == {1}, "its prompts are not sent again"
+    state = await job.ledger.snapshot()
+    assert state.reserved > 0, "its worst case stays held"
