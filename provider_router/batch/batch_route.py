@@ -316,23 +316,32 @@ class BatchRouteRun:
         for dataset, items in prompts.items():
             todo = self._eligible(dataset, items)
             while todo and self.result.stop is None:
-                chunk = self._chunk(todo)
+                chunk = self._chunk(dataset, todo)
                 todo = todo[len(chunk) :]
                 sent |= await self._submit(dataset, chunk)
         return sent
 
-    def _chunk(self, todo: Sequence[Prompt]) -> list[Prompt]:
+    def _chunk(self, dataset: str, todo: Sequence[Prompt]) -> list[Prompt]:
         chunk: list[Prompt] = []
         size = 0
         for prompt in todo:
-            line = len(str(prompt.messages).encode()) + 512
+            # Measured as sent (JSON, non-ASCII \u-escaped, tools and params included),
+            # with an intent id of the real length: the limit is on the body's bytes.
+            line = self._line(dataset, "b" + "0" * 12, len(chunk), prompt)
+            length = len(json.dumps(line, separators=(",", ":")).encode()) + 1
             if (
                 len(chunk) >= self.max_batch_requests
-                or size + line > MAX_BATCH_BYTES - _BODY_MARGIN
+                or size + length > MAX_BATCH_BYTES - _BODY_MARGIN
             ):
+                if not chunk:
+                    raise ConfigurationError(
+                        f"prompt {prompt.id!r} of dataset {dataset!r} ({prompt.source}:"
+                        f"{prompt.line}) is {length:,} bytes as a batch line, more than a "
+                        "batch may hold"
+                    )
                 break
             chunk.append(prompt)
-            size += line
+            size += length
         return chunk
 
     async def _reserve(self, dataset: str, chunk: list[Prompt]) -> tuple[list[Prompt], Reservation]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,7 +18,7 @@ import pytest_asyncio
 from _batch_helpers import times_submitted
 
 from provider_router import MemoryLedger, ProviderPolicy
-from provider_router._exceptions import InvalidResponseError
+from provider_router._exceptions import ConfigurationError, InvalidResponseError
 from provider_router._http import HttpClient
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
@@ -521,3 +522,45 @@ async def test_a_batch_that_answers_404_past_the_grace_stops_the_run_holding_it(
     assert set(job.submitted().values()) == {1}, "its prompts are not sent again"
     state = await job.ledger.snapshot()
     assert state.reserved > 0, "its worst case stays held"
+
+
+def test_a_batch_body_is_measured_as_sent_within_the_size_limit(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Non-ASCII text is sent \\u-escaped (6 or 12 bytes a character) and tools ride in
+    # every line: the size limit holds for the bytes sent, not for the text's repr.
+    import provider_router.batch.batch_route as batch_route_module
+
+    monkeypatch.setattr(batch_route_module, "MAX_BATCH_BYTES", 20_000)
+    monkeypatch.setattr(batch_route_module, "_BODY_MARGIN", 0)
+    tools = [{"type": "function", "function": {"name": "f", "description": "d" * 1500}}]
+    items = [
+        Prompt(f"p{i}", [{"role": "user", "content": "😀" * 100}], {}, Path("in.jsonl"), i + 1)
+        for i in range(20)
+    ]
+    runner = job.run(dataset_params={"ds": {"max_tokens": MAX_TOKENS, "tools": tools}})
+    try:
+        chunk = runner._chunk("ds", items)
+        lines = [runner._line("ds", "b" + "0" * 12, n, p) for n, p in enumerate(chunk)]
+        sent = len(json.dumps(lines, separators=(",", ":")).encode())
+        assert 0 < len(chunk) < len(items)
+        assert sent <= 20_000
+    finally:
+        runner.journal.close()
+        runner.close()
+
+
+def test_a_prompt_larger_than_a_batch_is_named(job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
+    import provider_router.batch.batch_route as batch_route_module
+
+    monkeypatch.setattr(batch_route_module, "MAX_BATCH_BYTES", 2_000)
+    monkeypatch.setattr(batch_route_module, "_BODY_MARGIN", 0)
+    items = [Prompt("big", [{"role": "user", "content": "x" * 3000}], {}, Path("in.jsonl"), 1)]
+    runner = job.run()
+    try:
+        named = re.escape("'big' of dataset 'ds' (in.jsonl:1)")
+        with pytest.raises(ConfigurationError, match=named):
+            runner._chunk("ds", items)
+    finally:
+        runner.journal.close()
+        runner.close()
