@@ -78,8 +78,11 @@ async def _candidates(
         asked.add(after)
 
 
-async def find_lost(api: BatchApi, journal: BatchJournal, intent: BatchIntent) -> LostSearch:
-    """Look for ``intent``'s batch (see the module docstring)."""
+async def find_lost(
+    api: BatchApi, journal: BatchJournal, intent: BatchIntent, line_bytes: int
+) -> LostSearch:
+    """Look for ``intent``'s batch (see the module docstring); ``line_bytes`` bounds the
+    one results line read of each finished candidate."""
     undecided = expired = False
     owed: PaymentRequiredError | None = None
     for item in await _candidates(api, journal, intent):
@@ -93,7 +96,7 @@ async def find_lost(api: BatchApi, journal: BatchJournal, intent: BatchIntent) -
             expired = expired or status in ("expired", "cancelled")
             continue
         try:
-            page = await api.results_page(str(item["id"]), None)
+            page = await api.results_page(str(item["id"]), None, limit=1, max_bytes=line_bytes)
         except PaymentRequiredError as exc:
             owed, undecided = exc, True  # it may be ours: collect it after a top-up
             continue

@@ -51,7 +51,7 @@ from provider_router._exceptions import (
 )
 from provider_router._log import get_logger
 from provider_router._money import from_units, to_units
-from provider_router.batch.batch_api import BatchApi
+from provider_router.batch.batch_api import RESULTS_PAGE_LINES, BatchApi
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.batch_lost import find_lost
 from provider_router.batch.batch_results import ResultLine, read_cost, read_result, result_record
@@ -75,6 +75,13 @@ WAVE_TAIL_LINES = 20
 """When no more than this many lines are left to a target, they go in one wave."""
 _BODY_MARGIN = 1024 * 1024
 """Bytes kept free of the 200 MB limit for the body's head."""
+_BYTES_PER_TOKEN = 48
+"""A bound on one output token as a results line carries it (content and reasoning,
+JSON-escaped), for the most a results body may be."""
+_LINE_HEAD_BYTES = 64 * 1024
+"""A results line's envelope (ids, usage, provider) around its text, at most."""
+RESULTS_PAGE_BYTES = 256 * 1024 * 1024
+"""The most of one results page held at once (pages get fewer lines when answers are long)."""
 
 
 @dataclass(slots=True)
@@ -293,6 +300,14 @@ class BatchRouteRun:
             room = min(room, math.ceil(wave) - live if left > 0 else 0)
         return max(room, 0)
 
+    def _line_bytes(self, dataset: str) -> int:
+        """The most one results line of ``dataset`` may be (from its ``max_tokens``)."""
+        return int(self._params(dataset)["max_tokens"]) * _BYTES_PER_TOKEN + _LINE_HEAD_BYTES
+
+    def _batch_bytes(self, intent: BatchIntent) -> int:
+        """The most a GET of the batch may be: a terminal one carries every result."""
+        return len(intent.prompt_ids) * self._line_bytes(intent.dataset) + _LINE_HEAD_BYTES
+
     def _params(self, dataset: str) -> dict[str, Any]:
         return self.dataset_params.get(dataset, self.params)
 
@@ -419,7 +434,9 @@ class BatchRouteRun:
     async def _resolve_lost(self) -> None:
         for intent in [i for i in self.batches if i.live and i.batch_id is None]:
             try:
-                search = await find_lost(self.api, self.batches, intent)
+                search = await find_lost(
+                    self.api, self.batches, intent, self._line_bytes(intent.dataset)
+                )
             except _TRANSIENT:
                 continue  # look again next round
             if search.owed is not None:
@@ -443,7 +460,7 @@ class BatchRouteRun:
         for intent in [i for i in self.batches if i.live and i.batch_id is not None]:
             assert intent.batch_id is not None
             try:
-                batch = await self.api.get(intent.batch_id)
+                batch = await self.api.get(intent.batch_id, max_bytes=self._batch_bytes(intent))
                 status = batch.get("status")
                 if status == "completed":
                     progressed |= await self._collect(intent, prompts.get(intent.dataset, {}))
@@ -500,9 +517,13 @@ class BatchRouteRun:
         failed: list[str] = []
         seen: set[str] = set()
         cursor: str | None = None
+        line_bytes = self._line_bytes(intent.dataset)
+        page_lines = max(1, min(RESULTS_PAGE_LINES, RESULTS_PAGE_BYTES // line_bytes))
         while True:
             try:
-                page = await self.api.results_page(intent.batch_id, cursor)
+                page = await self.api.results_page(
+                    intent.batch_id, cursor, limit=page_lines, max_bytes=page_lines * line_bytes
+                )
             except PaymentRequiredError as exc:
                 await self._owed(exc)
                 return False
@@ -525,7 +546,7 @@ class BatchRouteRun:
                     f"has_more ({len(seen)} of {len(intent.prompt_ids)} lines read); the "
                     "batch stays held and is collected again on the next run"
                 )
-        batch = await self.api.get(intent.batch_id)
+        batch = await self.api.get(intent.batch_id, max_bytes=self._batch_bytes(intent))
         usage = batch.get("usage")
         reported = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
         if reported is None:

@@ -224,23 +224,23 @@ class KillBeforeSubmit(BatchApi):
 
 
 class KillOnPoll(BatchApi):
-    async def get(self, batch_id: str) -> dict[str, Any]:
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
         raise Killed
 
 
 class KillMidCollect(BatchApi):
     """Dies after the first results page was written (the outputs flushed, not committed)."""
 
-    async def get(self, batch_id: str) -> dict[str, Any]:
-        body = await super().get(batch_id)
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        body = await super().get(batch_id, **kw)
         if body["status"] == "completed" and not getattr(self, "armed", False):
             self.armed = True
         return body
 
-    async def results_page(self, batch_id: str, cursor: str | None) -> dict[str, Any]:
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
         if getattr(self, "die_next", False):
             raise Killed
-        page = await super().results_page(batch_id, cursor)
+        page = await super().results_page(batch_id, cursor, **kw)
         if getattr(self, "armed", False):
             self.armed = False
             page["data"] = page["data"][:2]
@@ -371,8 +371,8 @@ async def test_the_top_up_covers_every_withheld_batch_from_one_balance(job: Job)
 class RepeatingPages(BatchApi):
     """A results endpoint that answers the same two lines forever (has_more, a cursor)."""
 
-    async def results_page(self, batch_id: str, cursor: str | None) -> dict[str, Any]:
-        page = await super().results_page(batch_id, None)
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, None, **kw)
         self.pages = getattr(self, "pages", 0) + 1
         if self.pages > 50:
             raise Killed  # it would have read on forever
@@ -393,8 +393,8 @@ async def test_results_pages_that_never_end_are_an_error_not_a_loop(job: Job) ->
 class DoubledLines(BatchApi):
     """A results page that lists every line twice."""
 
-    async def results_page(self, batch_id: str, cursor: str | None) -> dict[str, Any]:
-        page = await super().results_page(batch_id, cursor)
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor, **kw)
         page["data"] = list(page["data"]) * 2
         return page
 
@@ -432,8 +432,8 @@ class NoResultsYet(BatchApi):
 
     hidden = 0
 
-    async def results_page(self, batch_id: str, cursor: str | None) -> dict[str, Any]:
-        page = await super().results_page(batch_id, cursor)
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor, **kw)
         if self.hidden < 1:
             self.hidden += 1
             page["data"], page["has_more"], page["next_cursor"] = [], False, None
@@ -473,8 +473,8 @@ async def test_a_batch_list_that_never_ends_is_an_error_and_sends_nothing(job: J
 class CostsUnreadable(BatchApi):
     """Results whose lines carry no cost, a negative one or a text one; the batch no total."""
 
-    async def results_page(self, batch_id: str, cursor: str | None) -> dict[str, Any]:
-        page = await super().results_page(batch_id, cursor)
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor, **kw)
         for n, result in enumerate(page["data"]):
             usage = result["response"]["body"]["usage"]
             if n % 3 == 0:
@@ -483,8 +483,8 @@ class CostsUnreadable(BatchApi):
                 usage["cost"] = "-1" if n % 3 == 1 else "lots"
         return page
 
-    async def get(self, batch_id: str) -> dict[str, Any]:
-        batch = await super().get(batch_id)
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        batch = await super().get(batch_id, **kw)
         if batch.get("usage"):
             batch["usage"]["cost"] = None
         return batch
@@ -505,11 +505,11 @@ async def test_a_line_without_a_readable_cost_is_never_booked_free(job: Job) -> 
 class Vanished(BatchApi):
     """Every GET of a submitted batch answers 404 (deleted, or never this key's)."""
 
-    async def get(self, batch_id: str) -> dict[str, Any]:
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
         self.gets = getattr(self, "gets", 0) + 1
         if self.gets > 60:
             raise Killed  # it would have polled on forever
-        return await super().get("batch-0-gone")
+        return await super().get("batch-0-gone", **kw)
 
 
 async def test_a_batch_that_answers_404_past_the_grace_stops_the_run_holding_it(
@@ -564,3 +564,42 @@ def test_a_prompt_larger_than_a_batch_is_named(job: Job, monkeypatch: pytest.Mon
     finally:
         runner.journal.close()
         runner.close()
+
+
+async def test_a_body_longer_than_its_bound_is_refused(job: Job) -> None:
+    listing = await job.http.get_json("/models")
+    size = len(json.dumps(listing))
+    with pytest.raises(InvalidResponseError, match="longer than the 100 bytes"):
+        await job.http.get_json("/models", max_bytes=100)
+    assert await job.http.get_json("/models", max_bytes=size * 2) == listing
+
+
+class PageSizes(BatchApi):
+    """Records how many lines and bytes each results page is asked for."""
+
+    asked: list[tuple[int, int | None]]
+
+    async def results_page(
+        self,
+        batch_id: str,
+        cursor: str | None,
+        *,
+        limit: int = 1000,
+        max_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        self.asked = [*getattr(self, "asked", []), (limit, max_bytes)]
+        return await super().results_page(batch_id, cursor, limit=limit, max_bytes=max_bytes)
+
+
+async def test_results_pages_are_bounded_by_the_answers_they_may_hold(job: Job) -> None:
+    # max_tokens 100,000: a line may be megabytes, so a page holds fewer lines and the
+    # bytes read are bounded (256 MiB a page), never a thousand lines of any length.
+    api = PageSizes(job.http)
+    params = {"max_tokens": 100_000}
+    await job.go(prompts(3), api, dataset_params={"ds": params})
+    assert api.asked
+    for limit, max_bytes in api.asked:
+        assert limit < 1000
+        assert max_bytes is not None
+        assert max_bytes <= 256 * 1024 * 1024
+    assert len(job.outputs()) == 3
