@@ -33,7 +33,6 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -55,6 +54,7 @@ from provider_router.batch.batch_api import RESULTS_PAGE_LINES, BatchApi
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.batch_lost import find_lost
 from provider_router.batch.batch_results import ResultLine, read_cost, read_result, result_record
+from provider_router.batch.batch_route_result import BatchRouteResult
 from provider_router.batch.journal import FileJournal
 from provider_router.ledger import Ledger
 from provider_router.ledger._base import Reservation
@@ -82,50 +82,6 @@ _LINE_HEAD_BYTES = 64 * 1024
 """A results line's envelope (ids, usage, provider) around its text, at most."""
 RESULTS_PAGE_BYTES = 256 * 1024 * 1024
 """The most of one results page held at once (pages get fewer lines when answers are long)."""
-
-
-@dataclass(slots=True)
-class BatchRouteResult:
-    """What one run of the batch route did, and why it stopped."""
-
-    submitted: int = 0
-    collected: int = 0
-    lines_done: int = 0
-    lines_failed: int = 0
-    cost: Decimal = Decimal(0)
-    pending: int = 0
-    """Batches still live (running, or withheld for credits) when the run ended."""
-    stop: str | None = None
-    """None: every dataset's batches are done; else one plain sentence."""
-    top_up: Decimal | None = None
-    """USD to add before a resume can collect (after a results 402)."""
-    found_after_lost_202: int = 0
-    resubmitted_lines: int = 0
-    in_progress: int = 0
-    """Batches submitted and not yet collected (at the last poll)."""
-    events: list[str] = field(default_factory=list)
-
-    def counts(self) -> dict[str, int]:
-        """The figures progress lines, metrics and ``batches.json`` show."""
-        return {
-            "submitted": self.submitted,
-            "in_progress": self.in_progress,
-            "collected": self.collected,
-            "pending": self.pending,
-            "lines_done": self.lines_done,
-            "lines_failed": self.lines_failed,
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        """``DIR/batches.json``: this run's batch route (money as exact strings)."""
-        return {
-            **self.counts(),
-            "cost_usd": str(self.cost),
-            "found_after_lost_202": self.found_after_lost_202,
-            "stop": self.stop,
-            "top_up_usd": None if self.top_up is None else str(self.top_up),
-            "events": list(self.events),
-        }
 
 
 def _checked_params(params: Mapping[str, Any]) -> dict[str, Any]:
