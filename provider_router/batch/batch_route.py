@@ -42,6 +42,7 @@ from provider_router._exceptions import (
     APIStatusError,
     BudgetExhausted,
     ConfigurationError,
+    DataFileError,
     InvalidResponseError,
     NotFoundError,
     PaymentRequiredError,
@@ -186,6 +187,7 @@ class BatchRouteRun:
         """Submit, poll and collect until every prompt is done, or a stop."""
         prompts = {name: {p.id: p for p in items} for name, items in datasets.items()}
         self.journal.prepare(list(prompts))
+        await self._check_journal()
         # A kill between a reserve and its intent left a hold nobody knows: a recovery
         # counts it at its worst case (never below what may have been spent); a batch
         # this run then collects corrects its own to the true cost.
@@ -206,6 +208,22 @@ class BatchRouteRun:
             await self.sleep(delay)
         self._report()
         return self.result
+
+    async def _check_journal(self) -> None:
+        """A batch journal made new while the ledger holds batches was lost: refuse."""
+        if self.batches.existed:
+            return
+        held = [r for r in await self.ledger.open_reservations() if r.key.startswith("batch:")]
+        if held:
+            # Not left behind empty: the next run must refuse as well.
+            if self.batches.path.stat().st_size == 0:
+                self.batches.path.unlink()
+            raise DataFileError(
+                self.batches.path,
+                f"missing, but the job's ledger holds {len(held)} batch reservation(s): "
+                "those batches may still run and bill, and their prompts would be sent "
+                "again; restore the file (or finish the job in a new directory)",
+            )
 
     def _report(self) -> None:
         live = [i for i in self.batches if i.live]

@@ -18,7 +18,7 @@ import pytest_asyncio
 from _batch_helpers import times_submitted
 
 from provider_router import MemoryLedger, ProviderPolicy
-from provider_router._exceptions import ConfigurationError, InvalidResponseError
+from provider_router._exceptions import ConfigurationError, DataFileError, InvalidResponseError
 from provider_router._http import HttpClient
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
@@ -603,3 +603,15 @@ async def test_results_pages_are_bounded_by_the_answers_they_may_hold(job: Job) 
         assert max_bytes is not None
         assert max_bytes <= 256 * 1024 * 1024
     assert len(job.outputs()) == 3
+
+
+async def test_a_missing_batch_journal_with_batches_held_is_refused(job: Job) -> None:
+    # batches.jsonl gone while the ledger still holds batches: they may be live, and a
+    # run from nothing would send their prompts (and pay) again.
+    with pytest.raises(Killed):
+        await job.go(prompts(5), KillAfterSubmit(job.http))
+    (job.directory / "batches.jsonl").unlink()
+    for _ in range(2):  # and again: the refusal leaves no empty journal behind
+        with pytest.raises(DataFileError, match=r"batches\.jsonl"):
+            await job.go(prompts(5))
+    assert len(job.sim.simulator.batches) == 1, "nothing sent again"
