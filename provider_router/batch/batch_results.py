@@ -51,7 +51,14 @@ def read_result(intent: BatchIntent, result: Mapping[str, Any]) -> ResultLine | 
         return None
     response = result.get("response")
     body = response.get("body") if isinstance(response, Mapping) else None
-    if result.get("error") is not None or not isinstance(body, Mapping):
+    status = response.get("status_code") if isinstance(response, Mapping) else None
+    if (
+        result.get("error") is not None
+        or not isinstance(body, Mapping)
+        or (isinstance(status, int) and not 200 <= status < 300)
+    ):
+        # A failed line (an error, or a response with an error status): no answer to
+        # write, and failed lines cost nothing (the Batch API's docs).
         return ResultLine(prompt_id, None, Decimal(0))
     usage = body.get("usage")
     return ResultLine(

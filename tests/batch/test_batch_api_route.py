@@ -615,3 +615,24 @@ async def test_a_missing_batch_journal_with_batches_held_is_refused(job: Job) ->
         with pytest.raises(DataFileError, match=r"batches\.jsonl"):
             await job.go(prompts(5))
     assert len(job.sim.simulator.batches) == 1, "nothing sent again"
+
+
+class ErrorStatusLine(BatchApi):
+    """The first line of each page answers status_code 500 with an error body."""
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor, **kw)
+        if page["data"] and not getattr(self, "done", False):
+            self.done = True
+            response = page["data"][0]["response"]
+            response["status_code"] = 500
+            response["body"] = {"error": {"code": 500, "message": "upstream failed"}}
+        return page
+
+
+async def test_a_line_answering_an_error_status_is_a_failed_line_not_an_output(job: Job) -> None:
+    result = await job.go(prompts(5), ErrorStatusLine(job.http), max_attempts=2)
+    assert result.lines_failed == 1
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5)), "it went again"
+    records = (job.directory / "ds.jsonl").read_text().splitlines()
+    assert all(json.loads(line)["messages"][-1]["content"] for line in records), "none empty"
