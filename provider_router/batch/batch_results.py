@@ -8,15 +8,17 @@ it cost; :func:`result_record` builds the same output record a sync answer gets.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from provider_router._money import to_decimal
+from provider_router._types import JSONObject
 from provider_router.batch.batch_journal import BatchIntent
 from provider_router.batch.output import encode_record, make_record
 from provider_router.prompts import Prompt
+from provider_router.results import ToolCall
 
 __all__ = ["ResultLine", "read_cost", "read_result", "result_record"]
 
@@ -84,6 +86,7 @@ def result_record(
     model: str,
     finished_at: float,
     cost: Decimal,
+    tools: Sequence[JSONObject] | None = None,
 ) -> bytes:
     """The output line of a successful result (as a sync answer's, plus its batch id),
     with ``cost`` as booked."""
@@ -93,6 +96,12 @@ def result_record(
     message = choice.get("message") or {}
     details = usage.get("completion_tokens_details") or {}
     prompt_details = usage.get("prompt_tokens_details") or {}
+    # The calls the model asked for are the answer too (paid for): kept as sync keeps them.
+    raw_calls = message.get("tool_calls")
+    calls = [
+        ToolCall.from_json(raw, n)
+        for n, raw in enumerate(raw_calls if isinstance(raw_calls, list) else [])
+    ]
     record = make_record(
         prompt_id=line.prompt_id,
         dataset=intent.dataset,
@@ -112,5 +121,7 @@ def result_record(
         metadata={**prompt.metadata, "batch_id": intent.batch_id},
         started_at=float(intent.created_after),
         finished_at=finished_at,
+        tool_calls=[call.message() for call in calls if call is not None],
+        tools=tools,
     )
     return encode_record(record)

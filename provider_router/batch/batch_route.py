@@ -565,7 +565,10 @@ class BatchRouteRun:
             )
         if prompt is None or not self.journal.claim(intent.dataset, line.prompt_id):
             return cost  # already written (a collect cut short), or not in the inputs now
-        record = result_record(line, intent, prompt, self.route.model_id, float(self.clock()), cost)
+        tools = {**prompt.request_fields, **self._params(intent.dataset)}.get("tools")
+        record = result_record(
+            line, intent, prompt, self.route.model_id, float(self.clock()), cost, tools
+        )
         self.journal.complete(
             intent.dataset,
             line.prompt_id,

@@ -636,3 +636,26 @@ async def test_a_line_answering_an_error_status_is_a_failed_line_not_an_output(j
     assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5)), "it went again"
     records = (job.directory / "ds.jsonl").read_text().splitlines()
     assert all(json.loads(line)["messages"][-1]["content"] for line in records), "none empty"
+
+
+class ToolCallLines(BatchApi):
+    """Every answer asks for a tool call."""
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor, **kw)
+        for result in page["data"]:
+            message = result["response"]["body"]["choices"][0]["message"]
+            message["tool_calls"] = [
+                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ]
+        return page
+
+
+async def test_an_answers_tool_calls_are_kept_in_the_output(job: Job) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    params = {"max_tokens": MAX_TOKENS, "tools": tools}
+    await job.go(prompts(2), ToolCallLines(job.http), dataset_params={"ds": params})
+    for line in (job.directory / "ds.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        assert record["messages"][-1]["tool_calls"][0]["function"]["name"] == "f"
+        assert record["tools"] == tools
