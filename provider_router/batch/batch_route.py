@@ -457,7 +457,7 @@ class BatchRouteRun:
                 self.result.events.append(f"batch {intent.batch_id}: {exc}; polled again later")
                 continue
             if status == "failed":
-                await self._close_money(intent, Decimal(0))  # ran nothing, billed nothing
+                await self._close_money(intent, self._failed_cost(intent, batch))
                 self.batches.record_ended(intent.intent, "failed")
                 progressed = True
             elif status in ("expired", "cancelled"):
@@ -467,6 +467,24 @@ class BatchRouteRun:
                 self.batches.record_ended(intent.intent, str(status))
                 progressed = True
         return progressed
+
+    def _failed_cost(self, intent: BatchIntent, batch: Mapping[str, Any]) -> Decimal:
+        """A failed batch ran nothing and cost nothing (the docs), unless it says
+        otherwise: a cost it reports is booked, and lines it reports done without
+        one count at the batch's worst case (unknown is not free)."""
+        usage = batch.get("usage")
+        cost = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
+        counts = batch.get("request_counts")
+        done = counts.get("completed") if isinstance(counts, Mapping) else None
+        if cost is not None and cost > 0:
+            return cost
+        if isinstance(done, int) and done > 0:
+            self.result.events.append(
+                f"batch {intent.batch_id} failed after {done} lines, with no cost: its "
+                "worst case is booked"
+            )
+            return from_units(intent.worst_units)
+        return Decimal(0)
 
     async def _owed(self, exc: PaymentRequiredError) -> None:
         self._halt = True

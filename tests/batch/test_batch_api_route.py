@@ -659,3 +659,31 @@ async def test_an_answers_tool_calls_are_kept_in_the_output(job: Job) -> None:
         record = json.loads(line)
         assert record["messages"][-1]["tool_calls"][0]["function"]["name"] == "f"
         assert record["tools"] == tools
+
+
+class FailedAfterLines(BatchApi):
+    """A failed batch that reports lines completed (and, with ``cost``, what they cost)."""
+
+    cost: str | None = None
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        batch = await super().get(batch_id, **kw)
+        if batch["status"] == "failed":
+            batch["request_counts"] = {"total": 5, "completed": 2, "failed": 3}
+            batch["usage"] = None if self.cost is None else {"cost": self.cost}
+        return batch
+
+
+@pytest.mark.parametrize("cost", [None, "0.0005"])
+async def test_a_failed_batch_that_ran_lines_is_not_taken_as_free(
+    job: Job, cost: str | None
+) -> None:
+    job.sim.simulator.batches.faults.fail = 1
+    api = FailedAfterLines(job.http)
+    api.cost = cost
+    await job.go(prompts(5), api, max_attempts=1)
+    state = await job.ledger.snapshot()
+    assert state.reserved == 0
+    assert state.spent > 0, "a batch that says it ran lines is never booked free"
+    if cost is not None:
+        assert state.spent == Decimal(cost)
