@@ -20,7 +20,7 @@ from provider_router.batch.output import encode_record, make_record
 from provider_router.prompts import Prompt
 from provider_router.results import ToolCall
 
-__all__ = ["ResultLine", "read_cost", "read_result", "result_record"]
+__all__ = ["ResultLine", "failed_batch_cost", "read_cost", "read_result", "result_record"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +77,24 @@ def read_cost(value: Any) -> Decimal | None:
     except ValueError:
         return None
     return cost if cost >= 0 else None
+
+
+def failed_batch_cost(batch: Mapping[str, Any], worst: Decimal) -> tuple[Decimal, int]:
+    """What a failed batch is booked at, and the lines it says it completed without a cost.
+
+    A failed batch ran nothing and cost nothing (the docs), unless it says otherwise:
+    a cost it reports is booked, and lines it reports done without one count at the
+    batch's ``worst`` case (unknown is not free).
+    """
+    usage = batch.get("usage")
+    cost = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
+    if cost is not None and cost > 0:
+        return cost, 0
+    counts = batch.get("request_counts")
+    done = counts.get("completed") if isinstance(counts, Mapping) else None
+    if isinstance(done, int) and not isinstance(done, bool) and done > 0:
+        return worst, done
+    return Decimal(0), 0
 
 
 def result_record(

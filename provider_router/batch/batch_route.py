@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -54,8 +53,15 @@ from provider_router._money import from_units, to_units
 from provider_router.batch.batch_api import RESULTS_PAGE_LINES, BatchApi
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.batch_lost import find_lost
-from provider_router.batch.batch_results import ResultLine, read_cost, read_result, result_record
+from provider_router.batch.batch_results import (
+    ResultLine,
+    failed_batch_cost,
+    read_cost,
+    read_result,
+    result_record,
+)
 from provider_router.batch.batch_route_result import BatchRouteResult
+from provider_router.batch.batch_waves import wave_room
 from provider_router.batch.journal import FileJournal
 from provider_router.ledger import Ledger
 from provider_router.ledger._base import Reservation
@@ -70,10 +76,6 @@ log = get_logger(__name__)
 MAX_BATCH_REQUESTS = 5_000
 MAX_BATCH_BYTES = 200 * 1024 * 1024
 _PROMPT_FIELDS = frozenset(["tools", "tool_choice", "response_format"])
-WAVE_SHARE = 0.95
-"""The most of the lines an output-token target still needs that one wave sends."""
-WAVE_TAIL_LINES = 20
-"""When no more than this many lines are left to a target, they go in one wave."""
 _BODY_MARGIN = 1024 * 1024
 """Bytes kept free of the 200 MB limit for the body's head."""
 _BYTES_PER_TOKEN = 48
@@ -255,24 +257,8 @@ class BatchRouteRun:
         """How many more lines the dataset's target and request cap allow now."""
         target, cap = self.limits.get(dataset, (None, None))
         tally = self.journal.tally(dataset)
-        room = 1 << 62
-        if cap is not None:
-            room = min(room, cap - tally.completed - live)
-        if target is not None:
-            per_line = (
-                tally.output_tokens / tally.completed
-                if tally.completed
-                else self._params(dataset)["max_tokens"]
-            )
-            left = target - tally.output_tokens
-            lines = left / max(per_line, 1)
-            # A wave covers what is left at the observed mean, shrunk so that a mean
-            # read from few lines (answer lengths vary about as much as their mean) two
-            # standard errors too low still does not overshoot; the last few go at once.
-            share = min(WAVE_SHARE, 1 / (1 + 2 / math.sqrt(max(tally.completed, 1))))
-            wave = lines if lines <= WAVE_TAIL_LINES else lines * share
-            room = min(room, math.ceil(wave) - live if left > 0 else 0)
-        return max(room, 0)
+        max_tokens = int(self._params(dataset)["max_tokens"])
+        return wave_room(target, cap, tally.completed, tally.output_tokens, max_tokens, live)
 
     def _line_bytes(self, dataset: str) -> int:
         """The most one results line of ``dataset`` may be (from its ``max_tokens``)."""
@@ -469,22 +455,13 @@ class BatchRouteRun:
         return progressed
 
     def _failed_cost(self, intent: BatchIntent, batch: Mapping[str, Any]) -> Decimal:
-        """A failed batch ran nothing and cost nothing (the docs), unless it says
-        otherwise: a cost it reports is booked, and lines it reports done without
-        one count at the batch's worst case (unknown is not free)."""
-        usage = batch.get("usage")
-        cost = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
-        counts = batch.get("request_counts")
-        done = counts.get("completed") if isinstance(counts, Mapping) else None
-        if cost is not None and cost > 0:
-            return cost
-        if isinstance(done, int) and done > 0:
+        cost, done = failed_batch_cost(batch, from_units(intent.worst_units))
+        if done:
             self.result.events.append(
                 f"batch {intent.batch_id} failed after {done} lines, with no cost: its "
                 "worst case is booked"
             )
-            return from_units(intent.worst_units)
-        return Decimal(0)
+        return cost
 
     async def _owed(self, exc: PaymentRequiredError) -> None:
         self._halt = True
