@@ -148,8 +148,8 @@ class BatchRouteRun:
         limits: Mapping[str, tuple[int | None, int | None]] | None = None,
         progress: Callable[[BatchRouteResult], None] | None = None,
     ) -> None:
-        if route.endpoint is None:
-            raise ConfigurationError(route.reason)
+        route.prices()  # refuse what cannot be priced: no endpoint, or no fixed price
+        assert route.endpoint is not None  # prices() raised otherwise (for mypy)
         self.dataset_params = {
             name: _checked_params({**params, **own}) for name, own in (dataset_params or {}).items()
         }

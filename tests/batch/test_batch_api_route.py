@@ -4,6 +4,7 @@ kills at each step, a results 402 and the top-up resume (real loopback sockets).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import time
@@ -687,3 +688,24 @@ async def test_a_failed_batch_that_ran_lines_is_not_taken_as_free(
     assert state.spent > 0, "a batch that says it ran lines is never booked free"
     if cost is not None:
         assert state.spent == Decimal(cost)
+
+
+def test_a_batch_endpoint_without_a_fixed_price_is_refused_up_front(job: Job) -> None:
+    # Refuse what you cannot price: dynamic pricing has no worst case to reserve.
+    endpoint = job.route.endpoint
+    dynamic = endpoint.model_copy(
+        update={"pricing": endpoint.pricing.model_copy(update={"completion": None})}
+    )
+    journal = FileJournal.open(job.directory)
+    try:
+        with pytest.raises(ConfigurationError, match="no fixed price"):
+            BatchRouteRun(
+                api=BatchApi(job.http),
+                ledger=job.ledger,
+                journal=journal,
+                directory=job.directory,
+                route=dataclasses.replace(job.route, endpoint=dynamic),
+                params={"max_tokens": MAX_TOKENS},
+            )
+    finally:
+        journal.close()
