@@ -28,7 +28,6 @@ expired batch's reservation is settled at its worst case: nothing says what it c
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +50,7 @@ from provider_router._exceptions import (
 from provider_router._log import get_logger
 from provider_router._money import from_units, to_units
 from provider_router.batch.batch_api import RESULTS_PAGE_LINES, BatchApi
+from provider_router.batch.batch_body import MAX_BATCH_REQUESTS, RESULTS_PAGE_BYTES, BatchBody
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.batch_lost import find_lost
 from provider_router.batch.batch_results import (
@@ -67,34 +67,10 @@ from provider_router.ledger import Ledger
 from provider_router.ledger._base import Reservation
 from provider_router.prompts import Prompt
 from provider_router.route_batch import BatchRoute
-from provider_router.routing import estimate_prompt_tokens
 
 __all__ = ["BatchRouteResult", "BatchRouteRun"]
 
 log = get_logger(__name__)
-
-MAX_BATCH_REQUESTS = 5_000
-MAX_BATCH_BYTES = 200 * 1024 * 1024
-_PROMPT_FIELDS = frozenset(["tools", "tool_choice", "response_format"])
-_BODY_MARGIN = 1024 * 1024
-"""Bytes kept free of the 200 MB limit for the body's head."""
-_BYTES_PER_TOKEN = 48
-"""A bound on one output token as a results line carries it (content and reasoning,
-JSON-escaped), for the most a results body may be."""
-_LINE_HEAD_BYTES = 64 * 1024
-"""A results line's envelope (ids, usage, provider) around its text, at most."""
-RESULTS_PAGE_BYTES = 256 * 1024 * 1024
-"""The most of one results page held at once (pages get fewer lines when answers are long)."""
-
-
-def _checked_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    max_tokens = params.get("max_tokens")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise ConfigurationError("the batch route needs max_tokens (its worst case) >= 1")
-    if params.get("stream"):
-        raise ConfigurationError("stream: true fails a whole batch; the batch route never streams")
-    return dict(params)
-
 
 _TRANSIENT = (APIConnectionError, ProviderUnavailableError, RateLimitError)
 """Errors a poll or collect waits out (tried again next round)."""
@@ -148,33 +124,20 @@ class BatchRouteRun:
         limits: Mapping[str, tuple[int | None, int | None]] | None = None,
         progress: Callable[[BatchRouteResult], None] | None = None,
     ) -> None:
-        route.prices()  # refuse what cannot be priced: no endpoint, or no fixed price
-        assert route.endpoint is not None  # prices() raised otherwise (for mypy)
-        self.dataset_params = {
-            name: _checked_params({**params, **own}) for name, own in (dataset_params or {}).items()
-        }
-        self.params = _checked_params(params)
+        self.body = BatchBody(route, params, dataset_params or {}, max_batch_requests)
         self.limits = dict(limits or {})
         self.progress = progress
-        if not 1 <= max_batch_requests <= MAX_BATCH_REQUESTS:
-            raise ConfigurationError(f"max_batch_requests must be 1..{MAX_BATCH_REQUESTS}")
-        if params.get("stream"):
-            raise ConfigurationError(
-                "stream: true fails a whole batch; the batch route never streams"
-            )
         self.api = api
         self.ledger = ledger
         self.journal = journal
         self.batches = BatchJournal.open(directory)
         self.route = route
-        self.endpoint = route.endpoint
         self.clock = clock
         self.sleep = sleep
         self.poll_initial = poll_initial
         self.poll_max = poll_max
         self.lost_grace = lost_grace
         self.max_attempts = max_attempts
-        self.max_batch_requests = max_batch_requests
         self.result = BatchRouteResult()
         self._reservations: dict[str, Reservation] = {}
         self._halt = False
@@ -257,70 +220,21 @@ class BatchRouteRun:
         """How many more lines the dataset's target and request cap allow now."""
         target, cap = self.limits.get(dataset, (None, None))
         tally = self.journal.tally(dataset)
-        max_tokens = int(self._params(dataset)["max_tokens"])
+        max_tokens = int(self.body.params(dataset)["max_tokens"])
         return wave_room(target, cap, tally.completed, tally.output_tokens, max_tokens, live)
-
-    def _line_bytes(self, dataset: str) -> int:
-        """The most one results line of ``dataset`` may be (from its ``max_tokens``)."""
-        return int(self._params(dataset)["max_tokens"]) * _BYTES_PER_TOKEN + _LINE_HEAD_BYTES
-
-    def _batch_bytes(self, intent: BatchIntent) -> int:
-        """The most a GET of the batch may be: a terminal one carries every result."""
-        return len(intent.prompt_ids) * self._line_bytes(intent.dataset) + _LINE_HEAD_BYTES
-
-    def _params(self, dataset: str) -> dict[str, Any]:
-        return self.dataset_params.get(dataset, self.params)
-
-    def _line(self, dataset: str, intent: str, line: int, prompt: Prompt) -> dict[str, Any]:
-        body = {**prompt.request_fields, **self._params(dataset), "messages": prompt.messages}
-        body.pop("model", None)
-        body.pop("stream", None)
-        return {"custom_id": f"{intent}-{line}", "body": body}
-
-    def _worst(self, dataset: str, prompt: Prompt) -> Decimal:
-        params = self._params(dataset)
-        # Tools and response_format are rendered into the prompt: a byte a token bounds them.
-        extra = {
-            k: v for k, v in {**prompt.request_fields, **params}.items() if k in _PROMPT_FIELDS
-        }
-        bound = estimate_prompt_tokens(prompt.messages) + len(json.dumps(extra).encode())
-        return self.endpoint.pricing.cost(bound, params["max_tokens"])
 
     async def _submit_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
         sent = False
         for dataset, items in prompts.items():
             todo = self._eligible(dataset, items)
             while todo and self.result.stop is None:
-                chunk = self._chunk(dataset, todo)
+                chunk = self.body.chunk(dataset, todo)
                 todo = todo[len(chunk) :]
                 sent |= await self._submit(dataset, chunk)
         return sent
 
-    def _chunk(self, dataset: str, todo: Sequence[Prompt]) -> list[Prompt]:
-        chunk: list[Prompt] = []
-        size = 0
-        for prompt in todo:
-            # Measured as sent (JSON, non-ASCII \u-escaped, tools and params included),
-            # with an intent id of the real length: the limit is on the body's bytes.
-            line = self._line(dataset, "b" + "0" * 12, len(chunk), prompt)
-            length = len(json.dumps(line, separators=(",", ":")).encode()) + 1
-            if (
-                len(chunk) >= self.max_batch_requests
-                or size + length > MAX_BATCH_BYTES - _BODY_MARGIN
-            ):
-                if not chunk:
-                    raise ConfigurationError(
-                        f"prompt {prompt.id!r} of dataset {dataset!r} ({prompt.source}:"
-                        f"{prompt.line}) is {length:,} bytes as a batch line, more than a "
-                        "batch may hold"
-                    )
-                break
-            chunk.append(prompt)
-            size += length
-        return chunk
-
     async def _reserve(self, dataset: str, chunk: list[Prompt]) -> tuple[list[Prompt], Reservation]:
-        worst = [self._worst(dataset, p) for p in chunk]
+        worst = [self.body.worst(dataset, p) for p in chunk]
         state = await self.ledger.snapshot()
         room = state.available
         total = sum(worst, Decimal(0))
@@ -357,7 +271,7 @@ class BatchRouteRun:
             intent_id, dataset, [p.id for p in chunk], created_after, held, reservation.units
         )
         self._reservations[intent_id] = reservation
-        lines = [self._line(dataset, intent_id, n, p) for n, p in enumerate(chunk)]
+        lines = [self.body.line(dataset, intent_id, n, p) for n, p in enumerate(chunk)]
         try:
             batch = await self.api.submit(self.route.model_id, lines, self.route.provider_object())
         except (APIConnectionError, APIStatusError) as exc:
@@ -395,7 +309,7 @@ class BatchRouteRun:
         for intent in [i for i in self.batches if i.live and i.batch_id is None]:
             try:
                 search = await find_lost(
-                    self.api, self.batches, intent, self._line_bytes(intent.dataset)
+                    self.api, self.batches, intent, self.body.line_bytes(intent.dataset)
                 )
             except _TRANSIENT:
                 continue  # look again next round
@@ -420,7 +334,7 @@ class BatchRouteRun:
         for intent in [i for i in self.batches if i.live and i.batch_id is not None]:
             assert intent.batch_id is not None
             try:
-                batch = await self.api.get(intent.batch_id, max_bytes=self._batch_bytes(intent))
+                batch = await self.api.get(intent.batch_id, max_bytes=self.body.batch_bytes(intent))
                 status = batch.get("status")
                 if status == "completed":
                     progressed |= await self._collect(intent, prompts.get(intent.dataset, {}))
@@ -486,7 +400,7 @@ class BatchRouteRun:
         failed: list[str] = []
         seen: set[str] = set()
         cursor: str | None = None
-        line_bytes = self._line_bytes(intent.dataset)
+        line_bytes = self.body.line_bytes(intent.dataset)
         page_lines = max(1, min(RESULTS_PAGE_LINES, RESULTS_PAGE_BYTES // line_bytes))
         while True:
             try:
@@ -515,11 +429,18 @@ class BatchRouteRun:
                     f"has_more ({len(seen)} of {len(intent.prompt_ids)} lines read); the "
                     "batch stays held and is collected again on the next run"
                 )
-        batch = await self.api.get(intent.batch_id, max_bytes=self._batch_bytes(intent))
+        batch = await self.api.get(intent.batch_id, max_bytes=self.body.batch_bytes(intent))
         usage = batch.get("usage")
         reported = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
         if reported is None:
             reported = Decimal(0)  # the lines' sum stands (each unknown one at its worst)
+        if reported > 2 * from_units(intent.worst_units):
+            self._dispute(
+                f"batch {intent.batch_id}: usage.cost ${reported} is more than twice its "
+                f"worst case ${from_units(intent.worst_units)}; its lines' ${lines_cost} "
+                "are booked"
+            )
+            reported = lines_cost
         if abs(reported - lines_cost) > Decimal("1e-9") * max(1, len(intent.prompt_ids)):
             self.result.events.append(
                 f"batch {intent.batch_id}: usage.cost ${reported} differs from its lines' "
@@ -533,6 +454,13 @@ class BatchRouteRun:
         self.result.lines_failed += len(failed)
         return True
 
+    def _dispute(self, note: str) -> None:
+        self.result.events.append(note)
+        self.result.stop = (
+            f"disputed cost: {note}; no more batches are sent: check it at "
+            "https://openrouter.ai/activity"
+        )
+
     def _write_line(
         self,
         intent: BatchIntent,
@@ -544,23 +472,29 @@ class BatchRouteRun:
             failed.append(line.prompt_id)
             return Decimal(0)
         prompt = prompts.get(line.prompt_id)
+        n = len(intent.prompt_ids)
+        worst = (
+            self.body.worst(intent.dataset, prompt)
+            if prompt is not None
+            else from_units(-(-intent.worst_units // n))
+        )
         cost = line.cost
-        if cost is None:
-            # Unknown is not free: the line's worst case (its prompt's, or else the
-            # batch's worst case shared out by line).
-            n = len(intent.prompt_ids)
-            cost = (
-                self._worst(intent.dataset, prompt)
-                if prompt is not None
-                else from_units(-(-intent.worst_units // n))
+        if cost is None or cost > 2 * worst:
+            # Unknown is not free, and an absurd bill is not taken on one answer's word:
+            # the line's worst case is booked (a disputed one stops the run).
+            said = "has no readable cost" if cost is None else f"says it cost ${cost}"
+            note = (
+                f"batch {intent.batch_id}: line {line.prompt_id} {said}; booked at its "
+                f"worst case ${worst}"
             )
-            self.result.events.append(
-                f"batch {intent.batch_id}: line {line.prompt_id} has no readable cost; "
-                f"booked at its worst case ${cost}"
-            )
+            if cost is None:
+                self.result.events.append(note)
+            else:
+                self._dispute(note)
+            cost = worst
         if prompt is None or not self.journal.claim(intent.dataset, line.prompt_id):
             return cost  # already written (a collect cut short), or not in the inputs now
-        tools = {**prompt.request_fields, **self._params(intent.dataset)}.get("tools")
+        tools = {**prompt.request_fields, **self.body.params(intent.dataset)}.get("tools")
         record = result_record(
             line, intent, prompt, self.route.model_id, float(self.clock()), cost, tools
         )

@@ -530,10 +530,10 @@ def test_a_batch_body_is_measured_as_sent_within_the_size_limit(
 ) -> None:
     # Non-ASCII text is sent \\u-escaped (6 or 12 bytes a character) and tools ride in
     # every line: the size limit holds for the bytes sent, not for the text's repr.
-    import provider_router.batch.batch_route as batch_route_module
+    import provider_router.batch.batch_body as batch_body_module
 
-    monkeypatch.setattr(batch_route_module, "MAX_BATCH_BYTES", 20_000)
-    monkeypatch.setattr(batch_route_module, "_BODY_MARGIN", 0)
+    monkeypatch.setattr(batch_body_module, "MAX_BATCH_BYTES", 20_000)
+    monkeypatch.setattr(batch_body_module, "BODY_MARGIN", 0)
     tools = [{"type": "function", "function": {"name": "f", "description": "d" * 1500}}]
     items = [
         Prompt(f"p{i}", [{"role": "user", "content": "😀" * 100}], {}, Path("in.jsonl"), i + 1)
@@ -541,8 +541,8 @@ def test_a_batch_body_is_measured_as_sent_within_the_size_limit(
     ]
     runner = job.run(dataset_params={"ds": {"max_tokens": MAX_TOKENS, "tools": tools}})
     try:
-        chunk = runner._chunk("ds", items)
-        lines = [runner._line("ds", "b" + "0" * 12, n, p) for n, p in enumerate(chunk)]
+        chunk = runner.body.chunk("ds", items)
+        lines = [runner.body.line("ds", "b" + "0" * 12, n, p) for n, p in enumerate(chunk)]
         sent = len(json.dumps(lines, separators=(",", ":")).encode())
         assert 0 < len(chunk) < len(items)
         assert sent <= 20_000
@@ -552,16 +552,16 @@ def test_a_batch_body_is_measured_as_sent_within_the_size_limit(
 
 
 def test_a_prompt_larger_than_a_batch_is_named(job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
-    import provider_router.batch.batch_route as batch_route_module
+    import provider_router.batch.batch_body as batch_body_module
 
-    monkeypatch.setattr(batch_route_module, "MAX_BATCH_BYTES", 2_000)
-    monkeypatch.setattr(batch_route_module, "_BODY_MARGIN", 0)
+    monkeypatch.setattr(batch_body_module, "MAX_BATCH_BYTES", 2_000)
+    monkeypatch.setattr(batch_body_module, "BODY_MARGIN", 0)
     items = [Prompt("big", [{"role": "user", "content": "x" * 3000}], {}, Path("in.jsonl"), 1)]
     runner = job.run()
     try:
         named = re.escape("'big' of dataset 'ds' (in.jsonl:1)")
         with pytest.raises(ConfigurationError, match=named):
-            runner._chunk("ds", items)
+            runner.body.chunk("ds", items)
     finally:
         runner.journal.close()
         runner.close()
@@ -709,3 +709,36 @@ def test_a_batch_endpoint_without_a_fixed_price_is_refused_up_front(job: Job) ->
             )
     finally:
         journal.close()
+
+
+class AbsurdBill(BatchApi):
+    """One line (``line``) or the batch's usage.cost (``batch``) says $1,000,000."""
+
+    where = "line"
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor, **kw)
+        if self.where == "line" and page["data"]:
+            page["data"][0]["response"]["body"]["usage"]["cost"] = 1_000_000
+        return page
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        batch = await super().get(batch_id, **kw)
+        if self.where == "batch" and batch.get("usage"):
+            batch["usage"]["cost"] = 1_000_000
+        return batch
+
+
+@pytest.mark.parametrize("where", ["line", "batch"])
+async def test_an_absurd_bill_is_disputed_not_booked(job: Job, where: str) -> None:
+    # Never one answer's word for an absurd bill: the worst case is booked, the answers
+    # kept, and the run stops sending batches.
+    api = AbsurdBill(job.http)
+    api.where = where
+    result = await job.go(prompts(10), api)
+    assert result.stop is not None
+    assert result.stop.startswith("disputed cost")
+    state = await job.ledger.snapshot()
+    assert state.reserved == 0
+    assert state.spent < 1, "the $1,000,000 was not booked"
+    assert len(job.outputs()) >= 5, "the answers are kept"
