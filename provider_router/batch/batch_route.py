@@ -141,6 +141,8 @@ class BatchRouteRun:
         self.result = BatchRouteResult()
         self._reservations: dict[str, Reservation] = {}
         self._halt = False
+        self._missing: dict[str, float] = {}
+        """When each batch first answered 404 in this run."""
         self._owed_costs: dict[str, Decimal] = {}
 
     def close(self) -> None:
@@ -339,8 +341,10 @@ class BatchRouteRun:
                 if status == "completed":
                     progressed |= await self._collect(intent, prompts.get(intent.dataset, {}))
             except NotFoundError:
-                if self.clock() - intent.created_after < self.lost_grace:
-                    continue  # a fresh batch may answer 404 a moment
+                now = self.clock()
+                first = self._missing.setdefault(intent.intent, now)
+                if min(now - intent.created_after, now - first) < self.lost_grace:
+                    continue  # a fresh batch may answer 404 a moment (or a blip)
                 # Deleted, or not this key's: it may still run and bill, so its worst
                 # case stays held and its prompts are not sent again; the run stops.
                 self.result.stop = (

@@ -742,3 +742,23 @@ async def test_an_absurd_bill_is_disputed_not_booked(job: Job, where: str) -> No
     assert state.reserved == 0
     assert state.spent < 1, "the $1,000,000 was not booked"
     assert len(job.outputs()) >= 5, "the answers are kept"
+
+
+class OneBlip(BatchApi):
+    """A batch long since submitted answers one 404, then is there again."""
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        if not getattr(self, "blipped", False):
+            self.blipped = True
+            return await super().get("batch-0-gone", **kw)
+        return await super().get(batch_id, **kw)
+
+
+async def test_one_404_of_an_old_batch_is_waited_out(job: Job) -> None:
+    with pytest.raises(Killed):
+        await job.go(prompts(5), KillOnPoll(job.http))
+    job.time.t += 600  # resumed long after the submit: one 404 is a blip, not the end
+    result = await job.go(prompts(5), OneBlip(job.http))
+    assert result.stop is None
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    await job.money_agrees()
