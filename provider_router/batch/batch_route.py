@@ -174,6 +174,15 @@ class BatchRouteRun:
             delay = self.poll_initial if progressed else min(delay * 2, self.poll_max)
             await self.sleep(delay)
         self._report()
+        for name, items in prompts.items():
+            attempts = self._attempts(name)
+            left = sum(
+                1
+                for pid in items
+                if attempts.get(pid, 0) >= self.max_attempts and not self.journal.is_done(name, pid)
+            )
+            if left:
+                self.result.gave_up[name] = left
         return self.result
 
     async def _check_journal(self) -> None:
@@ -203,12 +212,7 @@ class BatchRouteRun:
 
     def _eligible(self, dataset: str, items: Mapping[str, Prompt]) -> list[Prompt]:
         live = self.batches.live_ids(dataset)
-        attempts: dict[str, int] = {}
-        for intent in self.batches:
-            # Only batches OpenRouter took count (not refused or never created).
-            if intent.dataset == dataset and intent.batch_id is not None:
-                for pid in intent.prompt_ids:
-                    attempts[pid] = attempts.get(pid, 0) + 1
+        attempts = self._attempts(dataset)
         eligible = [
             p
             for pid, p in items.items()
@@ -217,6 +221,16 @@ class BatchRouteRun:
             and attempts.get(pid, 0) < self.max_attempts
         ]
         return eligible[: self._room(dataset, len(live))]
+
+    def _attempts(self, dataset: str) -> dict[str, int]:
+        """How many batches each prompt of ``dataset`` went out in."""
+        attempts: dict[str, int] = {}
+        for intent in self.batches:
+            # Only batches OpenRouter took count (not refused or never created).
+            if intent.dataset == dataset and intent.batch_id is not None:
+                for pid in intent.prompt_ids:
+                    attempts[pid] = attempts.get(pid, 0) + 1
+        return attempts
 
     def _room(self, dataset: str, live: int) -> int:
         """How many more lines the dataset's target and request cap allow now."""

@@ -30,6 +30,9 @@ class BatchRouteResult:
     in_progress: int = 0
     """Batches submitted and not yet collected (at the last poll)."""
     events: list[str] = field(default_factory=list)
+    gave_up: dict[str, int] = field(default_factory=dict)
+    """Per dataset, prompts that failed in every batch they may go in (``max_attempts``):
+    not written, and never sent as a batch again."""
 
     def counts(self) -> dict[str, int]:
         """The figures progress lines, metrics and ``batches.json`` show."""
@@ -49,6 +52,7 @@ class BatchRouteResult:
             "cost_usd": str(self.cost),
             "found_after_lost_202": self.found_after_lost_202,
             "stop": self.stop,
+            "gave_up": dict(self.gave_up),
             "top_up_usd": None if self.top_up is None else str(self.top_up),
             "events": list(self.events),
         }

@@ -475,7 +475,19 @@ def _run_batch_route(
         return EXIT_CODES[StopReason.BUDGET]
     if result.pending:
         return EXIT_CODES[StopReason.INCOMPLETE]
-    return without_datasets(plan, batches.names)
+    # route: auto datasets go on to the sync route (the tail, and lines that failed in
+    # every batch they went in: the journal skips what is done); route: batch ones end.
+    auto = {d.name for d in plan.datasets if d.route == "auto"}
+    stuck = sum(n for name, n in result.gave_up.items() if name not in auto)
+    left = without_datasets(plan, tuple(n for n in batches.names if n not in auto))
+    if stuck:
+        print(
+            f"Batch route: {stuck} prompts of route: batch datasets failed in every batch "
+            "they went in; they are not written (route: auto would send them sync).",
+            file=sys.stderr,
+        )
+        return EXIT_CODES[StopReason.INCOMPLETE] if left is None else left
+    return left
 
 
 def _batch_progress(
