@@ -141,6 +141,8 @@ class BatchRouteRun:
         self.result = BatchRouteResult()
         self._reservations: dict[str, Reservation] = {}
         self._halt = False
+        self._first_look: dict[str, float] = {}
+        """When this run first looked for each intent whose 202 was lost."""
         self._missing: dict[str, float] = {}
         """When each batch first answered 404 in this run."""
         self._owed_costs: dict[str, Decimal] = {}
@@ -334,7 +336,7 @@ class BatchRouteRun:
             if search.batch_id is not None:
                 self.batches.record_submitted(intent.intent, search.batch_id)
                 self.result.found_after_lost_202 += 1
-            elif not search.undecided and self.clock() - intent.created_after >= self.lost_grace:
+            elif not search.undecided and self._grace_over(intent):
                 # Listed nowhere for the grace period: the submit never created it. If an
                 # expired batch that shows no custom_ids might be it, its worst case stays
                 # counted (an expired batch's bill is unknown).
@@ -342,6 +344,14 @@ class BatchRouteRun:
                 await self._close_money(intent, cost)
                 self.batches.record_ended(intent.intent, "not_created")
                 self.result.resubmitted_lines += len(intent.prompt_ids)
+
+    def _grace_over(self, intent: BatchIntent) -> bool:
+        """Whether an intent listed nowhere has been so for the whole grace: since the
+        intent, and since this run first looked (after its submit ended, or after the
+        resume), so a long upload that timed out still gets the whole grace."""
+        now = self.clock()
+        first = self._first_look.setdefault(intent.intent, now)
+        return bool(min(now - intent.created_after, now - first) >= self.lost_grace)
 
     # --- poll and collect -----------------------------------------------------------
 

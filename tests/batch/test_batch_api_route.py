@@ -19,7 +19,12 @@ import pytest_asyncio
 from _batch_helpers import times_submitted
 
 from provider_router import MemoryLedger, ProviderPolicy
-from provider_router._exceptions import ConfigurationError, DataFileError, InvalidResponseError
+from provider_router._exceptions import (
+    ConfigurationError,
+    DataFileError,
+    InvalidResponseError,
+    RequestTimeout,
+)
 from provider_router._http import HttpClient
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
@@ -762,3 +767,32 @@ async def test_one_404_of_an_old_batch_is_waited_out(job: Job) -> None:
     assert result.stop is None
     assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
     await job.money_agrees()
+
+
+class SlowUploadTimesOut(BatchApi):
+    """The first submit uploads for 200 s and then times out (the server may still be
+    reading it); later submits go through. Records when each submit ended."""
+
+    def __init__(self, http: HttpClient, time: FakeTime) -> None:
+        super().__init__(http)
+        self.time = time
+        self.ended: list[float] = []
+
+    async def submit(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if not self.ended:
+            self.time.t += 200
+            self.ended.append(self.time.t)
+            raise RequestTimeout("POST /batches: no answer in 200 s")
+        batch = await super().submit(*args, **kwargs)
+        self.ended.append(self.time.t)
+        return batch
+
+
+async def test_a_lost_submit_waits_the_grace_after_it_ended_not_after_it_began(
+    job: Job,
+) -> None:
+    api = SlowUploadTimesOut(job.http, job.time)
+    await job.go(prompts(5), api)
+    failed_at, resent_at = api.ended[0], api.ended[1]
+    assert resent_at - failed_at >= 120, "the grace counts from when the answer was lost"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
