@@ -265,6 +265,7 @@ class BatchRouteRun:
             raise _NoRoom(f"the ${room} left cannot hold even one batch line's worst case")
         reservation = await self.ledger.reserve(total, key=f"batch:{dataset}")
         if len(chunk) < wanted:
+            self.result.stopped_by = "budget"
             self.result.stop = (
                 f"the budget is spent: it held the worst case of {len(chunk)} of the "
                 f"{wanted} lines of the last batch"
@@ -275,6 +276,7 @@ class BatchRouteRun:
         try:
             chunk, reservation = await self._reserve(dataset, chunk)
         except (BudgetExhausted, _NoRoom) as exc:
+            self.result.stopped_by = "budget"
             self.result.stop = f"the budget is spent: {exc}"
             return False
         intent_id = "b" + uuid.uuid4().hex[:12]
@@ -316,6 +318,7 @@ class BatchRouteRun:
         await self._close_money(intent, Decimal(0))
         self.batches.record_ended(intent.intent, "refused")
         if isinstance(exc, PaymentRequiredError):
+            self.result.stopped_by = "credits"
             self.result.stop = f"OpenRouter refused the batch for credits: {exc}"
             return False
         assert isinstance(exc, APIStatusError)
@@ -371,6 +374,7 @@ class BatchRouteRun:
                     continue  # a fresh batch may answer 404 a moment (or a blip)
                 # Deleted, or not this key's: it may still run and bill, so its worst
                 # case stays held and its prompts are not sent again; the run stops.
+                self.result.stopped_by = "error"
                 self.result.stop = (
                     f"batch {intent.batch_id} answers 404 {self.lost_grace:g} s after its "
                     "submit (deleted, or submitted with another key?): its worst case "
@@ -416,6 +420,7 @@ class BatchRouteRun:
         owed = sum(self._owed_costs.values(), Decimal(0))
         balance = await self.api.balance()
         self.result.top_up = owed if balance is None else max(owed - balance, Decimal(0))
+        self.result.stopped_by = "credits"
         self.result.stop = (
             f"OpenRouter withholds finished batches' results until credits cover their "
             f"${owed}: add at least ${self.result.top_up} and run again to collect them "
@@ -484,6 +489,7 @@ class BatchRouteRun:
 
     def _dispute(self, note: str) -> None:
         self.result.events.append(note)
+        self.result.stopped_by = "error"
         self.result.stop = (
             f"disputed cost: {note}; no more batches are sent: check it at "
             "https://openrouter.ai/activity"

@@ -23,6 +23,9 @@ class BatchRouteResult:
     """Batches still live (running, or withheld for credits) when the run ended."""
     stop: str | None = None
     """None: every dataset's batches are done; else one plain sentence."""
+    stopped_by: str | None = None
+    """Why it stopped: ``budget`` (the ledger), ``credits`` (OpenRouter's balance) or
+    ``error`` (a disputed bill, a batch that vanished)."""
     top_up: Decimal | None = None
     """USD to add before a resume can collect (after a results 402)."""
     found_after_lost_202: int = 0
@@ -52,6 +55,7 @@ class BatchRouteResult:
             "cost_usd": str(self.cost),
             "found_after_lost_202": self.found_after_lost_202,
             "stop": self.stop,
+            "stopped_by": self.stopped_by,
             "gave_up": dict(self.gave_up),
             "top_up_usd": None if self.top_up is None else str(self.top_up),
             "events": list(self.events),

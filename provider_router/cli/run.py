@@ -472,7 +472,9 @@ def _run_batch_route(
         print(f"To resume after adding credits: {' '.join(args.argv)}", file=sys.stderr)
         return EXIT_CODES[StopReason.CREDITS]
     if result.stop is not None:
-        return EXIT_CODES[StopReason.BUDGET]
+        # A disputed bill or a vanished batch is an error, as on the sync route.
+        reason = {"credits": StopReason.CREDITS, "error": StopReason.ERROR}
+        return EXIT_CODES[reason.get(result.stopped_by or "", StopReason.BUDGET)]
     if result.pending:
         return EXIT_CODES[StopReason.INCOMPLETE]
     # route: auto datasets go on to the sync route (the tail, and lines that failed in

@@ -201,6 +201,7 @@ async def test_the_budget_is_never_exceeded(job: Job) -> None:
     result = await job.go(prompts(20))
     assert result.stop is not None
     assert "budget is spent" in result.stop
+    assert result.stopped_by == "budget"
     state = await job.ledger.snapshot()
     assert state.spent + state.reserved <= state.limit
     assert 0 < len(job.outputs()) < 20
@@ -284,6 +285,7 @@ async def test_a_results_402_stops_with_the_top_up_and_the_resume_collects(job: 
     stopped = await job.go(items)
     assert stopped.stop is not None
     assert "add at least $" in stopped.stop
+    assert stopped.stopped_by == "credits"
     assert stopped.top_up is not None
     assert stopped.top_up > 0
     assert stopped.pending == 1
@@ -524,6 +526,7 @@ async def test_a_batch_that_answers_404_past_the_grace_stops_the_run_holding_it(
     result = await job.go(prompts(5), Vanished(job.http))
     assert result.stop is not None
     assert "404" in result.stop
+    assert result.stopped_by == "error"
     assert result.pending == 1
     assert set(job.submitted().values()) == {1}, "its prompts are not sent again"
     state = await job.ledger.snapshot()
@@ -743,6 +746,7 @@ async def test_an_absurd_bill_is_disputed_not_booked(job: Job, where: str) -> No
     result = await job.go(prompts(10), api)
     assert result.stop is not None
     assert result.stop.startswith("disputed cost")
+    assert result.stopped_by == "error", "an error (exit 1), as on the sync route"
     state = await job.ledger.snapshot()
     assert state.reserved == 0
     assert state.spent < 1, "the $1,000,000 was not booked"
