@@ -430,6 +430,7 @@ class HttpClient(AsyncResource):
         *,
         expect: str = "a JSON object",
         request_timeout: float | None = None,
+        max_bytes: int | None = None,
     ) -> Any:
         """GET ``path`` and decode the JSON body.
 
@@ -438,12 +439,14 @@ class HttpClient(AsyncResource):
             params: query parameters.
             expect: what the body should be, for the error when it is not JSON.
             request_timeout: seconds for this request (default: the client's).
+            max_bytes: the most of a body read (None: no bound); a longer one is
+                refused before it is held whole.
 
         Raises:
             APIStatusError: a non-2xx answer (the subclass says which).
             RequestTimeout: no complete answer in time (or HTTP 408).
             APIConnectionError: the connection failed.
-            InvalidResponseError: the body is not JSON.
+            InvalidResponseError: the body is not JSON, or longer than ``max_bytes``.
         """
         url = self.url(path)
         what = f"GET {url}"
@@ -457,7 +460,10 @@ class HttpClient(AsyncResource):
                 proxy=self._proxy_url,  # None for an adopted session: its own settings
                 proxy_headers=self._proxy_headers,
             ) as response:
-                body = await response.read()
+                if max_bytes is None:
+                    body = await response.read()
+                else:
+                    body = await _read_at_most(response, max_bytes, what)
                 status = response.status
                 headers = response.headers
         except (TimeoutError, aiohttp.ClientError) as exc:
@@ -599,6 +605,21 @@ class HttpClient(AsyncResource):
 
 
 _JSON_TYPE: Final = "application/json"
+
+
+async def _read_at_most(response: aiohttp.ClientResponse, limit: int, what: str) -> bytes:
+    """The body, read chunk by chunk, or the error once it is longer than ``limit``."""
+    length = response.content_length
+    chunks: list[bytes] = []
+    size = 0 if length is None or length <= limit else limit + 1
+    while size <= limit:
+        chunk = await response.content.read(1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        chunks.append(chunk)
+    raise InvalidResponseError(f"{what}: the body is longer than the {limit:,} bytes it may be")
+
 
 _Answer = aiohttp.ClientResponse | H1Response
 """An answer's headers and body, from aiohttp or from the lean pool (same calls)."""

@@ -14,11 +14,15 @@ from typing import Any, Final
 from provider_router._exceptions import InvalidResponseError
 from provider_router._http import HttpClient
 
-__all__ = ["TERMINAL", "BatchApi"]
+__all__ = ["LIST_PAGE_BYTES", "RESULTS_PAGE_LINES", "TERMINAL", "BatchApi"]
 
 TERMINAL: Final = frozenset(["completed", "failed", "expired", "cancelled"])
-_RESULTS_PAGE: Final = 1000
+RESULTS_PAGE_LINES: Final = 1000
+"""The most results one page may hold (the API's limit)."""
 _LIST_PAGE: Final = 100
+LIST_PAGE_BYTES: Final = 16 * 1024 * 1024
+"""A page of the batch list: 100 batch objects without their results."""
+_SMALL_BODY_BYTES: Final = 1024 * 1024
 
 
 def _object(body: Any, what: str) -> dict[str, Any]:
@@ -55,26 +59,36 @@ class BatchApi:
             raise InvalidResponseError("POST /batches: the answer has no batch id")
         return batch
 
-    async def get(self, batch_id: str) -> dict[str, Any]:
-        return _object(await self.http.get_json(f"/batches/{batch_id}"), "GET /batches/{id}")
+    async def get(self, batch_id: str, *, max_bytes: int | None = None) -> dict[str, Any]:
+        """The batch (a terminal one carries every result: ``max_bytes`` bounds them)."""
+        body = await self.http.get_json(f"/batches/{batch_id}", max_bytes=max_bytes)
+        return _object(body, "GET /batches/{id}")
 
-    async def results_page(self, batch_id: str, cursor: str | None) -> dict[str, Any]:
-        params = {"limit": str(_RESULTS_PAGE)}
+    async def results_page(
+        self,
+        batch_id: str,
+        cursor: str | None,
+        *,
+        limit: int = RESULTS_PAGE_LINES,
+        max_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        params = {"limit": str(limit)}
         if cursor is not None:
             params["cursor"] = cursor
-        page = await self.http.get_json(f"/batches/{batch_id}/results", params)
+        page = await self.http.get_json(f"/batches/{batch_id}/results", params, max_bytes=max_bytes)
         return _object(page, "GET /batches/{id}/results")
 
     async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
         params = {"limit": str(_LIST_PAGE), "created_after": str(created_after)}
         if after is not None:
             params["after"] = after
-        return _object(await self.http.get_json("/batches", params), "GET /batches")
+        body = await self.http.get_json("/batches", params, max_bytes=LIST_PAGE_BYTES)
+        return _object(body, "GET /batches")
 
     async def balance(self) -> Decimal | None:
         """The account's credits minus its usage (None: not readable with this key)."""
         try:
-            body = await self.http.get_json("/credits")
+            body = await self.http.get_json("/credits", max_bytes=_SMALL_BODY_BYTES)
             data = body["data"]
             return Decimal(str(data["total_credits"])) - Decimal(str(data["total_usage"]))
         except Exception:  # only the top-up hint depends on it

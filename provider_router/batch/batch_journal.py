@@ -81,17 +81,23 @@ class BatchIntent:
 class BatchJournal:
     """Append-only, fsynced per entry; replayed into :class:`BatchIntent`s on open."""
 
-    def __init__(self, path: Path, intents: dict[str, BatchIntent], fh: IO[bytes]) -> None:
+    def __init__(
+        self, path: Path, intents: dict[str, BatchIntent], fh: IO[bytes], *, existed: bool = True
+    ) -> None:
         self.path = path
         self.intents = intents
         self._fh = fh
+        self.existed = existed
+        """Whether the file was there before this open (it is created before any batch's
+        money is reserved, so a ledger holding batches without it means it was lost)."""
 
     @classmethod
     def open(cls, directory: str | Path) -> BatchJournal:
         path = Path(directory) / BATCH_JOURNAL_FILE
         intents: dict[str, BatchIntent] = {}
         good = 0
-        if path.exists():
+        existed = path.exists()
+        if existed:
             data = path.read_bytes()
             lines = data.split(b"\n")
             for number, line in enumerate(lines, start=1):
@@ -113,7 +119,7 @@ class BatchJournal:
                 with path.open("r+b") as cut:
                     cut.truncate(min(good, len(data)))
         fh = path.open("ab", buffering=0)
-        return cls(path, intents, fh)
+        return cls(path, intents, fh, existed=existed)
 
     def __iter__(self) -> Iterator[BatchIntent]:
         return iter(self.intents.values())

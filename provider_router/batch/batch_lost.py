@@ -14,7 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from provider_router._exceptions import APIStatusError, PaymentRequiredError
+from provider_router._exceptions import (
+    APIStatusError,
+    InvalidResponseError,
+    PaymentRequiredError,
+)
 from provider_router.batch.batch_api import TERMINAL, BatchApi
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 
@@ -32,8 +36,9 @@ class LostSearch:
         batch_id: the intent's batch, when found.
         undecided: a candidate could not be checked yet (still running, or its
             results withheld): the intent's prompts must wait.
-        expired: an expired or cancelled candidate, which shows no ``custom_id``s,
-            might be the intent's (its bill is unknown).
+        expired: an expired or cancelled candidate, or a completed one listing no
+            results, shows no ``custom_id``s and might be the intent's (its bill is
+            unknown).
         owed: the 402 of a candidate whose results are withheld for credits.
     """
 
@@ -50,20 +55,34 @@ async def _candidates(
     known = {i.batch_id for i in journal if i.batch_id is not None}
     found: list[dict[str, Any]] = []
     after: str | None = None
+    asked: set[str] = set()
     since = max(0, intent.created_after - CLOCK_SKEW_SECONDS)
     while True:
         page = await api.list_page(since, after)
         for item in page.get("data") or []:
-            counts = item.get("request_counts") or {}
-            if item.get("id") not in known and counts.get("total") == len(intent.prompt_ids):
+            counts = item.get("request_counts")
+            total = counts.get("total") if isinstance(counts, dict) else None
+            # A running batch may not show its counts yet (absent or zero): it may be
+            # the intent's, so it is a candidate until it ends.
+            unknown = not total and item.get("status") not in TERMINAL
+            if item.get("id") not in known and (unknown or total == len(intent.prompt_ids)):
                 found.append(item)
         if not page.get("has_more") or not page.get("last_id"):
             return found
         after = str(page["last_id"])
+        if after in asked:
+            raise InvalidResponseError(
+                f"GET /batches: the list's pages repeat (last_id {after!r} again); the "
+                f"prompts of intent {intent.intent} stay unsent until it can be read"
+            )
+        asked.add(after)
 
 
-async def find_lost(api: BatchApi, journal: BatchJournal, intent: BatchIntent) -> LostSearch:
-    """Look for ``intent``'s batch (see the module docstring)."""
+async def find_lost(
+    api: BatchApi, journal: BatchJournal, intent: BatchIntent, line_bytes: int
+) -> LostSearch:
+    """Look for ``intent``'s batch (see the module docstring); ``line_bytes`` bounds the
+    one results line read of each finished candidate."""
     undecided = expired = False
     owed: PaymentRequiredError | None = None
     for item in await _candidates(api, journal, intent):
@@ -77,7 +96,7 @@ async def find_lost(api: BatchApi, journal: BatchJournal, intent: BatchIntent) -
             expired = expired or status in ("expired", "cancelled")
             continue
         try:
-            page = await api.results_page(str(item["id"]), None)
+            page = await api.results_page(str(item["id"]), None, limit=1, max_bytes=line_bytes)
         except PaymentRequiredError as exc:
             owed, undecided = exc, True  # it may be ours: collect it after a top-up
             continue
@@ -85,6 +104,11 @@ async def find_lost(api: BatchApi, journal: BatchJournal, intent: BatchIntent) -
             undecided = True
             continue
         data = page.get("data") or []
-        if data and intent.prompt_for(str(data[0].get("custom_id", ""))) is not None:
+        if not data:
+            # Completed and of the intent's size, yet no custom_id to tell: it may be
+            # the intent's and billed, so it is never taken as free.
+            expired = True
+            continue
+        if intent.prompt_for(str(data[0].get("custom_id", ""))) is not None:
             return LostSearch(batch_id=str(item["id"]))
     return LostSearch(None, undecided, expired, owed)

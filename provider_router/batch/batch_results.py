@@ -8,16 +8,19 @@ it cost; :func:`result_record` builds the same output record a sync answer gets.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from provider_router._money import to_decimal
+from provider_router._types import JSONObject
 from provider_router.batch.batch_journal import BatchIntent
 from provider_router.batch.output import encode_record, make_record
 from provider_router.prompts import Prompt
+from provider_router.results import ToolCall
 
-__all__ = ["ResultLine", "read_result", "result_record"]
+__all__ = ["ResultLine", "failed_batch_cost", "read_cost", "read_result", "result_record"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +29,9 @@ class ResultLine:
 
     prompt_id: str
     body: Mapping[str, Any] | None
-    cost: Decimal
+    cost: Decimal | None
+    """What OpenRouter says the line cost (None: a successful line without a readable,
+    non-negative ``usage.cost``: unknown, which is never free)."""
 
     @property
     def usage(self) -> Mapping[str, Any]:
@@ -48,21 +53,73 @@ def read_result(intent: BatchIntent, result: Mapping[str, Any]) -> ResultLine | 
         return None
     response = result.get("response")
     body = response.get("body") if isinstance(response, Mapping) else None
-    if result.get("error") is not None or not isinstance(body, Mapping):
+    status = response.get("status_code") if isinstance(response, Mapping) else None
+    if (
+        result.get("error") is not None
+        or not isinstance(body, Mapping)
+        or (isinstance(status, int) and not 200 <= status < 300)
+    ):
+        # A failed line (an error, or a response with an error status): no answer to
+        # write, and failed lines cost nothing (the Batch API's docs).
         return ResultLine(prompt_id, None, Decimal(0))
-    return ResultLine(prompt_id, body, Decimal(str((body.get("usage") or {}).get("cost", 0))))
+    usage = body.get("usage")
+    return ResultLine(
+        prompt_id, body, read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
+    )
+
+
+def read_cost(value: Any) -> Decimal | None:
+    """A ``usage.cost`` as exact USD; None when absent, unreadable or negative."""
+    if value is None:
+        return None
+    try:
+        cost = to_decimal(value, what="usage.cost")
+    except ValueError:
+        return None
+    return cost if cost >= 0 else None
+
+
+def failed_batch_cost(batch: Mapping[str, Any], worst: Decimal) -> tuple[Decimal, int]:
+    """What a failed batch is booked at, and the lines it says it completed without a cost.
+
+    A failed batch ran nothing and cost nothing (the docs), unless it says otherwise:
+    a cost it reports is booked, and lines it reports done without one count at the
+    batch's ``worst`` case (unknown is not free).
+    """
+    usage = batch.get("usage")
+    cost = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
+    if cost is not None and cost > 0:
+        return cost, 0
+    counts = batch.get("request_counts")
+    done = counts.get("completed") if isinstance(counts, Mapping) else None
+    if isinstance(done, int) and not isinstance(done, bool) and done > 0:
+        return worst, done
+    return Decimal(0), 0
 
 
 def result_record(
-    line: ResultLine, intent: BatchIntent, prompt: Prompt, model: str, finished_at: float
+    line: ResultLine,
+    intent: BatchIntent,
+    prompt: Prompt,
+    model: str,
+    finished_at: float,
+    cost: Decimal,
+    tools: Sequence[JSONObject] | None = None,
 ) -> bytes:
-    """The output line of a successful result (as a sync answer's, plus its batch id)."""
+    """The output line of a successful result (as a sync answer's, plus its batch id),
+    with ``cost`` as booked."""
     body = line.body or {}
     usage = line.usage
     choice = (body.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     details = usage.get("completion_tokens_details") or {}
     prompt_details = usage.get("prompt_tokens_details") or {}
+    # The calls the model asked for are the answer too (paid for): kept as sync keeps them.
+    raw_calls = message.get("tool_calls")
+    calls = [
+        ToolCall.from_json(raw, n)
+        for n, raw in enumerate(raw_calls if isinstance(raw_calls, list) else [])
+    ]
     record = make_record(
         prompt_id=line.prompt_id,
         dataset=intent.dataset,
@@ -78,9 +135,11 @@ def result_record(
         completion_tokens=line.completion_tokens,
         reasoning_tokens=int(details.get("reasoning_tokens") or 0),
         cached_tokens=int(prompt_details.get("cached_tokens") or 0),
-        cost=line.cost,
+        cost=cost,
         metadata={**prompt.metadata, "batch_id": intent.batch_id},
         started_at=float(intent.created_after),
         finished_at=finished_at,
+        tool_calls=[call.message() for call in calls if call is not None],
+        tools=tools,
     )
     return encode_record(record)

@@ -28,12 +28,9 @@ expired batch's reservation is settled at its worst case: nothing says what it c
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -43,6 +40,8 @@ from provider_router._exceptions import (
     APIStatusError,
     BudgetExhausted,
     ConfigurationError,
+    DataFileError,
+    InvalidResponseError,
     NotFoundError,
     PaymentRequiredError,
     ProviderUnavailableError,
@@ -50,84 +49,28 @@ from provider_router._exceptions import (
 )
 from provider_router._log import get_logger
 from provider_router._money import from_units, to_units
-from provider_router.batch.batch_api import BatchApi
+from provider_router.batch.batch_api import RESULTS_PAGE_LINES, BatchApi
+from provider_router.batch.batch_body import MAX_BATCH_REQUESTS, RESULTS_PAGE_BYTES, BatchBody
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.batch_lost import find_lost
-from provider_router.batch.batch_results import read_result, result_record
+from provider_router.batch.batch_results import (
+    ResultLine,
+    failed_batch_cost,
+    read_cost,
+    read_result,
+    result_record,
+)
+from provider_router.batch.batch_route_result import BatchRouteResult
+from provider_router.batch.batch_waves import wave_room
 from provider_router.batch.journal import FileJournal
 from provider_router.ledger import Ledger
 from provider_router.ledger._base import Reservation
 from provider_router.prompts import Prompt
 from provider_router.route_batch import BatchRoute
-from provider_router.routing import estimate_prompt_tokens
 
 __all__ = ["BatchRouteResult", "BatchRouteRun"]
 
 log = get_logger(__name__)
-
-MAX_BATCH_REQUESTS = 5_000
-MAX_BATCH_BYTES = 200 * 1024 * 1024
-_PROMPT_FIELDS = frozenset(["tools", "tool_choice", "response_format"])
-WAVE_SHARE = 0.95
-"""The most of the lines an output-token target still needs that one wave sends."""
-WAVE_TAIL_LINES = 20
-"""When no more than this many lines are left to a target, they go in one wave."""
-_BODY_MARGIN = 1024 * 1024
-"""Bytes kept free of the 200 MB limit for the body's head."""
-
-
-@dataclass(slots=True)
-class BatchRouteResult:
-    """What one run of the batch route did, and why it stopped."""
-
-    submitted: int = 0
-    collected: int = 0
-    lines_done: int = 0
-    lines_failed: int = 0
-    cost: Decimal = Decimal(0)
-    pending: int = 0
-    """Batches still live (running, or withheld for credits) when the run ended."""
-    stop: str | None = None
-    """None: every dataset's batches are done; else one plain sentence."""
-    top_up: Decimal | None = None
-    """USD to add before a resume can collect (after a results 402)."""
-    found_after_lost_202: int = 0
-    resubmitted_lines: int = 0
-    in_progress: int = 0
-    """Batches submitted and not yet collected (at the last poll)."""
-    events: list[str] = field(default_factory=list)
-
-    def counts(self) -> dict[str, int]:
-        """The figures progress lines, metrics and ``batches.json`` show."""
-        return {
-            "submitted": self.submitted,
-            "in_progress": self.in_progress,
-            "collected": self.collected,
-            "pending": self.pending,
-            "lines_done": self.lines_done,
-            "lines_failed": self.lines_failed,
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        """``DIR/batches.json``: this run's batch route (money as exact strings)."""
-        return {
-            **self.counts(),
-            "cost_usd": str(self.cost),
-            "found_after_lost_202": self.found_after_lost_202,
-            "stop": self.stop,
-            "top_up_usd": None if self.top_up is None else str(self.top_up),
-            "events": list(self.events),
-        }
-
-
-def _checked_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    max_tokens = params.get("max_tokens")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise ConfigurationError("the batch route needs max_tokens (its worst case) >= 1")
-    if params.get("stream"):
-        raise ConfigurationError("stream: true fails a whole batch; the batch route never streams")
-    return dict(params)
-
 
 _TRANSIENT = (APIConnectionError, ProviderUnavailableError, RateLimitError)
 """Errors a poll or collect waits out (tried again next round)."""
@@ -181,36 +124,28 @@ class BatchRouteRun:
         limits: Mapping[str, tuple[int | None, int | None]] | None = None,
         progress: Callable[[BatchRouteResult], None] | None = None,
     ) -> None:
-        if route.endpoint is None:
-            raise ConfigurationError(route.reason)
-        self.dataset_params = {
-            name: _checked_params({**params, **own}) for name, own in (dataset_params or {}).items()
-        }
-        self.params = _checked_params(params)
+        self.body = BatchBody(route, params, dataset_params or {}, max_batch_requests)
         self.limits = dict(limits or {})
         self.progress = progress
-        if not 1 <= max_batch_requests <= MAX_BATCH_REQUESTS:
-            raise ConfigurationError(f"max_batch_requests must be 1..{MAX_BATCH_REQUESTS}")
-        if params.get("stream"):
-            raise ConfigurationError(
-                "stream: true fails a whole batch; the batch route never streams"
-            )
         self.api = api
         self.ledger = ledger
         self.journal = journal
         self.batches = BatchJournal.open(directory)
         self.route = route
-        self.endpoint = route.endpoint
         self.clock = clock
         self.sleep = sleep
         self.poll_initial = poll_initial
         self.poll_max = poll_max
         self.lost_grace = lost_grace
         self.max_attempts = max_attempts
-        self.max_batch_requests = max_batch_requests
         self.result = BatchRouteResult()
         self._reservations: dict[str, Reservation] = {}
-        self._withheld = False
+        self._halt = False
+        self._first_look: dict[str, float] = {}
+        """When this run first looked for each intent whose 202 was lost."""
+        self._missing: dict[str, float] = {}
+        """When each batch first answered 404 in this run."""
+        self._owed_costs: dict[str, Decimal] = {}
 
     def close(self) -> None:
         self.batches.close()
@@ -221,17 +156,18 @@ class BatchRouteRun:
         """Submit, poll and collect until every prompt is done, or a stop."""
         prompts = {name: {p.id: p for p in items} for name, items in datasets.items()}
         self.journal.prepare(list(prompts))
+        await self._check_journal()
         # A kill between a reserve and its intent left a hold nobody knows: a recovery
         # counts it at its worst case (never below what may have been spent); a batch
         # this run then collects corrects its own to the true cost.
         await self.ledger.recover()
         delay = self.poll_initial
         while True:
-            self._withheld = False
+            self._halt = False
             await self._resolve_lost()
             progressed = await self._poll_all(prompts)
-            if self._withheld:
-                break  # a results 402: stop, say how much to add; a resume collects
+            if self._halt:
+                break  # a results 402 (a resume collects after the top-up), or a vanished batch
             if self.result.stop is None:
                 progressed |= await self._submit_all(prompts)
             self._report()
@@ -240,7 +176,32 @@ class BatchRouteRun:
             delay = self.poll_initial if progressed else min(delay * 2, self.poll_max)
             await self.sleep(delay)
         self._report()
+        for name, items in prompts.items():
+            attempts = self._attempts(name)
+            left = sum(
+                1
+                for pid in items
+                if attempts.get(pid, 0) >= self.max_attempts and not self.journal.is_done(name, pid)
+            )
+            if left:
+                self.result.gave_up[name] = left
         return self.result
+
+    async def _check_journal(self) -> None:
+        """A batch journal made new while the ledger holds batches was lost: refuse."""
+        if self.batches.existed:
+            return
+        held = [r for r in await self.ledger.open_reservations() if r.key.startswith("batch:")]
+        if held:
+            # Not left behind empty: the next run must refuse as well.
+            if self.batches.path.stat().st_size == 0:
+                self.batches.path.unlink()
+            raise DataFileError(
+                self.batches.path,
+                f"missing, but the job's ledger holds {len(held)} batch reservation(s): "
+                "those batches may still run and bill, and their prompts would be sent "
+                "again; restore the file (or finish the job in a new directory)",
+            )
 
     def _report(self) -> None:
         live = [i for i in self.batches if i.live]
@@ -253,12 +214,7 @@ class BatchRouteRun:
 
     def _eligible(self, dataset: str, items: Mapping[str, Prompt]) -> list[Prompt]:
         live = self.batches.live_ids(dataset)
-        attempts: dict[str, int] = {}
-        for intent in self.batches:
-            # Only batches OpenRouter took count (not refused or never created).
-            if intent.dataset == dataset and intent.batch_id is not None:
-                for pid in intent.prompt_ids:
-                    attempts[pid] = attempts.get(pid, 0) + 1
+        attempts = self._attempts(dataset)
         eligible = [
             p
             for pid, p in items.items()
@@ -268,73 +224,35 @@ class BatchRouteRun:
         ]
         return eligible[: self._room(dataset, len(live))]
 
+    def _attempts(self, dataset: str) -> dict[str, int]:
+        """How many batches each prompt of ``dataset`` went out in."""
+        attempts: dict[str, int] = {}
+        for intent in self.batches:
+            # Only batches OpenRouter took count (not refused or never created).
+            if intent.dataset == dataset and intent.batch_id is not None:
+                for pid in intent.prompt_ids:
+                    attempts[pid] = attempts.get(pid, 0) + 1
+        return attempts
+
     def _room(self, dataset: str, live: int) -> int:
         """How many more lines the dataset's target and request cap allow now."""
         target, cap = self.limits.get(dataset, (None, None))
         tally = self.journal.tally(dataset)
-        room = 1 << 62
-        if cap is not None:
-            room = min(room, cap - tally.completed - live)
-        if target is not None:
-            per_line = (
-                tally.output_tokens / tally.completed
-                if tally.completed
-                else self._params(dataset)["max_tokens"]
-            )
-            left = target - tally.output_tokens
-            lines = left / max(per_line, 1)
-            # A wave covers what is left at the observed mean, shrunk so that a mean
-            # read from few lines (answer lengths vary about as much as their mean) two
-            # standard errors too low still does not overshoot; the last few go at once.
-            share = min(WAVE_SHARE, 1 / (1 + 2 / math.sqrt(max(tally.completed, 1))))
-            wave = lines if lines <= WAVE_TAIL_LINES else lines * share
-            room = min(room, math.ceil(wave) - live if left > 0 else 0)
-        return max(room, 0)
-
-    def _params(self, dataset: str) -> dict[str, Any]:
-        return self.dataset_params.get(dataset, self.params)
-
-    def _line(self, dataset: str, intent: str, line: int, prompt: Prompt) -> dict[str, Any]:
-        body = {**prompt.request_fields, **self._params(dataset), "messages": prompt.messages}
-        body.pop("model", None)
-        body.pop("stream", None)
-        return {"custom_id": f"{intent}-{line}", "body": body}
-
-    def _worst(self, dataset: str, prompt: Prompt) -> Decimal:
-        params = self._params(dataset)
-        # Tools and response_format are rendered into the prompt: a byte a token bounds them.
-        extra = {
-            k: v for k, v in {**prompt.request_fields, **params}.items() if k in _PROMPT_FIELDS
-        }
-        bound = estimate_prompt_tokens(prompt.messages) + len(json.dumps(extra).encode())
-        return self.endpoint.pricing.cost(bound, params["max_tokens"])
+        max_tokens = int(self.body.params(dataset)["max_tokens"])
+        return wave_room(target, cap, tally.completed, tally.output_tokens, max_tokens, live)
 
     async def _submit_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
         sent = False
         for dataset, items in prompts.items():
             todo = self._eligible(dataset, items)
             while todo and self.result.stop is None:
-                chunk = self._chunk(todo)
+                chunk = self.body.chunk(dataset, todo)
                 todo = todo[len(chunk) :]
                 sent |= await self._submit(dataset, chunk)
         return sent
 
-    def _chunk(self, todo: Sequence[Prompt]) -> list[Prompt]:
-        chunk: list[Prompt] = []
-        size = 0
-        for prompt in todo:
-            line = len(str(prompt.messages).encode()) + 512
-            if (
-                len(chunk) >= self.max_batch_requests
-                or size + line > MAX_BATCH_BYTES - _BODY_MARGIN
-            ):
-                break
-            chunk.append(prompt)
-            size += line
-        return chunk
-
     async def _reserve(self, dataset: str, chunk: list[Prompt]) -> tuple[list[Prompt], Reservation]:
-        worst = [self._worst(dataset, p) for p in chunk]
+        worst = [self.body.worst(dataset, p) for p in chunk]
         state = await self.ledger.snapshot()
         room = state.available
         total = sum(worst, Decimal(0))
@@ -347,6 +265,7 @@ class BatchRouteRun:
             raise _NoRoom(f"the ${room} left cannot hold even one batch line's worst case")
         reservation = await self.ledger.reserve(total, key=f"batch:{dataset}")
         if len(chunk) < wanted:
+            self.result.stopped_by = "budget"
             self.result.stop = (
                 f"the budget is spent: it held the worst case of {len(chunk)} of the "
                 f"{wanted} lines of the last batch"
@@ -357,6 +276,7 @@ class BatchRouteRun:
         try:
             chunk, reservation = await self._reserve(dataset, chunk)
         except (BudgetExhausted, _NoRoom) as exc:
+            self.result.stopped_by = "budget"
             self.result.stop = f"the budget is spent: {exc}"
             return False
         intent_id = "b" + uuid.uuid4().hex[:12]
@@ -371,7 +291,7 @@ class BatchRouteRun:
             intent_id, dataset, [p.id for p in chunk], created_after, held, reservation.units
         )
         self._reservations[intent_id] = reservation
-        lines = [self._line(dataset, intent_id, n, p) for n, p in enumerate(chunk)]
+        lines = [self.body.line(dataset, intent_id, n, p) for n, p in enumerate(chunk)]
         try:
             batch = await self.api.submit(self.route.model_id, lines, self.route.provider_object())
         except (APIConnectionError, APIStatusError) as exc:
@@ -398,6 +318,7 @@ class BatchRouteRun:
         await self._close_money(intent, Decimal(0))
         self.batches.record_ended(intent.intent, "refused")
         if isinstance(exc, PaymentRequiredError):
+            self.result.stopped_by = "credits"
             self.result.stop = f"OpenRouter refused the batch for credits: {exc}"
             return False
         assert isinstance(exc, APIStatusError)
@@ -408,7 +329,9 @@ class BatchRouteRun:
     async def _resolve_lost(self) -> None:
         for intent in [i for i in self.batches if i.live and i.batch_id is None]:
             try:
-                search = await find_lost(self.api, self.batches, intent)
+                search = await find_lost(
+                    self.api, self.batches, intent, self.body.line_bytes(intent.dataset)
+                )
             except _TRANSIENT:
                 continue  # look again next round
             if search.owed is not None:
@@ -416,7 +339,7 @@ class BatchRouteRun:
             if search.batch_id is not None:
                 self.batches.record_submitted(intent.intent, search.batch_id)
                 self.result.found_after_lost_202 += 1
-            elif not search.undecided and self.clock() - intent.created_after >= self.lost_grace:
+            elif not search.undecided and self._grace_over(intent):
                 # Listed nowhere for the grace period: the submit never created it. If an
                 # expired batch that shows no custom_ids might be it, its worst case stays
                 # counted (an expired batch's bill is unknown).
@@ -425,20 +348,40 @@ class BatchRouteRun:
                 self.batches.record_ended(intent.intent, "not_created")
                 self.result.resubmitted_lines += len(intent.prompt_ids)
 
+    def _grace_over(self, intent: BatchIntent) -> bool:
+        """Whether an intent listed nowhere has been so for the whole grace: since the
+        intent, and since this run first looked (after its submit ended, or after the
+        resume), so a long upload that timed out still gets the whole grace."""
+        now = self.clock()
+        first = self._first_look.setdefault(intent.intent, now)
+        return bool(min(now - intent.created_after, now - first) >= self.lost_grace)
+
     # --- poll and collect -----------------------------------------------------------
 
     async def _poll_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
         progressed = False
-        self._withheld = False
         for intent in [i for i in self.batches if i.live and i.batch_id is not None]:
             assert intent.batch_id is not None
             try:
-                batch = await self.api.get(intent.batch_id)
+                batch = await self.api.get(intent.batch_id, max_bytes=self.body.batch_bytes(intent))
                 status = batch.get("status")
                 if status == "completed":
                     progressed |= await self._collect(intent, prompts.get(intent.dataset, {}))
             except NotFoundError:
-                continue  # a fresh batch may answer 404 a moment
+                now = self.clock()
+                first = self._missing.setdefault(intent.intent, now)
+                if min(now - intent.created_after, now - first) < self.lost_grace:
+                    continue  # a fresh batch may answer 404 a moment (or a blip)
+                # Deleted, or not this key's: it may still run and bill, so its worst
+                # case stays held and its prompts are not sent again; the run stops.
+                self.result.stopped_by = "error"
+                self.result.stop = (
+                    f"batch {intent.batch_id} answers 404 {self.lost_grace:g} s after its "
+                    "submit (deleted, or submitted with another key?): its worst case "
+                    "stays held and its prompts are not sent again"
+                )
+                self._halt = True
+                continue
             except PaymentRequiredError as exc:
                 await self._owed(exc)
                 continue
@@ -446,7 +389,7 @@ class BatchRouteRun:
                 self.result.events.append(f"batch {intent.batch_id}: {exc}; polled again later")
                 continue
             if status == "failed":
-                await self._close_money(intent, Decimal(0))  # ran nothing, billed nothing
+                await self._close_money(intent, self._failed_cost(intent, batch))
                 self.batches.record_ended(intent.intent, "failed")
                 progressed = True
             elif status in ("expired", "cancelled"):
@@ -457,39 +400,80 @@ class BatchRouteRun:
                 progressed = True
         return progressed
 
+    def _failed_cost(self, intent: BatchIntent, batch: Mapping[str, Any]) -> Decimal:
+        cost, done = failed_batch_cost(batch, from_units(intent.worst_units))
+        if done:
+            self.result.events.append(
+                f"batch {intent.batch_id} failed after {done} lines, with no cost: its "
+                "worst case is booked"
+            )
+        return cost
+
     async def _owed(self, exc: PaymentRequiredError) -> None:
+        self._halt = True
         body = exc.body or {}
-        usage = body.get("usage") or {}
-        cost = Decimal(str(usage.get("cost", 0)))
+        usage = body.get("usage")
+        cost = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None) or Decimal(0)
+        # Keyed by batch: two lost intents may find the same withheld batch, and one
+        # balance covers every withheld bill at once (not each bill on its own).
+        self._owed_costs[str(body.get("id", id(exc)))] = cost
+        owed = sum(self._owed_costs.values(), Decimal(0))
         balance = await self.api.balance()
-        short = cost if balance is None else max(cost - balance, Decimal(0))
-        self.result.top_up = (self.result.top_up or Decimal(0)) + short
+        self.result.top_up = owed if balance is None else max(owed - balance, Decimal(0))
+        self.result.stopped_by = "credits"
         self.result.stop = (
-            f"OpenRouter withholds a finished batch's results until credits cover its "
-            f"${cost}: add at least ${self.result.top_up} and run again to collect them "
+            f"OpenRouter withholds finished batches' results until credits cover their "
+            f"${owed}: add at least ${self.result.top_up} and run again to collect them "
             "(they are not re-run)"
         )
-        self._withheld = True
 
     async def _collect(self, intent: BatchIntent, prompts: Mapping[str, Prompt]) -> bool:
         assert intent.batch_id is not None
         lines_cost = Decimal(0)
         failed: list[str] = []
+        seen: set[str] = set()
         cursor: str | None = None
+        line_bytes = self.body.line_bytes(intent.dataset)
+        page_lines = max(1, min(RESULTS_PAGE_LINES, RESULTS_PAGE_BYTES // line_bytes))
         while True:
             try:
-                page = await self.api.results_page(intent.batch_id, cursor)
+                page = await self.api.results_page(
+                    intent.batch_id, cursor, limit=page_lines, max_bytes=page_lines * line_bytes
+                )
             except PaymentRequiredError as exc:
                 await self._owed(exc)
                 return False
+            fresh = 0
             for result in page.get("data") or []:
-                lines_cost += self._write_line(intent, result, prompts, failed)
+                line = read_result(intent, result)
+                if line is None or line.prompt_id in seen:
+                    continue  # not this batch's line, or listed again: counted once
+                seen.add(line.prompt_id)
+                fresh += 1
+                lines_cost += self._write_line(intent, line, prompts, failed)
             self.journal.flush()  # a page's outputs committed before the next is asked for
             cursor = page.get("next_cursor")
-            if not page.get("has_more") or cursor is None:
-                break
-        batch = await self.api.get(intent.batch_id)
-        reported = Decimal(str((batch.get("usage") or {}).get("cost", 0)))
+            if not page.get("has_more") or cursor is None or len(seen) == len(intent.prompt_ids):
+                break  # the last page, or every line is in (a batch has no more)
+            if not fresh:
+                # Each page must bring a line not seen before: else it is read forever.
+                raise InvalidResponseError(
+                    f"GET /batches/{intent.batch_id}/results: a page of no new line and "
+                    f"has_more ({len(seen)} of {len(intent.prompt_ids)} lines read); the "
+                    "batch stays held and is collected again on the next run"
+                )
+        batch = await self.api.get(intent.batch_id, max_bytes=self.body.batch_bytes(intent))
+        usage = batch.get("usage")
+        reported = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
+        if reported is None:
+            reported = Decimal(0)  # the lines' sum stands (each unknown one at its worst)
+        if reported > 2 * from_units(intent.worst_units):
+            self._dispute(
+                f"batch {intent.batch_id}: usage.cost ${reported} is more than twice its "
+                f"worst case ${from_units(intent.worst_units)}; its lines' ${lines_cost} "
+                "are booked"
+            )
+            reported = lines_cost
         if abs(reported - lines_cost) > Decimal("1e-9") * max(1, len(intent.prompt_ids)):
             self.result.events.append(
                 f"batch {intent.batch_id}: usage.cost ${reported} differs from its lines' "
@@ -503,34 +487,62 @@ class BatchRouteRun:
         self.result.lines_failed += len(failed)
         return True
 
+    def _dispute(self, note: str) -> None:
+        self.result.events.append(note)
+        self.result.stopped_by = "error"
+        self.result.stop = (
+            f"disputed cost: {note}; no more batches are sent: check it at "
+            "https://openrouter.ai/activity"
+        )
+
     def _write_line(
         self,
         intent: BatchIntent,
-        result: Mapping[str, Any],
+        line: ResultLine,
         prompts: Mapping[str, Prompt],
         failed: list[str],
     ) -> Decimal:
-        line = read_result(intent, result)
-        if line is None:
-            return Decimal(0)
         if line.body is None:
             failed.append(line.prompt_id)
             return Decimal(0)
         prompt = prompts.get(line.prompt_id)
+        n = len(intent.prompt_ids)
+        worst = (
+            self.body.worst(intent.dataset, prompt)
+            if prompt is not None
+            else from_units(-(-intent.worst_units // n))
+        )
+        cost = line.cost
+        if cost is None or cost > 2 * worst:
+            # Unknown is not free, and an absurd bill is not taken on one answer's word:
+            # the line's worst case is booked (a disputed one stops the run).
+            said = "has no readable cost" if cost is None else f"says it cost ${cost}"
+            note = (
+                f"batch {intent.batch_id}: line {line.prompt_id} {said}; booked at its "
+                f"worst case ${worst}"
+            )
+            if cost is None:
+                self.result.events.append(note)
+            else:
+                self._dispute(note)
+            cost = worst
         if prompt is None or not self.journal.claim(intent.dataset, line.prompt_id):
-            return line.cost  # already written (a collect cut short), or not in the inputs now
-        record = result_record(line, intent, prompt, self.route.model_id, float(self.clock()))
+            return cost  # already written (a collect cut short), or not in the inputs now
+        tools = {**prompt.request_fields, **self.body.params(intent.dataset)}.get("tools")
+        record = result_record(
+            line, intent, prompt, self.route.model_id, float(self.clock()), cost, tools
+        )
         self.journal.complete(
             intent.dataset,
             line.prompt_id,
             record,
             output_tokens=line.completion_tokens,
             prompt_tokens=line.prompt_tokens,
-            cost_units=to_units(line.cost),
+            cost_units=to_units(cost),
             location=prompt.location,
         )
         self.result.lines_done += 1
-        return line.cost
+        return cost
 
     # --- money ----------------------------------------------------------------------
 

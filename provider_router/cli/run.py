@@ -534,10 +534,24 @@ def _run_batch_route(
         print(f"To resume after adding credits: {' '.join(args.argv)}", file=sys.stderr)
         return EXIT_CODES[StopReason.CREDITS]
     if result.stop is not None:
-        return EXIT_CODES[StopReason.BUDGET]
+        # A disputed bill or a vanished batch is an error, as on the sync route.
+        reason = {"credits": StopReason.CREDITS, "error": StopReason.ERROR}
+        return EXIT_CODES[reason.get(result.stopped_by or "", StopReason.BUDGET)]
     if result.pending:
         return EXIT_CODES[StopReason.INCOMPLETE]
-    return without_datasets(plan, batches.names)
+    # route: auto datasets go on to the sync route (the tail, and lines that failed in
+    # every batch they went in: the journal skips what is done); route: batch ones end.
+    auto = {d.name for d in plan.datasets if d.route == "auto"}
+    stuck = sum(n for name, n in result.gave_up.items() if name not in auto)
+    left = without_datasets(plan, tuple(n for n in batches.names if n not in auto))
+    if stuck:
+        print(
+            f"Batch route: {stuck} prompts of route: batch datasets failed in every batch "
+            "they went in; they are not written (route: auto would send them sync).",
+            file=sys.stderr,
+        )
+        return EXIT_CODES[StopReason.INCOMPLETE] if left is None else left
+    return left
 
 
 def _batch_progress(

@@ -21,6 +21,7 @@ from _batch_helpers import (
 )
 from _polling import until
 
+from provider_router.batch.summary import EXIT_CODES, StopReason
 from provider_router.testing import SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]
@@ -181,3 +182,25 @@ async def steps_taken(proc: asyncio.subprocess.Process, out: Path, entries: int)
 
 def math_inf() -> float:
     return float("inf")
+
+
+@pytest.mark.parametrize("route", ["auto", "batch"])
+async def test_lines_that_failed_every_batch_go_sync_for_auto_and_end_batch_incomplete(
+    tmp_path: Path, openrouter_sim_factory: Factory, route: str
+) -> None:
+    # route: auto: the lines that failed in every batch they went in go sync; with
+    # route: batch they are not written, and the run says so (exit 5, not 0).
+    sim = await openrouter_sim_factory(speed=math_inf(), seed=3)
+    sim.simulator.batches.faults.line_failure_rate = 1.0
+    plan, out = make_plan(tmp_path, route=route), tmp_path / "out"
+    code, _, err = await run_cli(*run_args(plan, out, sim))
+    assert set(times_submitted(out, sim).values()) == {2}, "each line in two batches"
+    if route == "batch":
+        assert code == EXIT_CODES[StopReason.INCOMPLETE], err[-2000:]
+        assert "23 prompts of route: batch datasets failed in every batch" in err
+        assert output_ids(out) == []
+        return
+    assert code == 0, err[-2000:]
+    assert sorted(output_ids(out)) == expected_ids(), "written by the sync route"
+    sim.simulator.batches.settle_all()
+    assert ledger_spent(out) == sim.simulator.usage

@@ -4,7 +4,9 @@ kills at each step, a results 402 and the top-up resume (real loopback sockets).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,6 +19,12 @@ import pytest_asyncio
 from _batch_helpers import times_submitted
 
 from provider_router import MemoryLedger, ProviderPolicy
+from provider_router._exceptions import (
+    ConfigurationError,
+    DataFileError,
+    InvalidResponseError,
+    RequestTimeout,
+)
 from provider_router._http import HttpClient
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
@@ -193,6 +201,7 @@ async def test_the_budget_is_never_exceeded(job: Job) -> None:
     result = await job.go(prompts(20))
     assert result.stop is not None
     assert "budget is spent" in result.stop
+    assert result.stopped_by == "budget"
     state = await job.ledger.snapshot()
     assert state.spent + state.reserved <= state.limit
     assert 0 < len(job.outputs()) < 20
@@ -222,23 +231,23 @@ class KillBeforeSubmit(BatchApi):
 
 
 class KillOnPoll(BatchApi):
-    async def get(self, batch_id: str) -> dict[str, Any]:
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
         raise Killed
 
 
 class KillMidCollect(BatchApi):
     """Dies after the first results page was written (the outputs flushed, not committed)."""
 
-    async def get(self, batch_id: str) -> dict[str, Any]:
-        body = await super().get(batch_id)
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        body = await super().get(batch_id, **kw)
         if body["status"] == "completed" and not getattr(self, "armed", False):
             self.armed = True
         return body
 
-    async def results_page(self, batch_id: str, cursor: str | None) -> dict[str, Any]:
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
         if getattr(self, "die_next", False):
             raise Killed
-        page = await super().results_page(batch_id, cursor)
+        page = await super().results_page(batch_id, cursor, **kw)
         if getattr(self, "armed", False):
             self.armed = False
             page["data"] = page["data"][:2]
@@ -276,6 +285,7 @@ async def test_a_results_402_stops_with_the_top_up_and_the_resume_collects(job: 
     stopped = await job.go(items)
     assert stopped.stop is not None
     assert "add at least $" in stopped.stop
+    assert stopped.stopped_by == "credits"
     assert stopped.top_up is not None
     assert stopped.top_up > 0
     assert stopped.pending == 1
@@ -317,3 +327,476 @@ async def test_a_lost_202_whose_batch_failed_goes_again_once_the_grace_is_over(j
     counts = job.submitted()
     assert set(counts.values()) == {2}, "once in the failed batch, once in the new one"
     await job.money_agrees()
+
+
+async def test_a_lost_202_whose_results_are_withheld_stops_the_run_once(job: Job) -> None:
+    # The lost batch is found only through its results, and those answer 402: the run
+    # must stop with the top-up (not poll on forever, the amount growing each round).
+    job.sim.simulator.batches.faults.lose_202 = 1
+
+    def drain() -> None:
+        job.sim.simulator.set_balance(0)
+        job.time.hook = guard
+
+    def guard() -> None:
+        if len(job.time.sleeps) > 60:
+            raise Killed  # it would never have stopped
+
+    job.time.hook = drain  # after the submit: the balance is gone by finalize
+    stopped = await job.go(prompts(5))
+    assert stopped.top_up is not None
+    assert stopped.stop is not None
+    assert "add at least $" in stopped.stop
+    assert stopped.top_up <= Decimal(1), "one batch's bill, counted once"
+    assert job.outputs() == []
+    job.sim.simulator.top_up(stopped.top_up)
+    resumed = await job.go(prompts(5))
+    assert resumed.submitted == 0, "collected, not re-run"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    assert set(job.submitted().values()) == {1}
+    await job.money_agrees()
+
+
+async def test_the_top_up_covers_every_withheld_batch_from_one_balance(job: Job) -> None:
+    # Two batches withheld, a little balance left: the balance counts once, not per batch.
+    job.sim.simulator.batches.faults.slow = 1e-6  # both finished by the first poll
+
+    def drain() -> None:
+        job.sim.simulator.set_balance(Decimal("0.0001"))
+        job.time.hook = None
+
+    job.time.hook = drain
+    stopped = await job.go(prompts(10))
+    assert stopped.submitted == 2
+    assert stopped.top_up is not None
+    job.sim.simulator.top_up(stopped.top_up)
+    resumed = await job.go(prompts(10))
+    assert resumed.stop is None, "the top-up said was enough collects everything"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(10))
+    await job.money_agrees()
+
+
+class RepeatingPages(BatchApi):
+    """A results endpoint that answers the same two lines forever (has_more, a cursor)."""
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, None, **kw)
+        self.pages = getattr(self, "pages", 0) + 1
+        if self.pages > 50:
+            raise Killed  # it would have read on forever
+        page["data"] = page["data"][:2]
+        page["has_more"] = True
+        page["next_cursor"] = "again"
+        return page
+
+
+async def test_results_pages_that_never_end_are_an_error_not_a_loop(job: Job) -> None:
+    with pytest.raises(InvalidResponseError, match="results"):
+        await job.go(prompts(5), RepeatingPages(job.http))
+    assert len(job.outputs()) == 2, "the lines read were written, once"
+    state = await job.ledger.snapshot()
+    assert state.reserved > 0, "the batch's worst case stays held while it is not collected"
+
+
+class DoubledLines(BatchApi):
+    """A results page that lists every line twice."""
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor, **kw)
+        page["data"] = list(page["data"]) * 2
+        return page
+
+
+async def test_a_line_listed_twice_is_written_and_counted_once(job: Job) -> None:
+    result = await job.go(prompts(5), DoubledLines(job.http))
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    assert result.cost == job.sim.simulator.usage, "each line's cost booked once"
+    await job.money_agrees()
+
+
+class CountsLater(BatchApi):
+    """A list that shows a running batch's request_counts as zero (they fill in later)."""
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        page = await super().list_page(created_after, after)
+        for item in page["data"]:
+            if item["status"] not in ("completed", "failed", "expired", "cancelled"):
+                item["request_counts"] = {"total": 0, "completed": 0, "failed": 0}
+        return page
+
+
+async def test_a_lost_202_whose_listing_shows_no_counts_yet_is_waited_for(job: Job) -> None:
+    # A running batch whose counts are not known yet may be the lost one: its prompts wait.
+    job.sim.simulator.batches.faults.lose_202 = 1
+    job.sim.simulator.batches.faults.slow = 20.0  # still running well past the grace
+    result = await job.go(prompts(5), CountsLater(job.http))
+    assert set(job.submitted().values()) == {1}, "never sent twice"
+    assert result.found_after_lost_202 == 1
+    await job.money_agrees()
+
+
+class NoResultsYet(BatchApi):
+    """Completed batches whose results list nothing on the first asks."""
+
+    hidden = 0
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor, **kw)
+        if self.hidden < 1:
+            self.hidden += 1
+            page["data"], page["has_more"], page["next_cursor"] = [], False, None
+        return page
+
+
+async def test_a_lost_202_candidate_listing_no_results_is_never_taken_as_free(job: Job) -> None:
+    # A completed batch of the intent's size that shows no custom_id may be the lost one
+    # (and billed): if its prompts go again, its worst case stays counted.
+    job.sim.simulator.batches.faults.lose_202 = 1
+    await job.go(prompts(5), NoResultsYet(job.http))
+    job.sim.simulator.batches.settle_all()
+    state = await job.ledger.snapshot()
+    assert state.reserved == 0
+    assert state.spent >= job.sim.simulator.usage, "the ledger is never below what was billed"
+
+
+class EndlessList(BatchApi):
+    """A batch list whose every page says has_more, with the same last_id."""
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        self.pages = getattr(self, "pages", 0) + 1
+        if self.pages > 50:
+            raise Killed  # it would have listed on forever
+        page = await super().list_page(created_after, None)
+        page["has_more"], page["last_id"] = True, "batch-same"
+        return page
+
+
+async def test_a_batch_list_that_never_ends_is_an_error_and_sends_nothing(job: Job) -> None:
+    job.sim.simulator.batches.faults.lose_202 = 1
+    with pytest.raises(InvalidResponseError, match="repeat"):
+        await job.go(prompts(5), EndlessList(job.http))
+    assert set(job.submitted().values()) == {1}
+
+
+class CostsUnreadable(BatchApi):
+    """Results whose lines carry no cost, a negative one or a text one; the batch no total."""
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor, **kw)
+        for n, result in enumerate(page["data"]):
+            usage = result["response"]["body"]["usage"]
+            if n % 3 == 0:
+                del usage["cost"]
+            else:
+                usage["cost"] = "-1" if n % 3 == 1 else "lots"
+        return page
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        batch = await super().get(batch_id, **kw)
+        if batch.get("usage"):
+            batch["usage"]["cost"] = None
+        return batch
+
+
+async def test_a_line_without_a_readable_cost_is_never_booked_free(job: Job) -> None:
+    # Unknown is not free: such a line is booked at its worst case, never at 0 or less.
+    result = await job.go(prompts(5), CostsUnreadable(job.http))
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5)), "answers kept"
+    job.sim.simulator.batches.settle_all()
+    state = await job.ledger.snapshot()
+    assert state.reserved == 0
+    assert state.spent >= job.sim.simulator.usage > 0
+    assert result.cost == state.spent
+    assert any("no readable cost" in event for event in result.events)
+
+
+class Vanished(BatchApi):
+    """Every GET of a submitted batch answers 404 (deleted, or never this key's)."""
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        self.gets = getattr(self, "gets", 0) + 1
+        if self.gets > 60:
+            raise Killed  # it would have polled on forever
+        return await super().get("batch-0-gone", **kw)
+
+
+async def test_a_batch_that_answers_404_past_the_grace_stops_the_run_holding_it(
+    job: Job,
+) -> None:
+    result = await job.go(prompts(5), Vanished(job.http))
+    assert result.stop is not None
+    assert "404" in result.stop
+    assert result.stopped_by == "error"
+    assert result.pending == 1
+    assert set(job.submitted().values()) == {1}, "its prompts are not sent again"
+    state = await job.ledger.snapshot()
+    assert state.reserved > 0, "its worst case stays held"
+
+
+def test_a_batch_body_is_measured_as_sent_within_the_size_limit(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Non-ASCII text is sent \\u-escaped (6 or 12 bytes a character) and tools ride in
+    # every line: the size limit holds for the bytes sent, not for the text's repr.
+    import provider_router.batch.batch_body as batch_body_module
+
+    monkeypatch.setattr(batch_body_module, "MAX_BATCH_BYTES", 20_000)
+    monkeypatch.setattr(batch_body_module, "BODY_MARGIN", 0)
+    tools = [{"type": "function", "function": {"name": "f", "description": "d" * 1500}}]
+    items = [
+        Prompt(f"p{i}", [{"role": "user", "content": "😀" * 100}], {}, Path("in.jsonl"), i + 1)
+        for i in range(20)
+    ]
+    runner = job.run(dataset_params={"ds": {"max_tokens": MAX_TOKENS, "tools": tools}})
+    try:
+        chunk = runner.body.chunk("ds", items)
+        lines = [runner.body.line("ds", "b" + "0" * 12, n, p) for n, p in enumerate(chunk)]
+        sent = len(json.dumps(lines, separators=(",", ":")).encode())
+        assert 0 < len(chunk) < len(items)
+        assert sent <= 20_000
+    finally:
+        runner.journal.close()
+        runner.close()
+
+
+def test_a_prompt_larger_than_a_batch_is_named(job: Job, monkeypatch: pytest.MonkeyPatch) -> None:
+    import provider_router.batch.batch_body as batch_body_module
+
+    monkeypatch.setattr(batch_body_module, "MAX_BATCH_BYTES", 2_000)
+    monkeypatch.setattr(batch_body_module, "BODY_MARGIN", 0)
+    items = [Prompt("big", [{"role": "user", "content": "x" * 3000}], {}, Path("in.jsonl"), 1)]
+    runner = job.run()
+    try:
+        named = re.escape("'big' of dataset 'ds' (in.jsonl:1)")
+        with pytest.raises(ConfigurationError, match=named):
+            runner.body.chunk("ds", items)
+    finally:
+        runner.journal.close()
+        runner.close()
+
+
+async def test_a_body_longer_than_its_bound_is_refused(job: Job) -> None:
+    listing = await job.http.get_json("/models")
+    size = len(json.dumps(listing))
+    with pytest.raises(InvalidResponseError, match="longer than the 100 bytes"):
+        await job.http.get_json("/models", max_bytes=100)
+    assert await job.http.get_json("/models", max_bytes=size * 2) == listing
+
+
+class PageSizes(BatchApi):
+    """Records how many lines and bytes each results page is asked for."""
+
+    asked: list[tuple[int, int | None]]
+
+    async def results_page(
+        self,
+        batch_id: str,
+        cursor: str | None,
+        *,
+        limit: int = 1000,
+        max_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        self.asked = [*getattr(self, "asked", []), (limit, max_bytes)]
+        return await super().results_page(batch_id, cursor, limit=limit, max_bytes=max_bytes)
+
+
+async def test_results_pages_are_bounded_by_the_answers_they_may_hold(job: Job) -> None:
+    # max_tokens 100,000: a line may be megabytes, so a page holds fewer lines and the
+    # bytes read are bounded (256 MiB a page), never a thousand lines of any length.
+    api = PageSizes(job.http)
+    params = {"max_tokens": 100_000}
+    await job.go(prompts(3), api, dataset_params={"ds": params})
+    assert api.asked
+    for limit, max_bytes in api.asked:
+        assert limit < 1000
+        assert max_bytes is not None
+        assert max_bytes <= 256 * 1024 * 1024
+    assert len(job.outputs()) == 3
+
+
+async def test_a_missing_batch_journal_with_batches_held_is_refused(job: Job) -> None:
+    # batches.jsonl gone while the ledger still holds batches: they may be live, and a
+    # run from nothing would send their prompts (and pay) again.
+    with pytest.raises(Killed):
+        await job.go(prompts(5), KillAfterSubmit(job.http))
+    (job.directory / "batches.jsonl").unlink()
+    for _ in range(2):  # and again: the refusal leaves no empty journal behind
+        with pytest.raises(DataFileError, match=r"batches\.jsonl"):
+            await job.go(prompts(5))
+    assert len(job.sim.simulator.batches) == 1, "nothing sent again"
+
+
+class ErrorStatusLine(BatchApi):
+    """The first line of each page answers status_code 500 with an error body."""
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor, **kw)
+        if page["data"] and not getattr(self, "done", False):
+            self.done = True
+            response = page["data"][0]["response"]
+            response["status_code"] = 500
+            response["body"] = {"error": {"code": 500, "message": "upstream failed"}}
+        return page
+
+
+async def test_a_line_answering_an_error_status_is_a_failed_line_not_an_output(job: Job) -> None:
+    result = await job.go(prompts(5), ErrorStatusLine(job.http), max_attempts=2)
+    assert result.lines_failed == 1
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5)), "it went again"
+    records = (job.directory / "ds.jsonl").read_text().splitlines()
+    assert all(json.loads(line)["messages"][-1]["content"] for line in records), "none empty"
+
+
+class ToolCallLines(BatchApi):
+    """Every answer asks for a tool call."""
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor, **kw)
+        for result in page["data"]:
+            message = result["response"]["body"]["choices"][0]["message"]
+            message["tool_calls"] = [
+                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ]
+        return page
+
+
+async def test_an_answers_tool_calls_are_kept_in_the_output(job: Job) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    params = {"max_tokens": MAX_TOKENS, "tools": tools}
+    await job.go(prompts(2), ToolCallLines(job.http), dataset_params={"ds": params})
+    for line in (job.directory / "ds.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        assert record["messages"][-1]["tool_calls"][0]["function"]["name"] == "f"
+        assert record["tools"] == tools
+
+
+class FailedAfterLines(BatchApi):
+    """A failed batch that reports lines completed (and, with ``cost``, what they cost)."""
+
+    cost: str | None = None
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        batch = await super().get(batch_id, **kw)
+        if batch["status"] == "failed":
+            batch["request_counts"] = {"total": 5, "completed": 2, "failed": 3}
+            batch["usage"] = None if self.cost is None else {"cost": self.cost}
+        return batch
+
+
+@pytest.mark.parametrize("cost", [None, "0.0005"])
+async def test_a_failed_batch_that_ran_lines_is_not_taken_as_free(
+    job: Job, cost: str | None
+) -> None:
+    job.sim.simulator.batches.faults.fail = 1
+    api = FailedAfterLines(job.http)
+    api.cost = cost
+    await job.go(prompts(5), api, max_attempts=1)
+    state = await job.ledger.snapshot()
+    assert state.reserved == 0
+    assert state.spent > 0, "a batch that says it ran lines is never booked free"
+    if cost is not None:
+        assert state.spent == Decimal(cost)
+
+
+def test_a_batch_endpoint_without_a_fixed_price_is_refused_up_front(job: Job) -> None:
+    # Refuse what you cannot price: dynamic pricing has no worst case to reserve.
+    endpoint = job.route.endpoint
+    dynamic = endpoint.model_copy(
+        update={"pricing": endpoint.pricing.model_copy(update={"completion": None})}
+    )
+    journal = FileJournal.open(job.directory)
+    try:
+        with pytest.raises(ConfigurationError, match="no fixed price"):
+            BatchRouteRun(
+                api=BatchApi(job.http),
+                ledger=job.ledger,
+                journal=journal,
+                directory=job.directory,
+                route=dataclasses.replace(job.route, endpoint=dynamic),
+                params={"max_tokens": MAX_TOKENS},
+            )
+    finally:
+        journal.close()
+
+
+class AbsurdBill(BatchApi):
+    """One line (``line``) or the batch's usage.cost (``batch``) says $1,000,000."""
+
+    where = "line"
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        page = await super().results_page(batch_id, cursor, **kw)
+        if self.where == "line" and page["data"]:
+            page["data"][0]["response"]["body"]["usage"]["cost"] = 1_000_000
+        return page
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        batch = await super().get(batch_id, **kw)
+        if self.where == "batch" and batch.get("usage"):
+            batch["usage"]["cost"] = 1_000_000
+        return batch
+
+
+@pytest.mark.parametrize("where", ["line", "batch"])
+async def test_an_absurd_bill_is_disputed_not_booked(job: Job, where: str) -> None:
+    # Never one answer's word for an absurd bill: the worst case is booked, the answers
+    # kept, and the run stops sending batches.
+    api = AbsurdBill(job.http)
+    api.where = where
+    result = await job.go(prompts(10), api)
+    assert result.stop is not None
+    assert result.stop.startswith("disputed cost")
+    assert result.stopped_by == "error", "an error (exit 1), as on the sync route"
+    state = await job.ledger.snapshot()
+    assert state.reserved == 0
+    assert state.spent < 1, "the $1,000,000 was not booked"
+    assert len(job.outputs()) >= 5, "the answers are kept"
+
+
+class OneBlip(BatchApi):
+    """A batch long since submitted answers one 404, then is there again."""
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        if not getattr(self, "blipped", False):
+            self.blipped = True
+            return await super().get("batch-0-gone", **kw)
+        return await super().get(batch_id, **kw)
+
+
+async def test_one_404_of_an_old_batch_is_waited_out(job: Job) -> None:
+    with pytest.raises(Killed):
+        await job.go(prompts(5), KillOnPoll(job.http))
+    job.time.t += 600  # resumed long after the submit: one 404 is a blip, not the end
+    result = await job.go(prompts(5), OneBlip(job.http))
+    assert result.stop is None
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    await job.money_agrees()
+
+
+class SlowUploadTimesOut(BatchApi):
+    """The first submit uploads for 200 s and then times out (the server may still be
+    reading it); later submits go through. Records when each submit ended."""
+
+    def __init__(self, http: HttpClient, time: FakeTime) -> None:
+        super().__init__(http)
+        self.time = time
+        self.ended: list[float] = []
+
+    async def submit(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if not self.ended:
+            self.time.t += 200
+            self.ended.append(self.time.t)
+            raise RequestTimeout("POST /batches: no answer in 200 s")
+        batch = await super().submit(*args, **kwargs)
+        self.ended.append(self.time.t)
+        return batch
+
+
+async def test_a_lost_submit_waits_the_grace_after_it_ended_not_after_it_began(
+    job: Job,
+) -> None:
+    api = SlowUploadTimesOut(job.http, job.time)
+    await job.go(prompts(5), api)
+    failed_at, resent_at = api.ended[0], api.ended[1]
+    assert resent_at - failed_at >= 120, "the grace counts from when the answer was lost"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
