@@ -33,6 +33,7 @@ from provider_router.testing.routing import (
     plan_route,
 )
 from provider_router.testing.simulator import SIM_KEY, Simulator, _finish, json_error
+from provider_router.testing.sticky import stick, sticky_key
 from provider_router.testing.synth import count_request_prompt
 from provider_router.testing.tools import (
     ToolError,
@@ -267,9 +268,15 @@ def _chat(
 
     used = _REQUEST_PARAMETERS.intersection(body)  # the parameters it uses (any order)
     try:
-        candidates = plan_route(model, prefs, used, rng, sim.unstable_tags())
+        unstable = sim.unstable_tags()
+        candidates = plan_route(model, prefs, used, rng, unstable)
     except RoutingError as exc:
         return _routing_error(exc)
+    sticky = None
+    if sim.sticky_model(model) and (prefs is None or not (prefs.order or prefs.sort)):
+        sticky = sticky_key(key.label, model.id, body, request.headers.get("x-session-id"))
+        if sticky is not None:
+            candidates = stick(candidates, sim.sticky.lookup(sticky, sim.now()), unstable)
 
     prompt_tokens, images = count_request_prompt(body)
     primary = candidates[0]
@@ -313,6 +320,7 @@ def _chat(
             tool_request,
             images=images,
             choices=choices,
+            sticky=sticky,
         )
     except BaseException:
         _release(sim, key, worst)
@@ -374,6 +382,7 @@ def _attempts(
     *,
     images: int = 0,
     choices: int = 1,
+    sticky: tuple[str, str, object] | None = None,
 ) -> Answer:
     failure: web.Response | None = None
     failure_kind = "error"
@@ -396,6 +405,8 @@ def _attempts(
                 break
             continue
         record.attempts.append(_SERVED[tag])
+        if sticky is not None:
+            sim.sticky.remember(sticky, endpoint, sim.now())
         if fault is not None:
             sim.log.counters["fault." + fault.kind] += 1
         attempt = Attempt(
