@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import random
@@ -70,10 +71,12 @@ from provider_router._exceptions import (
     RateLimitError,
 )
 from provider_router._log import DEBUG, get_logger
-from provider_router._request import PreparedRequest, RequestEncoder
+from provider_router._money import to_decimal
+from provider_router._request import PreparedRequest, RequestEncoder, encode_json
 from provider_router._resource import AsyncResource
 from provider_router._secrets import scrub
 from provider_router._types import Clock, Message, Sleep
+from provider_router.affinity import DEFAULT_CACHE_HIT_RATE, CacheAffinity, session_of
 from provider_router.catalog import Catalog
 from provider_router.health import ProviderHealth
 from provider_router.ledger import Ledger, Reservation
@@ -101,6 +104,20 @@ DEFAULT_SLOW_START: Final = 0.05
 
 DEFAULT_WORKLOAD = Workload(prompt_tokens=500, completion_tokens=2000)
 """The request shape endpoints are ranked for when none is given."""
+
+
+def _cache_workload(workload: Workload, rate: Decimal | float | str | None) -> Workload:
+    """The workload at its expected cache hit rate: what pinned sessions are ranked for."""
+    if rate is None:
+        share = workload.cached_prompt_share or DEFAULT_CACHE_HIT_RATE
+    else:
+        try:
+            share = to_decimal(rate, what="cache_hit_rate")
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        if not 0 <= share <= 1:
+            raise ConfigurationError(f"cache_hit_rate must be between 0 and 1, got {share}")
+    return dataclasses.replace(workload, cached_prompt_share=share)
 
 
 class Router(AsyncResource):
@@ -155,6 +172,13 @@ class Router(AsyncResource):
             429, with every 429 capping the window at the requests in flight).
         health: per-provider health tracking (default :class:`ProviderHealth`).
         params: default request parameters merged under each call's own.
+        cache_affinity: pin every conversation (the messages up to its first user
+            message) to one allowed endpoint, sent as ``session_id`` with a
+            one-tag ``only`` (docs/client.md, "Cache-aware pinning"); a call's own
+            ``session_id`` is pinned either way.
+        cache_hit_rate: the prompt share (0..1) expected from cache when choosing a
+            pinned session's endpoint (default: the workload's
+            ``cached_prompt_share``, else :data:`~provider_router.affinity.DEFAULT_CACHE_HIT_RATE`).
         metrics: live Prometheus metrics (:class:`~provider_router.Metrics`); ``None``
             (the default) costs nothing per request.
         clock: monotonic seconds; sleep: awaited between retries; rng: jitter.
@@ -186,6 +210,8 @@ class Router(AsyncResource):
         limiter: AdaptiveLimiter | None = None,
         health: ProviderHealth | None = None,
         params: Mapping[str, Any] | None = None,
+        cache_affinity: bool = False,
+        cache_hit_rate: Decimal | float | str | None = None,
         metrics: Metrics | None = None,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
@@ -223,6 +249,10 @@ class Router(AsyncResource):
         self._endpoints = endpoints
         self.retry = retry if retry is not None else RetryPolicy()
         self.workload = workload if workload is not None else DEFAULT_WORKLOAD
+        self.cache_affinity = cache_affinity
+        self.affinity = CacheAffinity()
+        """Which endpoint each pinned session goes to (``pinned`` and ``moves`` count)."""
+        self._cache_workload = _cache_workload(self.workload, cache_hit_rate)
         self.allow_fallbacks = allow_fallbacks
         self.budget_wait = budget_wait
         self.catalog_ttl = catalog_ttl
@@ -394,7 +424,11 @@ class Router(AsyncResource):
             listing = await self._catalog.endpoints(self.model, refresh=self._plan is not None)
         decisions = self.policy.evaluate(listing, model_id=self.model)
         self._plan = build_route_plan(
-            self.model, decisions, workload=self.workload, allow_fallbacks=self.allow_fallbacks
+            self.model,
+            decisions,
+            workload=self.workload,
+            allow_fallbacks=self.allow_fallbacks,
+            cache_workload=self._cache_workload,
         )
         self._plan_time = self._clock()
         log.info(
@@ -595,7 +629,19 @@ class Router(AsyncResource):
             )
         plan = self._current_plan()
         encoder = self._encoder
-        provider = encoder.provider_bytes(plan, self.health.demoted())
+        session = pinned = None
+        if params or self.cache_affinity:
+            try:
+                session = session_of(messages, params, self.cache_affinity)
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
+        if session is None:
+            provider = encoder.provider_bytes(plan, self.health.demoted())
+        else:
+            if "session_id" not in params:
+                params = {**params, "session_id": session}
+            pinned = self.affinity.pin(session, plan, self._clock(), demoted=self.health.demoted())
+            provider = encode_json(plan.pinned_object(pinned)).encode()
         payload = encoder.encode(messages, max_tokens, stream, params, provider)
         if params:
             # The fields' JSON, already encoded for the body, bounds what tools and
@@ -610,7 +656,7 @@ class Router(AsyncResource):
                 STREAM_DEADLINE_BASE + (cap or 0) / STREAM_DEADLINE_TOKENS_PER_SECOND
             )
         # Positional (in PreparedRequest's field order): a keyword call costs more.
-        return PreparedRequest(
+        request = PreparedRequest(
             payload,
             stream,
             key if key is not None else f"req-{next(self._seq)}",
@@ -622,6 +668,28 @@ class Router(AsyncResource):
             0,  # attempts
             deadline,
         )
+        if session is not None:
+            request.session = session
+            request.pinned = pinned
+            request.body_head = payload[: -len(provider) - 1]
+        return request
+
+    def _repin(self, request: PreparedRequest) -> None:
+        """A retry of a pinned request: the session moves off the endpoint that failed."""
+        session = request.session
+        assert session is not None
+        plan = request.plan
+        tag = self.affinity.pin(
+            session,
+            plan,
+            self._clock(),
+            demoted=self.health.demoted(),
+            failed=request.failed_pins,
+        )
+        if tag != request.pinned:
+            request.pinned = tag
+            provider = encode_json(plan.pinned_object(tag)).encode()
+            request.payload = b"".join((request.body_head, provider, b"}"))
 
     def stream(
         self, messages: Sequence[Message], *, max_tokens: int | None = None, **params: Any
@@ -726,6 +794,8 @@ class Router(AsyncResource):
         request.attempts = attempt
         request.generation_id = None
         request.sent = False
+        if request.session is not None and attempt > 1:
+            self._repin(request)
         limiter = self.limiter
         ticket = limiter.try_acquire()  # no coroutine when a slot is free (the usual case)
         if ticket is None:
@@ -767,6 +837,8 @@ class Router(AsyncResource):
             provider = getattr(exc, "provider_name", None)
             if provider:
                 self.health.record_failure(provider, rate_limited=outcome == "rate_limited")
+            if request.pinned is not None:
+                request.failed_pins = (*request.failed_pins, request.pinned)
             if self.metrics is not None and isinstance(exc, Exception):
                 self.metrics.attempt_failed(provider, type(exc).__name__, outcome == "rate_limited")
             if reservation is not None:

@@ -125,6 +125,10 @@ class RoutePlan:
             or the prompt ceiling when that is higher).
         allow_fallbacks: sent as ``provider.allow_fallbacks``.
         quantizations: sent as ``provider.quantizations`` (``None``: not sent).
+        cache_ranked: the allowed endpoints ranked for the workload at its expected
+            cache hit rate (``input_cache_read`` priced): the order a session is
+            pinned by (:mod:`provider_router.affinity`); the plain ranking when
+            the workload expects no hits.
     """
 
     model: str
@@ -139,8 +143,10 @@ class RoutePlan:
     max_image_token_price: Decimal = _ZERO
     allow_fallbacks: bool = True
     quantizations: tuple[str, ...] | None = None
+    cache_ranked: tuple[RankedEndpoint, ...] = ()
     _pricing_by_provider: Mapping[str, tuple[Pricing, ...]] = field(default_factory=dict)
     _cache: dict[frozenset[str], dict[str, Any]] = field(default_factory=dict)
+    _pinned: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -176,6 +182,26 @@ class RoutePlan:
             obj["quantizations"] = list(self.quantizations)
         if len(self._cache) < 64:
             self._cache[demoted] = obj
+        return obj
+
+    def pinned_object(self, tag: str) -> dict[str, Any]:
+        """The ``provider`` object that pins a request to one allowed endpoint ``tag``.
+
+        ``only`` names that one tag and there is no ``order``: OpenRouter's
+        prompt-cache sticky routing is off whenever ``order`` is set (its
+        prompt-caching guide), and a one-tag ``only`` leaves it nothing else to
+        choose. The price ceilings, ``ignore`` and ``quantizations`` are the
+        plan's, so the reservation covers the request as before. Cached per tag
+        and shared: callers must not mutate it.
+        """
+        cached = self._pinned.get(tag)
+        if cached is not None:
+            return cached
+        if tag not in self.order:
+            raise ValueError(f"{tag!r} is not an allowed endpoint of {self.model!r}")
+        obj = {k: v for k, v in self.provider_object().items() if k != "order"}
+        obj["only"] = [tag]
+        self._pinned[tag] = obj
         return obj
 
     def worst_case(self, prompt_tokens: int, max_tokens: int, images: int = 0) -> Decimal:
@@ -259,8 +285,12 @@ def build_route_plan(
     *,
     workload: Workload,
     allow_fallbacks: bool = True,
+    cache_workload: Workload | None = None,
 ) -> RoutePlan:
     """Rank the allowed endpoints and fix the routing object and price ceilings.
+
+    ``cache_workload`` (the workload at its expected cache hit rate) ranks
+    :attr:`RoutePlan.cache_ranked`; without it that is the plain ranking.
 
     Endpoints with dynamic pricing (``"-1"``) are treated as rejected: a request
     routed to them could not be reserved for.
@@ -282,6 +312,11 @@ def build_route_plan(
             f"({len(rejected)} rejected); nothing can be routed"
         )
     ranked = tuple(rank(allowed, workload=workload))
+    cache_ranked = (
+        ranked
+        if cache_workload is None or cache_workload == workload
+        else tuple(rank(allowed, workload=cache_workload))
+    )
     allowed_tags = {e.slug for e in allowed}
     ignore = tuple(sorted({e.slug for e in rejected} - allowed_tags))
     allowed_names = frozenset(e.provider_name for e in allowed)
@@ -302,5 +337,6 @@ def build_route_plan(
         max_image_token_price=max((e.pricing.image_token or _ZERO) for e in allowed),
         allow_fallbacks=allow_fallbacks,
         quantizations=_quantizations(allowed),
+        cache_ranked=cache_ranked,
         _pricing_by_provider={k: tuple(v) for k, v in pricing_by_provider.items()},
     )
