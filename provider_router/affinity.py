@@ -19,8 +19,10 @@ every row that repeats one system prompt and question, share it) is pinned:
   (:meth:`~provider_router.routing.RoutePlan.pinned_object`) and the session as
   ``session_id``, OpenRouter's sticky routing key: it cannot go elsewhere, and
   OpenRouter's stickiness is not turned off;
-* a retryable failure of the pinned endpoint moves the session to the next one
-  (its cache is lost, but the session is served); a session idle for
+* a retried request stays on its pinned endpoint once (a 429 or a 5xx is
+  usually passing, and moving loses the cache), and moves the session to the next
+  endpoint when the pin fails it :data:`MOVE_AFTER_FAILURES` times or its
+  provider is demoted (the cache is lost, but the session is served); a session idle for
   :data:`SESSION_IDLE_SECONDS` (OpenRouter's sticky expiry, 10 minutes) is
   chosen afresh, as its cache has likely gone too.
 
@@ -44,6 +46,7 @@ from provider_router.routing import RoutePlan
 __all__ = [
     "DEFAULT_CACHE_HIT_RATE",
     "DEFAULT_MAX_SESSIONS",
+    "MOVE_AFTER_FAILURES",
     "SESSION_IDLE_SECONDS",
     "CacheAffinity",
     "conversation_session",
@@ -54,6 +57,9 @@ SESSION_IDLE_SECONDS: Final = 600.0
 
 DEFAULT_MAX_SESSIONS: Final = 100_000
 """Sessions remembered (about 200 bytes each) before the least recently used goes."""
+
+MOVE_AFTER_FAILURES: Final = 2
+"""Failures of one request on its pinned endpoint that move its session elsewhere."""
 
 DEFAULT_CACHE_HIT_RATE: Final = Decimal("0.5")
 """The prompt share assumed read from cache when ranking for pinned sessions and the
@@ -126,7 +132,7 @@ class CacheAffinity:
         now: float,
         *,
         demoted: Collection[str] = (),
-        failed: Collection[str] = (),
+        failed: Sequence[str] = (),
     ) -> str:
         """The endpoint tag ``session`` goes to now.
 
@@ -135,26 +141,38 @@ class CacheAffinity:
             plan: the route plan in force (its allowed endpoints).
             now: the router's clock.
             demoted: provider display names currently demoted (avoided for a new pin).
-            failed: tags that already failed this request (never chosen again for it).
+            failed: the tags that failed this request, once per failure: a tag that
+                failed it :data:`MOVE_AFTER_FAILURES` times, or failed it and is
+                demoted, is not chosen again for it.
         """
         pins = self._pins
         entry = pins.get(session)
         allowed = plan.order
+        excluded = _excluded(plan, demoted, failed) if failed else frozenset()
         if entry is not None:
             tag, last = entry
-            if now - last < self._idle and tag in allowed and tag not in failed:
+            if now - last < self._idle and tag in allowed and tag not in excluded:
                 pins[session] = (tag, now)
                 pins.move_to_end(session)
                 return tag
-            if tag in failed:
+            if tag in excluded:
                 self.moves += 1
-        tag = _choose(plan, demoted, failed)
+        tag = _choose(plan, demoted, excluded)
         pins[session] = (tag, now)
         pins.move_to_end(session)
         self.pinned += 1
         while len(pins) > self._max:
             pins.popitem(last=False)
         return tag
+
+
+def _excluded(plan: RoutePlan, demoted: Collection[str], failed: Sequence[str]) -> frozenset[str]:
+    names = {r.endpoint.slug: r.endpoint.provider_name for r in plan.ranked}
+    return frozenset(
+        tag
+        for tag in failed
+        if failed.count(tag) >= MOVE_AFTER_FAILURES or names.get(tag) in demoted
+    )
 
 
 def _choose(plan: RoutePlan, demoted: Collection[str], failed: Collection[str]) -> str:

@@ -88,11 +88,18 @@ async def test_a_failed_pinned_endpoint_moves_the_session_once(
     sim = await openrouter_sim_factory(completion_tokens=10)
     router = await make_router(sim, cache_affinity=True)
     first = router.plan.cache_ranked[0].endpoint
+    # One failure: the retry stays (a passing error; moving would lose the cache).
     sim.add_fault({"kind": "provider_error", "provider": first.slug, "times": 1})
+    stayed = await router.chat(turns(1, 9)[0], max_tokens=50)
+    assert stayed.provider == first.provider_name
+    assert stayed.attempts == 2
+    assert router.affinity.moves == 0
+    # Two in a row: the session moves.
+    sim.add_fault({"kind": "provider_error", "provider": first.slug, "times": 2})
     conversation = turns(3)
     result = await router.chat(conversation[0], max_tokens=50)
     assert result.provider != first.provider_name
-    assert result.attempts == 2
+    assert result.attempts == 3
     assert router.affinity.moves == 1
     # The session stays where it moved: later turns go there, and read its cache.
     later = [await router.chat(m, max_tokens=50) for m in conversation[1:]]
