@@ -36,6 +36,7 @@ No message, repr or attribute here ever holds an API key.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -214,7 +215,35 @@ class APIStatusError(APIError):
 
 
 class BadRequestError(APIStatusError):
-    """400 or 422: the request itself is wrong; retrying will not help."""
+    """400 or 422: the request itself is wrong; retrying will not help.
+
+    A prompt too long for every endpoint (``error_type`` ``context_length_exceeded``)
+    is one: :attr:`context_limit` and :attr:`requested_tokens` say by how much.
+    """
+
+    @property
+    def context_limit(self) -> int | None:
+        """The context length the request exceeded (tokens), when OpenRouter says."""
+        return _context_numbers(self)[0]
+
+    @property
+    def requested_tokens(self) -> int | None:
+        """The tokens the request asked for (prompt + completion), when OpenRouter says."""
+        return _context_numbers(self)[1]
+
+
+_CONTEXT_WORDING = re.compile(
+    r"maximum context length is (\d+) tokens.*?requested about (\d+) tokens", re.DOTALL
+)
+
+
+def _context_numbers(error: APIStatusError) -> tuple[int | None, int | None]:
+    if error.error_type not in (None, "context_length_exceeded"):
+        return None, None
+    match = _CONTEXT_WORDING.search(error.message[:2000])
+    if match is None:
+        return None, None
+    return int(match.group(1)), int(match.group(2))
 
 
 class AuthenticationError(APIStatusError):

@@ -120,6 +120,28 @@ def _cache_workload(workload: Workload, rate: Decimal | float | str | None) -> W
     return dataclasses.replace(workload, cached_prompt_share=share)
 
 
+CONTEXT_BYTES_PER_TOKEN: Final = 32
+"""Bytes of prompt text no token exceeds, for the check before sending: a request is
+refused only when even that few prompt tokens plus its completion cap exceed every
+allowed endpoint's context (an assumption on tokenizers: BPE vocabularies' longest
+tokens are well under 32 bytes for text; the check errs toward sending)."""
+
+
+def _check_fits(context: int, prompt_upper_bound: int, cap: int | None) -> None:
+    """Refuse a request that cannot fit any allowed endpoint's context: it would be a 400.
+
+    ``prompt_upper_bound`` counts UTF-8 bytes (plus template): divided by
+    :data:`CONTEXT_BYTES_PER_TOKEN` it is a lower bound on the prompt's tokens.
+    """
+    least = prompt_upper_bound // CONTEXT_BYTES_PER_TOKEN
+    if least + (cap or 0) > context:
+        raise ConfigurationError(
+            f"the request cannot fit: at least {least:,} prompt tokens plus max_tokens "
+            f"{cap or 0:,} exceed the largest context length of the allowed endpoints "
+            f"({context:,} tokens); nothing was sent"
+        )
+
+
 class Router(AsyncResource):
     """Sends chat completions for one model only to allowed providers, within a budget.
 
@@ -649,6 +671,8 @@ class Router(AsyncResource):
             extra_tokens = encoder.last_fields_bytes
         text_tokens, images = measure(messages)
         prompt_tokens = text_tokens + extra_tokens
+        if plan.max_context_length is not None:
+            _check_fits(plan.max_context_length, prompt_tokens, cap)
         deadline = self._request_timeout
         if stream:
             # The stream deadline scales with the completion cap the provider may honour.

@@ -100,6 +100,13 @@ def _quantizations(allowed: Iterable[Endpoint]) -> tuple[str, ...] | None:
     return tuple(sorted(values))
 
 
+def _max_context(allowed: Iterable[Endpoint]) -> int | None:
+    lengths = [e.context_length for e in allowed]
+    if any(length is None or length <= 0 for length in lengths):
+        return None
+    return max(length for length in lengths if length is not None)
+
+
 def _per_million(price: Decimal) -> str:
     return format(price * PER_MILLION, "f")
 
@@ -129,6 +136,8 @@ class RoutePlan:
             cache hit rate (``input_cache_read`` priced): the order a session is
             pinned by (:mod:`provider_router.affinity`); the plain ranking when
             the workload expects no hits.
+        max_context_length: the largest ``context_length`` among the allowed
+            endpoints (``None`` when one does not list it: no bound is known).
     """
 
     model: str
@@ -144,6 +153,7 @@ class RoutePlan:
     allow_fallbacks: bool = True
     quantizations: tuple[str, ...] | None = None
     cache_ranked: tuple[RankedEndpoint, ...] = ()
+    max_context_length: int | None = None
     _pricing_by_provider: Mapping[str, tuple[Pricing, ...]] = field(default_factory=dict)
     _cache: dict[frozenset[str], dict[str, Any]] = field(default_factory=dict)
     _pinned: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -338,5 +348,6 @@ def build_route_plan(
         allow_fallbacks=allow_fallbacks,
         quantizations=_quantizations(allowed),
         cache_ranked=cache_ranked,
+        max_context_length=_max_context(allowed),
         _pricing_by_provider={k: tuple(v) for k, v in pricing_by_provider.items()},
     )

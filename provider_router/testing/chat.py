@@ -20,6 +20,7 @@ from aiohttp import web
 from provider_router._json import loads
 from provider_router.testing import bodies
 from provider_router.testing.billing import KeyState
+from provider_router.testing.context import fit_context
 from provider_router.testing.delivery import Attempt, serve
 from provider_router.testing.draws import Draws
 from provider_router.testing.faults import ATTEMPT_KINDS, Fault
@@ -279,6 +280,12 @@ def _chat(
             candidates = stick(candidates, sim.sticky.lookup(sticky, sim.now()), unstable)
 
     prompt_tokens, images = count_request_prompt(body)
+    fitting = fit_context(model, candidates, prompt_tokens, max_tokens, sim.context_floor(model))
+    # Checked by what it is (isinstance on a Response is an ABC check).
+    if not isinstance(fitting, tuple | list):  # 400 or 404: nothing is billed
+        record.outcome = "context_length"
+        return fitting  # type: ignore[return-value]
+    candidates = fitting
     primary = candidates[0]
     max_out = (
         max_tokens

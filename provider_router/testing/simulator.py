@@ -22,6 +22,7 @@ from provider_router._money import from_units
 from provider_router._types import Clock, Sleep
 from provider_router.testing import bodies
 from provider_router.testing.billing import Account, KeyState
+from provider_router.testing.context import smallest_context
 from provider_router.testing.draws import Draws
 from provider_router.testing.faults import Fault, FaultBook
 from provider_router.testing.introspection import RequestLog, RequestRecord
@@ -134,6 +135,7 @@ class Simulator:
         self.sticky = StickyRoutes()
         """Prompt-cache sticky routing: which endpoint each session is kept on."""
         self._sticky_models: dict[str, bool] = {}
+        self._context_floors: dict[str, int] = {}
         self._by_header: dict[str, KeyState] = {}
         self._occurrences: dict[int, int] = {}
         self._occurrence_order: deque[int] = deque()
@@ -180,6 +182,13 @@ class Simulator:
         if known is None:
             known = self._sticky_models[model.id] = any(map(caches_cheaper, model.endpoints))
         return known
+
+    def context_floor(self, model: ModelSpec) -> int:
+        """The request size (prompt + completion) every endpoint of ``model`` takes."""
+        floor = self._context_floors.get(model.id)
+        if floor is None:
+            floor = self._context_floors[model.id] = smallest_context(model)
+        return floor
 
     def unstable_tags(self) -> frozenset[str] | set[str]:
         if not self.failed_at:
