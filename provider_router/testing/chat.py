@@ -270,7 +270,10 @@ def _chat(
     used = _REQUEST_PARAMETERS.intersection(body)  # the parameters it uses (any order)
     try:
         unstable = sim.unstable_tags()
-        candidates = plan_route(model, prefs, used, rng, unstable)
+        tier = body.get("service_tier")
+        candidates = plan_route(
+            model, prefs, used, rng, unstable, tier if isinstance(tier, str) else None
+        )
     except RoutingError as exc:
         return _routing_error(exc)
     sticky = None

@@ -407,7 +407,8 @@ def _json_data(attempt: Attempt, plan: _Plan, kind: str | None) -> bytes:
     """The generation is over: charge it, remember it, and the answer's bytes."""
     shape = plan.shape
     cost = _charge(attempt, plan, shape.completion_tokens, shape.reasoning_tokens)
-    if kind != "no_usage_cost" and not plan.calls and attempt.choices == 1:
+    tier = attempt.endpoint.service_tier
+    if kind != "no_usage_cost" and not plan.calls and attempt.choices == 1 and tier is None:
         data = _plain_answer(attempt, plan, cost)
     else:
         data = WHITESPACE + bodies.dumps(_answer(attempt, plan, cost, kind))
@@ -459,6 +460,10 @@ def _answer(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict
         ),
         fingerprint=attempt.endpoint.system_fingerprint,
     )
+    if attempt.endpoint.service_tier is not None:
+        # The tier that served, at the top level as OpenAI's format has it (service-tiers
+        # guide); only tier endpoints say it: no capture of a standard one has the key.
+        payload["service_tier"] = attempt.endpoint.service_tier
     if attempt.choices > 1:
         first = payload["choices"][0]
         payload["choices"] = [{**first, "index": i} for i in range(attempt.choices)]

@@ -260,6 +260,13 @@ class ModelSpec:
     hugging_face_id: str | None = None
     knowledge_cutoff: str | None = None
     expiration_date: str | None = None
+    has_tiers: bool = field(init=False, default=False)
+    """Whether an endpoint is a service-tier one (``flex``, ``priority``): routing
+    then filters by tier (computed once, here, to keep the common path free of it)."""
+
+    def __post_init__(self) -> None:
+        tiers = any(e.service_tier in ("flex", "priority") for e in self.endpoints)
+        object.__setattr__(self, "has_tiers", tiers)
 
     def listing(self) -> dict[str, Any]:
         """The ``Model`` object of ``GET /models``; pricing from the cheapest stable endpoint."""

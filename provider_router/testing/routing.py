@@ -16,6 +16,14 @@ try and in what order. Semantics (docs/simulator.md, "Routing"):
   unstable ones last.
 * ``order`` puts its endpoints first, in that order; ``allow_fallbacks: false``
   then tries only those (or only the first endpoint when there is no ``order``).
+* Service-tier endpoints (``service_tier`` ``flex`` or ``priority``, tags such as
+  ``google-vertex/flex``) are not matched by a base slug or display name
+  (provider-selection guide, "Base Slug Matching") and serve only when asked for:
+  named by their tag in ``only``/``order``, or by the request's ``service_tier``
+  (service-tiers guide; ``:floor`` page: ``service_tier: "flex"`` restricts
+  routing to flex endpoints, so it never falls back to a standard one;
+  ``priority`` tries priority endpoints first, then the rest). Billing follows the
+  endpoint that served (its own prices).
 """
 
 from __future__ import annotations
@@ -213,9 +221,52 @@ def parse_preferences(obj: object) -> Preferences | None:
     )
 
 
+TIERS = frozenset(["flex", "priority"])
+"""The ``service_tier`` values of tier endpoints (the standard one is null or default)."""
+
+
+def is_tier(endpoint: EndpointSpec) -> bool:
+    """Whether ``endpoint`` is a service-tier endpoint (served only when asked for)."""
+    return endpoint.service_tier in TIERS
+
+
 def matches(item: str, endpoint: EndpointSpec) -> bool:
-    """Whether an order/only/ignore item (lower-cased) names this endpoint."""
-    return item in (endpoint.tag, endpoint.slug) or item == endpoint.provider_name.lower()
+    """Whether an order/only/ignore item (lower-cased) names this endpoint.
+
+    A tier endpoint answers only to its own tag (not to its provider's base slug).
+    """
+    if item == endpoint.tag:
+        return True
+    if endpoint.service_tier in TIERS:
+        return False
+    return item == endpoint.slug or item == endpoint.provider_name.lower()
+
+
+def tier_candidates(
+    endpoints: Sequence[EndpointSpec],
+    prefs: Preferences | None,
+    requested: str | None,
+    model: ModelSpec,
+) -> list[EndpointSpec]:
+    """The endpoints a request may use, given its ``service_tier`` and named tags.
+
+    Raises:
+        RoutingError: 404 when ``flex`` is asked for and the model has none.
+    """
+    named: set[str] = set()
+    if prefs is not None:
+        named = {*(prefs.only or ()), *prefs.order}
+    if requested == "flex":
+        flex = [e for e in endpoints if e.service_tier == "flex"]
+        if not flex:
+            raise RoutingError(404, _NO_PROVIDERS, excluded_by=["service_tier"], model=model.id)
+        return flex
+    chosen = [
+        e
+        for e in endpoints
+        if e.service_tier not in TIERS or e.tag in named or e.service_tier == requested
+    ]
+    return chosen
 
 
 def _any_match(items: Iterable[str], endpoint: EndpointSpec) -> bool:
@@ -379,16 +430,37 @@ def plan_route(
     used_params: Collection[str],
     rng: random.Random,
     unstable_tags: frozenset[str] | set[str] = frozenset(),
+    service_tier: str | None = None,
 ) -> Sequence[EndpointSpec]:
     """The endpoints to try, in order (the first is the primary choice).
 
     Raises:
         RoutingError: 404 when the filters leave no endpoint, worded like OpenRouter.
     """
-    if prefs is None and not unstable_tags and _SOFT_SET.isdisjoint(used_params):
+    ordered = _plan_route(model, prefs, used_params, rng, unstable_tags, service_tier)
+    if service_tier == "priority" and model.has_tiers:
+        # Priority endpoints first, the rest as fallbacks (stable: each keeps its order).
+        return sorted(ordered, key=lambda e: e.service_tier != "priority")
+    return ordered
+
+
+def _plan_route(
+    model: ModelSpec,
+    prefs: Preferences | None,
+    used_params: Collection[str],
+    rng: random.Random,
+    unstable_tags: frozenset[str] | set[str],
+    service_tier: str | None,
+) -> Sequence[EndpointSpec]:
+    tiers = model.has_tiers
+    if prefs is None and not unstable_tags and _SOFT_SET.isdisjoint(used_params) and not tiers:
         return _default_route(model).order(rng)  # the hot path: nothing to filter
     soft = [p for p in _SOFT_PARAMETERS if p in used_params]
-    endpoints = list(model.endpoints)
+    endpoints = (
+        tier_candidates(model.endpoints, prefs, service_tier, model)
+        if tiers
+        else list(model.endpoints)
+    )
     if soft:
         capable = [e for e in endpoints if all(p in e.supported_parameters for p in soft)]
         endpoints = capable or endpoints
