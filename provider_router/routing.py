@@ -36,6 +36,7 @@ from provider_router._billable import (
 )
 from provider_router._constants import PER_MILLION
 from provider_router._exceptions import ConfigurationError
+from provider_router.policy import STANDARD_TIERS
 from provider_router.ranking import RankedEndpoint, Workload, rank
 from provider_router.records import Endpoint, Pricing, Quantization
 
@@ -98,6 +99,25 @@ def _quantizations(allowed: Iterable[Endpoint]) -> tuple[str, ...] | None:
         else:
             values.add(quantization.value)
     return tuple(sorted(values))
+
+
+def _standard_twins(allowed: Sequence[Endpoint], rejected: Sequence[Endpoint]) -> list[Endpoint]:
+    """The standard endpoints of providers whose tier endpoint (flex...) is allowed.
+
+    OpenRouter bills the tier that served, and a provider may serve a tier request on
+    its standard tier (service-tiers guide): the ceilings, and so the reservation,
+    cover that price too.
+    """
+    tiered = {e.provider_name for e in allowed if e.service_tier not in STANDARD_TIERS}
+    if not tiered:
+        return []
+    return [
+        e
+        for e in rejected
+        if e.provider_name in tiered
+        and e.service_tier in STANDARD_TIERS
+        and not e.pricing.is_dynamic
+    ]
 
 
 def _max_context(allowed: Iterable[Endpoint]) -> int | None:
@@ -322,6 +342,7 @@ def build_route_plan(
             f"({len(rejected)} rejected); nothing can be routed"
         )
     ranked = tuple(rank(allowed, workload=workload))
+    priced = allowed + _standard_twins(allowed, rejected)
     cache_ranked = (
         ranked
         if cache_workload is None or cache_workload == workload
@@ -340,11 +361,11 @@ def build_route_plan(
         ignore=ignore,
         allowed_providers=allowed_names,
         ambiguous_providers=allowed_names & rejected_names,
-        max_prompt_price=max(_prompt_ceiling(e.pricing) for e in allowed),
-        max_completion_price=max(_completion_ceiling(e.pricing) for e in allowed),
-        max_request_price=max((e.pricing.request or _ZERO) for e in allowed),
-        max_image_price=max((e.pricing.image or _ZERO) for e in allowed),
-        max_image_token_price=max((e.pricing.image_token or _ZERO) for e in allowed),
+        max_prompt_price=max(_prompt_ceiling(e.pricing) for e in priced),
+        max_completion_price=max(_completion_ceiling(e.pricing) for e in priced),
+        max_request_price=max((e.pricing.request or _ZERO) for e in priced),
+        max_image_price=max((e.pricing.image or _ZERO) for e in priced),
+        max_image_token_price=max((e.pricing.image_token or _ZERO) for e in priced),
         allow_fallbacks=allow_fallbacks,
         quantizations=_quantizations(allowed),
         cache_ranked=cache_ranked,
