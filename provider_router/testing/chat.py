@@ -35,6 +35,11 @@ from provider_router.testing.routing import (
 )
 from provider_router.testing.simulator import SIM_KEY, Simulator, _finish, json_error
 from provider_router.testing.sticky import stick, sticky_key
+from provider_router.testing.structured import (
+    OutputFormat,
+    StructuredError,
+    parse_response_format,
+)
 from provider_router.testing.synth import count_request_prompt
 from provider_router.testing.tools import (
     ToolError,
@@ -257,6 +262,12 @@ def _chat(
         prefs = parse_preferences(body.get("provider"))
     except RoutingError as exc:
         return _routing_error(exc)
+    output = None
+    if "response_format" in body:
+        try:
+            output = parse_response_format(body)
+        except StructuredError as exc:
+            return _bad_request(str(exc))
 
     rng = sim.rng_for(zlib.crc32(raw))
     if sim.faults.platform:
@@ -268,6 +279,8 @@ def _chat(
             return _platform_limit(sim, fault)
 
     used = _REQUEST_PARAMETERS.intersection(body)  # the parameters it uses (any order)
+    if output is not None and output.kind == "json_schema":
+        used = used | {"structured_outputs"}  # a schema wants endpoints that honour one
     try:
         unstable = sim.unstable_tags()
         tier = body.get("service_tier")
@@ -331,6 +344,7 @@ def _chat(
             images=images,
             choices=choices,
             sticky=sticky,
+            output=output,
         )
     except BaseException:
         _release(sim, key, worst)
@@ -393,6 +407,7 @@ def _attempts(
     images: int = 0,
     choices: int = 1,
     sticky: tuple[str, str, object] | None = None,
+    output: OutputFormat | None = None,
 ) -> Answer:
     failure: web.Response | None = None
     failure_kind = "error"
@@ -434,6 +449,7 @@ def _attempts(
             tool_request,
             images=images,
             choices=choices,
+            output=output,
         )
         sim.in_flight[tag] = sim.in_flight.get(tag, 0) + 1
         try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Awaitable
@@ -37,6 +38,7 @@ from provider_router.testing.draws import Draws
 from provider_router.testing.encode import (
     ChunkFrame,
     chat_result_bytes,
+    content_delta_json,
     filler_choices_json,
     filler_delta_json,
     usage_json,
@@ -47,6 +49,7 @@ from provider_router.testing.market import EndpointSpec, ModelSpec
 from provider_router.testing.prefix_cache import CacheResult, prefix_chain
 from provider_router.testing.simulator import Simulator, json_error
 from provider_router.testing.sse import EventWriter
+from provider_router.testing.structured import OutputFormat, structured_pieces
 from provider_router.testing.synth import (
     CompletionShape,
     filler,
@@ -86,6 +89,8 @@ class Attempt:
     """Input images: each pays the endpoint's per-image fee."""
     choices: int = 1
     """``n``: completions generated (and billed) for the request."""
+    output: OutputFormat | None = None
+    """What ``response_format`` asks for (None: text)."""
 
 
 @dataclass(slots=True)
@@ -100,6 +105,8 @@ class _Plan:
     cache_write_tokens: int = 0
     preamble: int = 0
     """Content tokens written before the tool calls (``auto`` only)."""
+    structured: tuple[str, ...] = ()
+    """The JSON answer's pieces (``response_format``), one token each; else empty."""
 
 
 def _completion_total(attempt: Attempt) -> int:
@@ -154,7 +161,15 @@ def _plan(attempt: Attempt) -> _Plan:
         calls = tools.plan_calls(request, attempt.body["messages"], attempt.model.id, rng)
         preamble = tools.preamble_tokens(request, calls, rng)
     tool_tokens = preamble + sum(call.tokens for call in calls) if calls else None
-    shape = shape_completion(attempt.body, total, attempt.max_tokens, tool_tokens)
+    structured: tuple[str, ...] = ()
+    if attempt.output is not None and not calls:
+        structured = structured_pieces(attempt.output, endpoint.supported_parameters, rng)
+    if structured:
+        shape = shape_completion(attempt.body, total, attempt.max_tokens, len(structured))
+        if shape.finish_reason == "tool_calls":
+            shape = dataclasses.replace(shape, finish_reason="stop")
+    else:
+        shape = shape_completion(attempt.body, total, attempt.max_tokens, tool_tokens)
     cache = _use_cache(attempt)
     return _Plan(
         gen_id,
@@ -166,6 +181,7 @@ def _plan(attempt: Attempt) -> _Plan:
         calls,
         cache.written_tokens,
         preamble,
+        structured,
     )
 
 
@@ -325,6 +341,8 @@ def _shown(attempt: Attempt) -> str | None:
 
 def _content_text(plan: _Plan, content_tokens: int) -> str | None:
     """``message.content``: the text, or with tool calls the words before them (else null)."""
+    if plan.structured:
+        return "".join(plan.structured[:content_tokens])
     if not plan.calls:
         return filler(0, content_tokens)
     return filler(0, min(plan.preamble, content_tokens)) or None
@@ -408,7 +426,13 @@ def _json_data(attempt: Attempt, plan: _Plan, kind: str | None) -> bytes:
     shape = plan.shape
     cost = _charge(attempt, plan, shape.completion_tokens, shape.reasoning_tokens)
     tier = attempt.endpoint.service_tier
-    if kind != "no_usage_cost" and not plan.calls and attempt.choices == 1 and tier is None:
+    if (
+        kind != "no_usage_cost"
+        and not plan.calls
+        and attempt.choices == 1
+        and tier is None
+        and not plan.structured
+    ):
         data = _plain_answer(attempt, plan, cost)
     else:
         data = WHITESPACE + bodies.dumps(_answer(attempt, plan, cost, kind))
@@ -588,7 +612,10 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                 if plan.calls:  # the words before the calls, then the calls
                     n = min(n, plan.preamble - start)
                 sent += n
-                if n > 0:
+                if n > 0 and plan.structured:
+                    text = "".join(plan.structured[start : start + n])
+                    await out.write(frame.sse(content_delta_json(text)))
+                elif n > 0:
                     await out.write(frame.sse(filler_delta_json(start, start + n)))
         reasoning_sent = min(sent, shape.reasoning_tokens)
         duration = plan.ttft + sent / tps

@@ -87,7 +87,7 @@ REQUEST_PARAMETERS = (
     "reasoning_effort",
     "verbosity",
 )
-_SOFT_PARAMETERS = ("tools", "response_format", "verbosity")
+_SOFT_PARAMETERS = ("tools", "response_format", "structured_outputs", "verbosity")
 _SOFT_SET = frozenset(_SOFT_PARAMETERS)
 _NO_PROVIDERS = "No allowed providers are available for the selected model."
 DOCS_URL = "https://openrouter.ai/docs/guides/routing/provider-selection"
@@ -461,12 +461,16 @@ def _plan_route(
         if tiers
         else list(model.endpoints)
     )
+    if prefs is not None:
+        endpoints = _filter(endpoints, prefs, used_params, model)
     if soft:
+        # A soft filter prefers capable endpoints among those the preferences allow;
+        # when none is capable the allowed ones serve (a tool-less endpoint answers in
+        # text), so it never turns a valid ``only`` into a 404.
         capable = [e for e in endpoints if all(p in e.supported_parameters for p in soft)]
         endpoints = capable or endpoints
     if prefs is None:
         return _default_order(endpoints, rng, unstable_tags)
-    endpoints = _filter(endpoints, prefs, used_params, model)
     ordered = (
         _sorted(endpoints, prefs.sort, unstable_tags)
         if prefs.sort
