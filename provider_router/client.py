@@ -87,7 +87,7 @@ from provider_router.ranking import Workload
 from provider_router.records import ModelEndpoints
 from provider_router.results import ChatResult, StreamDelta
 from provider_router.retry import RetryPolicy
-from provider_router.routing import RoutePlan, build_route_plan
+from provider_router.routing import RoutePlan, build_route_plan, cache_saving
 from provider_router.streaming import ChatStream, read_stream
 
 __all__ = ["ChatStream", "Router"]
@@ -336,6 +336,9 @@ class Router(AsyncResource):
         """Requests served by a provider the policy does not allow."""
         self.unknown_provider = 0
         """Requests whose response named no provider (kept: not a violation)."""
+        self.cache_saved = Decimal(0)
+        """USD prompt caching saved on the answers so far: their cached tokens at the
+        serving provider's prompt price less its cache-read price (exact)."""
         self.metrics = metrics
         self._metrics_task: asyncio.Task[None] | None = None
         if metrics is not None:
@@ -770,6 +773,11 @@ class Router(AsyncResource):
                 generation_id=completion.generation_id,
             )
         self.requests += 1
+        usage = completion.usage
+        if usage is not None and usage.cached_tokens:
+            self.cache_saved += cache_saving(
+                plan, provider, usage.prompt_tokens, usage.cached_tokens
+            )
         result = charged.result(request.attempts, latency, reason)
         if self.metrics is not None:
             usage = completion.usage

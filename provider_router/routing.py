@@ -40,7 +40,7 @@ from provider_router.policy import STANDARD_TIERS
 from provider_router.ranking import RankedEndpoint, Workload, rank
 from provider_router.records import Endpoint, Pricing, Quantization
 
-__all__ = ["RoutePlan", "build_route_plan", "estimate_prompt_tokens"]
+__all__ = ["RoutePlan", "build_route_plan", "cache_saving", "estimate_prompt_tokens"]
 
 _ZERO: Final = Decimal(0)
 
@@ -283,6 +283,24 @@ class RoutePlan:
             )
         except ValueError:
             return None
+
+
+def cache_saving(
+    plan: RoutePlan, provider: str | None, prompt_tokens: int, cached_tokens: int
+) -> Decimal:
+    """What reading ``cached_tokens`` from cache saved on ``provider`` (USD, exact).
+
+    The prompt side priced without the cache, less the same priced with it, from the
+    serving provider's listing; 0 when nothing was read or it cannot be priced
+    (what OpenRouter's ``/generation.cache_discount`` reports, computed here).
+    """
+    if not cached_tokens:
+        return _ZERO
+    full = plan.estimate(provider, prompt_tokens, 0)
+    read = plan.estimate(provider, prompt_tokens, 0, cached_tokens=cached_tokens)
+    if full is None or read is None:
+        return _ZERO
+    return full - read
 
 
 def _dearest(

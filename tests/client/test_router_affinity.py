@@ -58,6 +58,9 @@ async def test_a_conversation_is_pinned_where_cache_reads_make_it_cheapest(
     assert session is not None
     assert any(session in key for key in sim.simulator.sticky._routes), "sent as session_id"
     assert router.affinity.pinned == 1
+    # What caching saved: every cached token at DeepInfra's $0.50 prompt less $0.10 read.
+    cached = sum(r.usage.cached_tokens for r in results if r.usage)
+    assert router.cache_saved == cached * (Decimal("0.50") - Decimal("0.10")) / 1_000_000
     state = await ledger.snapshot()
     assert state.spent == sim.simulator.usage
 
