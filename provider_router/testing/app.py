@@ -25,14 +25,24 @@ from provider_router.testing.simulator import (
     json_error,
     json_response,
 )
+from provider_router.testing.variants import split_variants
 
 __all__ = ["ROUTES", "Simulator", "make_app"]
+
+
+MODELS_CACHE_HEADERS = {
+    "Cache-Control": "public, max-age=300, stale-while-revalidate=3600, stale-if-error=3600"
+}
+"""What ``/models`` answers carry (API notes §1, captured headers)."""
 
 
 async def models(request: web.Request) -> web.StreamResponse:
     sim = request.app[SIM_KEY]
     record = sim.log.start("models")
-    return _finish(sim, record, web.Response(body=sim.market.models_body, content_type=JSON))
+    response = web.Response(
+        body=sim.market.models_body, content_type=JSON, headers=MODELS_CACHE_HEADERS
+    )
+    return _finish(sim, record, response)
 
 
 async def providers(request: web.Request) -> web.StreamResponse:
@@ -57,6 +67,11 @@ def _per_model(
     model_id = f"{request.match_info['author']}/{request.match_info['slug']}"
     record.model = model_id
     body = rendered.get(model_id)
+    if body is None:
+        # A routing variant (``:nitro``...) is not a catalog entry: its metadata is
+        # the base model's (model-variants guide, "Routing variants").
+        base, variant = split_variants(model_id)
+        body = rendered.get(base) if variant else None
     if body is None:
         return _finish(sim, record, json_error(404, missing.format(model_id)))
     return _finish(sim, record, web.Response(body=body, content_type=JSON))

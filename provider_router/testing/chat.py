@@ -10,6 +10,7 @@ happen before any byte is sent. The serving attempt answers as JSON or SSE
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import zlib
 from collections.abc import Awaitable, Sequence
@@ -29,6 +30,7 @@ from provider_router.testing.market import EndpointSpec, ModelSpec
 from provider_router.testing.routing import (
     DOCS_URL,
     REQUEST_PARAMETERS,
+    Preferences,
     RoutingError,
     parse_preferences,
     plan_route,
@@ -47,6 +49,7 @@ from provider_router.testing.tools import (
     check_tool_messages,
     parse_tool_request,
 )
+from provider_router.testing.variants import Requested, resolve_model
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -232,10 +235,11 @@ def _chat(
     if not isinstance(messages, list) or not messages:
         return _bad_request("messages: expected a non-empty array of messages")
     model_id = body.get("model")
-    model = sim.market.models.get(model_id) if isinstance(model_id, str) else None
     record.model = model_id if isinstance(model_id, str) else None
-    if model is None:
-        return _bad_request(f"{model_id} is not a valid model ID")
+    requested = resolve_model(body, sim.market.models)
+    if not isinstance(requested, Requested):  # a 400 (Requested: a plain class, no ABC)
+        return requested
+    model = requested.model
     stream = body.get("stream") is True
     record.stream = stream
     record.routing = body.get("provider")
@@ -262,6 +266,8 @@ def _chat(
         prefs = parse_preferences(body.get("provider"))
     except RoutingError as exc:
         return _routing_error(exc)
+    if requested.sort is not None and (prefs is None or prefs.sort is None):
+        prefs = dataclasses.replace(prefs or Preferences(), sort=requested.sort)
     output = None
     if "response_format" in body:
         try:
@@ -285,7 +291,13 @@ def _chat(
         unstable = sim.unstable_tags()
         tier = body.get("service_tier")
         candidates = plan_route(
-            model, prefs, used, rng, unstable, tier if isinstance(tier, str) else None
+            model,
+            prefs,
+            used,
+            rng,
+            unstable,
+            tier if isinstance(tier, str) else None,
+            admit=requested.admits_tier,
         )
     except RoutingError as exc:
         return _routing_error(exc)

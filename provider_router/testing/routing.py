@@ -31,7 +31,7 @@ from __future__ import annotations
 import bisect
 import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -247,6 +247,7 @@ def tier_candidates(
     prefs: Preferences | None,
     requested: str | None,
     model: ModelSpec,
+    admit: str | None = None,
 ) -> list[EndpointSpec]:
     """The endpoints a request may use, given its ``service_tier`` and named tags.
 
@@ -264,7 +265,7 @@ def tier_candidates(
     chosen = [
         e
         for e in endpoints
-        if e.service_tier not in TIERS or e.tag in named or e.service_tier == requested
+        if e.service_tier not in TIERS or e.tag in named or e.service_tier in (requested, admit)
     ]
     return chosen
 
@@ -431,13 +432,24 @@ def plan_route(
     rng: random.Random,
     unstable_tags: frozenset[str] | set[str] = frozenset(),
     service_tier: str | None = None,
+    *,
+    admit: str | None = None,
 ) -> Sequence[EndpointSpec]:
     """The endpoints to try, in order (the first is the primary choice).
+
+    ``admit`` is a tier whose endpoints compete with the standard ones (a variant's:
+    ``:floor`` admits flex). Requests with ``tools`` and neither ``order`` nor
+    ``sort`` are ranked by Auto Exacto (auto-exacto guide: tool-calling quality
+    first; here the ``exacto`` sort) instead of the price-weighted draw; the SDK
+    describes a sort as applying "if 'order' is not specified", so an ``order``
+    (the Router's) is never re-ranked.
 
     Raises:
         RoutingError: 404 when the filters leave no endpoint, worded like OpenRouter.
     """
-    ordered = _plan_route(model, prefs, used_params, rng, unstable_tags, service_tier)
+    if "tools" in used_params and (prefs is None or not (prefs.sort or prefs.order)):
+        prefs = replace(prefs or Preferences(), sort="exacto")  # Auto Exacto
+    ordered = _plan_route(model, prefs, used_params, rng, unstable_tags, service_tier, admit)
     if service_tier == "priority" and model.has_tiers:
         # Priority endpoints first, the rest as fallbacks (stable: each keeps its order).
         return sorted(ordered, key=lambda e: e.service_tier != "priority")
@@ -451,13 +463,14 @@ def _plan_route(
     rng: random.Random,
     unstable_tags: frozenset[str] | set[str],
     service_tier: str | None,
+    admit: str | None,
 ) -> Sequence[EndpointSpec]:
     tiers = model.has_tiers
     if prefs is None and not unstable_tags and _SOFT_SET.isdisjoint(used_params) and not tiers:
         return _default_route(model).order(rng)  # the hot path: nothing to filter
     soft = [p for p in _SOFT_PARAMETERS if p in used_params]
     endpoints = (
-        tier_candidates(model.endpoints, prefs, service_tier, model)
+        tier_candidates(model.endpoints, prefs, service_tier, model, admit)
         if tiers
         else list(model.endpoints)
     )
