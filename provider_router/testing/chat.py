@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import time
 import zlib
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -143,17 +144,51 @@ def _attempt_failure(
     return response, kind
 
 
+METADATA_HEADER = "X-OpenRouter-Metadata"
+
+
+def router_metadata(
+    body: dict[str, Any],
+    model: ModelSpec,
+    candidates: Sequence[EndpointSpec],
+    served: EndpointSpec,
+    attempt: int,
+) -> dict[str, Any]:
+    """``openrouter_metadata`` (``X-OpenRouter-Metadata: enabled``): the routing trace,
+    with the fields the description's ``OpenRouterMetadata`` requires."""
+    requested = body.get("model")
+    return {
+        "requested": requested if isinstance(requested, str) else model.id,
+        "strategy": "fallback" if body.get("models") else "direct",
+        "region": None,
+        "summary": f"available={len(candidates)}, selected={served.provider_name}",
+        "attempt": attempt,
+        "is_byok": False,
+        "endpoints": {
+            "total": len(model.endpoints),
+            "available": [
+                {"model": model.id, "provider": e.provider_name, "selected": e is served}
+                for e in candidates
+            ],
+        },
+    }
+
+
 def _platform_limit(sim: Simulator, fault: Fault) -> web.Response:
     real = sim.real_seconds(fault.retry_after)
     header = retry_after_header(real)
-    reset_ms = str(int((sim.clock() + real) * 1000))
+    # Epoch milliseconds (the wall clock: a monotonic reading means nothing to a client);
+    # the notes call the format unconfirmed, milliseconds is what clients parse.
+    reset_ms = str(int((time.time() + real) * 1000))
     limit = str(fault.max_in_flight if fault.max_in_flight is not None else 1)
     rate_headers = {
         "X-RateLimit-Limit": limit,
         "X-RateLimit-Remaining": "0",
         "X-RateLimit-Reset": reset_ms,
     }
-    metadata = {"headers": rate_headers, "provider_name": None, "error_type": "rate_limit_exceeded"}
+    # The headers go on the answer only: no capture of a platform 429 copies them into
+    # error.metadata (upstream 429s carry Retry-After there, see _attempt_failure).
+    metadata = {"provider_name": None, "error_type": "rate_limit_exceeded"}
     return json_error(
         429,
         "Rate limit exceeded: requests-per-key.",
@@ -463,6 +498,10 @@ def _attempts(
             choices=choices,
             output=output,
         )
+        if request.headers.get(METADATA_HEADER) == "enabled":
+            attempt.metadata = router_metadata(
+                body, model, candidates, endpoint, len(record.attempts)
+            )
         sim.in_flight[tag] = sim.in_flight.get(tag, 0) + 1
         try:
             answer = serve(attempt)

@@ -91,6 +91,8 @@ class Attempt:
     """``n``: completions generated (and billed) for the request."""
     output: OutputFormat | None = None
     """What ``response_format`` asks for (None: text)."""
+    metadata: dict[str, Any] | None = None
+    """``openrouter_metadata`` to add to a JSON answer (asked for by header)."""
 
 
 @dataclass(slots=True)
@@ -432,6 +434,7 @@ def _json_data(attempt: Attempt, plan: _Plan, kind: str | None) -> bytes:
         and attempt.choices == 1
         and tier is None
         and not plan.structured
+        and attempt.metadata is None
     ):
         data = _plain_answer(attempt, plan, cost)
     else:
@@ -484,6 +487,8 @@ def _answer(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict
         ),
         fingerprint=attempt.endpoint.system_fingerprint,
     )
+    if attempt.metadata is not None:
+        payload["openrouter_metadata"] = attempt.metadata
     if attempt.endpoint.service_tier is not None:
         # The tier that served, at the top level as OpenAI's format has it (service-tiers
         # guide); only tier endpoints say it: no capture of a standard one has the key.

@@ -245,6 +245,14 @@ class EndpointSpec:
         }
 
 
+def _anonymous(listing: dict[str, Any]) -> dict[str, Any]:
+    data = listing["data"]
+    endpoints = [
+        {**e, "latency_last_30m": None, "throughput_last_30m": None} for e in data["endpoints"]
+    ]
+    return {**listing, "data": {**data, "endpoints": endpoints}}
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """A model and the endpoints that serve it."""
@@ -398,6 +406,12 @@ class Market:
             key: json.dumps(model.endpoints_listing()).encode()
             for key, model in self.models.items()
         }
+        self.anonymous_endpoints_bodies = {
+            key: json.dumps(_anonymous(model.endpoints_listing())).encode()
+            for key, model in self.models.items()
+        }
+        """The same listings as a request without a key sees them: no recent latency
+        or throughput (null, as unauthenticated real listings show)."""
 
     @classmethod
     def default(cls) -> Market:
