@@ -10,10 +10,11 @@ try and in what order. Semantics (docs/simulator.md, "Routing"):
   ``mxfp8``. ``max_price`` (USD per million tokens; per request for ``request``) and
   ``require_parameters`` filter too. When filters leave nothing: 404.
 * ``sort`` orders by price, throughput or latency (unstable endpoints still
-  last). Otherwise the first endpoint is
-  drawn among the stable ones (status >= 0, no failure in the last 30 simulated
-  seconds) weighted by the inverse square of its price, the rest follow by price,
-  unstable ones last.
+  last). Otherwise the first endpoint is drawn among the stable ones (status >= 0,
+  no failure in the last 30 simulated seconds: the breaker) weighted by its traffic
+  share (:func:`traffic_weights`, after OpenRouter's traffic-routing guide: the
+  cache-adjusted price, TTFT, reliability and speed; a competitive edge; a little
+  exploration), the rest follow by price, unstable ones last.
 * ``order`` puts its endpoints first, in that order; ``allow_fallbacks: false``
   then tries only those (or only the first endpoint when there is no ``order``).
 * Service-tier endpoints (``service_tier`` ``flex`` or ``priority``, tags such as
@@ -29,6 +30,7 @@ try and in what order. Semantics (docs/simulator.md, "Routing"):
 from __future__ import annotations
 
 import bisect
+import math
 import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -283,9 +285,52 @@ def _price_key(endpoint: EndpointSpec) -> tuple[Decimal, str]:
     return (endpoint.blended_price, endpoint.tag)
 
 
+# --- default routing: traffic shares (guides/providers/traffic-routing) ------------------
+# Money is not involved in the shares, so floats are fine here.
+ASSUMED_CACHE_SHARE = 0.5
+"""The prompt share an endpoint with cheaper cache reads is assumed to read from cache
+(its "real cache hit rate", which only OpenRouter measures: an assumption)."""
+COMPETITIVE_EDGE = 1.25
+"""Endpoints whose adjusted cost per unit of speed is within this factor of the best
+are "competitive"; past it the share drops off fast (assumption on the curve)."""
+EXPLORATION_SHARE = 0.01
+"""The least share of traffic any stable endpoint keeps ("so routing can see when it
+improves")."""
+
+
+def _adjusted_value(endpoint: EndpointSpec) -> float:
+    """Adjusted price (cache-adjusted, TTFT- and reliability-weighted) per unit of speed."""
+    prompt = float(endpoint.prompt)
+    if endpoint.cache_read_units is not None and endpoint.cache_read_units < endpoint.prompt_units:
+        read = float(endpoint.input_cache_read or 0)
+        prompt = prompt * (1 - ASSUMED_CACHE_SHARE) + read * ASSUMED_CACHE_SHARE
+    price = max(prompt + float(endpoint.completion), 1e-9)
+    reliability = max(min(endpoint.uptime_last_30m or 95.0, 100.0), 1.0) / 100
+    ttft = 1 + endpoint.latency_ms / 10_000  # a 1 s TTFT costs 10 %
+    speed = math.sqrt(max(float(endpoint.throughput), 1.0))  # faster carries a higher price
+    return price * ttft / reliability / speed
+
+
+def traffic_weights(stable: Sequence[EndpointSpec]) -> list[float]:
+    """Each stable endpoint's share of default traffic, as the traffic-routing guide
+    describes it: adjusted price and speed place an endpoint inside or past the
+    competitive edge; inside, shares fall gently (the inverse square of the ratio to
+    the best), past it steeply (eighth power), never below :data:`EXPLORATION_SHARE`."""
+    if not stable:
+        return []
+    values = [_adjusted_value(e) for e in stable]
+    best = min(values)
+    raw = []
+    for value in values:
+        ratio = value / best
+        raw.append(ratio**-2 if ratio <= COMPETITIVE_EDGE else COMPETITIVE_EDGE**6 * ratio**-8)
+    total = sum(raw)
+    floor = EXPLORATION_SHARE * total
+    return [max(w, floor) for w in raw]
+
+
 def _weighted_first(stable: list[EndpointSpec], rng: random.Random) -> int:
-    # Inverse square of the price; money is not involved, so floats are fine here.
-    weights = [1.0 / max(float(e.blended_price), 1e-9) ** 2 for e in stable]
+    weights = traffic_weights(stable)
     cumulative: list[float] = []
     total = 0.0
     for weight in weights:
@@ -296,7 +341,7 @@ def _weighted_first(stable: list[EndpointSpec], rng: random.Random) -> int:
 
 class _DefaultRoute:
     """The default order of one model's endpoints, precomputed: stable endpoints by
-    price with their cumulative inverse-square weights, then the unstable ones."""
+    price with their cumulative traffic-share weights, then the unstable ones."""
 
     __slots__ = ("cumulative", "model", "orders", "stable", "total", "unstable")
 
@@ -309,8 +354,8 @@ class _DefaultRoute:
         )
         self.cumulative: list[float] = []
         total = 0.0
-        for e in self.stable:
-            total += 1.0 / max(float(e.blended_price), 1e-9) ** 2
+        for weight in traffic_weights(self.stable):
+            total += weight
             self.cumulative.append(total)
         self.total = total
         # One order per possible first endpoint, built once (shared: never mutated).

@@ -43,8 +43,11 @@ async def test_default_routing_keeps_a_conversation_on_one_provider(start_sim: S
     _, client = await start_sim(seed=3)
     providers = []
     hits = 0
+    # Among endpoints that cache and some that do not (no order: stickiness stays on).
+    only = {"only": ["chutes", "deepinfra", "novita", "moonshotai", "together", "parasail"]}
     for turn in range(1, 9):
-        provider, cached = await served(client, {"messages": conversation(1, turn)})
+        body = {"messages": conversation(1, turn), "provider": only}
+        provider, cached = await served(client, body)
         providers.append(provider)
         hits += cached > 0
     # Stickiness starts once an endpoint whose cache read is cheaper served a turn.
