@@ -32,12 +32,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import time
 from decimal import Decimal
 from typing import Any
 
-from bench.bench_client import KEY, MODEL, _uvloop
+from bench.bench_client import KEY, MODEL, Sim, _uvloop
 
 CACHE_CAPACITY = 200_000
 """Prefixes each simulated endpoint keeps: enough for every live conversation here
@@ -64,45 +63,6 @@ def conversations(count: int, turns: int) -> list[list[list[dict[str, Any]]]]:
             messages = [*messages, {"role": "assistant", "content": answer}]
         out.append(requests)
     return out
-
-
-def _serve(speed: float, ready: Any, faults: list[dict[str, Any]]) -> None:
-    _uvloop()
-    from provider_router.testing import SimulatorServer
-    from provider_router.testing.collector import tune_for_server
-    from provider_router.testing.prefix_cache import PrefixCache
-
-    async def main() -> None:
-        async with SimulatorServer(
-            api_keys=[KEY],
-            credits=10**6,
-            speed=speed,
-            faults=faults,
-            log_limit=1000,
-            completion_tokens=COMPLETION_TOKENS,
-        ) as sim:
-            sim.simulator.caches = PrefixCache(CACHE_CAPACITY)
-            tune_for_server()
-            ready.send(sim.url)
-            await asyncio.Event().wait()
-
-    asyncio.run(main())
-
-
-class Sim:
-    """The simulator in a child process of its own."""
-
-    def __init__(self, speed: float, faults: list[dict[str, Any]]) -> None:
-        parent, child = mp.Pipe()
-        self.process = mp.get_context("fork").Process(
-            target=_serve, args=(speed, child, faults), daemon=True
-        )
-        self.process.start()
-        self.url: str = parent.recv()
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.join(5)
 
 
 def _faults(capacity: int, tags: list[str]) -> list[dict[str, Any]]:
@@ -212,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     projection = estimate = None
     for mode in ("order", "pinned"):
-        sim = Sim(args.speed, faults)
+        sim = Sim(args.speed, faults, COMPLETION_TOKENS, CACHE_CAPACITY)
         try:
             if projection is None:
                 projection, estimate = asyncio.run(_project(sim.url, convs, share))

@@ -71,7 +71,6 @@ from provider_router._exceptions import (
     RateLimitError,
 )
 from provider_router._log import DEBUG, get_logger
-from provider_router._money import to_decimal
 from provider_router._request import PreparedRequest, RequestEncoder, encode_json
 from provider_router._resource import AsyncResource
 from provider_router._secrets import scrub
@@ -108,16 +107,11 @@ DEFAULT_WORKLOAD = Workload(prompt_tokens=500, completion_tokens=2000)
 
 def _cache_workload(workload: Workload, rate: Decimal | float | str | None) -> Workload:
     """The workload at its expected cache hit rate: what pinned sessions are ranked for."""
-    if rate is None:
-        share = workload.cached_prompt_share or DEFAULT_CACHE_HIT_RATE
-    else:
-        try:
-            share = to_decimal(rate, what="cache_hit_rate")
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
-        if not 0 <= share <= 1:
-            raise ConfigurationError(f"cache_hit_rate must be between 0 and 1, got {share}")
-    return dataclasses.replace(workload, cached_prompt_share=share)
+    share = rate if rate is not None else workload.cached_prompt_share or DEFAULT_CACHE_HIT_RATE
+    try:  # Workload checks the share (a number 0..1)
+        return dataclasses.replace(workload, cached_prompt_share=share)  # type: ignore[arg-type]
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"cache_hit_rate={rate!r}: {exc}") from None
 
 
 CONTEXT_BYTES_PER_TOKEN: Final = 32

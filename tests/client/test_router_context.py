@@ -6,32 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
-from _router_helpers import MakeRouter
+from _router_helpers import MARKETS, MakeRouter
 
 from provider_router import BadRequestError, ConfigurationError, MemoryLedger, ProviderPolicy
 from provider_router.testing import SimulatorServer
 
-MARKET = """
-models:
-  - id: acme/ctx
-    endpoints:
-      - provider: Chutes
-        pricing: {prompt: "1", completion: "2"}
-        context_length: 4096
-"""
-
 
 async def test_a_prompt_too_long_is_final_and_costs_nothing(
-    tmp_path: Path,
     openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]],
     make_router: MakeRouter,
 ) -> None:
-    market = tmp_path / "market.yaml"
-    market.write_text(MARKET)
-    sim = await openrouter_sim_factory(market=market, completion_tokens=10)
+    sim = await openrouter_sim_factory(market=MARKETS / "context.yaml", completion_tokens=10)
     ledger = MemoryLedger(Decimal(1))
     router = await make_router(sim, model="acme/ctx", ledger=ledger, policy=ProviderPolicy())
     too_long = [{"role": "user", "content": "abcd" * 5000}]

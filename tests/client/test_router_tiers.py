@@ -6,46 +6,24 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
-from pathlib import Path
 
-from _router_helpers import MakeRouter
+from _router_helpers import MARKETS, MakeRouter
 
 from provider_router import MemoryLedger, ProviderPolicy
 from provider_router.testing import SimulatorServer
 
-MARKET = """
-models:
-  - id: acme/tiered
-    endpoints:
-      - provider: Google Vertex
-        slug: google-vertex
-        pricing: {prompt: "1", completion: "4"}
-      - provider: Google Vertex
-        slug: google-vertex
-        tag: google-vertex/flex
-        service_tier: flex
-        pricing: {prompt: "0.5", completion: "2"}
-      - provider: Google Vertex
-        slug: google-vertex
-        tag: google-vertex/priority
-        service_tier: priority
-        pricing: {prompt: "2", completion: "8"}
-"""
 M = Decimal(1_000_000)
 HELLO = [{"role": "user", "content": "hello"}]
 
 
 async def test_flex_only_when_allowed_and_reserved_at_the_standard_price(
-    tmp_path: Path,
     openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]],
     make_router: MakeRouter,
 ) -> None:
-    market = tmp_path / "market.yaml"
-    market.write_text(MARKET)
-    sim = await openrouter_sim_factory(market=market, completion_tokens=10)
+    sim = await openrouter_sim_factory(market=MARKETS / "tiered.yaml", completion_tokens=10)
     standard = await make_router(sim, model="acme/tiered", policy=ProviderPolicy())
-    assert standard.plan.order == ("google-vertex",)
-    assert standard.plan.max_completion_price == Decimal(4) / M, "priority is not allowed"
+    assert set(standard.plan.order) == {"google-vertex", "chutes"}
+    assert standard.plan.max_completion_price == Decimal(5) / M, "priority ($8) not allowed"
 
     ledger = MemoryLedger(Decimal(1))
     flex_only = ProviderPolicy(allow_flex=True, service_tiers=["flex"])
@@ -64,4 +42,4 @@ async def test_flex_only_when_allowed_and_reserved_at_the_standard_price(
 
     both = await make_router(sim, model="acme/tiered", policy=ProviderPolicy(allow_flex=True))
     assert both.plan.order[0] == "google-vertex/flex", "cheapest first"
-    assert set(both.plan.order) == {"google-vertex/flex", "google-vertex"}
+    assert set(both.plan.order) == {"google-vertex/flex", "google-vertex", "chutes"}

@@ -16,17 +16,7 @@ from provider_router.testing.synth import count_prompt_tokens
 
 FIXED = {COMPLETION_TOKENS_HEADER: "10"}
 MODEL = "acme/ctx"
-MARKET = """
-models:
-  - id: acme/ctx
-    endpoints:
-      - provider: Chutes
-        pricing: {prompt: "1", completion: "2"}
-        context_length: 4096
-      - provider: Venice
-        pricing: {prompt: "0.5", completion: "1"}
-        context_length: 1024
-"""
+MARKET = Path(__file__).parents[1] / "data" / "markets" / "context.yaml"
 
 
 def prompt(tokens: int) -> list[dict[str, str]]:
@@ -35,10 +25,8 @@ def prompt(tokens: int) -> list[dict[str, str]]:
 
 
 @pytest.fixture
-async def ctx(start_sim: StartSim, tmp_path: Path) -> tuple[Any, SimClient]:
-    market = tmp_path / "market.yaml"
-    market.write_text(MARKET)
-    return await start_sim(market=market)
+async def ctx(start_sim: StartSim) -> tuple[Any, SimClient]:
+    return await start_sim(market=MARKET)
 
 
 async def post(client: SimClient, **body: Any) -> Any:

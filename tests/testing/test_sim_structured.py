@@ -13,7 +13,7 @@ import pytest
 from _sim_client import MODEL, SimClient
 from pydantic import BaseModel
 
-from provider_router.testing import COMPLETION_TOKENS_HEADER, SimulatorServer
+from provider_router.testing import COMPLETION_TOKENS_HEADER
 
 FIXED = {COMPLETION_TOKENS_HEADER: "40"}
 SCHEMA: dict[str, Any] = {
@@ -104,22 +104,16 @@ class Film(BaseModel):
     tags: list[str]
 
 
-async def test_openai_sdk_parse_works(
-    openrouter_sim: SimulatorServer, openrouter_api_key: str
-) -> None:
-    async with openai.AsyncOpenAI(
-        base_url=openrouter_sim.url, api_key=openrouter_api_key
-    ) as client:
-        completion = await client.chat.completions.parse(
-            model=MODEL, messages=ASK, response_format=Film, max_tokens=200
-        )
-        parsed = completion.choices[0].message.parsed
-        assert isinstance(parsed, Film)
-        async with client.chat.completions.stream(
-            model=MODEL, messages=ASK, response_format=Film, max_tokens=200
-        ) as stream:
-            final = await stream.get_final_completion()
-        assert isinstance(final.choices[0].message.parsed, Film)
+async def test_openai_sdk_parse_works(openai_client: openai.AsyncOpenAI) -> None:
+    completion = await openai_client.chat.completions.parse(
+        model=MODEL, messages=ASK, response_format=Film, max_tokens=200
+    )
+    assert isinstance(completion.choices[0].message.parsed, Film)
+    async with openai_client.chat.completions.stream(
+        model=MODEL, messages=ASK, response_format=Film, max_tokens=200
+    ) as stream:
+        final = await stream.get_final_completion()
+    assert isinstance(final.choices[0].message.parsed, Film)
 
 
 async def test_only_a_tool_less_endpoint_with_tools_answers_in_text(client: SimClient) -> None:

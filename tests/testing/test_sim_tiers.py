@@ -17,33 +17,12 @@ from provider_router.testing import COMPLETION_TOKENS_HEADER
 FIXED = {COMPLETION_TOKENS_HEADER: "10"}
 MODEL = "acme/tiered"
 M = Decimal(1_000_000)
-MARKET = """
-models:
-  - id: acme/tiered
-    endpoints:
-      - provider: Google Vertex
-        slug: google-vertex
-        pricing: {prompt: "1", completion: "4"}
-      - provider: Google Vertex
-        slug: google-vertex
-        tag: google-vertex/flex
-        service_tier: flex
-        pricing: {prompt: "0.5", completion: "2"}
-      - provider: Google Vertex
-        slug: google-vertex
-        tag: google-vertex/priority
-        service_tier: priority
-        pricing: {prompt: "2", completion: "8"}
-      - provider: Chutes
-        pricing: {prompt: "1.5", completion: "5"}
-"""
+MARKET = Path(__file__).parents[1] / "data" / "markets" / "tiered.yaml"
 
 
 @pytest.fixture
-async def tiered(start_sim: StartSim, tmp_path: Path) -> tuple[Any, SimClient]:
-    market = tmp_path / "market.yaml"
-    market.write_text(MARKET)
-    return await start_sim(market=market, seed=4)
+async def tiered(start_sim: StartSim) -> tuple[Any, SimClient]:
+    return await start_sim(market=MARKET, seed=4)
 
 
 async def post(client: SimClient, n: int = 0, **body: Any) -> Any:
