@@ -151,7 +151,7 @@ def test_sessions_are_bounded_and_expire_when_idle() -> None:
 def test_a_bad_cache_hit_rate_is_refused_naming_it() -> None:
     from provider_router import Router
 
-    with pytest.raises(ConfigurationError, match="cache_hit_rate='1.5'"):
+    with pytest.raises(ConfigurationError, match=r"cache_hit_rate='1\.5'"):
         Router("moonshotai/kimi-k2.5", api_key="sk-x", cache_hit_rate="1.5")
     with pytest.raises(ConfigurationError, match="cache_hit_rate"):
         Router("moonshotai/kimi-k2.5", api_key="sk-x", cache_hit_rate="many")
