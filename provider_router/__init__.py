@@ -37,6 +37,7 @@ from provider_router._exceptions import (
 )
 
 if _typing.TYPE_CHECKING:
+    from provider_router.affinity import CacheAffinity
     from provider_router.batch.export import ExportReport, export_conversations
     from provider_router.batch.fleet import FleetProgress, FleetQueue, FleetTally, WorkItem
     from provider_router.batch.fleet_source import FleetJournal, FleetSource
@@ -46,6 +47,7 @@ if _typing.TYPE_CHECKING:
     from provider_router.batch.run_progress import DatasetProgress, RunProgress
     from provider_router.batch.runner import BatchRunner
     from provider_router.batch.summary import RunSummary, StopReason
+    from provider_router.cache_estimate import PrefixShare, shared_prefix_share
     from provider_router.catalog import Catalog
     from provider_router.client import ChatStream, Router
     from provider_router.health import ProviderHealth, ProviderStats
@@ -125,6 +127,7 @@ _LAZY: dict[str, str] = {
     "Backoff": "provider_router.retry",
     "BatchRunner": "provider_router.batch.runner",
     "BudgetFit": "provider_router.projection",
+    "CacheAffinity": "provider_router.affinity",
     "Catalog": "provider_router.catalog",
     "ChatResult": "provider_router.results",
     "ChatStream": "provider_router.client",
@@ -164,6 +167,7 @@ _LAZY: dict[str, str] = {
     "PartialDataset": "provider_router.projection",
     "PercentileStats": "provider_router.records",
     "PilotResult": "provider_router.workload_stats",
+    "PrefixShare": "provider_router.cache_estimate",
     "Plan": "provider_router.plan",
     "Pricing": "provider_router.records",
     "PricingOverride": "provider_router.records",
@@ -218,6 +222,7 @@ _LAZY: dict[str, str] = {
     "read_scheme": "provider_router.quantization",
     "run_pilot": "provider_router.workload_stats",
     "sample_prompts": "provider_router.workload_stats",
+    "shared_prefix_share": "provider_router.cache_estimate",
     "workload_cost": "provider_router.ranking",
 }
 
@@ -237,6 +242,7 @@ __all__ = [
     "BudgetError",
     "BudgetExhausted",
     "BudgetFit",
+    "CacheAffinity",
     "Catalog",
     "ChatResult",
     "ChatStream",
@@ -288,6 +294,7 @@ __all__ = [
     "PilotResult",
     "Plan",
     "PolicyViolationError",
+    "PrefixShare",
     "Pricing",
     "PricingOverride",
     "Projection",
@@ -347,6 +354,7 @@ __all__ = [
     "read_scheme",
     "run_pilot",
     "sample_prompts",
+    "shared_prefix_share",
     "workload_cost",
 ]
 
