@@ -16,6 +16,7 @@ catch "my mistake" apart from "the world's":
     │   │   └── ResponseCarriedError         HTTP 200 whose body or stream carries an error
     │   └── APIStatusError                   a non-2xx answer; carries status, body, headers
     │       ├── BadRequestError              400 (and 422)
+    │       │   └── ContextLengthExceeded        too long for every allowed context (not sent)
     │       ├── AuthenticationError          401
     │       ├── PaymentRequiredError         402, with ``limit_source``
     │       ├── PermissionDeniedError        403
@@ -55,6 +56,7 @@ __all__ = [
     "BudgetError",
     "BudgetExhausted",
     "ConfigurationError",
+    "ContextLengthExceeded",
     "CreditsExhausted",
     "DataFileError",
     "InvalidResponseError",
@@ -230,6 +232,31 @@ class BadRequestError(APIStatusError):
     def requested_tokens(self) -> int | None:
         """The tokens the request asked for (prompt + completion), when OpenRouter says."""
         return _context_numbers(self)[1]
+
+
+class ContextLengthExceeded(BadRequestError):
+    """A request too long for every allowed endpoint's context, refused before it was
+    sent (a 400 ``context_length_exceeded`` is what OpenRouter would answer).
+
+    Attributes:
+        limit: the largest context length among the allowed endpoints (tokens).
+        least: a lower bound on the tokens the request needs (prompt + completion cap).
+    """
+
+    request_sent = False
+
+    def __init__(self, limit: int, least: int, message: str) -> None:
+        super().__init__(400, message, error_type="context_length_exceeded")
+        self.limit = limit
+        self.least = least
+
+    @property
+    def context_limit(self) -> int | None:
+        return self.limit
+
+    @property
+    def requested_tokens(self) -> int | None:
+        return self.least
 
 
 _CONTEXT_WORDING = re.compile(

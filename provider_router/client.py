@@ -65,6 +65,7 @@ from provider_router._constants import (
 )
 from provider_router._exceptions import (
     ConfigurationError,
+    ContextLengthExceeded,
     CreditsExhausted,
     LedgerWriteError,
     PaymentRequiredError,
@@ -125,14 +126,20 @@ def _check_fits(context: int, prompt_upper_bound: int, cap: int | None) -> None:
     """Refuse a request that cannot fit any allowed endpoint's context: it would be a 400.
 
     ``prompt_upper_bound`` counts UTF-8 bytes (plus template): divided by
-    :data:`CONTEXT_BYTES_PER_TOKEN` it is a lower bound on the prompt's tokens.
+    :data:`CONTEXT_BYTES_PER_TOKEN` it is a lower bound on the prompt's tokens. The
+    prompt is what is judged (:class:`ContextLengthExceeded`: a batch counts the prompt
+    and goes on); a completion cap alone beyond the context is left to the reservation
+    and to OpenRouter's 400 (neither is paid).
     """
     least = prompt_upper_bound // CONTEXT_BYTES_PER_TOKEN
-    if least + (cap or 0) > context:
-        raise ConfigurationError(
+    completion = cap or 0
+    if completion < context and least + completion > context:
+        raise ContextLengthExceeded(
+            context,
+            least + completion,
             f"the request cannot fit: at least {least:,} prompt tokens plus max_tokens "
-            f"{cap or 0:,} exceed the largest context length of the allowed endpoints "
-            f"({context:,} tokens); nothing was sent"
+            f"{completion:,} exceed the largest context length of the allowed endpoints "
+            f"({context:,} tokens); nothing was sent",
         )
 
 

@@ -10,7 +10,12 @@ from decimal import Decimal
 import pytest
 from _router_helpers import MARKETS, MakeRouter
 
-from provider_router import BadRequestError, ConfigurationError, MemoryLedger, ProviderPolicy
+from provider_router import (
+    BadRequestError,
+    ContextLengthExceeded,
+    MemoryLedger,
+    ProviderPolicy,
+)
 from provider_router.testing import SimulatorServer
 
 
@@ -33,10 +38,14 @@ async def test_a_prompt_too_long_is_final_and_costs_nothing(
     assert state.spent == 0
     assert state.reserved == 0
     assert sim.simulator.usage == 0
-    # A completion cap that alone leaves no room: refused before anything is sent.
-    with pytest.raises(ConfigurationError, match=r"largest context length .*4,096 tokens"):
-        await router.chat([{"role": "user", "content": "abcd" * 100}], max_tokens=4090)
+    # A prompt that cannot fit even at 32 bytes a token: refused before anything is sent.
+    with pytest.raises(ContextLengthExceeded, match=r"largest context length .*4,096 tokens"):
+        await router.chat([{"role": "user", "content": "abcd" * 40_000}], max_tokens=100)
     assert len(sim.requests) == 1
+    # A completion cap that alone exceeds the context is OpenRouter's 400, final, unpaid.
+    with pytest.raises(BadRequestError, match="maximum context length"):
+        await router.chat([{"role": "user", "content": "hi"}], max_tokens=5000)
+    assert len(sim.requests) == 2
     # What fits is served.
     result = await router.chat([{"role": "user", "content": "hello"}], max_tokens=100)
     assert result.cost == sim.simulator.usage
