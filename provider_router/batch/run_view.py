@@ -185,6 +185,7 @@ def summarize(
         message=message.lstrip("; "),
         fleet=_fleet_report(dispatcher),
         preflight=preflight,
+        cache_saved=router.cache_saved if router is not None else Decimal(0),
     )
 
 

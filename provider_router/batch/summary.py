@@ -303,6 +303,8 @@ class RunSummary:
             the whole fleet's (None outside a fleet).
         preflight: USD the preflights of this job directory cost, over every run
             (part of ``spent``, in no dataset's cost: ``run``'s 1-token pinned request).
+        cache_saved: USD prompt caching saved in this run (cached tokens at the serving
+            provider's prompt price less its cache-read price: ``Router.cache_saved``).
     """
 
     reason: StopReason
@@ -320,6 +322,7 @@ class RunSummary:
     fleet: dict[str, Any] | None = None
     budget_to_finish: Decimal | None = None
     preflight: Decimal = Decimal(0)
+    cache_saved: Decimal = Decimal(0)
 
     @property
     def exit_code(self) -> int:
@@ -336,6 +339,7 @@ class RunSummary:
             "spent_usd": decimal_str(self.spent),
             "reserved_usd": decimal_str(self.reserved),
             "preflight_usd": decimal_str(self.preflight),
+            "cache_saved_usd": decimal_str(self.cache_saved),
             "to_finish_usd": _str(self.to_finish),
             "budget_to_finish_usd": _str(self.budget_to_finish),
             "wall_time_s": round(self.wall_time, 3),
@@ -439,6 +443,8 @@ class RunSummary:
             f"{format_usd(self.budget)} (reserved {format_usd(self.reserved)}); "
             f"to finish the plan: {to_finish}; wall time {self.wall_time:.1f}s"
         )
+        if self.cache_saved > 0:
+            console.print(f"Prompt caching saved {format_usd(self.cache_saved)} in this run.")
         if self.message:
             console.print(self.message)
         if self.bad_lines:

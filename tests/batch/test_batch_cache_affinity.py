@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,10 @@ async def _run(tmp_path: Path, sim: SimulatorServer, affinity: bool) -> None:
     runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
     summary = await runner.run()
     assert summary.reason is StopReason.COMPLETE
+    saved = json.loads((out / "summary.json").read_text())["cache_saved_usd"]
+    assert Decimal(saved) == summary.cache_saved
+    if affinity:
+        assert summary.cache_saved > 0, "what caching saved is reported"
 
 
 async def test_a_plan_with_cache_affinity_pins_each_conversation(
