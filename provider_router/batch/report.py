@@ -467,10 +467,16 @@ def _headline(data: RunData) -> str:
             f"{int(last.get('output_tokens') or 0):,} output tokens</p>"
         )
     tokens = sum(int(d.get("output_tokens") or 0) for d in summary.get("datasets", {}).values())
+    saved = _dec(summary.get("cache_saved_usd"))
+    cached = (
+        f", prompt caching saved {escape(_money_text(summary.get('cache_saved_usd')))}"
+        if saved is not None and saved > 0
+        else ""
+    )
     return (
         f'<p class="meta"><span class="reason">{escape(str(summary.get("reason")))}</span> — '
         f"spent {escape(_money_text(summary.get('spent_usd')))} "
-        f"of {escape(_money_text(summary.get('budget_usd')))}, "
+        f"of {escape(_money_text(summary.get('budget_usd')))}{cached}, "
         f"{tokens:,} output tokens, last run {float(summary.get('wall_time_s') or 0):,.1f} s"
         f"{'' if not summary.get('message') else ' — ' + escape(str(summary['message']))}</p>"
     )

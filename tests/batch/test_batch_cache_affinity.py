@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from provider_router.batch.report import write_report
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.summary import StopReason
 from provider_router.plan import Plan
@@ -52,6 +53,8 @@ async def _run(tmp_path: Path, sim: SimulatorServer, affinity: bool) -> None:
     assert Decimal(saved) == summary.cache_saved
     if affinity:
         assert summary.cache_saved > 0, "what caching saved is reported"
+        page = write_report(out).read_text()
+        assert "prompt caching saved $" in page
 
 
 async def test_a_plan_with_cache_affinity_pins_each_conversation(
