@@ -1,6 +1,7 @@
 """Cache-aware pinning against today's pinning, on a multi-turn shared-prefix workload.
 
-``python -m bench cache [--conversations 2000] [--turns 6] [--capacity 400] [--speed 100]``
+``python -m bench cache [--conversations 2000] [--turns 6] [--capacity 400] [--speed 100]
+[--rate-limit P]``
 
 The workload regenerates conversations turn by turn (as SpecForge's
 ``regenerate_train_data.py`` does for EAGLE-3 data): every conversation opens with
@@ -19,12 +20,17 @@ policy (``exclude_below="int4"``) and the same workload (the prompt share
   endpoint): OpenRouter's sticky routing is off, and a request the first endpoint
   cannot take falls through to the next;
 * **pinned**: ``Router(cache_affinity=True)``: each conversation on one endpoint
-  (one-tag ``only``, its ``session_id``, no ``order``).
+  (one-tag ``only``, its ``session_id``, no ``order``);
+* **pinned+fb**: ``Router(cache_affinity=True, pin_fallbacks=True)``: the pin first
+  (``order: [pin]``, every allowed tag in ``only``), so OpenRouter falls back inside.
 
 ``--capacity N`` gives every endpoint a ``max_in_flight: N`` rate limit (a
-provider's real concurrency limit; 0 for none). Printed: cache hit rate (cached
-over prompt tokens), prompt cost, total cost, and the projection of the same
-workload against the pinned run's actual cost.
+provider's real concurrency limit; 0 for none): realistic, but when it binds depends
+on timing, so on a shared machine the figures move from run to run. ``--rate-limit P``
+instead makes every attempt anywhere a 429 with probability ``P``, drawn from the
+request's seeded stream: the same in every run (use ``--capacity 0`` with it).
+Printed: cache hit rate (cached over prompt tokens), prompt cost, total cost, and
+the projection of the same workload against the pinned run's actual cost.
 """
 
 from __future__ import annotations
@@ -65,14 +71,17 @@ def conversations(count: int, turns: int) -> list[list[list[dict[str, Any]]]]:
     return out
 
 
-def _faults(capacity: int, tags: list[str]) -> list[dict[str, Any]]:
-    if capacity <= 0:
-        return []
-    return [{"kind": "rate_limit", "provider": t, "max_in_flight": capacity} for t in tags]
+def _faults(capacity: int, tags: list[str], rate: float) -> list[dict[str, Any]]:
+    faults: list[dict[str, Any]] = []
+    if capacity > 0:
+        faults += [{"kind": "rate_limit", "provider": t, "max_in_flight": capacity} for t in tags]
+    if rate > 0:
+        faults.append({"kind": "rate_limit", "rate": rate})
+    return faults
 
 
 async def _run(
-    url: str, convs: list[list[list[dict[str, Any]]]], workload: Any, pinned: bool
+    url: str, convs: list[list[list[dict[str, Any]]]], workload: Any, mode: str
 ) -> dict[str, Any]:
     from provider_router import ProviderPolicy, Router
 
@@ -82,7 +91,8 @@ async def _run(
         api_key=KEY,
         policy=ProviderPolicy(exclude_below="int4"),
         workload=workload,
-        cache_affinity=pinned,
+        cache_affinity=mode != "order",
+        pin_fallbacks=mode == "pinned+fb",
         max_concurrency=len(convs),
     )
     totals = {"requests": 0, "prompt": 0, "cached": 0, "failed": 0}
@@ -154,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversations", type=int, default=2000)
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--capacity", type=int, default=400)
+    parser.add_argument("--rate-limit", type=float, default=0.0)
     parser.add_argument("--speed", type=float, default=100.0)
     args = parser.parse_args(argv)
     _uvloop()
@@ -164,14 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     order_of_sending = [c[t] for t in range(args.turns) for c in convs]
     share = shared_prefix_share(order_of_sending, min_tokens=128)
     tags = [e.tag for e in Market.default().models[MODEL].endpoints]
-    faults = _faults(args.capacity, tags)
+    faults = _faults(args.capacity, tags, args.rate_limit)
     print(
         f"{args.conversations} conversations x {args.turns} turns, capacity {args.capacity} "
-        f"per endpoint; expected cache share {float(share.share):.4f}"
+        f"per endpoint, 429 rate {args.rate_limit} "
+        f"; expected cache share {float(share.share):.4f}"
     )
     results: dict[str, Any] = {}
     projection = estimate = None
-    for mode in ("order", "pinned"):
+    for mode in ("order", "pinned", "pinned+fb"):
         sim = Sim(args.speed, faults, COMPLETION_TOKENS, CACHE_CAPACITY)
         try:
             if projection is None:
@@ -185,20 +197,22 @@ def main(argv: list[str] | None = None) -> int:
     assert projection is not None
     for mode, r in results.items():
         print(
-            f"{mode:>7}: {r['requests']} served ({r['failed']} failed) in {r['seconds']:.1f} s; "
+            f"{mode:>9}: {r['requests']} served ({r['failed']} failed) in {r['seconds']:.1f} s; "
             f"hit rate {r['hit_rate']:.4f}; prompt ${r['prompt_cost']:.4f}; "
             f"total ${r['cost']:.4f}; moves {r['moves']}; {json.dumps(r['providers'])}"
         )
-    order, pinned = results["order"], results["pinned"]
-    print(
-        f"pinned/order: prompt cost x{pinned['prompt_cost'] / order['prompt_cost']:.3f}, "
-        f"total x{pinned['cost'] / order['cost']:.3f}"
-    )
-    for basis in ("cheapest", "mix"):
-        projected = projection.total.cost(basis).expected
-        error = (projected - pinned["cost"]) / pinned["cost"]
+    order = results["order"]
+    for mode in ("pinned", "pinned+fb"):
+        pinned = results[mode]
         print(
-            f"projection ({basis}): ${projected:.4f} against pinned actual ${pinned['cost']:.4f} "
-            f"({float(error) * 100:+.2f} %)"
+            f"{mode}/order: prompt cost x{pinned['prompt_cost'] / order['prompt_cost']:.3f}, "
+            f"total x{pinned['cost'] / order['cost']:.3f}"
         )
+        for basis in ("cheapest", "mix"):
+            projected = projection.total.cost(basis).expected
+            error = (projected - pinned["cost"]) / pinned["cost"]
+            print(
+                f"  projection ({basis}): ${projected:.4f} against {mode} actual "
+                f"${pinned['cost']:.4f} ({float(error) * 100:+.2f} %)"
+            )
     return 0

@@ -199,6 +199,10 @@ class Router(AsyncResource):
             message) to one allowed endpoint, sent as ``session_id`` with a
             one-tag ``only`` (docs/client.md, "Cache-aware pinning"); a call's own
             ``session_id`` is pinned either way.
+        pin_fallbacks: send a pinned request as ``order: [pin]`` with every allowed
+            tag in ``only`` instead of a one-tag ``only``: a 429 at the pin falls back
+            inside OpenRouter (one cache miss) instead of reaching the limiter and a
+            retry (docs/client.md, "Cache-aware pinning").
         cache_hit_rate: the prompt share (0..1) expected from cache when choosing a
             pinned session's endpoint (default: the workload's
             ``cached_prompt_share``, else :data:`~provider_router.affinity.DEFAULT_CACHE_HIT_RATE`).
@@ -234,6 +238,7 @@ class Router(AsyncResource):
         health: ProviderHealth | None = None,
         params: Mapping[str, Any] | None = None,
         cache_affinity: bool = False,
+        pin_fallbacks: bool = False,
         cache_hit_rate: Decimal | float | str | None = None,
         metrics: Metrics | None = None,
         clock: Clock = time.monotonic,
@@ -273,6 +278,7 @@ class Router(AsyncResource):
         self.retry = retry if retry is not None else RetryPolicy()
         self.workload = workload if workload is not None else DEFAULT_WORKLOAD
         self.cache_affinity = cache_affinity
+        self.pin_fallbacks = pin_fallbacks
         self.affinity = CacheAffinity()
         """Which endpoint each pinned session goes to (``pinned`` and ``moves`` count)."""
         self._cache_workload = _cache_workload(self.workload, cache_hit_rate)
@@ -667,7 +673,9 @@ class Router(AsyncResource):
             if "session_id" not in params:
                 params = {**params, "session_id": session}
             pinned = self.affinity.pin(session, plan, self._clock(), demoted=self.health.demoted())
-            provider = encode_json(plan.pinned_object(pinned)).encode()
+            provider = encode_json(
+                plan.pinned_object(pinned, fallbacks=self.pin_fallbacks)
+            ).encode()
         payload = encoder.encode(messages, max_tokens, stream, params, provider)
         if params:
             # The fields' JSON, already encoded for the body, bounds what tools and
@@ -716,7 +724,7 @@ class Router(AsyncResource):
         )
         if tag != request.pinned:
             request.pinned = tag
-            provider = encode_json(plan.pinned_object(tag)).encode()
+            provider = encode_json(plan.pinned_object(tag, fallbacks=self.pin_fallbacks)).encode()
             request.payload = b"".join((request.body_head, provider, b"}"))
 
     def stream(

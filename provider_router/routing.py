@@ -214,7 +214,7 @@ class RoutePlan:
             self._cache[demoted] = obj
         return obj
 
-    def pinned_object(self, tag: str) -> dict[str, Any]:
+    def pinned_object(self, tag: str, *, fallbacks: bool = False) -> dict[str, Any]:
         """The ``provider`` object that pins a request to one allowed endpoint ``tag``.
 
         ``only`` names that one tag and there is no ``order``: OpenRouter's
@@ -223,15 +223,25 @@ class RoutePlan:
         choose. The price ceilings, ``ignore`` and ``quantizations`` are the
         plan's, so the reservation covers the request as before. Cached per tag
         and shared: callers must not mutate it.
+
+        With ``fallbacks`` the object is instead ``order: [tag]`` with the plan's
+        whole ``only``: the pin is tried first on every request, and a 429 or an
+        error there falls back inside OpenRouter to the other allowed endpoints (that
+        one request misses the cache; the session stays pinned). The pin itself is
+        the stickiness then (OpenRouter's own is off with an ``order``).
         """
-        cached = self._pinned.get(tag)
+        key = f"{tag}\x00fallbacks" if fallbacks else tag
+        cached = self._pinned.get(key)
         if cached is not None:
             return cached
         if tag not in self.order:
             raise ValueError(f"{tag!r} is not an allowed endpoint of {self.model!r}")
         obj = {k: v for k, v in self.provider_object().items() if k != "order"}
-        obj["only"] = [tag]
-        self._pinned[tag] = obj
+        if fallbacks:
+            obj = {"order": [tag], **obj}
+        else:
+            obj["only"] = [tag]
+        self._pinned[key] = obj
         return obj
 
     def worst_case(self, prompt_tokens: int, max_tokens: int, images: int = 0) -> Decimal:

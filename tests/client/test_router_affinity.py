@@ -155,3 +155,23 @@ def test_a_bad_cache_hit_rate_is_refused_naming_it() -> None:
         Router("moonshotai/kimi-k2.5", api_key="sk-x", cache_hit_rate="1.5")
     with pytest.raises(ConfigurationError, match="cache_hit_rate"):
         Router("moonshotai/kimi-k2.5", api_key="sk-x", cache_hit_rate="many")
+
+
+async def test_pin_fallbacks_try_the_pin_first_and_fall_back_inside_openrouter(
+    openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], make_router: MakeRouter
+) -> None:
+    sim = await openrouter_sim_factory(completion_tokens=10)
+    router = await make_router(sim, cache_affinity=True, pin_fallbacks=True)
+    pin = router.plan.cache_ranked[0].endpoint
+    sim.add_fault({"kind": "rate_limit", "provider": pin.slug, "times": 1})
+    conversation = turns(2)
+    first = await router.chat(conversation[0], max_tokens=50)
+    assert first.attempts == 1, "the 429 never reached the client"
+    assert first.provider != pin.provider_name
+    second = await router.chat(conversation[1], max_tokens=50)
+    assert second.provider == pin.provider_name, "the session stayed on its pin"
+    routing = sim.requests[-1].routing
+    assert routing is not None
+    assert routing["order"] == [pin.slug]
+    assert set(routing["only"]) == set(router.plan.order)
+    assert router.affinity.moves == 0
