@@ -189,9 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             if projection is None:
                 projection, estimate = asyncio.run(_project(sim.url, convs, share))
             assert estimate is not None
-            results[mode] = asyncio.run(
-                _run(sim.url, convs, estimate.to_workload(), mode == "pinned")
-            )
+            results[mode] = asyncio.run(_run(sim.url, convs, estimate.to_workload(), mode))
         finally:
             sim.stop()
     assert projection is not None
