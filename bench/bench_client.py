@@ -60,10 +60,12 @@ def _serve(
     ready: Any,
     faults: list[dict[str, Any]] | None = None,
     completion_tokens: int | None = COMPLETION_TOKENS,
+    cache_capacity: int | None = None,
 ) -> None:
     _uvloop()
     from provider_router.testing import SimulatorServer
     from provider_router.testing.collector import tune_for_server
+    from provider_router.testing.prefix_cache import PrefixCache
 
     async def main() -> None:
         async with SimulatorServer(
@@ -74,6 +76,8 @@ def _serve(
             log_limit=1000,
             **({} if completion_tokens is None else {"completion_tokens": completion_tokens}),
         ) as sim:
+            if cache_capacity is not None:
+                sim.simulator.caches = PrefixCache(cache_capacity)
             # A process of the simulator's own, as `provider_router simulate` runs it.
             tune_for_server()
             ready.send(sim.url)
@@ -90,10 +94,13 @@ class Sim:
         speed: float,
         faults: list[dict[str, Any]] | None = None,
         completion_tokens: int | None = COMPLETION_TOKENS,
+        cache_capacity: int | None = None,
     ) -> None:
         parent, child = mp.Pipe()
         self.process = mp.get_context("fork").Process(
-            target=_serve, args=(speed, child, faults, completion_tokens), daemon=True
+            target=_serve,
+            args=(speed, child, faults, completion_tokens, cache_capacity),
+            daemon=True,
         )
         self.process.start()
         self.url: str = parent.recv()

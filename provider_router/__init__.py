@@ -19,6 +19,7 @@ from provider_router._exceptions import (
     BudgetError,
     BudgetExhausted,
     ConfigurationError,
+    ContextLengthExceeded,
     CreditsExhausted,
     DataFileError,
     InvalidResponseError,
@@ -38,6 +39,7 @@ from provider_router._exceptions import (
 )
 
 if _typing.TYPE_CHECKING:
+    from provider_router.affinity import CacheAffinity
     from provider_router.batch.export import ExportReport, export_conversations
     from provider_router.batch.fleet import FleetProgress, FleetQueue, FleetTally, WorkItem
     from provider_router.batch.fleet_source import FleetJournal, FleetSource
@@ -47,6 +49,7 @@ if _typing.TYPE_CHECKING:
     from provider_router.batch.run_progress import DatasetProgress, RunProgress
     from provider_router.batch.runner import BatchRunner
     from provider_router.batch.summary import RunSummary, StopReason
+    from provider_router.cache_estimate import PrefixShare, shared_prefix_share
     from provider_router.catalog import Catalog
     from provider_router.client import ChatStream, Router
     from provider_router.health import ProviderHealth, ProviderStats
@@ -134,10 +137,9 @@ _LAZY: dict[str, str] = {
     "Architecture": "provider_router.records",
     "Backoff": "provider_router.retry",
     "BatchRoute": "provider_router.route_batch",
-    "RouteComparison": "provider_router.route_choice",
-    "compare_routes": "provider_router.route_choice",
     "BatchRunner": "provider_router.batch.runner",
     "BudgetFit": "provider_router.projection",
+    "CacheAffinity": "provider_router.affinity",
     "Catalog": "provider_router.catalog",
     "ChatResult": "provider_router.results",
     "ChatStream": "provider_router.client",
@@ -180,6 +182,7 @@ _LAZY: dict[str, str] = {
     "PercentileStats": "provider_router.records",
     "PilotResult": "provider_router.workload_stats",
     "Plan": "provider_router.plan",
+    "PrefixShare": "provider_router.cache_estimate",
     "Pricing": "provider_router.records",
     "PricingOverride": "provider_router.records",
     "Projection": "provider_router.projection",
@@ -196,6 +199,7 @@ _LAZY: dict[str, str] = {
     "RedisLedger": "provider_router.ledger",
     "Reservation": "provider_router.ledger",
     "RetryPolicy": "provider_router.retry",
+    "RouteComparison": "provider_router.route_choice",
     "RoutePlan": "provider_router.routing",
     "RouteShare": "provider_router.projection",
     "Router": "provider_router.client",
@@ -218,7 +222,9 @@ _LAZY: dict[str, str] = {
     "Workload": "provider_router.ranking",
     "WorkloadEstimate": "provider_router.workload",
     "approx_prompt_tokens": "provider_router.workload_stats",
+    "batch_route": "provider_router.route_batch",
     "build_route_plan": "provider_router.routing",
+    "compare_routes": "provider_router.route_choice",
     "demands_from_plan": "provider_router.workload",
     "estimate_from_samples": "provider_router.workload",
     "estimate_prompt_tokens": "provider_router.routing",
@@ -228,7 +234,6 @@ _LAZY: dict[str, str] = {
     "load_plan": "provider_router.plan",
     "measure_prompts": "provider_router.workload_stats",
     "merge_outputs": "provider_router.batch.merge",
-    "batch_route": "provider_router.route_batch",
     "precision_rank": "provider_router.quantization",
     "project": "provider_router.projection",
     "rank": "provider_router.ranking",
@@ -236,6 +241,7 @@ _LAZY: dict[str, str] = {
     "read_scheme": "provider_router.quantization",
     "run_pilot": "provider_router.workload_stats",
     "sample_prompts": "provider_router.workload_stats",
+    "shared_prefix_share": "provider_router.cache_estimate",
     "verify": "provider_router.verifier",
     "workload_cost": "provider_router.ranking",
 }
@@ -257,10 +263,12 @@ __all__ = [
     "BudgetError",
     "BudgetExhausted",
     "BudgetFit",
+    "CacheAffinity",
     "Catalog",
     "ChatResult",
     "ChatStream",
     "ConfigurationError",
+    "ContextLengthExceeded",
     "CostRange",
     "CostResolver",
     "CreditsExhausted",
@@ -310,6 +318,7 @@ __all__ = [
     "PilotResult",
     "Plan",
     "PolicyViolationError",
+    "PrefixShare",
     "Pricing",
     "PricingOverride",
     "Projection",
@@ -375,6 +384,7 @@ __all__ = [
     "read_scheme",
     "run_pilot",
     "sample_prompts",
+    "shared_prefix_share",
     "verify",
     "workload_cost",
 ]

@@ -16,6 +16,7 @@ catch "my mistake" apart from "the world's":
     │   │   └── ResponseCarriedError         HTTP 200 whose body or stream carries an error
     │   └── APIStatusError                   a non-2xx answer; carries status, body, headers
     │       ├── BadRequestError              400 (and 422)
+    │       │   └── ContextLengthExceeded        too long for every allowed context (not sent)
     │       ├── AuthenticationError          401
     │       ├── PaymentRequiredError         402, with ``limit_source``
     │       ├── PermissionDeniedError        403
@@ -37,6 +38,7 @@ No message, repr or attribute here ever holds an API key.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -55,6 +57,7 @@ __all__ = [
     "BudgetError",
     "BudgetExhausted",
     "ConfigurationError",
+    "ContextLengthExceeded",
     "CreditsExhausted",
     "DataFileError",
     "InvalidResponseError",
@@ -216,7 +219,60 @@ class APIStatusError(APIError):
 
 
 class BadRequestError(APIStatusError):
-    """400 or 422: the request itself is wrong; retrying will not help."""
+    """400 or 422: the request itself is wrong; retrying will not help.
+
+    A prompt too long for every endpoint (``error_type`` ``context_length_exceeded``)
+    is one: :attr:`context_limit` and :attr:`requested_tokens` say by how much.
+    """
+
+    @property
+    def context_limit(self) -> int | None:
+        """The context length the request exceeded (tokens), when OpenRouter says."""
+        return _context_numbers(self)[0]
+
+    @property
+    def requested_tokens(self) -> int | None:
+        """The tokens the request asked for (prompt + completion), when OpenRouter says."""
+        return _context_numbers(self)[1]
+
+
+class ContextLengthExceeded(BadRequestError):
+    """A request too long for every allowed endpoint's context, refused before it was
+    sent (a 400 ``context_length_exceeded`` is what OpenRouter would answer).
+
+    Attributes:
+        limit: the largest context length among the allowed endpoints (tokens).
+        least: a lower bound on the tokens the request needs (prompt + completion cap).
+    """
+
+    request_sent = False
+
+    def __init__(self, limit: int, least: int, message: str) -> None:
+        super().__init__(400, message, error_type="context_length_exceeded")
+        self.limit = limit
+        self.least = least
+
+    @property
+    def context_limit(self) -> int | None:
+        return self.limit
+
+    @property
+    def requested_tokens(self) -> int | None:
+        return self.least
+
+
+_CONTEXT_WORDING = re.compile(
+    r"maximum context length is (\d+) tokens.*?requested about (\d+) tokens", re.DOTALL
+)
+
+
+def _context_numbers(error: APIStatusError) -> tuple[int | None, int | None]:
+    if error.error_type not in (None, "context_length_exceeded"):
+        return None, None
+    match = _CONTEXT_WORDING.search(error.message[:2000])
+    if match is None:
+        return None, None
+    return int(match.group(1)), int(match.group(2))
 
 
 class AuthenticationError(APIStatusError):

@@ -71,6 +71,14 @@ class PreparedRequest:
     """Seconds a whole attempt may take (for a stream: scaled with ``max_tokens``)."""
     sent: bool = False
     """Whether this attempt was handed to the HTTP layer (it may have been billed)."""
+    session: str | None = None
+    """The cache-affinity session (``session_id``) of a pinned request."""
+    pinned: str | None = None
+    """The endpoint tag a pinned request is sent to (its one-tag ``only``)."""
+    failed_pins: tuple[str, ...] = ()
+    """Tags that failed this pinned request: its retries go elsewhere."""
+    body_head: bytes = b""
+    """A pinned request's body before its ``provider`` object (to re-pin a retry)."""
 
 
 class RequestEncoder:

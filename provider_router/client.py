@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import random
@@ -67,6 +68,7 @@ from provider_router._constants import (
 from provider_router._cost_check import CostVerdict
 from provider_router._exceptions import (
     ConfigurationError,
+    ContextLengthExceeded,
     CreditsExhausted,
     LedgerWriteError,
     PaymentRequiredError,
@@ -75,10 +77,16 @@ from provider_router._exceptions import (
 )
 from provider_router._http_options import check_headers, check_ssl
 from provider_router._log import DEBUG, get_logger
-from provider_router._request import PreparedRequest, RequestEncoder, messages_problem
+from provider_router._request import (
+    PreparedRequest,
+    RequestEncoder,
+    encode_json,
+    messages_problem,
+)
 from provider_router._resource import AsyncResource
 from provider_router._secrets import scrub
 from provider_router._types import Clock, Message, Sleep
+from provider_router.affinity import DEFAULT_CACHE_HIT_RATE, CacheAffinity, session_of
 from provider_router.catalog import Catalog
 from provider_router.health import ProviderHealth
 from provider_router.ledger import Ledger, Reservation
@@ -89,7 +97,7 @@ from provider_router.ranking import Workload
 from provider_router.records import ModelEndpoints
 from provider_router.results import ChatResult, StreamDelta
 from provider_router.retry import RetryPolicy
-from provider_router.routing import RoutePlan, build_route_plan
+from provider_router.routing import RoutePlan, build_route_plan, cache_saving
 from provider_router.streaming import ChatStream, read_stream
 
 __all__ = ["ChatStream", "Router"]
@@ -108,6 +116,43 @@ DEFAULT_SLOW_START: Final = 0.05
 
 DEFAULT_WORKLOAD = Workload(prompt_tokens=500, completion_tokens=2000)
 """The request shape endpoints are ranked for when none is given."""
+
+
+def _cache_workload(workload: Workload, rate: Decimal | float | str | None) -> Workload:
+    """The workload at its expected cache hit rate: what pinned sessions are ranked for."""
+    share = rate if rate is not None else workload.cached_prompt_share or DEFAULT_CACHE_HIT_RATE
+    try:  # Workload checks the share (a number 0..1)
+        return dataclasses.replace(workload, cached_prompt_share=share)  # type: ignore[arg-type]
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"cache_hit_rate={rate!r}: {exc}") from None
+
+
+CONTEXT_BYTES_PER_TOKEN: Final = 32
+"""Bytes of prompt text no token exceeds, for the check before sending: a request is
+refused only when even that few prompt tokens plus its completion cap exceed every
+allowed endpoint's context (an assumption on tokenizers: BPE vocabularies' longest
+tokens are well under 32 bytes for text; the check errs toward sending)."""
+
+
+def _check_fits(context: int, prompt_upper_bound: int, cap: int | None) -> None:
+    """Refuse a request that cannot fit any allowed endpoint's context: it would be a 400.
+
+    ``prompt_upper_bound`` counts UTF-8 bytes (plus template): divided by
+    :data:`CONTEXT_BYTES_PER_TOKEN` it is a lower bound on the prompt's tokens. The
+    prompt is what is judged (:class:`ContextLengthExceeded`: a batch counts the prompt
+    and goes on); a completion cap alone beyond the context is left to the reservation
+    and to OpenRouter's 400 (neither is paid).
+    """
+    least = prompt_upper_bound // CONTEXT_BYTES_PER_TOKEN
+    completion = cap or 0
+    if completion < context and least + completion > context:
+        raise ContextLengthExceeded(
+            context,
+            least + completion,
+            f"the request cannot fit: at least {least:,} prompt tokens plus max_tokens "
+            f"{completion:,} exceed the largest context length of the allowed endpoints "
+            f"({context:,} tokens); nothing was sent",
+        )
 
 
 class Router(AsyncResource):
@@ -174,6 +219,17 @@ class Router(AsyncResource):
             429, with every 429 capping the window at the requests in flight).
         health: per-provider health tracking (default :class:`ProviderHealth`).
         params: default request parameters merged under each call's own.
+        cache_affinity: pin every conversation (the messages up to its first user
+            message) to one allowed endpoint, sent as ``session_id`` with a
+            one-tag ``only`` (docs/client.md, "Cache-aware pinning"); a call's own
+            ``session_id`` is pinned either way.
+        pin_fallbacks: send a pinned request as ``order: [pin]`` with every allowed
+            tag in ``only`` instead of a one-tag ``only``: a 429 at the pin falls back
+            inside OpenRouter (one cache miss) instead of reaching the limiter and a
+            retry (docs/client.md, "Cache-aware pinning").
+        cache_hit_rate: the prompt share (0..1) expected from cache when choosing a
+            pinned session's endpoint (default: the workload's
+            ``cached_prompt_share``, else :data:`~provider_router.affinity.DEFAULT_CACHE_HIT_RATE`).
         metrics: live Prometheus metrics (:class:`~provider_router.Metrics`); ``None``
             (the default) costs nothing per request.
         clock: monotonic seconds; sleep: awaited between retries; rng: jitter.
@@ -207,6 +263,9 @@ class Router(AsyncResource):
         limiter: AdaptiveLimiter | None = None,
         health: ProviderHealth | None = None,
         params: Mapping[str, Any] | None = None,
+        cache_affinity: bool = False,
+        pin_fallbacks: bool = False,
+        cache_hit_rate: Decimal | float | str | None = None,
         metrics: Metrics | None = None,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
@@ -244,6 +303,11 @@ class Router(AsyncResource):
         self._endpoints = endpoints
         self.retry = retry if retry is not None else RetryPolicy()
         self.workload = workload if workload is not None else DEFAULT_WORKLOAD
+        self.cache_affinity = cache_affinity
+        self.pin_fallbacks = pin_fallbacks
+        self.affinity = CacheAffinity()
+        """Which endpoint each pinned session goes to (``pinned`` and ``moves`` count)."""
+        self._cache_workload = _cache_workload(self.workload, cache_hit_rate)
         self.allow_fallbacks = allow_fallbacks
         self.budget_wait = budget_wait
         self.catalog_ttl = catalog_ttl
@@ -321,6 +385,9 @@ class Router(AsyncResource):
         """Requests served by a provider the policy does not allow."""
         self.unknown_provider = 0
         """Requests whose response named no provider (kept: not a violation)."""
+        self.cache_saved = Decimal(0)
+        """USD prompt caching saved on the answers so far: their cached tokens at the
+        serving provider's prompt price less its cache-read price (exact)."""
         self.metrics = metrics
         self._metrics_task: asyncio.Task[None] | None = None
         if metrics is not None:
@@ -450,7 +517,11 @@ class Router(AsyncResource):
             listing = await self._catalog.endpoints(self.model, refresh=self._plan is not None)
         decisions = self.policy.evaluate(listing, model_id=self.model)
         self._plan = build_route_plan(
-            self.model, decisions, workload=self.workload, allow_fallbacks=self.allow_fallbacks
+            self.model,
+            decisions,
+            workload=self.workload,
+            allow_fallbacks=self.allow_fallbacks,
+            cache_workload=self._cache_workload,
         )
         self._plan_time = self._clock()
         log.info(
@@ -668,7 +739,21 @@ class Router(AsyncResource):
             )
         plan = self._current_plan()
         encoder = self._encoder
-        provider = encoder.provider_bytes(plan, self.health.demoted())
+        session = pinned = None
+        if params or self.cache_affinity:
+            try:
+                session = session_of(messages, params, self.cache_affinity)
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
+        if session is None:
+            provider = encoder.provider_bytes(plan, self.health.demoted())
+        else:
+            if "session_id" not in params:
+                params = {**params, "session_id": session}
+            pinned = self.affinity.pin(session, plan, self._clock(), demoted=self.health.demoted())
+            provider = encode_json(
+                plan.pinned_object(pinned, fallbacks=self.pin_fallbacks)
+            ).encode()
         try:
             payload = encoder.encode(messages, max_tokens, stream, params, provider)
             if params:
@@ -683,6 +768,8 @@ class Router(AsyncResource):
                 raise
             raise ConfigurationError(problem) from exc
         prompt_tokens = text_tokens + extra_tokens
+        if plan.max_context_length is not None:
+            _check_fits(plan.max_context_length, prompt_tokens, cap)
         deadline = self._request_timeout
         if stream:
             # The stream deadline scales with the completion cap the provider may honour.
@@ -690,7 +777,7 @@ class Router(AsyncResource):
                 STREAM_DEADLINE_BASE + (cap or 0) / STREAM_DEADLINE_TOKENS_PER_SECOND
             )
         # Positional (in PreparedRequest's field order): a keyword call costs more.
-        return PreparedRequest(
+        request = PreparedRequest(
             payload,
             stream,
             key if key is not None else f"req-{next(self._seq)}",
@@ -702,6 +789,28 @@ class Router(AsyncResource):
             0,  # attempts
             deadline,
         )
+        if session is not None:
+            request.session = session
+            request.pinned = pinned
+            request.body_head = payload[: -len(provider) - 1]
+        return request
+
+    def _repin(self, request: PreparedRequest) -> None:
+        """A retry of a pinned request: the session moves off the endpoint that failed."""
+        session = request.session
+        assert session is not None
+        plan = request.plan
+        tag = self.affinity.pin(
+            session,
+            plan,
+            self._clock(),
+            demoted=self.health.demoted(),
+            failed=request.failed_pins,
+        )
+        if tag != request.pinned:
+            request.pinned = tag
+            provider = encode_json(plan.pinned_object(tag, fallbacks=self.pin_fallbacks)).encode()
+            request.payload = b"".join((request.body_head, provider, b"}"))
 
     def stream(
         self, messages: Sequence[Message], *, max_tokens: int | None = None, **params: Any
@@ -758,6 +867,11 @@ class Router(AsyncResource):
                 generation_id=completion.generation_id,
             )
         self.requests += 1
+        usage = completion.usage
+        if usage is not None and usage.cached_tokens:
+            self.cache_saved += cache_saving(
+                plan, provider, usage.prompt_tokens, usage.cached_tokens
+            )
         result = charged.result(request.attempts, latency, reason)
         if self.metrics is not None:
             usage = completion.usage
@@ -806,6 +920,8 @@ class Router(AsyncResource):
         request.attempts = attempt
         request.generation_id = None
         request.sent = False
+        if request.session is not None and attempt > 1:
+            self._repin(request)
         limiter = self.limiter
         ticket = limiter.try_acquire()  # no coroutine when a slot is free (the usual case)
         if ticket is None:
@@ -854,6 +970,8 @@ class Router(AsyncResource):
             provider = getattr(exc, "provider_name", None)
             if provider:
                 self.health.record_failure(provider, rate_limited=outcome == "rate_limited")
+            if request.pinned is not None:
+                request.failed_pins = (*request.failed_pins, request.pinned)
             if self.metrics is not None and isinstance(exc, Exception):
                 self.metrics.attempt_failed(provider, type(exc).__name__, outcome == "rate_limited")
             if reservation is not None:

@@ -172,6 +172,9 @@ class Plan(_Frozen):
         ledger: a Redis URL: keep the budget there (shared by every process using
             it) instead of in ``<out>/ledger.sqlite``.
         ledger_name: the shared ledger's name (default: ``workers_share``).
+        cache_affinity: pin each conversation (its messages up to the first user
+            message) to one endpoint so its turns read the provider's prompt cache
+            (``Router(cache_affinity=True)``, docs/client.md "Cache-aware pinning").
         workers_share: the name under which several workers share this plan's
             prompts through ``ledger``'s Redis (see docs/workers.md).
     """
@@ -185,6 +188,7 @@ class Plan(_Frozen):
     ledger: str | None = None
     ledger_name: str | None = None
     workers_share: str | None = None
+    cache_affinity: bool = False
 
     @field_validator("ledger")
     @classmethod

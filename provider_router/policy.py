@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
-from typing import Literal, overload
+from typing import Final, Literal, overload
 
 from provider_router._constants import PER_MILLION
 from provider_router._exceptions import ConfigurationError
@@ -159,6 +159,10 @@ def _max_price(value: object, what: str) -> Decimal | None:
     return price
 
 
+STANDARD_TIERS: Final[frozenset[str | None]] = frozenset({None, "default", "standard"})
+"""The ``service_tier`` values of a standard endpoint (kept by default)."""
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class ProviderPolicy:
     """Rules an endpoint must pass to be used. All rules compose (all must pass).
@@ -190,7 +194,12 @@ class ProviderPolicy:
             endpoints that do not report it pass (the reason says so).
         service_tiers: the service tiers to keep (``None`` in it is a standard
             endpoint: ``service_tiers=[None]`` keeps only standard ones); default
-            every tier.
+            the standard tier (null, ``default`` or ``standard``) and no other:
+            a ``priority`` or ``fast`` endpoint bills above the standard price for
+            speed, a ``flex`` one is slower, fails more and never falls back
+            (OpenRouter's service-tiers guide).
+        allow_flex: keep ``flex`` endpoints too (a job that can wait pays the flex
+            price: OpenRouter bills the tier that served).
         min_context_length: reject endpoints with a shorter context window.
         max_prompt_price: reject endpoints charging more, in USD per million
             prompt tokens (OpenRouter's ``max_price`` unit).
@@ -216,6 +225,7 @@ class ProviderPolicy:
     required_parameters: frozenset[str]
     tool_choice: ToolChoiceVariant | None
     service_tiers: frozenset[str | None] | None
+    allow_flex: bool
     min_context_length: int | None
     max_prompt_price: Decimal | None
     max_completion_price: Decimal | None
@@ -235,6 +245,7 @@ class ProviderPolicy:
         required_parameters: Iterable[str] = (),
         tool_choice: ToolChoiceVariant | None = None,
         service_tiers: Iterable[str | None] | None = None,
+        allow_flex: bool = False,
         min_context_length: int | None = None,
         max_prompt_price: Decimal | str | float | None = None,
         max_completion_price: Decimal | str | float | None = None,
@@ -292,6 +303,9 @@ class ProviderPolicy:
         if tiers is not None and not tiers:
             raise ConfigurationError("service_tiers must keep at least one tier (or be None)")
         set_(self, "service_tiers", tiers)
+        if not isinstance(allow_flex, bool):
+            raise ConfigurationError(f"allow_flex must be true or false, got {allow_flex!r}")
+        set_(self, "allow_flex", allow_flex)
         if min_context_length is not None and min_context_length < 0:
             raise ConfigurationError(f"min_context_length must be ≥ 0, got {min_context_length}")
         set_(self, "min_context_length", min_context_length)
@@ -305,6 +319,13 @@ class ProviderPolicy:
         set_(self, "verified", verified)
 
     # --- evaluation ------------------------------------------------------------------
+
+    def _tier_allowed(self, tier: str | None) -> bool:
+        if tier == "flex" and self.allow_flex:
+            return True
+        if self.service_tiers is not None:
+            return tier in self.service_tiers
+        return tier in STANDARD_TIERS
 
     def evaluate(
         self, model: ModelEndpoints | Iterable[Endpoint], *, model_id: str | None = None
@@ -548,7 +569,7 @@ class ProviderPolicy:
                         f"tool_choice {variant!r} did not pass OpenRouter's testing here",
                     )
                 )
-        if self.service_tiers is not None and endpoint.service_tier not in self.service_tiers:
+        if not self._tier_allowed(endpoint.service_tier):
             tier = endpoint.service_tier or "standard"
             failures.append(
                 (DecisionCode.SERVICE_TIER_NOT_ALLOWED, f"service tier {tier!r} is not allowed")

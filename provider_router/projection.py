@@ -176,6 +176,7 @@ def _tokens(
             cached_tokens=_count(prompt * workload.cached_prompt_share),
             completion_tokens=completion,
             reasoning_tokens=_count(completion * workload.reasoning_share),
+            cache_write_tokens=_count(prompt * workload.cache_write_share),
         ),
         limited_by,
     )

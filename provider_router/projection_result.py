@@ -49,6 +49,8 @@ class TokenTotals:
     cached_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
+    """Prompt tokens written to the cache (⊂ prompt), billed at ``input_cache_write``."""
 
     def __add__(self, other: TokenTotals) -> TokenTotals:
         return TokenTotals(
@@ -57,6 +59,7 @@ class TokenTotals:
             self.cached_tokens + other.cached_tokens,
             self.completion_tokens + other.completion_tokens,
             self.reasoning_tokens + other.reasoning_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
         )
 
     def cost_at(self, pricing: Pricing) -> Decimal:
@@ -69,6 +72,7 @@ class TokenTotals:
             self.prompt_tokens,
             self.completion_tokens,
             cached_tokens=self.cached_tokens,
+            cache_write_tokens=self.cache_write_tokens,
             requests=self.requests,
         )
 

@@ -81,12 +81,16 @@ class Workload:
             rate, on top of ``completion_tokens``.
         cached_prompt_share: fraction (0..1) of the prompt read from the
             provider's cache; billed at ``input_cache_read`` where priced.
+        cache_write_share: fraction (0..1) of the prompt written to the cache
+            (explicit caches, or implicit ones that price writes); billed at
+            ``input_cache_write`` where priced. Cached plus written is at most 1.
     """
 
     prompt_tokens: int
     completion_tokens: int
     reasoning_tokens: int = 0
     cached_prompt_share: Decimal = field(default=Decimal(0))
+    cache_write_share: Decimal = field(default=Decimal(0))
 
     def __post_init__(self) -> None:
         for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens"):
@@ -102,6 +106,16 @@ class Workload:
                 f"Workload.cached_prompt_share must be between 0 and 1, got {share}"
             )
         object.__setattr__(self, "cached_prompt_share", share)
+        try:
+            written = to_decimal(self.cache_write_share, what="Workload.cache_write_share")
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        if not 0 <= written <= 1 - share:
+            raise ConfigurationError(
+                "Workload.cache_write_share must be between 0 and 1 - cached_prompt_share, "
+                f"got {written}"
+            )
+        object.__setattr__(self, "cache_write_share", written)
 
     @property
     def output_tokens(self) -> int:
@@ -112,6 +126,11 @@ class Workload:
     def cached_tokens(self) -> Decimal:
         """Expected cached prompt tokens per request (may be fractional)."""
         return self.prompt_tokens * self.cached_prompt_share
+
+    @property
+    def cache_write_tokens(self) -> Decimal:
+        """Expected prompt tokens written to the cache per request (may be fractional)."""
+        return self.prompt_tokens * self.cache_write_share
 
 
 def workload_cost(endpoint: Endpoint, workload: Workload) -> Decimal:
@@ -130,6 +149,7 @@ def workload_cost(endpoint: Endpoint, workload: Workload) -> Decimal:
         workload.prompt_tokens,
         workload.output_tokens,
         cached_tokens=workload.cached_tokens,
+        cache_write_tokens=workload.cache_write_tokens,
     )
 
 

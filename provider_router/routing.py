@@ -37,10 +37,11 @@ from provider_router._billable import (
 from provider_router._constants import PER_MILLION
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import tidy
+from provider_router.policy import STANDARD_TIERS
 from provider_router.ranking import RankedEndpoint, Workload, rank
 from provider_router.records import Endpoint, Pricing, Quantization
 
-__all__ = ["RoutePlan", "build_route_plan", "estimate_prompt_tokens"]
+__all__ = ["RoutePlan", "build_route_plan", "cache_saving", "estimate_prompt_tokens"]
 
 _ZERO: Final = Decimal(0)
 
@@ -101,6 +102,32 @@ def _quantizations(allowed: Iterable[Endpoint]) -> tuple[str, ...] | None:
     return tuple(sorted(values))
 
 
+def _standard_twins(allowed: Sequence[Endpoint], rejected: Sequence[Endpoint]) -> list[Endpoint]:
+    """The standard endpoints of providers whose tier endpoint (flex...) is allowed.
+
+    OpenRouter bills the tier that served, and a provider may serve a tier request on
+    its standard tier (service-tiers guide): the ceilings, and so the reservation,
+    cover that price too.
+    """
+    tiered = {e.provider_name for e in allowed if e.service_tier not in STANDARD_TIERS}
+    if not tiered:
+        return []
+    return [
+        e
+        for e in rejected
+        if e.provider_name in tiered
+        and e.service_tier in STANDARD_TIERS
+        and not e.pricing.is_dynamic
+    ]
+
+
+def _max_context(allowed: Iterable[Endpoint]) -> int | None:
+    lengths = [e.context_length for e in allowed]
+    if any(length is None or length <= 0 for length in lengths):
+        return None
+    return max(length for length in lengths if length is not None)
+
+
 def _per_million(price: Decimal) -> str:
     return format(price * PER_MILLION, "f")
 
@@ -126,6 +153,12 @@ class RoutePlan:
             or the prompt ceiling when that is higher).
         allow_fallbacks: sent as ``provider.allow_fallbacks``.
         quantizations: sent as ``provider.quantizations`` (``None``: not sent).
+        cache_ranked: the allowed endpoints ranked for the workload at its expected
+            cache hit rate (``input_cache_read`` priced): the order a session is
+            pinned by (:mod:`provider_router.affinity`); the plain ranking when
+            the workload expects no hits.
+        max_context_length: the largest ``context_length`` among the allowed
+            endpoints (``None`` when one does not list it: no bound is known).
     """
 
     model: str
@@ -140,8 +173,11 @@ class RoutePlan:
     max_image_token_price: Decimal = _ZERO
     allow_fallbacks: bool = True
     quantizations: tuple[str, ...] | None = None
+    cache_ranked: tuple[RankedEndpoint, ...] = ()
+    max_context_length: int | None = None
     _pricing_by_provider: Mapping[str, tuple[Pricing, ...]] = field(default_factory=dict)
     _cache: dict[frozenset[str], dict[str, Any]] = field(default_factory=dict)
+    _pinned: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         # The whole plan (every endpoint's listing and pricing) is ~10 kB: say what it is.
@@ -187,6 +223,36 @@ class RoutePlan:
             obj["quantizations"] = list(self.quantizations)
         if len(self._cache) < 64:
             self._cache[demoted] = obj
+        return obj
+
+    def pinned_object(self, tag: str, *, fallbacks: bool = False) -> dict[str, Any]:
+        """The ``provider`` object that pins a request to one allowed endpoint ``tag``.
+
+        ``only`` names that one tag and there is no ``order``: OpenRouter's
+        prompt-cache sticky routing is off whenever ``order`` is set (its
+        prompt-caching guide), and a one-tag ``only`` leaves it nothing else to
+        choose. The price ceilings, ``ignore`` and ``quantizations`` are the
+        plan's, so the reservation covers the request as before. Cached per tag
+        and shared: callers must not mutate it.
+
+        With ``fallbacks`` the object is instead ``order: [tag]`` with the plan's
+        whole ``only``: the pin is tried first on every request, and a 429 or an
+        error there falls back inside OpenRouter to the other allowed endpoints (that
+        one request misses the cache; the session stays pinned). The pin itself is
+        the stickiness then (OpenRouter's own is off with an ``order``).
+        """
+        key = f"{tag}\x00fallbacks" if fallbacks else tag
+        cached = self._pinned.get(key)
+        if cached is not None:
+            return cached
+        if tag not in self.order:
+            raise ValueError(f"{tag!r} is not an allowed endpoint of {self.model!r}")
+        obj = {k: v for k, v in self.provider_object().items() if k != "order"}
+        if fallbacks:
+            obj = {"order": [tag], **obj}
+        else:
+            obj["only"] = [tag]
+        self._pinned[key] = obj
         return obj
 
     def worst_case(self, prompt_tokens: int, max_tokens: int, images: int = 0) -> Decimal:
@@ -240,6 +306,24 @@ class RoutePlan:
             return None
 
 
+def cache_saving(
+    plan: RoutePlan, provider: str | None, prompt_tokens: int, cached_tokens: int
+) -> Decimal:
+    """What reading ``cached_tokens`` from cache saved on ``provider`` (USD, exact).
+
+    The prompt side priced without the cache, less the same priced with it, from the
+    serving provider's listing; 0 when nothing was read or it cannot be priced
+    (what OpenRouter's ``/generation.cache_discount`` reports, computed here).
+    """
+    if not cached_tokens:
+        return _ZERO
+    full = plan.estimate(provider, prompt_tokens, 0)
+    read = plan.estimate(provider, prompt_tokens, 0, cached_tokens=cached_tokens)
+    if full is None or read is None:
+        return _ZERO
+    return full - read
+
+
 def _dearest(
     pricings: Sequence[Pricing],
     prompt_tokens: int,
@@ -270,8 +354,12 @@ def build_route_plan(
     *,
     workload: Workload,
     allow_fallbacks: bool = True,
+    cache_workload: Workload | None = None,
 ) -> RoutePlan:
     """Rank the allowed endpoints and fix the routing object and price ceilings.
+
+    ``cache_workload`` (the workload at its expected cache hit rate) ranks
+    :attr:`RoutePlan.cache_ranked`; without it that is the plain ranking.
 
     Endpoints with dynamic pricing (``"-1"``) are treated as rejected: a request
     routed to them could not be reserved for.
@@ -293,6 +381,12 @@ def build_route_plan(
             f"({len(rejected)} rejected); nothing can be routed"
         )
     ranked = tuple(rank(allowed, workload=workload))
+    priced = allowed + _standard_twins(allowed, rejected)
+    cache_ranked = (
+        ranked
+        if cache_workload is None or cache_workload == workload
+        else tuple(rank(allowed, workload=cache_workload))
+    )
     allowed_tags = {e.slug for e in allowed}
     ignore = tuple(sorted({e.slug for e in rejected} - allowed_tags))
     allowed_names = frozenset(e.provider_name for e in allowed)
@@ -306,12 +400,14 @@ def build_route_plan(
         ignore=ignore,
         allowed_providers=allowed_names,
         ambiguous_providers=allowed_names & rejected_names,
-        max_prompt_price=max(_prompt_ceiling(e.pricing) for e in allowed),
-        max_completion_price=max(_completion_ceiling(e.pricing) for e in allowed),
-        max_request_price=max((e.pricing.request or _ZERO) for e in allowed),
-        max_image_price=max((e.pricing.image or _ZERO) for e in allowed),
-        max_image_token_price=max((e.pricing.image_token or _ZERO) for e in allowed),
+        max_prompt_price=max(_prompt_ceiling(e.pricing) for e in priced),
+        max_completion_price=max(_completion_ceiling(e.pricing) for e in priced),
+        max_request_price=max((e.pricing.request or _ZERO) for e in priced),
+        max_image_price=max((e.pricing.image or _ZERO) for e in priced),
+        max_image_token_price=max((e.pricing.image_token or _ZERO) for e in priced),
         allow_fallbacks=allow_fallbacks,
         quantizations=_quantizations(allowed),
+        cache_ranked=cache_ranked,
+        max_context_length=_max_context(allowed),
         _pricing_by_provider={k: tuple(v) for k, v in pricing_by_provider.items()},
     )

@@ -64,6 +64,8 @@ class WorkloadEstimate:
         reasoning_tokens: expected reasoning tokens per response (part of
             ``completion_tokens``); scaled with it in the low/high scenarios.
         cached_prompt_share: fraction (0..1) of prompt tokens read from cache.
+        cache_write_share: fraction (0..1) of prompt tokens written to the cache
+            (billed at ``input_cache_write`` where an endpoint prices writes).
         source: where the numbers came from, for people (``"given"``,
             ``"pilot of 200 requests, 95% CI"``...).
 
@@ -80,6 +82,7 @@ class WorkloadEstimate:
     """The high estimate of output tokens per response."""
     reasoning_tokens: Decimal
     cached_prompt_share: Decimal
+    cache_write_share: Decimal
     source: str
 
     def __init__(
@@ -91,6 +94,7 @@ class WorkloadEstimate:
         completion_tokens_high: Number | None = None,
         reasoning_tokens: Number = 0,
         cached_prompt_share: Number = 0,
+        cache_write_share: Number = 0,
         source: str = "given",
     ) -> None:
         set_ = object.__setattr__  # frozen: assign once, here
@@ -134,6 +138,13 @@ class WorkloadEstimate:
                 f"WorkloadEstimate.cached_prompt_share must be between 0 and 1, got {share}"
             )
         set_(self, "cached_prompt_share", share)
+        written = _decimal(cache_write_share, "WorkloadEstimate.cache_write_share")
+        if not 0 <= written <= 1 - share:
+            raise ConfigurationError(
+                "WorkloadEstimate.cache_write_share must be between 0 and "
+                f"1 - cached_prompt_share, got {written}"
+            )
+        set_(self, "cache_write_share", written)
         set_(self, "source", source)
 
     def capped(self, max_tokens: int | None) -> WorkloadEstimate:
@@ -170,6 +181,7 @@ class WorkloadEstimate:
             completion_tokens=max(_count(self.completion_tokens) - reasoning, 0),
             reasoning_tokens=reasoning,
             cached_prompt_share=self.cached_prompt_share,
+            cache_write_share=self.cache_write_share,
         )
 
 

@@ -383,17 +383,33 @@ def test_an_endpoint_that_does_not_report_tool_choice_support_passes_and_says_so
         ([None], "flex", False),
         (["priority", None], "priority", True),
         (["priority"], None, False),
-        (None, "ultrafast", True),
+        (None, None, True),
+        (None, "default", True),
+        (None, "ultrafast", False),
+        (None, "priority", False),
+        (None, "flex", False),
     ],
 )
 def test_service_tiers_keep_only_the_tiers_named(
     tiers: list[str | None] | None, tier: str | None, allowed: bool
 ) -> None:
+    """By default only standard endpoints: a tier bills or behaves otherwise."""
     got, code, reason = decide(ProviderPolicy(service_tiers=tiers), endpoint(service_tier=tier))
     assert got is allowed
     if not allowed:
         assert code == DecisionCode.SERVICE_TIER_NOT_ALLOWED
         assert f"service tier {tier or 'standard'!r} is not allowed" == reason
+
+
+def test_allow_flex_keeps_flex_endpoints_beside_the_standard_ones() -> None:
+    policy = ProviderPolicy(allow_flex=True)
+    assert decide(policy, endpoint(service_tier="flex"))[0] is True
+    assert decide(policy, endpoint(service_tier=None))[0] is True
+    assert decide(policy, endpoint(service_tier="priority"))[0] is False
+    only_flex = ProviderPolicy(allow_flex=True, service_tiers=["flex"])
+    assert decide(only_flex, endpoint(service_tier=None))[0] is False
+    with pytest.raises(ConfigurationError, match="allow_flex"):
+        ProviderPolicy(allow_flex="yes")  # type: ignore[arg-type]
 
 
 def test_bad_tool_choice_and_empty_service_tiers_are_configuration_errors() -> None:

@@ -509,3 +509,33 @@ def test_bad_demands_are_refused() -> None:
 def test_bad_calls_are_refused(call: Any, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         call()
+
+
+def test_cache_reads_and_writes_are_priced_at_the_expected_shares() -> None:
+    """#24: the projection prices input_cache_read and input_cache_write for a hit rate."""
+    writes = endpoint(
+        "Anthropicish",
+        "1",
+        "2",
+        input_cache_read=str(Decimal("0.1") / MILLION),
+        input_cache_write=str(Decimal("1.25") / MILLION),
+    )
+    demand = [DatasetDemand("d", max_requests=1000)]
+    workload = WorkloadEstimate(
+        prompt_tokens=1000,
+        completion_tokens=100,
+        cached_prompt_share="0.6",
+        cache_write_share="0.3",
+    )
+    result = project(demand, market(writes), None, workload)
+    tokens = result.total.expected.tokens
+    assert tokens.cached_tokens == 600_000
+    assert tokens.cache_write_tokens == 300_000
+    expected = (
+        Decimal(100_000) * 1
+        + Decimal(600_000) * Decimal("0.1")
+        + Decimal(300_000) * Decimal("1.25")
+    ) / MILLION + Decimal(100_000) * 2 / MILLION
+    assert result.total.cost("cheapest").expected == expected
+    with pytest.raises(ConfigurationError, match="cache_write_share"):
+        WorkloadEstimate(100, 10, cached_prompt_share="0.8", cache_write_share="0.3")

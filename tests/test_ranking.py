@@ -282,3 +282,24 @@ def test_no_window_at_all_is_unknown_and_the_assumed_uptime_applies() -> None:
 
 def test_the_weights_sum_to_one() -> None:
     assert sum(weight for _, weight in UPTIME_WEIGHTS) == 1
+
+
+def test_cache_writes_count_in_the_ranking() -> None:
+    """#24: an endpoint whose cache writes cost more than its prompt ranks by what a
+    workload that writes pays."""
+    from provider_router.records import Endpoint
+
+    def priced(name: str, prompt: str, write: str | None) -> Endpoint:
+        pricing = {"prompt": prompt, "completion": "0.000002"}
+        if write is not None:
+            pricing["input_cache_write"] = write
+        return Endpoint.model_validate(
+            {"name": name, "provider_name": name, "tag": name.lower(), "pricing": pricing}
+        )
+
+    writer = priced("Writer", "0.0000009", "0.000002")
+    plain = priced("Plain", "0.000001", None)
+    none = Workload(prompt_tokens=10_000, completion_tokens=10)
+    writes = Workload(prompt_tokens=10_000, completion_tokens=10, cache_write_share=Decimal("0.5"))
+    assert rank([writer, plain], workload=none)[0].endpoint.provider_name == "Writer"
+    assert rank([writer, plain], workload=writes)[0].endpoint.provider_name == "Plain"

@@ -506,10 +506,16 @@ def _headline(data: RunData) -> str:
     to_finish = finish_words(
         _dec(summary.get("to_finish_usd")), _dec(summary.get("budget_to_finish_usd"))
     )
+    saved = _dec(summary.get("cache_saved_usd"))
+    cached = (
+        f", prompt caching saved {escape(_money_text(summary.get('cache_saved_usd')))}"
+        if saved is not None and saved > 0
+        else ""
+    )
     return (
         f'<p class="meta"><span class="reason">{escape(str(summary.get("reason")))}</span> — '
         f"spent {escape(_money_text(summary.get('spent_usd')))} "
-        f"of {escape(_money_text(summary.get('budget_usd')))}, "
+        f"of {escape(_money_text(summary.get('budget_usd')))}{cached}, "
         f"reserved {escape(_money_text(summary.get('reserved_usd') or '0'))}, "
         f"in flight {int(summary.get('in_flight') or 0):,}, "
         f"waiting for budget {int(summary.get('waiting_for_budget') or 0):,}, "

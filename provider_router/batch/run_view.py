@@ -191,6 +191,7 @@ def summarize(
         disputed=[disputed_line(entry) for entry in disputes or ()],
         in_flight=len(dispatcher.tasks) - waiting,
         waiting_for_budget=waiting,
+        cache_saved=router.cache_saved if router is not None else Decimal(0),
     )
 
 

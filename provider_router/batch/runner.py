@@ -312,7 +312,11 @@ class BatchRunner:
                 max_concurrency=self.plan.concurrency,
                 base_url=self._base_url,
                 api_key=self._api_key,
-                **{"budget_wait": True, **self._router_options},
+                **{
+                    "budget_wait": True,
+                    "cache_affinity": self.plan.cache_affinity,
+                    **self._router_options,
+                },
             )
             async with router:
                 self.router = router

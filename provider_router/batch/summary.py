@@ -235,6 +235,8 @@ class RunSummary:
             run: what it said and what was booked instead (docs/ledger.md).
         in_flight: requests still in flight when it was written (sent, not answered).
         waiting_for_budget: requests still waiting for room in the budget (not sent).
+        cache_saved: USD prompt caching saved in this run (cached tokens at the serving
+            provider's prompt price less its cache-read price: ``Router.cache_saved``).
     """
 
     reason: StopReason
@@ -255,6 +257,7 @@ class RunSummary:
     disputed: list[str] = field(default_factory=list)
     in_flight: int = 0
     waiting_for_budget: int = 0
+    cache_saved: Decimal = Decimal(0)
 
     @property
     def exit_code(self) -> int:
@@ -271,6 +274,7 @@ class RunSummary:
             "spent_usd": decimal_str(self.spent),
             "reserved_usd": decimal_str(self.reserved),
             "preflight_usd": decimal_str(self.preflight),
+            "cache_saved_usd": decimal_str(self.cache_saved),
             "to_finish_usd": _str(self.to_finish),
             "budget_to_finish_usd": _str(self.budget_to_finish),
             "in_flight": self.in_flight,
@@ -374,6 +378,8 @@ class RunSummary:
             f"{format_usd(self.budget)} (reserved {format_usd(self.reserved)}); "
             f"to finish the plan: {to_finish}; wall time {self.wall_time:.1f}s"
         )
+        if self.cache_saved > 0:
+            console.print(f"Prompt caching saved {format_usd(self.cache_saved)} in this run.")
         if self.message:
             console.print(self.message, markup=False, highlight=False)
         for line in self.disputed:

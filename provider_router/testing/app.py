@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from aiohttp import web
 
@@ -16,6 +17,7 @@ from provider_router.testing.batch_lines import MAX_BATCH_BYTES
 from provider_router.testing.billing import KeyState
 from provider_router.testing.chat import chat_completions
 from provider_router.testing.introspection import RequestRecord
+from provider_router.testing.market import ModelSpec
 from provider_router.testing.simulator import (
     FREE_MODEL_CREDIT_THRESHOLD,
     FREE_MODEL_DAILY_REQUESTS,
@@ -26,14 +28,61 @@ from provider_router.testing.simulator import (
     json_error,
     json_response,
 )
+from provider_router.testing.variants import split_variants
 
 __all__ = ["ROUTES", "Simulator", "make_app"]
+
+
+MODELS_CACHE_HEADERS = {
+    "Cache-Control": "public, max-age=300, stale-while-revalidate=3600, stale-if-error=3600"
+}
+"""What ``/models`` answers carry (API notes §1, captured headers)."""
 
 
 async def models(request: web.Request) -> web.StreamResponse:
     sim = request.app[SIM_KEY]
     record = sim.log.start("models")
-    return _finish(sim, record, web.Response(body=sim.market.models_body, content_type=JSON))
+    query = request.query
+    body = sim.market.models_body
+    if query.keys() & _MODEL_FILTERS:
+        selected = _filtered_models(sim.market.models.values(), query)
+        if isinstance(selected, web.Response):
+            return _finish(sim, record, selected)
+        body = selected
+    response = web.Response(body=body, content_type=JSON, headers=MODELS_CACHE_HEADERS)
+    return _finish(sim, record, response)
+
+
+_MODEL_FILTERS = frozenset({"supported_parameters", "output_modalities", "offset", "limit"})
+
+
+def _filtered_models(models: Iterable[ModelSpec], query: Mapping[str, str]) -> bytes | web.Response:
+    """``/models`` with the description's filters: ``supported_parameters`` (all of a
+    comma-separated list), ``output_modalities`` (default ``text``; ``all``), and
+    ``offset``/``limit`` paging (limit at most 1000); a bad value is a 400."""
+    unique = list({m.id: m for m in models}.values())
+    listings = [m.listing() for m in unique]
+    wanted = [p for p in query.get("supported_parameters", "").split(",") if p]
+    if wanted:
+        listings = [m for m in listings if set(wanted) <= set(m["supported_parameters"])]
+    modalities = [p for p in query.get("output_modalities", "text").split(",") if p]
+    if "all" not in modalities:
+        listings = [
+            m for m in listings if set(m["architecture"]["output_modalities"]) & set(modalities)
+        ]
+    try:
+        offset = int(query.get("offset", "0"))
+        limit = int(query.get("limit", "500"))
+    except ValueError:
+        return json_error(400, "offset and limit must be integers")
+    if offset < 0 or not 1 <= limit <= 1000:
+        return json_error(400, "offset must be ≥ 0 and limit between 1 and 1000")
+    page = listings[offset : offset + limit]
+    more = offset + limit < len(listings)
+    next_link = f"/api/v1/models?offset={offset + limit}&limit={limit}" if more else None
+    return json.dumps(
+        {"data": page, "total_count": len(listings), "links": {"next": next_link}}
+    ).encode()
 
 
 async def providers(request: web.Request) -> web.StreamResponse:
@@ -59,6 +108,11 @@ def _per_model(
     record.model = model_id
     body = rendered.get(model_id)
     if body is None:
+        # A routing variant (``:nitro``...) is not a catalog entry: its metadata is
+        # the base model's (model-variants guide, "Routing variants").
+        base, variant = split_variants(model_id)
+        body = rendered.get(base) if variant else None
+    if body is None:
         return _finish(sim, record, json_error(404, missing.format(model_id)))
     return _finish(sim, record, web.Response(body=body, content_type=JSON))
 
@@ -75,7 +129,13 @@ async def endpoints(request: web.Request) -> web.StreamResponse:
         # The Batch API's own listing: `{slug}:batch` (an empty list: no batch endpoint).
         rendered = {f"{k}{BATCH_SUFFIX}": body for k, body in market.batch_endpoints_bodies.items()}
         return _per_model(request, "batch_endpoints", rendered, "No endpoints found for {}.")
-    return _per_model(request, "endpoints", market.endpoints_bodies, "No endpoints found for {}.")
+    # Without a key the recent latency and throughput are null, as real listings show.
+    bodies_ = (
+        market.endpoints_bodies
+        if "Authorization" in request.headers
+        else market.anonymous_endpoints_bodies
+    )
+    return _per_model(request, "endpoints", bodies_, "No endpoints found for {}.")
 
 
 BATCH_SUFFIX = ":batch"

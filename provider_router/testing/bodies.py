@@ -18,7 +18,7 @@ from typing import Any
 
 from provider_router._money import UNITS_PER_USD
 from provider_router.testing.billing import Cost
-from provider_router.testing.market import ModelSpec
+from provider_router.testing.market import EndpointSpec, ModelSpec
 
 __all__ = ["Generation", "Generations", "chat_result", "chunk", "dumps", "error_body", "usage_body"]
 
@@ -184,6 +184,19 @@ def provider_error_body(
     return error_body(code, "Provider returned error", metadata)
 
 
+def cache_discount(endpoint: EndpointSpec | None, cached_tokens: int) -> float | None:
+    """What reading ``cached_tokens`` from cache saved against the prompt price (USD).
+
+    None when nothing was read or the endpoint prices no cache reads (nothing saved:
+    a read billed at the prompt price, as WandB's 2025 capture shows). Cache writes
+    (a negative discount on Anthropic-style endpoints) are not included: the kept
+    record does not hold the written tokens (an assumption, docs/simulator.md).
+    """
+    if endpoint is None or not cached_tokens or endpoint.cache_read_units is None:
+        return None
+    return usd(cached_tokens * (endpoint.prompt_units - endpoint.cache_read_units))
+
+
 @dataclass(slots=True)
 class Generation:
     """What ``GET /generation`` returns for one id; the body is built only when asked."""
@@ -206,14 +219,19 @@ class Generation:
     user_agent: str | None
     referer: str | None
 
+    def _served(self) -> EndpointSpec | None:
+        served = next((tag for tag, status in reversed(self.attempts) if status == 200), None)
+        return next((e for e in self.model.endpoints if e.tag == served), None)
+
     def body(self) -> dict[str, Any]:
         names = {e.tag: e.provider_name for e in self.model.endpoints}
         cost = usd(self.cost_units)
+        served = self._served()
         return {
             "id": self.id,
             "upstream_id": f"chatcmpl-{self.id[-12:]}",
             "total_cost": cost,
-            "cache_discount": None,
+            "cache_discount": cache_discount(served, self.cached_tokens),
             "upstream_inference_cost": cost,
             "created_at": datetime.fromtimestamp(self.created, UTC).isoformat(),
             "model": self.model.canonical_slug,
@@ -226,7 +244,7 @@ class Generation:
             "generation_time": round(self.duration * 1000, 1),
             "finish_reason": self.finish_reason,
             "native_finish_reason": self.finish_reason,
-            "service_tier": None,
+            "service_tier": served.service_tier if served is not None else None,
             "tokens_prompt": self.prompt_tokens,
             "tokens_completion": self.completion_tokens,
             "native_tokens_prompt": self.prompt_tokens,

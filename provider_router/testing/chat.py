@@ -10,7 +10,9 @@ happen before any byte is sent. The serving attempt answers as JSON or SSE
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
+import time
 import zlib
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -20,6 +22,7 @@ from aiohttp import web
 from provider_router._json import loads
 from provider_router.testing import bodies
 from provider_router.testing.billing import KeyState
+from provider_router.testing.context import fit_context
 from provider_router.testing.delivery import Attempt, serve
 from provider_router.testing.draws import Draws
 from provider_router.testing.faults import ATTEMPT_KINDS, Fault
@@ -28,11 +31,18 @@ from provider_router.testing.market import EndpointSpec, ModelSpec
 from provider_router.testing.routing import (
     DOCS_URL,
     REQUEST_PARAMETERS,
+    Preferences,
     RoutingError,
     parse_preferences,
     plan_route,
 )
 from provider_router.testing.simulator import SIM_KEY, Simulator, _finish, json_error
+from provider_router.testing.sticky import stick, sticky_key
+from provider_router.testing.structured import (
+    OutputFormat,
+    StructuredError,
+    parse_response_format,
+)
 from provider_router.testing.synth import count_request_prompt
 from provider_router.testing.tools import (
     ToolError,
@@ -40,6 +50,7 @@ from provider_router.testing.tools import (
     check_tool_messages,
     parse_tool_request,
 )
+from provider_router.testing.variants import Requested, resolve_model
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -133,17 +144,51 @@ def _attempt_failure(
     return response, kind
 
 
+METADATA_HEADER = "X-OpenRouter-Metadata"
+
+
+def router_metadata(
+    body: dict[str, Any],
+    model: ModelSpec,
+    candidates: Sequence[EndpointSpec],
+    served: EndpointSpec,
+    attempt: int,
+) -> dict[str, Any]:
+    """``openrouter_metadata`` (``X-OpenRouter-Metadata: enabled``): the routing trace,
+    with the fields the description's ``OpenRouterMetadata`` requires."""
+    requested = body.get("model")
+    return {
+        "requested": requested if isinstance(requested, str) else model.id,
+        "strategy": "fallback" if body.get("models") else "direct",
+        "region": None,
+        "summary": f"available={len(candidates)}, selected={served.provider_name}",
+        "attempt": attempt,
+        "is_byok": False,
+        "endpoints": {
+            "total": len(model.endpoints),
+            "available": [
+                {"model": model.id, "provider": e.provider_name, "selected": e is served}
+                for e in candidates
+            ],
+        },
+    }
+
+
 def _platform_limit(sim: Simulator, fault: Fault) -> web.Response:
     real = sim.real_seconds(fault.retry_after)
     header = retry_after_header(real)
-    reset_ms = str(int((sim.clock() + real) * 1000))
+    # Epoch milliseconds (the wall clock: a monotonic reading means nothing to a client);
+    # the notes call the format unconfirmed, milliseconds is what clients parse.
+    reset_ms = str(int((time.time() + real) * 1000))
     limit = str(fault.max_in_flight if fault.max_in_flight is not None else 1)
     rate_headers = {
         "X-RateLimit-Limit": limit,
         "X-RateLimit-Remaining": "0",
         "X-RateLimit-Reset": reset_ms,
     }
-    metadata = {"headers": rate_headers, "provider_name": None, "error_type": "rate_limit_exceeded"}
+    # The headers go on the answer only: no capture of a platform 429 copies them into
+    # error.metadata (upstream 429s carry Retry-After there, see _attempt_failure).
+    metadata = {"provider_name": None, "error_type": "rate_limit_exceeded"}
     return json_error(
         429,
         "Rate limit exceeded: requests-per-key.",
@@ -225,10 +270,11 @@ def _chat(
     if not isinstance(messages, list) or not messages:
         return _bad_request("messages: expected a non-empty array of messages")
     model_id = body.get("model")
-    model = sim.market.models.get(model_id) if isinstance(model_id, str) else None
     record.model = model_id if isinstance(model_id, str) else None
-    if model is None:
-        return _bad_request(f"{model_id} is not a valid model ID")
+    requested = resolve_model(body, sim.market.models)
+    if not isinstance(requested, Requested):  # a 400 (Requested: a plain class, no ABC)
+        return requested
+    model = requested.model
     stream = body.get("stream") is True
     record.stream = stream
     record.routing = body.get("provider")
@@ -255,6 +301,14 @@ def _chat(
         prefs = parse_preferences(body.get("provider"))
     except RoutingError as exc:
         return _routing_error(exc)
+    if requested.sort is not None and (prefs is None or prefs.sort is None):
+        prefs = dataclasses.replace(prefs or Preferences(), sort=requested.sort)
+    output = None
+    if "response_format" in body:
+        try:
+            output = parse_response_format(body)
+        except StructuredError as exc:
+            return _bad_request(str(exc))
 
     rng = sim.rng_for(zlib.crc32(raw))
     if sim.faults.platform:
@@ -266,12 +320,35 @@ def _chat(
             return _platform_limit(sim, fault)
 
     used = _REQUEST_PARAMETERS.intersection(body)  # the parameters it uses (any order)
+    if output is not None and output.kind == "json_schema":
+        used = used | {"structured_outputs"}  # a schema wants endpoints that honour one
     try:
-        candidates = plan_route(model, prefs, used, rng, sim.unstable_tags())
+        unstable = sim.unstable_tags()
+        tier = body.get("service_tier")
+        candidates = plan_route(
+            model,
+            prefs,
+            used,
+            rng,
+            unstable,
+            tier if isinstance(tier, str) else None,
+            admit=requested.admits_tier,
+        )
     except RoutingError as exc:
         return _routing_error(exc)
+    sticky = None
+    if sim.sticky_model(model) and (prefs is None or not (prefs.order or prefs.sort)):
+        sticky = sticky_key(key.label, model.id, body, request.headers.get("x-session-id"))
+        if sticky is not None:
+            candidates = stick(candidates, sim.sticky.lookup(sticky, sim.now()), unstable)
 
     prompt_tokens, images = count_request_prompt(body)
+    fitting = fit_context(model, candidates, prompt_tokens, max_tokens, sim.context_floor(model))
+    # Checked by what it is (isinstance on a Response is an ABC check).
+    if not isinstance(fitting, tuple | list):  # 400 or 404: nothing is billed
+        record.outcome = "context_length"
+        return fitting  # type: ignore[return-value]
+    candidates = fitting
     primary = candidates[0]
     max_out = (
         max_tokens
@@ -313,6 +390,8 @@ def _chat(
             tool_request,
             images=images,
             choices=choices,
+            sticky=sticky,
+            output=output,
         )
     except BaseException:
         _release(sim, key, worst)
@@ -374,6 +453,8 @@ def _attempts(
     *,
     images: int = 0,
     choices: int = 1,
+    sticky: tuple[str, str, object] | None = None,
+    output: OutputFormat | None = None,
 ) -> Answer:
     failure: web.Response | None = None
     failure_kind = "error"
@@ -397,6 +478,8 @@ def _attempts(
             continue
         record.attempts.append(_SERVED[tag])
         serves = endpoint.serves
+        if sticky is not None:
+            sim.sticky.remember(sticky, endpoint, sim.now())
         if fault is not None:
             sim.log.counters["fault." + fault.kind] += 1
         attempt = Attempt(
@@ -414,7 +497,12 @@ def _attempts(
             tool_request,
             images=images,
             choices=choices,
+            output=output,
         )
+        if request.headers.get(METADATA_HEADER) == "enabled":
+            attempt.metadata = router_metadata(
+                body, model, candidates, endpoint, len(record.attempts)
+            )
         sim.in_flight[tag] = sim.in_flight.get(tag, 0) + 1
         try:
             answer = serve(attempt)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Awaitable
@@ -51,6 +52,7 @@ from provider_router.testing.market import EndpointSpec, ModelSpec
 from provider_router.testing.prefix_cache import CacheResult, prefix_chain
 from provider_router.testing.simulator import Simulator, json_error
 from provider_router.testing.sse import EventWriter
+from provider_router.testing.structured import OutputFormat, structured_pieces
 from provider_router.testing.synth import (
     CompletionShape,
     filler,
@@ -90,6 +92,10 @@ class Attempt:
     """Input images: each pays the endpoint's per-image fee."""
     choices: int = 1
     """``n``: completions generated (and billed) for the request."""
+    output: OutputFormat | None = None
+    """What ``response_format`` asks for (None: text)."""
+    metadata: dict[str, Any] | None = None
+    """``openrouter_metadata`` to add to a JSON answer (asked for by header)."""
 
 
 @dataclass(slots=True)
@@ -106,6 +112,8 @@ class _Plan:
     """Content tokens written before the tool calls (``auto`` only)."""
     salt: int = 0
     """Fixes how a degraded endpoint departs from the model for this request (else 0)."""
+    structured: tuple[str, ...] = ()
+    """The JSON answer's pieces (``response_format``), one token each; else empty."""
 
 
 def _completion_total(attempt: Attempt) -> int:
@@ -164,7 +172,15 @@ def _plan(attempt: Attempt) -> _Plan:
         salt = request_salt(attempt.sim.seed, endpoint.tag, attempt.body["messages"])
         calls = endpoint.serves.calls(calls, salt)
     tool_tokens = preamble + sum(call.tokens for call in calls) if calls else None
-    shape = shape_completion(attempt.body, total, attempt.max_tokens, tool_tokens)
+    structured: tuple[str, ...] = ()
+    if attempt.output is not None and not calls:
+        structured = structured_pieces(attempt.output, endpoint.supported_parameters, rng)
+    if structured:
+        shape = shape_completion(attempt.body, total, attempt.max_tokens, len(structured))
+        if shape.finish_reason == "tool_calls":
+            shape = dataclasses.replace(shape, finish_reason="stop")
+    else:
+        shape = shape_completion(attempt.body, total, attempt.max_tokens, tool_tokens)
     cache = _use_cache(attempt)
     return _Plan(
         gen_id,
@@ -177,6 +193,7 @@ def _plan(attempt: Attempt) -> _Plan:
         cache.written_tokens,
         preamble,
         salt,
+        structured,
     )
 
 
@@ -349,6 +366,8 @@ def _text(attempt: Attempt, plan: _Plan, start: int, stop: int) -> str:
 
 def _content_text(attempt: Attempt, plan: _Plan, content_tokens: int) -> str | None:
     """``message.content``: the text, or with tool calls the words before them (else null)."""
+    if plan.structured:
+        return "".join(plan.structured[:content_tokens])
     if not plan.calls:
         return _text(attempt, plan, 0, content_tokens)
     return _text(attempt, plan, 0, min(plan.preamble, content_tokens)) or None
@@ -431,8 +450,16 @@ def _json_data(attempt: Attempt, plan: _Plan, kind: str | None) -> bytes:
     """The generation is over: charge it, remember it, and the answer's bytes."""
     shape = plan.shape
     cost = _charge(attempt, plan, shape.completion_tokens, shape.reasoning_tokens)
-    plain = not plan.calls and attempt.choices == 1 and attempt.endpoint.serves is None
-    if kind not in _USAGE_REWRITTEN and plain:
+    tier = attempt.endpoint.service_tier
+    if (
+        kind not in _USAGE_REWRITTEN
+        and not plan.calls
+        and attempt.choices == 1
+        and tier is None
+        and not plan.structured
+        and attempt.metadata is None
+        and attempt.endpoint.serves is None
+    ):
         data = _plain_answer(attempt, plan, cost)
     else:
         data = WHITESPACE + bodies.dumps(_answer(attempt, plan, cost, kind))
@@ -489,6 +516,12 @@ def _answer(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict
         ),
         fingerprint=attempt.endpoint.system_fingerprint,
     )
+    if attempt.metadata is not None:
+        payload["openrouter_metadata"] = attempt.metadata
+    if attempt.endpoint.service_tier is not None:
+        # The tier that served, at the top level as OpenAI's format has it (service-tiers
+        # guide); only tier endpoints say it: no capture of a standard one has the key.
+        payload["service_tier"] = attempt.endpoint.service_tier
     if attempt.choices > 1:
         first = payload["choices"][0]
         payload["choices"] = [{**first, "index": i} for i in range(attempt.choices)]
@@ -613,7 +646,10 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                 if plan.calls:  # the words before the calls, then the calls
                     n = min(n, plan.preamble - start)
                 sent += n
-                if n > 0 and attempt.endpoint.serves is None:
+                if n > 0 and plan.structured:
+                    text = "".join(plan.structured[start : start + n])
+                    await out.write(frame.sse(content_delta_json(text)))
+                elif n > 0 and attempt.endpoint.serves is None:
                     await out.write(frame.sse(filler_delta_json(start, start + n)))
                 elif n > 0:
                     text = content_delta_json(_text(attempt, plan, start, start + n))

@@ -251,6 +251,14 @@ class EndpointSpec:
         }
 
 
+def _anonymous(listing: dict[str, Any]) -> dict[str, Any]:
+    data = listing["data"]
+    endpoints = [
+        {**e, "latency_last_30m": None, "throughput_last_30m": None} for e in data["endpoints"]
+    ]
+    return {**listing, "data": {**data, "endpoints": endpoints}}
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """A model and the endpoints that serve it."""
@@ -268,6 +276,13 @@ class ModelSpec:
     expiration_date: str | None = None
     batch_endpoints: tuple[EndpointSpec, ...] = ()
     """The ``:batch`` endpoints (the Batch API's own listing and prices); none: sync only."""
+    has_tiers: bool = field(init=False, default=False)
+    """Whether an endpoint is a service-tier one (``flex``, ``priority``): routing
+    then filters by tier (computed once, here, to keep the common path free of it)."""
+
+    def __post_init__(self) -> None:
+        tiers = any(e.service_tier in ("flex", "priority") for e in self.endpoints)
+        object.__setattr__(self, "has_tiers", tiers)
 
     def listing(self) -> dict[str, Any]:
         """The ``Model`` object of ``GET /models``; pricing from the cheapest stable endpoint."""
@@ -410,6 +425,12 @@ class Market:
             key: json.dumps(model.batch_endpoints_listing()).encode()
             for key, model in self.models.items()
         }
+        self.anonymous_endpoints_bodies = {
+            key: json.dumps(_anonymous(model.endpoints_listing())).encode()
+            for key, model in self.models.items()
+        }
+        """The same listings as a request without a key sees them: no recent latency
+        or throughput (null, as unauthenticated real listings show)."""
 
     @classmethod
     def default(cls) -> Market:

@@ -10,20 +10,30 @@ try and in what order. Semantics (docs/simulator.md, "Routing"):
   ``mxfp8``. ``max_price`` (USD per million tokens; per request for ``request``) and
   ``require_parameters`` filter too. When filters leave nothing: 404.
 * ``sort`` orders by price, throughput or latency (unstable endpoints still
-  last). Otherwise the first endpoint is
-  drawn among the stable ones (status >= 0, no failure in the last 30 simulated
-  seconds) weighted by the inverse square of its price, the rest follow by price,
-  unstable ones last.
+  last). Otherwise the first endpoint is drawn among the stable ones (status >= 0,
+  no failure in the last 30 simulated seconds: the breaker) weighted by its traffic
+  share (:func:`traffic_weights`, after OpenRouter's traffic-routing guide: the
+  cache-adjusted price, TTFT, reliability and speed; a competitive edge; a little
+  exploration), the rest follow by price, unstable ones last.
 * ``order`` puts its endpoints first, in that order; ``allow_fallbacks: false``
   then tries only those (or only the first endpoint when there is no ``order``).
+* Service-tier endpoints (``service_tier`` ``flex`` or ``priority``, tags such as
+  ``google-vertex/flex``) are not matched by a base slug or display name
+  (provider-selection guide, "Base Slug Matching") and serve only when asked for:
+  named by their tag in ``only``/``order``, or by the request's ``service_tier``
+  (service-tiers guide; ``:floor`` page: ``service_tier: "flex"`` restricts
+  routing to flex endpoints, so it never falls back to a standard one;
+  ``priority`` tries priority endpoints first, then the rest). Billing follows the
+  endpoint that served (its own prices).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -79,7 +89,7 @@ REQUEST_PARAMETERS = (
     "reasoning_effort",
     "verbosity",
 )
-_SOFT_PARAMETERS = ("tools", "response_format", "verbosity")
+_SOFT_PARAMETERS = ("tools", "response_format", "structured_outputs", "verbosity")
 _SOFT_SET = frozenset(_SOFT_PARAMETERS)
 _NO_PROVIDERS = "No allowed providers are available for the selected model."
 DOCS_URL = "https://openrouter.ai/docs/guides/routing/provider-selection"
@@ -213,9 +223,53 @@ def parse_preferences(obj: object) -> Preferences | None:
     )
 
 
+TIERS = frozenset(["flex", "priority"])
+"""The ``service_tier`` values of tier endpoints (the standard one is null or default)."""
+
+
+def is_tier(endpoint: EndpointSpec) -> bool:
+    """Whether ``endpoint`` is a service-tier endpoint (served only when asked for)."""
+    return endpoint.service_tier in TIERS
+
+
 def matches(item: str, endpoint: EndpointSpec) -> bool:
-    """Whether an order/only/ignore item (lower-cased) names this endpoint."""
-    return item in (endpoint.tag, endpoint.slug) or item == endpoint.provider_name.lower()
+    """Whether an order/only/ignore item (lower-cased) names this endpoint.
+
+    A tier endpoint answers only to its own tag (not to its provider's base slug).
+    """
+    if item == endpoint.tag:
+        return True
+    if endpoint.service_tier in TIERS:
+        return False
+    return item == endpoint.slug or item == endpoint.provider_name.lower()
+
+
+def tier_candidates(
+    endpoints: Sequence[EndpointSpec],
+    prefs: Preferences | None,
+    requested: str | None,
+    model: ModelSpec,
+    admit: str | None = None,
+) -> list[EndpointSpec]:
+    """The endpoints a request may use, given its ``service_tier`` and named tags.
+
+    Raises:
+        RoutingError: 404 when ``flex`` is asked for and the model has none.
+    """
+    named: set[str] = set()
+    if prefs is not None:
+        named = {*(prefs.only or ()), *prefs.order}
+    if requested == "flex":
+        flex = [e for e in endpoints if e.service_tier == "flex"]
+        if not flex:
+            raise RoutingError(404, _NO_PROVIDERS, excluded_by=["service_tier"], model=model.id)
+        return flex
+    chosen = [
+        e
+        for e in endpoints
+        if e.service_tier not in TIERS or e.tag in named or e.service_tier in (requested, admit)
+    ]
+    return chosen
 
 
 def _any_match(items: Iterable[str], endpoint: EndpointSpec) -> bool:
@@ -231,9 +285,52 @@ def _price_key(endpoint: EndpointSpec) -> tuple[Decimal, str]:
     return (endpoint.blended_price, endpoint.tag)
 
 
+# --- default routing: traffic shares (guides/providers/traffic-routing) ------------------
+# Money is not involved in the shares, so floats are fine here.
+ASSUMED_CACHE_SHARE = 0.5
+"""The prompt share an endpoint with cheaper cache reads is assumed to read from cache
+(its "real cache hit rate", which only OpenRouter measures: an assumption)."""
+COMPETITIVE_EDGE = 1.25
+"""Endpoints whose adjusted cost per unit of speed is within this factor of the best
+are "competitive"; past it the share drops off fast (assumption on the curve)."""
+EXPLORATION_SHARE = 0.01
+"""The least share of traffic any stable endpoint keeps ("so routing can see when it
+improves")."""
+
+
+def _adjusted_value(endpoint: EndpointSpec) -> float:
+    """Adjusted price (cache-adjusted, TTFT- and reliability-weighted) per unit of speed."""
+    prompt = float(endpoint.prompt)
+    if endpoint.cache_read_units is not None and endpoint.cache_read_units < endpoint.prompt_units:
+        read = float(endpoint.input_cache_read or 0)
+        prompt = prompt * (1 - ASSUMED_CACHE_SHARE) + read * ASSUMED_CACHE_SHARE
+    price = max(prompt + float(endpoint.completion), 1e-9)
+    reliability = max(min(endpoint.uptime_last_30m or 95.0, 100.0), 1.0) / 100
+    ttft = 1 + endpoint.latency_ms / 10_000  # a 1 s TTFT costs 10 %
+    speed = math.sqrt(max(float(endpoint.throughput), 1.0))  # faster carries a higher price
+    return price * ttft / reliability / speed
+
+
+def traffic_weights(stable: Sequence[EndpointSpec]) -> list[float]:
+    """Each stable endpoint's share of default traffic, as the traffic-routing guide
+    describes it: adjusted price and speed place an endpoint inside or past the
+    competitive edge; inside, shares fall gently (the inverse square of the ratio to
+    the best), past it steeply (eighth power), never below :data:`EXPLORATION_SHARE`."""
+    if not stable:
+        return []
+    values = [_adjusted_value(e) for e in stable]
+    best = min(values)
+    raw = []
+    for value in values:
+        ratio = value / best
+        raw.append(ratio**-2 if ratio <= COMPETITIVE_EDGE else COMPETITIVE_EDGE**6 * ratio**-8)
+    total = sum(raw)
+    floor = EXPLORATION_SHARE * total
+    return [max(w, floor) for w in raw]
+
+
 def _weighted_first(stable: list[EndpointSpec], rng: random.Random) -> int:
-    # Inverse square of the price; money is not involved, so floats are fine here.
-    weights = [1.0 / max(float(e.blended_price), 1e-9) ** 2 for e in stable]
+    weights = traffic_weights(stable)
     cumulative: list[float] = []
     total = 0.0
     for weight in weights:
@@ -244,7 +341,7 @@ def _weighted_first(stable: list[EndpointSpec], rng: random.Random) -> int:
 
 class _DefaultRoute:
     """The default order of one model's endpoints, precomputed: stable endpoints by
-    price with their cumulative inverse-square weights, then the unstable ones."""
+    price with their cumulative traffic-share weights, then the unstable ones."""
 
     __slots__ = ("cumulative", "model", "orders", "stable", "total", "unstable")
 
@@ -257,8 +354,8 @@ class _DefaultRoute:
         )
         self.cumulative: list[float] = []
         total = 0.0
-        for e in self.stable:
-            total += 1.0 / max(float(e.blended_price), 1e-9) ** 2
+        for weight in traffic_weights(self.stable):
+            total += weight
             self.cumulative.append(total)
         self.total = total
         # One order per possible first endpoint, built once (shared: never mutated).
@@ -379,22 +476,59 @@ def plan_route(
     used_params: Collection[str],
     rng: random.Random,
     unstable_tags: frozenset[str] | set[str] = frozenset(),
+    service_tier: str | None = None,
+    *,
+    admit: str | None = None,
 ) -> Sequence[EndpointSpec]:
     """The endpoints to try, in order (the first is the primary choice).
+
+    ``admit`` is a tier whose endpoints compete with the standard ones (a variant's:
+    ``:floor`` admits flex). Requests with ``tools`` and neither ``order`` nor
+    ``sort`` are ranked by Auto Exacto (auto-exacto guide: tool-calling quality
+    first; here the ``exacto`` sort) instead of the price-weighted draw; the SDK
+    describes a sort as applying "if 'order' is not specified", so an ``order``
+    (the Router's) is never re-ranked.
 
     Raises:
         RoutingError: 404 when the filters leave no endpoint, worded like OpenRouter.
     """
-    if prefs is None and not unstable_tags and _SOFT_SET.isdisjoint(used_params):
+    if "tools" in used_params and (prefs is None or not (prefs.sort or prefs.order)):
+        prefs = replace(prefs or Preferences(), sort="exacto")  # Auto Exacto
+    ordered = _plan_route(model, prefs, used_params, rng, unstable_tags, service_tier, admit)
+    if service_tier == "priority" and model.has_tiers:
+        # Priority endpoints first, the rest as fallbacks (stable: each keeps its order).
+        return sorted(ordered, key=lambda e: e.service_tier != "priority")
+    return ordered
+
+
+def _plan_route(
+    model: ModelSpec,
+    prefs: Preferences | None,
+    used_params: Collection[str],
+    rng: random.Random,
+    unstable_tags: frozenset[str] | set[str],
+    service_tier: str | None,
+    admit: str | None,
+) -> Sequence[EndpointSpec]:
+    tiers = model.has_tiers
+    if prefs is None and not unstable_tags and _SOFT_SET.isdisjoint(used_params) and not tiers:
         return _default_route(model).order(rng)  # the hot path: nothing to filter
     soft = [p for p in _SOFT_PARAMETERS if p in used_params]
-    endpoints = list(model.endpoints)
+    endpoints = (
+        tier_candidates(model.endpoints, prefs, service_tier, model, admit)
+        if tiers
+        else list(model.endpoints)
+    )
+    if prefs is not None:
+        endpoints = _filter(endpoints, prefs, used_params, model)
     if soft:
+        # A soft filter prefers capable endpoints among those the preferences allow;
+        # when none is capable the allowed ones serve (a tool-less endpoint answers in
+        # text), so it never turns a valid ``only`` into a 404.
         capable = [e for e in endpoints if all(p in e.supported_parameters for p in soft)]
         endpoints = capable or endpoints
     if prefs is None:
         return _default_order(endpoints, rng, unstable_tags)
-    endpoints = _filter(endpoints, prefs, used_params, model)
     ordered = (
         _sorted(endpoints, prefs.sort, unstable_tags)
         if prefs.sort

@@ -23,11 +23,13 @@ from provider_router._types import Clock, Sleep
 from provider_router.testing import bodies
 from provider_router.testing.batches import BatchBook
 from provider_router.testing.billing import Account, KeyState
+from provider_router.testing.context import smallest_context
 from provider_router.testing.draws import Draws
 from provider_router.testing.faults import Fault, FaultBook
 from provider_router.testing.introspection import RequestLog, RequestRecord
-from provider_router.testing.market import Market
+from provider_router.testing.market import Market, ModelSpec
 from provider_router.testing.prefix_cache import PrefixCache
+from provider_router.testing.sticky import StickyRoutes, caches_cheaper
 from provider_router.testing.synth import Lengths
 
 __all__ = ["SIM_KEY", "Simulator", "json_error", "json_response"]
@@ -131,6 +133,10 @@ class Simulator:
         self.failed_at: dict[str, float] = {}
         self.down: dict[str, bool] = {}
         self.caches = PrefixCache()
+        self.sticky = StickyRoutes()
+        """Prompt-cache sticky routing: which endpoint each session is kept on."""
+        self._sticky_models: dict[str, bool] = {}
+        self._context_floors: dict[str, int] = {}
         self._by_header: dict[str, KeyState] = {}
         self._occurrences: dict[int, int] = {}
         self._occurrence_order: deque[int] = deque()
@@ -172,6 +178,20 @@ class Simulator:
             order.append(fingerprint)
         occurrences[fingerprint] = occurrence
         return Draws(b"%d:%d:%d" % (self.seed, fingerprint, occurrence))
+
+    def sticky_model(self, model: ModelSpec) -> bool:
+        """Whether sticky routing can apply to ``model``: an endpoint caches more cheaply."""
+        known = self._sticky_models.get(model.id)
+        if known is None:
+            known = self._sticky_models[model.id] = any(map(caches_cheaper, model.endpoints))
+        return known
+
+    def context_floor(self, model: ModelSpec) -> int:
+        """The request size (prompt + completion) every endpoint of ``model`` takes."""
+        floor = self._context_floors.get(model.id)
+        if floor is None:
+            floor = self._context_floors[model.id] = smallest_context(model)
+        return floor
 
     def unstable_tags(self) -> frozenset[str] | set[str]:
         if not self.failed_at:

@@ -159,7 +159,9 @@ async def test_what_cannot_be_afforded_never_reads_as_about_nothing_more(
     sim = await openrouter_sim_factory(seed=3)
     max_tokens = "99999999999" if case == "huge-max-tokens" else "200"
     extra = (
-        [json.dumps({"id": "huge", "prompt": "word " * 2_000_000})] if case == "huge-prompt" else []
+        # 2 MB: within every context even at 32 bytes a token (#24 refuses what cannot
+        # fit before pricing it), but far beyond what $1 reserves.
+        [json.dumps({"id": "huge", "prompt": "word " * 400_000})] if case == "huge-prompt" else []
     )
     prompts = write_prompts(tmp_path / "p.jsonl", 10, extra=extra)
     out = tmp_path / "out"

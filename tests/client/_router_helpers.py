@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Container
+from pathlib import Path
 
 from provider_router import Router
 from provider_router.testing import Market
@@ -12,6 +13,9 @@ KIMI = "moonshotai/kimi-k2.5"
 MESSAGES = [{"role": "user", "content": "Say hello in Portuguese."}]
 
 MakeRouter = Callable[..., Awaitable[Router]]
+
+MARKETS = Path(__file__).parents[1] / "data" / "markets"
+"""Small market files shared by the simulator's and the Router's tests."""
 
 
 class RecordingSleep:

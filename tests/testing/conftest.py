@@ -41,3 +41,14 @@ async def client(openrouter_sim: SimulatorServer) -> AsyncIterator[SimClient]:
         yield session
     finally:
         await session.close()
+
+
+@pytest_asyncio.fixture
+async def openai_client(
+    openrouter_sim: SimulatorServer, openrouter_api_key: str
+) -> AsyncIterator[Any]:
+    """The official ``openai`` SDK's async client on the default ``openrouter_sim``."""
+    import openai
+
+    async with openai.AsyncOpenAI(base_url=openrouter_sim.url, api_key=openrouter_api_key) as sdk:
+        yield sdk

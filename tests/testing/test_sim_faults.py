@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,11 @@ async def test_platform_rate_limit_has_rate_limit_headers_and_no_fallback(
     reply = await client.chat(max_tokens=5)
     assert reply.status == 429
     assert reply.headers["x-ratelimit-remaining"] == "0"
+    # The reset is wall-clock epoch milliseconds, not a monotonic reading.
+    reset = int(reply.headers["x-ratelimit-reset"])
+    assert abs(reset / 1000 - time.time()) < 3600
     assert reply.json["error"]["metadata"]["provider_name"] is None
+    assert "headers" not in reply.json["error"]["metadata"], "no capture copies them there"
     assert sim.requests[0].attempts == []
     assert (await client.chat(max_tokens=5)).status == 200
 

@@ -359,3 +359,43 @@ async def test_a_200_with_an_error_parses_in_the_sdk(
             chunks = [chunk async for chunk in events]
     assert chunks[-1].choices[0].finish_reason == "error"
     assert chunks[-1].error.code == 502
+
+
+async def test_structured_output_variants_tiers_and_cache_discount_through_the_sdk(
+    sdk: Any, openrouter_sim: SimulatorServer
+) -> None:
+    """#24's additions parse in the SDK: a json_schema answer, a :nitro model id, a
+    models listing filtered by parameter, and a generation with cache_discount."""
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+        "additionalProperties": False,
+    }
+    result = await sdk.chat.send_async(
+        model=f"{MODEL}:nitro",
+        messages=MESSAGES,
+        max_tokens=200,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "trip", "strict": True, "schema": schema},
+        },
+    )
+    answer = json.loads(result.choices[0].message.content)
+    assert set(answer) == {"city", "days"}
+    listing = await sdk.models.list_async(supported_parameters="structured_outputs")
+    assert [m.id for m in listing.result.data] == [MODEL]
+    system = {"role": "system", "content": "You plan careful small trips. " * 40}
+    for question in ("Where first?", "And then?"):
+        turn = await sdk.chat.send_async(
+            model=MODEL,
+            messages=[system, {"role": "user", "content": question}],
+            max_tokens=20,
+            provider={"only": ["chutes"]},
+        )
+    with pytest.raises(errors.NotFoundResponseError):
+        await sdk.generations.get_generation_async(id=turn.id)
+    generation = await sdk.generations.get_generation_async(id=turn.id)
+    assert generation.data.native_tokens_cached > 0
+    assert generation.data.cache_discount is not None
+    assert generation.data.cache_discount > 0

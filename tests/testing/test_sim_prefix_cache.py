@@ -201,6 +201,13 @@ async def test_the_generation_record_reports_the_cached_tokens(
     await client.get("/generation", id=reply.json["id"])
     generation = await client.get("/generation", id=reply.json["id"])
     assert generation.json["data"]["native_tokens_cached"] == tokens([SYSTEM, Q1])
+    # cache_discount reports the saving: the cached tokens at Chutes' prompt price less
+    # its cache-read price (prompt-caching guide); a miss saved nothing (null).
+    saved = Decimal(tokens([SYSTEM, Q1])) * (Decimal("0.45") - Decimal("0.15")) / M
+    discount = json.loads(generation.text, parse_float=Decimal)["data"]["cache_discount"]
+    assert discount == saved
+    first = openrouter_sim.requests[-2]
+    assert first.cached_tokens == 0
 
 
 def test_memory_is_bounded_least_recently_used_first() -> None:

@@ -1,0 +1,177 @@
+"""Cache-aware pinning: a conversation (or a ``session_id``) goes to one allowed endpoint,
+chosen at the expected cache hit rate, with a one-tag ``only``, no ``order`` and its
+``session_id``, and moves only when that endpoint fails it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from importlib import resources
+from typing import Any
+
+import pytest
+from _router_helpers import MakeRouter
+
+from provider_router import ConfigurationError, MemoryLedger
+from provider_router.affinity import CacheAffinity, conversation_session
+from provider_router.ranking import Workload
+from provider_router.testing import SimulatorServer
+
+SYSTEM = {"role": "system", "content": "You write careful multi-turn training data. " * 60}
+# A prompt-heavy workload: the cache read price decides (DeepInfra's $0.10 beats
+# Chutes' $0.15 once most of the prompt is cached, though Chutes' $0.45 prompt is cheapest).
+LONG = Workload(prompt_tokens=20_000, completion_tokens=400)
+
+
+def turns(n: int, conversation: int = 0) -> list[list[dict[str, Any]]]:
+    messages: list[dict[str, Any]] = [SYSTEM]
+    out = []
+    for turn in range(n):
+        messages = [*messages, {"role": "user", "content": f"Chat {conversation}, turn {turn}?"}]
+        out.append(messages)
+        messages = [*messages, {"role": "assistant", "content": f"Reply {turn}. " * 30}]
+    return out
+
+
+async def test_a_conversation_is_pinned_where_cache_reads_make_it_cheapest(
+    openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], make_router: MakeRouter
+) -> None:
+    sim = await openrouter_sim_factory(completion_tokens=40)
+    ledger = MemoryLedger(Decimal(5))
+    router = await make_router(
+        sim, ledger=ledger, workload=LONG, cache_affinity=True, cache_hit_rate="0.9"
+    )
+    plan = router.plan
+    assert plan.ranked[0].endpoint.slug == "chutes"  # by list price
+    assert plan.cache_ranked[0].endpoint.slug == "deepinfra"  # at a 90 % hit rate
+    results = [await router.chat(m, max_tokens=100) for m in turns(8)]
+    assert {r.provider for r in results} == {"DeepInfra"}
+    assert [r.usage.cached_tokens > 0 for r in results if r.usage] == [False] + [True] * 7
+    session = conversation_session(turns(1)[0])
+    for record in sim.requests:
+        assert record.routing is not None
+        assert record.routing["only"] == ["deepinfra"]
+        assert "order" not in record.routing, "order turns OpenRouter's sticky routing off"
+        # The price ceilings are the plan's: the reservation covers the request as before.
+        assert record.routing["max_price"] == plan.provider_object()["max_price"]
+    assert session is not None
+    assert any(session in key for key in sim.simulator.sticky._routes), "sent as session_id"
+    assert router.affinity.pinned == 1
+    # What caching saved: every cached token at DeepInfra's $0.50 prompt less $0.10 read.
+    cached = sum(r.usage.cached_tokens for r in results if r.usage)
+    assert router.cache_saved == cached * (Decimal("0.50") - Decimal("0.10")) / 1_000_000
+    state = await ledger.snapshot()
+    assert state.spent == sim.simulator.usage
+
+
+async def test_an_explicit_session_id_is_pinned_and_nothing_else_is(
+    openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], make_router: MakeRouter
+) -> None:
+    sim = await openrouter_sim_factory(completion_tokens=10)
+    router = await make_router(sim)
+    await router.chat(turns(1)[0], max_tokens=50)
+    assert "order" in (sim.requests[-1].routing or {}), "unpinned: today's order"
+    await router.chat(turns(1, 1)[0], max_tokens=50, session_id="job-7")
+    await router.chat(turns(1, 2)[0], max_tokens=50, session_id="job-7")
+    pinned = [r.routing for r in sim.requests[-2:]]
+    assert pinned[0] == pinned[1]
+    assert pinned[0] is not None
+    assert len(pinned[0]["only"]) == 1
+    assert "order" not in pinned[0]
+    with pytest.raises(ConfigurationError, match="session_id"):
+        await router.chat(turns(1)[0], max_tokens=50, session_id="")
+    with pytest.raises(ConfigurationError, match="session_id"):
+        await router.chat(turns(1)[0], max_tokens=50, session_id="x" * 257)
+
+
+async def test_a_failed_pinned_endpoint_moves_the_session_once(
+    openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], make_router: MakeRouter
+) -> None:
+    sim = await openrouter_sim_factory(completion_tokens=10)
+    router = await make_router(sim, cache_affinity=True)
+    first = router.plan.cache_ranked[0].endpoint
+    # One failure: the retry stays (a passing error; moving would lose the cache).
+    sim.add_fault({"kind": "provider_error", "provider": first.slug, "times": 1})
+    stayed = await router.chat(turns(1, 9)[0], max_tokens=50)
+    assert stayed.provider == first.provider_name
+    assert stayed.attempts == 2
+    assert router.affinity.moves == 0
+    # Two in a row: the session moves.
+    sim.add_fault({"kind": "provider_error", "provider": first.slug, "times": 2})
+    conversation = turns(3)
+    result = await router.chat(conversation[0], max_tokens=50)
+    assert result.provider != first.provider_name
+    assert result.attempts == 3
+    assert router.affinity.moves == 1
+    # The session stays where it moved: later turns go there, and read its cache.
+    later = [await router.chat(m, max_tokens=50) for m in conversation[1:]]
+    assert {r.provider for r in later} == {result.provider}
+    assert [r.routing for r in sim.requests][-1] == sim.requests[-2].routing
+
+
+def test_sessions_are_bounded_and_expire_when_idle() -> None:
+    from provider_router.records import ModelEndpoints
+    from provider_router.routing import build_route_plan
+
+    class Allowed:
+        def __init__(self, endpoint: Any) -> None:
+            self.endpoint = endpoint
+            self.allowed = True
+
+    raw = json.loads(
+        resources.files("provider_router.data").joinpath("kimi-k2.5.endpoints.json").read_text()
+    )
+    endpoints = ModelEndpoints.model_validate(raw["data"])
+    plan = build_route_plan(
+        "moonshotai/kimi-k2.5",
+        [Allowed(e) for e in endpoints.endpoints if e.pricing.prompt is not None],
+        workload=LONG,
+    )
+    affinity = CacheAffinity(idle_seconds=600, max_sessions=2)
+    best = plan.cache_ranked[0].endpoint.slug
+    assert affinity.pin("a", plan, 0.0) == best
+    assert affinity.pin("a", plan, 599.0) == best
+    assert affinity.pinned == 1
+    assert affinity.pin("a", plan, 1200.0) == best  # idle: chosen afresh
+    assert affinity.pinned == 2
+    second = affinity.pin("b", plan, 0.0, demoted={plan.cache_ranked[0].endpoint.provider_name})
+    assert second != best, "a demoted provider gets no new session"
+    affinity.pin("c", plan, 0.0)
+    assert len(affinity) == 2
+    assert conversation_session([{"role": "system", "content": "no user"}]) is None
+    one = conversation_session(turns(2)[1])
+    assert one == conversation_session(turns(1)[0]), "every turn of a conversation"
+    assert one != conversation_session(turns(1, 1)[0])
+    assert one is not None
+    assert one.startswith("pr-")
+    assert len(one) == 19
+
+
+def test_a_bad_cache_hit_rate_is_refused_naming_it() -> None:
+    from provider_router import Router
+
+    with pytest.raises(ConfigurationError, match=r"cache_hit_rate='1\.5'"):
+        Router("moonshotai/kimi-k2.5", api_key="sk-x", cache_hit_rate="1.5")
+    with pytest.raises(ConfigurationError, match="cache_hit_rate"):
+        Router("moonshotai/kimi-k2.5", api_key="sk-x", cache_hit_rate="many")
+
+
+async def test_pin_fallbacks_try_the_pin_first_and_fall_back_inside_openrouter(
+    openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], make_router: MakeRouter
+) -> None:
+    sim = await openrouter_sim_factory(completion_tokens=10)
+    router = await make_router(sim, cache_affinity=True, pin_fallbacks=True)
+    pin = router.plan.cache_ranked[0].endpoint
+    sim.add_fault({"kind": "rate_limit", "provider": pin.slug, "times": 1})
+    conversation = turns(2)
+    first = await router.chat(conversation[0], max_tokens=50)
+    assert first.attempts == 1, "the 429 never reached the client"
+    assert first.provider != pin.provider_name
+    second = await router.chat(conversation[1], max_tokens=50)
+    assert second.provider == pin.provider_name, "the session stayed on its pin"
+    routing = sim.requests[-1].routing
+    assert routing is not None
+    assert routing["order"] == [pin.slug]
+    assert set(routing["only"]) == set(router.plan.order)
+    assert router.affinity.moves == 0
