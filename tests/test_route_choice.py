@@ -24,6 +24,7 @@ from provider_router.route_choice import (
 )
 from provider_router.route_report import format_duration
 from provider_router.testing import SimulatorServer
+from provider_router.testing.server import DEFAULT_TEST_KEY
 from provider_router.workload import DatasetDemand, WorkloadEstimate
 
 K3, K25 = "moonshotai/kimi-k3", "moonshotai/kimi-k2.5"
@@ -36,7 +37,8 @@ Listings = dict[str, tuple[ModelEndpoints, ModelEndpoints]]
 
 @pytest_asyncio.fixture
 async def listings(openrouter_sim: SimulatorServer) -> AsyncIterator[Listings]:
-    async with Catalog(openrouter_sim.url) as catalog:
+    # With a key: a listing asked without one has no recent latency (as real ones).
+    async with Catalog(openrouter_sim.url, api_key=DEFAULT_TEST_KEY) as catalog:
         yield {m: (await catalog.endpoints(m), await catalog.batch_endpoints(m)) for m in (K3, K25)}
 
 

@@ -384,7 +384,7 @@ async def test_structured_output_variants_tiers_and_cache_discount_through_the_s
     answer = json.loads(result.choices[0].message.content)
     assert set(answer) == {"city", "days"}
     listing = await sdk.models.list_async(supported_parameters="structured_outputs")
-    assert [m.id for m in listing.result.data] == [MODEL]
+    assert MODEL in [m.id for m in listing.result.data]
     system = {"role": "system", "content": "You plan careful small trips. " * 40}
     for question in ("Where first?", "And then?"):
         turn = await sdk.chat.send_async(
