@@ -77,8 +77,9 @@ class PreparedRequest:
     """The endpoint tag a pinned request is sent to (its one-tag ``only``)."""
     failed_pins: tuple[str, ...] = ()
     """Tags that failed this pinned request: its retries go elsewhere."""
-    body_head: bytes = b""
-    """A pinned request's body before its ``provider`` object (to re-pin a retry)."""
+    provider_length: int = 0
+    """The bytes of a pinned request's ``provider`` object, last in its body (to re-pin
+    a retry: the body before it is sliced then, not kept twice for every request)."""
 
 
 class RequestEncoder:

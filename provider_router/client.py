@@ -219,10 +219,11 @@ class Router(AsyncResource):
             429, with every 429 capping the window at the requests in flight).
         health: per-provider health tracking (default :class:`ProviderHealth`).
         params: default request parameters merged under each call's own.
-        cache_affinity: pin every conversation (the messages up to its first user
-            message) to one allowed endpoint, sent as ``session_id`` with a
-            one-tag ``only`` (docs/client.md, "Cache-aware pinning"); a call's own
-            ``session_id`` is pinned either way.
+        cache_affinity: pin every session to one allowed endpoint, sent as
+            ``session_id`` with a one-tag ``only`` (docs/client.md, "Cache-aware
+            pinning"): a call's own ``session_id``, else the conversation (the
+            messages up to its first user message). Off: a ``session_id`` is sent as
+            given and nothing is pinned.
         pin_fallbacks: send a pinned request as ``order: [pin]`` with every allowed
             tag in ``only`` instead of a one-tag ``only``: a 429 at the pin falls back
             inside OpenRouter (one cache miss) instead of reaching the limiter and a
@@ -740,9 +741,9 @@ class Router(AsyncResource):
         plan = self._current_plan()
         encoder = self._encoder
         session = pinned = None
-        if params or self.cache_affinity:
+        if self.cache_affinity:  # opt-in: a one-tag pin fares badly under 429s (#24)
             try:
-                session = session_of(messages, params, self.cache_affinity)
+                session = session_of(messages, params, True)
             except ValueError as exc:
                 raise ConfigurationError(str(exc)) from None
         if session is None:
@@ -792,7 +793,7 @@ class Router(AsyncResource):
         if session is not None:
             request.session = session
             request.pinned = pinned
-            request.body_head = payload[: -len(provider) - 1]
+            request.provider_length = len(provider)
         return request
 
     def _repin(self, request: PreparedRequest) -> None:
@@ -810,7 +811,9 @@ class Router(AsyncResource):
         if tag != request.pinned:
             request.pinned = tag
             provider = encode_json(plan.pinned_object(tag, fallbacks=self.pin_fallbacks)).encode()
-            request.payload = b"".join((request.body_head, provider, b"}"))
+            head = request.payload[: -request.provider_length - 1]
+            request.payload = b"".join((head, provider, b"}"))
+            request.provider_length = len(provider)
 
     def stream(
         self, messages: Sequence[Message], *, max_tokens: int | None = None, **params: Any

@@ -65,13 +65,14 @@ async def test_a_conversation_is_pinned_where_cache_reads_make_it_cheapest(
     assert state.spent == sim.simulator.usage
 
 
-async def test_an_explicit_session_id_is_pinned_and_nothing_else_is(
+async def test_an_explicit_session_id_is_pinned_only_when_asked(
     openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], make_router: MakeRouter
 ) -> None:
     sim = await openrouter_sim_factory(completion_tokens=10)
-    router = await make_router(sim)
-    await router.chat(turns(1)[0], max_tokens=50)
-    assert "order" in (sim.requests[-1].routing or {}), "unpinned: today's order"
+    plain = await make_router(sim)
+    await plain.chat(turns(1, 1)[0], max_tokens=50, session_id="job-7")
+    assert "order" in (sim.requests[-1].routing or {}), "not asked: today's order"
+    router = await make_router(sim, cache_affinity=True)
     await router.chat(turns(1, 1)[0], max_tokens=50, session_id="job-7")
     await router.chat(turns(1, 2)[0], max_tokens=50, session_id="job-7")
     pinned = [r.routing for r in sim.requests[-2:]]
