@@ -77,6 +77,9 @@ class PreparedRequest:
     """The endpoint tag a pinned request is sent to (its one-tag ``only``)."""
     failed_pins: tuple[str, ...] = ()
     """Tags that failed this pinned request: its retries go elsewhere."""
+    pin_needs: tuple[tuple[str, ...], int] = ((), 0)
+    """What a pinned request needs of its endpoint: the ``supported_parameters`` it uses
+    and its completion cap (a re-pin keeps to endpoints that can take it)."""
     provider_length: int = 0
     """The bytes of a pinned request's ``provider`` object, last in its body (to re-pin
     a retry: the body before it is sliced then, not kept twice for every request)."""

@@ -133,6 +133,8 @@ class CacheAffinity:
         *,
         demoted: Collection[str] = (),
         failed: Sequence[str] = (),
+        needs: Collection[str] = (),
+        min_context: int = 0,
     ) -> str:
         """The endpoint tag ``session`` goes to now.
 
@@ -144,11 +146,19 @@ class CacheAffinity:
             failed: the tags that failed this request, once per failure: a tag that
                 failed it :data:`MOVE_AFTER_FAILURES` times, or failed it and is
                 demoted, is not chosen again for it.
+            needs: ``supported_parameters`` the request relies on (``tools``,
+                ``response_format``): a one-tag pin has no fallback inside
+                OpenRouter, so an endpoint without them is not pinned (while one
+                with them is allowed).
+            min_context: the context the request needs at least (its completion
+                cap): an endpoint whose window is smaller is not pinned either.
         """
         pins = self._pins
         entry = pins.get(session)
         allowed = plan.order
         excluded = _excluded(plan, demoted, failed) if failed else frozenset()
+        if needs or min_context:
+            excluded |= _unfit(plan, needs, min_context)
         if entry is not None:
             tag, last = entry
             if now - last < self._idle and tag in allowed and tag not in excluded:
@@ -173,6 +183,17 @@ def _excluded(plan: RoutePlan, demoted: Collection[str], failed: Sequence[str]) 
         for tag in failed
         if failed.count(tag) >= MOVE_AFTER_FAILURES or names.get(tag) in demoted
     )
+
+
+def _unfit(plan: RoutePlan, needs: Collection[str], min_context: int) -> frozenset[str]:
+    """Tags that cannot take the request, unless none can (then pin as if all could)."""
+    unfit = frozenset(
+        r.endpoint.slug
+        for r in plan.ranked
+        if any(need not in r.endpoint.supported_parameters for need in needs)
+        or (r.endpoint.context_length is not None and r.endpoint.context_length < min_context)
+    )
+    return frozenset() if len(unfit) == len(plan.ranked) else unfit
 
 
 def _choose(plan: RoutePlan, demoted: Collection[str], failed: Collection[str]) -> str:

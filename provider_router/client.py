@@ -105,6 +105,9 @@ __all__ = ["ChatStream", "Router"]
 log = get_logger(__name__)
 
 _CHAT_PATH: Final = "/chat/completions"
+_PIN_NEEDS: Final = ("tools", "response_format")
+"""Request fields a pinned endpoint must list: a one-tag pin has no fallback inside
+OpenRouter, and an endpoint without them answers in plain text (paid)."""
 _RESERVED_PARAMS: Final = ("model", "provider", "messages", "stream")
 _LEDGER_METHODS: Final = ("reserve", "settle", "release", "snapshot")
 """What a ledger is used for: an object without them is a mistake said at once."""
@@ -751,7 +754,15 @@ class Router(AsyncResource):
         else:
             if "session_id" not in params:
                 params = {**params, "session_id": session}
-            pinned = self.affinity.pin(session, plan, self._clock(), demoted=self.health.demoted())
+            needs = tuple(filter(params.__contains__, _PIN_NEEDS))
+            pinned = self.affinity.pin(
+                session,
+                plan,
+                self._clock(),
+                demoted=self.health.demoted(),
+                needs=needs,
+                min_context=cap or 0,
+            )
             provider = encode_json(
                 plan.pinned_object(pinned, fallbacks=self.pin_fallbacks)
             ).encode()
@@ -794,6 +805,7 @@ class Router(AsyncResource):
             request.session = session
             request.pinned = pinned
             request.provider_length = len(provider)
+            request.pin_needs = (needs, cap or 0)
         return request
 
     def _repin(self, request: PreparedRequest) -> None:
@@ -807,6 +819,8 @@ class Router(AsyncResource):
             self._clock(),
             demoted=self.health.demoted(),
             failed=request.failed_pins,
+            needs=request.pin_needs[0],
+            min_context=request.pin_needs[1],
         )
         if tag != request.pinned:
             request.pinned = tag

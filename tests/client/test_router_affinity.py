@@ -176,3 +176,32 @@ async def test_pin_fallbacks_try_the_pin_first_and_fall_back_inside_openrouter(
     assert routing["order"] == [pin.slug]
     assert set(routing["only"]) == set(router.plan.order)
     assert router.affinity.moves == 0
+
+
+async def test_a_pin_keeps_to_endpoints_that_list_what_the_request_uses(
+    tmp_path: Any,
+    openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]],
+    make_router: MakeRouter,
+) -> None:
+    # A one-tag pin has no fallback inside OpenRouter: pinned to an endpoint without
+    # `tools`, a tool request would be answered (and paid) in plain text.
+    import yaml
+
+    text = (resources.files("provider_router.testing") / "markets" / "kimi-k2.5.yaml").read_text()
+    data = yaml.safe_load(text)
+    for endpoint in data["models"][0]["endpoints"]:
+        params = endpoint.get("supported_parameters") or []
+        endpoint["supported_parameters"] = [p for p in params if p != "tools"]
+        if endpoint["slug"] == "moonshotai":  # only the dearest lists tools
+            endpoint["supported_parameters"] = [*endpoint["supported_parameters"], "tools"]
+    market = tmp_path / "market.yaml"
+    market.write_text(yaml.safe_dump(data))
+    sim = await openrouter_sim_factory(market=market, completion_tokens=10)
+    router = await make_router(sim, cache_affinity=True)
+    best = router.plan.cache_ranked[0].endpoint.slug
+    assert best != "moonshotai"  # what an unconstrained pin would choose
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    await router.chat(turns(1, 5)[0], max_tokens=50, tools=[tool])
+    assert sim.requests[-1].routing["only"] == ["moonshotai"]
+    await router.chat(turns(1, 6)[0], max_tokens=50)  # no tools: the cheapest pin
+    assert sim.requests[-1].routing["only"] == [best]
