@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass
 from typing import Final
 
 from pydantic import SecretStr
@@ -33,15 +32,44 @@ PAD_TTL: Final = 30 * 24 * 3600
 """Seconds a pad stays in Redis: a lazy dataset may be executed long after it was built."""
 
 
-@dataclass(frozen=True, slots=True)
 class MaskedKey:
-    """The key XOR a pad stored in Redis at ``pad_name`` (safe to pickle and log)."""
+    """The key XOR a pad stored in Redis at ``pad_name`` (safe to pickle and log).
 
-    pad_name: str
-    masked: bytes
+    Deliberately not a dataclass: Ray Data's metadata exporter (``export_events``)
+    turns a stage's dataclass arguments into dicts with ``dataclasses.asdict``, which
+    walks into nested dataclasses past their ``__repr__`` and would write the masked
+    half beside the pad's name; a plain object is written as its ``repr``.
+    """
+
+    __slots__ = ("_masked", "_pad_name")
+
+    def __init__(self, pad_name: str, masked: bytes) -> None:
+        self._pad_name = pad_name
+        self._masked = masked
+
+    @property
+    def pad_name(self) -> str:
+        """Where the pad is kept in Redis."""
+        return self._pad_name
+
+    @property
+    def masked(self) -> bytes:
+        """The key XOR the pad."""
+        return self._masked
 
     def __repr__(self) -> str:
         return f"MaskedKey(pad_name={self.pad_name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MaskedKey):
+            return NotImplemented
+        return (self._pad_name, self._masked) == (other._pad_name, other._masked)
+
+    def __hash__(self) -> int:
+        return hash((self._pad_name, self._masked))
+
+    def __reduce__(self) -> tuple[type[MaskedKey], tuple[str, bytes]]:
+        return (MaskedKey, (self._pad_name, self._masked))
 
     def unmask(self, pad: bytes | None) -> SecretStr:
         """The key, from the pad read back from Redis."""

@@ -82,3 +82,25 @@ def test_the_masked_half_says_nothing_of_the_key_and_the_pad_restores_it() -> No
         masked.unmask(None)
     with pytest.raises(ConfigurationError, match="missing"):
         masked.unmask(pad[:-1])
+
+
+def test_ray_datas_metadata_export_never_writes_the_masked_half() -> None:
+    # Ray Data's metadata exporter (export_events) turns a stage's dataclass arguments
+    # into dicts with dataclasses.asdict, which walks into nested dataclasses past their
+    # __repr__: the masked half beside its pad's name would be in Ray's files.
+    import dataclasses
+
+    from pydantic import SecretStr
+
+    @dataclasses.dataclass
+    class Stage:
+        key: object
+
+    masked, pad = mask_key(SecretStr(KEY), "provider-router:ray:{job}")
+    exported = str(dataclasses.asdict(Stage(masked)))
+    assert masked.pad_name in exported
+    assert repr(list(masked.masked)) not in exported
+    assert repr(masked.masked) not in exported
+    restored = pickle.loads(pickle.dumps(masked))  # noqa: S301 - our own bytes: how Ray ships it
+    assert restored == masked
+    assert restored.unmask(pad).get_secret_value() == KEY
