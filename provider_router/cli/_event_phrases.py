@@ -81,6 +81,8 @@ _SENTENCES: Final = {
     ("ledger.store_unreachable", None): "the ledger's store could not be reached, or was "
     "locked by another process, {n} time{s} (waited out and retried: nothing lost)",
     ("ledger.store_back", None): "the ledger's store answered again {n} time{s}",
+    ("ray.output_repaired", None): "a half-written last answer of an output file was cut "
+    "{n} time{s} (its answer is kept in Redis and written again, unpaid)",
     ("ledger.late_close", None): "{n} ledger operation{s} finished after the ledger closed",
     ("ledger.closed_with_open", None): "the ledger closed with reservations still open {n} "
     "time{s}: the next run recovers them",

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from provider_router._exceptions import ConfigurationError
+from provider_router._log import get_logger
 from provider_router._types import JSONObject, Message
 from provider_router.batch.output import encode_record, make_record, read_outputs
 from provider_router.batch.report import write_report
@@ -37,6 +38,8 @@ from provider_router.ray.job import SUMMARY_FILE, RayJob
 from provider_router.ray.job import _import_ray_data as import_ray_data
 
 __all__ = ["run_plan_on_ray"]
+
+log = get_logger(__name__)
 
 FLUSH_INTERVAL = 1.0
 """Seconds between two flushes of an output file (its answers are in Redis meanwhile)."""
@@ -53,9 +56,35 @@ class _Dataset:
     total: int = 0
 
 
+def _cut_torn_tail(path: Path) -> int:
+    """Cut a last line a killed driver left half written; the bytes cut.
+
+    The answer it held is in the job's Redis store, so the next run writes it again
+    for free; left in place, it would fail the resume and the next record would be
+    appended to it."""
+    with path.open("r+b") as fh:
+        size = fh.seek(0, 2)
+        keep = size
+        while keep > 0:
+            step = min(keep, 65536)
+            fh.seek(keep - step)
+            chunk = fh.read(step)
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                keep = keep - step + newline + 1
+                break
+            keep -= step
+        if keep < size:
+            fh.truncate(keep)
+        return size - keep
+
+
 def _written_ids(path: Path) -> set[str]:
     if not path.is_file():
         return set()
+    cut = _cut_torn_tail(path)
+    if cut:
+        log.warning("ray.output_repaired", path=str(path), cut_bytes=cut)
     return {record["id"] for _, record in read_outputs(path)}
 
 
