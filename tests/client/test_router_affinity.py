@@ -11,6 +11,7 @@ from importlib import resources
 from typing import Any
 
 import pytest
+from _markets import edited_market
 from _router_helpers import MakeRouter
 
 from provider_router import ConfigurationError, MemoryLedger
@@ -185,17 +186,13 @@ async def test_a_pin_keeps_to_endpoints_that_list_what_the_request_uses(
 ) -> None:
     # A one-tag pin has no fallback inside OpenRouter: pinned to an endpoint without
     # `tools`, a tool request would be answered (and paid) in plain text.
-    import yaml
-
-    text = (resources.files("provider_router.testing") / "markets" / "kimi-k2.5.yaml").read_text()
-    data = yaml.safe_load(text)
-    for endpoint in data["models"][0]["endpoints"]:
-        params = endpoint.get("supported_parameters") or []
-        endpoint["supported_parameters"] = [p for p in params if p != "tools"]
+    def only_moonshot_lists_tools(endpoint: dict[str, Any]) -> None:
+        params = [p for p in endpoint.get("supported_parameters") or [] if p != "tools"]
         if endpoint["slug"] == "moonshotai":  # only the dearest lists tools
-            endpoint["supported_parameters"] = [*endpoint["supported_parameters"], "tools"]
-    market = tmp_path / "market.yaml"
-    market.write_text(yaml.safe_dump(data))
+            params.append("tools")
+        endpoint["supported_parameters"] = params
+
+    market = edited_market(tmp_path, only_moonshot_lists_tools)
     sim = await openrouter_sim_factory(market=market, completion_tokens=10)
     router = await make_router(sim, cache_affinity=True)
     best = router.plan.cache_ranked[0].endpoint.slug
