@@ -35,11 +35,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
+from provider_router._exceptions import APIConnectionError
+from provider_router._request import PreparedRequest
 from provider_router._types import Message
 from provider_router.routing import RoutePlan
 
@@ -67,20 +70,25 @@ workload says nothing (an assumption: a pilot's measured share replaces it)."""
 
 _SESSION_PREFIX: Final = "pr-"
 _MAX_SESSION_LENGTH: Final = 256  # OpenRouter's limit on session_id
+_DIGEST_KEY_BYTES: Final = 16
 _ENCODE: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
 
 
-def conversation_session(messages: Sequence[Message]) -> str | None:
+def conversation_session(messages: Sequence[Message], key: bytes = b"") -> str | None:
     """The session of a conversation: a digest of its messages up to the first user one.
 
     None when there is no user message (nothing identifies a conversation). The
-    digest is of the text as sent, so only the same opener shares a session; it
-    reveals nothing of the text (BLAKE2b, 64 bits, as ``pr-`` + 16 hex digits).
+    digest is of the text as sent, so only the same opener shares a session
+    (BLAKE2b, 64 bits, as ``pr-`` + 16 hex digits). Keyed (a Router keys it with a
+    random secret of its own, :attr:`CacheAffinity.digest_key`), it confirms nothing
+    to whoever holds a guessed prompt: unkeyed, anyone with a candidate opener could
+    check it against the ``session_id`` OpenRouter and its logs see.
     """
     for index, message in enumerate(messages):
         if isinstance(message, Mapping) and message.get("role") == "user":
             opener = _ENCODE(list(messages[: index + 1])).encode()
-            return _SESSION_PREFIX + hashlib.blake2b(opener, digest_size=8).hexdigest()
+            digest = hashlib.blake2b(opener, digest_size=8, key=key).hexdigest()
+            return _SESSION_PREFIX + digest
     return None
 
 
@@ -102,7 +110,7 @@ class CacheAffinity:
         max_sessions: sessions remembered (least recently used forgotten first).
     """
 
-    __slots__ = ("_idle", "_max", "_pins", "moves", "pinned")
+    __slots__ = ("_idle", "_max", "_pins", "digest_key", "moves", "pinned")
 
     def __init__(
         self,
@@ -110,6 +118,10 @@ class CacheAffinity:
         idle_seconds: float = SESSION_IDLE_SECONDS,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
     ) -> None:
+        self.digest_key = secrets.token_bytes(_DIGEST_KEY_BYTES)
+        """Keys the conversation digests (:func:`conversation_session`): random per
+        Router, as a pin is per Router too; a pinned request cannot go elsewhere, so
+        OpenRouter need not see one conversation under one id across processes."""
         if not idle_seconds > 0:
             raise ValueError(f"idle_seconds must be > 0, got {idle_seconds!r}")
         if max_sessions < 1:
@@ -211,11 +223,34 @@ def _choose(plan: RoutePlan, demoted: Collection[str], failed: Collection[str]) 
     return fallback or ranked[0].endpoint.slug
 
 
+def blames_pin(request: PreparedRequest, exc: BaseException, provider: str | None) -> bool:
+    """Whether a failed attempt counts against its pinned endpoint (toward a move).
+
+    Not when nothing reached a provider (never sent, or a connection that failed
+    before the body was written: OpenRouter's side, not the pin's), nor when the
+    error names another provider (with ``pin_fallbacks`` OpenRouter may have
+    fallen back past the pin): moving would lose the session's cache for nothing.
+    An error naming no provider after the request was sent may be the pin's.
+    """
+    if not isinstance(exc, Exception) or not request.sent:
+        return False
+    if isinstance(exc, APIConnectionError) and not exc.request_sent:
+        return False
+    if not provider:
+        return True
+    pinned = request.pinned
+    return any(
+        r.endpoint.slug == pinned and r.endpoint.provider_name == provider
+        for r in request.plan.ranked
+    )
+
+
 def session_of(
-    messages: Sequence[Message], params: Mapping[str, Any], by_conversation: bool
+    messages: Sequence[Message], params: Mapping[str, Any], digest_key: bytes | None
 ) -> str | None:
-    """The session a request belongs to: its ``session_id``, else (when asked) its opener."""
+    """The session a request belongs to: its ``session_id``, else (given the key that
+    digests openers) its opener."""
     explicit = params.get("session_id")
     if explicit is not None:
         return check_session(explicit)
-    return conversation_session(messages) if by_conversation else None
+    return None if digest_key is None else conversation_session(messages, digest_key)

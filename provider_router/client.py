@@ -86,7 +86,7 @@ from provider_router._request import (
 from provider_router._resource import AsyncResource
 from provider_router._secrets import scrub
 from provider_router._types import Clock, Message, Sleep
-from provider_router.affinity import DEFAULT_CACHE_HIT_RATE, CacheAffinity, session_of
+from provider_router.affinity import DEFAULT_CACHE_HIT_RATE, CacheAffinity, blames_pin, session_of
 from provider_router.catalog import Catalog
 from provider_router.health import ProviderHealth
 from provider_router.ledger import Ledger, Reservation
@@ -108,6 +108,8 @@ _CHAT_PATH: Final = "/chat/completions"
 _PIN_NEEDS: Final = ("tools", "response_format")
 """Request fields a pinned endpoint must list: a one-tag pin has no fallback inside
 OpenRouter, and an endpoint without them answers in plain text (paid)."""
+_PIN_PLACEHOLDER: Final = b"{}"
+"""The provider object of a pinned request until its pin is chosen (``Router._build_request``)."""
 _RESERVED_PARAMS: Final = ("model", "provider", "messages", "stream")
 _LEDGER_METHODS: Final = ("reserve", "settle", "release", "snapshot")
 """What a ledger is used for: an object without them is a mistake said at once."""
@@ -746,7 +748,7 @@ class Router(AsyncResource):
         session = pinned = None
         if self.cache_affinity:  # opt-in: a one-tag pin fares badly under 429s (#24)
             try:
-                session = session_of(messages, params, True)
+                session = session_of(messages, params, self.affinity.digest_key)
             except ValueError as exc:
                 raise ConfigurationError(str(exc)) from None
         if session is None:
@@ -755,17 +757,10 @@ class Router(AsyncResource):
             if "session_id" not in params:
                 params = {**params, "session_id": session}
             needs = tuple(filter(params.__contains__, _PIN_NEEDS))
-            pinned = self.affinity.pin(
-                session,
-                plan,
-                self._clock(),
-                demoted=self.health.demoted(),
-                needs=needs,
-                min_context=cap or 0,
-            )
-            provider = encode_json(
-                plan.pinned_object(pinned, fallbacks=self.pin_fallbacks)
-            ).encode()
+            # The pin needs the prompt's size (an endpoint whose window cannot hold
+            # prompt and cap is not pinned): chosen once the body is measured, and
+            # spliced in where the placeholder ends the body, as a re-pin does.
+            provider = _PIN_PLACEHOLDER
         try:
             payload = encoder.encode(messages, max_tokens, stream, params, provider)
             if params:
@@ -782,6 +777,19 @@ class Router(AsyncResource):
         prompt_tokens = text_tokens + extra_tokens
         if plan.max_context_length is not None:
             _check_fits(plan.max_context_length, prompt_tokens, cap)
+        if session is not None:
+            pinned = self.affinity.pin(
+                session,
+                plan,
+                self._clock(),
+                demoted=self.health.demoted(),
+                needs=needs,
+                min_context=prompt_tokens + (cap or 0),
+            )
+            provider = encode_json(
+                plan.pinned_object(pinned, fallbacks=self.pin_fallbacks)
+            ).encode()
+            payload = b"".join((payload[: -len(_PIN_PLACEHOLDER) - 1], provider, b"}"))
         deadline = self._request_timeout
         if stream:
             # The stream deadline scales with the completion cap the provider may honour.
@@ -805,7 +813,7 @@ class Router(AsyncResource):
             request.session = session
             request.pinned = pinned
             request.provider_length = len(provider)
-            request.pin_needs = (needs, cap or 0)
+            request.pin_needs = (needs, prompt_tokens + (cap or 0))
         return request
 
     def _repin(self, request: PreparedRequest) -> None:
@@ -987,7 +995,7 @@ class Router(AsyncResource):
             provider = getattr(exc, "provider_name", None)
             if provider:
                 self.health.record_failure(provider, rate_limited=outcome == "rate_limited")
-            if request.pinned is not None:
+            if request.pinned is not None and blames_pin(request, exc, provider):
                 request.failed_pins = (*request.failed_pins, request.pinned)
             if self.metrics is not None and isinstance(exc, Exception):
                 self.metrics.attempt_failed(provider, type(exc).__name__, outcome == "rate_limited")

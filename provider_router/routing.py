@@ -121,6 +121,25 @@ def _standard_twins(allowed: Sequence[Endpoint], rejected: Sequence[Endpoint]) -
     ]
 
 
+def _unpriceable_tiers(allowed: Sequence[Endpoint], rejected: Sequence[Endpoint]) -> list[Endpoint]:
+    """Tier endpoints (flex...) whose provider's standard endpoint has dynamic pricing.
+
+    A provider may serve a tier request on its standard tier and bill that tier
+    (service-tiers guide); priced ``"-1"``, that bill has no ceiling, so the tier
+    endpoint cannot be reserved for either (refuse what cannot be priced).
+    """
+    dynamic = {
+        e.provider_name
+        for e in (*allowed, *rejected)
+        if e.service_tier in STANDARD_TIERS and e.pricing.is_dynamic
+    }
+    if not dynamic:
+        return []
+    return [
+        e for e in allowed if e.service_tier not in STANDARD_TIERS and e.provider_name in dynamic
+    ]
+
+
 def _max_context(allowed: Iterable[Endpoint]) -> int | None:
     lengths = [e.context_length for e in allowed]
     if any(length is None or length <= 0 for length in lengths):
@@ -317,11 +336,19 @@ def cache_saving(
     """
     if not cached_tokens:
         return _ZERO
-    full = plan.estimate(provider, prompt_tokens, 0)
-    read = plan.estimate(provider, prompt_tokens, 0, cached_tokens=cached_tokens)
-    if full is None or read is None:
+    pricings = plan._pricing_by_provider.get(provider) if provider else None
+    if not pricings:
         return _ZERO
-    return full - read
+    # Each endpoint's own full price less its own cache-read price, the smallest when
+    # the provider has several (a response does not say which served): the dearest
+    # full price less the dearest read would mix two listings.
+    try:
+        return min(
+            p.cost(prompt_tokens, 0) - p.cost(prompt_tokens, 0, cached_tokens=cached_tokens)
+            for p in pricings
+        )
+    except ValueError:
+        return _ZERO
 
 
 def _dearest(
@@ -375,6 +402,10 @@ def build_route_plan(
             allowed.append(endpoint)
         else:
             rejected.append(endpoint)
+    unpriceable = _unpriceable_tiers(allowed, rejected)
+    if unpriceable:
+        allowed = [e for e in allowed if e not in unpriceable]
+        rejected.extend(unpriceable)
     if not allowed:
         raise ConfigurationError(
             f"the policy allows no endpoint of {model!r} "

@@ -171,3 +171,41 @@ def test_quantizations_name_the_allowed_endpoints_values(
         endpoints.append(D(Endpoint.model_validate(raw), True))
     obj = plan(*endpoints, D(BAD, False)).provider_object()
     assert obj.get("quantizations") == sent
+
+
+def _tiered(name: str, tag: str, tier: str | None, prompt: str, completion: str) -> Endpoint:
+    endpoint = ep(name, tag, prompt, completion)
+    return endpoint.model_copy(update={"service_tier": tier})
+
+
+def test_a_flex_endpoint_whose_standard_twin_is_dynamically_priced_is_not_routed() -> None:
+    # A flex request may be served, and billed, on the provider's standard tier: priced
+    # "-1", that bill has no ceiling, so the flex endpoint cannot be reserved for either.
+    flex = _tiered("Vertex", "vertex/flex", "flex", "0.0000005", "0.000002")
+    dynamic = _tiered("Vertex", "vertex", None, "-1", "-1")
+    p = plan(D(flex, True), D(dynamic, False), D(CHEAP, True))
+    assert p.order == ("cheap",)
+    assert "vertex/flex" in p.ignore
+    with pytest.raises(ConfigurationError, match="allows no endpoint"):
+        plan(D(flex, True), D(dynamic, False))
+    # A priced standard twin keeps the flex endpoint, its price in the ceilings.
+    priced = _tiered("Vertex", "vertex", None, "0.000001", "0.000004")
+    kept = plan(D(flex, True), D(priced, False))
+    assert kept.order == ("vertex/flex",)
+    assert kept.max_completion_price == Decimal("0.000004")
+
+
+def test_cache_saving_prices_each_endpoint_with_its_own_listing() -> None:
+    from provider_router.routing import cache_saving
+
+    # One provider, two allowed endpoints: the answer does not say which served, so the
+    # saving is the smaller of the two, never the dearest full price less the dearest read.
+    a = ep("Two", "two/int4", "0.000001", "0.000002", input_cache_read="0.0000001")
+    b = ep("Two", "two/fp8", "0.0000005", "0.000002", input_cache_read="0.00000045")
+    p = plan(D(a, True), D(b, True))
+    saved = cache_saving(p, "Two", 1_000, 900)
+    assert saved == 900 * (Decimal("0.0000005") - Decimal("0.00000045"))
+    only_a = plan(D(a, True))
+    assert cache_saving(only_a, "Two", 1_000, 900) == 900 * Decimal("0.0000009")
+    assert cache_saving(only_a, "Two", 1_000, 0) == 0
+    assert cache_saving(only_a, "Nobody", 1_000, 900) == 0

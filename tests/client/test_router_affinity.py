@@ -49,7 +49,7 @@ async def test_a_conversation_is_pinned_where_cache_reads_make_it_cheapest(
     results = [await router.chat(m, max_tokens=100) for m in turns(8)]
     assert {r.provider for r in results} == {"DeepInfra"}
     assert [r.usage.cached_tokens > 0 for r in results if r.usage] == [False] + [True] * 7
-    session = conversation_session(turns(1)[0])
+    session = conversation_session(turns(1)[0], router.affinity.digest_key)
     for record in sim.requests:
         assert record.routing is not None
         assert record.routing["only"] == ["deepinfra"]
@@ -148,6 +148,29 @@ def test_sessions_are_bounded_and_expire_when_idle() -> None:
     assert one is not None
     assert one.startswith("pr-")
     assert len(one) == 19
+    # Keyed: whoever holds a guessed opener cannot confirm it against the session_id.
+    key = CacheAffinity().digest_key
+    keyed = conversation_session(turns(1)[0], key)
+    assert keyed == conversation_session(turns(2)[1], key), "every turn, under one key"
+    assert keyed != one
+    assert keyed != conversation_session(turns(1)[0], CacheAffinity().digest_key)
+
+
+async def test_a_conversation_session_id_is_keyed_per_router(
+    openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], make_router: MakeRouter
+) -> None:
+    sim = await openrouter_sim_factory(completion_tokens=10)
+    sent = []
+    for _ in range(2):
+        router = await make_router(sim, cache_affinity=True)
+        await router.chat(turns(1)[0], max_tokens=50)
+        sent.append(conversation_session(turns(1)[0], router.affinity.digest_key))
+    assert sent[0] != sent[1]
+    sticky = " ".join(map(str, sim.simulator.sticky._routes))
+    assert all(session is not None and session in sticky for session in sent)
+    unkeyed = conversation_session(turns(1)[0])
+    assert unkeyed is not None
+    assert unkeyed not in sticky, "never the unkeyed digest"
 
 
 def test_a_bad_cache_hit_rate_is_refused_naming_it() -> None:
@@ -179,6 +202,26 @@ async def test_pin_fallbacks_try_the_pin_first_and_fall_back_inside_openrouter(
     assert router.affinity.moves == 0
 
 
+async def test_failures_of_other_providers_never_move_a_pinned_session(
+    openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], make_router: MakeRouter
+) -> None:
+    # With pin_fallbacks a 429 at the pin falls back inside OpenRouter; when every
+    # fallback then fails, the error names another provider: not the pin's failure.
+    sim = await openrouter_sim_factory(completion_tokens=10)
+    router = await make_router(sim, cache_affinity=True, pin_fallbacks=True)
+    pin = router.plan.cache_ranked[0].endpoint
+    sim.add_fault({"kind": "rate_limit", "provider": pin.slug, "times": 2})
+    for ranked in router.plan.ranked:
+        if ranked.endpoint.slug != pin.slug:
+            sim.add_fault({"kind": "provider_error", "provider": ranked.endpoint.slug, "times": 2})
+    result = await router.chat(turns(1, 4)[0], max_tokens=50)
+    assert result.attempts == 3
+    assert result.provider == pin.provider_name, "the session stayed on its pin"
+    assert router.affinity.moves == 0
+    assert sim.requests[-1].routing is not None
+    assert sim.requests[-1].routing["order"] == [pin.slug]
+
+
 async def test_a_pin_keeps_to_endpoints_that_list_what_the_request_uses(
     tmp_path: Any,
     openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]],
@@ -202,3 +245,29 @@ async def test_a_pin_keeps_to_endpoints_that_list_what_the_request_uses(
     assert sim.requests[-1].routing["only"] == ["moonshotai"]
     await router.chat(turns(1, 6)[0], max_tokens=50)  # no tools: the cheapest pin
     assert sim.requests[-1].routing["only"] == [best]
+
+
+async def test_a_pin_holds_the_prompt_and_the_cap_in_its_context_window(
+    tmp_path: Any,
+    openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]],
+    make_router: MakeRouter,
+) -> None:
+    # A one-tag pin cannot fall back: an endpoint whose window holds the cap but not
+    # the prompt with it would fail the request (or truncate a paid answer).
+    def small_window_at_chutes(endpoint: dict[str, Any]) -> None:
+        if endpoint["slug"] == "chutes":
+            endpoint["context_length"] = 3_000
+
+    market = edited_market(tmp_path, small_window_at_chutes)
+    sim = await openrouter_sim_factory(market=market, completion_tokens=10)
+    router = await make_router(sim, cache_affinity=True)
+    assert router.plan.cache_ranked[0].endpoint.slug == "chutes"
+    long_prompt = [{"role": "user", "content": "Summarise these words. " + "word " * 2_500}]
+    await router.chat(long_prompt, max_tokens=1_000)  # the cap alone fits 3,000
+    routing = sim.requests[-1].routing
+    assert routing is not None
+    assert len(routing["only"]) == 1
+    assert routing["only"] != ["chutes"]
+    short = [{"role": "user", "content": "Say hello."}]
+    await router.chat(short, max_tokens=1_000)
+    assert sim.requests[-1].routing["only"] == ["chutes"], "a short prompt still fits"
