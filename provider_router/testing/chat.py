@@ -499,6 +499,8 @@ def _attempts(
             choices=choices,
             output=output,
         )
+        if sticky is not None and not isinstance(sticky[2], str):
+            attempt.sticky = sticky  # a conversation sticks once it reads from cache
         if request.headers.get(METADATA_HEADER) == "enabled":
             attempt.metadata = router_metadata(
                 body, model, candidates, endpoint, len(record.attempts)

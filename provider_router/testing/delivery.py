@@ -96,6 +96,9 @@ class Attempt:
     """What ``response_format`` asks for (None: text)."""
     metadata: dict[str, Any] | None = None
     """``openrouter_metadata`` to add to a JSON answer (asked for by header)."""
+    sticky: tuple[str, str, object] | None = None
+    """The conversation's sticky key (no ``session_id``): kept on this endpoint only
+    once it reads from cache here (``_use_cache``)."""
 
 
 @dataclass(slots=True)
@@ -142,6 +145,9 @@ def _use_cache(attempt: Attempt) -> CacheResult:
     )
     # Never more than the prompt: the prompt's count may include more than its messages.
     cached = min(result.cached_tokens, attempt.prompt_tokens)
+    if cached and attempt.sticky is not None:
+        # The guide: a conversation sticks "after a cache hit" (a session_id, always).
+        attempt.sim.sticky.remember(attempt.sticky, endpoint, attempt.sim.now(), cache_hit=True)
     written = 0
     if endpoint.cache_write_units is not None:
         written = min(result.written_tokens, attempt.prompt_tokens - cached)

@@ -110,13 +110,21 @@ class StickyRoutes:
             return None
         return tag
 
-    def remember(self, key: tuple[str, str, object], endpoint: EndpointSpec, now: float) -> None:
+    def remember(
+        self,
+        key: tuple[str, str, object],
+        endpoint: EndpointSpec,
+        now: float,
+        *,
+        cache_hit: bool = False,
+    ) -> None:
         """``endpoint`` served the session: keep it there.
 
         A conversation without ``session_id`` (its key's last part is the opener's
-        hash, an int) is kept only where caching makes it cheaper.
+        hash, an int) is kept only after a cache hit (``cache_hit``), and only where
+        caching makes it cheaper (the prompt-caching guide's activation rule).
         """
-        if not isinstance(key[2], str) and not caches_cheaper(endpoint):
+        if not isinstance(key[2], str) and not (cache_hit and caches_cheaper(endpoint)):
             return
         routes = self._routes
         routes[key] = (endpoint.tag, now)
