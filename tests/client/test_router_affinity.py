@@ -200,16 +200,8 @@ async def test_pin_fallbacks_try_the_pin_first_and_fall_back_inside_openrouter(
     assert routing["order"] == [pin.slug]
     assert set(routing["only"]) == set(router.plan.order)
     assert router.affinity.moves == 0
-
-
-async def test_failures_of_other_providers_never_move_a_pinned_session(
-    openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], make_router: MakeRouter
-) -> None:
-    # With pin_fallbacks a 429 at the pin falls back inside OpenRouter; when every
-    # fallback then fails, the error names another provider: not the pin's failure.
-    sim = await openrouter_sim_factory(completion_tokens=10)
-    router = await make_router(sim, cache_affinity=True, pin_fallbacks=True)
-    pin = router.plan.cache_ranked[0].endpoint
+    # When every fallback then fails too, the error names another provider: not the
+    # pin's failure, and the session stays however often it happens.
     sim.add_fault({"kind": "rate_limit", "provider": pin.slug, "times": 2})
     for ranked in router.plan.ranked:
         if ranked.endpoint.slug != pin.slug:
@@ -218,7 +210,6 @@ async def test_failures_of_other_providers_never_move_a_pinned_session(
     assert result.attempts == 3
     assert result.provider == pin.provider_name, "the session stayed on its pin"
     assert router.affinity.moves == 0
-    assert sim.requests[-1].routing is not None
     assert sim.requests[-1].routing["order"] == [pin.slug]
 
 
