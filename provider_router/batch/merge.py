@@ -1,14 +1,17 @@
-"""Merge the outputs of a fleet's workers: one output per dataset, each prompt once.
+"""Merge the outputs of separate runs: one output per dataset, each prompt once.
 
-Every worker of a fleet writes its own job directory (journal and outputs). To
-use the results, merge them (``provider-router merge DIR... --out MERGED``):
+Runs of one job on separate machines without Ray (each ``provider-router run``
+with its own share of the prompts and its own job directory, one budget through a
+shared ``--ledger redis://...``; docs/workers.md) leave one directory each. To use
+the results as one, merge them (``provider-router merge DIR... --out MERGED``):
 
-* each worker directory is opened the way a resume would open it, so whatever a
-  crash left half-written is repaired first, and only records its journal
-  committed are taken (a worker that is still running holds its journal's lock,
-  and merging it is refused);
-* a prompt completed by two workers (possible only when one was presumed dead
-  while merely slow) is kept once: the record of the first directory given;
+* each directory is opened the way a resume would open it, so whatever a crash
+  left half-written is repaired first, and only records its journal committed are
+  taken (a run that is still going holds its journal's lock, and merging it is
+  refused);
+* a prompt completed in two directories (the shares overlapped) is kept once: the
+  record of the first directory given; what the others cost is reported as spent
+  twice;
 * each merged ``<dataset>.jsonl`` is written to a temporary file and renamed into
   place, and ``merge.json`` records what came from where, so merging again (say
   after a resumed run) rewrites the same result rather than appending to it.
