@@ -48,7 +48,7 @@ class DatasetMerge:
         output_tokens: completion tokens of the merged records.
         cost: the summed cost of the merged records (USD, exact).
         duplicate_cost: what the left-out duplicates cost (USD): money spent twice.
-        sources: records taken from each worker directory.
+        sources: records taken from each job directory.
     """
 
     records: int = 0
@@ -87,7 +87,7 @@ class MergeReport:
 
 
 def _committed_ids(directory: Path) -> dict[str, frozenset[str]]:
-    """Open a worker directory like a resume (repairing a crash); its done ids per dataset."""
+    """Open a job directory like a resume (repairing a crash); its done ids per dataset."""
     if not (directory / JOURNAL_FILE).is_file():
         raise DataFileError(directory, f"not a job directory: it has no {JOURNAL_FILE}")
     journal = FileJournal.open(directory)
@@ -117,13 +117,13 @@ def merge_outputs(inputs: Sequence[str | Path], out: str | Path) -> MergeReport:
 
     Raises:
         ConfigurationError: no inputs, ``out`` is an input, ``out`` holds outputs
-            that no merge wrote, or a worker still holds its journal.
+            that no merge wrote, or a run still holds its journal.
         DataFileError: a directory is not a job directory, or an output line is
             damaged (file and line named).
     """
     dirs = [Path(p) for p in inputs]
     if not dirs:
-        raise ConfigurationError("give at least one worker directory to merge")
+        raise ConfigurationError("give at least one job directory to merge")
     if len({d.resolve() for d in dirs}) != len(dirs):
         raise ConfigurationError("a directory is given twice")
     out_dir = Path(out)
