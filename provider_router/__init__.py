@@ -41,8 +41,6 @@ from provider_router._exceptions import (
 if _typing.TYPE_CHECKING:
     from provider_router.affinity import CacheAffinity
     from provider_router.batch.export import ExportReport, export_conversations
-    from provider_router.batch.fleet import FleetProgress, FleetQueue, FleetTally, WorkItem
-    from provider_router.batch.fleet_source import FleetJournal, FleetSource
     from provider_router.batch.journal import DatasetTally, FileJournal, Journal, LostRequest
     from provider_router.batch.merge import DatasetMerge, MergeReport, merge_outputs
     from provider_router.batch.output import OutputRecord, read_outputs
@@ -161,11 +159,6 @@ _LAZY: dict[str, str] = {
     "Estimate": "provider_router.verification",
     "ExportReport": "provider_router.batch.export",
     "FileJournal": "provider_router.batch.journal",
-    "FleetJournal": "provider_router.batch.fleet_source",
-    "FleetProgress": "provider_router.batch.fleet",
-    "FleetQueue": "provider_router.batch.fleet",
-    "FleetSource": "provider_router.batch.fleet_source",
-    "FleetTally": "provider_router.batch.fleet",
     "GenerationParams": "provider_router.plan",
     "Journal": "provider_router.batch.journal",
     "Ledger": "provider_router.ledger",
@@ -218,7 +211,6 @@ _LAZY: dict[str, str] = {
     "Usage": "provider_router.results",
     "VerificationReport": "provider_router.verification",
     "VerifyThresholds": "provider_router.verification",
-    "WorkItem": "provider_router.batch.fleet",
     "Workload": "provider_router.ranking",
     "WorkloadEstimate": "provider_router.workload",
     "approx_prompt_tokens": "provider_router.workload_stats",
@@ -289,11 +281,6 @@ __all__ = [
     "Estimate",
     "ExportReport",
     "FileJournal",
-    "FleetJournal",
-    "FleetProgress",
-    "FleetQueue",
-    "FleetSource",
-    "FleetTally",
     "GenerationParams",
     "InvalidResponseError",
     "Journal",
@@ -360,7 +347,6 @@ __all__ = [
     "Usage",
     "VerificationReport",
     "VerifyThresholds",
-    "WorkItem",
     "Workload",
     "WorkloadEstimate",
     "__version__",

@@ -40,7 +40,7 @@ PER_MILLION: Final = Decimal(1_000_000)
 USER_AGENT: Final = "provider-router/0.1"
 
 REDIS_URL_SCHEMES: Final = ("redis://", "rediss://", "unix://")
-"""URL prefixes that name a Redis server (a shared ledger, a fleet's queue)."""
+"""URL prefixes that name a Redis server (a shared ledger, the Ray answer store)."""
 
 DEFAULT_RETRY_ATTEMPTS: Final = 6
 """Attempts per request, the first included."""

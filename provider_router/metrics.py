@@ -24,7 +24,7 @@ What is exported (prefix ``provider_router_``):
 ``cost_usd_total{provider}``          USD charged for answers (``usage.cost``)
 ``request_latency_seconds{provider}`` histogram of whole-request latency (retries included)
 ``spent_usd`` / ``reserved_usd`` /    the ledger's totals, sampled every ``interval`` seconds
-``budget_limit_usd``                  by the Router (a fleet's Redis ledger: the fleet's)
+``budget_limit_usd``                  by the Router (a shared Redis ledger: everyone's)
 ``limiter_window``                    the adaptive limiter's window (read at scrape time)
 ``batches{state}``                    the Batch API route's batches: ``submitted``,
                                       ``in_progress``, ``collected``, ``pending``

@@ -17,9 +17,9 @@ datasets:
     input: prompts/opencodeinstruct.jsonl
     max_requests: 20000
     generation: {max_tokens: 4096}        # overrides the plan's defaults
-# Several workers sharing this plan and one budget (docs/workers.md):
+# The budget in Redis, shared by every process using it (docs/workers.md):
 ledger: redis://redis.internal:6379/0     # --ledger
-workers_share: b3-b8                      # --workers-share
+ledger_name: b3-b8                        # --ledger-name
 ```
 
 Errors name the file and, for YAML, the line of the offending value.
@@ -60,6 +60,12 @@ _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SHARED_NAME = re.compile(r"^[^{}\s]{1,128}$")
 _REASONING_EFFORTS = frozenset({"max", "xhigh", "high", "medium", "low", "minimal", "none"})
 _TOOL_CHOICES = frozenset({"none", "auto", "required"})
+# Keys plans no longer take, with what to write instead of pydantic's "extra inputs".
+_REMOVED_KEYS = {
+    "workers_share": "the Redis-streams fleet was removed: run the plan on Ray "
+    "(provider-router run --plan FILE --ray, docs/workers.md), naming the Redis ledger "
+    "with ledger_name",
+}
 
 
 class _Frozen(BaseModel):
@@ -171,12 +177,10 @@ class Plan(_Frozen):
         datasets: the datasets, in the order their work is interleaved.
         ledger: a Redis URL: keep the budget there (shared by every process using
             it) instead of in ``<out>/ledger.sqlite``.
-        ledger_name: the shared ledger's name (default: ``workers_share``).
+        ledger_name: the shared ledger's name (required with ``ledger``).
         cache_affinity: pin each conversation (its messages up to the first user
             message) to one endpoint so its turns read the provider's prompt cache
             (``Router(cache_affinity=True)``, docs/client.md "Cache-aware pinning").
-        workers_share: the name under which several workers share this plan's
-            prompts through ``ledger``'s Redis (see docs/workers.md).
     """
 
     model: str = Field(min_length=1)
@@ -187,7 +191,6 @@ class Plan(_Frozen):
     datasets: tuple[DatasetSpec, ...] = Field(min_length=1)
     ledger: str | None = None
     ledger_name: str | None = None
-    workers_share: str | None = None
     cache_affinity: bool = False
 
     @field_validator("ledger")
@@ -200,7 +203,7 @@ class Plan(_Frozen):
             )
         return value
 
-    @field_validator("ledger_name", "workers_share")
+    @field_validator("ledger_name")
     @classmethod
     def _shared_name(cls, value: str | None) -> str | None:
         if value is not None and not _SHARED_NAME.match(value):
@@ -208,20 +211,15 @@ class Plan(_Frozen):
         return value
 
     @model_validator(mode="after")
-    def _shared_needs_ledger(self) -> Plan:
-        if self.workers_share is not None and self.ledger is None:
-            raise ValueError(
-                "workers_share needs a shared ledger: ledger: redis://host:6379/0 "
-                "(or --ledger); the fleet's queue and budget live in that Redis"
-            )
-        if self.ledger is not None and self.shared_ledger_name is None:
-            raise ValueError("a Redis ledger needs a name: ledger_name (or workers_share)")
+    def _shared_needs_name(self) -> Plan:
+        if self.ledger is not None and self.ledger_name is None:
+            raise ValueError("a Redis ledger needs a name: ledger_name (or --ledger-name)")
         return self
 
     @property
     def shared_ledger_name(self) -> str | None:
-        """The Redis ledger's name: ``ledger_name``, else the ``workers_share`` name."""
-        return self.ledger_name or self.workers_share
+        """The Redis ledger's name (``ledger_name``)."""
+        return self.ledger_name
 
     @field_validator("budget", mode="before")
     @classmethod
@@ -272,15 +270,10 @@ class Plan(_Frozen):
         target_output_tokens: int | None = None,
         ledger: str | None = None,
         ledger_name: str | None = None,
-        workers_share: str | None = None,
     ) -> Plan:
         """This plan with the given command-line values replacing the file's."""
         update: dict[str, Any] = {}
-        for key, value in (
-            ("ledger", ledger),
-            ("ledger_name", ledger_name),
-            ("workers_share", workers_share),
-        ):
+        for key, value in (("ledger", ledger), ("ledger_name", ledger_name)):
             if value is not None:
                 update[key] = value
         if model is not None:
@@ -363,6 +356,8 @@ def _name_from_path(path: Path) -> str:
 def _describe(error: Mapping[str, Any]) -> str:
     loc = ".".join(str(part) for part in error["loc"] if part not in {"__root__"})
     message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden" and len(error["loc"]) == 1:
+        message = _REMOVED_KEYS.get(str(error["loc"][0]), message)
     return f"{loc}: {message}" if loc else message
 
 

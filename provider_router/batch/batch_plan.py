@@ -111,10 +111,10 @@ async def run_plan_batches(
         return BatchRouteResult()
     if plan.budget is None:
         raise ConfigurationError("the batch route needs a budget")
-    if plan.ledger is not None or plan.workers_share is not None:
+    if plan.ledger is not None:
         raise ConfigurationError(
-            "the batch route runs on the job's own ledger: a shared ledger or a fleet "
-            "takes route: sync for now"
+            "the batch route runs on the job's own ledger: a shared ledger takes route: sync "
+            "for now"
         )
     directory = Path(out)
     chosen = [d for d in plan.datasets if d.name in batches.names]

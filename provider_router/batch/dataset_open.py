@@ -2,17 +2,13 @@
 
 A run builds one :class:`~provider_router.batch.dataset_run.DatasetRun` per dataset
 of the plan, with the request parameters of its model and its ``max_tokens`` apart
-(the target's in-flight pricer is capped by it):
-
-* **From the input files** (:func:`open_file_datasets`). On a resume whose input
-  files are unchanged (same paths, sizes and modification times as the journal
-  recorded), done prompts are skipped unparsed by their location; otherwise every
-  line is read again, and a done prompt found at a new place is relocated in the
-  journal (so the next resume is fast again). Lines are counted in the background,
-  for the progress display's totals only.
-* **From a fleet** (:func:`open_fleet_datasets`): the fleet's loader reads the files
-  and the :class:`~provider_router.batch.fleet_source.FleetSource` hands prompts
-  out, so a dataset has no reader of its own and its tally is the fleet's.
+(the target's in-flight pricer is capped by it), its prompts read from its input
+files (:func:`open_file_datasets`). On a resume whose input files are unchanged
+(same paths, sizes and modification times as the journal recorded), done prompts
+are skipped unparsed by their location; otherwise every line is read again, and a
+done prompt found at a new place is relocated in the journal (so the next resume is
+fast again). Lines are counted in the background, for the progress display's totals
+only.
 
 :func:`validate_inputs` is the ``strict`` check: every line read before anything is
 spent.
@@ -26,14 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from provider_router.batch.dataset_run import DatasetRun
-from provider_router.batch.fleet_source import FleetSource
 from provider_router.batch.journal import DatasetTally, FileJournal
 from provider_router.batch.summary import Counter
 from provider_router.batch.targets import InFlightPricer
 from provider_router.plan import DatasetSpec, Plan
 from provider_router.prompts import Prompt, PromptReader, count_lines, first_problem_error
 
-__all__ = ["open_file_datasets", "open_fleet_datasets", "validate_inputs"]
+__all__ = ["open_file_datasets", "validate_inputs"]
 
 
 def validate_inputs(plan: Plan) -> None:
@@ -91,21 +86,11 @@ def _only(prompts: Iterator[Prompt], wanted: frozenset[str]) -> Iterator[Prompt]
     return (prompt for prompt in prompts if prompt.id in wanted)
 
 
-def open_fleet_datasets(plan: Plan, source: FleetSource) -> list[DatasetRun]:
-    """The datasets of ``plan`` whose prompts ``source`` hands out (the fleet's tallies)."""
-    return [
-        _dataset(
-            plan, spec, reader=None, prompts=iter(()), tally=source.tally(spec.name), relocate=False
-        )
-        for spec in plan.datasets
-    ]
-
-
 def _dataset(
     plan: Plan,
     spec: DatasetSpec,
     *,
-    reader: PromptReader | None,
+    reader: PromptReader,
     prompts: Iterator[Prompt],
     tally: DatasetTally,
     relocate: bool,

@@ -5,7 +5,6 @@ in flight) with the decisions that read only that state: may another prompt go o
 (caps and the output-token target, in-flight work priced by
 :class:`~provider_router.batch.targets.InFlightPricer`), is the dataset done, how many
 prompts it will complete at most, and did its prompts run out short of the target.
-In a fleet the caller passes the fleet's tally for the dataset.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from provider_router.batch.fleet_records import FleetTally
 from provider_router.batch.journal import DatasetTally
 from provider_router.batch.summary import Counter
 from provider_router.batch.targets import InFlightPricer
@@ -31,7 +29,7 @@ class DatasetRun:
     spec: DatasetSpec
     params: dict[str, Any]
     max_tokens: int
-    reader: PromptReader | None  # None in a fleet: the fleet's loader reads the files
+    reader: PromptReader
     prompts: Iterator[Prompt]
     tally: DatasetTally
     counter: Counter
@@ -62,13 +60,12 @@ class DatasetRun:
         cap = self.spec.max_requests
         return cap is None or self.tally.completed < cap
 
-    def total(self, fleet: FleetTally | None) -> int | None:
-        """Prompts it will complete at most, if known (``fleet``: the fleet's tally)."""
-        if fleet is not None:
-            total: int | None = fleet.total  # every prompt the fleet's loader enqueued
-        elif self.exhausted:
+    def total(self) -> int | None:
+        """Prompts it will complete at most, if known."""
+        total: int | None
+        if self.exhausted:
             total = self.tally.completed + self.inflight + self.counter.failures
-        elif self.lines is not None and self.reader is not None:
+        elif self.lines is not None:
             total = self.lines - self.reader.bad_lines
         else:
             total = None
@@ -76,10 +73,8 @@ class DatasetRun:
             total = min(total, self.spec.max_requests)
         return total
 
-    def done(self, fleet: FleetTally | None) -> bool:
-        """Nothing is left to do for it (``fleet``: the fleet's tally)."""
+    def done(self) -> bool:
+        """Nothing is left to do for it."""
         if reached(self.spec, self.tally.completed, self.tally.output_tokens):
             return True
-        if fleet is not None:  # the fleet drained it; prompts parked as failed remain
-            return self.exhausted and fleet.parked == 0 and self.inflight == 0
         return self.exhausted and not self.counter.failures and self.inflight == 0

@@ -1,8 +1,7 @@
 """Dispatch: keeping up to ``concurrency`` requests in flight over a run's datasets.
 
 :class:`Dispatcher` is a run's engine. It takes the next prompt round-robin over
-the datasets (in a fleet: as the :class:`~provider_router.batch.fleet_source.FleetSource`
-hands them out), claims it in the journal, sends it as one task on the
+the datasets, claims it in the journal, sends it as one task on the
 :class:`~provider_router.Router`, and gives the task's end to
 :class:`~provider_router.batch.outcomes.Outcomes`. A dataset is asked before each
 prompt whether another may go out (caps, and its output-token target against what
@@ -19,20 +18,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator
 from decimal import Decimal
 
 from provider_router._exceptions import LedgerWriteError
 from provider_router._log import get_logger
 from provider_router.batch.dataset_run import DatasetRun
-from provider_router.batch.fleet import describe_error
-from provider_router.batch.fleet_records import FleetTally, WorkItem
-from provider_router.batch.fleet_source import FleetSource
 from provider_router.batch.journal import FileJournal, Journal
 from provider_router.batch.outcomes import Outcomes
 from provider_router.batch.summary import StopReason
 from provider_router.client import Router
-from provider_router.plan import reached
 from provider_router.prompts import Prompt
 
 __all__ = ["Dispatcher"]
@@ -46,7 +40,7 @@ class Dispatcher:
     Args:
         outcomes: what each request's end is given to.
 
-    The runner fills :attr:`datasets` (and :attr:`source` in a fleet) before
+    The runner fills :attr:`datasets` before
     :meth:`run`; :meth:`stop` and :meth:`abandon` may come at any time, before
     :meth:`run` too.
     """
@@ -54,8 +48,6 @@ class Dispatcher:
     def __init__(self, outcomes: Outcomes) -> None:
         self.outcomes = outcomes
         self.datasets: list[DatasetRun] = []
-        self.source: FleetSource | None = None
-        """The fleet source while a fleet run is going on."""
         self.reason: StopReason | None = None
         """Why the run stopped taking work, or None while it runs."""
         self.message = ""
@@ -80,16 +72,12 @@ class Dispatcher:
             self.reason = reason
             self.message = message
             log.info("batch.stopping", reason=reason.value, in_flight=len(self.tasks))
-        if self.source is not None:
-            self.source.stop()
         self._wake.set()
 
     def abandon(self) -> None:
         """Cancel requests in flight (the second Ctrl-C); they are counted at worst case."""
         self.reason = StopReason.ABANDONED
         self.message = "requests in flight were abandoned and counted at their worst case"
-        if self.source is not None:
-            self.source.stop()
         for task in list(self.tasks):
             task.cancel()
         self._wake.set()
@@ -100,12 +88,6 @@ class Dispatcher:
             self.reason = StopReason.ERROR
             self.message = message
 
-    def fleet_tally(self, ds: DatasetRun) -> FleetTally | None:
-        """The fleet's tally of ``ds`` (None outside a fleet)."""
-        if self.source is None:
-            return None
-        return self.source.progress.datasets.get(ds.spec.name, FleetTally())
-
     # --- the loop -------------------------------------------------------------------------
 
     async def run(
@@ -114,7 +96,7 @@ class Dispatcher:
         """Send prompts until none is left or the run stops; then wait for those in flight.
 
         Args:
-            journal: claims, results and releases go there (in a fleet: the source's).
+            journal: claims, results and releases go there.
             router: sends each request.
             concurrency: requests in flight at most.
             stream: send streaming requests.
@@ -127,19 +109,13 @@ class Dispatcher:
         if self.reason is not None:  # stopped before dispatch began (a Ctrl-C at start-up)
             router.stop()
         turn = itertools.count()
-        items = aiter(self.source) if self.source is not None else None
+        assert isinstance(journal, FileJournal)
         while self.reason is None:
             if self.running >= concurrency:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if items is not None:
-                picked = await self._next_claimed(journal, items)
-                if picked is None:
-                    break
-            else:
-                assert isinstance(journal, FileJournal)
-                picked = self._next(journal, next(turn))
+            picked = self._next(journal, next(turn))
             if picked is None:
                 # (A finished task leaves `tasks` a loop turn later; `inflight` is exact.)
                 if not any(ds.inflight for ds in self.datasets):
@@ -158,12 +134,7 @@ class Dispatcher:
             await asyncio.gather(*self.tasks, return_exceptions=True)
         journal.flush()
         if self.reason is None:
-            unfinished = [
-                d
-                for d in self.datasets
-                if (d.counter.failures or self.source is not None)
-                and not d.done(self.fleet_tally(d))
-            ]
+            unfinished = [d for d in self.datasets if d.counter.failures and not d.done()]
             self.reason = StopReason.INCOMPLETE if unfinished else StopReason.COMPLETE
             if unfinished:
                 self.message = "some prompts failed; run the same command again to retry them"
@@ -198,49 +169,6 @@ class Dispatcher:
                     return ds, prompt
                 if ds.relocate and journal.is_done(name, prompt.id):
                     journal.relocate(name, prompt.id, prompt.location)
-        return None
-
-    async def _next_claimed(
-        self, journal: Journal, items: AsyncIterator[WorkItem]
-    ) -> tuple[DatasetRun, Prompt] | None:
-        """The next prompt the fleet gives this worker, or None when it has no more."""
-        source = self.source
-        assert source is not None
-        by_name = {ds.spec.name: ds for ds in self.datasets}
-        while self.reason is None:
-            for ds in self.datasets:
-                ds.tally = journal.tally(ds.spec.name)
-                if reached(ds.spec, ds.tally.completed, ds.tally.output_tokens):
-                    source.exclude(ds.spec.name)  # for the whole fleet: its tally is shared
-                elif ds.spec.target_output_tokens is not None:
-                    # Redis prices every worker's claimed prompts at this worker's figure.
-                    source.price(ds.spec.name, ds.pricer.terms())
-            try:
-                item = await anext(items, None)
-            except Exception as exc:  # the fleet's Redis failed for good: stop, loudly
-                log.error("batch.fleet_failed", error=describe_error(exc))
-                self.stop(StopReason.ERROR, f"the fleet's Redis failed: {describe_error(exc)}")
-                return None
-            if item is None:
-                if self.reason is None:
-                    for ds in self.datasets:
-                        ds.exhausted = True
-                return None
-            ds = by_name[item.dataset]
-            # Near a target, wait for requests in flight to land (each wake is one
-            # landing) rather than overshoot; once reached, the prompt goes back.
-            while not ds.can_send() and self.reason is None:
-                ds.tally = journal.tally(ds.spec.name)
-                if reached(ds.spec, ds.tally.completed, ds.tally.output_tokens):
-                    source.exclude(ds.spec.name)
-                    break
-                self._wake.clear()
-                await self._wake.wait()
-            if self.reason is not None or not ds.can_send():
-                source.put_back(item)
-                continue
-            if journal.claim(ds.spec.name, item.prompt.id):
-                return ds, item.prompt
         return None
 
     # --- one request ----------------------------------------------------------------------
@@ -284,8 +212,7 @@ class Dispatcher:
             counter.failed("Abandoned")
             raise
         except BaseException as exc:
-            # Counted (and a stop for money decided) first: a fleet gives the prompt
-            # back as unsent, not as failed, once its worker is stopping.
+            # Counted (and a stop for money decided) first.
             outcomes.failed(ds, exc)
             journal.release(name, prompt.id, reason=type(exc).__name__)
             if not isinstance(exc, Exception):

@@ -28,8 +28,7 @@ journal small and quick to load. Process crashes lose nothing that was flushed
 (the OS has it); :meth:`FileJournal.close` also fsyncs, for power loss.
 
 The :class:`Journal` protocol (``claim`` → ``complete`` / ``release``) is all the
-runner needs, so a shared work queue (several workers, one plan) can implement
-it on top of a per-worker :class:`FileJournal`.
+runner's outcomes need; :class:`FileJournal` is its one implementation.
 
 Reading the file back and repairing it is :mod:`provider_router.batch._journal_file`;
 the names it shares (``JOURNAL_FILE``, ``DatasetTally``, ``LostRequest``,

@@ -1,14 +1,17 @@
-"""Merge the outputs of a fleet's workers: one output per dataset, each prompt once.
+"""Merge the outputs of separate runs: one output per dataset, each prompt once.
 
-Every worker of a fleet writes its own job directory (journal and outputs). To
-use the results, merge them (``provider-router merge DIR... --out MERGED``):
+Runs of one job on separate machines without Ray (each ``provider-router run``
+with its own share of the prompts and its own job directory, one budget through a
+shared ``--ledger redis://...``; docs/workers.md) leave one directory each. To use
+the results as one, merge them (``provider-router merge DIR... --out MERGED``):
 
-* each worker directory is opened the way a resume would open it, so whatever a
-  crash left half-written is repaired first, and only records its journal
-  committed are taken (a worker that is still running holds its journal's lock,
-  and merging it is refused);
-* a prompt completed by two workers (possible only when one was presumed dead
-  while merely slow) is kept once: the record of the first directory given;
+* each directory is opened the way a resume would open it, so whatever a crash
+  left half-written is repaired first, and only records its journal committed are
+  taken (a run that is still going holds its journal's lock, and merging it is
+  refused);
+* a prompt completed in two directories (the shares overlapped) is kept once: the
+  record of the first directory given; what the others cost is reported as spent
+  twice;
 * each merged ``<dataset>.jsonl`` is written to a temporary file and renamed into
   place, and ``merge.json`` records what came from where, so merging again (say
   after a resumed run) rewrites the same result rather than appending to it.
@@ -45,7 +48,7 @@ class DatasetMerge:
         output_tokens: completion tokens of the merged records.
         cost: the summed cost of the merged records (USD, exact).
         duplicate_cost: what the left-out duplicates cost (USD): money spent twice.
-        sources: records taken from each worker directory.
+        sources: records taken from each job directory.
     """
 
     records: int = 0
@@ -84,7 +87,7 @@ class MergeReport:
 
 
 def _committed_ids(directory: Path) -> dict[str, frozenset[str]]:
-    """Open a worker directory like a resume (repairing a crash); its done ids per dataset."""
+    """Open a job directory like a resume (repairing a crash); its done ids per dataset."""
     if not (directory / JOURNAL_FILE).is_file():
         raise DataFileError(directory, f"not a job directory: it has no {JOURNAL_FILE}")
     journal = FileJournal.open(directory)
@@ -114,13 +117,13 @@ def merge_outputs(inputs: Sequence[str | Path], out: str | Path) -> MergeReport:
 
     Raises:
         ConfigurationError: no inputs, ``out`` is an input, ``out`` holds outputs
-            that no merge wrote, or a worker still holds its journal.
+            that no merge wrote, or a run still holds its journal.
         DataFileError: a directory is not a job directory, or an output line is
             damaged (file and line named).
     """
     dirs = [Path(p) for p in inputs]
     if not dirs:
-        raise ConfigurationError("give at least one worker directory to merge")
+        raise ConfigurationError("give at least one job directory to merge")
     if len({d.resolve() for d in dirs}) != len(dirs):
         raise ConfigurationError("a directory is given twice")
     out_dir = Path(out)

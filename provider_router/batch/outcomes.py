@@ -17,7 +17,7 @@
   one line and exit 74 on the command line, like a full disk under the journal).
 
 It stops the run through :class:`Control`, the runner's own :meth:`stop`, so a
-stop decided here is the same stop as a Ctrl-C (logged once, the fleet told).
+stop decided here is the same stop as a Ctrl-C (logged once).
 """
 
 from __future__ import annotations

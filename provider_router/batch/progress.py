@@ -5,9 +5,7 @@ here runs on the per-request path. Per dataset it shows requests done / total,
 output tokens toward the target, spend, effective $ per million output tokens,
 requests/s and tokens/s (this run), and an ETA in time and money; the header
 shows the ledger's spend and what is left of the budget, requests in flight,
-and errors and retries by kind. In a fleet (``--workers-share``) the figures,
-rates and ETAs are the whole fleet's, the ledger is the shared one, and the
-header counts the live workers.
+and errors and retries by kind.
 """
 
 from __future__ import annotations
@@ -81,10 +79,7 @@ def _header(p: RunProgress) -> str:
             f"spent {format_usd(p.ledger.spent)} of {format_usd(p.ledger.limit)} "
             f"(reserved {format_usd(p.ledger.reserved)}, left {format_usd(p.ledger.available)})"
         )
-    if p.workers is not None:
-        parts.append(f"fleet: {p.workers} worker(s), {p.in_flight} in flight here")
-    else:
-        parts.append(f"in flight {p.in_flight}")
+    parts.append(f"in flight {p.in_flight}")
     if p.waiting_for_budget:
         parts.append(f"waiting for budget {p.waiting_for_budget}")
     parts.append(f"to finish {finish_words(p.to_finish, None)}")

@@ -113,11 +113,10 @@ def account_check(
     ledger: Ledger,
     *,
     horizon: float | None,
-    fleet: bool,
 ) -> AccountCheck | None:
     """The account check of a run whose key is its own (``horizon`` < 0: the stream deadline)."""
-    if horizon is None or fleet:
-        return None  # a fleet's key is shared by its workers: not one run's own
+    if horizon is None:
+        return None
     if horizon < 0:
         tokens = max(
             int(plan.params_for(spec).request_params()["max_tokens"]) for spec in plan.datasets

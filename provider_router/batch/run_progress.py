@@ -1,4 +1,4 @@
-"""Snapshots of a running batch: what the live display, the timeline and the fleet show.
+"""Snapshots of a running batch: what the live display and the timeline show.
 
 Plain frozen records that :meth:`BatchRunner.progress` builds; kept apart from the
 runner so what reads them (display, timeline, report) needs nothing of the runner.
@@ -52,10 +52,6 @@ class DatasetProgress:
 class RunProgress:
     """A snapshot of the whole run for the progress display.
 
-    In a fleet (``workers`` is set) the datasets' figures, rates and ETAs are the
-    whole fleet's, ``ledger`` is the shared ledger, and ``in_flight`` is this
-    worker's requests.
-
     ``in_flight`` counts requests sent (or being sent); ``waiting_for_budget`` those
     whose reservation waits for room in the budget, not sent yet. Together they
     are the requests this run has started and not finished.
@@ -70,7 +66,6 @@ class RunProgress:
     retries: int = 0
     rate_limited: int = 0
     errors: int = 0
-    workers: int | None = None
     waiting_for_budget: int = 0
     to_finish: Decimal | None = None
     """USD still to spend to finish the plan (:mod:`provider_router.batch.finish`)."""

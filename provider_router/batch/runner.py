@@ -39,7 +39,6 @@ does (:mod:`~provider_router.batch.outcomes`), the progress snapshots and the su
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
 from collections.abc import Collection, Mapping
@@ -51,16 +50,9 @@ from typing import Any
 from provider_router._exceptions import ConfigurationError, LedgerUnavailableError
 from provider_router._log import get_logger
 from provider_router._money import from_units
-from provider_router.batch.dataset_open import (
-    open_file_datasets,
-    open_fleet_datasets,
-    validate_inputs,
-)
+from provider_router.batch.dataset_open import open_file_datasets, validate_inputs
 from provider_router.batch.dataset_run import DatasetRun
 from provider_router.batch.dispatch import Dispatcher
-from provider_router.batch.fleet import FleetQueue, describe_error
-from provider_router.batch.fleet_records import FleetTally
-from provider_router.batch.fleet_source import FleetSource
 from provider_router.batch.job_ledger import check_not_behind, open_job_ledger
 from provider_router.batch.journal import FileJournal, Journal
 from provider_router.batch.outcomes import Outcomes
@@ -106,14 +98,8 @@ class BatchRunner:
         base_url, api_key: OpenRouter's (defaults from the environment).
         router_options: further :class:`~provider_router.Router` keyword arguments.
         ledger: a ledger to use instead of ``<out>/ledger.sqlite`` (its limit is
-            set to the plan's budget); for a fleet, the shared
+            set to the plan's budget), e.g. a shared
             :class:`~provider_router.RedisLedger`. The caller closes it.
-        fleet: share the plan with other workers through this
-            :class:`~provider_router.FleetQueue` (see docs/workers.md): prompts are
-            claimed from the fleet instead of read from the files, results go to
-            ``out`` (this worker's own directory) and are acknowledged to the fleet,
-            and progress and summary show the whole fleet. Give it the fleet's
-            shared ``ledger`` too. The runner closes the queue.
         stream: send streaming requests (default). Each answer's generation id is
             then durable on its reservation within one ledger commit of its first
             byte, so recovery after a crash settles it at its real cost; ``False``
@@ -153,7 +139,6 @@ class BatchRunner:
         api_key: str | None = None,
         router_options: Mapping[str, Any] | None = None,
         ledger: Ledger | None = None,
-        fleet: FleetQueue | None = None,
         stream: bool = True,
         timeline_interval: float = DEFAULT_INTERVAL,
         account_horizon: float | None = None,
@@ -163,13 +148,6 @@ class BatchRunner:
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
-        if fleet is not None and ledger is None:
-            raise ConfigurationError(
-                "workers sharing a plan must share one budget: give the fleet's ledger "
-                "(--ledger redis://...)"
-            )
-        if only is not None and fleet is not None:
-            raise ConfigurationError("a pilot (only=) runs in one job directory, not a fleet")
         self._only = only
         self.plan = plan
         self.budget: Decimal = plan.budget
@@ -198,9 +176,7 @@ class BatchRunner:
         self._api_key = api_key
         self._router_options = dict(router_options or {})
         self._given_ledger = ledger
-        self._fleet = fleet
         self.timeline_interval = timeline_interval
-        self._fleet_start: dict[str, FleetTally] = {}
         self.ledger: Ledger | None = None
         self.router: Router | None = None
         self.journal: FileJournal | None = None
@@ -211,11 +187,6 @@ class BatchRunner:
         self._started = time.monotonic()
         self._recovered: list[str] = []
         self.ledger_state: LedgerState | None = None
-
-    @property
-    def source(self) -> FleetSource | None:
-        """The fleet source while a fleet run is going on."""
-        return self._dispatcher.source
 
     # --- control ----------------------------------------------------------------------
 
@@ -256,7 +227,7 @@ class BatchRunner:
         reason = "error"
         try:
             journal.check_outputs(names)
-            if self.strict and self._fleet is None:  # a fleet checks when joining
+            if self.strict:
                 await asyncio.to_thread(validate_inputs, self.plan)
             try:
                 summary = await self._run_with_ledger(journal, names)
@@ -272,13 +243,9 @@ class BatchRunner:
             return summary
         finally:
             try:
-                if self._fleet is not None:
-                    await self._fleet.close()
-            finally:
-                try:
-                    journal.close(reason)
-                except OSError as exc:  # name the directory: the CLI says it in one line
-                    raise OSError(exc.errno, exc.strerror, str(self.out)) from exc
+                journal.close(reason)
+            except OSError as exc:  # name the directory: the CLI says it in one line
+                raise OSError(exc.errno, exc.strerror, str(self.out)) from exc
 
     async def _open_ledger(self, journal: FileJournal, names: list[str]) -> Ledger:
         """The job's ledger, matched to its journal; then the journal begins."""
@@ -324,12 +291,7 @@ class BatchRunner:
                 self._recovered += notes
                 check_not_behind(ledger, journal, await ledger.snapshot())
                 account = account_check(
-                    self.plan,
-                    self.out,
-                    router,
-                    ledger,
-                    horizon=self.account_horizon,
-                    fleet=self._fleet is not None,
+                    self.plan, self.out, router, ledger, horizon=self.account_horizon
                 )
                 if account is not None:
                     await account.start(report.worst_case)
@@ -337,13 +299,8 @@ class BatchRunner:
                 timeline = TimelineWriter(self, interval=self.timeline_interval)
                 timeline.start()
                 try:
-                    if self._fleet is not None:
-                        await self._run_fleet(self._fleet, journal, ledger, router)
-                    else:
-                        self._datasets.extend(
-                            open_file_datasets(self.plan, journal, only=self._only)
-                        )
-                        await self._dispatch(journal, router)
+                    self._datasets.extend(open_file_datasets(self.plan, journal, only=self._only))
+                    await self._dispatch(journal, router)
                     self._dispatcher.check_targets()
                 finally:
                     await timeline.stop()
@@ -415,40 +372,6 @@ class BatchRunner:
         if not report.ok:
             raise PreflightFailed(report)
 
-    async def _run_fleet(
-        self, fleet: FleetQueue, journal: FileJournal, ledger: Ledger, router: Router
-    ) -> None:
-        source = FleetSource(
-            fleet,
-            self.plan,
-            journal=journal,
-            prefetch=self.plan.concurrency,
-            strict=self.strict,
-            ledger=ledger,
-            resolve=router.resolve,
-        )
-        await source.start()
-        self._dispatcher.source = source
-        failed: BaseException | None = None
-        try:
-            self._fleet_start = dict(source.progress.datasets)
-            self._datasets.extend(open_fleet_datasets(self.plan, source))
-            await self._dispatch(source.journal, router)
-        finally:
-            # Given back, acknowledged, heartbeat stopped: before the journal closes.
-            try:
-                await source.close()
-            except Exception as exc:
-                failed = exc
-        if failed is not None:
-            log.error("batch.fleet_failed", error=describe_error(failed))
-            self._dispatcher.fail(f"the fleet's Redis failed: {describe_error(failed)}")
-        else:
-            with contextlib.suppress(Exception):  # a last look for the summary only
-                await source.refresh()
-        for ds in self._datasets:
-            ds.tally = source.tally(ds.spec.name)
-
     async def _dispatch(self, journal: Journal, router: Router) -> None:
         await self._dispatcher.run(
             journal, router, concurrency=self.plan.concurrency, stream=self.stream
@@ -465,7 +388,6 @@ class BatchRunner:
         """A snapshot for the progress display (cheap; call it a few times a second)."""
         return progress_snapshot(
             self._dispatcher,
-            fleet_start=self._fleet_start,
             router=self.router,
             ledger_state=self.ledger_state,
             started=self._started,
@@ -478,7 +400,6 @@ class BatchRunner:
             budget=self.budget,
             router=self.router,
             ledger_state=self.ledger_state,
-            fleet=self._fleet,
             started=self._started,
             recovered=self._recovered,
             preflight=from_units(self.journal.preflight_units) if self.journal else Decimal(0),

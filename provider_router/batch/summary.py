@@ -226,9 +226,6 @@ class RunSummary:
         bad_lines: ``file:line: problem`` for each line skipped in this run.
         recovered: notes on what resuming repaired (journal, ledger).
         message: one line on why it stopped.
-        fleet: in a fleet, the fleet's name, workers and per-dataset queue state,
-            and what this worker did; the datasets' figures and ``spent`` are then
-            the whole fleet's (None outside a fleet).
         preflight: USD the preflights of this job directory cost, over every run
             (part of ``spent``, in no dataset's cost: ``run``'s 1-token pinned request).
         disputed: one line per answer whose ``usage.cost`` was disputed, over every
@@ -251,7 +248,6 @@ class RunSummary:
     bad_lines: list[str]
     recovered: list[str]
     message: str = ""
-    fleet: dict[str, Any] | None = None
     budget_to_finish: Decimal | None = None
     preflight: Decimal = Decimal(0)
     disputed: list[str] = field(default_factory=list)
@@ -288,7 +284,6 @@ class RunSummary:
             "bad_lines": self.bad_lines,
             "recovered": self.recovered,
             "disputed": self.disputed,
-            **({"fleet": self.fleet} if self.fleet is not None else {}),
         }
 
     def write(self, path: Path) -> None:
@@ -359,19 +354,6 @@ class RunSummary:
                 f"{c.wall_time:.1f}s",
             )
         console.print(providers)
-        if self.fleet is not None:
-            mine = self.fleet["this_worker"]
-            left = sum(d["queued"] + d["in_flight"] for d in self.fleet["datasets"].values())
-            parked = sum(d["parked"] for d in self.fleet["datasets"].values())
-            console.print(
-                f"Fleet {self.fleet['name']!r} ({self.fleet['workers']} live worker(s)): the "
-                f"figures above are the whole fleet's; this worker completed "
-                f"{mine['completed']:,}, took over {mine['reclaimed_from_dead_workers']:,} "
-                f"from dead workers; {left:,} prompt(s) still queued or in flight, "
-                f"{parked:,} parked as failed",
-                markup=False,
-                highlight=False,
-            )
         to_finish = finish_words(self.to_finish, self.budget_to_finish)
         console.print(
             f"[bold]{self.reason.value}[/bold]: spent {format_usd(self.spent)} of "

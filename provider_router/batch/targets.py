@@ -23,10 +23,7 @@ overshoot that nothing can take back. So the price is an upper estimate:
   prefix in dispatch order*: request ``k`` is counted only once every request
   sent before it has landed, which selects on send order, never on length.
 
-:class:`InFlightPricer` is per dataset and per worker; across a fleet the shared
-tally also counts every worker's claimed prompts (see
-:meth:`~provider_router.batch.fleet.FleetQueue.claim`), priced by Redis with the same
-formula from :meth:`InFlightPricer.terms`.
+:class:`InFlightPricer` is per dataset of one run.
 """
 
 from __future__ import annotations

@@ -96,15 +96,8 @@ _SENTENCES: Final = {
     "please report it)",
     ("batch.ledger_disk_full", None): "the ledger's disk is full ({n} time{s}): free some "
     "space, then run the same command again",
-    ("batch.fleet_failed", None): "the fleet failed {n} time{s}: see the message above",
     ("timeline.write_failed", None): "timeline.ndjson could not be written ({n} time{s}): the "
     "report's charts lack detail",
-    ("fleet.retry", None): "the fleet's Redis was retried {n} time{s}",
-    ("fleet.failed", None): "this worker left the fleet after an error ({n} time{s})",
-    ("fleet.load_failed", None): "the fleet's prompts could not be loaded ({n} time{s})",
-    ("fleet.reclaimed", None): "prompts of a silent worker were taken over {n} time{s}",
-    ("fleet.duplicates", None): "prompts done twice in the fleet were found {n} time{s}: "
-    "merge keeps one copy",
 }
 
 

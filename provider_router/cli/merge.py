@@ -1,10 +1,11 @@
-"""``provider-router merge DIR... --out MERGED``: one output per dataset from a fleet's workers.
+"""``provider-router merge DIR... --out MERGED``: one output per dataset from separate runs.
 
 ::
 
-    provider-router merge runs/worker-1 runs/worker-2 runs/worker-3 --out runs/merged [--json]
+    provider-router merge runs/machine-1 runs/machine-2 runs/machine-3 --out runs/merged [--json]
 
-Each DIR is one worker's ``--out`` directory. Only records their journals
+Each DIR is one run's ``--out`` directory (e.g. a share of the prompts run on
+another machine with the same ``--ledger``). Only records their journals
 committed are taken, each prompt id once per dataset (the first directory
 given wins a duplicate), into ``MERGED/<dataset>.jsonl``; ``MERGED/merge.json``
 says what came from where. Merging again rewrites the same result. See
@@ -26,13 +27,14 @@ __all__ = ["register"]
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "merge",
-        help="merge the outputs of several workers, each prompt once",
+        help="merge the outputs of separate runs, each prompt once",
         description=(
-            "Merge the job directories of a fleet's workers into one output per dataset, "
-            "each prompt exactly once (see docs/workers.md)."
+            "Merge the job directories of separate runs (say, shares of a job run on "
+            "several machines with one --ledger) into one output per dataset, each prompt "
+            "exactly once (see docs/workers.md)."
         ),
     )
-    parser.add_argument("dirs", nargs="+", metavar="DIR", help="a worker's --out directory")
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="a run's --out directory")
     parser.add_argument("--out", required=True, metavar="MERGED", help="where merged outputs go")
     parser.add_argument("--json", action="store_true", help="print the merge report as JSON")
     parser.set_defaults(handler=_handle)

@@ -6,7 +6,7 @@
         [--max-tokens N] [--concurrency C] [--exclude-below int4] \\
         [--target-output-tokens N] [--max-requests N] [--temperature T] \\
         [--plan plan.yaml] [--strict] [--base-url URL] [--progress auto|rich|plain|off] \\
-        [--ledger redis://HOST:6379/0 [--ledger-name NAME] [--workers-share NAME]]
+        [--ledger redis://HOST:6379/0 --ledger-name NAME]
         [--ray [ADDRESS] [--ray-actors N]]
 
 Outputs (``DIR/<dataset>.jsonl``), the journal, the SQLite ledger and
@@ -15,11 +15,9 @@ it with a higher ``--budget`` continues after a top-up. The API key comes from
 ``OPENROUTER_API_KEY`` (never from a flag: flags show up in process listings).
 
 With ``--ledger redis://...`` the budget lives in Redis instead, shared by every
-process using it; with ``--workers-share NAME`` several workers (each with its own
-DIR) share the plan's prompts through that Redis, and ``provider-router merge``
-joins their outputs (docs/workers.md). With ``--ray [ADDRESS]`` the plan runs as a
-Ray Data stage on a Ray cluster (a local one without ADDRESS), its budget and paid
-answers in the ``--ledger`` Redis (:mod:`provider_router.ray.plan_run`).
+process using it. With ``--ray [ADDRESS]`` the plan runs as a Ray Data stage on a
+Ray cluster (a local one without ADDRESS), its budget and paid answers in the
+``--ledger`` Redis (:mod:`provider_router.ray.plan_run`, docs/workers.md).
 
 Exit codes: 0 done, 1 error, 2 usage, 3 budget used up, 4 OpenRouter credits
 exhausted, 5 finished with failed prompts (re-run to retry them), 130 interrupted.
@@ -52,7 +50,6 @@ from provider_router.batch.batch_plan import (
     without_datasets,
 )
 from provider_router.batch.batch_route import BatchRouteResult
-from provider_router.batch.fleet import DEFAULT_IDLE_TIMEOUT, FleetQueue
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import LEDGER_FILE, BatchRunner
 from provider_router.batch.summary import EXIT_CODES, RunSummary, StopReason
@@ -229,25 +226,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="ADDR",
         help="the address --metrics-port listens on (default %(default)s)",
     )
-    shared = parser.add_argument_group("several workers, one budget (docs/workers.md)")
+    shared = parser.add_argument_group("one budget in Redis (docs/workers.md)")
     shared.add_argument(
         "--ledger", metavar="URL", help="keep the budget in Redis (redis://host:6379/0)"
     )
     shared.add_argument(
-        "--ledger-name", metavar="NAME", help="the Redis ledger's name (default: --workers-share)"
+        "--ledger-name", metavar="NAME", help="the Redis ledger's name (needed with --ledger)"
     )
-    shared.add_argument(
-        "--workers-share",
-        metavar="NAME",
-        help="share the plan's prompts with the other workers of this name (needs --ledger)",
-    )
-    shared.add_argument(
-        "--idle-timeout",
-        type=_seconds,
-        default=DEFAULT_IDLE_TIMEOUT,
-        metavar="S",
-        help="a silent worker's prompts go to the others after S seconds (default %(default)s)",
-    )
+    # Retired with the Redis-streams fleet (#22): refused with what to use instead.
+    shared.add_argument("--workers-share", metavar="NAME", help=argparse.SUPPRESS)
     shared.add_argument(
         "--lease",
         type=_seconds,
@@ -296,7 +283,6 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             target_output_tokens=args.target_output_tokens,
             ledger=args.ledger,
             ledger_name=args.ledger_name,
-            workers_share=args.workers_share,
         )
     if not args.prompts:
         raise ConfigurationError("give a prompts file (PROMPTS.jsonl) or --plan FILE")
@@ -314,10 +300,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         target_output_tokens=args.target_output_tokens,
         max_requests=args.max_requests,
     )
-    if args.ledger or args.ledger_name or args.workers_share:
-        plan = plan.with_overrides(
-            ledger=args.ledger, ledger_name=args.ledger_name, workers_share=args.workers_share
-        )
+    if args.ledger or args.ledger_name:
+        plan = plan.with_overrides(ledger=args.ledger, ledger_name=args.ledger_name)
     return plan
 
 
@@ -333,7 +317,7 @@ async def open_shared_ledger(
 
     An existing ledger keeps its limit here; the runner then raises or lowers it
     to the plan's budget (as a resume with another ``--budget`` does), so every
-    worker of a fleet should be given the same budget.
+    process sharing it should be given the same budget.
     """
     ledger = RedisLedger(url, name, lease=lease, outage_window=outage_window)
     try:
@@ -342,7 +326,7 @@ async def open_shared_ledger(
     except BaseException:
         await ledger.close()
         raise
-    # A new ledger: the first worker sets its limit (workers starting together
+    # A new ledger: the first process sets its limit (processes starting together
     # with the same budget all may; a different budget is refused by Redis).
     await ledger.close()
     return RedisLedger(url, name, budget, lease=lease, outage_window=outage_window)
@@ -398,6 +382,11 @@ def _run_loop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    if args.workers_share is not None:
+        raise UsageError(
+            "--workers-share was removed with the Redis-streams fleet: run the plan on Ray "
+            "with --ray [ADDRESS] --ledger URL --ledger-name NAME (docs/workers.md)"
+        )
     with as_usage():
         plan = plan_from_args(args)
     if args.add_budget is not None:
@@ -443,7 +432,7 @@ def _handle(args: argparse.Namespace) -> int:
     async def main() -> RunSummary:
         budget = plan.budget
         assert budget is not None
-        ledger = fleet = None
+        ledger = None
         if plan.ledger is not None:
             name = plan.shared_ledger_name
             assert name is not None  # the plan checks it
@@ -451,16 +440,12 @@ def _handle(args: argparse.Namespace) -> int:
                 plan.ledger, name, budget, lease=args.lease, outage_window=args.outage_window
             )
         try:
-            if plan.workers_share is not None:
-                assert plan.ledger is not None
-                fleet = FleetQueue(plan.ledger, plan.workers_share, idle_timeout=args.idle_timeout)
             runner = BatchRunner(
                 plan,
                 Path(args.out),
                 strict=args.strict,
                 base_url=args.base_url,
                 ledger=ledger,
-                fleet=fleet,
                 router_options=None if metrics is None else {"metrics": metrics},
                 account_horizon=args.own_key,
                 preflight=not args.no_preflight,
@@ -570,8 +555,6 @@ def _batch_progress(
 
 def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
     """``--ray``: the plan on a Ray cluster; the same outputs, summary and report."""
-    if plan.workers_share is not None:
-        raise UsageError("--ray and --workers-share are two ways to share a plan: pick one")
     if plan.ledger is None:
         raise UsageError(
             "--ray needs a Redis ledger: --ledger redis://host:6379/0 --ledger-name NAME "

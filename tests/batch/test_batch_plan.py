@@ -120,6 +120,17 @@ def test_overrides_replace_file_values(tmp_path: Path) -> None:
         ("model: m\ndatasets:\n  - {name: a, input: x, inputs: [y]}\n", 3, "not both"),
         ("model: [unclosed\n", 2, "not valid YAML"),
         ("- just\n- a list\n", 1, "must be a mapping"),
+        (
+            "model: m\nledger: redis://h:6379/0\nworkers_share: b3\nledger_name: b3\n"
+            "datasets: [{name: a, input: x}]\n",
+            3,
+            "workers_share: the Redis-streams fleet was removed: run the plan on Ray",
+        ),
+        (
+            "model: m\nledger: redis://h:6379/0\ndatasets: [{name: a, input: x}]\n",
+            None,
+            "ledger_name",
+        ),
     ],
 )
 def test_bad_yaml_plans_name_file_line_and_field(

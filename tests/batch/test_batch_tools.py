@@ -206,17 +206,3 @@ def test_plan_generation_tools_are_request_fields() -> None:
         GenerationParams(tool_choice={"function": {"name": "weather"}})
     with pytest.raises(ValidationError, match="at least 1 item"):
         GenerationParams(tools=[])
-
-
-def test_a_fleet_queue_entry_keeps_the_prompt_request_fields(tmp_path: Path) -> None:
-    from provider_router.batch.fleet_records import decode_item, encode_prompt
-
-    path = _write(
-        tmp_path / "p.jsonl",
-        [{"id": "q", "prompt": "x", "tools": [WEATHER], "tool_choice": "auto", "k": 1}],
-    )
-    (prompt,) = list(PromptReader([path]))
-    item = decode_item("d", "1-0", {"id": "q", "p": encode_prompt(prompt)})
-    assert item.prompt == prompt
-    assert item.prompt.request_fields == {"tools": [WEATHER], "tool_choice": "auto"}
-    assert item.prompt.metadata == {"k": 1}

@@ -202,6 +202,22 @@ async def test_unusable_out_and_ledger_are_one_line_errors(
     assert "Traceback" not in err
 
 
+def test_the_retired_workers_share_says_what_to_use_instead(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = write_prompts(tmp_path / "p.jsonl", 3)
+    out = tmp_path / "o"
+    code = main(
+        ["run", str(prompts), "--out", str(out), "--model", MODEL, "--budget", "1",
+         "--ledger", "redis://127.0.0.1:1/0", "--workers-share", "b3"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "--workers-share was removed with the Redis-streams fleet" in err
+    assert "--ray" in err
+    assert not out.exists()  # refused before anything is made
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
 def test_a_read_only_out_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
