@@ -40,6 +40,8 @@ class RequestRecord:
         limit_source: for 402s, which limit refused the request.
         tools: names of the function tools the request offered, in order.
         tool_choice: the request's ``tool_choice`` as sent (None when absent).
+        logprobs: the ``top_logprobs`` asked for with ``logprobs: true`` (0 when not
+            given), None when logprobs were not asked for.
     """
 
     seq: int
@@ -64,6 +66,7 @@ class RequestRecord:
     tool_choice: Any = None
     finish_reason: str | None = None
     limit_source: str | None = None
+    logprobs: int | None = None
 
     @property
     def cost(self) -> Decimal:
