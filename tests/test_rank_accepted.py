@@ -241,3 +241,31 @@ async def test_verify_then_rank_end_to_end(
         r.endpoint.slug for r in rank(allowed, workload=WORKLOAD)
     ]
     assert all(r.pass_rate == 1 for r in ranked)
+
+
+BUNDLED_SNAPSHOT = Path(__file__).parent.parent / "provider_router/data/kimi-k2.5.endpoints.json"
+UNIFORM = [
+    "project", "--model", KIMI, "--datasets", "1", "--target-output-tokens", "1M",
+    "--prompt-tokens", "200", "--completion-tokens", "2000", "--exclude-below", "int4",
+    "--snapshot", str(BUNDLED_SNAPSHOT), "--json",
+]  # fmt: skip
+
+
+def test_project_routes_its_mix_per_accepted_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(UNIFORM) == 0
+    plain = json.loads(capsys.readouterr().out)["mix"]
+    first = plain[0]["slug"]
+    saved = tmp_path / "verify.json"
+    rates = {m["slug"].replace("-", "_"): (4, 4) for m in plain}
+    rates[first.replace("-", "_")] = (1, 4)  # the cheapest accepts a quarter
+    report(**rates).save(saved)
+    assert main([*UNIFORM, "--verified", str(saved)]) == 0
+    assert json.loads(capsys.readouterr().out)["mix"] == plain  # applied, not ranked by
+    assert main([*UNIFORM, "--verified", str(saved), "--per-accepted-sample"]) == 0
+    mix = json.loads(capsys.readouterr().out)["mix"]
+    assert mix[0]["slug"] != first
+    assert [m["slug"] for m in mix][-1] == first
+    assert main([*UNIFORM, "--per-accepted-sample"]) != 0
+    assert "needs --verified" in capsys.readouterr().err

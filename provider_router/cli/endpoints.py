@@ -53,6 +53,8 @@ __all__ = [
     "DEFAULT_PROMPT_TOKENS",
     "EndpointReport",
     "add_policy_arguments",
+    "add_verified_arguments",
+    "apply_verified",
     "build_report",
     "load_listing",
     "policy_from_args",
@@ -139,6 +141,43 @@ def policy_from_args(args: argparse.Namespace) -> ProviderPolicy:
     )
 
 
+def add_verified_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--verified REPORT`` and ``--per-accepted-sample``, for commands that rank."""
+    parser.add_argument(
+        "--verified",
+        metavar="REPORT",
+        help="a verify --report file: reject what failed it, show each pass rate",
+    )
+    parser.add_argument(
+        "--per-accepted-sample",
+        action="store_true",
+        help="rank by cost per accepted sample (price ÷ pass rate; needs --verified)",
+    )
+
+
+def apply_verified(policy: ProviderPolicy, args: argparse.Namespace, model: str) -> ProviderPolicy:
+    """``policy`` with ``--verified``'s report (and ``--per-accepted-sample``) applied.
+
+    Raises:
+        ConfigurationError: ``--per-accepted-sample`` without a report, a report that
+            cannot be read, or one of another model.
+    """
+    if args.verified is None:
+        if args.per_accepted_sample:
+            raise ConfigurationError(
+                "--per-accepted-sample needs --verified REPORT (the pass rates it ranks by)"
+            )
+        return policy
+    report = VerificationReport.load(args.verified)
+    if report.model != model:
+        raise ConfigurationError(
+            f"{args.verified} verified {report.model}, not {model}: its pass rates do not apply"
+        )
+    return dataclasses.replace(
+        policy, verified=report, rank_per_accepted_sample=args.per_accepted_sample
+    )
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "endpoints",
@@ -157,16 +196,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )  # fmt: skip
     add_market_arguments(parser.add_mutually_exclusive_group())
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument(
-        "--verified",
-        metavar="REPORT",
-        help="a verify --report file: reject what failed it, show each pass rate",
-    )
-    parser.add_argument(
-        "--per-accepted-sample",
-        action="store_true",
-        help="rank by cost per accepted sample (price ÷ pass rate; needs --verified)",
-    )
+    add_verified_arguments(parser)
     parser.add_argument(
         "--save-snapshot",
         metavar="FILE",
@@ -362,27 +392,8 @@ def report_json(report: EndpointReport) -> dict[str, Any]:
     }
 
 
-def _verified_policy(policy: ProviderPolicy, args: argparse.Namespace) -> ProviderPolicy:
-    """``policy`` with ``--verified``'s report (and ``--per-accepted-sample``) applied."""
-    if args.verified is None:
-        if args.per_accepted_sample:
-            raise ConfigurationError(
-                "--per-accepted-sample needs --verified REPORT (the pass rates it ranks by)"
-            )
-        return policy
-    report = VerificationReport.load(args.verified)
-    if report.model != args.model:
-        raise ConfigurationError(
-            f"{args.verified} verified {report.model}, not {args.model}: its pass rates do "
-            "not apply"
-        )
-    return dataclasses.replace(
-        policy, verified=report, rank_per_accepted_sample=args.per_accepted_sample
-    )
-
-
 def _handle(args: argparse.Namespace) -> int:
-    policy = _verified_policy(policy_from_args(args), args)
+    policy = apply_verified(policy_from_args(args), args, args.model)
     workload = Workload(prompt_tokens=args.prompt_tokens, completion_tokens=args.completion_tokens)
     listing = asyncio.run(
         load_listing(
