@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _metadata_server import MetadataServer, serve
+from _metadata_server import serve
 
 import provider_router as pr
 from provider_router import ConfigurationError, Endpoint, Workload, rank
@@ -154,31 +154,28 @@ async def test_a_router_orders_openrouter_by_cost_per_accepted_sample(
 # --- the endpoints command ---------------------------------------------------------------
 
 
-@pytest.fixture
-def server() -> Any:
-    with serve() as running:
-        yield running
-
-
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
+def _endpoints(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``provider-router endpoints KIMI ARGV`` on the bundled listing over loopback."""
+    with serve() as server:
+        code = main(["endpoints", KIMI, "--base-url", server.base_url, *argv])
     out, err = capsys.readouterr()
     return code, out, err
 
 
 def test_endpoints_ranks_per_accepted_sample_from_a_saved_report(
-    tmp_path: Path, server: MetadataServer, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     saved = tmp_path / "verify.json"
     report(chutes=(1, 4), deepinfra=(4, 4), novita=(0, 4)).save(saved)
-    base = ["endpoints", KIMI, "--exclude-below", "int4", "--base-url", server.base_url]
-    code, out, _ = _run(capsys, *base, "--json", "--verified", str(saved))
+    base = ["--exclude-below", "int4"]
+    code, out, _ = _endpoints(capsys, *base, "--json", "--verified", str(saved))
     assert code == 0
     plain = {e["tag"]: e for e in json.loads(out)["endpoints"]}
     assert plain["chutes"]["rank"] == 1  # shown, not ranked by it
     assert plain["chutes"]["cost_per_accepted_sample"] is None
 
-    code, out, _ = _run(capsys, *base, "--json", "--verified", str(saved), "--per-accepted-sample")
+    ranked = [*base, "--verified", str(saved), "--per-accepted-sample"]
+    code, out, _ = _endpoints(capsys, *ranked, "--json")
     assert code == 0
     data = json.loads(out)
     assert data["policy"]["rank_per_accepted_sample"] is True
@@ -192,7 +189,7 @@ def test_endpoints_ranks_per_accepted_sample_from_a_saved_report(
     assert ranks[1][1] == "chutes"  # verified: before every unverified one
     assert ranks[-1][1] == "novita"  # none accepted: last
 
-    code, out, _ = _run(capsys, *base, "--verified", str(saved), "--per-accepted-sample")
+    code, out, _ = _endpoints(capsys, *ranked)
     assert code == 0
     assert "$/1k accepted" in out
     rows = {line.split("│")[2].strip(): line for line in out.splitlines() if line.count("│") > 5}
@@ -210,17 +207,13 @@ def test_endpoints_ranks_per_accepted_sample_from_a_saved_report(
     ],
 )
 def test_endpoints_refuses_a_ranking_it_cannot_price(
-    tmp_path: Path,
-    server: MetadataServer,
-    capsys: pytest.CaptureFixture[str],
-    argv: list[str],
-    message: str,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     other = tmp_path / "other.json"
     report(model="acme/other").save(other)
     paths = {"other": str(other), "missing": str(tmp_path / "nope.json")}
     argv = [a.format(**paths) for a in argv]
-    code, _, err = _run(capsys, "endpoints", KIMI, "--base-url", server.base_url, *argv)
+    code, _, err = _endpoints(capsys, *argv)
     assert code != 0
     assert message in err
 

@@ -3,7 +3,6 @@ of the true one, prefixes are aligned, and endpoints without logprobs say "not m
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from collections.abc import Awaitable, Callable
@@ -16,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import provider_router as pr
-from provider_router.cli import main
 from provider_router.divergence import aligned_positions, canary_divergence, top_k_distance
 from provider_router.results import TokenLogprob, parse_logprobs
 from provider_router.testing import SimulatorServer
@@ -239,48 +237,7 @@ async def test_a_bad_top_logprobs_is_refused_before_any_request(bad: int) -> Non
         await pr.verify(MODEL, top_logprobs=bad, base_url="http://127.0.0.1:9")
 
 
-# --- shown and saved -----------------------------------------------------------------------
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    code = main(argv)
-    return code, capsys.readouterr().out
-
-
-async def test_the_cli_shows_the_divergence_what_was_not_measured_and_the_pass_rate(
-    tmp_path: Path,
-    openrouter_sim_factory: SimFactory,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    market = degraded_market(tmp_path, {"novita": {"agreement": 0.7}})
-    sim = await openrouter_sim_factory(market=market, seed=11)
-    monkeypatch.setenv("OPENROUTER_API_KEY", KEY)
-    saved = tmp_path / "r.json"
-    argv = ["verify", MODEL, "--exclude-below", "int4", "--base-url", sim.url]
-    argv += ["--report", str(saved), "--tool-samples", "0", "--top-logprobs", "3"]
-    code, out = await asyncio.to_thread(_run, argv, capsys)
-    assert code == 1
-    assert "self-divergence 0.000" in out
-    lines = out.splitlines()
-    novita = next(i for i, line in enumerate(lines) if line.split()[1:2] == ["novita"])
-    assert "divergence 0." in lines[novita]
-    assert "top-k divergence" in lines[novita + 1]
-    chutes = next(i for i, line in enumerate(lines) if line.split()[1:2] == ["chutes"])
-    assert "passed 8/8 canaries" in lines[chutes]
-    assert lines[chutes + 1].strip() == "top-k divergence: not measured: Chutes lists no logprobs"
-    data: dict[str, Any] = json.loads(saved.read_text())
-    assert data["top_logprobs"] == 3
-    assert data["self_divergence"]["value"] == 0.0
-    entry = next(e for e in data["endpoints"] if e["tag"] == "chutes")
-    assert entry["unmeasured"] == ["top-k divergence: not measured: Chutes lists no logprobs"]
-    assert (entry["accepted"], entry["judged"], entry["pass_rate"]["value"]) == (8, 8, 1.0)
-    loaded = pr.VerificationReport.load(saved)
-    assert loaded.verdict("novita").divergence is not None  # type: ignore[union-attr]
-
-    code, out = await asyncio.to_thread(_run, [*argv[:-2], "--no-logprobs"], capsys)
-    assert "not asked for" in out
-    assert json.loads(saved.read_text())["top_logprobs"] is None
+# --- saved -------------------------------------------------------------------------------
 
 
 def test_a_report_saved_before_logprobs_still_loads(tmp_path: Path) -> None:

@@ -401,16 +401,18 @@ async def test_structured_output_variants_tiers_and_cache_discount_through_the_s
     assert generation.data.cache_discount > 0
 
 
+LOGPROBS: dict[str, Any] = {
+    "model": MODEL,
+    "messages": MESSAGES,
+    "max_tokens": 12,
+    "temperature": 0,
+    "logprobs": True,
+}
+
+
 async def test_chat_with_logprobs_reads_into_the_sdks_models(sdk: Any) -> None:
-    result = await sdk.chat.send_async(
-        model=MODEL,
-        messages=MESSAGES,
-        max_tokens=12,
-        temperature=0,
-        logprobs=True,
-        top_logprobs=4,
-        provider={"only": ["moonshotai"], "allow_fallbacks": False},
-    )
+    only = {"only": ["moonshotai"], "allow_fallbacks": False}
+    result = await sdk.chat.send_async(**LOGPROBS, top_logprobs=4, provider=only)
     choice = result.choices[0]
     assert isinstance(choice.logprobs, components.ChatTokenLogprobs)
     tokens = choice.logprobs.content
@@ -419,18 +421,10 @@ async def test_chat_with_logprobs_reads_into_the_sdks_models(sdk: Any) -> None:
 
 
 async def test_chat_stream_with_logprobs_reads_into_the_sdks_models(sdk: Any) -> None:
-    stream = await sdk.chat.send_async(
-        model=MODEL,
-        messages=MESSAGES,
-        max_tokens=12,
-        stream=True,
-        logprobs=True,
-        top_logprobs=2,
-        provider={"only": ["deepinfra"], "allow_fallbacks": False},
-    )
+    only = {"only": ["deepinfra"], "allow_fallbacks": False}
     content: list[str] = []
     tokens: list[str] = []
-    async with stream as events:
+    async with await sdk.chat.send_async(**LOGPROBS, stream=True, provider=only) as events:
         async for chunk in events:
             for choice in chunk.choices:
                 content.append(choice.delta.content or "")
