@@ -99,7 +99,14 @@ if _typing.TYPE_CHECKING:
         ToolChoiceSupport,
         TopProvider,
     )
-    from provider_router.results import ChatResult, StreamDelta, ToolCall, ToolCallDelta, Usage
+    from provider_router.results import (
+        ChatResult,
+        StreamDelta,
+        TokenLogprob,
+        ToolCall,
+        ToolCallDelta,
+        Usage,
+    )
     from provider_router.retry import Backoff, RetryPolicy, is_retryable
     from provider_router.route_batch import BatchRoute, batch_route
     from provider_router.route_choice import RouteComparison, compare_routes
@@ -203,6 +210,7 @@ _LAZY: dict[str, str] = {
     "Scenario": "provider_router.projection",
     "StopReason": "provider_router.batch.summary",
     "StreamDelta": "provider_router.results",
+    "TokenLogprob": "provider_router.results",
     "TokenTotals": "provider_router.projection",
     "ToolCall": "provider_router.results",
     "ToolCallDelta": "provider_router.results",
@@ -339,6 +347,7 @@ __all__ = [
     "Scenario",
     "StopReason",
     "StreamDelta",
+    "TokenLogprob",
     "TokenTotals",
     "ToolCall",
     "ToolCallDelta",

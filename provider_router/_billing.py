@@ -144,6 +144,7 @@ class Charged:
             c.native_finish_reason,
             c.tool_calls,
             self.disputed,
+            c.logprobs,
         )
 
 

@@ -16,7 +16,14 @@ from typing import Any
 from provider_router._exceptions import InvalidResponseError, ResponseCarriedError
 from provider_router._secrets import scrub
 from provider_router.records import describe_json
-from provider_router.results import StreamDelta, ToolCall, ToolCallDelta, Usage
+from provider_router.results import (
+    StreamDelta,
+    TokenLogprob,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+    parse_logprobs,
+)
 
 __all__ = ["Completion", "StreamAccumulator", "parse_completion"]
 
@@ -36,6 +43,7 @@ class Completion:
     message: Mapping[str, Any] = field(default_factory=dict)
     error: ResponseCarriedError | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 def _carried_error(
@@ -131,6 +139,7 @@ def parse_completion(body: object) -> Completion:
         native_finish_reason = None
     if error is None and (choice.get("error") is not None or finish_reason == "error"):
         error = _carried_error(choice.get("error"), body, provider)
+    raw_logprobs = choice.get("logprobs")
     return Completion(
         text,
         reasoning,
@@ -143,6 +152,7 @@ def parse_completion(body: object) -> Completion:
         kept,
         error,
         tool_calls,
+        None if raw_logprobs is None else parse_logprobs(raw_logprobs),
     )
 
 
@@ -161,7 +171,7 @@ class _CallParts:
 class StreamAccumulator:
     """Builds a :class:`Completion` from decoded stream chunks, one at a time."""
 
-    __slots__ = ("_calls", "_reasoning", "_slots", "_text", "result")
+    __slots__ = ("_calls", "_logprobs", "_reasoning", "_slots", "_text", "result")
 
     def __init__(self) -> None:
         self.result = Completion()
@@ -169,6 +179,7 @@ class StreamAccumulator:
         self._reasoning: list[str] = []
         self._calls: dict[int, _CallParts] = {}
         self._slots: dict[int, int] = {}  # the index a chunk says -> the call it feeds
+        self._logprobs: list[TokenLogprob] | None = None  # None: no chunk carried any
 
     def _feed_calls(self, entries: list[Any]) -> tuple[ToolCallDelta, ...]:
         """Add ``delta.tool_calls`` entries to the calls, keyed by ``index``. An entry
@@ -248,6 +259,13 @@ class StreamAccumulator:
                     delta = StreamDelta(
                         text=text, reasoning=reasoning, attempt=attempt, tool_calls=calls
                     )
+            raw_logprobs = choice.get("logprobs")
+            if raw_logprobs is not None:
+                tokens = parse_logprobs(raw_logprobs)
+                if tokens is not None:
+                    if self._logprobs is None:
+                        self._logprobs = []
+                    self._logprobs.extend(tokens)
             finish = choice.get("finish_reason")
             # The usage chunk may repeat the finish reason: the first one stands.
             if finish is not None and result.finish_reason is None:
@@ -283,4 +301,6 @@ class StreamAccumulator:
             if not result.text:
                 message["content"] = None
         result.message = message
+        if self._logprobs is not None:
+            result.logprobs = tuple(self._logprobs)
         return result

@@ -528,6 +528,7 @@ class Router(AsyncResource):
             workload=self.workload,
             allow_fallbacks=self.allow_fallbacks,
             cache_workload=self._cache_workload,
+            verified=self.policy.ranking_report(self.model),
         )
         self._plan_time = self._clock()
         log.info(

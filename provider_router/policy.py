@@ -208,6 +208,11 @@ class ProviderPolicy:
             (:func:`provider_router.verifier`): reject endpoints that failed it, with
             the measured reason. Endpoints it did not measure, or could not tell
             about, pass (the reason says so); a report of another model is ignored.
+        rank_per_accepted_sample: rank the allowed endpoints by cost per accepted
+            sample (expected cost per successful request ÷ the pass rate ``verified``
+            measured; :func:`provider_router.rank`) instead of by expected cost per
+            successful request: the order a Router gives OpenRouter. Needs
+            ``verified``.
 
     Raises:
         ConfigurationError: an argument is invalid (unknown precision or choice,
@@ -230,6 +235,7 @@ class ProviderPolicy:
     max_prompt_price: Decimal | None
     max_completion_price: Decimal | None
     verified: VerificationReport | None
+    rank_per_accepted_sample: bool
 
     def __init__(
         self,
@@ -250,6 +256,7 @@ class ProviderPolicy:
         max_prompt_price: Decimal | str | float | None = None,
         max_completion_price: Decimal | str | float | None = None,
         verified: VerificationReport | None = None,
+        rank_per_accepted_sample: bool = False,
     ) -> None:
         set_ = object.__setattr__  # frozen: assign once, here
         set_(
@@ -317,6 +324,24 @@ class ProviderPolicy:
                 f"VerificationReport.load(path)); got {type(verified).__name__}"
             )
         set_(self, "verified", verified)
+        if not isinstance(rank_per_accepted_sample, bool):
+            raise ConfigurationError(
+                f"rank_per_accepted_sample must be true or false, got {rank_per_accepted_sample!r}"
+            )
+        if rank_per_accepted_sample and verified is None:
+            raise ConfigurationError(
+                "rank_per_accepted_sample needs verified= (a VerificationReport: the pass "
+                "rates it ranks by)"
+            )
+        set_(self, "rank_per_accepted_sample", rank_per_accepted_sample)
+
+    def ranking_report(self, model_id: str) -> VerificationReport | None:
+        """The report to rank ``model_id``'s endpoints by cost per accepted sample
+        (None: rank by expected cost per successful request)."""
+        report = self.verified
+        if not self.rank_per_accepted_sample or report is None or report.model != model_id:
+            return None
+        return report
 
     # --- evaluation ------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ from provider_router.projection_result import (
 )
 from provider_router.ranking import DEFAULT_ASSUMED_UPTIME, RankedEndpoint, rank
 from provider_router.records import Endpoint, ModelEndpoints, Pricing
+from provider_router.verification import VerificationReport
 from provider_router.workload import (
     DatasetDemand,
     WorkloadEstimate,
@@ -128,7 +129,10 @@ def _routing_mix(ranked: Sequence[RankedEndpoint]) -> tuple[RouteShare, ...]:
 
 
 def _market(
-    decisions: Decisions, workload: WorkloadEstimate, assumed_uptime: Decimal | float | int
+    decisions: Decisions,
+    workload: WorkloadEstimate,
+    assumed_uptime: Decimal | float | int,
+    verified: VerificationReport | None,
 ) -> _Market:
     allowed = decisions.allowed
     if not allowed:
@@ -139,7 +143,14 @@ def _market(
             f"the policy allows none of the {len(decisions)} endpoints of "
             f"{decisions.model_id!r}, so nothing can be projected ({reasons or 'no endpoints'})"
         )
-    ranked = tuple(rank(allowed, workload=workload.to_workload(), assumed_uptime=assumed_uptime))
+    ranked = tuple(
+        rank(
+            allowed,
+            workload=workload.to_workload(),
+            assumed_uptime=assumed_uptime,
+            verified=verified,
+        )
+    )
     cheapest = min(ranked, key=lambda r: (r.cost_per_request, r.rank)).endpoint
     mix = _routing_mix(ranked)
     prompt = workload.prompt_tokens
@@ -359,18 +370,20 @@ def project(
     names = [d.name for d in demands]
     if len(set(names)) != len(names):
         raise ConfigurationError(f"dataset names must be unique, got {names}")
+    policy = policy or ProviderPolicy()
     if isinstance(endpoints, ModelEndpoints):
-        decisions = (policy or ProviderPolicy()).evaluate(endpoints, model_id=model_id)
+        decisions = policy.evaluate(endpoints, model_id=model_id)
     else:
         if model_id is None:
             raise ConfigurationError("project() needs model_id= when given bare endpoints")
-        decisions = (policy or ProviderPolicy()).evaluate(list(endpoints), model_id=model_id)
+        decisions = policy.evaluate(list(endpoints), model_id=model_id)
+    verified = policy.ranking_report(decisions.model_id)
     markets: dict[WorkloadEstimate, _Market] = {}
     priced = []
     for demand in demands:
         own = (demand.workload or workload).capped(demand.max_tokens)
         if own not in markets:
-            markets[own] = _market(decisions, own, assumed_uptime)
+            markets[own] = _market(decisions, own, assumed_uptime, verified)
         priced.append(_Priced(demand, own, markets[own]))
     datasets = tuple(p.projection() for p in priced)
     total = _sum("total", datasets)

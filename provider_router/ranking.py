@@ -13,6 +13,15 @@ upper bound: OpenRouter does not bill most failed requests, but a stream that
 dies midway is billed for what it produced, and a failed attempt costs time
 and a retry. Endpoints OpenRouter marks down go last; at equal score a
 degraded endpoint follows a healthy one.
+
+With a verification report (``rank(..., verified=report)``) the score is the
+*cost per accepted sample*: the expected cost per successful request divided by
+the endpoint's pass rate, the share of its canary samples that passed every check
+one answer is held to (:attr:`~provider_router.EndpointVerdict.pass_rate`; docs/
+policy.md, "Cost per accepted sample"). Unknown is not free: an endpoint the
+report does not measure (absent, or no canary judged) ranks after every measured
+one with a pass rate above zero, among the unmeasured by its plain score; one
+whose every sample failed ranks after those.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from provider_router._exceptions import ConfigurationError
 from provider_router._format import tidy
 from provider_router._money import to_decimal
 from provider_router.records import Endpoint, EndpointHealth
+from provider_router.verification import VerificationReport
 
 __all__ = [
     "DEFAULT_ASSUMED_UPTIME",
@@ -170,6 +180,12 @@ class RankedEndpoint:
         expected_cost_per_success: ``cost_per_request / success_probability``,
             the primary sort key.
         health: what the endpoint's status means (the second key).
+        pass_rate: with a verification report, the share of its canary samples that
+            were accepted, exact (``accepted / judged``); None when not ranked by
+            one, or the report did not measure it.
+        cost_per_accepted_sample: ``expected_cost_per_success / pass_rate``, the
+            primary sort key when ranked by a report (None: not ranked by one, not
+            measured, or no sample accepted).
     """
 
     rank: int
@@ -181,6 +197,8 @@ class RankedEndpoint:
     uptime_assumed: bool
     expected_cost_per_success: Decimal
     health: EndpointHealth
+    pass_rate: Decimal | None = None
+    cost_per_accepted_sample: Decimal | None = None
 
     @property
     def effective_cost_per_1k_requests(self) -> Decimal:
@@ -212,27 +230,49 @@ def _success_probability(endpoint: Endpoint, assumed_uptime: Decimal) -> tuple[D
     return max(percent / _HUNDRED, _MIN_SUCCESS), assumed
 
 
+def _acceptance(
+    report: VerificationReport | None, endpoint: Endpoint, expected: Decimal
+) -> tuple[int, Decimal | None, Decimal | None]:
+    """(tier, pass rate, cost per accepted sample) under ``report``. Tier 0: measured
+    with a sample accepted (or no report); 1: not measured; 2: measured, none accepted."""
+    if report is None:
+        return 0, None, None
+    verdict = report.verdict(endpoint.slug)
+    if verdict is None or verdict.judged == 0:
+        return 1, None, None
+    rate = Decimal(verdict.accepted) / Decimal(verdict.judged)
+    if verdict.accepted == 0:
+        return 2, rate, None
+    return 0, rate, expected * verdict.judged / verdict.accepted
+
+
 def rank(
     endpoints: Iterable[Endpoint],
     *,
     workload: Workload,
     assumed_uptime: Decimal | float | int = DEFAULT_ASSUMED_UPTIME,
+    verified: VerificationReport | None = None,
 ) -> list[RankedEndpoint]:
-    """Rank endpoints by expected cost per successful request of ``workload``.
+    """Rank endpoints by expected cost per successful request of ``workload``, or by
+    cost per accepted sample under a verification report.
 
-    Sort keys, in order: down endpoints last; expected cost per success; health
-    (healthy before degraded); plain cost per request; higher success
-    probability; then the endpoint's slug, provider name and name, and finally
-    its full JSON form, so the result never depends on the input order.
+    Sort keys, in order: down endpoints last; with ``verified``, measured endpoints
+    with a sample accepted, then unmeasured ones, then ones with none accepted (module
+    doc); the score (cost per accepted sample for the first group, else expected cost
+    per success); health (healthy before degraded); plain cost per request; higher
+    success probability; then the endpoint's slug, provider name and name, and
+    finally its full JSON form, so the result never depends on the input order.
 
     Args:
         endpoints: candidates, typically ``decisions.allowed``.
         workload: the request shape to price.
         assumed_uptime: percent used for endpoints that report no uptime.
+        verified: a :class:`~provider_router.VerificationReport` of these endpoints'
+            model: rank by cost per accepted sample (price ÷ pass rate).
 
     Raises:
-        ConfigurationError: an endpoint has dynamic pricing, or ``assumed_uptime``
-            is not a percentage.
+        ConfigurationError: an endpoint has dynamic pricing, ``assumed_uptime``
+            is not a percentage, or ``verified`` is not a report.
     """
     try:
         assumed = to_decimal(assumed_uptime, what="assumed_uptime")
@@ -240,23 +280,31 @@ def rank(
         raise ConfigurationError(str(exc)) from None
     if not 0 <= assumed <= 100:
         raise ConfigurationError(f"assumed_uptime must be a percentage 0..100, got {assumed}")
+    if verified is not None and not isinstance(verified, VerificationReport):
+        raise ConfigurationError(
+            f"verified must be a VerificationReport, got {type(verified).__name__}"
+        )
     output_tokens = workload.output_tokens
     scored = []
     for endpoint in endpoints:
         cost = workload_cost(endpoint, workload)
         success, uptime_assumed = _success_probability(endpoint, assumed)
         expected = cost / success
+        tier, rate, per_accepted = _acceptance(verified, endpoint, expected)
         health = endpoint.health
         key = (
             health is EndpointHealth.DOWN,
-            expected,
+            tier,
+            expected if per_accepted is None else per_accepted,
             _HEALTH_ORDER[health],
             cost,
             -success,
             endpoint.sort_key,
             endpoint.model_dump_json(),
         )
-        scored.append((key, endpoint, cost, success, uptime_assumed, expected, health))
+        scored.append(
+            (key, endpoint, cost, success, uptime_assumed, expected, health, rate, per_accepted)
+        )
     scored.sort(key=lambda item: item[0])
     return [
         RankedEndpoint(
@@ -271,8 +319,18 @@ def rank(
             uptime_assumed=uptime_assumed,
             expected_cost_per_success=expected,
             health=health,
+            pass_rate=rate,
+            cost_per_accepted_sample=per_accepted,
         )
-        for position, (_, endpoint, cost, success, uptime_assumed, expected, health) in enumerate(
-            scored, start=1
-        )
+        for position, (
+            _,
+            endpoint,
+            cost,
+            success,
+            uptime_assumed,
+            expected,
+            health,
+            rate,
+            per_accepted,
+        ) in enumerate(scored, start=1)
     ]

@@ -14,6 +14,7 @@ a ``ChatResult``'s 17 fields against ~0.8 µs; docs/performance.md, "#13 wave
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -24,7 +25,7 @@ from provider_router._exceptions import InvalidResponseError
 from provider_router._format import readable_repr, tidy
 from provider_router._money import reported_cost
 
-__all__ = ["ChatResult", "StreamDelta", "ToolCall", "ToolCallDelta", "Usage"]
+__all__ = ["ChatResult", "StreamDelta", "TokenLogprob", "ToolCall", "ToolCallDelta", "Usage"]
 
 _new: Final = object.__new__
 _set: Final = object.__setattr__  # the frozen __setattr__ refuses even __dict__
@@ -189,6 +190,62 @@ class ToolCall:
         )
 
 
+def _finite(value: object) -> float | None:
+    if type(value) is float or (isinstance(value, int | float) and not isinstance(value, bool)):
+        number = float(value)
+        return number if math.isfinite(number) and number <= 0.0 else None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token with its log probability and the most likely alternatives
+    (``choices[0].logprobs.content[i]``, asked for with ``logprobs=True,
+    top_logprobs=K``).
+
+    Attributes:
+        token: the token as text.
+        logprob: its natural-log probability (≤ 0).
+        top: the ``K`` most likely tokens at this position as ``(token, logprob)``
+            pairs, most likely first (empty when ``top_logprobs`` was 0).
+    """
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+    @classmethod
+    def from_json(cls, raw: object) -> TokenLogprob | None:
+        """Read one ``content`` entry; ``None`` when it is not a token with a finite
+        log probability ≤ 0. Malformed alternatives are left out."""
+        if not isinstance(raw, Mapping):
+            return None
+        token, logprob = raw.get("token"), _finite(raw.get("logprob"))
+        if not isinstance(token, str) or logprob is None:
+            return None
+        top: list[tuple[str, float]] = []
+        alternatives = raw.get("top_logprobs")
+        for entry in alternatives if isinstance(alternatives, list) else ():
+            if isinstance(entry, Mapping):
+                alt, alt_logprob = entry.get("token"), _finite(entry.get("logprob"))
+                if isinstance(alt, str) and alt_logprob is not None:
+                    top.append((alt, alt_logprob))
+        top.sort(key=lambda pair: -pair[1])
+        return cls(token, logprob, tuple(top))
+
+
+def parse_logprobs(raw: object) -> tuple[TokenLogprob, ...] | None:
+    """A choice's (or stream chunk's) ``logprobs`` object: its ``content`` tokens, or
+    ``None`` when it has none (``logprobs: null``: not asked for, or not supported)."""
+    if not isinstance(raw, Mapping):
+        return None
+    content = raw.get("content")
+    if not isinstance(content, list):
+        return None
+    parsed = (TokenLogprob.from_json(entry) for entry in content)
+    return tuple(entry for entry in parsed if entry is not None)
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCallDelta:
     """A piece of a streamed tool call: the first piece of a call carries its
@@ -231,6 +288,8 @@ class ChatResult:
             not book it (negative, or far above its reservation and not confirmed
             by OpenRouter's ``/generation`` record): :attr:`cost` is then what was
             booked instead, the reservation's worst case (docs/ledger.md, "Disputed").
+        logprobs: the content tokens with their log probabilities, when asked for
+            (``logprobs=True``) and the provider returned them; ``None`` otherwise.
     """
 
     text: str
@@ -251,6 +310,7 @@ class ChatResult:
     native_finish_reason: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     disputed_cost: Decimal | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = field(default=None, repr=False)
 
     __repr__ = readable_repr
 
@@ -282,6 +342,7 @@ def chat_result(
     native_finish_reason: str | None,
     tool_calls: tuple[ToolCall, ...],
     disputed_cost: Decimal | None = None,
+    logprobs: tuple[TokenLogprob, ...] | None = None,
 ) -> ChatResult:
     """A :class:`ChatResult` with every field given, its ``__dict__`` filled in one step.
 
@@ -311,6 +372,7 @@ def chat_result(
             "native_finish_reason": native_finish_reason,
             "tool_calls": tool_calls,
             "disputed_cost": disputed_cost,
+            "logprobs": logprobs,
         },
     )
     return result

@@ -40,6 +40,7 @@ from provider_router._format import tidy
 from provider_router.policy import STANDARD_TIERS
 from provider_router.ranking import RankedEndpoint, Workload, rank
 from provider_router.records import Endpoint, Pricing, Quantization
+from provider_router.verification import VerificationReport
 
 __all__ = ["RoutePlan", "build_route_plan", "cache_saving", "estimate_prompt_tokens"]
 
@@ -382,11 +383,14 @@ def build_route_plan(
     workload: Workload,
     allow_fallbacks: bool = True,
     cache_workload: Workload | None = None,
+    verified: VerificationReport | None = None,
 ) -> RoutePlan:
     """Rank the allowed endpoints and fix the routing object and price ceilings.
 
     ``cache_workload`` (the workload at its expected cache hit rate) ranks
-    :attr:`RoutePlan.cache_ranked`; without it that is the plain ranking.
+    :attr:`RoutePlan.cache_ranked`; without it that is the plain ranking. With
+    ``verified`` both rank by cost per accepted sample
+    (:meth:`ProviderPolicy.ranking_report`).
 
     Endpoints with dynamic pricing (``"-1"``) are treated as rejected: a request
     routed to them could not be reserved for.
@@ -411,12 +415,12 @@ def build_route_plan(
             f"the policy allows no endpoint of {model!r} "
             f"({len(rejected)} rejected); nothing can be routed"
         )
-    ranked = tuple(rank(allowed, workload=workload))
+    ranked = tuple(rank(allowed, workload=workload, verified=verified))
     priced = allowed + _standard_twins(allowed, rejected)
     cache_ranked = (
         ranked
         if cache_workload is None or cache_workload == workload
-        else tuple(rank(allowed, workload=cache_workload))
+        else tuple(rank(allowed, workload=cache_workload, verified=verified))
     )
     allowed_tags = {e.slug for e in allowed}
     ignore = tuple(sorted({e.slug for e in rejected} - allowed_tags))

@@ -121,15 +121,24 @@ class VerifyThresholds:
             this share away from the reference's (the whole interval away) fails: a
             different chat template shows here.
         min_samples: fewer answered canaries than this: could not tell.
+        max_divergence_excess: a top-k divergence (total variation, 0..1) more than
+            this above the reference's divergence from itself (the whole interval
+            above) fails.
     """
 
     min_agreement_ratio: float = 0.9
     max_tool_error_rate: float = 0.05
     max_prompt_token_skew: float = 0.02
     min_samples: int = 3
+    max_divergence_excess: float = 0.05
 
     def __post_init__(self) -> None:
-        for name in ("min_agreement_ratio", "max_tool_error_rate", "max_prompt_token_skew"):
+        for name in (
+            "min_agreement_ratio",
+            "max_tool_error_rate",
+            "max_prompt_token_skew",
+            "max_divergence_excess",
+        ):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ConfigurationError(f"{name} must be within 0..1, got {value!r}")
@@ -155,6 +164,14 @@ class EndpointVerdict:
         cost_mismatches: answers whose ``usage.cost`` is not the listing's arithmetic.
         answers: canaries it answered; failures: canaries that failed.
         cost: USD its canaries cost.
+        divergence: the top-k divergence of its next-token distributions from the
+            reference's on the same prefixes (None: not measured, ``unmeasured``
+            says why).
+        unmeasured: each measure that could not be taken, and why ("not measured",
+            never a pass or a fail).
+        accepted: canaries whose answer passed every rule one answer is held to
+            (:attr:`pass_rate`); judged: canaries it could be judged on (answered,
+            and for text the reference answered too).
     """
 
     tag: str
@@ -169,11 +186,22 @@ class EndpointVerdict:
     answers: int = 0
     failures: int = 0
     cost: Decimal = Decimal(0)
+    divergence: Estimate | None = None
+    unmeasured: tuple[str, ...] = ()
+    accepted: int = 0
+    judged: int = 0
 
     @property
     def reason(self) -> str:
         """The reasons in one sentence (what a policy decision quotes)."""
         return "; ".join(self.reasons) or "passed verification"
+
+    @property
+    def pass_rate(self) -> Estimate | None:
+        """The share of its canary samples that passed every check one answer is held
+        to, with a Wilson interval (None: none could be judged). The ranking's cost per
+        accepted sample divides by it, exactly: ``judged / accepted``."""
+        return share_estimate(self.accepted, self.judged) if self.judged else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +218,9 @@ class VerificationReport:
         tokens: the first N tokens (whitespace-separated words) compared.
         cost: USD the whole verification cost (booked on the ledger given).
         created: Unix seconds when it finished.
+        self_divergence: the reference's top-k divergence from itself (None: not
+            measured): what ``max_divergence_excess`` is added to.
+        top_logprobs: alternatives per token asked for (None: logprobs not asked for).
     """
 
     model: str
@@ -200,6 +231,8 @@ class VerificationReport:
     tokens: int = 64
     cost: Decimal = Decimal(0)
     created: float = 0.0
+    self_divergence: Estimate | None = None
+    top_logprobs: int | None = None
 
     @property
     def failed(self) -> tuple[str, ...]:
@@ -226,6 +259,9 @@ class VerificationReport:
         for entry, verdict in zip(data["endpoints"], self.endpoints, strict=True):
             entry["cost"] = decimal_str(verdict.cost)
             entry["reasons"] = list(verdict.reasons)
+            entry["unmeasured"] = list(verdict.unmeasured)
+            rate = verdict.pass_rate
+            entry["pass_rate"] = None if rate is None else asdict(rate)
         return data
 
     def save(self, path: str | Path) -> None:
@@ -251,6 +287,8 @@ class VerificationReport:
                 tokens=int(data.get("tokens", 64)),
                 cost=Decimal(str(data.get("cost", "0"))),
                 created=float(data.get("created", 0.0)),
+                self_divergence=_estimate(data.get("self_divergence")),
+                top_logprobs=_optional_int(data.get("top_logprobs")),
             )
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise ConfigurationError(f"{where} is not a verification report: {exc}") from None
@@ -279,11 +317,29 @@ def _estimate(raw: object) -> Estimate | None:
     return Estimate(float(raw["value"]), float(raw["low"]), float(raw["high"]), int(raw["n"]))
 
 
+def _optional_int(raw: object) -> int | None:
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise TypeError(f"expected an integer or null, got {raw!r}")
+    return raw
+
+
+def _count(raw: Mapping[str, Any], name: str) -> int:
+    value = raw.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"{name} must be an integer ≥ 0, got {value!r}")
+    return value
+
+
 def _verdict(raw: Mapping[str, Any]) -> EndpointVerdict:
     passed = raw.get("passed")
     if passed is not None and not isinstance(passed, bool):
         raise TypeError(f"passed must be true, false or null, got {passed!r}")
     reasons: Iterable[Any] = raw.get("reasons", ())
+    accepted, judged = _count(raw, "accepted"), _count(raw, "judged")
+    if accepted > judged:
+        raise ValueError(f"{raw['tag']}: accepted {accepted} of only {judged} judged canaries")
     return EndpointVerdict(
         tag=str(raw["tag"]),
         provider_name=str(raw["provider_name"]),
@@ -297,4 +353,8 @@ def _verdict(raw: Mapping[str, Any]) -> EndpointVerdict:
         answers=int(raw.get("answers", 0)),
         failures=int(raw.get("failures", 0)),
         cost=Decimal(str(raw.get("cost", "0"))),
+        divergence=_estimate(raw.get("divergence")),
+        unmeasured=tuple(str(u) for u in raw.get("unmeasured", ())),
+        accepted=accepted,
+        judged=judged,
     )

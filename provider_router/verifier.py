@@ -24,33 +24,32 @@ verification is paid from the job's budget, like the preflight.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Final
 
-import jsonschema
 from pydantic import SecretStr
 
 from provider_router._exceptions import ConfigurationError, ProviderRouterError
+from provider_router.canary_judge import (
+    CANARY_TOOL,
+    THINK_MARKERS,
+    Answers,
+    judge,
+    self_baseline,
+)
+from provider_router.canary_judge import agreement as agreement
 from provider_router.catalog import Catalog
 from provider_router.client import Router
 from provider_router.ledger import Ledger
 from provider_router.policy import ProviderPolicy
 from provider_router.records import Endpoint, EndpointHealth, ModelEndpoints
 from provider_router.results import ChatResult
-from provider_router.verification import (
-    EndpointVerdict,
-    Estimate,
-    VerificationReport,
-    VerifyThresholds,
-    mean_estimate,
-    share_estimate,
-)
+from provider_router.verification import VerificationReport, VerifyThresholds
 
-__all__ = ["CANARY_PROMPTS", "CANARY_TOOL", "verify"]
+__all__ = ["CANARY_PROMPTS", "CANARY_TOOL", "THINK_MARKERS", "verify"]
 
 CANARY_PROMPTS: Final = (
     "Explain in three sentences why the sky is blue.",
@@ -68,63 +67,20 @@ CANARY_PROMPTS: Final = (
 )
 """The built-in canaries (prompts from the user's own dataset come first)."""
 
-CANARY_TOOL: Final[Mapping[str, Any]] = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "description": "The city's name."},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city", "unit"],
-            "additionalProperties": False,
-        },
-    },
-}
 _TOOL_PROMPTS: Final = (
     "What is the weather in Paris right now, in celsius?",
     "Is it warm in Tokyo today? Use fahrenheit.",
     "Check the weather in Nairobi for me (celsius).",
     "How cold is it in Oslo? Answer in celsius.",
 )
-THINK_MARKERS: Final = ("<think>", "</think>", "◁think▷", "◁/think▷", "<|think|>")
-"""Reasoning delimiters that must never be left in an answer's content."""
-
 DEFAULT_SAMPLES: Final = 8
 DEFAULT_TOKENS: Final = 64
 DEFAULT_TOOL_SAMPLES: Final = 12
 DEFAULT_SEED: Final = 1234
 DEFAULT_CONCURRENCY: Final = 16
-COST_TOLERANCE: Final = Decimal("1e-10")
-"""USD: a ``usage.cost`` within this of the listing's arithmetic matches (rounding)."""
-
-
-@dataclass(slots=True)
-class _Answers:
-    """What one endpoint answered, canary by canary (None: the request failed)."""
-
-    endpoint: Endpoint
-    text: list[ChatResult | None] = field(default_factory=list)
-    tools: list[ChatResult | None] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def cost(self) -> Decimal:
-        total = Decimal(0)
-        for result in (*self.text, *self.tools):
-            if result is not None:
-                total += _charged(result)
-        return total
-
-
-def _charged(result: ChatResult) -> Decimal:
-    """What the answer cost (its worst case held when the cost is unknown)."""
-    if result.cost is not None:
-        return result.cost
-    return result.reserved or Decimal(0)
+DEFAULT_TOP_LOGPROBS: Final = 5
+"""Alternatives per token asked for where logprobs are listed (OpenRouter allows 0..20)."""
+MAX_TOP_LOGPROBS: Final = 20
 
 
 def _pinned(endpoint: Endpoint, listing: ModelEndpoints) -> ProviderPolicy:
@@ -167,169 +123,11 @@ def _reference(listing: ModelEndpoints, name: str | None) -> Endpoint:
     raise ConfigurationError(f"no endpoint {name!r} of {listing.id} (its endpoints: {tags})")
 
 
-def _words(result: ChatResult | None, tokens: int) -> list[str] | None:
-    if result is None:
-        return None
-    return result.text.split()[:tokens]
-
-
-def agreement(answer: Sequence[str], reference: Sequence[str]) -> float:
-    """The share of the compared tokens that match the reference's, in order: their
-    longest common subsequence over the longer of the two (an answer that stops early
-    has diverged). Exact dynamic programming, O(N²) for N compared tokens: difflib's
-    heuristic blocks under-count on text that repeats its words."""
-    longest = max(len(answer), len(reference))
-    if longest == 0:
-        return 1.0
-    previous = [0] * (len(reference) + 1)
-    for token in answer:
-        current = [0]
-        for j, other in enumerate(reference):
-            current.append(previous[j] + 1 if token == other else max(previous[j + 1], current[j]))
-        previous = current
-    return previous[-1] / longest
-
-
-def _agreements(
-    answers: Sequence[ChatResult | None], reference: Sequence[ChatResult | None], tokens: int
-) -> list[float]:
-    values = []
-    for mine, theirs in zip(answers, reference, strict=False):
-        a, b = _words(mine, tokens), _words(theirs, tokens)
-        if a is not None and b is not None:
-            values.append(agreement(a, b))
-    return values
-
-
-def _tool_call_valid(name: str, arguments: str) -> bool:
-    function = CANARY_TOOL["function"]
-    if name != function["name"]:
-        return False
-    try:
-        parsed = json.loads(arguments)
-    except ValueError:
-        return False
-    try:
-        jsonschema.validate(parsed, function["parameters"])
-    except jsonschema.ValidationError:
-        return False
-    return True
-
-
-def _cost_matches(endpoint: Endpoint, result: ChatResult) -> bool | None:
-    usage = result.usage
-    if usage is None or usage.cost is None:
-        return None
-    try:
-        expected = endpoint.pricing.cost(
-            usage.prompt_tokens,
-            usage.completion_tokens,
-            cached_tokens=usage.cached_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
-        )
-    except ValueError:
-        return None
-    return abs(usage.cost - expected) <= COST_TOLERANCE
-
-
-def _judge(
-    answers: _Answers,
-    reference: _Answers,
-    self_agreement: Estimate | None,
-    thresholds: VerifyThresholds,
-    tokens: int,
-) -> EndpointVerdict:
-    """The verdict on ``answers`` (the reference's own: its second pass as ``answers``)."""
-    endpoint = answers.endpoint
-    reasons: list[str] = []
-    failed = False
-    answered = [r for r in (*answers.text, *answers.tools) if r is not None]
-    values = _agreements(answers.text, reference.text, tokens)
-    agreement_estimate = mean_estimate(values, bounds=(0.0, 1.0)) if values else None
-    if len(values) < thresholds.min_samples:
-        reasons.append(
-            f"could not tell: {len(values)} canaries compared, at least "
-            f"{thresholds.min_samples} needed"
-        )
-    elif agreement_estimate is not None and self_agreement is not None:
-        floor = thresholds.min_agreement_ratio * self_agreement.value
-        if agreement_estimate.high < floor:
-            failed = True
-            reasons.append(
-                f"greedy agreement {agreement_estimate} is below {floor:.3f} "
-                f"({thresholds.min_agreement_ratio:g} × the reference's self-agreement "
-                f"{self_agreement.value:.3f})"
-            )
-    calls = [call for result in answers.tools if result is not None for call in result.tool_calls]
-    validity = None
-    if calls:
-        valid = sum(_tool_call_valid(call.name, call.arguments) for call in calls)
-        validity = share_estimate(valid, len(calls))
-        if validity.high < 1.0 - thresholds.max_tool_error_rate:
-            failed = True
-            reasons.append(
-                f"{len(calls) - valid} of {len(calls)} tool calls broke the schema "
-                f"(valid share {validity}; at most {thresholds.max_tool_error_rate:.0%} "
-                "may fail)"
-            )
-    ratios = [
-        mine.usage.prompt_tokens / theirs.usage.prompt_tokens
-        for mine, theirs in zip(answers.text, reference.text, strict=False)
-        if mine is not None
-        and theirs is not None
-        and mine.usage is not None
-        and theirs.usage is not None
-        and theirs.usage.prompt_tokens > 0
-    ]
-    ratio = mean_estimate(ratios, bounds=(0.0, 10.0)) if ratios else None
-    skew = thresholds.max_prompt_token_skew
-    if ratio is not None and (ratio.low > 1.0 + skew or ratio.high < 1.0 - skew):
-        failed = True
-        reasons.append(
-            f"reports {ratio.value:.3f}× the reference's prompt tokens for the same "
-            f"prompts ({ratio}; at most ±{skew:.0%}): a different chat template?"
-        )
-    leaks = sum(1 for r in answered if any(marker in r.text for marker in THINK_MARKERS))
-    if leaks:
-        failed = True
-        reasons.append(f"{leaks} answer(s) hold a leftover think marker in their content")
-    mismatches = sum(1 for r in answered if _cost_matches(endpoint, r) is False)
-    if mismatches:
-        failed = True
-        reasons.append(
-            f"{mismatches} answer(s) billed a usage.cost other than the listing's "
-            "price arithmetic for their tokens"
-        )
-    if answers.errors:
-        reasons.append(f"{len(answers.errors)} canaries failed: {answers.errors[0]}")
-    passed: bool | None
-    if failed:
-        passed = False
-    elif len(values) < thresholds.min_samples:
-        passed = None
-    else:
-        passed = True
-    return EndpointVerdict(
-        tag=endpoint.slug,
-        provider_name=endpoint.provider_name,
-        passed=passed,
-        reasons=tuple(reasons),
-        agreement=agreement_estimate,
-        tool_validity=validity,
-        prompt_token_ratio=ratio,
-        think_leaks=leaks,
-        cost_mismatches=mismatches,
-        answers=len(answered),
-        failures=len(answers.errors),
-        cost=answers.cost,
-    )
-
-
 async def _ask(
     router: Router,
     prompts: Sequence[list[dict[str, Any]]],
     gate: asyncio.Semaphore,
-    answers: _Answers,
+    answers: Answers,
     params: Mapping[str, Any],
     tokens: int,
 ) -> list[ChatResult | None]:
@@ -365,6 +163,7 @@ async def verify(
     listing: ModelEndpoints | None = None,
     seed: int = DEFAULT_SEED,
     concurrency: int = DEFAULT_CONCURRENCY,
+    top_logprobs: int | None = DEFAULT_TOP_LOGPROBS,
     clock: Callable[[], float] = time.time,
 ) -> VerificationReport:
     """Measure every endpoint ``policy`` allows against the reference.
@@ -382,6 +181,10 @@ async def verify(
         thresholds: when an endpoint fails (:class:`VerifyThresholds`).
         ledger: the job's ledger: every canary is reserved and booked there.
         listing: judge this listing instead of asking OpenRouter for it.
+        top_logprobs: alternatives per token asked for (0..20) with the text
+            canaries of endpoints that list ``logprobs``, when the reference lists
+            them too, to compare their top-k distributions; None: not asked for
+            (the verdicts say "not measured").
 
     Raises:
         ConfigurationError: a bad argument, or no reference endpoint.
@@ -392,6 +195,12 @@ async def verify(
             "samples, tokens and concurrency must be ≥ 1 and tool_samples ≥ 0; got "
             f"samples={samples}, tokens={tokens}, tool_samples={tool_samples}, "
             f"concurrency={concurrency}"
+        )
+    if top_logprobs is not None and (
+        isinstance(top_logprobs, bool) or not 0 <= top_logprobs <= MAX_TOP_LOGPROBS
+    ):
+        raise ConfigurationError(
+            f"top_logprobs must be 0..{MAX_TOP_LOGPROBS} or None, got {top_logprobs!r}"
         )
     thresholds = thresholds or VerifyThresholds()
     policy = policy or ProviderPolicy()
@@ -408,9 +217,13 @@ async def verify(
     gate = asyncio.Semaphore(concurrency)
     greedy = {"temperature": 0, "seed": seed}
 
-    async def measure(endpoint: Endpoint, repeat: bool) -> tuple[_Answers, _Answers | None]:
-        answers = _Answers(endpoint)
-        again = _Answers(endpoint) if repeat else None
+    async def measure(endpoint: Endpoint, repeat: bool) -> tuple[Answers, Answers | None]:
+        note = _logprobs_note(endpoint, ref_endpoint, top_logprobs)
+        answers = Answers(endpoint, logprobs_note=note)
+        again = Answers(endpoint, logprobs_note=note) if repeat else None
+        text_params: dict[str, Any] = dict(greedy)
+        if note is None:
+            text_params.update(logprobs=True, top_logprobs=top_logprobs)
         async with Router(
             model,
             policy=_pinned(endpoint, listing),
@@ -420,9 +233,9 @@ async def verify(
             endpoints=listing,
             allow_fallbacks=False,
         ) as router:
-            jobs = [_ask(router, canaries, gate, answers, greedy, tokens)]
+            jobs = [_ask(router, canaries, gate, answers, text_params, tokens)]
             if again is not None:
-                jobs.append(_ask(router, canaries, gate, again, greedy, tokens))
+                jobs.append(_ask(router, canaries, gate, again, text_params, tokens))
             if tool_canaries and "tools" in endpoint.supported_parameters:
                 choice = "required" if _supports_required(endpoint) else "auto"
                 tool_params = {**greedy, "tools": [CANARY_TOOL], "tool_choice": choice}
@@ -438,31 +251,48 @@ async def verify(
     measured = await asyncio.gather(*(measure(e, e.slug == ref_endpoint.slug) for e in chosen))
     by_tag = {answers.endpoint.slug: (answers, again) for answers, again in measured}
     ref_answers, ref_again = by_tag[ref_endpoint.slug]
-    self_values = _agreements(ref_again.text if ref_again else [], ref_answers.text, tokens)
-    self_agreement = mean_estimate(self_values, bounds=(0.0, 1.0)) if self_values else None
+    assert ref_again is not None  # the reference is asked twice
+    baseline = self_baseline(ref_answers, ref_again, tokens)
     verdicts = []
     total = Decimal(0)
     for answers, again in measured:
         if again is None:
-            verdict = _judge(answers, ref_answers, self_agreement, thresholds, tokens)
+            verdict = judge(answers, ref_answers, baseline, thresholds, tokens)
         else:  # the reference's second pass against its first, with the first's tool calls
-            second = _Answers(
-                answers.endpoint, again.text, answers.tools, [*answers.errors, *again.errors]
+            second = Answers(
+                answers.endpoint,
+                again.text,
+                answers.tools,
+                [*answers.errors, *again.errors],
+                answers.logprobs_note,
             )
-            verdict = _judge(second, answers, self_agreement, thresholds, tokens)
+            verdict = judge(second, answers, baseline, thresholds, tokens)
             verdict = replace(verdict, cost=answers.cost + again.cost)
         total += verdict.cost
         verdicts.append(verdict)
     return VerificationReport(
         model=listing.id,
         reference=ref_endpoint.slug,
-        self_agreement=self_agreement,
+        self_agreement=baseline.agreement,
         endpoints=tuple(sorted(verdicts, key=lambda v: v.tag)),
         thresholds=thresholds,
         tokens=tokens,
         cost=total,
         created=clock(),
+        self_divergence=baseline.divergence,
+        top_logprobs=top_logprobs,
     )
+
+
+def _logprobs_note(endpoint: Endpoint, reference: Endpoint, top: int | None) -> str | None:
+    """Why this endpoint's top-k distributions are not compared (None: they are)."""
+    if top is None:
+        return "not measured: logprobs not asked for (top_logprobs=None)"
+    if "logprobs" not in endpoint.supported_parameters:
+        return f"not measured: {endpoint.provider_name} lists no logprobs"
+    if "logprobs" not in reference.supported_parameters:
+        return f"not measured: the reference {reference.provider_name} lists no logprobs"
+    return None
 
 
 def _supports_required(endpoint: Endpoint) -> bool:

@@ -257,7 +257,7 @@ async def test_the_cli_prints_a_line_per_endpoint_saves_the_report_and_exits_1_o
     monkeypatch.setenv("OPENROUTER_API_KEY", KEY)
     report = tmp_path / "r.json"
     argv = ["verify", MODEL, "--exclude-below", "int4", "--base-url", sim.url]
-    argv += ["--report", str(report), "--tool-samples", "0"]
+    argv += ["--report", str(report), "--tool-samples", "0", "--top-logprobs", "3"]
     code, out = await asyncio.to_thread(run_cli, argv, capsys)
     assert code == 1
     marks = {"pass", "FAIL", "?"}
@@ -268,3 +268,21 @@ async def test_the_cli_prints_a_line_per_endpoint_saves_the_report_and_exits_1_o
     data: dict[str, Any] = json.loads(report.read_text())
     assert [v["tag"] for v in data["endpoints"] if v["passed"] is False] == ["novita"]
     assert pr.VerificationReport.load(report).failed == ("novita",)
+    # The top-k divergence where logprobs are listed, "not measured" where not, the pass
+    # rate on every line; the same in the saved report.
+    assert "self-divergence 0.000" in out
+    rows = out.splitlines()
+    at = {w[1]: i for i, w in enumerate(line.split() for line in rows) if w and w[0] in marks}
+    assert "divergence 0." in rows[at["novita"]]
+    assert "top-k divergence" in rows[at["novita"] + 1]
+    assert "passed 8/8 canaries" in rows[at["chutes"]]
+    unmeasured = "top-k divergence: not measured: Chutes lists no logprobs"
+    assert rows[at["chutes"] + 1].strip() == unmeasured
+    assert data["top_logprobs"] == 3
+    assert data["self_divergence"]["value"] == 0.0
+    entry = next(e for e in data["endpoints"] if e["tag"] == "chutes")
+    assert entry["unmeasured"] == [unmeasured]
+    assert (entry["accepted"], entry["judged"], entry["pass_rate"]["value"]) == (8, 8, 1.0)
+    code, out = await asyncio.to_thread(run_cli, [*argv[:-2], "--no-logprobs"], capsys)
+    assert "not asked for" in out
+    assert json.loads(report.read_text())["top_logprobs"] is None

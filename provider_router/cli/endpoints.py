@@ -8,6 +8,7 @@
         [--only NAME ...] [--min-uptime PCT] [--allow-down]
         [--prompt-tokens N --completion-tokens N] [--json]
         [--base-url URL | --snapshot FILE] [--save-snapshot FILE]
+        [--verified REPORT [--per-accepted-sample]]
 
 The listing comes from ``--snapshot FILE`` (offline), else ``--base-url`` /
 ``$OPENROUTER_BASE_URL``, else OpenRouter. The table shows each endpoint's
@@ -15,12 +16,17 @@ provider, tag, quantization, prices per million tokens, uptime, status, the
 verdict with its reason, and, for allowed endpoints, the rank and the expected
 cost of 1,000 requests of the workload. ``--json`` prints the same as JSON;
 ``--save-snapshot FILE`` also writes the listing for ``--snapshot FILE`` later.
+``--verified REPORT`` (``provider-router verify --report``) rejects the endpoints
+that failed it and shows each one's pass rate; with ``--per-accepted-sample`` the
+ranking is by cost per accepted sample (price ÷ pass rate), unverified endpoints
+after the verified ones (docs/policy.md, "Cost per accepted sample").
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from dataclasses import dataclass
 from typing import Any, Final
@@ -28,6 +34,7 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 
+from provider_router._exceptions import ConfigurationError
 from provider_router.cli._options import PRECISIONS, add_market_arguments, load_listing
 from provider_router.cli._render import (
     format_per_million,
@@ -39,12 +46,15 @@ from provider_router.cli._render import (
 from provider_router.policy import Decision, Decisions, ProviderPolicy
 from provider_router.ranking import RankedEndpoint, Workload, rank
 from provider_router.records import EndpointHealth, ModelEndpoints, Quantization
+from provider_router.verification import VerificationReport
 
 __all__ = [
     "DEFAULT_COMPLETION_TOKENS",
     "DEFAULT_PROMPT_TOKENS",
     "EndpointReport",
     "add_policy_arguments",
+    "add_verified_arguments",
+    "apply_verified",
     "build_report",
     "load_listing",
     "policy_from_args",
@@ -131,6 +141,43 @@ def policy_from_args(args: argparse.Namespace) -> ProviderPolicy:
     )
 
 
+def add_verified_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--verified REPORT`` and ``--per-accepted-sample``, for commands that rank."""
+    parser.add_argument(
+        "--verified",
+        metavar="REPORT",
+        help="a verify --report file: reject what failed it, show each pass rate",
+    )
+    parser.add_argument(
+        "--per-accepted-sample",
+        action="store_true",
+        help="rank by cost per accepted sample (price ÷ pass rate; needs --verified)",
+    )
+
+
+def apply_verified(policy: ProviderPolicy, args: argparse.Namespace, model: str) -> ProviderPolicy:
+    """``policy`` with ``--verified``'s report (and ``--per-accepted-sample``) applied.
+
+    Raises:
+        ConfigurationError: ``--per-accepted-sample`` without a report, a report that
+            cannot be read, or one of another model.
+    """
+    if args.verified is None:
+        if args.per_accepted_sample:
+            raise ConfigurationError(
+                "--per-accepted-sample needs --verified REPORT (the pass rates it ranks by)"
+            )
+        return policy
+    report = VerificationReport.load(args.verified)
+    if report.model != model:
+        raise ConfigurationError(
+            f"{args.verified} verified {report.model}, not {model}: its pass rates do not apply"
+        )
+    return dataclasses.replace(
+        policy, verified=report, rank_per_accepted_sample=args.per_accepted_sample
+    )
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "endpoints",
@@ -149,6 +196,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )  # fmt: skip
     add_market_arguments(parser.add_mutually_exclusive_group())
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_verified_arguments(parser)
     parser.add_argument(
         "--save-snapshot",
         metavar="FILE",
@@ -183,9 +231,17 @@ def build_report(
 ) -> EndpointReport:
     """Judge and rank a listing (pure)."""
     decisions = policy.evaluate(listing)
-    return EndpointReport(
-        listing, policy, workload, decisions, tuple(rank(decisions.allowed, workload=workload))
-    )
+    ranked = rank(decisions.allowed, workload=workload, verified=policy.ranking_report(listing.id))
+    return EndpointReport(listing, policy, workload, decisions, tuple(ranked))
+
+
+def _pass_rate(report: EndpointReport, decision: Decision) -> str:
+    """The endpoint's verified pass rate as ``accepted/judged`` ("-": not measured)."""
+    verified = report.policy.verified
+    verdict = None if verified is None else verified.verdict(decision.endpoint.slug)
+    if verdict is None or not verdict.judged:
+        return "-"
+    return f"{verdict.accepted}/{verdict.judged}"
 
 
 def _status(decision: Decision) -> str:
@@ -207,25 +263,40 @@ def _quantization(decision: Decision) -> str:
 def render_report(report: EndpointReport, console: Console) -> None:
     """The endpoints table, and a one-line summary of the best choice."""
     workload = report.workload
+    verified = report.policy.verified is not None
+    per_accepted = report.policy.ranking_report(report.listing.id) is not None
+    caption = (
+        f"workload: {workload.prompt_tokens} prompt + {workload.output_tokens} output "
+        "tokens per request; $/1k ok req = expected cost of 1,000 successful requests "
+        "(failed attempts' share included)"
+    )
+    if per_accepted:
+        caption += (
+            "; $/1k accepted = the same ÷ the pass rate (canaries that passed every "
+            "check), the ranking's key; unverified endpoints rank after verified ones"
+        )
     table = Table(
         title=f"{report.listing.id}: {len(report.decisions)} endpoints, "
         f"{len(report.ranked)} allowed",
-        caption=f"workload: {workload.prompt_tokens} prompt + {workload.output_tokens} output "
-        "tokens per request; $/1k ok req = expected cost of 1,000 successful requests "
-        "(failed attempts' share included)",
+        caption=caption,
         title_justify="left",
         caption_justify="left",
     )
-    for header, justify in (
+    columns = [
         ("#", "right"), ("provider", "left"), ("tag", "left"), ("quant", "left"),
         ("prompt $/M", "right"), ("compl. $/M", "right"), ("uptime", "right"),
-        ("status", "left"), ("verdict", "left"), ("$/1k ok req", "right"), ("reason", "left"),
-    ):  # fmt: skip
+        ("status", "left"), ("verdict", "left"), ("$/1k ok req", "right"),
+    ]  # fmt: skip
+    if verified:
+        columns.append(("pass", "right"))
+    if per_accepted:
+        columns.append(("$/1k accepted", "right"))
+    for header, justify in [*columns, ("reason", "left")]:
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for decision, ranked in report.rows():
         endpoint = decision.endpoint
         verdict = "[green]allowed[/]" if decision.allowed else "[red]rejected[/]"
-        table.add_row(
+        cells = [
             "" if ranked is None else str(ranked.rank),
             endpoint.provider_name,
             endpoint.slug,
@@ -236,8 +307,12 @@ def render_report(report: EndpointReport, console: Console) -> None:
             _status(decision),
             verdict,
             "" if ranked is None else format_usd(ranked.effective_cost_per_1k_requests, places=2),
-            decision.reason,
-        )
+        ]
+        if verified:
+            cells.append(_pass_rate(report, decision))
+        if per_accepted:
+            cells.append(_per_1k_accepted(ranked))
+        table.add_row(*cells, decision.reason)
     console.print(table)
     if report.ranked:
         best = report.ranked[0]
@@ -248,6 +323,14 @@ def render_report(report: EndpointReport, console: Console) -> None:
         )
     else:
         console.print("[red]no endpoint passes the policy[/]")
+
+
+def _per_1k_accepted(ranked: RankedEndpoint | None) -> str:
+    if ranked is None:
+        return ""
+    if ranked.cost_per_accepted_sample is None:
+        return "none accepted" if ranked.pass_rate is not None else "not verified"
+    return format_usd(ranked.cost_per_accepted_sample * 1000, places=2)
 
 
 def report_json(report: EndpointReport) -> dict[str, Any]:
@@ -282,6 +365,10 @@ def report_json(report: EndpointReport) -> dict[str, Any]:
                     None if ranked is None else ranked.cost_per_million_output_tokens
                 ),
                 "success_probability": None if ranked is None else ranked.success_probability,
+                "pass_rate": None if ranked is None else ranked.pass_rate,
+                "cost_per_accepted_sample": (
+                    None if ranked is None else ranked.cost_per_accepted_sample
+                ),
             }
         )
     return {
@@ -294,6 +381,8 @@ def report_json(report: EndpointReport) -> dict[str, Any]:
             "only": policy.only,
             "min_uptime": policy.min_uptime,
             "allowed_health": policy.allowed_health,
+            "verified": None if policy.verified is None else policy.verified.reference,
+            "rank_per_accepted_sample": policy.rank_per_accepted_sample,
         },
         "workload": {
             "prompt_tokens": report.workload.prompt_tokens,
@@ -304,7 +393,7 @@ def report_json(report: EndpointReport) -> dict[str, Any]:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    policy = policy_from_args(args)
+    policy = apply_verified(policy_from_args(args), args, args.model)
     workload = Workload(prompt_tokens=args.prompt_tokens, completion_tokens=args.completion_tokens)
     listing = asyncio.run(
         load_listing(

@@ -11,6 +11,9 @@ The market comes from ``--snapshot FILE`` (offline), else ``--base-url`` /
 With a plan, prompt tokens are estimated from each dataset's files and response
 lengths come from ``--completion-tokens`` or from a pilot (``--pilot N`` sends N
 sampled prompts through the router, which needs ``$OPENROUTER_API_KEY``).
+``--verified REPORT`` (``provider-router verify --report``) leaves out what failed
+it; with ``--per-accepted-sample`` the routing mix follows the cost per accepted
+sample, as a Router under that policy would route.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from provider_router.cli._options import (
     load_listing,
     positive_count,
 )
+from provider_router.cli.endpoints import add_verified_arguments, apply_verified
 from provider_router.plan import DEFAULT_BATCH_CONCURRENCY, Plan, load_plan
 from provider_router.policy import ProviderPolicy
 from provider_router.projection import Projection, project
@@ -155,6 +159,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="PRECISION",
         help=f"reject endpoints below this ({', '.join(PRECISIONS)})",
     )
+    add_verified_arguments(parser)
     add_market_arguments(parser.add_argument_group("the market"))
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(handler=_handle)
@@ -171,14 +176,15 @@ class _Job:
     budget: Decimal | None
 
 
-def _policy(args: argparse.Namespace, plan: Plan | None) -> ProviderPolicy:
+def _policy(args: argparse.Namespace, plan: Plan | None, model: str) -> ProviderPolicy:
     options: dict[str, Any] = dict(plan.policy) if plan is not None else {}
     if args.exclude_below is not None:
         options["exclude_below"] = args.exclude_below
     try:
-        return ProviderPolicy(**options)
+        policy = ProviderPolicy(**options)
     except TypeError as exc:
         raise ConfigurationError(f"invalid policy in the plan: {exc}") from None
+    return apply_verified(policy, args, model)
 
 
 def _flag_workload(args: argparse.Namespace, prompt_tokens: Decimal | None) -> WorkloadEstimate:
@@ -218,7 +224,7 @@ def _uniform_job(args: argparse.Namespace) -> tuple[_Job, WorkloadEstimate]:
         )
         for i in range(1, count + 1)
     )
-    job = _Job(args.model, None, demands, _policy(args, None), args.budget)
+    job = _Job(args.model, None, demands, _policy(args, None, args.model), args.budget)
     return job, _flag_workload(args, args.prompt_tokens)
 
 
@@ -251,7 +257,7 @@ def _plan_job(
     budget = args.budget if args.budget is not None else plan.budget
     if args.pilot is not None and budget is None:
         raise UsageError("--pilot spends from the job's budget: give --budget USD or `budget:`")
-    return _Job(plan.model, plan, demands, _policy(args, plan), budget), files
+    return _Job(plan.model, plan, demands, _policy(args, plan, plan.model), budget), files
 
 
 async def _pilot(args: argparse.Namespace, job: _Job, n: int) -> PilotResult:

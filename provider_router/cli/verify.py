@@ -3,13 +3,17 @@
 ::
 
     provider-router verify moonshotai/kimi-k2.5 --exclude-below int4
-        [--prompts FILE] [--reference TAG] [--report FILE] [--ledger FILE] [--json]
+        [--prompts FILE] [--reference TAG] [--top-logprobs K | --no-logprobs]
+        [--report FILE] [--ledger FILE] [--json]
 
 Sends a small canary set (prompts from ``--prompts`` first, then built-in ones) to
 every endpoint the policy allows, each pinned alone, and to the reference (the model
 author's own endpoint unless ``--reference`` names another), and compares greedy
-agreement, tool calls, think markers, prompt tokens and billing (docs/policy.md,
-"Measured fidelity"). ``--report FILE`` saves the measurements for
+agreement, the top-k divergence where logprobs are listed, tool calls, think
+markers, prompt tokens and billing (docs/policy.md, "Measured fidelity"); each
+endpoint's line says what it could not measure, and its pass rate (the share of its
+canaries that passed every check, what ``endpoints --per-accepted-sample`` prices).
+``--report FILE`` saves the measurements for
 ``ProviderPolicy(verified=VerificationReport.load(FILE))``. With ``--ledger`` the
 canaries are reserved and booked on that SQLite ledger (a job's own), within its
 limit. Exit 0 when no endpoint failed, 1 when one did (each says why).
@@ -30,7 +34,14 @@ from provider_router.cli.endpoints import add_policy_arguments, policy_from_args
 from provider_router.ledger import SQLiteLedger
 from provider_router.prompts import PromptReader
 from provider_router.verification import EndpointVerdict, VerificationReport, VerifyThresholds
-from provider_router.verifier import DEFAULT_SAMPLES, DEFAULT_TOKENS, DEFAULT_TOOL_SAMPLES, verify
+from provider_router.verifier import (
+    DEFAULT_SAMPLES,
+    DEFAULT_TOKENS,
+    DEFAULT_TOOL_SAMPLES,
+    DEFAULT_TOP_LOGPROBS,
+    MAX_TOP_LOGPROBS,
+    verify,
+)
 
 __all__ = ["register"]
 
@@ -44,6 +55,16 @@ def _share(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be within 0..1, got {text!r}")
+    return value
+
+
+def _top_logprobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise argparse.ArgumentTypeError(f"must be within 0..{MAX_TOP_LOGPROBS}, got {text!r}")
     return value
 
 
@@ -89,6 +110,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--max-prompt-token-skew", type=_share, default=defaults.max_prompt_token_skew,
         metavar="R", help="fail when prompt tokens differ from the reference's by more",
     )  # fmt: skip
+    parser.add_argument(
+        "--max-divergence-excess", type=_share, default=defaults.max_divergence_excess,
+        metavar="D", help="fail when the top-k divergence exceeds the reference's own by more",
+    )  # fmt: skip
+    logprobs = parser.add_mutually_exclusive_group()
+    logprobs.add_argument(
+        "--top-logprobs", type=_top_logprobs, default=DEFAULT_TOP_LOGPROBS, metavar="K",
+        help=f"alternatives per token asked for where logprobs are listed "
+        f"(0..{MAX_TOP_LOGPROBS}, default {DEFAULT_TOP_LOGPROBS})",
+    )  # fmt: skip
+    logprobs.add_argument(
+        "--no-logprobs", dest="top_logprobs", action="store_const", const=None,
+        help="ask for no logprobs (the top-k divergence is not measured)",
+    )  # fmt: skip
     parser.add_argument("--report", metavar="FILE", help="save the measurements as JSON here")
     parser.add_argument(
         "--ledger", metavar="FILE", help="book the canaries on this SQLite ledger (a job's own)"
@@ -117,8 +152,10 @@ async def _verify(args: argparse.Namespace) -> VerificationReport:
             min_agreement_ratio=args.min_agreement_ratio,
             max_tool_error_rate=args.max_tool_error_rate,
             max_prompt_token_skew=args.max_prompt_token_skew,
+            max_divergence_excess=args.max_divergence_excess,
         ),
         "base_url": args.base_url,
+        "top_logprobs": args.top_logprobs,
     }
     if args.ledger is None:
         return await verify(args.model, **kwargs)
@@ -130,26 +167,36 @@ def _measure(verdict: EndpointVerdict) -> str:
     parts = []
     if verdict.agreement is not None:
         parts.append(f"agreement {verdict.agreement.value:.2f}")
+    if verdict.divergence is not None:
+        parts.append(f"divergence {verdict.divergence.value:.3f}")
     if verdict.tool_validity is not None:
         parts.append(f"tools {verdict.tool_validity.value:.0%}")
     if verdict.prompt_token_ratio is not None:
         parts.append(f"prompt ×{verdict.prompt_token_ratio.value:.3f}")
+    if verdict.judged:
+        parts.append(f"passed {verdict.accepted}/{verdict.judged} canaries")
     return ", ".join(parts)
 
 
 def _print(report: VerificationReport) -> None:
     console = make_console()
+    baseline = []
+    if report.self_agreement is not None:
+        baseline.append(f"self-agreement {report.self_agreement.value:.2f}")
+    if report.self_divergence is not None:
+        baseline.append(f"self-divergence {report.self_divergence.value:.3f}")
     console.print(
-        f"verify: {report.model} against {report.reference} "
-        f"(self-agreement {report.self_agreement.value:.2f})"
-        if report.self_agreement is not None
-        else f"verify: {report.model} against {report.reference}",
+        f"verify: {report.model} against {report.reference}"
+        + (f" ({', '.join(baseline)})" if baseline else ""),
         highlight=False,
+        markup=False,
     )
     for v in report.endpoints:
         line = f"  {_VERDICTS[v.passed]:<4} {v.tag:<22} {_measure(v)}"
         if v.passed is not True:
             line += f"\n       {v.reason}"
+        for note in v.unmeasured:
+            line += f"\n       {note}"
         console.print(line, highlight=False, markup=False)
     failed = ", ".join(report.failed) or "none"
     console.print(

@@ -136,9 +136,11 @@ def chunk(
     usage: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
     fingerprint: str | None = None,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One SSE chunk; ``system_fingerprint`` only from providers that send one
-    (Moonshot AI's chunks carry it, Chutes' and ModelRun's have none)."""
+    (Moonshot AI's chunks carry it, Chutes' and ModelRun's have none); ``logprobs``
+    those of the chunk's own tokens (:mod:`~provider_router.testing.logprobs`)."""
     body: dict[str, Any] = {
         "id": gen_id,
         "provider": provider,
@@ -151,7 +153,7 @@ def chunk(
                 "delta": delta,
                 "finish_reason": finish_reason,
                 "native_finish_reason": finish_reason,
-                "logprobs": None,
+                "logprobs": logprobs,
             }
         ],
     }

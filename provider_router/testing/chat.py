@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from provider_router._json import loads
-from provider_router.testing import bodies
+from provider_router.testing import bodies, logprobs
 from provider_router.testing.billing import KeyState
 from provider_router.testing.context import fit_context
 from provider_router.testing.delivery import Attempt, serve
@@ -286,6 +286,12 @@ def _chat(
     choices = _parse_choices(body)
     if not isinstance(choices, int):
         return choices
+    if "logprobs" in body or "top_logprobs" in body:
+        wrong = logprobs.check_request(body)
+        if wrong is not None:
+            return _bad_request(wrong)
+        if body.get("logprobs") is True:
+            record.logprobs = body.get("top_logprobs") or 0
     try:
         # Most requests carry neither field: skip the parser (it returns None for them).
         tool_request = (

@@ -34,7 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
-from provider_router.testing import bodies, tools
+from provider_router.testing import bodies, logprobs, tools
 from provider_router.testing.billing import Cost, KeyState, compute_cost
 from provider_router.testing.degradation import request_salt
 from provider_router.testing.draws import Draws
@@ -117,6 +117,8 @@ class _Plan:
     """Fixes how a degraded endpoint departs from the model for this request (else 0)."""
     structured: tuple[str, ...] = ()
     """The JSON answer's pieces (``response_format``), one token each; else empty."""
+    top_logprobs: int | None = None
+    """Alternatives per token of the answer's ``logprobs`` (None: ``logprobs: null``)."""
 
 
 def _completion_total(attempt: Attempt) -> int:
@@ -188,6 +190,9 @@ def _plan(attempt: Attempt) -> _Plan:
     else:
         shape = shape_completion(attempt.body, total, attempt.max_tokens, tool_tokens)
     cache = _use_cache(attempt)
+    top_logprobs = None
+    if "logprobs" in attempt.body and not calls and not structured:
+        top_logprobs = logprobs.requested(attempt.body, endpoint.supported_parameters)
     return _Plan(
         gen_id,
         created,
@@ -200,6 +205,7 @@ def _plan(attempt: Attempt) -> _Plan:
         preamble,
         salt,
         structured,
+        top_logprobs,
     )
 
 
@@ -465,6 +471,7 @@ def _json_data(attempt: Attempt, plan: _Plan, kind: str | None) -> bytes:
         and not plan.structured
         and attempt.metadata is None
         and attempt.endpoint.serves is None
+        and plan.top_logprobs is None
     ):
         data = _plain_answer(attempt, plan, cost)
     else:
@@ -522,6 +529,8 @@ def _answer(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict
         ),
         fingerprint=attempt.endpoint.system_fingerprint,
     )
+    if plan.top_logprobs is not None:
+        payload["choices"][0]["logprobs"] = _logprobs(attempt, plan, 0, shape.content_tokens)
     if attempt.metadata is not None:
         payload["openrouter_metadata"] = attempt.metadata
     if attempt.endpoint.service_tier is not None:
@@ -532,6 +541,20 @@ def _answer(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict
         first = payload["choices"][0]
         payload["choices"] = [{**first, "index": i} for i in range(attempt.choices)]
     return payload
+
+
+def _logprobs(attempt: Attempt, plan: _Plan, start: int, stop: int) -> dict[str, Any]:
+    """The ``logprobs`` object of content tokens ``start`` to ``stop`` (ChatTokenLogprobs)."""
+    assert plan.top_logprobs is not None
+    entries = logprobs.content(
+        start,
+        stop,
+        plan.top_logprobs,
+        seed=attempt.sim.seed,
+        serves=attempt.endpoint.serves,
+        salt=plan.salt,
+    )
+    return {"content": entries, "refusal": None}
 
 
 def _plain_answer(attempt: Attempt, plan: _Plan, cost: Cost) -> bytes:
@@ -652,7 +675,22 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                 if plan.calls:  # the words before the calls, then the calls
                     n = min(n, plan.preamble - start)
                 sent += n
-                if n > 0 and plan.structured:
+                if n > 0 and plan.top_logprobs is not None:
+                    text_delta = {
+                        "role": "assistant",
+                        "content": _text(attempt, plan, start, start + n),
+                    }
+                    chunk = bodies.chunk(
+                        gen_id,
+                        created,
+                        model_slug,
+                        provider,
+                        text_delta,
+                        fingerprint=fp,
+                        logprobs=_logprobs(attempt, plan, start, start + n),
+                    )
+                    await out.write(_sse(chunk))
+                elif n > 0 and plan.structured:
                     text = "".join(plan.structured[start : start + n])
                     await out.write(frame.sse(content_delta_json(text)))
                 elif n > 0 and attempt.endpoint.serves is None:

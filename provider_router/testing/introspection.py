@@ -30,6 +30,8 @@ class RequestRecord:
         stream: whether a stream was requested.
         routing: the request's ``provider`` object as sent (None when absent).
         max_tokens: the request's max_tokens / max_completion_tokens, if any.
+        logprobs: the ``top_logprobs`` asked for with ``logprobs: true`` (0 when not
+            given), None when logprobs were not asked for.
         attempts: ``(tag, status)`` per provider tried, in order (200 for the server).
         tag: routing tag of the endpoint that served, or None.
         provider: display name of the provider that served, or None.
@@ -49,6 +51,7 @@ class RequestRecord:
     stream: bool = False
     routing: Any = None
     max_tokens: int | None = None
+    logprobs: int | None = None
     attempts: list[tuple[str, int]] = field(default_factory=list)
     tag: str | None = None
     provider: str | None = None

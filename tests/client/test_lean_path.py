@@ -27,7 +27,7 @@ from provider_router._json import loads as _loads
 from provider_router._request import PreparedRequest, _encode, encode_json
 from provider_router.ledger import Reservation
 from provider_router.ledger._base import RESERVATION_FIELDS
-from provider_router.results import ToolCall, chat_result
+from provider_router.results import TokenLogprob, ToolCall, chat_result
 from provider_router.testing import SimulatorServer
 
 FIELDS = {
@@ -49,6 +49,7 @@ FIELDS = {
     "native_finish_reason": "end_turn",
     "tool_calls": (ToolCall("call_1", "f", "{}"),),
     "disputed_cost": Decimal("5"),
+    "logprobs": (TokenLogprob("hi", -0.1, (("hi", -0.1), ("ho", -2.5))),),
 }
 
 

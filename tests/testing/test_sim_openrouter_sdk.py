@@ -399,3 +399,36 @@ async def test_structured_output_variants_tiers_and_cache_discount_through_the_s
     assert generation.data.native_tokens_cached > 0
     assert generation.data.cache_discount is not None
     assert generation.data.cache_discount > 0
+
+
+LOGPROBS: dict[str, Any] = {
+    "model": MODEL,
+    "messages": MESSAGES,
+    "max_tokens": 12,
+    "temperature": 0,
+    "logprobs": True,
+}
+
+
+async def test_chat_with_logprobs_reads_into_the_sdks_models(sdk: Any) -> None:
+    only = {"only": ["moonshotai"], "allow_fallbacks": False}
+    result = await sdk.chat.send_async(**LOGPROBS, top_logprobs=4, provider=only)
+    choice = result.choices[0]
+    assert isinstance(choice.logprobs, components.ChatTokenLogprobs)
+    tokens = choice.logprobs.content
+    assert "".join(t.token for t in tokens) == choice.message.content
+    assert all(len(t.top_logprobs) == 4 and t.top_logprobs[0].token == t.token for t in tokens)
+
+
+async def test_chat_stream_with_logprobs_reads_into_the_sdks_models(sdk: Any) -> None:
+    only = {"only": ["deepinfra"], "allow_fallbacks": False}
+    content: list[str] = []
+    tokens: list[str] = []
+    async with await sdk.chat.send_async(**LOGPROBS, stream=True, provider=only) as events:
+        async for chunk in events:
+            for choice in chunk.choices:
+                content.append(choice.delta.content or "")
+                if choice.logprobs is not None and choice.logprobs.content:
+                    tokens.extend(t.token for t in choice.logprobs.content)
+    assert tokens
+    assert "".join(tokens) == "".join(content)
