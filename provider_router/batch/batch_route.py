@@ -16,10 +16,14 @@ each prompt's result written exactly once, across kills and resumes.
 4. a 402 on results (credits short at finalize) stops the run, saying how much to
    add; the batch is not re-run, and a resume after the top-up collects it.
 
-After a kill, a resumed run first resolves every intent without a batch id (a lost
-202): it looks for the batch with ``GET /batches?created_after=`` and checks its
-results' ``custom_id``s, which carry the intent's id; until one is found or the list
-shows none for ``lost_grace`` seconds, those prompts are never sent again. Failed and
+A submit whose request provably never left (``request_sent=False``) is released at
+once and its prompts may go again. Any other unanswered submit (a kill between the
+intent and the 202, an answer lost on the wire) is an intent without a batch id: each
+round looks for its batch with ``GET /batches?created_after=`` and checks the results'
+``custom_id``s, which carry the intent's id. Its worst case stays held and its prompts
+are never sent again until the batch is found, or until ``lost_grace`` (by default the
+whole 24 h window and the list's lag) has passed with no listed batch carrying its
+``custom_id``s: the list may show a new batch late, and sooner could pay twice. Failed and
 expired batches' prompts run again in new batches (up to ``max_attempts`` each). An
 expired batch's reservation is settled at its worst case: nothing says what it cost
 (docs/batch.md).
@@ -33,7 +37,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from provider_router._exceptions import (
     APIConnectionError,
@@ -52,7 +56,7 @@ from provider_router._money import from_units, to_units
 from provider_router.batch.batch_api import RESULTS_PAGE_LINES, BatchApi
 from provider_router.batch.batch_body import MAX_BATCH_REQUESTS, RESULTS_PAGE_BYTES, BatchBody
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
-from provider_router.batch.batch_lost import find_lost
+from provider_router.batch.batch_lost import LIST_LAG_SECONDS, LOST_GRACE_SECONDS, find_lost
 from provider_router.batch.batch_results import (
     ResultLine,
     failed_batch_cost,
@@ -76,6 +80,10 @@ _TRANSIENT = (APIConnectionError, ProviderUnavailableError, RateLimitError)
 """Errors a poll or collect waits out (tried again next round)."""
 
 
+MAX_UNSENT_SUBMITS: Final = 5
+"""Submits in a row that never left (each after a longer wait) before the run stops."""
+
+
 class _NoRoom(Exception):
     """Not even one line's worst case fits what the budget has left."""
 
@@ -92,8 +100,10 @@ class BatchRouteRun:
         params: the request body's generation fields (``max_tokens`` required).
         clock / sleep: wall clock (Unix seconds) and sleep, injectable.
         poll_initial / poll_max: seconds between polls, doubling up to the max.
-        lost_grace: seconds after an intent before "no such batch listed" means it
-            was never created.
+        lost_grace: seconds after an intent whose submit may have reached OpenRouter
+            before "no such batch listed" means it was never created (default: the
+            24 h window and the list's lag; sooner may pay twice).
+        missing_grace: seconds a submitted batch may answer 404 before the run stops.
         max_attempts: batches a prompt may be sent in (a failed or expired batch's
             prompts go again, never beyond the budget).
         max_batch_requests: requests per batch (at most 5,000).
@@ -117,7 +127,8 @@ class BatchRouteRun:
         sleep: Any = asyncio.sleep,
         poll_initial: float = 5.0,
         poll_max: float = 300.0,
-        lost_grace: float = 120.0,
+        lost_grace: float = LOST_GRACE_SECONDS,
+        missing_grace: float = LIST_LAG_SECONDS,
         max_attempts: int = 2,
         max_batch_requests: int = MAX_BATCH_REQUESTS,
         dataset_params: Mapping[str, Mapping[str, Any]] | None = None,
@@ -137,15 +148,16 @@ class BatchRouteRun:
         self.poll_initial = poll_initial
         self.poll_max = poll_max
         self.lost_grace = lost_grace
+        self.missing_grace = missing_grace
         self.max_attempts = max_attempts
         self.result = BatchRouteResult()
         self._reservations: dict[str, Reservation] = {}
         self._halt = False
-        self._first_look: dict[str, float] = {}
-        """When this run first looked for each intent whose 202 was lost."""
         self._missing: dict[str, float] = {}
         """When each batch first answered 404 in this run."""
         self._owed_costs: dict[str, Decimal] = {}
+        self._unsent = 0
+        """Submits in a row that never left (a connection that could not be made)."""
 
     def close(self) -> None:
         self.batches.close()
@@ -171,7 +183,7 @@ class BatchRouteRun:
             if self.result.stop is None:
                 progressed |= await self._submit_all(prompts)
             self._report()
-            if not any(i.live for i in self.batches):
+            if not any(i.live for i in self.batches) and not self._unsent:
                 break
             delay = self.poll_initial if progressed else min(delay * 2, self.poll_max)
             await self.sleep(delay)
@@ -294,10 +306,25 @@ class BatchRouteRun:
         lines = [self.body.line(dataset, intent_id, n, p) for n, p in enumerate(chunk)]
         try:
             batch = await self.api.submit(self.route.model_id, lines, self.route.provider_object())
-        except (APIConnectionError, APIStatusError) as exc:
+        except APIConnectionError as exc:
+            if not exc.request_sent:
+                # Provably never reached OpenRouter: nothing can have been created or billed.
+                await self._close_money(intent, Decimal(0))
+                self.batches.record_ended(intent.intent, "not_sent")
+                self._unsent += 1
+                if self._unsent >= MAX_UNSENT_SUBMITS:
+                    self.result.stopped_by = "error"
+                    self.result.stop = (
+                        f"OpenRouter could not be reached: {self._unsent} submits in a row "
+                        f"never left ({exc}); nothing of them was sent or billed"
+                    )
+                return False
+            return await self._submit_failed(intent, exc)
+        except APIStatusError as exc:
             return await self._submit_failed(intent, exc)
         self.batches.record_submitted(intent_id, str(batch["id"]))
         self.result.submitted += 1
+        self._unsent = 0
         log.info("batch.submitted", dataset=dataset, batch=batch["id"], lines=len(chunk))
         return True
 
@@ -313,7 +340,11 @@ class BatchRouteRun:
         )
         if not definite:
             # Unknown: it may have been created. Its prompts wait for _resolve_lost.
-            self.result.events.append(f"submit of {intent.intent} got no answer ({exc})")
+            self.result.events.append(
+                f"submit of {intent.intent} got no answer ({exc}): its "
+                f"{len(intent.prompt_ids)} prompts wait for its batch to be listed, or "
+                f"{self.lost_grace:g} s with none listed, before they go again"
+            )
             return False
         await self._close_money(intent, Decimal(0))
         self.batches.record_ended(intent.intent, "refused")
@@ -340,21 +371,18 @@ class BatchRouteRun:
                 self.batches.record_submitted(intent.intent, search.batch_id)
                 self.result.found_after_lost_202 += 1
             elif not search.undecided and self._grace_over(intent):
-                # Listed nowhere for the grace period: the submit never created it. If an
-                # expired batch that shows no custom_ids might be it, its worst case stays
-                # counted (an expired batch's bill is unknown).
+                # Listed nowhere once every batch the submit could have made has ended:
+                # it made none. If an expired batch that shows no custom_ids might be
+                # it, its worst case stays counted (an expired batch's bill is unknown).
                 cost = from_units(intent.worst_units) if search.expired else Decimal(0)
                 await self._close_money(intent, cost)
                 self.batches.record_ended(intent.intent, "not_created")
                 self.result.resubmitted_lines += len(intent.prompt_ids)
 
     def _grace_over(self, intent: BatchIntent) -> bool:
-        """Whether an intent listed nowhere has been so for the whole grace: since the
-        intent, and since this run first looked (after its submit ended, or after the
-        resume), so a long upload that timed out still gets the whole grace."""
-        now = self.clock()
-        first = self._first_look.setdefault(intent.intent, now)
-        return bool(min(now - intent.created_after, now - first) >= self.lost_grace)
+        """Whether ``lost_grace`` has passed since the intent (taken before its submit):
+        from then on, any batch the submit made has ended and is listed."""
+        return bool(self.clock() - intent.created_after >= self.lost_grace)
 
     # --- poll and collect -----------------------------------------------------------
 
@@ -370,13 +398,13 @@ class BatchRouteRun:
             except NotFoundError:
                 now = self.clock()
                 first = self._missing.setdefault(intent.intent, now)
-                if min(now - intent.created_after, now - first) < self.lost_grace:
+                if min(now - intent.created_after, now - first) < self.missing_grace:
                     continue  # a fresh batch may answer 404 a moment (or a blip)
                 # Deleted, or not this key's: it may still run and bill, so its worst
                 # case stays held and its prompts are not sent again; the run stops.
                 self.result.stopped_by = "error"
                 self.result.stop = (
-                    f"batch {intent.batch_id} answers 404 {self.lost_grace:g} s after its "
+                    f"batch {intent.batch_id} answers 404 {self.missing_grace:g} s after its "
                     "submit (deleted, or submitted with another key?): its worst case "
                     "stays held and its prompts are not sent again"
                 )

@@ -44,6 +44,7 @@ from provider_router._collector import tune_for_process
 from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
+from provider_router.batch.batch_lost import LOST_GRACE_SECONDS
 from provider_router.batch.batch_plan import (
     batch_datasets,
     describe,
@@ -195,10 +196,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--batch-lost-grace",
         type=_seconds,
-        default=120.0,
+        default=float(LOST_GRACE_SECONDS),
         metavar="S",
-        help="route: batch datasets: seconds a submit whose answer was lost must stay "
-        "unlisted before its prompts go again (default 120)",
+        help="route: batch datasets: seconds after a submit whose answer was lost (and "
+        "that may have reached OpenRouter) before its prompts go again if no listed batch "
+        "carries them (default 86520: the 24 h window and 2 min; less may pay twice)",
     )
     parser.add_argument(
         "--progress",

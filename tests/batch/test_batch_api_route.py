@@ -20,6 +20,7 @@ from _batch_helpers import times_submitted
 
 from provider_router import MemoryLedger, ProviderPolicy
 from provider_router._exceptions import (
+    APIConnectionError,
     ConfigurationError,
     DataFileError,
     InvalidResponseError,
@@ -27,6 +28,8 @@ from provider_router._exceptions import (
 )
 from provider_router._http import HttpClient
 from provider_router.batch.batch_api import BatchApi
+from provider_router.batch.batch_journal import BatchJournal
+from provider_router.batch.batch_lost import LIST_LAG_SECONDS, LOST_GRACE_SECONDS
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
 from provider_router.batch.journal import FileJournal
 from provider_router.catalog import Catalog
@@ -102,7 +105,6 @@ class Job:
             sleep=self.time.sleep,
             poll_initial=30.0,
             poll_max=600.0,
-            lost_grace=120.0,
             **{"max_batch_requests": 5, **options},
         )
 
@@ -214,6 +216,110 @@ async def test_a_lost_202_is_found_and_never_resubmitted(job: Job) -> None:
     assert result.found_after_lost_202 == 1
     assert set(job.submitted().values()) == {1}
     assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(8))
+    await job.money_agrees()
+
+
+async def test_a_lost_202_whose_batch_is_listed_late_is_found_not_paid_twice(job: Job) -> None:
+    # The list shows the new batch only after 10 minutes: its prompts wait (held), and
+    # are never sent again while the submit may have made a batch.
+    faults = job.sim.simulator.batches.faults
+    faults.lose_202 = 1
+    faults.list_lag = 600.0
+    result = await job.go(prompts(5))
+    assert result.found_after_lost_202 == 1
+    assert result.resubmitted_lines == 0
+    assert set(job.submitted().values()) == {1}, "never paid twice"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    await job.money_agrees()
+
+
+class SubmitTimes(BatchApi):
+    """Records the (fake) time of each submit; ``unsent`` first ones never leave."""
+
+    unsent = 0
+
+    def __init__(self, http: HttpClient, clock: FakeTime) -> None:
+        super().__init__(http)
+        self.clock, self.times = clock, []  # type: list[float]
+
+    async def submit(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.times.append(self.clock())
+        if self.unsent > 0:
+            self.unsent -= 1
+            error = APIConnectionError("connect failed")
+            error.request_sent = False
+            raise error
+        return await super().submit(*args, **kwargs)
+
+
+async def test_a_submit_never_sent_is_released_at_once_and_goes_again(job: Job) -> None:
+    api = SubmitTimes(job.http, job.time)
+    api.unsent = 1
+    result = await job.go(prompts(5), api)
+    assert len(api.times) == 2
+    assert api.times[1] - api.times[0] < LIST_LAG_SECONDS, "not held: it cannot have been made"
+    assert result.resubmitted_lines == 0
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    assert set(job.submitted().values()) == {1}
+    with BatchJournal.open(job.directory) as journal:
+        assert [i.ended for i in journal if i.batch_id is None] == ["not_sent"]
+    await job.money_agrees()
+
+
+class HeldWhileLooking(SubmitTimes):
+    """Records what the ledger holds each time the list is read for a lost 202."""
+
+    ledger: MemoryLedger
+    reserved: list[Decimal]
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        if len(self.times) == 1:
+            held = (await self.ledger.snapshot()).reserved
+            self.reserved = [*getattr(self, "reserved", []), held]
+        return await super().list_page(created_after, after)
+
+
+async def test_a_submit_sent_but_unanswered_holds_its_prompts_for_the_whole_window(
+    job: Job,
+) -> None:
+    # Every byte sent, no answer, and no batch ever listed: only once the whole window
+    # has passed can it be known that none was made; then the prompts go, once.
+    job.sim.simulator.batches.faults.drop_submit = 1
+    api = HeldWhileLooking(job.http, job.time)
+    api.ledger = job.ledger
+    result = await job.go(prompts(5), api)
+    assert len(api.times) == 2
+    assert api.times[1] - api.times[0] >= LOST_GRACE_SECONDS
+    assert api.reserved
+    assert min(api.reserved) > 0, "its worst case stayed held the whole time"
+    assert result.resubmitted_lines == 5
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    await job.money_agrees()
+
+
+async def test_a_kill_between_an_unsent_submits_release_and_its_journal_line_holds_it(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The release is in the ledger, the journal never said "not sent": the resume cannot
+    # know the submit never left, so it takes the side that cannot pay twice.
+    original = BatchJournal.record_ended
+
+    def killed(self: BatchJournal, intent: str, why: str) -> None:
+        if why == "not_sent":
+            raise Killed
+        original(self, intent, why)
+
+    monkeypatch.setattr(BatchJournal, "record_ended", killed)
+    api = SubmitTimes(job.http, job.time)
+    api.unsent = 1
+    with pytest.raises(Killed):
+        await job.go(prompts(5), api)
+    monkeypatch.setattr(BatchJournal, "record_ended", original)
+    result = await job.go(prompts(5), api)
+    assert api.times[1] - api.times[0] >= LOST_GRACE_SECONDS
+    assert result.resubmitted_lines == 5
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    assert set(job.submitted().values()) == {1}
     await job.money_agrees()
 
 
