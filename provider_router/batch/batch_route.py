@@ -35,6 +35,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
@@ -57,6 +58,7 @@ from provider_router.batch.batch_api import RESULTS_PAGE_LINES, BatchApi
 from provider_router.batch.batch_body import MAX_BATCH_REQUESTS, RESULTS_PAGE_BYTES, BatchBody
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.batch_lost import LIST_LAG_SECONDS, LOST_GRACE_SECONDS, find_lost
+from provider_router.batch.batch_poll import listed_statuses
 from provider_router.batch.batch_results import (
     ResultLine,
     failed_batch_cost,
@@ -82,6 +84,17 @@ _TRANSIENT = (APIConnectionError, ProviderUnavailableError, RateLimitError)
 
 MAX_UNSENT_SUBMITS: Final = 5
 """Submits in a row that never left (each after a longer wait) before the run stops."""
+
+
+@dataclass(slots=True)
+class _Collecting:
+    """How far this run has read one completed batch's results."""
+
+    cursor: str | None = None
+    seen: set[str] = field(default_factory=set)
+    lines_cost: Decimal = Decimal(0)
+    failed: list[str] = field(default_factory=list)
+    done: bool = False
 
 
 class _NoRoom(Exception):
@@ -157,6 +170,7 @@ class BatchRouteRun:
         """When each batch first answered 404 in this run."""
         self._owed_costs: dict[str, Decimal] = {}
         self._unsent = 0
+        self._collecting: dict[str, _Collecting] = {}
         """Submits in a row that never left (a connection that could not be made)."""
 
     def close(self) -> None:
@@ -387,29 +401,24 @@ class BatchRouteRun:
     # --- poll and collect -----------------------------------------------------------
 
     async def _poll_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
+        live = [i for i in self.batches if i.live and i.batch_id is not None]
+        try:
+            listed = await listed_statuses(self.api, live)
+        except _TRANSIENT as exc:
+            self.result.events.append(f"the batch list: {exc}; polled again later")
+            return False
         progressed = False
-        for intent in [i for i in self.batches if i.live and i.batch_id is not None]:
+        for intent in live:
             assert intent.batch_id is not None
             try:
-                batch = await self.api.get(intent.batch_id, max_bytes=self.body.batch_bytes(intent))
+                batch = listed.get(intent.batch_id) or await self._get(intent)
+                if batch is None:
+                    continue
                 status = batch.get("status")
                 if status == "completed":
-                    progressed |= await self._collect(intent, prompts.get(intent.dataset, {}))
-            except NotFoundError:
-                now = self.clock()
-                first = self._missing.setdefault(intent.intent, now)
-                if min(now - intent.created_after, now - first) < self.missing_grace:
-                    continue  # a fresh batch may answer 404 a moment (or a blip)
-                # Deleted, or not this key's: it may still run and bill, so its worst
-                # case stays held and its prompts are not sent again; the run stops.
-                self.result.stopped_by = "error"
-                self.result.stop = (
-                    f"batch {intent.batch_id} answers 404 {self.missing_grace:g} s after its "
-                    "submit (deleted, or submitted with another key?): its worst case "
-                    "stays held and its prompts are not sent again"
-                )
-                self._halt = True
-                continue
+                    progressed |= await self._collect(
+                        intent, prompts.get(intent.dataset, {}), batch
+                    )
             except PaymentRequiredError as exc:
                 await self._owed(exc)
                 continue
@@ -427,6 +436,27 @@ class BatchRouteRun:
                 self.batches.record_ended(intent.intent, str(status))
                 progressed = True
         return progressed
+
+    async def _get(self, intent: BatchIntent) -> dict[str, Any] | None:
+        """A batch the list does not show (yet), by id (None: a 404 to wait out)."""
+        assert intent.batch_id is not None
+        try:
+            return await self.api.get(intent.batch_id, max_bytes=self.body.batch_bytes(intent))
+        except NotFoundError:
+            now = self.clock()
+            first = self._missing.setdefault(intent.intent, now)
+            if min(now - intent.created_after, now - first) < self.missing_grace:
+                return None  # a fresh batch may answer 404 a moment (or a blip)
+            # Deleted, or not this key's: it may still run and bill, so its worst
+            # case stays held and its prompts are not sent again; the run stops.
+            self.result.stopped_by = "error"
+            self.result.stop = (
+                f"batch {intent.batch_id} answers 404 {self.missing_grace:g} s after its "
+                "submit (deleted, or submitted with another key?): its worst case "
+                "stays held and its prompts are not sent again"
+            )
+            self._halt = True
+            return None
 
     def _failed_cost(self, intent: BatchIntent, batch: Mapping[str, Any]) -> Decimal:
         cost, done = failed_batch_cost(batch, from_units(intent.worst_units))
@@ -455,42 +485,58 @@ class BatchRouteRun:
             "(they are not re-run)"
         )
 
-    async def _collect(self, intent: BatchIntent, prompts: Mapping[str, Prompt]) -> bool:
+    async def _collect(
+        self, intent: BatchIntent, prompts: Mapping[str, Prompt], batch: Mapping[str, Any]
+    ) -> bool:
+        """Read a completed batch's results page by page (each line once), then settle it
+        from ``batch`` (its list item: the status, counts and ``usage`` without results).
+        A collect cut short (a blip, a 402) goes on from its cursor on the next poll."""
         assert intent.batch_id is not None
-        lines_cost = Decimal(0)
-        failed: list[str] = []
-        seen: set[str] = set()
-        cursor: str | None = None
+        state = self._collecting.setdefault(intent.intent, _Collecting())
         line_bytes = self.body.line_bytes(intent.dataset)
         page_lines = max(1, min(RESULTS_PAGE_LINES, RESULTS_PAGE_BYTES // line_bytes))
-        while True:
+        while not state.done:
             try:
                 page = await self.api.results_page(
-                    intent.batch_id, cursor, limit=page_lines, max_bytes=page_lines * line_bytes
+                    intent.batch_id,
+                    state.cursor,
+                    limit=page_lines,
+                    max_bytes=page_lines * line_bytes,
                 )
             except PaymentRequiredError as exc:
                 await self._owed(exc)
                 return False
+            except APIStatusError as exc:
+                if exc.status != 409:
+                    raise
+                return False  # completed, its results not written yet: the next poll
             fresh = 0
             for result in page.get("data") or []:
                 line = read_result(intent, result)
-                if line is None or line.prompt_id in seen:
+                if line is None or line.prompt_id in state.seen:
                     continue  # not this batch's line, or listed again: counted once
-                seen.add(line.prompt_id)
+                state.seen.add(line.prompt_id)
                 fresh += 1
-                lines_cost += self._write_line(intent, line, prompts, failed)
+                state.lines_cost += self._write_line(intent, line, prompts, state.failed)
             self.journal.flush()  # a page's outputs committed before the next is asked for
             cursor = page.get("next_cursor")
-            if not page.get("has_more") or cursor is None or len(seen) == len(intent.prompt_ids):
-                break  # the last page, or every line is in (a batch has no more)
-            if not fresh:
+            if (
+                not page.get("has_more")
+                or cursor is None
+                or len(state.seen) == len(intent.prompt_ids)
+            ):
+                state.done = True  # the last page, or every line is in (a batch has no more)
+            elif not fresh:
                 # Each page must bring a line not seen before: else it is read forever.
                 raise InvalidResponseError(
                     f"GET /batches/{intent.batch_id}/results: a page of no new line and "
-                    f"has_more ({len(seen)} of {len(intent.prompt_ids)} lines read); the "
-                    "batch stays held and is collected again on the next run"
+                    f"has_more ({len(state.seen)} of {len(intent.prompt_ids)} lines read); "
+                    "the batch stays held and is collected again on the next run"
                 )
-        batch = await self.api.get(intent.batch_id, max_bytes=self.body.batch_bytes(intent))
+            else:
+                state.cursor = str(cursor)
+        del self._collecting[intent.intent]
+        lines_cost, failed = state.lines_cost, state.failed
         usage = batch.get("usage")
         reported = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
         if reported is None:

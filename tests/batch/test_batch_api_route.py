@@ -21,9 +21,11 @@ from _batch_helpers import times_submitted
 from provider_router import MemoryLedger, ProviderPolicy
 from provider_router._exceptions import (
     APIConnectionError,
+    APIStatusError,
     ConfigurationError,
     DataFileError,
     InvalidResponseError,
+    RateLimitError,
     RequestTimeout,
 )
 from provider_router._http import HttpClient
@@ -323,6 +325,24 @@ async def test_a_kill_between_an_unsent_submits_release_and_its_journal_line_hol
     await job.money_agrees()
 
 
+class PollEdits(BatchApi):
+    """Edits each batch object a poll reads (list items, and a GET by id)."""
+
+    def edit(self, batch: dict[str, Any]) -> None:
+        pass
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        page = await super().list_page(created_after, after)
+        for item in page["data"]:
+            self.edit(item)
+        return page
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        batch = await super().get(batch_id, **kw)
+        self.edit(batch)
+        return batch
+
+
 class KillAfterSubmit(BatchApi):
     """The submit reaches OpenRouter, then the process dies before the 202 is journaled."""
 
@@ -337,18 +357,19 @@ class KillBeforeSubmit(BatchApi):
 
 
 class KillOnPoll(BatchApi):
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        raise Killed
+
     async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
         raise Killed
 
 
-class KillMidCollect(BatchApi):
+class KillMidCollect(PollEdits):
     """Dies after the first results page was written (the outputs flushed, not committed)."""
 
-    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
-        body = await super().get(batch_id, **kw)
-        if body["status"] == "completed" and not getattr(self, "armed", False):
+    def edit(self, batch: dict[str, Any]) -> None:
+        if batch["status"] == "completed" and not getattr(self, "armed", False):
             self.armed = True
-        return body
 
     async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
         if getattr(self, "die_next", False):
@@ -482,6 +503,76 @@ async def test_the_top_up_covers_every_withheld_batch_from_one_balance(job: Job)
     await job.money_agrees()
 
 
+class Downloads(BatchApi):
+    """Counts results downloaded: in GETs of a batch, and lines of results pages. With
+    ``page`` set, asks pages of that many lines; ``blip`` second pages answer a 429."""
+
+    page: int | None = None
+    blip = 0
+
+    def __init__(self, http: HttpClient) -> None:
+        super().__init__(http)
+        self.in_gets = self.in_pages = self.pages = 0
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        batch = await super().get(batch_id, **kw)
+        self.in_gets += len(batch.get("results") or [])
+        return batch
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        if self.page is not None:
+            kw["limit"] = self.page
+        if cursor is not None and self.blip > 0:
+            self.blip -= 1
+            raise RateLimitError(429, "slow down")
+        page = await super().results_page(batch_id, cursor, **kw)
+        self.pages += 1
+        self.in_pages += len(page["data"])
+        return page
+
+
+async def test_polls_read_no_results_and_each_line_is_downloaded_once(job: Job) -> None:
+    # A terminal batch's GET carries all of its results (up to 5,000 long answers): the
+    # polls read the list (results: null), and the results come once, page by page.
+    job.sim.simulator.batches.faults.slow = 5.0  # many polls before the end
+    api = Downloads(job.http)
+    result = await job.go(prompts(12), api)
+    assert result.stop is None
+    assert len(job.time.sleeps) > 3
+    assert api.in_gets == 0, "no poll downloaded results"
+    assert api.in_pages == 12, "each line downloaded once"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(12))
+    await job.money_agrees()
+
+
+async def test_a_collect_cut_by_a_blip_goes_on_from_its_cursor(job: Job) -> None:
+    api = Downloads(job.http)
+    api.page, api.blip = 2, 1
+    result = await job.go(prompts(5), api)
+    assert result.stop is None
+    assert any("429" in event or "slow down" in event for event in result.events)
+    assert api.in_pages == 5, "the first page is not read again after the 429"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    await job.money_agrees()
+
+
+class ResultsNotWrittenYet(BatchApi):
+    """The first results page of a completed batch answers 409 (results not written)."""
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        if not getattr(self, "refused", False):
+            self.refused = True
+            raise APIStatusError(409, f"Batch {batch_id} has no results yet.")
+        return await super().results_page(batch_id, cursor, **kw)
+
+
+async def test_a_completed_batch_whose_results_answer_409_is_collected_later(job: Job) -> None:
+    result = await job.go(prompts(5), ResultsNotWrittenYet(job.http))
+    assert result.stop is None
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    await job.money_agrees()
+
+
 class RepeatingPages(BatchApi):
     """A results endpoint that answers the same two lines forever (has_more, a cursor)."""
 
@@ -584,7 +675,7 @@ async def test_a_batch_list_that_never_ends_is_an_error_and_sends_nothing(job: J
     assert set(job.submitted().values()) == {1}
 
 
-class CostsUnreadable(BatchApi):
+class CostsUnreadable(PollEdits):
     """Results whose lines carry no cost, a negative one or a text one; the batch no total."""
 
     async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
@@ -597,11 +688,9 @@ class CostsUnreadable(BatchApi):
                 usage["cost"] = "-1" if n % 3 == 1 else "lots"
         return page
 
-    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
-        batch = await super().get(batch_id, **kw)
+    def edit(self, batch: dict[str, Any]) -> None:
         if batch.get("usage"):
             batch["usage"]["cost"] = None
-        return batch
 
 
 async def test_a_line_without_a_readable_cost_is_never_booked_free(job: Job) -> None:
@@ -617,7 +706,13 @@ async def test_a_line_without_a_readable_cost_is_never_booked_free(job: Job) -> 
 
 
 class Vanished(BatchApi):
-    """Every GET of a submitted batch answers 404 (deleted, or never this key's)."""
+    """Every GET of a submitted batch answers 404 (deleted, or never this key's), and the
+    list does not show it."""
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        page = await super().list_page(created_after, after)
+        page["data"] = []
+        return page
 
     async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
         self.gets = getattr(self, "gets", 0) + 1
@@ -776,17 +871,15 @@ async def test_an_answers_tool_calls_are_kept_in_the_output(job: Job) -> None:
         assert record["tools"] == tools
 
 
-class FailedAfterLines(BatchApi):
+class FailedAfterLines(PollEdits):
     """A failed batch that reports lines completed (and, with ``cost``, what they cost)."""
 
     cost: str | None = None
 
-    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
-        batch = await super().get(batch_id, **kw)
+    def edit(self, batch: dict[str, Any]) -> None:
         if batch["status"] == "failed":
             batch["request_counts"] = {"total": 5, "completed": 2, "failed": 3}
             batch["usage"] = None if self.cost is None else {"cost": self.cost}
-        return batch
 
 
 @pytest.mark.parametrize("cost", [None, "0.0005"])
@@ -825,7 +918,7 @@ def test_a_batch_endpoint_without_a_fixed_price_is_refused_up_front(job: Job) ->
         journal.close()
 
 
-class AbsurdBill(BatchApi):
+class AbsurdBill(PollEdits):
     """One line (``line``) or the batch's usage.cost (``batch``) says $1,000,000."""
 
     where = "line"
@@ -836,11 +929,9 @@ class AbsurdBill(BatchApi):
             page["data"][0]["response"]["body"]["usage"]["cost"] = 1_000_000
         return page
 
-    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
-        batch = await super().get(batch_id, **kw)
+    def edit(self, batch: dict[str, Any]) -> None:
         if self.where == "batch" and batch.get("usage"):
             batch["usage"]["cost"] = 1_000_000
-        return batch
 
 
 @pytest.mark.parametrize("where", ["line", "batch"])
@@ -860,7 +951,14 @@ async def test_an_absurd_bill_is_disputed_not_booked(job: Job, where: str) -> No
 
 
 class OneBlip(BatchApi):
-    """A batch long since submitted answers one 404, then is there again."""
+    """A batch long since submitted is missing from one list and answers one 404, then
+    is there again."""
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        page = await super().list_page(created_after, after)
+        if not getattr(self, "blipped", False):
+            page["data"] = []
+        return page
 
     async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
         if not getattr(self, "blipped", False):
