@@ -67,6 +67,7 @@ from provider_router.batch.batch_results import (
     result_record,
 )
 from provider_router.batch.batch_route_result import BatchRouteResult
+from provider_router.batch.batch_unmatched import UnmatchedAnswers
 from provider_router.batch.batch_waves import wave_room
 from provider_router.batch.journal import FileJournal
 from provider_router.ledger import Ledger
@@ -155,6 +156,7 @@ class BatchRouteRun:
         self.ledger = ledger
         self.journal = journal
         self.batches = BatchJournal.open(directory)
+        self.unmatched = UnmatchedAnswers(directory)
         self.route = route
         self.clock = clock
         self.sleep = sleep
@@ -600,8 +602,15 @@ class BatchRouteRun:
             else:
                 self._dispute(note)
             cost = worst
-        if prompt is None or not self.journal.claim(intent.dataset, line.prompt_id):
-            return cost  # already written (a collect cut short), or not in the inputs now
+        if prompt is None:
+            # Paid, and never thrown away: kept beside the outputs, once, and counted.
+            if not self.journal.is_done(intent.dataset, line.prompt_id) and self.unmatched.keep(
+                intent, line, cost
+            ):
+                self.result.not_in_inputs += 1
+            return cost
+        if not self.journal.claim(intent.dataset, line.prompt_id):
+            return cost  # already written (a collect cut short)
         tools = {**prompt.request_fields, **self.body.params(intent.dataset)}.get("tools")
         record = result_record(
             line, intent, prompt, self.route.model_id, float(self.clock()), cost, tools

@@ -30,7 +30,7 @@ from provider_router._exceptions import (
 )
 from provider_router._http import HttpClient
 from provider_router.batch.batch_api import BatchApi
-from provider_router.batch.batch_journal import BatchJournal
+from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.batch_lost import LIST_LAG_SECONDS, LOST_GRACE_SECONDS
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
 from provider_router.batch.journal import FileJournal
@@ -573,6 +573,61 @@ async def test_a_completed_batch_whose_results_answer_409_is_collected_later(job
     await job.money_agrees()
 
 
+class KillAfterPages(Downloads):
+    """Pages of two lines; dies once ``pages`` pages have been read."""
+
+    page = 2
+    kill_after = 2
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        if self.pages >= self.kill_after:
+            raise Killed
+        return await super().results_page(batch_id, cursor, **kw)
+
+
+def kept_aside(job: Job) -> list[dict[str, Any]]:
+    path = job.directory / "not_in_inputs.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_answers_to_prompts_no_longer_in_the_inputs_are_kept_and_counted(
+    job: Job,
+) -> None:
+    # Submitted, killed; the inputs then lose p1 and p3. Their answers were paid: kept in
+    # DIR/not_in_inputs.jsonl and counted, never dropped.
+    with pytest.raises(Killed):
+        await job.go(prompts(5), KillOnPoll(job.http))
+    result = await job.go([p for p in prompts(5) if p.id not in ("p1", "p3")])
+    assert sorted(job.outputs()) == ["p0", "p2", "p4"]
+    assert result.not_in_inputs == 2
+    assert result.to_json()["not_in_inputs"] == 2
+    side = kept_aside(job)
+    assert sorted(entry["id"] for entry in side) == ["p1", "p3"]
+    for entry in side:
+        assert entry["dataset"] == "ds"
+        assert entry["batch_id"].startswith("batch-")
+        assert entry["answer"]["choices"][0]["message"]["content"]
+        assert Decimal(entry["cost_usd"]) > 0
+    assert result.cost == job.sim.simulator.usage, "their cost is booked with the batch"
+    await job.money_agrees()
+
+
+async def test_an_answer_kept_aside_is_kept_once_across_a_kill_mid_collect(job: Job) -> None:
+    with pytest.raises(Killed):
+        await job.go(prompts(5), KillOnPoll(job.http))
+    kept = [p for p in prompts(5) if p.id not in ("p1", "p3")]
+    killer = KillAfterPages(job.http)
+    killer.kill_after = 1  # p0, p1 read; p1 kept aside; then the kill
+    with pytest.raises(Killed):
+        await job.go(kept, killer)
+    assert [entry["id"] for entry in kept_aside(job)] == ["p1"]
+    result = await job.go(kept)
+    assert result.not_in_inputs == 1, "only p3 is new"
+    assert sorted(entry["id"] for entry in kept_aside(job)) == ["p1", "p3"]
+    assert sorted(job.outputs()) == ["p0", "p2", "p4"]
+    await job.money_agrees()
+
+
 class RepeatingPages(BatchApi):
     """A results endpoint that answers the same two lines forever (has_more, a cursor)."""
 
@@ -1004,3 +1059,26 @@ async def test_a_lost_submit_waits_the_grace_after_it_ended_not_after_it_began(
     failed_at, resent_at = api.ended[0], api.ended[1]
     assert resent_at - failed_at >= 120, "the grace counts from when the answer was lost"
     assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+
+
+def test_a_torn_last_line_of_the_answers_kept_aside_is_cut_and_written_again(
+    tmp_path: Path,
+) -> None:
+    from provider_router.batch.batch_results import ResultLine
+    from provider_router.batch.batch_unmatched import UnmatchedAnswers
+
+    intent = BatchIntent("b" + "1" * 12, "ds", ("p0", "p1"), 0, {}, 10, batch_id="batch-1")
+    body = {"choices": [{"message": {"content": "hi"}}]}
+    first = UnmatchedAnswers(tmp_path)
+    assert first.keep(intent, ResultLine("p0", body, Decimal("0.1")), Decimal("0.1"))
+    assert not first.keep(intent, ResultLine("p0", body, Decimal("0.1")), Decimal("0.1"))
+    with first.path.open("ab") as fh:
+        fh.write(b'{"dataset":"ds","id":"p1","ans')  # a kill mid-write
+    again = UnmatchedAnswers(tmp_path)
+    assert not again.keep(intent, ResultLine("p0", body, Decimal("0.1")), Decimal("0.1"))
+    assert again.keep(intent, ResultLine("p1", body, Decimal("0.2")), Decimal("0.2"))
+    lines = [json.loads(line) for line in again.path.read_text().splitlines()]
+    assert [(e["id"], e["custom_id"], e["cost_usd"]) for e in lines] == [
+        ("p0", intent.custom_id(0), "0.1"),
+        ("p1", intent.custom_id(1), "0.2"),
+    ]
