@@ -33,6 +33,7 @@ from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.batch_lost import LIST_LAG_SECONDS, LOST_GRACE_SECONDS
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
+from provider_router.batch.batch_submit import MAX_UNSENT_SUBMITS
 from provider_router.batch.journal import FileJournal
 from provider_router.catalog import Catalog
 from provider_router.prompts import Prompt
@@ -266,6 +267,26 @@ async def test_a_submit_never_sent_is_released_at_once_and_goes_again(job: Job) 
     with BatchJournal.open(job.directory) as journal:
         assert [i.ended for i in journal if i.batch_id is None] == ["not_sent"]
     await job.money_agrees()
+
+
+async def test_submits_that_never_leave_stop_the_run_after_a_few_tries(job: Job) -> None:
+    api = SubmitTimes(job.http, job.time)
+    api.unsent = 1000
+
+    def guard() -> None:
+        if len(job.time.sleeps) > 50:
+            raise Killed  # it would have tried forever
+
+    job.time.hook = guard
+    result = await job.go(prompts(5), api)
+    assert len(api.times) == MAX_UNSENT_SUBMITS
+    assert result.stopped_by == "error"
+    assert result.stop is not None
+    assert "could not be reached" in result.stop
+    assert len(job.sim.simulator.batches) == 0
+    state = await job.ledger.snapshot()
+    assert state.reserved == 0
+    assert state.spent == 0, "nothing sent, nothing held"
 
 
 class HeldWhileLooking(SubmitTimes):
