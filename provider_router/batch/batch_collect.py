@@ -15,7 +15,7 @@ cursor at the next poll.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -26,14 +26,12 @@ from provider_router._exceptions import (
     PaymentRequiredError,
 )
 from provider_router._money import from_units, to_units
-from provider_router.batch.batch_api import RESULTS_PAGE_LINES, BatchApi
-from provider_router.batch.batch_body import RESULTS_PAGE_BYTES, BatchBody
-from provider_router.batch.batch_journal import BatchIntent, BatchJournal
-from provider_router.batch.batch_money import BatchMoney
+from provider_router.batch.batch_api import RESULTS_PAGE_LINES
+from provider_router.batch.batch_body import RESULTS_PAGE_BYTES
+from provider_router.batch.batch_journal import BatchIntent
+from provider_router.batch.batch_parts import RoutePart, RouteParts
 from provider_router.batch.batch_results import ResultLine, read_cost, read_result, result_record
-from provider_router.batch.batch_route_result import BatchRouteResult
 from provider_router.batch.batch_unmatched import UnmatchedAnswers
-from provider_router.batch.journal import FileJournal
 from provider_router.prompts import Prompt
 
 __all__ = ["BatchCollector"]
@@ -50,31 +48,13 @@ class _Collecting:
     done: bool = False
 
 
-class BatchCollector:
+class BatchCollector(RoutePart):
     """Collect completed batches for one run of the batch route (module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        api: BatchApi,
-        body: BatchBody,
-        journal: FileJournal,
-        batches: BatchJournal,
-        money: BatchMoney,
-        result: BatchRouteResult,
-        unmatched: UnmatchedAnswers,
-        model: str,
-        clock: Callable[[], float],
-    ) -> None:
-        self.api = api
-        self.body = body
-        self.journal = journal
-        self.batches = batches
-        self.money = money
-        self.result = result
+    def __init__(self, parts: RouteParts, *, unmatched: UnmatchedAnswers, model: str) -> None:
+        super().__init__(parts)
         self.unmatched = unmatched
         self.model = model
-        self.clock = clock
         self._progress: dict[str, _Collecting] = {}
 
     async def collect(

@@ -58,6 +58,7 @@ from provider_router.batch.batch_collect import BatchCollector
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.batch_lost import LIST_LAG_SECONDS, LOST_GRACE_SECONDS, find_lost
 from provider_router.batch.batch_money import BatchMoney
+from provider_router.batch.batch_parts import RouteParts
 from provider_router.batch.batch_poll import listed_statuses
 from provider_router.batch.batch_results import failed_batch_cost
 from provider_router.batch.batch_route_result import BatchRouteResult
@@ -137,29 +138,16 @@ class BatchRouteRun:
         self.max_attempts = max_attempts
         self.result = BatchRouteResult()
         self.money = BatchMoney(api, ledger, self.batches, self.result)
+        parts = RouteParts(api, self.body, journal, self.batches, self.money, self.result, clock)
         self.submitter = BatchSubmitter(
-            api=api,
-            body=self.body,
-            journal=journal,
-            batches=self.batches,
-            money=self.money,
-            result=self.result,
+            parts,
             route=route,
-            clock=clock,
             limits=dict(limits or {}),
             max_attempts=max_attempts,
             lost_grace=lost_grace,
         )
         self.collector = BatchCollector(
-            api=api,
-            body=self.body,
-            journal=journal,
-            batches=self.batches,
-            money=self.money,
-            result=self.result,
-            unmatched=UnmatchedAnswers(directory),
-            model=route.model_id,
-            clock=clock,
+            parts, unmatched=UnmatchedAnswers(directory), model=route.model_id
         )
         self._halt = False
         """A batch vanished (404 past the grace) this round: the run stops."""

@@ -17,7 +17,7 @@ lost-202 search (:mod:`.batch_lost`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Final
 
@@ -29,13 +29,10 @@ from provider_router._exceptions import (
     PaymentRequiredError,
 )
 from provider_router._log import get_logger
-from provider_router.batch.batch_api import BatchApi
-from provider_router.batch.batch_body import BatchBody
-from provider_router.batch.batch_journal import BatchIntent, BatchJournal
-from provider_router.batch.batch_money import BatchMoney, NoRoom
-from provider_router.batch.batch_route_result import BatchRouteResult
+from provider_router.batch.batch_journal import BatchIntent
+from provider_router.batch.batch_money import NoRoom
+from provider_router.batch.batch_parts import RoutePart, RouteParts
 from provider_router.batch.batch_waves import wave_room
-from provider_router.batch.journal import FileJournal
 from provider_router.ledger._base import Reservation
 from provider_router.prompts import Prompt
 from provider_router.route_batch import BatchRoute
@@ -48,32 +45,20 @@ MAX_UNSENT_SUBMITS: Final = 5
 """Submits in a row that never left (each after a longer wait) before the run stops."""
 
 
-class BatchSubmitter:
+class BatchSubmitter(RoutePart):
     """Submit what may go, for one run of the batch route (see the module docstring)."""
 
     def __init__(
         self,
+        parts: RouteParts,
         *,
-        api: BatchApi,
-        body: BatchBody,
-        journal: FileJournal,
-        batches: BatchJournal,
-        money: BatchMoney,
-        result: BatchRouteResult,
         route: BatchRoute,
-        clock: Callable[[], float],
         limits: Mapping[str, tuple[int | None, int | None]],
         max_attempts: int,
         lost_grace: float,
     ) -> None:
-        self.api = api
-        self.body = body
-        self.journal = journal
-        self.batches = batches
-        self.money = money
-        self.result = result
+        super().__init__(parts)
         self.route = route
-        self.clock = clock
         self.limits = limits
         self.max_attempts = max_attempts
         self.lost_grace = lost_grace

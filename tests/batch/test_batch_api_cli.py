@@ -30,9 +30,17 @@ SIZES = {"a": 14, "b": 9}
 FAST = ["--batch-poll", "0.02", "--batch-lost-grace", "0.3", "--progress", "off"]
 
 
-def make_plan(tmp_path: Path, *, budget: str = "20", route: str = "batch") -> Path:
+def make_plan(
+    tmp_path: Path,
+    *,
+    budget: str = "20",
+    route: str = "batch",
+    routes: dict[str, str] | None = None,
+) -> Path:
+    """Datasets a and b, each on ``route`` unless ``routes`` names its own."""
     for name, size in SIZES.items():
         write_prompts(tmp_path / f"{name}.jsonl", size, prefix=name)
+    chosen = {name: (routes or {}).get(name, route) for name in SIZES}
     plan = tmp_path / "plan.yaml"
     plan.write_text(
         "model: moonshotai/kimi-k3\n"
@@ -40,7 +48,7 @@ def make_plan(tmp_path: Path, *, budget: str = "20", route: str = "batch") -> Pa
         "policy: {exclude_below: int4}\n"
         "generation: {max_tokens: 300}\n"
         "datasets:\n"
-        + "".join(f"  - {{name: {n}, input: {n}.jsonl, route: {route}}}\n" for n in SIZES)
+        + "".join(f"  - {{name: {n}, input: {n}.jsonl, route: {r}}}\n" for n, r in chosen.items())
     )
     return plan
 
@@ -207,21 +215,7 @@ async def test_lines_that_failed_every_batch_go_sync_for_auto_and_end_batch_inco
     assert ledger_spent(out) == sim.simulator.usage
 
 
-def write_mixed_plan(tmp_path: Path, budget: str = "20") -> Path:
-    """Dataset a on the batch route, b on the sync route, one budget."""
-    for name, size in SIZES.items():
-        write_prompts(tmp_path / f"{name}.jsonl", size, prefix=name)
-    plan = tmp_path / "plan.yaml"
-    plan.write_text(
-        "model: moonshotai/kimi-k3\n"
-        f"budget: {budget}\n"
-        "policy: {exclude_below: int4}\n"
-        "generation: {max_tokens: 300}\n"
-        "datasets:\n"
-        "  - {name: a, input: a.jsonl, route: batch}\n"
-        "  - {name: b, input: b.jsonl, route: sync}\n"
-    )
-    return plan
+MIXED = {"a": "batch", "b": "sync"}
 
 
 async def test_a_mixed_runs_batch_failures_reach_the_exit_code(
@@ -231,7 +225,7 @@ async def test_a_mixed_runs_batch_failures_reach_the_exit_code(
     # the run is incomplete (exit 5), not a success because its last part was.
     sim = await openrouter_sim_factory(speed=math_inf(), seed=3)
     sim.simulator.batches.faults.line_failure_rate = 1.0
-    plan, out = write_mixed_plan(tmp_path), tmp_path / "out"
+    plan, out = make_plan(tmp_path, routes=MIXED), tmp_path / "out"
     code, _, err = await run_cli(*run_args(plan, out, sim))
     assert code == EXIT_CODES[StopReason.INCOMPLETE], err[-2000:]
     assert "14 prompts of route: batch datasets failed in every batch" in err
@@ -244,7 +238,7 @@ async def test_a_mixed_runs_sync_budget_stop_reaches_the_exit_code(
 ) -> None:
     # The batch part completes; the sync part then meets the budget: exit 3.
     sim = await openrouter_sim_factory(speed=math_inf(), seed=3)
-    plan, out = write_mixed_plan(tmp_path, budget="0.012"), tmp_path / "out"
+    plan, out = make_plan(tmp_path, budget="0.012", routes=MIXED), tmp_path / "out"
     code, _, err = await run_cli(*run_args(plan, out, sim))
     assert code == EXIT_CODES[StopReason.BUDGET], err[-2000:]
     assert len(read_records(out / "a.jsonl")) == SIZES["a"], "the batch part finished"
