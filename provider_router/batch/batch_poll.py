@@ -7,8 +7,10 @@ with ``results: null`` ("List items omit results"). So one round of polls is one
 down ``GET /batches?created_after=`` (newest first, 100 a page), stopped as soon as
 every batch asked for is seen; the results themselves are read once, page by page,
 from ``GET /batches/{id}/results`` when a batch is completed. A batch the list does
-not show yet (a fresh one, the list's lag) is asked for by id: it is not terminal
-then, or it is read once.
+not show (a fresh one, the list's lag) is asked for by id, bounded by the batch's
+largest answer: a fresh batch is not terminal, so that carries no results, and only a
+finished batch the list never shows has its results read twice (once there, once in
+pages).
 """
 
 from __future__ import annotations

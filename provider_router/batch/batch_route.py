@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -144,7 +145,6 @@ class BatchRouteRun:
             route=route,
             limits=dict(limits or {}),
             max_attempts=max_attempts,
-            lost_grace=lost_grace,
         )
         self.collector = BatchCollector(
             parts, unmatched=UnmatchedAnswers(directory), model=route.model_id
@@ -153,6 +153,8 @@ class BatchRouteRun:
         """A batch vanished (404 past the grace) this round: the run stops."""
         self._missing: dict[str, float] = {}
         """When each batch first answered 404 in this run."""
+        self._held: set[str] = set()
+        """Lost 202s this run has said it holds."""
 
     def close(self) -> None:
         self.batches.close()
@@ -233,7 +235,9 @@ class BatchRouteRun:
             if search.batch_id is not None:
                 self.batches.record_submitted(intent.intent, search.batch_id)
                 self.result.found_after_lost_202 += 1
-            elif not search.undecided and self._grace_over(intent):
+            elif not self._grace_over(intent):
+                self._held_note(intent)
+            elif not search.undecided:
                 # Listed nowhere once every batch the submit could have made has ended:
                 # it made none. If an expired batch that shows no custom_ids might be
                 # it, its worst case stays counted (an expired batch's bill is unknown).
@@ -241,6 +245,20 @@ class BatchRouteRun:
                 await self.money.close(intent, cost)
                 self.batches.record_ended(intent.intent, "not_created")
                 self.result.resubmitted_lines += len(intent.prompt_ids)
+
+    def _held_note(self, intent: BatchIntent) -> None:
+        """Say once a run why a lost 202's prompts wait, and until when at most."""
+        if intent.intent in self._held:
+            return
+        self._held.add(intent.intent)
+        until = datetime.fromtimestamp(intent.created_after + self.lost_grace, UTC)
+        self.result.events.append(
+            f"intent {intent.intent} ({len(intent.prompt_ids)} prompts of {intent.dataset}): "
+            "its submit may have reached OpenRouter and no listed batch is known to be its "
+            "yet; "
+            f"its worst case stays held and its prompts wait (until {until:%Y-%m-%d %H:%M} "
+            "UTC at most, unless its batch is listed)"
+        )
 
     def _grace_over(self, intent: BatchIntent) -> bool:
         """Whether ``lost_grace`` has passed since the intent (taken before its submit):

@@ -55,13 +55,11 @@ class BatchSubmitter(RoutePart):
         route: BatchRoute,
         limits: Mapping[str, tuple[int | None, int | None]],
         max_attempts: int,
-        lost_grace: float,
     ) -> None:
         super().__init__(parts)
         self.route = route
         self.limits = limits
         self.max_attempts = max_attempts
-        self.lost_grace = lost_grace
         self.unsent = 0
         """Submits in a row that never left (a connection that could not be made)."""
 
@@ -173,11 +171,7 @@ class BatchSubmitter(RoutePart):
         if not definite:
             # Unknown: it may have been created. Its prompts wait, held, for the lost-202
             # search (batch_route).
-            self.result.events.append(
-                f"submit of {intent.intent} got no answer ({exc}): its "
-                f"{len(intent.prompt_ids)} prompts wait for its batch to be listed, or "
-                f"{self.lost_grace:g} s with none listed, before they go again"
-            )
+            self.result.events.append(f"submit of {intent.intent} got no answer ({exc})")
             return False
         await self.money.close(intent, Decimal(0))
         self.batches.record_ended(intent.intent, "refused")

@@ -315,6 +315,8 @@ async def test_a_submit_sent_but_unanswered_holds_its_prompts_for_the_whole_wind
     assert api.times[1] - api.times[0] >= LOST_GRACE_SECONDS
     assert api.reserved
     assert min(api.reserved) > 0, "its worst case stayed held the whole time"
+    (held,) = [e for e in result.events if "no listed batch is known to be its" in e]
+    assert "5 prompts of ds" in held, "the run says why they wait, once"
     assert result.resubmitted_lines == 5
     assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
     await job.money_agrees()
