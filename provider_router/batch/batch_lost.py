@@ -38,8 +38,8 @@ LIST_LAG_SECONDS: Final = 120
 LOST_GRACE_SECONDS: Final = int(BATCH_WINDOW_SECONDS) + LIST_LAG_SECONDS
 """How long a submit that may have reached OpenRouter, and that no list shows, keeps its
 prompts from going again: no source bounds how late the list shows a new batch, so
-only the whole 24 h window (every batch it could have made has ended by then) proves
-none was made. Sooner could pay twice."""
+only the whole 24 h window proves none was made (a batch it made is listed by then,
+ended, or running, which keeps the prompts held). Sooner could pay twice."""
 
 
 @dataclass(frozen=True, slots=True)
