@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from provider_router import ProviderPolicy
 from provider_router.batch.batch_journal import BatchJournal
@@ -94,6 +95,22 @@ async def ledger_spent(out: Path) -> Decimal:
         return (await ledger.snapshot()).spent
 
 
+def count_results_in_gets(sim: SimulatorServer) -> list[int]:
+    """A counter of the result lines batch objects carried to the client (a terminal
+    batch's ``GET /batches/{id}`` carries all of them; results pages are not counted)."""
+    read = [0]
+    book = sim.simulator.batches
+    body = book.body
+
+    def counted(batch: Any, *, with_results: bool) -> dict[str, Any]:
+        answer = body(batch, with_results=with_results)
+        read[0] += len(answer.get("results") or [])
+        return answer
+
+    book.body = counted  # type: ignore[method-assign]
+    return read
+
+
 async def projected_vs_actual(tokens: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -113,6 +130,7 @@ async def projected_vs_actual(tokens: int) -> dict[str, object]:
             assert routes.batch.expected_cost is not None
             out = root / "out"
             batches = await batch_datasets(plan, base_url=sim.url)
+            results_in_gets = count_results_in_gets(sim)
             started = time.perf_counter()
             result = await run_plan_batches(
                 plan,
@@ -129,7 +147,11 @@ async def projected_vs_actual(tokens: int) -> dict[str, object]:
             spent = await ledger_spent(out)
             ids = output_ids(out)
             counts = submitted_counts(out, sim)
+            calls = sim.simulator.log.counters
             return {
+                # Batch API calls by route: polls read the list; results come once.
+                "calls": {r: calls[f"route.batch_{r}"] for r in ("list", "get", "results")},
+                "result_lines_in_batch_objects": results_in_gets[0],
                 "datasets": len(DATASETS),
                 "tokens_per_dataset": tokens,
                 "projected_batch": str(routes.batch.expected_cost),

@@ -21,11 +21,25 @@ from provider_router._exceptions import (
 )
 from provider_router.batch.batch_api import TERMINAL, BatchApi
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
+from provider_router.route_choice import BATCH_WINDOW_SECONDS
 
-__all__ = ["CLOCK_SKEW_SECONDS", "LostSearch", "find_lost"]
+__all__ = [
+    "CLOCK_SKEW_SECONDS",
+    "LIST_LAG_SECONDS",
+    "LOST_GRACE_SECONDS",
+    "LostSearch",
+    "find_lost",
+]
 
 CLOCK_SKEW_SECONDS: Final = 3600
 """How far OpenRouter's clock may be behind ours when a lost 202 is looked for."""
+LIST_LAG_SECONDS: Final = 120
+"""How long a new batch may stay out of the list, or a fresh one answer 404 (ENG)."""
+LOST_GRACE_SECONDS: Final = int(BATCH_WINDOW_SECONDS) + LIST_LAG_SECONDS
+"""How long a submit that may have reached OpenRouter, and that no list shows, keeps its
+prompts from going again: no source bounds how late the list shows a new batch, so
+only the whole 24 h window proves none was made (a batch it made is listed by then,
+ended, or running, which keeps the prompts held). Sooner could pay twice."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from provider_router._exceptions import ConfigurationError
 from provider_router._http import HttpClient
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
+from provider_router.batch.batch_unmatched import NOT_IN_INPUTS_FILE
 from provider_router.batch.job_ledger import open_job_ledger
 from provider_router.batch.journal import FileJournal
 from provider_router.batch.runner import LEDGER_FILE
@@ -197,6 +198,11 @@ def describe(result: BatchRouteResult) -> list[str]:
         lines.append(
             f"Batch route: {result.found_after_lost_202} batches whose 202 was lost were found "
             "and collected (nothing sent twice)."
+        )
+    if result.not_in_inputs:
+        lines.append(
+            f"Batch route: {result.not_in_inputs} paid answers to prompts no longer in the "
+            f"inputs were kept in {NOT_IN_INPUTS_FILE} (not in the outputs)."
         )
     if result.stop is not None:
         lines.append(f"Batch route stopped: {result.stop}.")

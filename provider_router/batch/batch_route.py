@@ -16,68 +16,64 @@ each prompt's result written exactly once, across kills and resumes.
 4. a 402 on results (credits short at finalize) stops the run, saying how much to
    add; the batch is not re-run, and a resume after the top-up collects it.
 
-After a kill, a resumed run first resolves every intent without a batch id (a lost
-202): it looks for the batch with ``GET /batches?created_after=`` and checks its
-results' ``custom_id``s, which carry the intent's id; until one is found or the list
-shows none for ``lost_grace`` seconds, those prompts are never sent again. Failed and
+A submit whose request provably never left (``request_sent=False``) is released at
+once and its prompts may go again. Any other unanswered submit (a kill between the
+intent and the 202, an answer lost on the wire) is an intent without a batch id: each
+round looks for its batch with ``GET /batches?created_after=`` and checks the results'
+``custom_id``s, which carry the intent's id. Its worst case stays held and its prompts
+are never sent again until the batch is found, or until ``lost_grace`` (by default the
+whole 24 h window and the list's lag) has passed with no listed batch carrying its
+``custom_id``s: the list may show a new batch late, and sooner could pay twice. Failed and
 expired batches' prompts run again in new batches (up to ``max_attempts`` each). An
 expired batch's reservation is settled at its worst case: nothing says what it cost
 (docs/batch.md).
+
+This module runs the rounds, polls and resolves lost 202s; what it drives lives beside
+it: :mod:`.batch_submit` (what may go, the intent, the submit), :mod:`.batch_collect`
+(results read once, each line written once), :mod:`.batch_money` (the holds, settles
+and money stops), :mod:`.batch_poll` (statuses from the list, without results).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from provider_router._exceptions import (
     APIConnectionError,
-    APIStatusError,
-    BudgetExhausted,
-    ConfigurationError,
     DataFileError,
-    InvalidResponseError,
     NotFoundError,
     PaymentRequiredError,
     ProviderUnavailableError,
     RateLimitError,
 )
-from provider_router._log import get_logger
-from provider_router._money import from_units, to_units
-from provider_router.batch.batch_api import RESULTS_PAGE_LINES, BatchApi
-from provider_router.batch.batch_body import MAX_BATCH_REQUESTS, RESULTS_PAGE_BYTES, BatchBody
+from provider_router._money import from_units
+from provider_router.batch.batch_api import BatchApi
+from provider_router.batch.batch_body import MAX_BATCH_REQUESTS, BatchBody
+from provider_router.batch.batch_collect import BatchCollector
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
-from provider_router.batch.batch_lost import find_lost
-from provider_router.batch.batch_results import (
-    ResultLine,
-    failed_batch_cost,
-    read_cost,
-    read_result,
-    result_record,
-)
+from provider_router.batch.batch_lost import LIST_LAG_SECONDS, LOST_GRACE_SECONDS, find_lost
+from provider_router.batch.batch_money import BatchMoney
+from provider_router.batch.batch_parts import RouteParts
+from provider_router.batch.batch_poll import listed_statuses
+from provider_router.batch.batch_results import failed_batch_cost
 from provider_router.batch.batch_route_result import BatchRouteResult
-from provider_router.batch.batch_waves import wave_room
+from provider_router.batch.batch_submit import BatchSubmitter
+from provider_router.batch.batch_unmatched import UnmatchedAnswers
 from provider_router.batch.journal import FileJournal
 from provider_router.ledger import Ledger
-from provider_router.ledger._base import Reservation
 from provider_router.prompts import Prompt
 from provider_router.route_batch import BatchRoute
 
 __all__ = ["BatchRouteResult", "BatchRouteRun"]
 
-log = get_logger(__name__)
-
 _TRANSIENT = (APIConnectionError, ProviderUnavailableError, RateLimitError)
 """Errors a poll or collect waits out (tried again next round)."""
-
-
-class _NoRoom(Exception):
-    """Not even one line's worst case fits what the budget has left."""
 
 
 class BatchRouteRun:
@@ -92,8 +88,10 @@ class BatchRouteRun:
         params: the request body's generation fields (``max_tokens`` required).
         clock / sleep: wall clock (Unix seconds) and sleep, injectable.
         poll_initial / poll_max: seconds between polls, doubling up to the max.
-        lost_grace: seconds after an intent before "no such batch listed" means it
-            was never created.
+        lost_grace: seconds after an intent whose submit may have reached OpenRouter
+            before "no such batch listed" means it was never created (default: the
+            24 h window and the list's lag; sooner may pay twice).
+        missing_grace: seconds a submitted batch may answer 404 before the run stops.
         max_attempts: batches a prompt may be sent in (a failed or expired batch's
             prompts go again, never beyond the budget).
         max_batch_requests: requests per batch (at most 5,000).
@@ -117,7 +115,8 @@ class BatchRouteRun:
         sleep: Any = asyncio.sleep,
         poll_initial: float = 5.0,
         poll_max: float = 300.0,
-        lost_grace: float = 120.0,
+        lost_grace: float = LOST_GRACE_SECONDS,
+        missing_grace: float = LIST_LAG_SECONDS,
         max_attempts: int = 2,
         max_batch_requests: int = MAX_BATCH_REQUESTS,
         dataset_params: Mapping[str, Mapping[str, Any]] | None = None,
@@ -125,7 +124,6 @@ class BatchRouteRun:
         progress: Callable[[BatchRouteResult], None] | None = None,
     ) -> None:
         self.body = BatchBody(route, params, dataset_params or {}, max_batch_requests)
-        self.limits = dict(limits or {})
         self.progress = progress
         self.api = api
         self.ledger = ledger
@@ -137,15 +135,26 @@ class BatchRouteRun:
         self.poll_initial = poll_initial
         self.poll_max = poll_max
         self.lost_grace = lost_grace
+        self.missing_grace = missing_grace
         self.max_attempts = max_attempts
         self.result = BatchRouteResult()
-        self._reservations: dict[str, Reservation] = {}
+        self.money = BatchMoney(api, ledger, self.batches, self.result)
+        parts = RouteParts(api, self.body, journal, self.batches, self.money, self.result, clock)
+        self.submitter = BatchSubmitter(
+            parts,
+            route=route,
+            limits=dict(limits or {}),
+            max_attempts=max_attempts,
+        )
+        self.collector = BatchCollector(
+            parts, unmatched=UnmatchedAnswers(directory), model=route.model_id
+        )
         self._halt = False
-        self._first_look: dict[str, float] = {}
-        """When this run first looked for each intent whose 202 was lost."""
+        """A batch vanished (404 past the grace) this round: the run stops."""
         self._missing: dict[str, float] = {}
         """When each batch first answered 404 in this run."""
-        self._owed_costs: dict[str, Decimal] = {}
+        self._held: set[str] = set()
+        """Lost 202s this run has said it holds."""
 
     def close(self) -> None:
         self.batches.close()
@@ -163,21 +172,22 @@ class BatchRouteRun:
         await self.ledger.recover()
         delay = self.poll_initial
         while True:
-            self._halt = False
+            self._halt = self.money.withheld = False
             await self._resolve_lost()
             progressed = await self._poll_all(prompts)
-            if self._halt:
+            if self._halt or self.money.withheld:
                 break  # a results 402 (a resume collects after the top-up), or a vanished batch
             if self.result.stop is None:
-                progressed |= await self._submit_all(prompts)
+                progressed |= await self.submitter.submit_all(prompts)
             self._report()
-            if not any(i.live for i in self.batches):
-                break
+            retry = self.submitter.unsent and self.result.stop is None
+            if not retry and not any(i.live for i in self.batches):
+                break  # (a submit that never left goes again after the wait)
             delay = self.poll_initial if progressed else min(delay * 2, self.poll_max)
             await self.sleep(delay)
         self._report()
         for name, items in prompts.items():
-            attempts = self._attempts(name)
+            attempts = self.submitter.attempts(name)
             left = sum(
                 1
                 for pid in items
@@ -210,120 +220,6 @@ class BatchRouteRun:
         if self.progress is not None:
             self.progress(self.result)
 
-    # --- submit ---------------------------------------------------------------------
-
-    def _eligible(self, dataset: str, items: Mapping[str, Prompt]) -> list[Prompt]:
-        live = self.batches.live_ids(dataset)
-        attempts = self._attempts(dataset)
-        eligible = [
-            p
-            for pid, p in items.items()
-            if pid not in live
-            and not self.journal.is_done(dataset, pid)
-            and attempts.get(pid, 0) < self.max_attempts
-        ]
-        return eligible[: self._room(dataset, len(live))]
-
-    def _attempts(self, dataset: str) -> dict[str, int]:
-        """How many batches each prompt of ``dataset`` went out in."""
-        attempts: dict[str, int] = {}
-        for intent in self.batches:
-            # Only batches OpenRouter took count (not refused or never created).
-            if intent.dataset == dataset and intent.batch_id is not None:
-                for pid in intent.prompt_ids:
-                    attempts[pid] = attempts.get(pid, 0) + 1
-        return attempts
-
-    def _room(self, dataset: str, live: int) -> int:
-        """How many more lines the dataset's target and request cap allow now."""
-        target, cap = self.limits.get(dataset, (None, None))
-        tally = self.journal.tally(dataset)
-        max_tokens = int(self.body.params(dataset)["max_tokens"])
-        return wave_room(target, cap, tally.completed, tally.output_tokens, max_tokens, live)
-
-    async def _submit_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
-        sent = False
-        for dataset, items in prompts.items():
-            todo = self._eligible(dataset, items)
-            while todo and self.result.stop is None:
-                chunk = self.body.chunk(dataset, todo)
-                todo = todo[len(chunk) :]
-                sent |= await self._submit(dataset, chunk)
-        return sent
-
-    async def _reserve(self, dataset: str, chunk: list[Prompt]) -> tuple[list[Prompt], Reservation]:
-        worst = [self.body.worst(dataset, p) for p in chunk]
-        state = await self.ledger.snapshot()
-        room = state.available
-        total = sum(worst, Decimal(0))
-        wanted = len(chunk)
-        while chunk and total > room:
-            # Take what fits: the budget is never exceeded, and the rest waits.
-            total -= worst.pop()
-            chunk = chunk[: len(worst)]
-        if not chunk:
-            raise _NoRoom(f"the ${room} left cannot hold even one batch line's worst case")
-        reservation = await self.ledger.reserve(total, key=f"batch:{dataset}")
-        if len(chunk) < wanted:
-            self.result.stopped_by = "budget"
-            self.result.stop = (
-                f"the budget is spent: it held the worst case of {len(chunk)} of the "
-                f"{wanted} lines of the last batch"
-            )
-        return chunk, reservation
-
-    async def _submit(self, dataset: str, chunk: list[Prompt]) -> bool:
-        try:
-            chunk, reservation = await self._reserve(dataset, chunk)
-        except (BudgetExhausted, _NoRoom) as exc:
-            self.result.stopped_by = "budget"
-            self.result.stop = f"the budget is spent: {exc}"
-            return False
-        intent_id = "b" + uuid.uuid4().hex[:12]
-        created_after = int(self.clock()) - 1
-        held = {
-            "id": reservation.id,
-            "units": reservation.units,
-            "key": reservation.key,
-            "owner": reservation.owner,
-        }
-        intent = self.batches.record_intent(
-            intent_id, dataset, [p.id for p in chunk], created_after, held, reservation.units
-        )
-        self._reservations[intent_id] = reservation
-        lines = [self.body.line(dataset, intent_id, n, p) for n, p in enumerate(chunk)]
-        try:
-            batch = await self.api.submit(self.route.model_id, lines, self.route.provider_object())
-        except (APIConnectionError, APIStatusError) as exc:
-            return await self._submit_failed(intent, exc)
-        self.batches.record_submitted(intent_id, str(batch["id"]))
-        self.result.submitted += 1
-        log.info("batch.submitted", dataset=dataset, batch=batch["id"], lines=len(chunk))
-        return True
-
-    async def _submit_failed(self, intent: BatchIntent, exc: Exception) -> bool:
-        definite = isinstance(exc, APIStatusError) and exc.status in (
-            400,
-            401,
-            402,
-            403,
-            404,
-            413,
-            422,
-        )
-        if not definite:
-            # Unknown: it may have been created. Its prompts wait for _resolve_lost.
-            self.result.events.append(f"submit of {intent.intent} got no answer ({exc})")
-            return False
-        await self._close_money(intent, Decimal(0))
-        self.batches.record_ended(intent.intent, "refused")
-        if isinstance(exc, PaymentRequiredError):
-            self.result.stopped_by = "credits"
-            self.result.stop = f"OpenRouter refused the batch for credits: {exc}"
-            return False
-        assert isinstance(exc, APIStatusError)
-        raise ConfigurationError(f"OpenRouter refused the batch ({exc.status}): {exc}") from exc
-
     # --- lost 202s ------------------------------------------------------------------
 
     async def _resolve_lost(self) -> None:
@@ -335,70 +231,99 @@ class BatchRouteRun:
             except _TRANSIENT:
                 continue  # look again next round
             if search.owed is not None:
-                await self._owed(search.owed)
+                await self.money.owed(search.owed)
             if search.batch_id is not None:
                 self.batches.record_submitted(intent.intent, search.batch_id)
                 self.result.found_after_lost_202 += 1
-            elif not search.undecided and self._grace_over(intent):
-                # Listed nowhere for the grace period: the submit never created it. If an
-                # expired batch that shows no custom_ids might be it, its worst case stays
-                # counted (an expired batch's bill is unknown).
+            elif not self._grace_over(intent):
+                self._held_note(intent)
+            elif not search.undecided:
+                # Listed nowhere once every batch the submit could have made has ended:
+                # it made none. If an expired batch that shows no custom_ids might be
+                # it, its worst case stays counted (an expired batch's bill is unknown).
                 cost = from_units(intent.worst_units) if search.expired else Decimal(0)
-                await self._close_money(intent, cost)
+                await self.money.close(intent, cost)
                 self.batches.record_ended(intent.intent, "not_created")
                 self.result.resubmitted_lines += len(intent.prompt_ids)
 
+    def _held_note(self, intent: BatchIntent) -> None:
+        """Say once a run why a lost 202's prompts wait, and until when at most."""
+        if intent.intent in self._held:
+            return
+        self._held.add(intent.intent)
+        until = datetime.fromtimestamp(intent.created_after + self.lost_grace, UTC)
+        self.result.events.append(
+            f"intent {intent.intent} ({len(intent.prompt_ids)} prompts of {intent.dataset}): "
+            "its submit may have reached OpenRouter and no listed batch is known to be its "
+            "yet; "
+            f"its worst case stays held and its prompts wait (until {until:%Y-%m-%d %H:%M} "
+            "UTC at most, unless its batch is listed)"
+        )
+
     def _grace_over(self, intent: BatchIntent) -> bool:
-        """Whether an intent listed nowhere has been so for the whole grace: since the
-        intent, and since this run first looked (after its submit ended, or after the
-        resume), so a long upload that timed out still gets the whole grace."""
-        now = self.clock()
-        first = self._first_look.setdefault(intent.intent, now)
-        return bool(min(now - intent.created_after, now - first) >= self.lost_grace)
+        """Whether ``lost_grace`` has passed since the intent (taken before its submit):
+        from then on, any batch the submit made has ended and is listed."""
+        return bool(self.clock() - intent.created_after >= self.lost_grace)
 
     # --- poll and collect -----------------------------------------------------------
 
     async def _poll_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
+        live = [i for i in self.batches if i.live and i.batch_id is not None]
+        try:
+            listed = await listed_statuses(self.api, live)
+        except _TRANSIENT as exc:
+            self.result.events.append(f"the batch list: {exc}; polled again later")
+            return False
         progressed = False
-        for intent in [i for i in self.batches if i.live and i.batch_id is not None]:
+        for intent in live:
             assert intent.batch_id is not None
             try:
-                batch = await self.api.get(intent.batch_id, max_bytes=self.body.batch_bytes(intent))
+                batch = listed.get(intent.batch_id) or await self._get(intent)
+                if batch is None:
+                    continue
                 status = batch.get("status")
                 if status == "completed":
-                    progressed |= await self._collect(intent, prompts.get(intent.dataset, {}))
-            except NotFoundError:
-                now = self.clock()
-                first = self._missing.setdefault(intent.intent, now)
-                if min(now - intent.created_after, now - first) < self.lost_grace:
-                    continue  # a fresh batch may answer 404 a moment (or a blip)
-                # Deleted, or not this key's: it may still run and bill, so its worst
-                # case stays held and its prompts are not sent again; the run stops.
-                self.result.stopped_by = "error"
-                self.result.stop = (
-                    f"batch {intent.batch_id} answers 404 {self.lost_grace:g} s after its "
-                    "submit (deleted, or submitted with another key?): its worst case "
-                    "stays held and its prompts are not sent again"
-                )
-                self._halt = True
-                continue
+                    progressed |= await self.collector.collect(
+                        intent, prompts.get(intent.dataset, {}), batch
+                    )
             except PaymentRequiredError as exc:
-                await self._owed(exc)
+                await self.money.owed(exc)
                 continue
             except _TRANSIENT as exc:
                 self.result.events.append(f"batch {intent.batch_id}: {exc}; polled again later")
                 continue
             if status == "failed":
-                await self._close_money(intent, self._failed_cost(intent, batch))
+                await self.money.close(intent, self._failed_cost(intent, batch))
                 self.batches.record_ended(intent.intent, "failed")
                 progressed = True
             elif status in ("expired", "cancelled"):
                 # Nothing says what it cost (a cancelled batch still ran and was billed):
                 # count its worst case.
-                await self._close_money(intent, from_units(intent.worst_units))
+                await self.money.close(intent, from_units(intent.worst_units))
                 self.batches.record_ended(intent.intent, str(status))
                 progressed = True
         return progressed
+
+    async def _get(self, intent: BatchIntent) -> dict[str, Any] | None:
+        """A batch the list does not show (yet), by id (None: a 404 to wait out)."""
+        assert intent.batch_id is not None
+        try:
+            return await self.api.get(intent.batch_id, max_bytes=self.body.batch_bytes(intent))
+        except NotFoundError:
+            now = self.clock()
+            first = self._missing.setdefault(intent.intent, now)
+            if min(now - intent.created_after, now - first) < self.missing_grace:
+                return None  # a fresh batch may answer 404 a moment (or a blip)
+            # Deleted, or not this key's: it may still run and bill, so its worst
+            # case stays held and its prompts are not sent again; the run stops.
+            self.result.stopped_by = "error"
+            self.result.stop = (
+                f"batch {intent.batch_id} answers 404 {self.missing_grace:g} s after its "
+                "submit (deleted, or submitted with another key?): its worst case "
+                "stays held and its prompts are not sent again"
+            )
+            self._halt = True
+            return None
 
     def _failed_cost(self, intent: BatchIntent, batch: Mapping[str, Any]) -> Decimal:
         cost, done = failed_batch_cost(batch, from_units(intent.worst_units))
@@ -408,158 +333,3 @@ class BatchRouteRun:
                 "worst case is booked"
             )
         return cost
-
-    async def _owed(self, exc: PaymentRequiredError) -> None:
-        self._halt = True
-        body = exc.body or {}
-        usage = body.get("usage")
-        cost = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None) or Decimal(0)
-        # Keyed by batch: two lost intents may find the same withheld batch, and one
-        # balance covers every withheld bill at once (not each bill on its own).
-        self._owed_costs[str(body.get("id", id(exc)))] = cost
-        owed = sum(self._owed_costs.values(), Decimal(0))
-        balance = await self.api.balance()
-        self.result.top_up = owed if balance is None else max(owed - balance, Decimal(0))
-        self.result.stopped_by = "credits"
-        self.result.stop = (
-            f"OpenRouter withholds finished batches' results until credits cover their "
-            f"${owed}: add at least ${self.result.top_up} and run again to collect them "
-            "(they are not re-run)"
-        )
-
-    async def _collect(self, intent: BatchIntent, prompts: Mapping[str, Prompt]) -> bool:
-        assert intent.batch_id is not None
-        lines_cost = Decimal(0)
-        failed: list[str] = []
-        seen: set[str] = set()
-        cursor: str | None = None
-        line_bytes = self.body.line_bytes(intent.dataset)
-        page_lines = max(1, min(RESULTS_PAGE_LINES, RESULTS_PAGE_BYTES // line_bytes))
-        while True:
-            try:
-                page = await self.api.results_page(
-                    intent.batch_id, cursor, limit=page_lines, max_bytes=page_lines * line_bytes
-                )
-            except PaymentRequiredError as exc:
-                await self._owed(exc)
-                return False
-            fresh = 0
-            for result in page.get("data") or []:
-                line = read_result(intent, result)
-                if line is None or line.prompt_id in seen:
-                    continue  # not this batch's line, or listed again: counted once
-                seen.add(line.prompt_id)
-                fresh += 1
-                lines_cost += self._write_line(intent, line, prompts, failed)
-            self.journal.flush()  # a page's outputs committed before the next is asked for
-            cursor = page.get("next_cursor")
-            if not page.get("has_more") or cursor is None or len(seen) == len(intent.prompt_ids):
-                break  # the last page, or every line is in (a batch has no more)
-            if not fresh:
-                # Each page must bring a line not seen before: else it is read forever.
-                raise InvalidResponseError(
-                    f"GET /batches/{intent.batch_id}/results: a page of no new line and "
-                    f"has_more ({len(seen)} of {len(intent.prompt_ids)} lines read); the "
-                    "batch stays held and is collected again on the next run"
-                )
-        batch = await self.api.get(intent.batch_id, max_bytes=self.body.batch_bytes(intent))
-        usage = batch.get("usage")
-        reported = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
-        if reported is None:
-            reported = Decimal(0)  # the lines' sum stands (each unknown one at its worst)
-        if reported > 2 * from_units(intent.worst_units):
-            self._dispute(
-                f"batch {intent.batch_id}: usage.cost ${reported} is more than twice its "
-                f"worst case ${from_units(intent.worst_units)}; its lines' ${lines_cost} "
-                "are booked"
-            )
-            reported = lines_cost
-        if abs(reported - lines_cost) > Decimal("1e-9") * max(1, len(intent.prompt_ids)):
-            self.result.events.append(
-                f"batch {intent.batch_id}: usage.cost ${reported} differs from its lines' "
-                f"${lines_cost}; the larger is booked"
-            )
-        cost = max(reported, lines_cost)
-        await self._close_money(intent, cost)
-        self.batches.record_collected(intent.intent, to_units(cost), failed)
-        self.result.collected += 1
-        self.result.cost += cost
-        self.result.lines_failed += len(failed)
-        return True
-
-    def _dispute(self, note: str) -> None:
-        self.result.events.append(note)
-        self.result.stopped_by = "error"
-        self.result.stop = (
-            f"disputed cost: {note}; no more batches are sent: check it at "
-            "https://openrouter.ai/activity"
-        )
-
-    def _write_line(
-        self,
-        intent: BatchIntent,
-        line: ResultLine,
-        prompts: Mapping[str, Prompt],
-        failed: list[str],
-    ) -> Decimal:
-        if line.body is None:
-            failed.append(line.prompt_id)
-            return Decimal(0)
-        prompt = prompts.get(line.prompt_id)
-        n = len(intent.prompt_ids)
-        worst = (
-            self.body.worst(intent.dataset, prompt)
-            if prompt is not None
-            else from_units(-(-intent.worst_units // n))
-        )
-        cost = line.cost
-        if cost is None or cost > 2 * worst:
-            # Unknown is not free, and an absurd bill is not taken on one answer's word:
-            # the line's worst case is booked (a disputed one stops the run).
-            said = "has no readable cost" if cost is None else f"says it cost ${cost}"
-            note = (
-                f"batch {intent.batch_id}: line {line.prompt_id} {said}; booked at its "
-                f"worst case ${worst}"
-            )
-            if cost is None:
-                self.result.events.append(note)
-            else:
-                self._dispute(note)
-            cost = worst
-        if prompt is None or not self.journal.claim(intent.dataset, line.prompt_id):
-            return cost  # already written (a collect cut short), or not in the inputs now
-        tools = {**prompt.request_fields, **self.body.params(intent.dataset)}.get("tools")
-        record = result_record(
-            line, intent, prompt, self.route.model_id, float(self.clock()), cost, tools
-        )
-        self.journal.complete(
-            intent.dataset,
-            line.prompt_id,
-            record,
-            output_tokens=line.completion_tokens,
-            prompt_tokens=line.prompt_tokens,
-            cost_units=to_units(cost),
-            location=prompt.location,
-        )
-        self.result.lines_done += 1
-        return cost
-
-    # --- money ----------------------------------------------------------------------
-
-    async def _close_money(self, intent: BatchIntent, cost: Decimal) -> None:
-        """Settle the intent's reservation at ``cost`` (zero: release), once."""
-        if intent.settled:
-            return
-        held = intent.reservation
-        reservation = self._reservations.pop(intent.intent, None) or Reservation(
-            str(held["id"]), int(held["units"]), str(held["key"]), None, held.get("owner")
-        )
-        try:
-            if cost > 0:
-                await self.ledger.settle(reservation, cost)
-            else:
-                await self.ledger.release(reservation)
-        except ConfigurationError:
-            # Closed already (a recovery counted its worst case): that stays booked.
-            self.result.events.append(f"batch {intent.intent}: its reservation was closed before")
-        self.batches.record_settled(intent.intent)

@@ -30,6 +30,9 @@ class BatchRouteResult:
     """USD to add before a resume can collect (after a results 402)."""
     found_after_lost_202: int = 0
     resubmitted_lines: int = 0
+    not_in_inputs: int = 0
+    """Paid answers to prompts no longer in the inputs, written to
+    ``DIR/not_in_inputs.jsonl`` by this run."""
     in_progress: int = 0
     """Batches submitted and not yet collected (at the last poll)."""
     events: list[str] = field(default_factory=list)
@@ -54,6 +57,7 @@ class BatchRouteResult:
             **self.counts(),
             "cost_usd": str(self.cost),
             "found_after_lost_202": self.found_after_lost_202,
+            "not_in_inputs": self.not_in_inputs,
             "stop": self.stop,
             "stopped_by": self.stopped_by,
             "gave_up": dict(self.gave_up),

@@ -42,6 +42,7 @@ from provider_router._collector import tune_for_process
 from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
+from provider_router.batch.batch_lost import LOST_GRACE_SECONDS
 from provider_router.batch.batch_plan import (
     batch_datasets,
     describe,
@@ -76,6 +77,7 @@ __all__ = [
     "added_budget",
     "check_inputs",
     "check_out",
+    "combined_exit",
     "open_shared_ledger",
     "plan_from_args",
     "register",
@@ -192,10 +194,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--batch-lost-grace",
         type=_seconds,
-        default=120.0,
+        default=float(LOST_GRACE_SECONDS),
         metavar="S",
-        help="route: batch datasets: seconds a submit whose answer was lost must stay "
-        "unlisted before its prompts go again (default 120)",
+        help="route: batch datasets: seconds after a submit whose answer was lost (and "
+        "that may have reached OpenRouter) before its prompts go again if no listed batch "
+        "carries them (default 86520: the 24 h window and 2 min; less may pay twice)",
     )
     parser.add_argument(
         "--progress",
@@ -423,11 +426,12 @@ def _handle(args: argparse.Namespace) -> int:
         if metrics is not None:
             metrics.close()
         raise
-    if batched is None or isinstance(batched, int):
+    left, batch_code = batched
+    if left is None:
         if metrics is not None:
             metrics.close()
-        return 0 if batched is None else batched
-    plan = batched
+        return batch_code
+    plan = left
 
     async def main() -> RunSummary:
         budget = plan.budget
@@ -471,7 +475,18 @@ def _handle(args: argparse.Namespace) -> int:
     finally:
         if metrics is not None:
             metrics.close()
-    return _report(args, summary, out)
+    return combined_exit(batch_code, _report(args, summary, out))
+
+
+def combined_exit(batch_code: int, sync_code: int) -> int:
+    """One exit code for a run whose batch part ended with ``batch_code`` and then its
+    sync part with ``sync_code``: a stop or error of the sync part (budget, credits,
+    Ctrl-C) is what ended the run and wins; else prompts the batch part could not do
+    (incomplete) are not hidden by a sync part that finished."""
+    finished = (EXIT_CODES[StopReason.COMPLETE], EXIT_CODES[StopReason.TARGET_NOT_REACHED])
+    if batch_code and sync_code in finished:
+        return batch_code
+    return sync_code
 
 
 def _report(args: argparse.Namespace, summary: RunSummary, out: Console) -> int:
@@ -490,17 +505,17 @@ def _report(args: argparse.Namespace, summary: RunSummary, out: Console) -> int:
 
 def _run_batch_route(
     plan: Plan, args: argparse.Namespace, metrics: Metrics | None
-) -> Plan | int | None:
+) -> tuple[Plan | None, int]:
     """Run the plan's batch-route datasets first (docs/batch.md, "The Batch API route").
 
-    Returns the plan left for the sync runner, or, when nothing is left, the exit code
-    (None: 0). A batch-route stop (a results 402, the budget) ends the command there.
+    Returns the plan left for the sync runner (None: nothing left) and the batch part's
+    exit code. A batch-route stop (a results 402, the budget) ends the command there.
     """
     if all(d.route == "sync" for d in plan.datasets):
-        return plan
+        return plan, 0
     batches = _run_loop(lambda: batch_datasets(plan, base_url=args.base_url))
     if not batches.names:
-        return plan
+        return plan, 0
     result = _run_loop(
         lambda: run_plan_batches(
             plan,
@@ -517,13 +532,13 @@ def _run_batch_route(
         print(line, file=sys.stderr)
     if result.top_up is not None:
         print(f"To resume after adding credits: {' '.join(args.argv)}", file=sys.stderr)
-        return EXIT_CODES[StopReason.CREDITS]
+        return None, EXIT_CODES[StopReason.CREDITS]
     if result.stop is not None:
         # A disputed bill or a vanished batch is an error, as on the sync route.
         reason = {"credits": StopReason.CREDITS, "error": StopReason.ERROR}
-        return EXIT_CODES[reason.get(result.stopped_by or "", StopReason.BUDGET)]
+        return None, EXIT_CODES[reason.get(result.stopped_by or "", StopReason.BUDGET)]
     if result.pending:
-        return EXIT_CODES[StopReason.INCOMPLETE]
+        return None, EXIT_CODES[StopReason.INCOMPLETE]
     # route: auto datasets go on to the sync route (the tail, and lines that failed in
     # every batch they went in: the journal skips what is done); route: batch ones end.
     auto = {d.name for d in plan.datasets if d.route == "auto"}
@@ -535,8 +550,9 @@ def _run_batch_route(
             "they went in; they are not written (route: auto would send them sync).",
             file=sys.stderr,
         )
-        return EXIT_CODES[StopReason.INCOMPLETE] if left is None else left
-    return left
+        # The sync part (if any) still runs; these prompts keep the exit code incomplete.
+        return left, EXIT_CODES[StopReason.INCOMPLETE]
+    return left, 0
 
 
 def _batch_progress(

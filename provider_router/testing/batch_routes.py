@@ -55,6 +55,12 @@ async def submit_batch(
         return _refuse(submission)
     record.model = submission.model.id
     record.provider = submission.endpoint.provider_name
+    if sim.batches.faults.take("drop_submit"):
+        # Read whole, then lost before a batch was made: the client cannot tell this
+        # from a lost 202 (it sent every byte), and no list will ever show it.
+        if request.transport is not None:
+            request.transport.abort()
+        return json_error(500, "dropped")
     worst = worst_case_units(submission)
     room = sim.account.balance - sim.account.holds
     if key.limit is not None:

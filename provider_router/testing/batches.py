@@ -57,6 +57,10 @@ class BatchFaults:
     """Share of lines that fail (partial results; a failed line costs nothing)."""
     fresh_404s: int = 0
     """GETs of a new batch answering 404 before it shows up (per batch)."""
+    list_lag: float = 0.0
+    """Simulated seconds a new batch stays out of ``GET /batches`` (and GET by id)."""
+    drop_submit: int = 0
+    """Submits that are read whole and then dropped, unanswered, creating no batch."""
 
     def take(self, name: str) -> bool:
         """Whether the next submit gets fault ``name`` (and count it used)."""
@@ -87,6 +91,8 @@ class Batch:
     finalized: bool = False
     deleted: bool = False
     misses: int = 0
+    hidden_until: float = 0.0
+    """Simulated seconds before which the list and GET do not show it (``list_lag``)."""
 
     def status(self, now: float) -> str:
         elapsed = now - self.started
@@ -174,6 +180,7 @@ class BatchBook:
             duration,
             failure,
             misses=self.faults.fresh_404s,
+            hidden_until=self.sim.now() + self.faults.list_lag,
         )
         self._batches[batch_id] = batch
         return batch
@@ -183,6 +190,8 @@ class BatchBook:
         batch = self._batches.get(batch_id)
         if batch is None or batch.deleted or batch.key is not key:
             return None
+        if self.sim.now() < batch.hidden_until:
+            return None
         if batch.misses > 0:
             batch.misses -= 1
             return None
@@ -191,7 +200,12 @@ class BatchBook:
 
     def listed(self, key: KeyState) -> list[Batch]:
         """``key``'s live batches, newest first, each settled."""
-        found = [b for b in reversed(self._batches.values()) if b.key is key and not b.deleted]
+        now = self.sim.now()
+        found = [
+            b
+            for b in reversed(self._batches.values())
+            if b.key is key and not b.deleted and now >= b.hidden_until
+        ]
         for batch in found:
             self.settle(batch)
         return found

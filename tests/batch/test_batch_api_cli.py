@@ -22,6 +22,7 @@ from _batch_helpers import (
 from _polling import until
 
 from provider_router.batch.summary import EXIT_CODES, StopReason
+from provider_router.cli.run import combined_exit
 from provider_router.testing import SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]
@@ -29,9 +30,17 @@ SIZES = {"a": 14, "b": 9}
 FAST = ["--batch-poll", "0.02", "--batch-lost-grace", "0.3", "--progress", "off"]
 
 
-def make_plan(tmp_path: Path, *, budget: str = "20", route: str = "batch") -> Path:
+def make_plan(
+    tmp_path: Path,
+    *,
+    budget: str = "20",
+    route: str = "batch",
+    routes: dict[str, str] | None = None,
+) -> Path:
+    """Datasets a and b, each on ``route`` unless ``routes`` names its own."""
     for name, size in SIZES.items():
         write_prompts(tmp_path / f"{name}.jsonl", size, prefix=name)
+    chosen = {name: (routes or {}).get(name, route) for name in SIZES}
     plan = tmp_path / "plan.yaml"
     plan.write_text(
         "model: moonshotai/kimi-k3\n"
@@ -39,7 +48,7 @@ def make_plan(tmp_path: Path, *, budget: str = "20", route: str = "batch") -> Pa
         "policy: {exclude_below: int4}\n"
         "generation: {max_tokens: 300}\n"
         "datasets:\n"
-        + "".join(f"  - {{name: {n}, input: {n}.jsonl, route: {route}}}\n" for n in SIZES)
+        + "".join(f"  - {{name: {n}, input: {n}.jsonl, route: {r}}}\n" for n, r in chosen.items())
     )
     return plan
 
@@ -204,3 +213,54 @@ async def test_lines_that_failed_every_batch_go_sync_for_auto_and_end_batch_inco
     assert sorted(output_ids(out)) == expected_ids(), "written by the sync route"
     sim.simulator.batches.settle_all()
     assert ledger_spent(out) == sim.simulator.usage
+
+
+MIXED = {"a": "batch", "b": "sync"}
+
+
+async def test_a_mixed_runs_batch_failures_reach_the_exit_code(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # Every line of the batch dataset fails in every batch; the sync dataset finishes:
+    # the run is incomplete (exit 5), not a success because its last part was.
+    sim = await openrouter_sim_factory(speed=math_inf(), seed=3)
+    sim.simulator.batches.faults.line_failure_rate = 1.0
+    plan, out = make_plan(tmp_path, routes=MIXED), tmp_path / "out"
+    code, _, err = await run_cli(*run_args(plan, out, sim))
+    assert code == EXIT_CODES[StopReason.INCOMPLETE], err[-2000:]
+    assert "14 prompts of route: batch datasets failed in every batch" in err
+    ids = output_ids(out)
+    assert sorted(ids) == sorted(f"b{n}" for n in range(SIZES["b"])), "the sync part ran"
+
+
+async def test_a_mixed_runs_sync_budget_stop_reaches_the_exit_code(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # The batch part completes; the sync part then meets the budget: exit 3.
+    sim = await openrouter_sim_factory(speed=math_inf(), seed=3)
+    plan, out = make_plan(tmp_path, budget="0.012", routes=MIXED), tmp_path / "out"
+    code, _, err = await run_cli(*run_args(plan, out, sim))
+    assert code == EXIT_CODES[StopReason.BUDGET], err[-2000:]
+    assert len(read_records(out / "a.jsonl")) == SIZES["a"], "the batch part finished"
+    sim.simulator.batches.settle_all()
+    assert ledger_spent(out) <= Decimal("0.012")
+
+
+@pytest.mark.parametrize(
+    ("batch", "sync", "expected"),
+    [
+        (StopReason.COMPLETE, StopReason.COMPLETE, StopReason.COMPLETE),
+        (StopReason.INCOMPLETE, StopReason.COMPLETE, StopReason.INCOMPLETE),
+        (StopReason.INCOMPLETE, StopReason.TARGET_NOT_REACHED, StopReason.INCOMPLETE),
+        (StopReason.INCOMPLETE, StopReason.BUDGET, StopReason.BUDGET),
+        (StopReason.INCOMPLETE, StopReason.CREDITS, StopReason.CREDITS),
+        (StopReason.INCOMPLETE, StopReason.ERROR, StopReason.ERROR),
+        (StopReason.INCOMPLETE, StopReason.INTERRUPTED, StopReason.INTERRUPTED),
+        (StopReason.COMPLETE, StopReason.BUDGET, StopReason.BUDGET),
+        (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED, StopReason.TARGET_NOT_REACHED),
+    ],
+)
+def test_one_exit_code_for_the_batch_and_sync_parts(
+    batch: StopReason, sync: StopReason, expected: StopReason
+) -> None:
+    assert combined_exit(EXIT_CODES[batch], EXIT_CODES[sync]) == EXIT_CODES[expected]

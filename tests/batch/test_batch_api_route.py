@@ -20,14 +20,20 @@ from _batch_helpers import times_submitted
 
 from provider_router import MemoryLedger, ProviderPolicy
 from provider_router._exceptions import (
+    APIConnectionError,
+    APIStatusError,
     ConfigurationError,
     DataFileError,
     InvalidResponseError,
+    RateLimitError,
     RequestTimeout,
 )
 from provider_router._http import HttpClient
 from provider_router.batch.batch_api import BatchApi
+from provider_router.batch.batch_journal import BatchIntent, BatchJournal
+from provider_router.batch.batch_lost import LIST_LAG_SECONDS, LOST_GRACE_SECONDS
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
+from provider_router.batch.batch_submit import MAX_UNSENT_SUBMITS
 from provider_router.batch.journal import FileJournal
 from provider_router.catalog import Catalog
 from provider_router.prompts import Prompt
@@ -102,7 +108,6 @@ class Job:
             sleep=self.time.sleep,
             poll_initial=30.0,
             poll_max=600.0,
-            lost_grace=120.0,
             **{"max_batch_requests": 5, **options},
         )
 
@@ -217,6 +222,150 @@ async def test_a_lost_202_is_found_and_never_resubmitted(job: Job) -> None:
     await job.money_agrees()
 
 
+async def test_a_lost_202_whose_batch_is_listed_late_is_found_not_paid_twice(job: Job) -> None:
+    # The list shows the new batch only after 10 minutes: its prompts wait (held), and
+    # are never sent again while the submit may have made a batch.
+    faults = job.sim.simulator.batches.faults
+    faults.lose_202 = 1
+    faults.list_lag = 600.0
+    result = await job.go(prompts(5))
+    assert result.found_after_lost_202 == 1
+    assert result.resubmitted_lines == 0
+    assert set(job.submitted().values()) == {1}, "never paid twice"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    await job.money_agrees()
+
+
+class SubmitTimes(BatchApi):
+    """Records the (fake) time of each submit; ``unsent`` first ones never leave."""
+
+    unsent = 0
+
+    def __init__(self, http: HttpClient, clock: FakeTime) -> None:
+        super().__init__(http)
+        self.clock, self.times = clock, []  # type: list[float]
+
+    async def submit(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.times.append(self.clock())
+        if self.unsent > 0:
+            self.unsent -= 1
+            error = APIConnectionError("connect failed")
+            error.request_sent = False
+            raise error
+        return await super().submit(*args, **kwargs)
+
+
+async def test_a_submit_never_sent_is_released_at_once_and_goes_again(job: Job) -> None:
+    api = SubmitTimes(job.http, job.time)
+    api.unsent = 1
+    result = await job.go(prompts(5), api)
+    assert len(api.times) == 2
+    assert api.times[1] - api.times[0] < LIST_LAG_SECONDS, "not held: it cannot have been made"
+    assert result.resubmitted_lines == 0
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    assert set(job.submitted().values()) == {1}
+    with BatchJournal.open(job.directory) as journal:
+        assert [i.ended for i in journal if i.batch_id is None] == ["not_sent"]
+    await job.money_agrees()
+
+
+async def test_submits_that_never_leave_stop_the_run_after_a_few_tries(job: Job) -> None:
+    api = SubmitTimes(job.http, job.time)
+    api.unsent = 1000
+
+    def guard() -> None:
+        if len(job.time.sleeps) > 50:
+            raise Killed  # it would have tried forever
+
+    job.time.hook = guard
+    result = await job.go(prompts(5), api)
+    assert len(api.times) == MAX_UNSENT_SUBMITS
+    assert result.stopped_by == "error"
+    assert result.stop is not None
+    assert "could not be reached" in result.stop
+    assert len(job.sim.simulator.batches) == 0
+    state = await job.ledger.snapshot()
+    assert state.reserved == 0
+    assert state.spent == 0, "nothing sent, nothing held"
+
+
+class HeldWhileLooking(SubmitTimes):
+    """Records what the ledger holds each time the list is read for a lost 202."""
+
+    ledger: MemoryLedger
+    reserved: list[Decimal]
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        if len(self.times) == 1:
+            held = (await self.ledger.snapshot()).reserved
+            self.reserved = [*getattr(self, "reserved", []), held]
+        return await super().list_page(created_after, after)
+
+
+async def test_a_submit_sent_but_unanswered_holds_its_prompts_for_the_whole_window(
+    job: Job,
+) -> None:
+    # Every byte sent, no answer, and no batch ever listed: only once the whole window
+    # has passed can it be known that none was made; then the prompts go, once.
+    job.sim.simulator.batches.faults.drop_submit = 1
+    api = HeldWhileLooking(job.http, job.time)
+    api.ledger = job.ledger
+    result = await job.go(prompts(5), api)
+    assert len(api.times) == 2
+    assert api.times[1] - api.times[0] >= LOST_GRACE_SECONDS
+    assert api.reserved
+    assert min(api.reserved) > 0, "its worst case stayed held the whole time"
+    (held,) = [e for e in result.events if "no listed batch is known to be its" in e]
+    assert "5 prompts of ds" in held, "the run says why they wait, once"
+    assert result.resubmitted_lines == 5
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    await job.money_agrees()
+
+
+async def test_a_kill_between_an_unsent_submits_release_and_its_journal_line_holds_it(
+    job: Job, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The release is in the ledger, the journal never said "not sent": the resume cannot
+    # know the submit never left, so it takes the side that cannot pay twice.
+    original = BatchJournal.record_ended
+
+    def killed(self: BatchJournal, intent: str, why: str) -> None:
+        if why == "not_sent":
+            raise Killed
+        original(self, intent, why)
+
+    monkeypatch.setattr(BatchJournal, "record_ended", killed)
+    api = SubmitTimes(job.http, job.time)
+    api.unsent = 1
+    with pytest.raises(Killed):
+        await job.go(prompts(5), api)
+    monkeypatch.setattr(BatchJournal, "record_ended", original)
+    result = await job.go(prompts(5), api)
+    assert api.times[1] - api.times[0] >= LOST_GRACE_SECONDS
+    assert result.resubmitted_lines == 5
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    assert set(job.submitted().values()) == {1}
+    await job.money_agrees()
+
+
+class PollEdits(BatchApi):
+    """Edits each batch object a poll reads (list items, and a GET by id)."""
+
+    def edit(self, batch: dict[str, Any]) -> None:
+        pass
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        page = await super().list_page(created_after, after)
+        for item in page["data"]:
+            self.edit(item)
+        return page
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        batch = await super().get(batch_id, **kw)
+        self.edit(batch)
+        return batch
+
+
 class KillAfterSubmit(BatchApi):
     """The submit reaches OpenRouter, then the process dies before the 202 is journaled."""
 
@@ -231,18 +380,19 @@ class KillBeforeSubmit(BatchApi):
 
 
 class KillOnPoll(BatchApi):
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        raise Killed
+
     async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
         raise Killed
 
 
-class KillMidCollect(BatchApi):
+class KillMidCollect(PollEdits):
     """Dies after the first results page was written (the outputs flushed, not committed)."""
 
-    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
-        body = await super().get(batch_id, **kw)
-        if body["status"] == "completed" and not getattr(self, "armed", False):
+    def edit(self, batch: dict[str, Any]) -> None:
+        if batch["status"] == "completed" and not getattr(self, "armed", False):
             self.armed = True
-        return body
 
     async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
         if getattr(self, "die_next", False):
@@ -376,6 +526,131 @@ async def test_the_top_up_covers_every_withheld_batch_from_one_balance(job: Job)
     await job.money_agrees()
 
 
+class Downloads(BatchApi):
+    """Counts results downloaded: in GETs of a batch, and lines of results pages. With
+    ``page`` set, asks pages of that many lines; ``blip`` second pages answer a 429."""
+
+    page: int | None = None
+    blip = 0
+
+    def __init__(self, http: HttpClient) -> None:
+        super().__init__(http)
+        self.in_gets = self.in_pages = self.pages = 0
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        batch = await super().get(batch_id, **kw)
+        self.in_gets += len(batch.get("results") or [])
+        return batch
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        if self.page is not None:
+            kw["limit"] = self.page
+        if cursor is not None and self.blip > 0:
+            self.blip -= 1
+            raise RateLimitError(429, "slow down")
+        page = await super().results_page(batch_id, cursor, **kw)
+        self.pages += 1
+        self.in_pages += len(page["data"])
+        return page
+
+
+async def test_polls_read_no_results_and_each_line_is_downloaded_once(job: Job) -> None:
+    # A terminal batch's GET carries all of its results (up to 5,000 long answers): the
+    # polls read the list (results: null), and the results come once, page by page.
+    job.sim.simulator.batches.faults.slow = 5.0  # many polls before the end
+    api = Downloads(job.http)
+    result = await job.go(prompts(12), api)
+    assert result.stop is None
+    assert len(job.time.sleeps) > 3
+    assert api.in_gets == 0, "no poll downloaded results"
+    assert api.in_pages == 12, "each line downloaded once"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(12))
+    await job.money_agrees()
+
+
+async def test_a_collect_cut_by_a_blip_goes_on_from_its_cursor(job: Job) -> None:
+    api = Downloads(job.http)
+    api.page, api.blip = 2, 1
+    result = await job.go(prompts(5), api)
+    assert result.stop is None
+    assert any("429" in event or "slow down" in event for event in result.events)
+    assert api.in_pages == 5, "the first page is not read again after the 429"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    await job.money_agrees()
+
+
+class ResultsNotWrittenYet(BatchApi):
+    """The first results page of a completed batch answers 409 (results not written)."""
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        if not getattr(self, "refused", False):
+            self.refused = True
+            raise APIStatusError(409, f"Batch {batch_id} has no results yet.")
+        return await super().results_page(batch_id, cursor, **kw)
+
+
+async def test_a_completed_batch_whose_results_answer_409_is_collected_later(job: Job) -> None:
+    result = await job.go(prompts(5), ResultsNotWrittenYet(job.http))
+    assert result.stop is None
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    await job.money_agrees()
+
+
+class KillAfterPages(Downloads):
+    """Pages of two lines; dies once ``pages`` pages have been read."""
+
+    page = 2
+    kill_after = 2
+
+    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
+        if self.pages >= self.kill_after:
+            raise Killed
+        return await super().results_page(batch_id, cursor, **kw)
+
+
+def kept_aside(job: Job) -> list[dict[str, Any]]:
+    path = job.directory / "not_in_inputs.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_answers_to_prompts_no_longer_in_the_inputs_are_kept_and_counted(
+    job: Job,
+) -> None:
+    # Submitted, killed; the inputs then lose p1 and p3. Their answers were paid: kept in
+    # DIR/not_in_inputs.jsonl and counted, never dropped.
+    with pytest.raises(Killed):
+        await job.go(prompts(5), KillOnPoll(job.http))
+    result = await job.go([p for p in prompts(5) if p.id not in ("p1", "p3")])
+    assert sorted(job.outputs()) == ["p0", "p2", "p4"]
+    assert result.not_in_inputs == 2
+    assert result.to_json()["not_in_inputs"] == 2
+    side = kept_aside(job)
+    assert sorted(entry["id"] for entry in side) == ["p1", "p3"]
+    for entry in side:
+        assert entry["dataset"] == "ds"
+        assert entry["batch_id"].startswith("batch-")
+        assert entry["answer"]["choices"][0]["message"]["content"]
+        assert Decimal(entry["cost_usd"]) > 0
+    assert result.cost == job.sim.simulator.usage, "their cost is booked with the batch"
+    await job.money_agrees()
+
+
+async def test_an_answer_kept_aside_is_kept_once_across_a_kill_mid_collect(job: Job) -> None:
+    with pytest.raises(Killed):
+        await job.go(prompts(5), KillOnPoll(job.http))
+    kept = [p for p in prompts(5) if p.id not in ("p1", "p3")]
+    killer = KillAfterPages(job.http)
+    killer.kill_after = 1  # p0, p1 read; p1 kept aside; then the kill
+    with pytest.raises(Killed):
+        await job.go(kept, killer)
+    assert [entry["id"] for entry in kept_aside(job)] == ["p1"]
+    result = await job.go(kept)
+    assert result.not_in_inputs == 1, "only p3 is new"
+    assert sorted(entry["id"] for entry in kept_aside(job)) == ["p1", "p3"]
+    assert sorted(job.outputs()) == ["p0", "p2", "p4"]
+    await job.money_agrees()
+
+
 class RepeatingPages(BatchApi):
     """A results endpoint that answers the same two lines forever (has_more, a cursor)."""
 
@@ -478,7 +753,7 @@ async def test_a_batch_list_that_never_ends_is_an_error_and_sends_nothing(job: J
     assert set(job.submitted().values()) == {1}
 
 
-class CostsUnreadable(BatchApi):
+class CostsUnreadable(PollEdits):
     """Results whose lines carry no cost, a negative one or a text one; the batch no total."""
 
     async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
@@ -491,11 +766,9 @@ class CostsUnreadable(BatchApi):
                 usage["cost"] = "-1" if n % 3 == 1 else "lots"
         return page
 
-    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
-        batch = await super().get(batch_id, **kw)
+    def edit(self, batch: dict[str, Any]) -> None:
         if batch.get("usage"):
             batch["usage"]["cost"] = None
-        return batch
 
 
 async def test_a_line_without_a_readable_cost_is_never_booked_free(job: Job) -> None:
@@ -511,7 +784,13 @@ async def test_a_line_without_a_readable_cost_is_never_booked_free(job: Job) -> 
 
 
 class Vanished(BatchApi):
-    """Every GET of a submitted batch answers 404 (deleted, or never this key's)."""
+    """Every GET of a submitted batch answers 404 (deleted, or never this key's), and the
+    list does not show it."""
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        page = await super().list_page(created_after, after)
+        page["data"] = []
+        return page
 
     async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
         self.gets = getattr(self, "gets", 0) + 1
@@ -670,17 +949,15 @@ async def test_an_answers_tool_calls_are_kept_in_the_output(job: Job) -> None:
         assert record["tools"] == tools
 
 
-class FailedAfterLines(BatchApi):
+class FailedAfterLines(PollEdits):
     """A failed batch that reports lines completed (and, with ``cost``, what they cost)."""
 
     cost: str | None = None
 
-    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
-        batch = await super().get(batch_id, **kw)
+    def edit(self, batch: dict[str, Any]) -> None:
         if batch["status"] == "failed":
             batch["request_counts"] = {"total": 5, "completed": 2, "failed": 3}
             batch["usage"] = None if self.cost is None else {"cost": self.cost}
-        return batch
 
 
 @pytest.mark.parametrize("cost", [None, "0.0005"])
@@ -719,7 +996,7 @@ def test_a_batch_endpoint_without_a_fixed_price_is_refused_up_front(job: Job) ->
         journal.close()
 
 
-class AbsurdBill(BatchApi):
+class AbsurdBill(PollEdits):
     """One line (``line``) or the batch's usage.cost (``batch``) says $1,000,000."""
 
     where = "line"
@@ -730,11 +1007,9 @@ class AbsurdBill(BatchApi):
             page["data"][0]["response"]["body"]["usage"]["cost"] = 1_000_000
         return page
 
-    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
-        batch = await super().get(batch_id, **kw)
+    def edit(self, batch: dict[str, Any]) -> None:
         if self.where == "batch" and batch.get("usage"):
             batch["usage"]["cost"] = 1_000_000
-        return batch
 
 
 @pytest.mark.parametrize("where", ["line", "batch"])
@@ -754,7 +1029,14 @@ async def test_an_absurd_bill_is_disputed_not_booked(job: Job, where: str) -> No
 
 
 class OneBlip(BatchApi):
-    """A batch long since submitted answers one 404, then is there again."""
+    """A batch long since submitted is missing from one list and answers one 404, then
+    is there again."""
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        page = await super().list_page(created_after, after)
+        if not getattr(self, "blipped", False):
+            page["data"] = []
+        return page
 
     async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
         if not getattr(self, "blipped", False):
@@ -800,3 +1082,26 @@ async def test_a_lost_submit_waits_the_grace_after_it_ended_not_after_it_began(
     failed_at, resent_at = api.ended[0], api.ended[1]
     assert resent_at - failed_at >= 120, "the grace counts from when the answer was lost"
     assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+
+
+def test_a_torn_last_line_of_the_answers_kept_aside_is_cut_and_written_again(
+    tmp_path: Path,
+) -> None:
+    from provider_router.batch.batch_results import ResultLine
+    from provider_router.batch.batch_unmatched import UnmatchedAnswers
+
+    intent = BatchIntent("b" + "1" * 12, "ds", ("p0", "p1"), 0, {}, 10, batch_id="batch-1")
+    body = {"choices": [{"message": {"content": "hi"}}]}
+    first = UnmatchedAnswers(tmp_path)
+    assert first.keep(intent, ResultLine("p0", body, Decimal("0.1")), Decimal("0.1"))
+    assert not first.keep(intent, ResultLine("p0", body, Decimal("0.1")), Decimal("0.1"))
+    with first.path.open("ab") as fh:
+        fh.write(b'{"dataset":"ds","id":"p1","ans')  # a kill mid-write
+    again = UnmatchedAnswers(tmp_path)
+    assert not again.keep(intent, ResultLine("p0", body, Decimal("0.1")), Decimal("0.1"))
+    assert again.keep(intent, ResultLine("p1", body, Decimal("0.2")), Decimal("0.2"))
+    lines = [json.loads(line) for line in again.path.read_text().splitlines()]
+    assert [(e["id"], e["custom_id"], e["cost_usd"]) for e in lines] == [
+        ("p0", intent.custom_id(0), "0.1"),
+        ("p1", intent.custom_id(1), "0.2"),
+    ]

@@ -355,6 +355,30 @@ async def test_a_fresh_batch_may_answer_404_a_moment(start_sim: StartSim) -> Non
     assert (await client.get(f"/batches/{reply.json['id']}")).status == 200
 
 
+async def test_a_new_batch_may_stay_out_of_the_list_for_list_lag(start_sim: StartSim) -> None:
+    clock = Clock()
+    sim, client = await start_sim(speed=1.0, clock=clock)
+    sim.simulator.batches.faults.list_lag = 300.0
+    reply = await client.post("/batches", submit_body(1))
+    assert reply.status == 202
+    assert (await client.get("/batches", created_after="0")).json["data"] == []
+    assert (await client.get(f"/batches/{reply.json['id']}")).status == 404
+    clock.t += 300.0
+    (listed,) = (await client.get("/batches", created_after="0")).json["data"]
+    assert listed["id"] == reply.json["id"]
+    assert (await client.get(f"/batches/{reply.json['id']}")).status == 200
+
+
+async def test_a_dropped_submit_makes_no_batch(start_sim: StartSim) -> None:
+    sim, client = await start_sim(speed=math.inf)
+    sim.simulator.batches.faults.drop_submit = 1
+    with pytest.raises(aiohttp.ClientError):
+        await client.post("/batches", submit_body(2))
+    assert len(sim.simulator.batches) == 0
+    assert (await client.get("/batches", created_after="0")).json["data"] == []
+    assert (await client.post("/batches", submit_body(2))).status == 202, "the next one goes"
+
+
 async def test_beta_path_serves_the_same_batches(start_sim: StartSim) -> None:
     sim, client = await start_sim(speed=math.inf)
     beta = sim.url.replace("/api/v1", "/api/beta")
