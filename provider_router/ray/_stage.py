@@ -43,15 +43,17 @@ from provider_router._exceptions import (
     LedgerUnavailableError,
     LedgerWriteError,
     ProviderRouterError,
+    RouterStopping,
 )
 from provider_router._format import decimal_str
 from provider_router._log import get_logger
 from provider_router.client import Router
 from provider_router.ledger import RedisLedger
+from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.policy import ProviderPolicy
 from provider_router.prompts import REQUEST_KEYS, content_id, parse_prompt_line
 from provider_router.ray._secret import MaskedKey
-from provider_router.ray._store import AnswerStore
+from provider_router.ray._store import AnswerStore, Stored
 from provider_router.results import ChatResult
 
 __all__ = [
@@ -92,6 +94,10 @@ class StageConfig:
     lease: float = 60.0
     recover_interval: float = 30.0
     router_options: Mapping[str, Any] = field(default_factory=dict)
+    run: str = ""
+    """This run (one :meth:`RayJob.generate`): a retried task replays its notes."""
+    outage_window: float = DEFAULT_OUTAGE_WINDOW
+    """Seconds a Redis outage is waited out by the store's calls."""
 
 
 def row_key(dataset: str, prompt_id: str) -> str:
@@ -181,6 +187,10 @@ class PromptStage:
 
     Build it through :meth:`~provider_router.ray.RayJob.generate`, which also sets
     the ledger's limit (only the driver may) and the per-actor concurrency.
+
+    A row never raises out of the stage (Ray would fail the whole job and cut every
+    request in flight): whatever happens, it comes out with a ``status``, as
+    ``provider-router run`` writes a failure and goes on.
     """
 
     def __init__(self, config: StageConfig) -> None:
@@ -194,31 +204,46 @@ class PromptStage:
         """Why this actor sends nothing more (``budget: ...``, ``credits: ...``)."""
         self._refused: Decimal | None = None
         """The reservation the budget refused (the summary's room for the next one)."""
+        self._unstored: dict[str, dict[str, Any]] = {}
+        """Paid answers Redis could not take (an outage past its window), by row key:
+        replayed from here and stored again by the background task."""
 
     def __repr__(self) -> str:
         return f"PromptStage(name={self.config.name!r}, dataset={self.config.dataset!r})"
 
-    async def _open(self) -> tuple[Router, AnswerStore]:
-        if self._router is not None and self._store is not None:
-            return self._router, self._store
+    def _get_store(self) -> AnswerStore:
+        if self._store is None:
+            config = self.config
+            self._store = AnswerStore(
+                config.redis_url,
+                config.name,
+                prefix=config.store_prefix,
+                outage_window=config.outage_window,
+            )
+        return self._store
+
+    async def _open(self) -> Router:
+        if self._router is not None:
+            return self._router
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
-            if self._router is None or self._store is None:
+            if self._router is None:
                 await self._open_once()
         assert self._router is not None
-        assert self._store is not None
-        return self._router, self._store
+        return self._router
 
     async def _open_once(self) -> None:
         config = self.config
-        store = AnswerStore(config.redis_url, config.name, prefix=config.store_prefix)
+        store = self._get_store()
+        pad = await store.get_pad(config.key.pad_name)
+        api_key = config.key.unmask(pad)
+        # No limit here: only the driver sets it (two actors racing a top-up could
+        # otherwise put back an old one).
+        ledger = RedisLedger(
+            config.redis_url, config.name, lease=config.lease, outage_window=config.outage_window
+        )
         try:
-            pad = await store.get_pad(config.key.pad_name)
-            api_key = config.key.unmask(pad)
-            # No limit here: only the driver sets it (two actors racing a top-up could
-            # otherwise put back an old one).
-            ledger = RedisLedger(config.redis_url, config.name, lease=config.lease)
             router = Router(
                 config.model,
                 policy=ProviderPolicy(**config.policy),
@@ -230,15 +255,18 @@ class PromptStage:
             )
             await router.open()
         except BaseException:
-            await store.close()
+            await ledger.close()
             raise
-        self._store, self._ledger, self._router = store, ledger, router
+        self._ledger, self._router = ledger, router
         self._recovering = asyncio.get_running_loop().create_task(self._recover_forever())
 
     async def _recover_forever(self) -> None:
-        """Reconcile dead actors' reservations now and then: nothing else would."""
+        """Reconcile dead actors' reservations now and then: nothing else would.
+
+        Also stores again the paid answers an outage kept from Redis."""
         while True:
             await asyncio.sleep(self.config.recover_interval)
+            await self._store_unstored()
             if self._ledger is None or self._router is None:
                 continue
             try:
@@ -252,6 +280,17 @@ class PromptStage:
                     reconciled=len(report.reconciled),
                     worst_case=len(report.worst_case),
                 )
+
+    async def _store_unstored(self) -> None:
+        store = self._store
+        for key, fields in list(self._unstored.items()):
+            if store is None:
+                return
+            try:
+                await store.put(key, fields)
+            except Exception:
+                return  # still out: the next round tries again
+            self._unstored.pop(key, None)
 
     async def __call__(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         config = self.config
@@ -267,59 +306,178 @@ class PromptStage:
             ident = str(data.get("id", ""))
             return [self._row(data, dataset, ident, BAD_INPUT, f"bad input row: {exc}")]
         prompt_id = explicit_id if explicit_id is not None else content_id(messages)
-        router, store = await self._open()
+        try:
+            return [await self._answer(data, dataset, prompt_id, messages, metadata)]
+        except Exception as exc:  # never out of the UDF: Ray would fail the whole job
+            log.error("ray.unexpected_error", dataset=dataset, error=repr(exc))
+            kind = type(exc).__name__
+            return [self._row(data, dataset, prompt_id, FAILED, f"{kind}: {exc}")]
+
+    async def _answer(
+        self,
+        data: dict[str, Any],
+        dataset: str,
+        prompt_id: str,
+        messages: Any,
+        metadata: dict[str, Any],
+    ) -> dict[str, Any]:
+        config = self.config
         key = row_key(dataset, prompt_id)
-        stored = await store.get(key)
-        if stored is not None:
-            return [{**self._base(data, dataset, prompt_id), **stored, "status": ANSWERED}]
+        store = self._get_store()
+        unstored = self._unstored.get(key)
+        if unstored is not None:
+            return {**self._base(data, dataset, prompt_id), **unstored, "status": ANSWERED}
+        try:
+            stored = await store.lookup(key)
+        except LedgerUnavailableError as exc:
+            # Unknown whether it was paid: never send it blind. The next run will.
+            return self._row(data, dataset, prompt_id, NOT_SENT, f"error: {exc}")
+        if stored.answer is not None:
+            return {**self._base(data, dataset, prompt_id), **stored.answer, "status": ANSWERED}
+        replay = self._replay(data, dataset, prompt_id, stored)
+        if replay is not None:
+            return replay
+        try:
+            router = await self._open()
+        except ProviderRouterError as exc:
+            if isinstance(exc, ConfigurationError):  # the pad: every row would hit it
+                self._stopped = f"error: {exc}"
+            return await self._not_sent(data, dataset, prompt_id, f"error: {exc}")
         if self._stopped is None and router.halted is not None:
             self._stopped = f"halted: {router.halted}"
         if self._stopped is not None:
-            return [await self._not_sent(store, data, dataset, prompt_id)]
+            return await self._not_sent(data, dataset, prompt_id)
         request = {k: metadata[k] for k in REQUEST_KEYS if k in metadata}
         params = {**config.params, **request} if request else config.params
         started = time.time()
+        kept: list[bool] = []
+
+        async def keep(paid: ChatResult) -> None:
+            # Before the settle: a kill after it finds the answer here, free.
+            kept.append(await self._keep(key, paid, started))
+
         try:
             result = await router.chat(
-                messages, max_tokens=config.max_tokens, key=key, stream=True, **params
+                messages,
+                max_tokens=config.max_tokens,
+                key=key,
+                stream=True,
+                on_paid=keep,
+                **params,
             )
         except LedgerWriteError as exc:  # paid and whole: kept like any answer
             result = exc.result
             log.error("ray.ledger_write_failed", key=key, error=str(exc))
         except BudgetExhausted as exc:
             self._stopped, self._refused = f"budget: {exc}", exc.requested
-            return [await self._not_sent(store, data, dataset, prompt_id)]
+            return await self._not_sent(data, dataset, prompt_id)
         except CreditsExhausted as exc:
             self._stopped = f"credits: {exc}"
-            return [await self._not_sent(store, data, dataset, prompt_id)]
-        except ConfigurationError:
-            raise  # the job's own mistake (a field that cannot be priced): fail it loudly
+            return await self._not_sent(data, dataset, prompt_id)
+        except RouterStopping as exc:
+            return await self._not_sent(data, dataset, prompt_id, f"error: {exc}")
+        except ConfigurationError as exc:  # this row's own fields: it alone is refused
+            return await self._failed(
+                data, dataset, prompt_id, BAD_INPUT, type(exc).__name__, str(exc)
+            )
         except (AuthenticationError, LedgerUnavailableError) as exc:
             # Every other row would hit it too (as the batch runner, stop sending).
             self._stopped = f"error: {exc}"
-            return [await self._not_sent(store, data, dataset, prompt_id)]
+            return await self._not_sent(data, dataset, prompt_id)
         except ProviderRouterError as exc:
             kind = _error_kind(exc)
-            await store.failed(key, kind)
-            return [self._row(data, dataset, prompt_id, FAILED, f"{kind}: {exc}")]
+            return await self._failed(data, dataset, prompt_id, FAILED, kind, f"{kind}: {exc}")
         fields = answer_fields(result, started, time.time())
         if result.quarantined:
             # Never accepted as data (as the batch runner): the next run sends it again.
-            await store.failed(key, "PolicyViolation")
             reason = result.quarantine_reason or "served by a provider the policy forbids"
-            return [{**self._base(data, dataset, prompt_id), **fields, "status": QUARANTINED,
-                     "error": reason}]  # fmt: skip
-        await store.put(key, fields)
-        return [{**self._base(data, dataset, prompt_id), **fields, "status": ANSWERED}]
+            if not kept:
+                await self._note_failed(key, QUARANTINED, "PolicyViolation", reason, fields)
+            return {**self._base(data, dataset, prompt_id), **fields, "status": QUARANTINED,
+                    "error": reason}  # fmt: skip
+        row = {**self._base(data, dataset, prompt_id), **fields, "status": ANSWERED}
+        if not (kept and kept[0]) and not await self._put(key, fields):
+            row["error"] = "paid answer not stored in Redis yet (an outage): kept in this row"
+        return row
+
+    async def _keep(self, key: str, paid: ChatResult, started: float) -> bool:
+        """Store a paid answer before its settle (True: stored or noted)."""
+        fields = answer_fields(paid, started, time.time())
+        if paid.quarantined:
+            reason = paid.quarantine_reason or "served by a provider the policy forbids"
+            return await self._note_failed(key, QUARANTINED, "PolicyViolation", reason, fields)
+        return await self._put(key, fields)
+
+    async def _put(self, key: str, fields: dict[str, Any]) -> bool:
+        try:
+            await self._get_store().put(key, fields)
+        except Exception as exc:
+            # Paid: never lost. Kept here, replayed by this actor and stored again later.
+            self._unstored[key] = fields
+            log.error("ray.store_failed", key=key, error=repr(exc))
+            return False
+        self._unstored.pop(key, None)
+        return True
+
+    def _replay(
+        self, data: dict[str, Any], dataset: str, prompt_id: str, stored: Stored
+    ) -> dict[str, Any] | None:
+        """The row a note of this very run says (a retried task): the same as the first."""
+        for note in (stored.unsent, stored.failed):
+            if note is None or note.get("run") != self.config.run or not self.config.run:
+                continue
+            status = str(note.get("status") or (NOT_SENT if note is stored.unsent else FAILED))
+            error = str(note.get("error") or note.get("reason") or note.get("kind") or "")
+            row = self._row(data, dataset, prompt_id, status, error)
+            fields = note.get("fields")
+            if isinstance(fields, dict):
+                row.update(fields)
+            return row
+        return None
 
     async def _not_sent(
-        self, store: AnswerStore, data: dict[str, Any], dataset: str, prompt_id: str
+        self, data: dict[str, Any], dataset: str, prompt_id: str, reason: str | None = None
     ) -> dict[str, Any]:
-        assert self._stopped is not None
-        refused = None if self._refused is None else decimal_str(self._refused)
-        note = {"reason": self._stopped, "requested": refused}
-        await store.not_sent(row_key(dataset, prompt_id), json.dumps(note))
-        return self._row(data, dataset, prompt_id, NOT_SENT, self._stopped)
+        why = reason if reason is not None else self._stopped
+        assert why is not None
+        requested = None
+        if reason is None and self._refused is not None:
+            requested = decimal_str(self._refused)
+        note = {"reason": why, "requested": requested, "run": self.config.run}
+        try:
+            await self._get_store().not_sent(row_key(dataset, prompt_id), note)
+        except Exception as exc:  # not sent: nothing to lose; the row says so
+            log.warning("ray.note_failed", error=repr(exc))
+        return self._row(data, dataset, prompt_id, NOT_SENT, why)
+
+    async def _note_failed(
+        self,
+        key: str,
+        status: str,
+        kind: str,
+        error: str,
+        fields: dict[str, Any] | None = None,
+    ) -> bool:
+        note: dict[str, Any] = {
+            "kind": kind,
+            "status": status,
+            "error": error,
+            "run": self.config.run,
+        }
+        if fields is not None:
+            note["fields"] = fields
+        try:
+            await self._get_store().failed(key, note)
+        except Exception as exc:
+            log.warning("ray.note_failed", error=repr(exc))
+            return False
+        return True
+
+    async def _failed(
+        self, data: dict[str, Any], dataset: str, prompt_id: str, status: str, kind: str, error: str
+    ) -> dict[str, Any]:
+        await self._note_failed(row_key(dataset, prompt_id), status, kind, error)
+        return self._row(data, dataset, prompt_id, status, error)
 
     @staticmethod
     def _base(data: dict[str, Any], dataset: str, prompt_id: str) -> dict[str, Any]:

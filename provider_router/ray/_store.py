@@ -15,7 +15,16 @@ Three hashes per job (``<prefix>:{<name>}:...``):
 * ``failed``: row key -> the error kind of a prompt that failed (retried next run).
 
 Storing an answer removes its key from the other two in the same transaction, so
-a resumed run's tally is always "answered, or the latest reason it is not".
+a resumed run's tally is always "answered, or the latest reason it is not". A note
+(``unsent``, ``failed``) is JSON naming the run (one :meth:`RayJob.generate` call)
+that wrote it: a retried task of the same run replays it as it was (its blocks split
+the same way), a later run sends the prompt again.
+
+Every call waits out a Redis outage as the ledger does
+(:class:`~provider_router.ledger._outage.OutageWindow`): retried with backoff for up
+to ``outage_window`` seconds, then :class:`~provider_router.LedgerUnavailableError`
+(and from then on one try per call until Redis answers again). Every write is
+idempotent, so a retry after a lost reply changes nothing.
 
 Lookups are coalesced: every :meth:`AnswerStore.get` issued in one event-loop turn
 (Ray Data starts a task's rows together) becomes one ``HMGET``. The connection
@@ -27,15 +36,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
+from urllib.parse import urlsplit
 
 from provider_router._exceptions import MissingDependencyError
+from provider_router._types import Clock, Sleep
+from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW, OutageWindow
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["DEFAULT_STORE_PREFIX", "AnswerStore"]
+__all__ = ["DEFAULT_STORE_PREFIX", "AnswerStore", "Stored"]
 
 DEFAULT_STORE_PREFIX: Final = "provider-router:ray"
 MAX_CONNECTIONS: Final = 16
@@ -47,12 +61,40 @@ MAX_LOOKUP: Final = 1024
 """Keys in one ``HMGET`` at most (a bigger turn is split)."""
 
 
-_Answer: TypeAlias = "asyncio.Future[dict[str, Any] | None]"
+T = TypeVar("T")
 
 
-def _redis_client(url: str) -> Redis:
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What the store holds of one row key: its answer, or the notes of why it has none."""
+
+    answer: dict[str, Any] | None = None
+    unsent: dict[str, Any] | None = None
+    failed: dict[str, Any] | None = None
+
+
+_NOTHING: Final = Stored()
+_Answer: TypeAlias = "asyncio.Future[Stored]"
+
+
+def _note(raw: bytes | str | None, kind_key: str) -> dict[str, Any] | None:
+    """A note as a dict (a plain-text one, as an older store wrote, as its kind)."""
+    if raw is None:
+        return None
+    text = _text(raw)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {kind_key: text}
+    return value if isinstance(value, dict) else {kind_key: text}
+
+
+def _redis_client(url: str) -> tuple[Redis, tuple[type[BaseException], ...]]:
     try:
         import redis.asyncio as aioredis
+        from redis import exceptions
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
     except ImportError as exc:
         raise MissingDependencyError("provider_router.ray", "redis") from exc
     pool = aioredis.BlockingConnectionPool.from_url(
@@ -61,8 +103,19 @@ def _redis_client(url: str) -> Redis:
         timeout=POOL_TIMEOUT,
         socket_timeout=SOCKET_TIMEOUT,
         socket_connect_timeout=SOCKET_TIMEOUT,
+        # Ours is the only retry: redis-py's would sleep where tests cannot see it.
+        retry=Retry(NoBackoff(), 0),
     )
-    return aioredis.Redis(connection_pool=pool)
+    transient = (exceptions.ConnectionError, exceptions.TimeoutError, OSError)
+    return aioredis.Redis(connection_pool=pool), transient
+
+
+def _where(url: str) -> str:
+    """Redis's address for messages, without the credentials a URL may carry."""
+    parts = urlsplit(url)
+    if parts.hostname is None:
+        return "Redis of the Ray answer store"
+    return f"Redis at {parts.hostname}:{parts.port or 6379} (the Ray answer store)"
 
 
 class AnswerStore:
@@ -72,19 +125,35 @@ class AnswerStore:
         url: the Redis URL (the same Redis as the job's ledger, or another).
         name: the job's name; one store per name.
         prefix: the key prefix.
+        outage_window: seconds a Redis outage is waited out before a call fails.
+        sleep, clock: awaited between retries, and monotonic seconds (tests).
 
     Create it inside the event loop that will use it (a Ray actor's loop exists
     only once its first row arrives).
     """
 
-    def __init__(self, url: str, name: str, *, prefix: str = DEFAULT_STORE_PREFIX) -> None:
-        self._client = _redis_client(url)
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        *,
+        prefix: str = DEFAULT_STORE_PREFIX,
+        outage_window: float = DEFAULT_OUTAGE_WINDOW,
+        sleep: Sleep = asyncio.sleep,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._client, transient = _redis_client(url)
+        self._outage = OutageWindow(_where(url), outage_window, transient, sleep=sleep, clock=clock)
         base = f"{prefix}:{{{name}}}:"
         self.answers_key = base + "answers"
         self.unsent_key = base + "unsent"
         self.failed_key = base + "failed"
+        self.manifest_key = base + "manifest"
         self._pending: dict[str, list[_Answer]] = {}
         self._lookups: set[asyncio.Task[None]] = set()
+
+    async def _call(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        return await self._outage.call(attempt)
 
     def __repr__(self) -> str:
         return f"AnswerStore({self.answers_key!r})"
@@ -92,7 +161,15 @@ class AnswerStore:
     # --- lookups, coalesced -------------------------------------------------------------
 
     async def get(self, key: str) -> dict[str, Any] | None:
-        """The stored answer of ``key``, or None (one ``HMGET`` per loop turn)."""
+        """The stored answer of ``key``, or None."""
+        return (await self.lookup(key)).answer
+
+    async def lookup(self, key: str) -> Stored:
+        """What is stored of ``key`` (one pipelined ``HMGET`` of each hash per loop turn).
+
+        Raises:
+            LedgerUnavailableError: Redis was unreachable for longer than the window.
+        """
         loop = asyncio.get_running_loop()
         future: _Answer = loop.create_future()
         if not self._pending:
@@ -109,11 +186,17 @@ class AnswerStore:
             self._lookups.add(task)
             task.add_done_callback(self._lookups.discard)
 
-    async def _lookup(
-        self, pending: dict[str, list[asyncio.Future[dict[str, Any] | None]]]
-    ) -> None:
+    async def _hmget_all(self, keys: list[str]) -> list[list[Any]]:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for hash_key in (self.answers_key, self.unsent_key, self.failed_key):
+                pipe.hmget(hash_key, keys)
+            values: list[list[Any]] = await pipe.execute()
+            return values
+
+    async def _lookup(self, pending: dict[str, list[_Answer]]) -> None:
+        keys = list(pending)
         try:
-            values = await self._client.hmget(self.answers_key, list(pending))
+            answers, unsent, failed = await self._call(lambda: self._hmget_all(keys))
         except BaseException as exc:
             for futures in pending.values():
                 for future in futures:
@@ -122,8 +205,17 @@ class AnswerStore:
             if not isinstance(exc, Exception):
                 raise
             return
-        for (_key, futures), raw in zip(pending.items(), values, strict=True):
-            value = None if raw is None else json.loads(raw)
+        for futures, answer, note, failure in zip(
+            pending.values(), answers, unsent, failed, strict=True
+        ):
+            if answer is None and note is None and failure is None:
+                value = _NOTHING
+            else:
+                value = Stored(
+                    None if answer is None else json.loads(answer),
+                    _note(note, "reason"),
+                    _note(failure, "kind"),
+                )
             for future in futures:
                 if not future.done():
                     future.set_result(value)
@@ -132,19 +224,26 @@ class AnswerStore:
 
     async def put(self, key: str, answer: dict[str, Any]) -> None:
         """Store a paid answer (and forget any earlier refusal or failure of ``key``)."""
-        async with self._client.pipeline(transaction=True) as pipe:
-            pipe.hset(self.answers_key, key, json.dumps(answer, separators=(",", ":")))
-            pipe.hdel(self.unsent_key, key)
-            pipe.hdel(self.failed_key, key)
-            await pipe.execute()
+        body = json.dumps(answer, separators=(",", ":"))
 
-    async def not_sent(self, key: str, reason: str) -> None:
-        """Note that ``key`` was not sent, and why (a budget stop, 402...)."""
-        await self._client.hset(self.unsent_key, key, reason)
+        async def write() -> None:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.hset(self.answers_key, key, body)
+                pipe.hdel(self.unsent_key, key)
+                pipe.hdel(self.failed_key, key)
+                await pipe.execute()
 
-    async def failed(self, key: str, kind: str) -> None:
-        """Note that ``key`` failed with an error of ``kind`` (retried by the next run)."""
-        await self._client.hset(self.failed_key, key, kind)
+        await self._call(write)
+
+    async def not_sent(self, key: str, note: str | dict[str, Any]) -> None:
+        """Note that ``key`` was not sent, and why (``reason``: a budget stop, 402...)."""
+        body = note if isinstance(note, str) else json.dumps(note)
+        await self._call(lambda: self._client.hset(self.unsent_key, key, body))
+
+    async def failed(self, key: str, note: str | dict[str, Any]) -> None:
+        """Note that ``key`` failed (``kind``: the error's type; retried by the next run)."""
+        body = note if isinstance(note, str) else json.dumps(note)
+        await self._call(lambda: self._client.hset(self.failed_key, key, body))
 
     # --- the driver's tally ---------------------------------------------------------------
 
@@ -154,24 +253,41 @@ class AnswerStore:
             key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
             yield key, json.loads(raw)
 
-    async def reasons(self, which: str) -> dict[str, str]:
-        """``unsent`` or ``failed``: row key -> reason."""
-        hash_key = self.unsent_key if which == "unsent" else self.failed_key
-        raw = await self._client.hgetall(hash_key)
-        return {_text(k): _text(v) for k, v in raw.items()}
+    async def reasons(self, which: str) -> dict[str, dict[str, Any]]:
+        """``unsent`` or ``failed``: row key -> its note (``reason`` / ``kind``...)."""
+        hash_key, kind_key = (
+            (self.unsent_key, "reason") if which == "unsent" else (self.failed_key, "kind")
+        )
+        raw = await self._call(lambda: self._client.hgetall(hash_key))
+        return {_text(k): _note(v, kind_key) or {} for k, v in raw.items()}
 
     async def get_pad(self, name: str) -> bytes | None:
         """The key's pad stored under ``name`` (see :mod:`provider_router.ray._secret`)."""
-        value = await self._client.get(name)
+        value = await self._call(lambda: self._client.get(name))
         return value.encode() if isinstance(value, str) else value
 
     async def put_pad(self, name: str, pad: bytes, ttl: int) -> None:
         """Store a key's pad for ``ttl`` seconds."""
-        await self._client.set(name, pad, ex=ttl)
+        await self._call(lambda: self._client.set(name, pad, ex=ttl))
+
+    async def delete_pads(self, *names: str) -> None:
+        """Delete pads (the job is finished: the masked halves in Ray's files say nothing)."""
+        if names:
+            await self._call(lambda: self._client.delete(*names))
+
+    async def manifest(self) -> dict[str, Any] | None:
+        """What the job was started with (model, parameters), or None for a new job."""
+        raw = await self._call(lambda: self._client.get(self.manifest_key))
+        return None if raw is None else dict(json.loads(raw))
+
+    async def put_manifest(self, manifest: dict[str, Any]) -> None:
+        body = json.dumps(manifest, sort_keys=True)
+        await self._call(lambda: self._client.set(self.manifest_key, body))
 
     async def clear(self) -> None:
-        """Delete the job's answers and refusals (a new job under an old name)."""
-        await self._client.delete(self.answers_key, self.unsent_key, self.failed_key)
+        """Delete the job's answers, refusals and manifest (a new job under an old name)."""
+        keys = (self.answers_key, self.unsent_key, self.failed_key, self.manifest_key)
+        await self._call(lambda: self._client.delete(*keys))
 
     async def close(self) -> None:
         for task in list(self._lookups):

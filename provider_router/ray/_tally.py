@@ -8,10 +8,10 @@ summary has the same figures and words as ``provider-router run``'s.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any
 
 from provider_router.batch.finish import budget_to_finish, finish_hint, plan_to_finish
 from provider_router.batch.summary import Counter, DatasetReport, RunSummary, StopReason
@@ -32,9 +32,11 @@ def _counter(counters: dict[str, Counter], name: str) -> Counter:
     return counter
 
 
-def _reason(unsent: Mapping[str, str], failed: Mapping[str, str]) -> tuple[StopReason, str]:
+def _reason(
+    unsent: Mapping[str, Mapping[str, Any]], failed: Mapping[str, Mapping[str, Any]]
+) -> tuple[StopReason, str]:
     if unsent:
-        notes = [json.loads(v) for v in unsent.values()]
+        notes = list(unsent.values())
         kinds = {str(n.get("reason", "")).partition(":")[0] for n in notes}
         first = str(notes[0].get("reason", "")).partition(": ")[2]
         if "budget" in kinds:
@@ -95,8 +97,8 @@ async def tally(
             counter.retries += max(int(fields.get("attempts") or 1) - 1, 0)
     unsent = await store.reasons("unsent")
     failed = await store.reasons("failed")
-    for key, kind in failed.items():
-        _counter(runs, _dataset_of(key)).failed(kind)
+    for key, note in failed.items():
+        _counter(runs, _dataset_of(key)).failed(str(note.get("kind") or "unknown"))
     for key in [*unsent, *failed]:
         seen.setdefault(_dataset_of(key), set()).add(key)
     names = list(datasets) or sorted(seen)
@@ -122,7 +124,7 @@ async def tally(
     for report, money in zip(reports, each, strict=True):
         report.to_finish = money
     refused = max(
-        (Decimal(n["requested"]) for n in map(json.loads, unsent.values()) if n.get("requested")),
+        (Decimal(n["requested"]) for n in unsent.values() if n.get("requested")),
         default=Decimal(0),
     )
     reason, message = _reason(unsent, failed)

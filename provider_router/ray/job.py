@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
+import secrets
+import threading
 import time
 from collections.abc import Coroutine, Mapping
 from decimal import Decimal
@@ -45,6 +48,7 @@ from provider_router.batch.recovery import apply_budget
 from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.client import Router
 from provider_router.ledger import RedisLedger
+from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ray._secret import PAD_TTL, mask_key
 from provider_router.ray._stage import PromptStage, StageConfig
 from provider_router.ray._store import DEFAULT_STORE_PREFIX, AnswerStore
@@ -95,21 +99,58 @@ def _import_ray_data() -> Any:
     return ray.data
 
 
-def _set_row_concurrency(concurrency: int) -> None:
-    """Rows one actor runs at once: Ray reads it from a constant when it plans a stage.
+def _stage_concurrency(fn: Any) -> int | None:
+    """The per-actor concurrency of our stage's UDF ``fn`` (None: not ours)."""
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            spec = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        cls, args = getattr(spec, "cls", None), getattr(spec, "args", ())
+        if isinstance(cls, type) and issubclass(cls, PromptStage) and args:
+            config = args[0]
+            if isinstance(config, StageConfig):
+                return config.concurrency
+    return None
 
-    There is no public option (``RAY_DATA_DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY`` is read
-    once, at import); the ``ray`` extra pins the Ray range this was tested on.
+
+def _scope_row_concurrency() -> None:
+    """Rows one of *our* actors runs at once, leaving every other async stage as Ray sets it.
+
+    Ray reads ``DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY`` (16) when it plans a stage; there is
+    no public option. Raising the constant would raise it for the user's other async
+    stages too, so the planner's flat-map step is wrapped instead: for our stage's UDF
+    the constant is our concurrency while that one stage is planned, and is put back at
+    once. The ``ray`` extra pins the Ray range this was tested on.
     """
-    from ray.data._internal.planner import plan_udf_map_op
+    from ray.data._internal.planner import plan_udf_map_op as planner
 
-    if not hasattr(plan_udf_map_op, "DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY"):
+    original = getattr(planner, "_generate_transform_fn_for_flat_map", None)
+    if original is None or not hasattr(planner, "DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY"):
         raise ConfigurationError(
             "this Ray has no DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY: install the tested range "
             "with pip install 'provider-router[ray]'"
         )
-    current = plan_udf_map_op.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY
-    plan_udf_map_op.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY = max(current, concurrency)
+    if getattr(original, "_provider_router", False):
+        return
+
+    def generate(fn: Any) -> Any:
+        concurrency = _stage_concurrency(fn)
+        if concurrency is None:
+            return original(fn)
+        with _PLANNING:
+            default = planner.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY
+            planner.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY = concurrency
+            try:
+                return original(fn)
+            finally:
+                planner.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY = default
+
+    generate._provider_router = True  # type: ignore[attr-defined]
+    planner._generate_transform_fn_for_flat_map = generate
+
+
+_PLANNING = threading.Lock()
 
 
 async def _recover_orphans(ledger: RedisLedger, router: Router, lease: float) -> list[str]:
@@ -166,7 +207,15 @@ class RayJob:
         base_url: OpenRouter's API root (default ``OPENROUTER_BASE_URL`` on the driver).
         lease: seconds a dead actor's reservations stay held before recovery.
         recover_interval: seconds between two recoveries in each live actor.
-        router_options: further :class:`~provider_router.Router` keyword arguments.
+        router_options: further :class:`~provider_router.Router` keyword arguments
+            (the stage's routers and :meth:`finish`'s).
+        store_prefix: the Redis key prefix of the answer store.
+        outage_window: seconds a Redis outage is waited out (by the ledger and the
+            answer store) before a row comes out ``not_sent`` naming it.
+
+    A job's store records what it was started with (the model, and each dataset's
+    ``max_tokens`` and ``params``): a resume with others is refused, since the paid
+    answers it keeps were made with the first ones.
     """
 
     def __init__(
@@ -190,6 +239,7 @@ class RayJob:
         recover_interval: float = 30.0,
         router_options: Mapping[str, Any] | None = None,
         store_prefix: str = DEFAULT_STORE_PREFIX,
+        outage_window: float = DEFAULT_OUTAGE_WINDOW,
     ) -> None:
         self.budget = to_decimal(budget, what="budget")
         if self.budget <= 0:
@@ -224,12 +274,21 @@ class RayJob:
         self.recover_interval = recover_interval
         self.router_options = dict(router_options or {})
         self.store_prefix = store_prefix
+        self.outage_window = outage_window
         self.recovered: list[str] = []
+        self._pads: list[str] = []
+        """Pads this job stored in Redis: deleted by :meth:`finish`."""
         self._since = time.time()
         self._started = time.monotonic()
         self._generated = False
         # The Router validates model, fields and policy: fail here, not on a worker.
-        Router(model, ledger=None, api_key=key, base_url=self.base_url, params=self.params)
+        Router(
+            model,
+            ledger=None,
+            api_key=key,
+            base_url=self.base_url,
+            **{"params": self.params, **self.router_options},
+        )
 
     def __repr__(self) -> str:
         return f"RayJob(name={self.name!r}, model={self.model!r}, budget={self.budget})"
@@ -277,7 +336,8 @@ class RayJob:
 
         Raises:
             ConfigurationError: ``DataContext.max_errored_blocks`` is not 0 (Ray would
-                drop failed blocks, paid answers with them).
+                drop failed blocks, paid answers with them), or the job's store was
+                started with another model, ``max_tokens`` or ``params``.
         """
         ray_data = _import_ray_data()
         context = ray_data.DataContext.get_current()
@@ -289,24 +349,30 @@ class RayJob:
         if not self._generated:  # "this run" starts with its first dataset
             self._since, self._started = time.time(), time.monotonic()
             self._generated = True
+        name = dataset or self.dataset
+        tokens = max_tokens or self.max_tokens
+        fields = dict(self.params if params is None else params)
         masked, pad = mask_key(self._api_key, f"{self.store_prefix}:{{{self.name}}}")
-        run_sync(self._prepare(masked.pad_name, pad))
-        _set_row_concurrency(self.per_actor)
+        run_sync(self._prepare(masked.pad_name, pad, name, tokens, fields))
+        self._pads.append(masked.pad_name)
+        _scope_row_concurrency()
         config = StageConfig(
             model=self.model,
             name=self.name,
             redis_url=self.redis_url,
             store_prefix=self.store_prefix,
             key=masked,
-            dataset=dataset or self.dataset,
-            max_tokens=max_tokens or self.max_tokens,
-            params=dict(self.params if params is None else params),
+            dataset=name,
+            max_tokens=tokens,
+            params=fields,
             policy=self.policy,
             base_url=self.base_url,
             concurrency=self.per_actor,
             lease=self.lease,
             recover_interval=self.recover_interval,
             router_options=self.router_options,
+            run=secrets.token_hex(8),
+            outage_window=self.outage_window,
         )
         actors = self._actors = self.actors  # fixed for this job from here on
         result: Dataset = ds.flat_map(
@@ -319,7 +385,14 @@ class RayJob:
         )
         return result
 
-    async def _prepare(self, pad_name: str, pad: bytes) -> None:
+    async def _prepare(
+        self, pad_name: str, pad: bytes, dataset: str, max_tokens: int, params: dict[str, Any]
+    ) -> None:
+        store = self._store()
+        try:
+            await self._check_manifest(store, dataset, max_tokens, params)
+        finally:
+            await store.close()
         ledger = RedisLedger(self.redis_url, self.name, lease=self.lease)
         try:
             if not await ledger.exists():
@@ -328,11 +401,40 @@ class RayJob:
             self.recovered += await apply_budget(ledger, self.budget, None)
         finally:
             await ledger.close()
-        store = AnswerStore(self.redis_url, self.name, prefix=self.store_prefix)
+        store = self._store()
         try:
             await store.put_pad(pad_name, pad, PAD_TTL)
         finally:
             await store.close()
+
+    def _store(self) -> AnswerStore:
+        return AnswerStore(
+            self.redis_url, self.name, prefix=self.store_prefix, outage_window=self.outage_window
+        )
+
+    async def _check_manifest(
+        self, store: AnswerStore, dataset: str, max_tokens: int, params: dict[str, Any]
+    ) -> None:
+        """Refuse a resume whose model or parameters differ from the job's first run."""
+        manifest = await store.manifest() or {"model": self.model, "datasets": {}}
+        if manifest.get("model") != self.model:
+            raise ConfigurationError(
+                f"job {self.name!r} was started with model {manifest.get('model')!r}, not "
+                f"{self.model!r}: its paid answers are that model's. Resume it with the same "
+                "model, or give the new job another name"
+            )
+        wanted = {"max_tokens": max_tokens, "params": json.loads(json.dumps(params))}
+        datasets: dict[str, Any] = manifest.setdefault("datasets", {})
+        first = datasets.get(dataset)
+        if first is not None and first != wanted:
+            raise ConfigurationError(
+                f"job {self.name!r}, dataset {dataset!r} was started with {first}, not "
+                f"{wanted}: its paid answers were made with the first. Resume it with the "
+                "same max_tokens and params, or give the new job another name"
+            )
+        if first is None:
+            datasets[dataset] = wanted
+            await store.put_manifest(manifest)
 
     def finish(
         self,
@@ -381,15 +483,23 @@ class RayJob:
         targets: Mapping[str, tuple[int | None, int | None]] | None,
     ) -> RunSummary:
         ledger = RedisLedger(self.redis_url, self.name, lease=self.lease)
-        store = AnswerStore(self.redis_url, self.name, prefix=self.store_prefix)
+        store = self._store()
         try:
             router = Router(
-                self.model, ledger=ledger, api_key=self._api_key, base_url=self.base_url
+                self.model,
+                ledger=ledger,
+                api_key=self._api_key,
+                base_url=self.base_url,
+                **self.router_options,
             )
             async with router:
                 notes = await _recover_orphans(ledger, router, self.lease)
             self.recovered += notes
             state = await ledger.snapshot()
+            # The job is done: its pads go (the masked halves in Ray's files say nothing
+            # then). A dataset consumed again after this needs generate() again.
+            pads, self._pads = self._pads, []
+            await store.delete_pads(*pads)
             return await tally(
                 store,
                 state,

@@ -1,0 +1,270 @@
+"""The stage's rows one by one, in this process (no cluster): a real redis-server, the
+local OpenRouter over real sockets, the stage called as Ray Data calls it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import secrets
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from provider_router import LedgerUnavailableError, RedisLedger
+from provider_router.ray import FAILED, NOT_SENT, AnswerStore, PromptStage, StageConfig
+from provider_router.ray._secret import PAD_TTL, mask_key
+from provider_router.testing import SimulatorServer
+from tests.ledger.conftest import RedisServer, RestartableRedis, restartable_redis
+from tests.ray.conftest import CREDITS, KEY, MODEL
+
+__all__ = ["restartable_redis"]
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
+
+PREFIX = "provider-router:ray"
+
+
+class Killed(BaseException):
+    """What a SIGKILL looks like to the code after it: nothing of it runs."""
+
+
+class OutageClock:
+    """The store's retry clock and sleep: no real waiting; ``on_sleep(n)`` after each."""
+
+    def __init__(self, on_sleep: Any = None) -> None:
+        self.now = 1000.0
+        self.sleeps = 0
+        self.on_sleep = on_sleep
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+        self.now += seconds
+        if self.on_sleep is not None:
+            self.on_sleep(self.sleeps)
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def simulator() -> AsyncIterator[SimulatorServer]:
+    server = SimulatorServer(api_keys=[KEY], speed=math.inf, credits=CREDITS)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+async def make_stage(
+    url: str, name: str, base_url: str, *, run: str = "run-1", **overrides: Any
+) -> PromptStage:
+    """A stage as RayJob.generate builds it: the ledger's limit and the key's pad set."""
+    ledger = RedisLedger(url, name, Decimal(5))
+    try:
+        await ledger.snapshot()  # creates it with its limit
+    finally:
+        await ledger.close()
+    masked, pad = mask_key(SecretStr(KEY), f"{PREFIX}:{{{name}}}")
+    store = AnswerStore(url, name)
+    try:
+        await store.put_pad(masked.pad_name, pad, PAD_TTL)
+    finally:
+        await store.close()
+    options: dict[str, Any] = {
+        "model": MODEL,
+        "name": name,
+        "redis_url": url,
+        "store_prefix": PREFIX,
+        "key": masked,
+        "dataset": "default",
+        "max_tokens": 64,
+        "base_url": base_url,
+        "concurrency": 8,
+        "recover_interval": 3600.0,
+        "run": run,
+        **overrides,
+    }
+    known = {f.name for f in dataclasses.fields(StageConfig)}
+    return PromptStage(StageConfig(**{k: v for k, v in options.items() if k in known}))
+
+
+async def close_stage(stage: PromptStage) -> None:
+    if stage._recovering is not None:
+        stage._recovering.cancel()
+        await asyncio.gather(stage._recovering, return_exceptions=True)
+    if stage._router is not None:
+        await stage._router.close()
+    if stage._ledger is not None:
+        await stage._ledger.close()
+    if stage._store is not None:
+        await stage._store.close()
+
+
+def fresh_name() -> str:
+    return f"stage-{secrets.token_hex(4)}"
+
+
+async def test_a_kill_right_after_the_settle_loses_no_paid_answer(
+    redis_server: RedisServer, simulator: SimulatorServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = fresh_name()
+    settle = RedisLedger.settle
+
+    async def settle_then_die(self: RedisLedger, *args: Any, **kwargs: Any) -> Any:
+        await settle(self, *args, **kwargs)
+        raise Killed  # the actor is gone between the ledger's settle and anything after it
+
+    first = await make_stage(redis_server.url, name, simulator.url)
+    monkeypatch.setattr(RedisLedger, "settle", settle_then_die)
+    with pytest.raises(Killed):
+        await first({"id": "p1", "prompt": "question 1"})
+    monkeypatch.setattr(RedisLedger, "settle", settle)
+    await close_stage(first)
+    assert len(simulator.requests) == 1
+
+    retried = await make_stage(redis_server.url, name, simulator.url)  # Ray's task retry
+    try:
+        [row] = await retried({"id": "p1", "prompt": "question 1"})
+    finally:
+        await close_stage(retried)
+    assert row["status"] == "answered"
+    assert row["answer"]
+    assert row["generation_id"]
+    assert len(simulator.requests) == 1  # re-emitted free, not bought again
+    assert Decimal(row["cost"]) == CREDITS - simulator.balance
+
+
+async def test_a_redis_blip_at_the_lookup_is_waited_out_and_the_row_answered(
+    restartable_redis: RestartableRedis, simulator: SimulatorServer
+) -> None:
+    name = fresh_name()
+    stage = await make_stage(restartable_redis.url, name, simulator.url)
+    clock = OutageClock(lambda n: restartable_redis.start() if n == 3 else None)
+    stage._store = AnswerStore(
+        restartable_redis.url, name, outage_window=30, sleep=clock.sleep, clock=clock
+    )
+    restartable_redis.stop()
+    try:
+        [row] = await stage({"id": "p1", "prompt": "question 1"})
+    finally:
+        await close_stage(stage)
+    assert clock.sleeps >= 3
+    assert row["status"] == "answered"
+    assert len(simulator.requests) == 1
+
+
+async def test_redis_gone_past_the_window_is_a_not_sent_row_never_a_raise_nor_a_blind_send(
+    restartable_redis: RestartableRedis, simulator: SimulatorServer
+) -> None:
+    name = fresh_name()
+    stage = await make_stage(restartable_redis.url, name, simulator.url)
+    clock = OutageClock()
+    stage._store = AnswerStore(
+        restartable_redis.url, name, outage_window=5, sleep=clock.sleep, clock=clock
+    )
+    restartable_redis.stop()
+    try:
+        [row] = await stage({"id": "p1", "prompt": "question 1"})
+    finally:
+        restartable_redis.start()
+        await close_stage(stage)
+    assert row["status"] == NOT_SENT
+    assert "unreachable" in row["error"]
+    assert "outage window (5 s)" in row["error"]
+    assert simulator.requests == []  # unknown whether it was paid: not sent blind
+
+
+class _StoreDown(AnswerStore):
+    """A store whose writes fail as after a whole outage window (until told otherwise)."""
+
+    down = True
+
+    async def put(self, key: str, answer: dict[str, Any]) -> None:
+        if self.down:
+            raise LedgerUnavailableError("Redis has been unreachable for 60 s")
+        await super().put(key, answer)
+
+
+async def test_a_paid_answer_redis_cannot_take_is_kept_replayed_and_stored_later(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> None:
+    name = fresh_name()
+    stage = await make_stage(redis_server.url, name, simulator.url)
+    store = stage._store = _StoreDown(redis_server.url, name)
+    try:
+        [row] = await stage({"id": "p1", "prompt": "question 1"})
+        assert row["status"] == "answered"
+        assert row["answer"]
+        assert "not stored in Redis yet" in row["error"]
+        [again] = await stage({"id": "p1", "prompt": "question 1"})  # a retried task
+        assert again["generation_id"] == row["generation_id"]
+        assert len(simulator.requests) == 1
+        store.down = False
+        await stage._store_unstored()
+        assert (await store.get("default/p1") or {})["generation_id"] == row["generation_id"]
+        assert stage._unstored == {}
+    finally:
+        await close_stage(stage)
+
+
+async def test_a_row_the_router_refuses_comes_out_with_a_status_and_the_rest_go_on(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> None:
+    name = fresh_name()
+    stage = await make_stage(redis_server.url, name, simulator.url)
+    bad = {"id": "bad", "messages": [{"role": "user", "content": [{"type": "audio"}]}]}
+    try:
+        [refused] = await stage(bad)
+        [fine] = await stage({"id": "p1", "prompt": "question 1"})
+    finally:
+        await close_stage(stage)
+    assert refused["status"] == "bad_input"
+    assert "only 'text' and 'image_url' parts are priced" in refused["error"]
+    assert fine["status"] == "answered"
+    assert len(simulator.requests) == 1
+
+
+async def test_an_openrouter_unreachable_at_the_first_fetch_is_rows_not_sent_not_a_failed_job(
+    redis_server: RedisServer,
+) -> None:
+    name = fresh_name()
+    stage = await make_stage(redis_server.url, name, "http://127.0.0.1:1/api/v1")
+    try:
+        rows = [await stage({"id": f"p{i}", "prompt": f"q {i}"}) for i in range(2)]
+    finally:
+        await close_stage(stage)
+    statuses = {row["status"] for [row] in rows}
+    assert statuses <= {NOT_SENT, FAILED}
+    assert all(row["error"] for [row] in rows)
+
+
+async def test_a_retried_task_replays_its_rows_notes_and_a_new_run_sends_them_again(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> None:
+    name = fresh_name()
+    store = AnswerStore(redis_server.url, name)
+    try:
+        await store.not_sent("default/p1", {"reason": "budget: used up", "run": "run-1"})
+    finally:
+        await store.close()
+    retried = await make_stage(redis_server.url, name, simulator.url, run="run-1")
+    try:
+        [row] = await retried({"id": "p1", "prompt": "question 1"})
+    finally:
+        await close_stage(retried)
+    assert (row["status"], row["error"]) == (NOT_SENT, "budget: used up")
+    assert simulator.requests == []  # the same row as the first attempt: blocks split alike
+
+    resumed = await make_stage(redis_server.url, name, simulator.url, run="run-2")
+    try:
+        [row] = await resumed({"id": "p1", "prompt": "question 1"})
+    finally:
+        await close_stage(resumed)
+    assert row["status"] == "answered"
+    assert len(simulator.requests) == 1
