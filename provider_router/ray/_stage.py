@@ -52,7 +52,7 @@ from provider_router.ledger import RedisLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.policy import ProviderPolicy
 from provider_router.prompts import REQUEST_KEYS, content_id, parse_prompt_line
-from provider_router.ray._secret import MaskedKey
+from provider_router.ray._secret import MaskedKey, MaskedPassword, with_password
 from provider_router.ray._store import AnswerStore, Stored
 from provider_router.results import ChatResult
 
@@ -98,6 +98,9 @@ class StageConfig:
     """This run (one :meth:`RayJob.generate`): a retried task replays its notes."""
     outage_window: float = DEFAULT_OUTAGE_WINDOW
     """Seconds a Redis outage is waited out by the store's calls."""
+    redis_password: MaskedPassword | None = None
+    """``redis_url``'s password, masked (the URL travels without it: Ray keeps task
+    specifications in its logs and dashboard)."""
 
 
 def row_key(dataset: str, prompt_id: str) -> str:
@@ -204,6 +207,8 @@ class PromptStage:
         """Why this actor sends nothing more (``budget: ...``, ``credits: ...``)."""
         self._refused: Decimal | None = None
         """The reservation the budget refused (the summary's room for the next one)."""
+        self._url: str | None = None
+        """The Redis URL with its password (never pickled: built in the actor)."""
         self._unstored: dict[str, dict[str, Any]] = {}
         """Paid answers Redis could not take (an outage past its window), by row key:
         replayed from here and stored again by the background task."""
@@ -211,15 +216,24 @@ class PromptStage:
     def __repr__(self) -> str:
         return f"PromptStage(name={self.config.name!r}, dataset={self.config.dataset!r})"
 
-    def _get_store(self) -> AnswerStore:
+    async def _redis_url(self) -> str:
+        config = self.config
+        if config.redis_password is None:
+            return config.redis_url
+        password = await asyncio.to_thread(config.redis_password.unmask)
+        return with_password(config.redis_url, password)
+
+    async def _get_store(self) -> AnswerStore:
         if self._store is None:
             config = self.config
-            self._store = AnswerStore(
-                config.redis_url,
-                config.name,
-                prefix=config.store_prefix,
-                outage_window=config.outage_window,
-            )
+            self._url = await self._redis_url()
+            if self._store is None:  # another row opened it meanwhile
+                self._store = AnswerStore(
+                    self._url,
+                    config.name,
+                    prefix=config.store_prefix,
+                    outage_window=config.outage_window,
+                )
         return self._store
 
     async def _open(self) -> Router:
@@ -235,13 +249,14 @@ class PromptStage:
 
     async def _open_once(self) -> None:
         config = self.config
-        store = self._get_store()
+        store = await self._get_store()
         pad = await store.get_pad(config.key.pad_name)
         api_key = config.key.unmask(pad)
         # No limit here: only the driver sets it (two actors racing a top-up could
         # otherwise put back an old one).
+        url = self._url or await self._redis_url()
         ledger = RedisLedger(
-            config.redis_url, config.name, lease=config.lease, outage_window=config.outage_window
+            url, config.name, lease=config.lease, outage_window=config.outage_window
         )
         try:
             router = Router(
@@ -323,10 +338,13 @@ class PromptStage:
     ) -> dict[str, Any]:
         config = self.config
         key = row_key(dataset, prompt_id)
-        store = self._get_store()
         unstored = self._unstored.get(key)
         if unstored is not None:
             return {**self._base(data, dataset, prompt_id), **unstored, "status": ANSWERED}
+        try:
+            store = await self._get_store()
+        except ProviderRouterError as exc:  # the password's pad is gone
+            return self._row(data, dataset, prompt_id, NOT_SENT, f"error: {exc}")
         try:
             stored = await store.lookup(key)
         except LedgerUnavailableError as exc:
@@ -410,7 +428,7 @@ class PromptStage:
 
     async def _put(self, key: str, fields: dict[str, Any]) -> bool:
         try:
-            await self._get_store().put(key, fields)
+            await (await self._get_store()).put(key, fields)
         except Exception as exc:
             # Paid: never lost. Kept here, replayed by this actor and stored again later.
             self._unstored[key] = fields
@@ -445,7 +463,7 @@ class PromptStage:
             requested = decimal_str(self._refused)
         note = {"reason": why, "requested": requested, "run": self.config.run}
         try:
-            await self._get_store().not_sent(row_key(dataset, prompt_id), note)
+            await (await self._get_store()).not_sent(row_key(dataset, prompt_id), note)
         except Exception as exc:  # not sent: nothing to lose; the row says so
             log.warning("ray.note_failed", error=repr(exc))
         return self._row(data, dataset, prompt_id, NOT_SENT, why)
@@ -467,7 +485,7 @@ class PromptStage:
         if fields is not None:
             note["fields"] = fields
         try:
-            await self._get_store().failed(key, note)
+            await (await self._get_store()).failed(key, note)
         except Exception as exc:
             log.warning("ray.note_failed", error=repr(exc))
             return False

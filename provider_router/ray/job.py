@@ -49,7 +49,13 @@ from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.client import Router
 from provider_router.ledger import RedisLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
-from provider_router.ray._secret import PAD_TTL, mask_key
+from provider_router.ray._secret import (
+    PAD_TTL,
+    MaskedPassword,
+    mask_key,
+    mask_password,
+    split_password,
+)
 from provider_router.ray._stage import PromptStage, StageConfig
 from provider_router.ray._store import DEFAULT_STORE_PREFIX, AnswerStore
 from provider_router.ray._tally import tally
@@ -278,6 +284,8 @@ class RayJob:
         self.recovered: list[str] = []
         self._pads: list[str] = []
         """Pads this job stored in Redis: deleted by :meth:`finish`."""
+        self._password_pads: list[Any] = []
+        """``ObjectRef`` s of the Redis password's pads: dropped by :meth:`finish`."""
         self._since = time.time()
         self._started = time.monotonic()
         self._generated = False
@@ -355,11 +363,13 @@ class RayJob:
         masked, pad = mask_key(self._api_key, f"{self.store_prefix}:{{{self.name}}}")
         run_sync(self._prepare(masked.pad_name, pad, name, tokens, fields))
         self._pads.append(masked.pad_name)
+        url, password = self._hide_password()
         _scope_row_concurrency()
         config = StageConfig(
             model=self.model,
             name=self.name,
-            redis_url=self.redis_url,
+            redis_url=url,
+            redis_password=password,
             store_prefix=self.store_prefix,
             key=masked,
             dataset=name,
@@ -384,6 +394,19 @@ class RayJob:
             num_cpus=self.num_cpus,
         )
         return result
+
+    def _hide_password(self) -> tuple[str, MaskedPassword | None]:
+        """The Redis URL without its password, and the password masked (its pad put in
+        Ray's object store): Ray writes task specifications to its logs."""
+        url, password = split_password(self.redis_url)
+        if password is None:
+            return url, None
+        import ray
+
+        masked, pad = mask_password(password)
+        ref = ray.put(pad)
+        self._password_pads.append(ref)
+        return url, MaskedPassword(masked, ref)
 
     async def _prepare(
         self, pad_name: str, pad: bytes, dataset: str, max_tokens: int, params: dict[str, Any]
@@ -459,6 +482,7 @@ class RayJob:
                 raised after ``summary.json`` is written. Every paid answer is kept.
         """
         summary = run_sync(self._finish(prompts or {}, targets))
+        self._drop_password_pads()
         if out is not None:
             path = Path(out)
             path.mkdir(parents=True, exist_ok=True)
@@ -476,6 +500,11 @@ class RayJob:
                 summary,
             )
         return summary
+
+    def _drop_password_pads(self) -> None:
+        # The last reference gone, Ray frees the object (the stage's actors, its only
+        # borrowers, are gone with the finished dataset).
+        self._password_pads = []
 
     async def _finish(
         self,
