@@ -27,6 +27,7 @@ nothing in Ray runs cleanup code of an actor that was killed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Mapping
@@ -51,7 +52,7 @@ from provider_router.client import Router
 from provider_router.ledger import RedisLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.policy import ProviderPolicy
-from provider_router.prompts import REQUEST_KEYS, content_id, parse_prompt_line
+from provider_router.prompts import REQUEST_KEYS, _snippet, content_id, parse_prompt_line
 from provider_router.ray._secret import MaskedKey, MaskedPassword, with_password
 from provider_router.ray._store import AnswerStore, Stored
 from provider_router.results import ChatResult
@@ -179,6 +180,11 @@ _EMPTY_ANSWER: Final[dict[str, Any]] = {
 }
 
 
+def _duplicate(prompt_id: str) -> str:
+    """What ``provider-router run`` says of a duplicate id (:class:`PromptReader`)."""
+    return f"duplicate id {_snippet(prompt_id)!r}: an earlier line of this dataset already has it"
+
+
 def _error_kind(exc: BaseException) -> str:
     if isinstance(exc, AllAttemptsFailed) and exc.exceptions:
         return type(exc.exceptions[-1]).__name__
@@ -207,6 +213,8 @@ class PromptStage:
         """Why this actor sends nothing more (``budget: ...``, ``credits: ...``)."""
         self._refused: Decimal | None = None
         """The reservation the budget refused (the summary's room for the next one)."""
+        self._flying: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        """Rows being sent, by row key: the same row arriving meanwhile waits for it."""
         self._url: str | None = None
         """The Redis URL with its password (never pickled: built in the actor)."""
         self._unstored: dict[str, dict[str, Any]] = {}
@@ -316,13 +324,15 @@ class PromptStage:
         try:
             # A null column is an absent key: Arrow gives every row every column.
             present = {k: v for k, v in data.items() if v is not None}
-            explicit_id, messages, metadata = parse_prompt_line(json.dumps(present, default=str))
+            line = json.dumps(present, default=str, sort_keys=True)
+            explicit_id, messages, metadata = parse_prompt_line(line)
         except (ValueError, TypeError) as exc:
             ident = str(data.get("id", ""))
             return [self._row(data, dataset, ident, BAD_INPUT, f"bad input row: {exc}")]
         prompt_id = explicit_id if explicit_id is not None else content_id(messages)
+        digest = hashlib.blake2b(line.encode(), digest_size=16).hexdigest()
         try:
-            return [await self._answer(data, dataset, prompt_id, messages, metadata)]
+            return [await self._answer(data, dataset, prompt_id, digest, messages, metadata)]
         except Exception as exc:  # never out of the UDF: Ray would fail the whole job
             log.error("ray.unexpected_error", dataset=dataset, error=repr(exc))
             kind = type(exc).__name__
@@ -333,10 +343,10 @@ class PromptStage:
         data: dict[str, Any],
         dataset: str,
         prompt_id: str,
+        digest: str,
         messages: Any,
         metadata: dict[str, Any],
     ) -> dict[str, Any]:
-        config = self.config
         key = row_key(dataset, prompt_id)
         unstored = self._unstored.get(key)
         if unstored is not None:
@@ -345,16 +355,51 @@ class PromptStage:
             store = await self._get_store()
         except ProviderRouterError as exc:  # the password's pad is gone
             return self._row(data, dataset, prompt_id, NOT_SENT, f"error: {exc}")
+        run = self.config.run
         try:
-            stored = await store.lookup(key)
+            stored = await store.lookup(key, claim=(run, digest) if run else None)
         except LedgerUnavailableError as exc:
             # Unknown whether it was paid: never send it blind. The next run will.
             return self._row(data, dataset, prompt_id, NOT_SENT, f"error: {exc}")
+        if stored.claim is not None and stored.claim != digest:
+            # Another row of this run has the id (the first to claim it): as `run` does
+            # with a duplicate line, this one is refused, never paid a second time.
+            return self._row(data, dataset, prompt_id, BAD_INPUT, _duplicate(prompt_id))
         if stored.answer is not None:
             return {**self._base(data, dataset, prompt_id), **stored.answer, "status": ANSWERED}
         replay = self._replay(data, dataset, prompt_id, stored)
         if replay is not None:
             return replay
+        flying = self._flying.get(key)
+        if flying is not None:  # the same row twice at once in this actor: one request
+            return dict(await asyncio.shield(flying))
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._flying[key] = future
+        row: dict[str, Any] | None = None
+        try:
+            row = await self._send(data, dataset, prompt_id, messages, metadata)
+        except Exception as exc:
+            kind = type(exc).__name__
+            row = self._row(data, dataset, prompt_id, FAILED, f"{kind}: {exc}")
+            log.error("ray.unexpected_error", dataset=dataset, error=repr(exc))
+        finally:
+            self._flying.pop(key, None)
+            if row is None:  # cut off (cancelled): so are the rows waiting for it
+                future.cancel()
+            else:
+                future.set_result(row)
+        return row
+
+    async def _send(
+        self,
+        data: dict[str, Any],
+        dataset: str,
+        prompt_id: str,
+        messages: Any,
+        metadata: dict[str, Any],
+    ) -> dict[str, Any]:
+        config = self.config
+        key = row_key(dataset, prompt_id)
         try:
             router = await self._open()
         except ProviderRouterError as exc:

@@ -71,10 +71,15 @@ class Stored:
     answer: dict[str, Any] | None = None
     unsent: dict[str, Any] | None = None
     failed: dict[str, Any] | None = None
+    claim: str | None = None
+    """The digest of the row that holds the key in this run (see :meth:`AnswerStore.lookup`)."""
 
 
 _NOTHING: Final = Stored()
 _Answer: TypeAlias = "asyncio.Future[Stored]"
+_Waiting: TypeAlias = "list[tuple[_Answer, str | None]]"
+CLAIMS_TTL: Final = 30 * 24 * 3600
+"""Seconds a run's claims are kept (as long as a key's pad: a run's dataset lives that long)."""
 
 
 def _note(raw: bytes | str | None, kind_key: str) -> dict[str, Any] | None:
@@ -149,7 +154,8 @@ class AnswerStore:
         self.unsent_key = base + "unsent"
         self.failed_key = base + "failed"
         self.manifest_key = base + "manifest"
-        self._pending: dict[str, list[_Answer]] = {}
+        self._base = base
+        self._pending: dict[tuple[str, str | None], _Waiting] = {}
         self._lookups: set[asyncio.Task[None]] = set()
 
     async def _call(self, attempt: Callable[[], Awaitable[T]]) -> T:
@@ -164,8 +170,13 @@ class AnswerStore:
         """The stored answer of ``key``, or None."""
         return (await self.lookup(key)).answer
 
-    async def lookup(self, key: str) -> Stored:
-        """What is stored of ``key`` (one pipelined ``HMGET`` of each hash per loop turn).
+    async def lookup(self, key: str, *, claim: tuple[str, str] | None = None) -> Stored:
+        """What is stored of ``key`` (one pipelined round trip per loop turn).
+
+        ``claim=(run, digest)`` also claims ``key`` for the row whose content has that
+        digest in that run, unless another row claimed it first: :attr:`Stored.claim`
+        is the digest of the row that holds it. Two rows of one id but different
+        content can then never both be sent, and a retried task finds its own claim.
 
         Raises:
             LedgerUnavailableError: Redis was unreachable for longer than the window.
@@ -174,49 +185,67 @@ class AnswerStore:
         future: _Answer = loop.create_future()
         if not self._pending:
             loop.call_soon(self._start_lookup)
-        self._pending.setdefault(key, []).append(future)
+        run = claim[0] if claim is not None else None
+        self._pending.setdefault((key, run), []).append(
+            (future, claim[1] if claim is not None else None)
+        )
         return await future
 
     def _start_lookup(self) -> None:
         pending, self._pending = self._pending, {}
-        keys = list(pending)
-        for start in range(0, len(keys), MAX_LOOKUP):
-            chunk = {k: pending[k] for k in keys[start : start + MAX_LOOKUP]}
-            task = asyncio.get_running_loop().create_task(self._lookup(chunk))
-            self._lookups.add(task)
-            task.add_done_callback(self._lookups.discard)
+        by_run: dict[str | None, dict[str, _Waiting]] = {}
+        for (key, run), rows in pending.items():
+            by_run.setdefault(run, {})[key] = rows
+        for run, of_run in by_run.items():
+            keys = list(of_run)
+            for start in range(0, len(keys), MAX_LOOKUP):
+                chunk = {k: of_run[k] for k in keys[start : start + MAX_LOOKUP]}
+                task = asyncio.get_running_loop().create_task(self._lookup(run, chunk))
+                self._lookups.add(task)
+                task.add_done_callback(self._lookups.discard)
 
-    async def _hmget_all(self, keys: list[str]) -> list[list[Any]]:
+    async def _read(self, run: str | None, claims: dict[str, str]) -> list[list[Any]]:
+        keys = list(claims)
         async with self._client.pipeline(transaction=False) as pipe:
             for hash_key in (self.answers_key, self.unsent_key, self.failed_key):
                 pipe.hmget(hash_key, keys)
-            values: list[list[Any]] = await pipe.execute()
-            return values
+            if run is not None:
+                claims_key = f"{self._base}claims:{run}"
+                for key, digest in claims.items():
+                    pipe.hsetnx(claims_key, key, digest)  # idempotent: safe to retry
+                pipe.expire(claims_key, CLAIMS_TTL)
+                pipe.hmget(claims_key, keys)
+            values: list[Any] = await pipe.execute()
+        if run is None:
+            return [*values, [None] * len(keys)]
+        return [*values[:3], values[-1]]
 
-    async def _lookup(self, pending: dict[str, list[_Answer]]) -> None:
-        keys = list(pending)
+    async def _lookup(self, run: str | None, pending: dict[str, _Waiting]) -> None:
+        # The first digest asked for a key in this turn claims it (if nobody did before).
+        claims = {key: next((d for _, d in w if d is not None), "") for key, w in pending.items()}
         try:
-            answers, unsent, failed = await self._call(lambda: self._hmget_all(keys))
+            answers, unsent, failed, holders = await self._call(lambda: self._read(run, claims))
         except BaseException as exc:
-            for futures in pending.values():
-                for future in futures:
+            for waiting in pending.values():
+                for future, _ in waiting:
                     if not future.done():
                         future.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        for futures, answer, note, failure in zip(
-            pending.values(), answers, unsent, failed, strict=True
+        for waiting, answer, note, failure, holder in zip(
+            pending.values(), answers, unsent, failed, holders, strict=True
         ):
-            if answer is None and note is None and failure is None:
+            if answer is None and note is None and failure is None and holder is None:
                 value = _NOTHING
             else:
                 value = Stored(
                     None if answer is None else json.loads(answer),
                     _note(note, "reason"),
                     _note(failure, "kind"),
+                    None if holder is None else _text(holder),
                 )
-            for future in futures:
+            for future, _ in waiting:
                 if not future.done():
                     future.set_result(value)
 

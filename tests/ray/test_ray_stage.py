@@ -268,3 +268,43 @@ async def test_a_retried_task_replays_its_rows_notes_and_a_new_run_sends_them_ag
         await close_stage(resumed)
     assert row["status"] == "answered"
     assert len(simulator.requests) == 1
+
+
+async def test_a_duplicate_id_with_other_content_is_refused_in_runs_words_and_never_paid(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> None:
+    name = fresh_name()
+    one = await make_stage(redis_server.url, name, simulator.url)
+    two = await make_stage(redis_server.url, name, simulator.url)  # another actor
+    first, second = {"id": "p1", "prompt": "question 1"}, {"id": "p1", "prompt": "other"}
+    try:
+        rows = await asyncio.gather(one(first), two(second))
+        by_prompt = {row["prompt"]: row for [row] in rows}
+        # Ray retries both tasks: each row comes out as it did the first time.
+        again = {row["prompt"]: row for [row] in await asyncio.gather(two(first), one(second))}
+    finally:
+        await close_stage(one)
+        await close_stage(two)
+    statuses = sorted(row["status"] for row in by_prompt.values())
+    assert statuses == ["answered", "bad_input"]
+    [refused] = [row for row in by_prompt.values() if row["status"] == "bad_input"]
+    assert refused["error"] == "duplicate id 'p1': an earlier line of this dataset already has it"
+    assert {p: r["status"] for p, r in again.items()} == {
+        p: r["status"] for p, r in by_prompt.items()
+    }
+    assert len(simulator.requests) == 1
+
+
+async def test_the_same_row_twice_at_once_is_one_request(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> None:
+    name = fresh_name()
+    stage = await make_stage(redis_server.url, name, simulator.url)
+    row = {"id": "p1", "prompt": "question 1"}
+    try:
+        [[a], [b]] = await asyncio.gather(stage(row), stage(dict(row)))
+    finally:
+        await close_stage(stage)
+    assert a["status"] == b["status"] == "answered"
+    assert a["generation_id"] == b["generation_id"]
+    assert len(simulator.requests) == 1
