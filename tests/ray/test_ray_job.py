@@ -226,3 +226,15 @@ def test_a_resume_with_another_model_or_parameters_is_refused(
         other.generate(ds)
     # Another dataset of the same job may have its own.
     make_job(sim, redis_server, job_name).generate(ds, dataset="second", max_tokens=32)
+
+
+def test_router_options_are_checked_on_the_driver_not_first_on_a_worker(
+    redis_server: RedisServer, sim: SimulatorThread, job_name: str
+) -> None:
+    from provider_router import ConfigurationError
+
+    # The stage's routers and finish()'s are built with them: a mistake is said here.
+    with pytest.raises(ConfigurationError, match="Authorization"):
+        make_job(sim, redis_server, job_name, router_options={"headers": {"Authorization": "x"}})
+    job = make_job(sim, redis_server, job_name, router_options={"headers": {"X-Title": "t"}})
+    assert job.router_options == {"headers": {"X-Title": "t"}}
