@@ -22,7 +22,14 @@ columns, plus ``answer``, ``cost`` (an exact decimal string), ``provider``,
 ``generation_id``, tokens and ``status`` (``answered``, ``not_sent`` when the budget
 or OpenRouter's credits refused it, ``failed``, ``quarantined``, ``bad_input``).
 A refused row is emitted, never dropped; :meth:`RayJob.finish` turns it into
-:class:`JobStopped` with what finishes the job.
+:class:`JobStopped` with what finishes the job. No row raises out of the stage (a
+Redis blip, an unreachable OpenRouter or one row's bad fields would otherwise fail
+the whole job and cut every request in flight); a duplicate id with other content
+is ``bad_input`` with ``provider-router run``'s words.
+
+Secrets stay out of every file Ray keeps: the API key travels masked, its pad in
+Redis; a Redis URL's password is taken out of the URL and travels masked, its pad
+in Ray's object store. :meth:`RayJob.finish` deletes both pads.
 """
 
 from __future__ import annotations
