@@ -426,7 +426,7 @@ class PromptStage:
         request = {k: metadata[k] for k in REQUEST_KEYS if k in metadata}
         params = {**config.params, **request} if request else config.params
         started = time.time()
-        kept: list[bool] = []
+        kept: list[tuple[bool, dict[str, Any]]] = []
 
         async def keep(paid: ChatResult) -> None:
             # Before the settle: a kill after it finds the answer here, free.
@@ -463,7 +463,8 @@ class PromptStage:
         except ProviderRouterError as exc:
             kind = _error_kind(exc)
             return await self._failed(data, dataset, prompt_id, FAILED, kind, f"{kind}: {exc}")
-        fields = answer_fields(result, started, time.time())
+        # The fields as stored, when they were: a replay then emits the very same row.
+        fields = kept[0][1] if kept else answer_fields(result, started, time.time())
         if result.quarantined:
             # Never accepted as data (as the batch runner): the next run sends it again.
             reason = result.quarantine_reason or "served by a provider the policy forbids"
@@ -472,17 +473,20 @@ class PromptStage:
             return {**self._base(data, dataset, prompt_id), **fields, "status": QUARANTINED,
                     "error": reason}  # fmt: skip
         row = {**self._base(data, dataset, prompt_id), **fields, "status": ANSWERED}
-        if not (kept and kept[0]) and not await self._put(key, fields):
+        if not (kept and kept[0][0]) and not await self._put(key, fields):
             row["error"] = "paid answer not stored in Redis yet (an outage): kept in this row"
         return row
 
-    async def _keep(self, key: str, paid: ChatResult, started: float) -> bool:
-        """Store a paid answer before its settle (True: stored or noted)."""
+    async def _keep(
+        self, key: str, paid: ChatResult, started: float
+    ) -> tuple[bool, dict[str, Any]]:
+        """Store a paid answer before its settle: (stored or noted, its fields)."""
         fields = answer_fields(paid, started, time.time())
         if paid.quarantined:
             reason = paid.quarantine_reason or "served by a provider the policy forbids"
-            return await self._note_failed(key, QUARANTINED, "PolicyViolation", reason, fields)
-        return await self._put(key, fields)
+            noted = await self._note_failed(key, QUARANTINED, "PolicyViolation", reason, fields)
+            return noted, fields
+        return await self._put(key, fields), fields
 
     async def _put(self, key: str, fields: dict[str, Any]) -> bool:
         try:

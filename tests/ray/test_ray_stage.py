@@ -308,3 +308,22 @@ async def test_the_same_row_twice_at_once_is_one_request(
     assert a["status"] == b["status"] == "answered"
     assert a["generation_id"] == b["generation_id"]
     assert len(simulator.requests) == 1
+
+
+async def test_a_replayed_answer_is_the_very_row_first_emitted(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> None:
+    name = fresh_name()
+    row = {"id": "p1", "prompt": "question 1"}
+    first = await make_stage(redis_server.url, name, simulator.url)
+    try:
+        [emitted] = await first(row)
+    finally:
+        await close_stage(first)
+    retried = await make_stage(redis_server.url, name, simulator.url)
+    try:
+        [replayed] = await retried(dict(row))
+    finally:
+        await close_stage(retried)
+    assert replayed == emitted  # the same bytes: a retried task's blocks split alike
+    assert len(simulator.requests) == 1
