@@ -327,3 +327,30 @@ async def test_a_replayed_answer_is_the_very_row_first_emitted(
         await close_stage(retried)
     assert replayed == emitted  # the same bytes: a retried task's blocks split alike
     assert len(simulator.requests) == 1
+
+
+async def test_on_paid_sees_the_answer_before_its_settle_and_a_failing_hook_settles_anyway(
+    simulator: SimulatorServer, log_events: list[dict[str, Any]]
+) -> None:
+    from provider_router import MemoryLedger, Router
+
+    ledger = MemoryLedger(Decimal(1))
+    seen: list[tuple[str, Decimal, Decimal]] = []
+
+    async def before_settle(paid: Any) -> None:
+        state = await ledger.snapshot()
+        seen.append((paid.text, state.spent, state.reserved))
+        raise RuntimeError("the caller's store is down")
+
+    async with Router(MODEL, ledger=ledger, base_url=simulator.url, api_key=KEY) as router:
+        result = await router.chat(
+            [{"role": "user", "content": "hi"}], max_tokens=16, on_paid=before_settle
+        )
+    [(text, spent, reserved)] = seen
+    assert text == result.text
+    assert (spent, reserved > 0) == (0, True)  # not settled yet when the hook ran
+    state = await ledger.snapshot()
+    assert state.spent == result.cost > 0  # settled all the same
+    assert state.reserved == 0
+    [failed] = [e for e in log_events if e["event"] == "route.on_paid_failed"]
+    assert "the caller's store is down" in failed["error"]
