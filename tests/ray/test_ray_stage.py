@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import math
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from decimal import Decimal
 from typing import Any
 
@@ -26,6 +26,7 @@ __all__ = ["restartable_redis"]
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
 PREFIX = "provider-router:ray"
+FIRST = {"id": "p1", "prompt": "question 1"}
 
 
 class Killed(BaseException):
@@ -106,6 +107,36 @@ async def close_stage(stage: PromptStage) -> None:
         await stage._store.close()
 
 
+@pytest.fixture
+async def new_stage(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> AsyncIterator[Callable[..., Awaitable[PromptStage]]]:
+    """Builds stages of one job (each a new actor) on the session's Redis; closes them."""
+    name, made = fresh_name(), []
+
+    async def build(**overrides: Any) -> PromptStage:
+        made.append(await make_stage(redis_server.url, name, simulator.url, **overrides))
+        return made[-1]
+
+    try:
+        yield build
+    finally:
+        for stage in made:
+            await close_stage(stage)
+
+
+async def one_row(
+    url: str, name: str, base_url: str, row: dict[str, Any], **overrides: Any
+) -> dict[str, Any]:
+    """``row`` through a new stage (a new actor: a retried task, or a resumed job)."""
+    stage = await make_stage(url, name, base_url, **overrides)
+    try:
+        [out] = await stage(row)
+    finally:
+        await close_stage(stage)
+    return out
+
+
 def fresh_name() -> str:
     return f"stage-{secrets.token_hex(4)}"
 
@@ -128,11 +159,8 @@ async def test_a_kill_right_after_the_settle_loses_no_paid_answer(
     await close_stage(first)
     assert len(simulator.requests) == 1
 
-    retried = await make_stage(redis_server.url, name, simulator.url)  # Ray's task retry
-    try:
-        [row] = await retried({"id": "p1", "prompt": "question 1"})
-    finally:
-        await close_stage(retried)
+    # Ray's task retry, on a new actor:
+    row = await one_row(redis_server.url, name, simulator.url, {"id": "p1", "prompt": "question 1"})
     assert row["status"] == "answered"
     assert row["answer"]
     assert row["generation_id"]
@@ -140,20 +168,31 @@ async def test_a_kill_right_after_the_settle_loses_no_paid_answer(
     assert Decimal(row["cost"]) == CREDITS - simulator.balance
 
 
+async def row_in_outage(
+    redis: RestartableRedis, simulator: SimulatorServer, clock: OutageClock, *, window: float
+) -> dict[str, Any]:
+    """:data:`FIRST` through a stage whose store's retries run on ``clock``, Redis
+    stopped first (``clock`` may start it again)."""
+    name = fresh_name()
+    stage = await make_stage(redis.url, name, simulator.url)
+    stage._store = AnswerStore(
+        redis.url, name, outage_window=window, sleep=clock.sleep, clock=clock
+    )
+    redis.stop()
+    try:
+        [row] = await stage(dict(FIRST))
+    finally:
+        if redis.server is None:
+            redis.start()
+        await close_stage(stage)
+    return row
+
+
 async def test_a_redis_blip_at_the_lookup_is_waited_out_and_the_row_answered(
     restartable_redis: RestartableRedis, simulator: SimulatorServer
 ) -> None:
-    name = fresh_name()
-    stage = await make_stage(restartable_redis.url, name, simulator.url)
     clock = OutageClock(lambda n: restartable_redis.start() if n == 3 else None)
-    stage._store = AnswerStore(
-        restartable_redis.url, name, outage_window=30, sleep=clock.sleep, clock=clock
-    )
-    restartable_redis.stop()
-    try:
-        [row] = await stage({"id": "p1", "prompt": "question 1"})
-    finally:
-        await close_stage(stage)
+    row = await row_in_outage(restartable_redis, simulator, clock, window=30)
     assert clock.sleeps >= 3
     assert row["status"] == "answered"
     assert len(simulator.requests) == 1
@@ -162,18 +201,7 @@ async def test_a_redis_blip_at_the_lookup_is_waited_out_and_the_row_answered(
 async def test_redis_gone_past_the_window_is_a_not_sent_row_never_a_raise_nor_a_blind_send(
     restartable_redis: RestartableRedis, simulator: SimulatorServer
 ) -> None:
-    name = fresh_name()
-    stage = await make_stage(restartable_redis.url, name, simulator.url)
-    clock = OutageClock()
-    stage._store = AnswerStore(
-        restartable_redis.url, name, outage_window=5, sleep=clock.sleep, clock=clock
-    )
-    restartable_redis.stop()
-    try:
-        [row] = await stage({"id": "p1", "prompt": "question 1"})
-    finally:
-        restartable_redis.start()
-        await close_stage(stage)
+    row = await row_in_outage(restartable_redis, simulator, OutageClock(), window=5)
     assert row["status"] == NOT_SENT
     assert "unreachable" in row["error"]
     assert "outage window (5 s)" in row["error"]
@@ -253,38 +281,24 @@ async def test_a_retried_task_replays_its_rows_notes_and_a_new_run_sends_them_ag
         await store.not_sent("default/p1", {"reason": "budget: used up", "run": "run-1"})
     finally:
         await store.close()
-    retried = await make_stage(redis_server.url, name, simulator.url, run="run-1")
-    try:
-        [row] = await retried({"id": "p1", "prompt": "question 1"})
-    finally:
-        await close_stage(retried)
+    row = await one_row(redis_server.url, name, simulator.url, FIRST, run="run-1")
     assert (row["status"], row["error"]) == (NOT_SENT, "budget: used up")
     assert simulator.requests == []  # the same row as the first attempt: blocks split alike
 
-    resumed = await make_stage(redis_server.url, name, simulator.url, run="run-2")
-    try:
-        [row] = await resumed({"id": "p1", "prompt": "question 1"})
-    finally:
-        await close_stage(resumed)
+    row = await one_row(redis_server.url, name, simulator.url, FIRST, run="run-2")
     assert row["status"] == "answered"
     assert len(simulator.requests) == 1
 
 
 async def test_a_duplicate_id_with_other_content_is_refused_in_runs_words_and_never_paid(
-    redis_server: RedisServer, simulator: SimulatorServer
+    new_stage: Callable[..., Awaitable[PromptStage]], simulator: SimulatorServer
 ) -> None:
-    name = fresh_name()
-    one = await make_stage(redis_server.url, name, simulator.url)
-    two = await make_stage(redis_server.url, name, simulator.url)  # another actor
-    first, second = {"id": "p1", "prompt": "question 1"}, {"id": "p1", "prompt": "other"}
-    try:
-        rows = await asyncio.gather(one(first), two(second))
-        by_prompt = {row["prompt"]: row for [row] in rows}
-        # Ray retries both tasks: each row comes out as it did the first time.
-        again = {row["prompt"]: row for [row] in await asyncio.gather(two(first), one(second))}
-    finally:
-        await close_stage(one)
-        await close_stage(two)
+    one, two = await new_stage(), await new_stage()  # two actors
+    first, second = dict(FIRST), {"id": "p1", "prompt": "other"}
+    rows = await asyncio.gather(one(first), two(second))
+    by_prompt = {row["prompt"]: row for [row] in rows}
+    # Ray retries both tasks: each row comes out as it did the first time.
+    again = {row["prompt"]: row for [row] in await asyncio.gather(two(first), one(second))}
     statuses = sorted(row["status"] for row in by_prompt.values())
     assert statuses == ["answered", "bad_input"]
     [refused] = [row for row in by_prompt.values() if row["status"] == "bad_input"]
@@ -296,15 +310,10 @@ async def test_a_duplicate_id_with_other_content_is_refused_in_runs_words_and_ne
 
 
 async def test_the_same_row_twice_at_once_is_one_request(
-    redis_server: RedisServer, simulator: SimulatorServer
+    new_stage: Callable[..., Awaitable[PromptStage]], simulator: SimulatorServer
 ) -> None:
-    name = fresh_name()
-    stage = await make_stage(redis_server.url, name, simulator.url)
-    row = {"id": "p1", "prompt": "question 1"}
-    try:
-        [[a], [b]] = await asyncio.gather(stage(row), stage(dict(row)))
-    finally:
-        await close_stage(stage)
+    stage = await new_stage()
+    [[a], [b]] = await asyncio.gather(stage(dict(FIRST)), stage(dict(FIRST)))
     assert a["status"] == b["status"] == "answered"
     assert a["generation_id"] == b["generation_id"]
     assert len(simulator.requests) == 1
@@ -315,16 +324,8 @@ async def test_a_replayed_answer_is_the_very_row_first_emitted(
 ) -> None:
     name = fresh_name()
     row = {"id": "p1", "prompt": "question 1"}
-    first = await make_stage(redis_server.url, name, simulator.url)
-    try:
-        [emitted] = await first(row)
-    finally:
-        await close_stage(first)
-    retried = await make_stage(redis_server.url, name, simulator.url)
-    try:
-        [replayed] = await retried(dict(row))
-    finally:
-        await close_stage(retried)
+    emitted = await one_row(redis_server.url, name, simulator.url, row)
+    replayed = await one_row(redis_server.url, name, simulator.url, dict(row))
     assert replayed == emitted  # the same bytes: a retried task's blocks split alike
     assert len(simulator.requests) == 1
 
