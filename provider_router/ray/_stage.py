@@ -377,7 +377,12 @@ class PromptStage:
         if stored.claim is not None and stored.claim != digest:
             # Another row of this run has the id (the first to claim it): as `run` does
             # with a duplicate line, this one is refused, never paid a second time.
-            return self._row(data, dataset, prompt_id, BAD_INPUT, _duplicate(prompt_id))
+            why = _duplicate(prompt_id)
+            try:
+                await store.duplicate(key, digest, why)
+            except Exception as exc:  # refused either way; only the summary misses it
+                log.warning("ray.note_failed", error=repr(exc))
+            return self._row(data, dataset, prompt_id, BAD_INPUT, why)
         if stored.answer is not None:
             return {**self._base(data, dataset, prompt_id), **stored.answer, "status": ANSWERED}
         replay = self._replay(data, dataset, prompt_id, stored)

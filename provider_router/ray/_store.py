@@ -12,7 +12,9 @@ Three hashes per job (``<prefix>:{<name>}:...``):
 
 * ``answers``: row key -> the answer's fields (JSON), written once per paid answer;
 * ``unsent``: row key -> why it was not sent (the budget, OpenRouter's credits...);
-* ``failed``: row key -> the error kind of a prompt that failed (retried next run).
+* ``failed``: row key -> the error kind of a prompt that failed (retried next run);
+* ``duplicates``: ``<row key>#<content digest>`` -> why a row was refused (its id
+  was another row's), for the summary's bad lines.
 
 Storing an answer removes its key from the other two in the same transaction, so
 a resumed run's tally is always "answered, or the latest reason it is not". A note
@@ -154,6 +156,7 @@ class AnswerStore:
         self.unsent_key = base + "unsent"
         self.failed_key = base + "failed"
         self.manifest_key = base + "manifest"
+        self.duplicates_key = base + "duplicates"
         self._base = base
         self._pending: dict[tuple[str, str | None], _Waiting] = {}
         self._lookups: set[asyncio.Task[None]] = set()
@@ -290,6 +293,16 @@ class AnswerStore:
         raw = await self._call(lambda: self._client.hgetall(hash_key))
         return {_text(k): _note(v, kind_key) or {} for k, v in raw.items()}
 
+    async def duplicate(self, key: str, digest: str, message: str) -> None:
+        """Note a row refused because another row of the run has its id."""
+        field = f"{key}#{digest}"
+        await self._call(lambda: self._client.hset(self.duplicates_key, field, message))
+
+    async def duplicates(self) -> dict[str, str]:
+        """``<row key>#<digest>`` -> why it was refused, for every refused duplicate."""
+        raw = await self._call(lambda: self._client.hgetall(self.duplicates_key))
+        return {_text(k): _text(v) for k, v in raw.items()}
+
     async def get_pad(self, name: str) -> bytes | None:
         """The key's pad stored under ``name`` (see :mod:`provider_router.ray._secret`)."""
         value = await self._call(lambda: self._client.get(name))
@@ -315,7 +328,13 @@ class AnswerStore:
 
     async def clear(self) -> None:
         """Delete the job's answers, refusals and manifest (a new job under an old name)."""
-        keys = (self.answers_key, self.unsent_key, self.failed_key, self.manifest_key)
+        keys = (
+            self.answers_key,
+            self.unsent_key,
+            self.failed_key,
+            self.manifest_key,
+            self.duplicates_key,
+        )
         await self._call(lambda: self._client.delete(*keys))
 
     async def close(self) -> None:

@@ -101,6 +101,11 @@ async def tally(
         _counter(runs, _dataset_of(key)).failed(str(note.get("kind") or "unknown"))
     for key in [*unsent, *failed]:
         seen.setdefault(_dataset_of(key), set()).add(key)
+    refused = await store.duplicates()  # rows whose id was another row's: bad lines
+    bad: dict[str, int] = {}
+    for field in refused:
+        name = _dataset_of(field)
+        bad[name] = bad.get(name, 0) + 1
     names = list(datasets) or sorted(seen)
     reports = []
     for name in names:
@@ -115,7 +120,7 @@ async def tally(
                 cost=cost.get(name, Decimal(0)),
                 target_output_tokens=target,
                 max_requests=cap,
-                bad_lines=0,
+                bad_lines=bad.get(name, 0),
                 lost=0,
                 run=runs.get(name, Counter()),
             )
@@ -123,14 +128,14 @@ async def tally(
     each, to_finish = plan_to_finish(reports)
     for report, money in zip(reports, each, strict=True):
         report.to_finish = money
-    refused = max(
+    requested = max(
         (Decimal(n["requested"]) for n in unsent.values() if n.get("requested")),
         default=Decimal(0),
     )
     reason, message = _reason(unsent, failed)
-    needed = budget_to_finish(state.spent, to_finish, refused)
+    needed = budget_to_finish(state.spent, to_finish, requested)
     if reason in (StopReason.BUDGET, StopReason.CREDITS):
-        message += finish_hint(reason, state.limit, state.spent, to_finish, needed, refused)
+        message += finish_hint(reason, state.limit, state.spent, to_finish, needed, requested)
     elif reason is not StopReason.COMPLETE:
         message += "; run the job again to resume"
     return RunSummary(
@@ -144,7 +149,7 @@ async def tally(
         to_finish=to_finish,
         budget_to_finish=needed,
         wall_time=time.monotonic() - started,
-        bad_lines=[],
+        bad_lines=[f"{_dataset_of(field)}: {why}" for field, why in sorted(refused.items())],
         recovered=recovered,
         message=message,
     )

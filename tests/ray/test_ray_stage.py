@@ -307,6 +307,21 @@ async def test_a_duplicate_id_with_other_content_is_refused_in_runs_words_and_ne
         p: r["status"] for p, r in by_prompt.items()
     }
     assert len(simulator.requests) == 1
+    summary = await _tally_of(one.config.redis_url, one.config.name)
+    assert summary.bad_lines == [f"default: {refused['error']}"]  # once, though refused twice
+    assert summary.datasets[0].bad_lines == 1
+
+
+async def _tally_of(url: str, name: str) -> Any:
+    from provider_router.ray._tally import tally
+
+    store, ledger = AnswerStore(url, name), RedisLedger(url, name)
+    try:
+        state = await ledger.snapshot()
+        return await tally(store, state, datasets={}, since=0, started=0, recovered=[])
+    finally:
+        await store.close()
+        await ledger.close()
 
 
 async def test_the_same_row_twice_at_once_is_one_request(
