@@ -38,7 +38,6 @@ import asyncio
 import concurrent.futures
 import json
 import secrets
-import threading
 import time
 from collections.abc import Coroutine, Mapping
 from decimal import Decimal
@@ -56,6 +55,7 @@ from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.client import Router
 from provider_router.ledger import RedisLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
+from provider_router.ray._concurrency import scope_row_concurrency
 from provider_router.ray._secret import (
     PAD_TTL,
     MaskedPassword,
@@ -110,60 +110,6 @@ def _import_ray_data() -> Any:
     except ImportError as exc:
         raise MissingDependencyError("provider_router.ray", "ray") from exc
     return ray.data
-
-
-def _stage_concurrency(fn: Any) -> int | None:
-    """The per-actor concurrency of our stage's UDF ``fn`` (None: not ours)."""
-    for cell in getattr(fn, "__closure__", None) or ():
-        try:
-            spec = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        cls, args = getattr(spec, "cls", None), getattr(spec, "args", ())
-        if isinstance(cls, type) and issubclass(cls, PromptStage) and args:
-            config = args[0]
-            if isinstance(config, StageConfig):
-                return config.concurrency
-    return None
-
-
-def _scope_row_concurrency() -> None:
-    """Rows one of *our* actors runs at once, leaving every other async stage as Ray sets it.
-
-    Ray reads ``DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY`` (16) when it plans a stage; there is
-    no public option. Raising the constant would raise it for the user's other async
-    stages too, so the planner's flat-map step is wrapped instead: for our stage's UDF
-    the constant is our concurrency while that one stage is planned, and is put back at
-    once. The ``ray`` extra pins the Ray range this was tested on.
-    """
-    from ray.data._internal.planner import plan_udf_map_op as planner
-
-    original = getattr(planner, "_generate_transform_fn_for_flat_map", None)
-    if original is None or not hasattr(planner, "DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY"):
-        raise ConfigurationError(
-            "this Ray has no DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY: install the tested range "
-            "with pip install 'provider-router[ray]'"
-        )
-    if getattr(original, "_provider_router", False):
-        return
-
-    def generate(fn: Any) -> Any:
-        concurrency = _stage_concurrency(fn)
-        if concurrency is None:
-            return original(fn)
-        with _PLANNING:
-            default = planner.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY
-            planner.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY = concurrency
-            try:
-                return original(fn)
-            finally:
-                planner.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY = default
-
-    generate._provider_router = True  # type: ignore[attr-defined]
-    planner._generate_transform_fn_for_flat_map = generate
-
-
-_PLANNING = threading.Lock()
 
 
 async def _recover_orphans(ledger: RedisLedger, router: Router, lease: float) -> list[str]:
@@ -371,7 +317,7 @@ class RayJob:
         run_sync(self._prepare(masked.pad_name, pad, name, tokens, fields))
         self._pads.append(masked.pad_name)
         url, password = self._hide_password()
-        _scope_row_concurrency()
+        scope_row_concurrency()
         config = StageConfig(
             model=self.model,
             name=self.name,

@@ -179,8 +179,8 @@ def test_our_stage_alone_is_planned_with_the_jobs_concurrency(ray_session: Path)
     from ray.data._internal.planner import plan_udf_map_op as planner
 
     from provider_router.ray import PromptStage, StageConfig
+    from provider_router.ray._concurrency import stage_concurrency
     from provider_router.ray._secret import MaskedKey
-    from provider_router.ray.job import _stage_concurrency
 
     config = StageConfig(
         model=MODEL,
@@ -200,8 +200,8 @@ def test_our_stage_alone_is_planned_with_the_jobs_concurrency(ray_session: Path)
     compute = ActorPoolStrategy(size=1)
     ours, _ = planner._get_udf(PromptStage, (), {}, (config,), {}, compute=compute)
     other, _ = planner._get_udf(Other, (), {}, (), {}, compute=compute)
-    assert _stage_concurrency(ours) == 700
-    assert _stage_concurrency(other) is None
+    assert stage_concurrency(ours) == 700
+    assert stage_concurrency(other) is None
 
 
 def test_a_resume_with_another_model_or_parameters_is_refused(
