@@ -269,13 +269,26 @@ class AnswerStore:
 
     async def not_sent(self, key: str, note: str | dict[str, Any]) -> None:
         """Note that ``key`` was not sent, and why (``reason``: a budget stop, 402...)."""
-        body = note if isinstance(note, str) else json.dumps(note)
-        await self._call(lambda: self._client.hset(self.unsent_key, key, body))
+        await self._note(self.unsent_key, self.failed_key, key, note)
 
     async def failed(self, key: str, note: str | dict[str, Any]) -> None:
         """Note that ``key`` failed (``kind``: the error's type; retried by the next run)."""
+        await self._note(self.failed_key, self.unsent_key, key, note)
+
+    async def _note(
+        self, hash_key: str, other_key: str, key: str, note: str | dict[str, Any]
+    ) -> None:
+        # The latest note only: a prompt refused by the budget, then failed on a resume,
+        # is a failure now (not a budget stop), and counts once.
         body = note if isinstance(note, str) else json.dumps(note)
-        await self._call(lambda: self._client.hset(self.failed_key, key, body))
+
+        async def write() -> None:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.hset(hash_key, key, body)
+                pipe.hdel(other_key, key)
+                await pipe.execute()
+
+        await self._call(write)
 
     # --- the driver's tally ---------------------------------------------------------------
 
@@ -287,11 +300,15 @@ class AnswerStore:
 
     async def reasons(self, which: str) -> dict[str, dict[str, Any]]:
         """``unsent`` or ``failed``: row key -> its note (``reason`` / ``kind``...)."""
+        return {key: note async for key, note in self.notes(which)}
+
+    async def notes(self, which: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """``unsent`` or ``failed`` notes as ``(row key, note)`` (``HSCAN``: flat memory)."""
         hash_key, kind_key = (
             (self.unsent_key, "reason") if which == "unsent" else (self.failed_key, "kind")
         )
-        raw = await self._call(lambda: self._client.hgetall(hash_key))
-        return {_text(k): _note(v, kind_key) or {} for k, v in raw.items()}
+        async for raw_key, raw in self._client.hscan_iter(hash_key, count=1000):
+            yield _text(raw_key), _note(raw, kind_key) or {}
 
     async def duplicate(self, key: str, digest: str, message: str) -> None:
         """Note a row refused because another row of the run has its id."""

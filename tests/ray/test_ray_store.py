@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+from decimal import Decimal
 
 import pytest
 import redis.asyncio as aioredis
@@ -117,3 +118,25 @@ def test_ray_datas_metadata_export_never_writes_the_masked_half() -> None:
     restored = pickle.loads(pickle.dumps(masked))  # noqa: S301 - our own bytes: how Ray ships it
     assert restored == masked
     assert restored.unmask(pad).get_secret_value() == KEY
+
+
+async def test_a_prompt_not_sent_then_failed_on_resume_is_a_failure_not_a_budget_stop(
+    redis_server: RedisServer, job_name: str
+) -> None:
+    from provider_router import RedisLedger
+    from provider_router.ray._tally import tally
+
+    store = AnswerStore(redis_server.url, job_name)
+    ledger = RedisLedger(redis_server.url, job_name, Decimal(1))
+    try:
+        await store.not_sent("a/p1", {"reason": "budget: used up", "requested": "0.5"})
+        await store.failed("a/p1", {"kind": "RequestTimeout"})  # the resume sent it: it failed
+        state = await ledger.snapshot()
+        summary = await tally(store, state, datasets={}, since=0, started=0, recovered=[])
+    finally:
+        await store.close()
+        await ledger.close()
+    assert summary.reason.value == "incomplete"
+    assert summary.message.startswith("1 prompt(s) failed")
+    [report] = summary.datasets
+    assert report.prompts == 1
