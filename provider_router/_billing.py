@@ -67,6 +67,7 @@ from provider_router._types import Clock, Sleep
 from provider_router.ledger import Ledger, Reservation
 from provider_router.results import ChatResult, chat_result
 from provider_router.retry import sleep_unless_stopping
+from provider_router.routing import RoutePlan
 
 __all__ = ["LEDGER_RETRIES", "UNKNOWN_CHARGE_STATUSES", "Billing", "Charged", "provably_free"]
 
@@ -146,6 +147,17 @@ class Charged:
             self.disputed,
             c.logprobs,
         )
+
+
+def unallowed_reason(plan: RoutePlan, provider: str | None) -> str | None:
+    """Why an answer served by ``provider`` is quarantined, or ``None`` (allowed, or no
+    provider named: unknown is kept, not a violation)."""
+    if provider is None or provider in plan.allowed_providers:
+        return None
+    return (
+        f"served by {provider!r}, not one of the allowed providers "
+        f"({', '.join(sorted(plan.allowed_providers))})"
+    )
 
 
 class Billing:
@@ -319,6 +331,9 @@ class Billing:
         if cost < _ZERO or cost > basis * self.sanity_factor:
             verdict = await self._check(request.key, cost, basis, generation_id)
             cost, disputed, confirmed = verdict.booked, verdict.disputed, verdict.disputed is None
+        if request.on_paid is not None and completion.error is None:
+            paid = Charged(completion, cost, estimate, held, None, disputed)
+            await self._hand_over(request, paid)
         if reservation is not None and ledger is not None:
             assert held is not None  # set with the reservation (for mypy)
             settled_cost = cost
@@ -370,6 +385,22 @@ class Billing:
                 self._overran(request.key, reservation, cost, generation_id, confirmed)
         self.spent += cost
         return Charged(completion, cost, estimate, held, unsettled, disputed)
+
+    async def _hand_over(self, request: PreparedRequest, charged: Charged) -> None:
+        """Give a paid answer to the caller's ``on_paid`` before the settle: a crash after
+        the settle then cannot lose it. A failing hook is logged; the settle goes on."""
+        assert request.on_paid is not None
+        reason = unallowed_reason(request.plan, charged.completion.provider)
+        try:
+            await request.on_paid(charged.result(request.attempts, 0.0, reason))
+        except Exception as exc:
+            log.error(
+                "route.on_paid_failed",
+                model=self.model,
+                key=request.key,
+                generation_id=charged.completion.generation_id,
+                error=repr(exc),
+            )
 
     async def _check(
         self, key: str, reported: Decimal, held: Decimal, generation_id: str | None

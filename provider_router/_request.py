@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import json.encoder
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
 from provider_router._types import Message
-from provider_router.results import StreamDelta
+from provider_router.results import ChatResult, StreamDelta
 from provider_router.routing import RoutePlan
 
 __all__ = ["PreparedRequest", "RequestEncoder"]
@@ -83,6 +83,8 @@ class PreparedRequest:
     provider_length: int = 0
     """The bytes of a pinned request's ``provider`` object, last in its body (to re-pin
     a retry: the body before it is sliced then, not kept twice for every request)."""
+    on_paid: Callable[[ChatResult], Awaitable[None]] | None = None
+    """Awaited with a paid answer before its reservation is settled (``Router.chat``)."""
 
 
 class RequestEncoder:

@@ -36,7 +36,7 @@ import functools
 import itertools
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from ssl import SSLContext
 from typing import Any, Final
@@ -51,7 +51,7 @@ from provider_router._billable import (
     field_tokens,
     measure,
 )
-from provider_router._billing import Billing, Charged
+from provider_router._billing import Billing, Charged, unallowed_reason
 from provider_router._completion import Completion, parse_completion
 from provider_router._constants import (
     DEFAULT_BUDGET_WAIT,
@@ -620,6 +620,7 @@ class Router(AsyncResource):
         stream: bool = False,
         key: str | None = None,
         on_delta: Callable[[StreamDelta], Any] | None = None,
+        on_paid: Callable[[ChatResult], Awaitable[None]] | None = None,
         **params: Any,
     ) -> ChatResult:
         """Send one chat completion and return its result.
@@ -633,6 +634,11 @@ class Router(AsyncResource):
                 and return it whole.
             key: the label of the ledger reservation (e.g. a prompt id).
             on_delta: called with each :class:`StreamDelta` of a stream.
+            on_paid: awaited with the answer once its cost is known and *before* the
+                ledger settles it (its ``latency`` is not known yet: 0): store it
+                durably here, and a crash after the settle cannot lose a paid answer
+                (the Ray stage does). An error it raises is logged
+                (``route.on_paid_failed``) and the settle goes on.
             **params: further request fields (``temperature``, ``reasoning``,
                 ``tools``...). ``model`` and ``provider`` are the router's; fields
                 whose charge cannot be reserved for (``n > 1``, ``models``,
@@ -649,6 +655,8 @@ class Router(AsyncResource):
         if self._billing.stopped is not None:
             raise self._billing.stopped_error()
         request = self._build_request(messages, max_tokens, stream, key, on_delta, params)
+        if on_paid is not None:
+            request.on_paid = on_paid
         start = self._clock()
         self._in_flight += 1
         try:
@@ -857,8 +865,8 @@ class Router(AsyncResource):
         plan = request.plan
         provider = completion.provider
         # No provider named is unknown, not a violation: the paid answer is kept.
-        quarantined = provider is not None and provider not in plan.allowed_providers
-        reason = None
+        reason = unallowed_reason(plan, provider)
+        quarantined = reason is not None
         if provider is None:
             self.unknown_provider += 1
             log.warning(
@@ -880,10 +888,6 @@ class Router(AsyncResource):
                     f"{self._violations_in_a_row} policy violations in a row (the last served "
                     f"by {provider!r}): OpenRouter is not honouring the routing object"
                 )
-            reason = (
-                f"served by {completion.provider!r}, not one of the allowed providers "
-                f"({', '.join(sorted(plan.allowed_providers))})"
-            )
             log.error(
                 "route.policy_violation",
                 model=self.model,

@@ -73,6 +73,8 @@ _SENTENCES: Final = {
     ("route.attach_failed", None): "{n} generation id{s} could not be written to the ledger: "
     "after a crash those requests count at their worst case",
     ("route.settle_failed", None): "{n} charge{s} could not be written to the ledger",
+    ("route.on_paid_failed", None): "{n} paid answer{s} could not be handed to the caller's "
+    "on_paid before the settle (the answer itself is returned)",
     ("ledger.recover", None): "open reservations of an earlier run were recovered {n} time{s}",
     ("ledger.recovered", None): "ledger recovery finished {n} time{s} (see summary.json, "
     "recovered)",
@@ -81,6 +83,16 @@ _SENTENCES: Final = {
     ("ledger.store_unreachable", None): "the ledger's store could not be reached, or was "
     "locked by another process, {n} time{s} (waited out and retried: nothing lost)",
     ("ledger.store_back", None): "the ledger's store answered again {n} time{s}",
+    ("ray.recover_failed", None): "recovering dead Ray actors' reservations failed {n} "
+    "time{s} (retried; the final recovery in finish() settles them)",
+    ("ray.ledger_write_failed", None): "{n} paid answer{s} of the Ray stage could not be "
+    "recorded in the ledger: kept, their reservations held for recovery",
+    ("ray.store_failed", None): "{n} paid answer{s} could not be stored in Redis (an "
+    "outage): kept in the output rows and stored again when Redis answers",
+    ("ray.note_failed", None): "{n} prompt{s} not sent or failed could not be noted in Redis "
+    "(the next run sends them again)",
+    ("ray.unexpected_error", None): "{n} prompt{s} of the Ray stage failed with an "
+    "unexpected error (a bug: please report it)",
     ("ray.output_repaired", None): "a half-written last answer of an output file was cut "
     "{n} time{s} (its answer is kept in Redis and written again, unpaid)",
     ("ledger.late_close", None): "{n} ledger operation{s} finished after the ledger closed",

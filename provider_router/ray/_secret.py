@@ -14,19 +14,34 @@ An actor reads the pad back from Redis (once, when it opens) and recombines the
 key in memory. Ray's files can only ever hold the masked half; Redis's files
 (``dump.rdb``, an append-only file) only the pad. Each job start draws a new pad,
 so two masked keys never share one.
+
+A Redis URL's password is the same kind of secret, and cannot be hidden the same
+way (its pad would be behind the very password). Its pad goes to Ray's object
+store instead (``ray.put``, in memory on the driver's node); the task
+specification carries the URL without the password and the password XOR that
+pad (:class:`MaskedPassword`). Both are dropped by :meth:`RayJob.finish`.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-from typing import Final
+from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr
 
 from provider_router._exceptions import ConfigurationError
 
-__all__ = ["PAD_TTL", "MaskedKey", "mask_key"]
+__all__ = [
+    "PAD_TTL",
+    "MaskedKey",
+    "MaskedPassword",
+    "mask_key",
+    "mask_password",
+    "split_password",
+    "with_password",
+]
 
 PAD_TTL: Final = 30 * 24 * 3600
 """Seconds a pad stays in Redis: a lazy dataset may be executed long after it was built."""
@@ -87,3 +102,64 @@ def mask_key(key: SecretStr, prefix: str) -> tuple[MaskedKey, bytes]:
     pad = os.urandom(len(raw))
     masked = bytes(a ^ b for a, b in zip(raw, pad, strict=True))
     return MaskedKey(f"{prefix}:pad:{secrets.token_hex(16)}", masked), pad
+
+
+def split_password(url: str) -> tuple[str, str | None]:
+    """``url`` without its password, and the password (None: the URL has none)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url, None
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    netloc = f"{user}@{host}" if user else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc)), parts.password
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` (as :func:`split_password` left it) with ``password`` put back."""
+    parts = urlsplit(url)
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}"))
+
+
+class MaskedPassword:
+    """A Redis password XOR a pad kept in Ray's object store (safe to pickle and log).
+
+    Not a dataclass, for the reason :class:`MaskedKey` is not one.
+    """
+
+    __slots__ = ("_masked", "_pad")
+
+    def __init__(self, masked: bytes, pad: Any) -> None:
+        self._masked = masked
+        self._pad = pad
+        """The pad's ``ObjectRef``."""
+
+    def __repr__(self) -> str:
+        return "MaskedPassword(...)"
+
+    def __reduce__(self) -> tuple[type[MaskedPassword], tuple[bytes, Any]]:
+        return (MaskedPassword, (self._masked, self._pad))
+
+    def unmask(self) -> str:
+        """The password (reads the pad from the object store: blocking, off the loop)."""
+        import ray
+
+        pad = ray.get(self._pad)
+        if not isinstance(pad, bytes) or len(pad) != len(self._masked):
+            raise ConfigurationError(
+                "the Redis password's pad is gone from Ray's object store (the job was "
+                "finished): build the job's dataset again with job.generate()"
+            )
+        return bytes(a ^ b for a, b in zip(self._masked, pad, strict=True)).decode()
+
+
+def mask_password(password: str) -> tuple[bytes, bytes]:
+    """``(password XOR pad, pad)``, a new pad each call."""
+    raw = password.encode()
+    pad = os.urandom(len(raw))
+    return bytes(a ^ b for a, b in zip(raw, pad, strict=True)), pad

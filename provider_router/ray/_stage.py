@@ -3,20 +3,33 @@
 :class:`PromptStage` is an async callable class for ``Dataset.flat_map`` run on an
 actor pool (``compute=ActorPoolStrategy(size=...)``). Ray Data runs up to
 ``DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY`` rows of a task at once on the actor's
-event loop (:class:`~provider_router.ray.RayJob` sets it), so a slow answer holds
-no other row back, as a batch UDF would (273 s against 96 s per-row, measured in #22).
+event loop (:class:`~provider_router.ray.RayJob` raises it for this stage alone), so
+a slow answer holds no other row back, as a batch UDF would (273 s against 96 s
+per-row, measured in #22).
 
 Each row:
 
-1. is looked up in the job's :class:`~provider_router.ray._store.AnswerStore`:
-   a stored answer (a retried task, or a resumed job) is emitted again, free;
+1. is looked up in the job's :class:`~provider_router.ray._store.AnswerStore`, and
+   its id claimed for this run: a row whose id another row of the run (with other
+   content) claimed first is refused as ``provider-router run`` refuses a duplicate
+   line (``bad_input``, never sent); a stored answer (a retried task, or a resumed
+   job) is emitted again, free; a note of this very run (``not_sent``, ``failed``)
+   is replayed as it was, so a retried task's blocks split as the first time's;
 2. else it is sent through the actor's :class:`~provider_router.Router`
    (streaming, so the generation id is on the reservation before the answer is
    done), reserving from the job's shared :class:`~provider_router.RedisLedger`;
-3. a paid answer is stored *before* the row is returned; a prompt the budget or
-   OpenRouter's credits refused is emitted with ``status="not_sent"`` (never
-   dropped: a dropped row makes a budget stop look like a success) and noted in
-   the store, as is a failure (``status="failed"``).
+   the same row arriving twice at once in one actor is sent once;
+3. a paid answer is stored *before* its reservation is settled (``on_paid``): a
+   kill after the settle finds it stored. A prompt the budget or OpenRouter's
+   credits refused is emitted with ``status="not_sent"`` (never dropped: a dropped
+   row makes a budget stop look like a success) and noted in the store, as is a
+   failure (``status="failed"``).
+
+No row raises out of the stage: Ray would fail the whole job and cut every request
+in flight. Redis calls wait out an outage (``outage_window``); past it, a row that
+could not be looked up is ``not_sent`` (it may have been paid: never sent blind),
+and a paid answer Redis could not take is kept in its row, replayed by this actor
+and stored again by the background task.
 
 Everything that needs an event loop is opened in the first call: Ray builds the
 class before its loop exists. A background task calls
@@ -27,6 +40,7 @@ nothing in Ray runs cleanup code of an actor that was killed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Mapping
@@ -43,15 +57,18 @@ from provider_router._exceptions import (
     LedgerUnavailableError,
     LedgerWriteError,
     ProviderRouterError,
+    RouterStopping,
 )
 from provider_router._format import decimal_str
 from provider_router._log import get_logger
 from provider_router.client import Router
 from provider_router.ledger import RedisLedger
+from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.policy import ProviderPolicy
-from provider_router.prompts import REQUEST_KEYS, content_id, parse_prompt_line
-from provider_router.ray._secret import MaskedKey
-from provider_router.ray._store import AnswerStore
+from provider_router.prompts import REQUEST_KEYS, _snippet, content_id, parse_prompt_line
+from provider_router.ray._rows import EMPTY_ANSWER, answer_fields, clean_messages, plain, row_key
+from provider_router.ray._secret import MaskedKey, MaskedPassword, with_password
+from provider_router.ray._store import AnswerStore, Stored
 from provider_router.results import ChatResult
 
 __all__ = [
@@ -61,8 +78,6 @@ __all__ = [
     "QUARANTINED",
     "PromptStage",
     "StageConfig",
-    "plain",
-    "row_key",
 ]
 
 log = get_logger(__name__)
@@ -92,82 +107,18 @@ class StageConfig:
     lease: float = 60.0
     recover_interval: float = 30.0
     router_options: Mapping[str, Any] = field(default_factory=dict)
+    run: str = ""
+    """This run (one :meth:`RayJob.generate`): a retried task replays its notes."""
+    outage_window: float = DEFAULT_OUTAGE_WINDOW
+    """Seconds a Redis outage is waited out by the store's calls."""
+    redis_password: MaskedPassword | None = None
+    """``redis_url``'s password, masked (the URL travels without it: Ray keeps task
+    specifications in its logs and dashboard)."""
 
 
-def row_key(dataset: str, prompt_id: str) -> str:
-    """The store's and the ledger's label of one prompt (as the batch runner's)."""
-    return f"{dataset}/{prompt_id}"
-
-
-def plain(value: Any) -> Any:
-    """``value`` with numpy arrays and scalars (how Ray hands nested columns) as Python."""
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    tolist = getattr(value, "tolist", None)
-    if tolist is not None and not isinstance(value, str | bytes):
-        return plain(tolist())
-    return value
-
-
-def clean_messages(messages: Any) -> Any:
-    """Messages as sent: without the ``None`` fields Arrow adds when it unifies the
-    keys of different messages into one struct (``content`` stays: it may be null)."""
-    if not isinstance(messages, list):
-        return messages
-    return [
-        {k: v for k, v in m.items() if v is not None or k == "content"}
-        if isinstance(m, dict)
-        else m
-        for m in messages
-    ]
-
-
-def answer_fields(result: ChatResult, started: float, finished: float) -> dict[str, Any]:
-    """The columns an answer adds to its row (stored as they are: a replay is identical)."""
-    usage = result.usage
-    cost = result.cost if result.cost is not None else Decimal(0)
-    return {
-        "answer": result.text,
-        "reasoning": result.reasoning or None,
-        "finish_reason": result.finish_reason,
-        "provider": result.provider,
-        "served_model": result.model,
-        "generation_id": result.generation_id,
-        "cost": decimal_str(cost),
-        "prompt_tokens": usage.prompt_tokens if usage else 0,
-        "completion_tokens": usage.completion_tokens if usage else 0,
-        "reasoning_tokens": usage.reasoning_tokens if usage else 0,
-        "cached_tokens": usage.cached_tokens if usage else 0,
-        "tool_calls": (
-            json.dumps([call.message() for call in result.tool_calls])
-            if result.tool_calls
-            else None
-        ),
-        "attempts": result.attempts,
-        "started_at": started,
-        "finished_at": finished,
-    }
-
-
-_EMPTY_ANSWER: Final[dict[str, Any]] = {
-    "answer": None,
-    "reasoning": None,
-    "finish_reason": None,
-    "provider": None,
-    "served_model": None,
-    "generation_id": None,
-    "cost": "0",
-    "prompt_tokens": 0,
-    "completion_tokens": 0,
-    "reasoning_tokens": 0,
-    "cached_tokens": 0,
-    "tool_calls": None,
-    "attempts": 0,
-    "started_at": None,
-    "finished_at": None,
-}
+def _duplicate(prompt_id: str) -> str:
+    """What ``provider-router run`` says of a duplicate id (:class:`PromptReader`)."""
+    return f"duplicate id {_snippet(prompt_id)!r}: an earlier line of this dataset already has it"
 
 
 def _error_kind(exc: BaseException) -> str:
@@ -181,6 +132,10 @@ class PromptStage:
 
     Build it through :meth:`~provider_router.ray.RayJob.generate`, which also sets
     the ledger's limit (only the driver may) and the per-actor concurrency.
+
+    A row never raises out of the stage (Ray would fail the whole job and cut every
+    request in flight): whatever happens, it comes out with a ``status``, as
+    ``provider-router run`` writes a failure and goes on.
     """
 
     def __init__(self, config: StageConfig) -> None:
@@ -194,31 +149,60 @@ class PromptStage:
         """Why this actor sends nothing more (``budget: ...``, ``credits: ...``)."""
         self._refused: Decimal | None = None
         """The reservation the budget refused (the summary's room for the next one)."""
+        self._flying: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        """Rows being sent, by row key: the same row arriving meanwhile waits for it."""
+        self._url: str | None = None
+        """The Redis URL with its password (never pickled: built in the actor)."""
+        self._unstored: dict[str, dict[str, Any]] = {}
+        """Paid answers Redis could not take (an outage past its window), by row key:
+        replayed from here and stored again by the background task."""
 
     def __repr__(self) -> str:
         return f"PromptStage(name={self.config.name!r}, dataset={self.config.dataset!r})"
 
-    async def _open(self) -> tuple[Router, AnswerStore]:
-        if self._router is not None and self._store is not None:
-            return self._router, self._store
+    async def _redis_url(self) -> str:
+        config = self.config
+        if config.redis_password is None:
+            return config.redis_url
+        password = await asyncio.to_thread(config.redis_password.unmask)
+        return with_password(config.redis_url, password)
+
+    async def _get_store(self) -> AnswerStore:
+        if self._store is None:
+            config = self.config
+            self._url = await self._redis_url()
+            if self._store is None:  # another row opened it meanwhile
+                self._store = AnswerStore(
+                    self._url,
+                    config.name,
+                    prefix=config.store_prefix,
+                    outage_window=config.outage_window,
+                )
+        return self._store
+
+    async def _open(self) -> Router:
+        if self._router is not None:
+            return self._router
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
-            if self._router is None or self._store is None:
+            if self._router is None:
                 await self._open_once()
         assert self._router is not None
-        assert self._store is not None
-        return self._router, self._store
+        return self._router
 
     async def _open_once(self) -> None:
         config = self.config
-        store = AnswerStore(config.redis_url, config.name, prefix=config.store_prefix)
+        store = await self._get_store()
+        pad = await store.get_pad(config.key.pad_name)
+        api_key = config.key.unmask(pad)
+        # No limit here: only the driver sets it (two actors racing a top-up could
+        # otherwise put back an old one).
+        url = self._url or await self._redis_url()
+        ledger = RedisLedger(
+            url, config.name, lease=config.lease, outage_window=config.outage_window
+        )
         try:
-            pad = await store.get_pad(config.key.pad_name)
-            api_key = config.key.unmask(pad)
-            # No limit here: only the driver sets it (two actors racing a top-up could
-            # otherwise put back an old one).
-            ledger = RedisLedger(config.redis_url, config.name, lease=config.lease)
             router = Router(
                 config.model,
                 policy=ProviderPolicy(**config.policy),
@@ -230,15 +214,18 @@ class PromptStage:
             )
             await router.open()
         except BaseException:
-            await store.close()
+            await ledger.close()
             raise
-        self._store, self._ledger, self._router = store, ledger, router
+        self._ledger, self._router = ledger, router
         self._recovering = asyncio.get_running_loop().create_task(self._recover_forever())
 
     async def _recover_forever(self) -> None:
-        """Reconcile dead actors' reservations now and then: nothing else would."""
+        """Reconcile dead actors' reservations now and then: nothing else would.
+
+        Also stores again the paid answers an outage kept from Redis."""
         while True:
             await asyncio.sleep(self.config.recover_interval)
+            await self._store_unstored()
             if self._ledger is None or self._router is None:
                 continue
             try:
@@ -253,6 +240,17 @@ class PromptStage:
                     worst_case=len(report.worst_case),
                 )
 
+    async def _store_unstored(self) -> None:
+        store = self._store
+        for key, fields in list(self._unstored.items()):
+            if store is None:
+                return
+            try:
+                await store.put(key, fields)
+            except Exception:
+                return  # still out: the next round tries again
+            self._unstored.pop(key, None)
+
     async def __call__(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         config = self.config
         data = plain(dict(row))
@@ -262,64 +260,232 @@ class PromptStage:
         try:
             # A null column is an absent key: Arrow gives every row every column.
             present = {k: v for k, v in data.items() if v is not None}
-            explicit_id, messages, metadata = parse_prompt_line(json.dumps(present, default=str))
+            line = json.dumps(present, default=str, sort_keys=True)
+            explicit_id, messages, metadata = parse_prompt_line(line)
         except (ValueError, TypeError) as exc:
             ident = str(data.get("id", ""))
             return [self._row(data, dataset, ident, BAD_INPUT, f"bad input row: {exc}")]
         prompt_id = explicit_id if explicit_id is not None else content_id(messages)
-        router, store = await self._open()
+        digest = hashlib.blake2b(line.encode(), digest_size=16).hexdigest()
+        try:
+            return [await self._answer(data, dataset, prompt_id, digest, messages, metadata)]
+        except Exception as exc:  # never out of the UDF: Ray would fail the whole job
+            log.error("ray.unexpected_error", dataset=dataset, error=repr(exc))
+            kind = type(exc).__name__
+            return [self._row(data, dataset, prompt_id, FAILED, f"{kind}: {exc}")]
+
+    async def _answer(
+        self,
+        data: dict[str, Any],
+        dataset: str,
+        prompt_id: str,
+        digest: str,
+        messages: Any,
+        metadata: dict[str, Any],
+    ) -> dict[str, Any]:
         key = row_key(dataset, prompt_id)
-        stored = await store.get(key)
-        if stored is not None:
-            return [{**self._base(data, dataset, prompt_id), **stored, "status": ANSWERED}]
+        unstored = self._unstored.get(key)
+        if unstored is not None:
+            return {**self._base(data, dataset, prompt_id), **unstored, "status": ANSWERED}
+        try:
+            store = await self._get_store()
+        except ProviderRouterError as exc:  # the password's pad is gone
+            return self._row(data, dataset, prompt_id, NOT_SENT, f"error: {exc}")
+        run = self.config.run
+        try:
+            stored = await store.lookup(key, claim=(run, digest) if run else None)
+        except LedgerUnavailableError as exc:
+            # Unknown whether it was paid: never send it blind. The next run will.
+            return self._row(data, dataset, prompt_id, NOT_SENT, f"error: {exc}")
+        if stored.claim is not None and stored.claim != digest:
+            # Another row of this run has the id (the first to claim it): as `run` does
+            # with a duplicate line, this one is refused, never paid a second time.
+            why = _duplicate(prompt_id)
+            try:
+                await store.duplicate(key, digest, why)
+            except Exception as exc:  # refused either way; only the summary misses it
+                log.warning("ray.note_failed", error=repr(exc))
+            return self._row(data, dataset, prompt_id, BAD_INPUT, why)
+        if stored.answer is not None:
+            return {**self._base(data, dataset, prompt_id), **stored.answer, "status": ANSWERED}
+        replay = self._replay(data, dataset, prompt_id, stored)
+        if replay is not None:
+            return replay
+        flying = self._flying.get(key)
+        if flying is not None:  # the same row twice at once in this actor: one request
+            return dict(await asyncio.shield(flying))
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._flying[key] = future
+        row: dict[str, Any] | None = None
+        try:
+            row = await self._send(data, dataset, prompt_id, messages, metadata)
+        except Exception as exc:
+            kind = type(exc).__name__
+            row = self._row(data, dataset, prompt_id, FAILED, f"{kind}: {exc}")
+            log.error("ray.unexpected_error", dataset=dataset, error=repr(exc))
+        finally:
+            self._flying.pop(key, None)
+            if row is None:  # cut off (cancelled): so are the rows waiting for it
+                future.cancel()
+            else:
+                future.set_result(row)
+        return row
+
+    async def _send(
+        self,
+        data: dict[str, Any],
+        dataset: str,
+        prompt_id: str,
+        messages: Any,
+        metadata: dict[str, Any],
+    ) -> dict[str, Any]:
+        config = self.config
+        key = row_key(dataset, prompt_id)
+        try:
+            router = await self._open()
+        except ProviderRouterError as exc:
+            if isinstance(exc, ConfigurationError):  # the pad: every row would hit it
+                self._stopped = f"error: {exc}"
+            return await self._not_sent(data, dataset, prompt_id, f"error: {exc}")
         if self._stopped is None and router.halted is not None:
             self._stopped = f"halted: {router.halted}"
         if self._stopped is not None:
-            return [await self._not_sent(store, data, dataset, prompt_id)]
+            return await self._not_sent(data, dataset, prompt_id)
         request = {k: metadata[k] for k in REQUEST_KEYS if k in metadata}
         params = {**config.params, **request} if request else config.params
         started = time.time()
+        kept: list[tuple[bool, dict[str, Any]]] = []
+
+        async def keep(paid: ChatResult) -> None:
+            # Before the settle: a kill after it finds the answer here, free.
+            kept.append(await self._keep(key, paid, started))
+
         try:
             result = await router.chat(
-                messages, max_tokens=config.max_tokens, key=key, stream=True, **params
+                messages,
+                max_tokens=config.max_tokens,
+                key=key,
+                stream=True,
+                on_paid=keep,
+                **params,
             )
         except LedgerWriteError as exc:  # paid and whole: kept like any answer
             result = exc.result
             log.error("ray.ledger_write_failed", key=key, error=str(exc))
         except BudgetExhausted as exc:
             self._stopped, self._refused = f"budget: {exc}", exc.requested
-            return [await self._not_sent(store, data, dataset, prompt_id)]
+            return await self._not_sent(data, dataset, prompt_id)
         except CreditsExhausted as exc:
             self._stopped = f"credits: {exc}"
-            return [await self._not_sent(store, data, dataset, prompt_id)]
-        except ConfigurationError:
-            raise  # the job's own mistake (a field that cannot be priced): fail it loudly
+            return await self._not_sent(data, dataset, prompt_id)
+        except RouterStopping as exc:
+            return await self._not_sent(data, dataset, prompt_id, f"error: {exc}")
+        except ConfigurationError as exc:  # this row's own fields: it alone is refused
+            return await self._failed(
+                data, dataset, prompt_id, BAD_INPUT, type(exc).__name__, str(exc)
+            )
         except (AuthenticationError, LedgerUnavailableError) as exc:
             # Every other row would hit it too (as the batch runner, stop sending).
             self._stopped = f"error: {exc}"
-            return [await self._not_sent(store, data, dataset, prompt_id)]
+            return await self._not_sent(data, dataset, prompt_id)
         except ProviderRouterError as exc:
             kind = _error_kind(exc)
-            await store.failed(key, kind)
-            return [self._row(data, dataset, prompt_id, FAILED, f"{kind}: {exc}")]
-        fields = answer_fields(result, started, time.time())
+            return await self._failed(data, dataset, prompt_id, FAILED, kind, f"{kind}: {exc}")
+        # The fields as stored, when they were: a replay then emits the very same row.
+        fields = kept[0][1] if kept else answer_fields(result, started, time.time())
         if result.quarantined:
             # Never accepted as data (as the batch runner): the next run sends it again.
-            await store.failed(key, "PolicyViolation")
             reason = result.quarantine_reason or "served by a provider the policy forbids"
-            return [{**self._base(data, dataset, prompt_id), **fields, "status": QUARANTINED,
-                     "error": reason}]  # fmt: skip
-        await store.put(key, fields)
-        return [{**self._base(data, dataset, prompt_id), **fields, "status": ANSWERED}]
+            if not kept:
+                await self._note_failed(key, QUARANTINED, "PolicyViolation", reason, fields)
+            return {**self._base(data, dataset, prompt_id), **fields, "status": QUARANTINED,
+                    "error": reason}  # fmt: skip
+        row = {**self._base(data, dataset, prompt_id), **fields, "status": ANSWERED}
+        if not (kept and kept[0][0]) and not await self._put(key, fields):
+            row["error"] = "paid answer not stored in Redis yet (an outage): kept in this row"
+        return row
+
+    async def _keep(
+        self, key: str, paid: ChatResult, started: float
+    ) -> tuple[bool, dict[str, Any]]:
+        """Store a paid answer before its settle: (stored or noted, its fields)."""
+        fields = answer_fields(paid, started, time.time())
+        if paid.quarantined:
+            reason = paid.quarantine_reason or "served by a provider the policy forbids"
+            noted = await self._note_failed(key, QUARANTINED, "PolicyViolation", reason, fields)
+            return noted, fields
+        return await self._put(key, fields), fields
+
+    async def _put(self, key: str, fields: dict[str, Any]) -> bool:
+        try:
+            await (await self._get_store()).put(key, fields)
+        except Exception as exc:
+            # Paid: never lost. Kept here, replayed by this actor and stored again later.
+            self._unstored[key] = fields
+            log.error("ray.store_failed", key=key, error=repr(exc))
+            return False
+        self._unstored.pop(key, None)
+        return True
+
+    def _replay(
+        self, data: dict[str, Any], dataset: str, prompt_id: str, stored: Stored
+    ) -> dict[str, Any] | None:
+        """The row a note of this very run says (a retried task): the same as the first."""
+        for note in (stored.unsent, stored.failed):
+            if note is None or note.get("run") != self.config.run or not self.config.run:
+                continue
+            status = str(note.get("status") or (NOT_SENT if note is stored.unsent else FAILED))
+            error = str(note.get("error") or note.get("reason") or note.get("kind") or "")
+            row = self._row(data, dataset, prompt_id, status, error)
+            fields = note.get("fields")
+            if isinstance(fields, dict):
+                row.update(fields)
+            return row
+        return None
 
     async def _not_sent(
-        self, store: AnswerStore, data: dict[str, Any], dataset: str, prompt_id: str
+        self, data: dict[str, Any], dataset: str, prompt_id: str, reason: str | None = None
     ) -> dict[str, Any]:
-        assert self._stopped is not None
-        refused = None if self._refused is None else decimal_str(self._refused)
-        note = {"reason": self._stopped, "requested": refused}
-        await store.not_sent(row_key(dataset, prompt_id), json.dumps(note))
-        return self._row(data, dataset, prompt_id, NOT_SENT, self._stopped)
+        why = reason if reason is not None else self._stopped
+        assert why is not None
+        requested = None
+        if reason is None and self._refused is not None:
+            requested = decimal_str(self._refused)
+        note = {"reason": why, "requested": requested, "run": self.config.run}
+        try:
+            await (await self._get_store()).not_sent(row_key(dataset, prompt_id), note)
+        except Exception as exc:  # not sent: nothing to lose; the row says so
+            log.warning("ray.note_failed", error=repr(exc))
+        return self._row(data, dataset, prompt_id, NOT_SENT, why)
+
+    async def _note_failed(
+        self,
+        key: str,
+        status: str,
+        kind: str,
+        error: str,
+        fields: dict[str, Any] | None = None,
+    ) -> bool:
+        note: dict[str, Any] = {
+            "kind": kind,
+            "status": status,
+            "error": error,
+            "run": self.config.run,
+        }
+        if fields is not None:
+            note["fields"] = fields
+        try:
+            await (await self._get_store()).failed(key, note)
+        except Exception as exc:
+            log.warning("ray.note_failed", error=repr(exc))
+            return False
+        return True
+
+    async def _failed(
+        self, data: dict[str, Any], dataset: str, prompt_id: str, status: str, kind: str, error: str
+    ) -> dict[str, Any]:
+        await self._note_failed(row_key(dataset, prompt_id), status, kind, error)
+        return self._row(data, dataset, prompt_id, status, error)
 
     @staticmethod
     def _base(data: dict[str, Any], dataset: str, prompt_id: str) -> dict[str, Any]:
@@ -330,7 +496,7 @@ class PromptStage:
     ) -> dict[str, Any]:
         return {
             **self._base(data, dataset, prompt_id),
-            **_EMPTY_ANSWER,
+            **EMPTY_ANSWER,
             "status": status,
             "error": error,
         }

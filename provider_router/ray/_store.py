@@ -12,10 +12,21 @@ Three hashes per job (``<prefix>:{<name>}:...``):
 
 * ``answers``: row key -> the answer's fields (JSON), written once per paid answer;
 * ``unsent``: row key -> why it was not sent (the budget, OpenRouter's credits...);
-* ``failed``: row key -> the error kind of a prompt that failed (retried next run).
+* ``failed``: row key -> the error kind of a prompt that failed (retried next run);
+* ``duplicates``: ``<row key>#<content digest>`` -> why a row was refused (its id
+  was another row's), for the summary's bad lines.
 
 Storing an answer removes its key from the other two in the same transaction, so
-a resumed run's tally is always "answered, or the latest reason it is not".
+a resumed run's tally is always "answered, or the latest reason it is not". A note
+(``unsent``, ``failed``) is JSON naming the run (one :meth:`RayJob.generate` call)
+that wrote it: a retried task of the same run replays it as it was (its blocks split
+the same way), a later run sends the prompt again.
+
+Every call waits out a Redis outage as the ledger does
+(:class:`~provider_router.ledger._outage.OutageWindow`): retried with backoff for up
+to ``outage_window`` seconds, then :class:`~provider_router.LedgerUnavailableError`
+(and from then on one try per call until Redis answers again). Every write is
+idempotent, so a retry after a lost reply changes nothing.
 
 Lookups are coalesced: every :meth:`AnswerStore.get` issued in one event-loop turn
 (Ray Data starts a task's rows together) becomes one ``HMGET``. The connection
@@ -27,15 +38,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
+from urllib.parse import urlsplit
 
 from provider_router._exceptions import MissingDependencyError
+from provider_router._types import Clock, Sleep
+from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW, OutageWindow
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["DEFAULT_STORE_PREFIX", "AnswerStore"]
+__all__ = ["DEFAULT_STORE_PREFIX", "AnswerStore", "Stored"]
 
 DEFAULT_STORE_PREFIX: Final = "provider-router:ray"
 MAX_CONNECTIONS: Final = 16
@@ -47,12 +63,45 @@ MAX_LOOKUP: Final = 1024
 """Keys in one ``HMGET`` at most (a bigger turn is split)."""
 
 
-_Answer: TypeAlias = "asyncio.Future[dict[str, Any] | None]"
+T = TypeVar("T")
 
 
-def _redis_client(url: str) -> Redis:
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What the store holds of one row key: its answer, or the notes of why it has none."""
+
+    answer: dict[str, Any] | None = None
+    unsent: dict[str, Any] | None = None
+    failed: dict[str, Any] | None = None
+    claim: str | None = None
+    """The digest of the row that holds the key in this run (see :meth:`AnswerStore.lookup`)."""
+
+
+_NOTHING: Final = Stored()
+_Answer: TypeAlias = "asyncio.Future[Stored]"
+_Waiting: TypeAlias = "list[tuple[_Answer, str | None]]"
+CLAIMS_TTL: Final = 30 * 24 * 3600
+"""Seconds a run's claims are kept (as long as a key's pad: a run's dataset lives that long)."""
+
+
+def _note(raw: bytes | str | None, kind_key: str) -> dict[str, Any] | None:
+    """A note as a dict (a plain-text one, as an older store wrote, as its kind)."""
+    if raw is None:
+        return None
+    text = _text(raw)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {kind_key: text}
+    return value if isinstance(value, dict) else {kind_key: text}
+
+
+def _redis_client(url: str) -> tuple[Redis, tuple[type[BaseException], ...]]:
     try:
         import redis.asyncio as aioredis
+        from redis import exceptions
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
     except ImportError as exc:
         raise MissingDependencyError("provider_router.ray", "redis") from exc
     pool = aioredis.BlockingConnectionPool.from_url(
@@ -61,8 +110,19 @@ def _redis_client(url: str) -> Redis:
         timeout=POOL_TIMEOUT,
         socket_timeout=SOCKET_TIMEOUT,
         socket_connect_timeout=SOCKET_TIMEOUT,
+        # Ours is the only retry: redis-py's would sleep where tests cannot see it.
+        retry=Retry(NoBackoff(), 0),
     )
-    return aioredis.Redis(connection_pool=pool)
+    transient = (exceptions.ConnectionError, exceptions.TimeoutError, OSError)
+    return aioredis.Redis(connection_pool=pool), transient
+
+
+def _where(url: str) -> str:
+    """Redis's address for messages, without the credentials a URL may carry."""
+    parts = urlsplit(url)
+    if parts.hostname is None:
+        return "Redis of the Ray answer store"
+    return f"Redis at {parts.hostname}:{parts.port or 6379} (the Ray answer store)"
 
 
 class AnswerStore:
@@ -72,19 +132,37 @@ class AnswerStore:
         url: the Redis URL (the same Redis as the job's ledger, or another).
         name: the job's name; one store per name.
         prefix: the key prefix.
+        outage_window: seconds a Redis outage is waited out before a call fails.
+        sleep, clock: awaited between retries, and monotonic seconds (tests).
 
     Create it inside the event loop that will use it (a Ray actor's loop exists
     only once its first row arrives).
     """
 
-    def __init__(self, url: str, name: str, *, prefix: str = DEFAULT_STORE_PREFIX) -> None:
-        self._client = _redis_client(url)
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        *,
+        prefix: str = DEFAULT_STORE_PREFIX,
+        outage_window: float = DEFAULT_OUTAGE_WINDOW,
+        sleep: Sleep = asyncio.sleep,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._client, transient = _redis_client(url)
+        self._outage = OutageWindow(_where(url), outage_window, transient, sleep=sleep, clock=clock)
         base = f"{prefix}:{{{name}}}:"
         self.answers_key = base + "answers"
         self.unsent_key = base + "unsent"
         self.failed_key = base + "failed"
-        self._pending: dict[str, list[_Answer]] = {}
+        self.manifest_key = base + "manifest"
+        self.duplicates_key = base + "duplicates"
+        self._base = base
+        self._pending: dict[tuple[str, str | None], _Waiting] = {}
         self._lookups: set[asyncio.Task[None]] = set()
+
+    async def _call(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        return await self._outage.call(attempt)
 
     def __repr__(self) -> str:
         return f"AnswerStore({self.answers_key!r})"
@@ -92,39 +170,85 @@ class AnswerStore:
     # --- lookups, coalesced -------------------------------------------------------------
 
     async def get(self, key: str) -> dict[str, Any] | None:
-        """The stored answer of ``key``, or None (one ``HMGET`` per loop turn)."""
+        """The stored answer of ``key``, or None."""
+        return (await self.lookup(key)).answer
+
+    async def lookup(self, key: str, *, claim: tuple[str, str] | None = None) -> Stored:
+        """What is stored of ``key`` (one pipelined round trip per loop turn).
+
+        ``claim=(run, digest)`` also claims ``key`` for the row whose content has that
+        digest in that run, unless another row claimed it first: :attr:`Stored.claim`
+        is the digest of the row that holds it. Two rows of one id but different
+        content can then never both be sent, and a retried task finds its own claim.
+
+        Raises:
+            LedgerUnavailableError: Redis was unreachable for longer than the window.
+        """
         loop = asyncio.get_running_loop()
         future: _Answer = loop.create_future()
         if not self._pending:
             loop.call_soon(self._start_lookup)
-        self._pending.setdefault(key, []).append(future)
+        run = claim[0] if claim is not None else None
+        self._pending.setdefault((key, run), []).append(
+            (future, claim[1] if claim is not None else None)
+        )
         return await future
 
     def _start_lookup(self) -> None:
         pending, self._pending = self._pending, {}
-        keys = list(pending)
-        for start in range(0, len(keys), MAX_LOOKUP):
-            chunk = {k: pending[k] for k in keys[start : start + MAX_LOOKUP]}
-            task = asyncio.get_running_loop().create_task(self._lookup(chunk))
-            self._lookups.add(task)
-            task.add_done_callback(self._lookups.discard)
+        by_run: dict[str | None, dict[str, _Waiting]] = {}
+        for (key, run), rows in pending.items():
+            by_run.setdefault(run, {})[key] = rows
+        for run, of_run in by_run.items():
+            keys = list(of_run)
+            for start in range(0, len(keys), MAX_LOOKUP):
+                chunk = {k: of_run[k] for k in keys[start : start + MAX_LOOKUP]}
+                task = asyncio.get_running_loop().create_task(self._lookup(run, chunk))
+                self._lookups.add(task)
+                task.add_done_callback(self._lookups.discard)
 
-    async def _lookup(
-        self, pending: dict[str, list[asyncio.Future[dict[str, Any] | None]]]
-    ) -> None:
+    async def _read(self, run: str | None, claims: dict[str, str]) -> list[list[Any]]:
+        keys = list(claims)
+        async with self._client.pipeline(transaction=False) as pipe:
+            for hash_key in (self.answers_key, self.unsent_key, self.failed_key):
+                pipe.hmget(hash_key, keys)
+            if run is not None:
+                claims_key = f"{self._base}claims:{run}"
+                for key, digest in claims.items():
+                    pipe.hsetnx(claims_key, key, digest)  # idempotent: safe to retry
+                pipe.expire(claims_key, CLAIMS_TTL)
+                pipe.hmget(claims_key, keys)
+            values: list[Any] = await pipe.execute()
+        if run is None:
+            return [*values, [None] * len(keys)]
+        return [*values[:3], values[-1]]
+
+    async def _lookup(self, run: str | None, pending: dict[str, _Waiting]) -> None:
+        # The first digest asked for a key in this turn claims it (if nobody did before).
+        claims = {key: next((d for _, d in w if d is not None), "") for key, w in pending.items()}
         try:
-            values = await self._client.hmget(self.answers_key, list(pending))
+            answers, unsent, failed, holders = await self._call(lambda: self._read(run, claims))
         except BaseException as exc:
-            for futures in pending.values():
-                for future in futures:
+            for waiting in pending.values():
+                for future, _ in waiting:
                     if not future.done():
                         future.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        for (_key, futures), raw in zip(pending.items(), values, strict=True):
-            value = None if raw is None else json.loads(raw)
-            for future in futures:
+        for waiting, answer, note, failure, holder in zip(
+            pending.values(), answers, unsent, failed, holders, strict=True
+        ):
+            if answer is None and note is None and failure is None and holder is None:
+                value = _NOTHING
+            else:
+                value = Stored(
+                    None if answer is None else json.loads(answer),
+                    _note(note, "reason"),
+                    _note(failure, "kind"),
+                    None if holder is None else _text(holder),
+                )
+            for future, _ in waiting:
                 if not future.done():
                     future.set_result(value)
 
@@ -132,19 +256,39 @@ class AnswerStore:
 
     async def put(self, key: str, answer: dict[str, Any]) -> None:
         """Store a paid answer (and forget any earlier refusal or failure of ``key``)."""
-        async with self._client.pipeline(transaction=True) as pipe:
-            pipe.hset(self.answers_key, key, json.dumps(answer, separators=(",", ":")))
-            pipe.hdel(self.unsent_key, key)
-            pipe.hdel(self.failed_key, key)
-            await pipe.execute()
+        body = json.dumps(answer, separators=(",", ":"))
 
-    async def not_sent(self, key: str, reason: str) -> None:
-        """Note that ``key`` was not sent, and why (a budget stop, 402...)."""
-        await self._client.hset(self.unsent_key, key, reason)
+        async def write() -> None:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.hset(self.answers_key, key, body)
+                pipe.hdel(self.unsent_key, key)
+                pipe.hdel(self.failed_key, key)
+                await pipe.execute()
 
-    async def failed(self, key: str, kind: str) -> None:
-        """Note that ``key`` failed with an error of ``kind`` (retried by the next run)."""
-        await self._client.hset(self.failed_key, key, kind)
+        await self._call(write)
+
+    async def not_sent(self, key: str, note: str | dict[str, Any]) -> None:
+        """Note that ``key`` was not sent, and why (``reason``: a budget stop, 402...)."""
+        await self._note(self.unsent_key, self.failed_key, key, note)
+
+    async def failed(self, key: str, note: str | dict[str, Any]) -> None:
+        """Note that ``key`` failed (``kind``: the error's type; retried by the next run)."""
+        await self._note(self.failed_key, self.unsent_key, key, note)
+
+    async def _note(
+        self, hash_key: str, other_key: str, key: str, note: str | dict[str, Any]
+    ) -> None:
+        # The latest note only: a prompt refused by the budget, then failed on a resume,
+        # is a failure now (not a budget stop), and counts once.
+        body = note if isinstance(note, str) else json.dumps(note)
+
+        async def write() -> None:
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.hset(hash_key, key, body)
+                pipe.hdel(other_key, key)
+                await pipe.execute()
+
+        await self._call(write)
 
     # --- the driver's tally ---------------------------------------------------------------
 
@@ -154,24 +298,61 @@ class AnswerStore:
             key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
             yield key, json.loads(raw)
 
-    async def reasons(self, which: str) -> dict[str, str]:
-        """``unsent`` or ``failed``: row key -> reason."""
-        hash_key = self.unsent_key if which == "unsent" else self.failed_key
-        raw = await self._client.hgetall(hash_key)
+    async def reasons(self, which: str) -> dict[str, dict[str, Any]]:
+        """``unsent`` or ``failed``: row key -> its note (``reason`` / ``kind``...)."""
+        return {key: note async for key, note in self.notes(which)}
+
+    async def notes(self, which: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """``unsent`` or ``failed`` notes as ``(row key, note)`` (``HSCAN``: flat memory)."""
+        hash_key, kind_key = (
+            (self.unsent_key, "reason") if which == "unsent" else (self.failed_key, "kind")
+        )
+        async for raw_key, raw in self._client.hscan_iter(hash_key, count=1000):
+            yield _text(raw_key), _note(raw, kind_key) or {}
+
+    async def duplicate(self, key: str, digest: str, message: str) -> None:
+        """Note a row refused because another row of the run has its id."""
+        field = f"{key}#{digest}"
+        await self._call(lambda: self._client.hset(self.duplicates_key, field, message))
+
+    async def duplicates(self) -> dict[str, str]:
+        """``<row key>#<digest>`` -> why it was refused, for every refused duplicate."""
+        raw = await self._call(lambda: self._client.hgetall(self.duplicates_key))
         return {_text(k): _text(v) for k, v in raw.items()}
 
     async def get_pad(self, name: str) -> bytes | None:
         """The key's pad stored under ``name`` (see :mod:`provider_router.ray._secret`)."""
-        value = await self._client.get(name)
+        value = await self._call(lambda: self._client.get(name))
         return value.encode() if isinstance(value, str) else value
 
     async def put_pad(self, name: str, pad: bytes, ttl: int) -> None:
         """Store a key's pad for ``ttl`` seconds."""
-        await self._client.set(name, pad, ex=ttl)
+        await self._call(lambda: self._client.set(name, pad, ex=ttl))
+
+    async def delete_pads(self, *names: str) -> None:
+        """Delete pads (the job is finished: the masked halves in Ray's files say nothing)."""
+        if names:
+            await self._call(lambda: self._client.delete(*names))
+
+    async def manifest(self) -> dict[str, Any] | None:
+        """What the job was started with (model, parameters), or None for a new job."""
+        raw = await self._call(lambda: self._client.get(self.manifest_key))
+        return None if raw is None else dict(json.loads(raw))
+
+    async def put_manifest(self, manifest: dict[str, Any]) -> None:
+        body = json.dumps(manifest, sort_keys=True)
+        await self._call(lambda: self._client.set(self.manifest_key, body))
 
     async def clear(self) -> None:
-        """Delete the job's answers and refusals (a new job under an old name)."""
-        await self._client.delete(self.answers_key, self.unsent_key, self.failed_key)
+        """Delete the job's answers, refusals and manifest (a new job under an old name)."""
+        keys = (
+            self.answers_key,
+            self.unsent_key,
+            self.failed_key,
+            self.manifest_key,
+            self.duplicates_key,
+        )
+        await self._call(lambda: self._client.delete(*keys))
 
     async def close(self) -> None:
         for task in list(self._lookups):

@@ -3,15 +3,18 @@
 The tally reads Redis, not the dataset: a Ray Dataset is lazy, and counting its
 rows would execute it again. The store holds every paid answer (with its cost,
 tokens, provider and start time), every prompt not sent and every failure, so the
-summary has the same figures and words as ``provider-router run``'s.
+summary has the same figures and words as ``provider-router run``'s. Everything is
+read with ``HSCAN`` and counted as it streams by: the driver's memory does not grow
+with the job (a budget stop of a million prompts is a million notes).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from provider_router.batch.finish import budget_to_finish, finish_hint, plan_to_finish
 from provider_router.batch.summary import Counter, DatasetReport, RunSummary, StopReason
@@ -32,18 +35,37 @@ def _counter(counters: dict[str, Counter], name: str) -> Counter:
     return counter
 
 
-def _reason(unsent: Mapping[str, str], failed: Mapping[str, str]) -> tuple[StopReason, str]:
-    if unsent:
-        notes = [json.loads(v) for v in unsent.values()]
-        kinds = {str(n.get("reason", "")).partition(":")[0] for n in notes}
-        first = str(notes[0].get("reason", "")).partition(": ")[2]
-        if "budget" in kinds:
-            return StopReason.BUDGET, f"{len(unsent)} prompt(s) not sent: {first}"
-        if "credits" in kinds:
-            return StopReason.CREDITS, f"{len(unsent)} prompt(s) not sent: {first}"
-        return StopReason.ERROR, f"{len(unsent)} prompt(s) not sent: {first}"
+@dataclass
+class _Unsent:
+    """What the ``unsent`` notes say, read once (a million notes are a million lines)."""
+
+    count: int = 0
+    kinds: set[str] = field(default_factory=set)
+    """``budget``, ``credits``, ``error``, ``halted``: the first word of each reason."""
+    first: str = ""
+    requested: Decimal = Decimal(0)
+    """The largest reservation the budget refused (room the next run needs)."""
+
+    def add(self, note: Mapping[str, Any]) -> None:
+        reason = str(note.get("reason", ""))
+        if not self.count:
+            self.first = reason.partition(": ")[2]
+        self.count += 1
+        self.kinds.add(reason.partition(":")[0])
+        if note.get("requested"):
+            self.requested = max(self.requested, Decimal(note["requested"]))
+
+
+def _reason(unsent: _Unsent, failed: int) -> tuple[StopReason, str]:
+    if unsent.count:
+        said = f"{unsent.count} prompt(s) not sent: {unsent.first}"
+        if "budget" in unsent.kinds:
+            return StopReason.BUDGET, said
+        if "credits" in unsent.kinds:
+            return StopReason.CREDITS, said
+        return StopReason.ERROR, said
     if failed:
-        return StopReason.INCOMPLETE, f"{len(failed)} prompt(s) failed"
+        return StopReason.INCOMPLETE, f"{failed} prompt(s) failed"
     return StopReason.COMPLETE, ""
 
 
@@ -73,10 +95,11 @@ async def tally(
     cost: dict[str, Decimal] = {}
     runs: dict[str, Counter] = {}
     providers: dict[str, Counter] = {}
-    seen: dict[str, set[str]] = {}
+    # Prompts by dataset: the answers and the two notes never hold the same key.
+    seen: dict[str, int] = {}
     async for key, fields in store.answers():
         name = _dataset_of(key)
-        seen.setdefault(name, set()).add(key)
+        seen[name] = seen.get(name, 0) + 1
         tokens, price = int(fields["completion_tokens"]), Decimal(fields["cost"])
         completed[name] = completed.get(name, 0) + 1
         output[name] = output.get(name, 0) + tokens
@@ -93,12 +116,20 @@ async def tally(
             counter.reasoning_tokens += int(fields["reasoning_tokens"])
             counter.cost += price
             counter.retries += max(int(fields.get("attempts") or 1) - 1, 0)
-    unsent = await store.reasons("unsent")
-    failed = await store.reasons("failed")
-    for key, kind in failed.items():
-        _counter(runs, _dataset_of(key)).failed(kind)
-    for key in [*unsent, *failed]:
-        seen.setdefault(_dataset_of(key), set()).add(key)
+    unsent, failed = _Unsent(), 0
+    async for key, note in store.notes("unsent"):
+        unsent.add(note)
+        seen[_dataset_of(key)] = seen.get(_dataset_of(key), 0) + 1
+    async for key, note in store.notes("failed"):
+        failed += 1
+        name = _dataset_of(key)
+        seen[name] = seen.get(name, 0) + 1
+        _counter(runs, name).failed(str(note.get("kind") or "unknown"))
+    refused = await store.duplicates()  # rows whose id was another row's: bad lines
+    bad: dict[str, int] = {}
+    for refused_key in refused:
+        name = _dataset_of(refused_key)
+        bad[name] = bad.get(name, 0) + 1
     names = list(datasets) or sorted(seen)
     reports = []
     for name in names:
@@ -107,13 +138,13 @@ async def tally(
         reports.append(
             DatasetReport(
                 name=name,
-                prompts=known if known is not None else len(seen.get(name, ())),
+                prompts=known if known is not None else seen.get(name, 0),
                 completed=completed.get(name, 0),
                 output_tokens=output.get(name, 0),
                 cost=cost.get(name, Decimal(0)),
                 target_output_tokens=target,
                 max_requests=cap,
-                bad_lines=0,
+                bad_lines=bad.get(name, 0),
                 lost=0,
                 run=runs.get(name, Counter()),
             )
@@ -121,14 +152,11 @@ async def tally(
     each, to_finish = plan_to_finish(reports)
     for report, money in zip(reports, each, strict=True):
         report.to_finish = money
-    refused = max(
-        (Decimal(n["requested"]) for n in map(json.loads, unsent.values()) if n.get("requested")),
-        default=Decimal(0),
-    )
+    requested = unsent.requested
     reason, message = _reason(unsent, failed)
-    needed = budget_to_finish(state.spent, to_finish, refused)
+    needed = budget_to_finish(state.spent, to_finish, requested)
     if reason in (StopReason.BUDGET, StopReason.CREDITS):
-        message += finish_hint(reason, state.limit, state.spent, to_finish, needed, refused)
+        message += finish_hint(reason, state.limit, state.spent, to_finish, needed, requested)
     elif reason is not StopReason.COMPLETE:
         message += "; run the job again to resume"
     return RunSummary(
@@ -142,7 +170,7 @@ async def tally(
         to_finish=to_finish,
         budget_to_finish=needed,
         wall_time=time.monotonic() - started,
-        bad_lines=[],
+        bad_lines=[f"{_dataset_of(k)}: {why}" for k, why in sorted(refused.items())],
         recovered=recovered,
         message=message,
     )

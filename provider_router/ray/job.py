@@ -22,13 +22,22 @@ columns, plus ``answer``, ``cost`` (an exact decimal string), ``provider``,
 ``generation_id``, tokens and ``status`` (``answered``, ``not_sent`` when the budget
 or OpenRouter's credits refused it, ``failed``, ``quarantined``, ``bad_input``).
 A refused row is emitted, never dropped; :meth:`RayJob.finish` turns it into
-:class:`JobStopped` with what finishes the job.
+:class:`JobStopped` with what finishes the job. No row raises out of the stage (a
+Redis blip, an unreachable OpenRouter or one row's bad fields would otherwise fail
+the whole job and cut every request in flight); a duplicate id with other content
+is ``bad_input`` with ``provider-router run``'s words.
+
+Secrets stay out of every file Ray keeps: the API key travels masked, its pad in
+Redis; a Redis URL's password is taken out of the URL and travels masked, its pad
+in Ray's object store. :meth:`RayJob.finish` deletes both pads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
+import secrets
 import time
 from collections.abc import Coroutine, Mapping
 from decimal import Decimal
@@ -45,7 +54,15 @@ from provider_router.batch.recovery import apply_budget
 from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.client import Router
 from provider_router.ledger import RedisLedger
-from provider_router.ray._secret import PAD_TTL, mask_key
+from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
+from provider_router.ray._concurrency import scope_row_concurrency
+from provider_router.ray._secret import (
+    PAD_TTL,
+    MaskedPassword,
+    mask_key,
+    mask_password,
+    split_password,
+)
 from provider_router.ray._stage import PromptStage, StageConfig
 from provider_router.ray._store import DEFAULT_STORE_PREFIX, AnswerStore
 from provider_router.ray._tally import tally
@@ -93,23 +110,6 @@ def _import_ray_data() -> Any:
     except ImportError as exc:
         raise MissingDependencyError("provider_router.ray", "ray") from exc
     return ray.data
-
-
-def _set_row_concurrency(concurrency: int) -> None:
-    """Rows one actor runs at once: Ray reads it from a constant when it plans a stage.
-
-    There is no public option (``RAY_DATA_DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY`` is read
-    once, at import); the ``ray`` extra pins the Ray range this was tested on.
-    """
-    from ray.data._internal.planner import plan_udf_map_op
-
-    if not hasattr(plan_udf_map_op, "DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY"):
-        raise ConfigurationError(
-            "this Ray has no DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY: install the tested range "
-            "with pip install 'provider-router[ray]'"
-        )
-    current = plan_udf_map_op.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY
-    plan_udf_map_op.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY = max(current, concurrency)
 
 
 async def _recover_orphans(ledger: RedisLedger, router: Router, lease: float) -> list[str]:
@@ -166,7 +166,15 @@ class RayJob:
         base_url: OpenRouter's API root (default ``OPENROUTER_BASE_URL`` on the driver).
         lease: seconds a dead actor's reservations stay held before recovery.
         recover_interval: seconds between two recoveries in each live actor.
-        router_options: further :class:`~provider_router.Router` keyword arguments.
+        router_options: further :class:`~provider_router.Router` keyword arguments
+            (the stage's routers and :meth:`finish`'s).
+        store_prefix: the Redis key prefix of the answer store.
+        outage_window: seconds a Redis outage is waited out (by the ledger and the
+            answer store) before a row comes out ``not_sent`` naming it.
+
+    A job's store records what it was started with (the model, and each dataset's
+    ``max_tokens`` and ``params``): a resume with others is refused, since the paid
+    answers it keeps were made with the first ones.
     """
 
     def __init__(
@@ -190,6 +198,7 @@ class RayJob:
         recover_interval: float = 30.0,
         router_options: Mapping[str, Any] | None = None,
         store_prefix: str = DEFAULT_STORE_PREFIX,
+        outage_window: float = DEFAULT_OUTAGE_WINDOW,
     ) -> None:
         self.budget = to_decimal(budget, what="budget")
         if self.budget <= 0:
@@ -224,12 +233,23 @@ class RayJob:
         self.recover_interval = recover_interval
         self.router_options = dict(router_options or {})
         self.store_prefix = store_prefix
+        self.outage_window = outage_window
         self.recovered: list[str] = []
+        self._pads: list[str] = []
+        """Pads this job stored in Redis: deleted by :meth:`finish`."""
+        self._password_pads: list[Any] = []
+        """``ObjectRef`` s of the Redis password's pads: dropped by :meth:`finish`."""
         self._since = time.time()
         self._started = time.monotonic()
         self._generated = False
         # The Router validates model, fields and policy: fail here, not on a worker.
-        Router(model, ledger=None, api_key=key, base_url=self.base_url, params=self.params)
+        Router(
+            model,
+            ledger=None,
+            api_key=key,
+            base_url=self.base_url,
+            **{"params": self.params, **self.router_options},
+        )
 
     def __repr__(self) -> str:
         return f"RayJob(name={self.name!r}, model={self.model!r}, budget={self.budget})"
@@ -277,7 +297,8 @@ class RayJob:
 
         Raises:
             ConfigurationError: ``DataContext.max_errored_blocks`` is not 0 (Ray would
-                drop failed blocks, paid answers with them).
+                drop failed blocks, paid answers with them), or the job's store was
+                started with another model, ``max_tokens`` or ``params``.
         """
         ray_data = _import_ray_data()
         context = ray_data.DataContext.get_current()
@@ -289,24 +310,32 @@ class RayJob:
         if not self._generated:  # "this run" starts with its first dataset
             self._since, self._started = time.time(), time.monotonic()
             self._generated = True
+        name = dataset or self.dataset
+        tokens = max_tokens or self.max_tokens
+        fields = dict(self.params if params is None else params)
         masked, pad = mask_key(self._api_key, f"{self.store_prefix}:{{{self.name}}}")
-        run_sync(self._prepare(masked.pad_name, pad))
-        _set_row_concurrency(self.per_actor)
+        run_sync(self._prepare(masked.pad_name, pad, name, tokens, fields))
+        self._pads.append(masked.pad_name)
+        url, password = self._hide_password()
+        scope_row_concurrency()
         config = StageConfig(
             model=self.model,
             name=self.name,
-            redis_url=self.redis_url,
+            redis_url=url,
+            redis_password=password,
             store_prefix=self.store_prefix,
             key=masked,
-            dataset=dataset or self.dataset,
-            max_tokens=max_tokens or self.max_tokens,
-            params=dict(self.params if params is None else params),
+            dataset=name,
+            max_tokens=tokens,
+            params=fields,
             policy=self.policy,
             base_url=self.base_url,
             concurrency=self.per_actor,
             lease=self.lease,
             recover_interval=self.recover_interval,
             router_options=self.router_options,
+            run=secrets.token_hex(8),
+            outage_window=self.outage_window,
         )
         actors = self._actors = self.actors  # fixed for this job from here on
         result: Dataset = ds.flat_map(
@@ -319,7 +348,27 @@ class RayJob:
         )
         return result
 
-    async def _prepare(self, pad_name: str, pad: bytes) -> None:
+    def _hide_password(self) -> tuple[str, MaskedPassword | None]:
+        """The Redis URL without its password, and the password masked (its pad put in
+        Ray's object store): Ray writes task specifications to its logs."""
+        url, password = split_password(self.redis_url)
+        if password is None:
+            return url, None
+        import ray
+
+        masked, pad = mask_password(password)
+        ref = ray.put(pad)
+        self._password_pads.append(ref)
+        return url, MaskedPassword(masked, ref)
+
+    async def _prepare(
+        self, pad_name: str, pad: bytes, dataset: str, max_tokens: int, params: dict[str, Any]
+    ) -> None:
+        store = self._store()
+        try:
+            await self._check_manifest(store, dataset, max_tokens, params)
+        finally:
+            await store.close()
         ledger = RedisLedger(self.redis_url, self.name, lease=self.lease)
         try:
             if not await ledger.exists():
@@ -328,11 +377,40 @@ class RayJob:
             self.recovered += await apply_budget(ledger, self.budget, None)
         finally:
             await ledger.close()
-        store = AnswerStore(self.redis_url, self.name, prefix=self.store_prefix)
+        store = self._store()
         try:
             await store.put_pad(pad_name, pad, PAD_TTL)
         finally:
             await store.close()
+
+    def _store(self) -> AnswerStore:
+        return AnswerStore(
+            self.redis_url, self.name, prefix=self.store_prefix, outage_window=self.outage_window
+        )
+
+    async def _check_manifest(
+        self, store: AnswerStore, dataset: str, max_tokens: int, params: dict[str, Any]
+    ) -> None:
+        """Refuse a resume whose model or parameters differ from the job's first run."""
+        manifest = await store.manifest() or {"model": self.model, "datasets": {}}
+        if manifest.get("model") != self.model:
+            raise ConfigurationError(
+                f"job {self.name!r} was started with model {manifest.get('model')!r}, not "
+                f"{self.model!r}: its paid answers are that model's. Resume it with the same "
+                "model, or give the new job another name"
+            )
+        wanted = {"max_tokens": max_tokens, "params": json.loads(json.dumps(params))}
+        datasets: dict[str, Any] = manifest.setdefault("datasets", {})
+        first = datasets.get(dataset)
+        if first is not None and first != wanted:
+            raise ConfigurationError(
+                f"job {self.name!r}, dataset {dataset!r} was started with {first}, not "
+                f"{wanted}: its paid answers were made with the first. Resume it with the "
+                "same max_tokens and params, or give the new job another name"
+            )
+        if first is None:
+            datasets[dataset] = wanted
+            await store.put_manifest(manifest)
 
     def finish(
         self,
@@ -357,6 +435,7 @@ class RayJob:
                 raised after ``summary.json`` is written. Every paid answer is kept.
         """
         summary = run_sync(self._finish(prompts or {}, targets))
+        self._drop_password_pads()
         if out is not None:
             path = Path(out)
             path.mkdir(parents=True, exist_ok=True)
@@ -375,21 +454,34 @@ class RayJob:
             )
         return summary
 
+    def _drop_password_pads(self) -> None:
+        # The last reference gone, Ray frees the object (the stage's actors, its only
+        # borrowers, are gone with the finished dataset).
+        self._password_pads = []
+
     async def _finish(
         self,
         prompts: Mapping[str, int | None],
         targets: Mapping[str, tuple[int | None, int | None]] | None,
     ) -> RunSummary:
         ledger = RedisLedger(self.redis_url, self.name, lease=self.lease)
-        store = AnswerStore(self.redis_url, self.name, prefix=self.store_prefix)
+        store = self._store()
         try:
             router = Router(
-                self.model, ledger=ledger, api_key=self._api_key, base_url=self.base_url
+                self.model,
+                ledger=ledger,
+                api_key=self._api_key,
+                base_url=self.base_url,
+                **self.router_options,
             )
             async with router:
                 notes = await _recover_orphans(ledger, router, self.lease)
             self.recovered += notes
             state = await ledger.snapshot()
+            # The job is done: its pads go (the masked halves in Ray's files say nothing
+            # then). A dataset consumed again after this needs generate() again.
+            pads, self._pads = self._pads, []
+            await store.delete_pads(*pads)
             return await tally(
                 store,
                 state,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import threading
 from collections import Counter
@@ -15,7 +16,7 @@ import psutil
 import pytest
 
 from provider_router import Router
-from tests.ledger.conftest import RedisServer
+from tests.ledger.conftest import RedisServer, _start_redis
 from tests.ray._sim_thread import SimulatorThread
 from tests.ray.conftest import CREDITS, KEY, MODEL, make_job, prompts
 
@@ -133,3 +134,46 @@ def _files_holding(root: Path, needle: bytes) -> tuple[list[Path], int]:
             if needle in data:
                 found.append(path)
     return found, scanned
+
+
+@pytest.fixture
+def redis_with_password() -> Any:
+    """A redis-server of its own that asks for :data:`REDIS_PASSWORD`."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server not found on PATH (apt-get install redis-server)")
+    server = _start_redis(binary, None, "--appendonly", "no", "--requirepass", REDIS_PASSWORD)
+    try:
+        yield server
+    finally:
+        server.process.terminate()
+        server.process.wait(timeout=10)
+
+
+REDIS_PASSWORD = "redis-" + "Pw7q" * 8
+"""A Redis password the suite looks for in every file Ray keeps."""
+
+
+def test_the_redis_password_is_in_no_task_spec_nor_any_file_ray_keeps(
+    ray_session: Path, redis_with_password: Any, sim: SimulatorThread, job_name: str
+) -> None:
+    import dataclasses
+    import pickle
+
+    import ray
+
+    port = redis_with_password.url.rsplit(":", 1)[1].split("/")[0]
+    url = f"redis://:{REDIS_PASSWORD}@127.0.0.1:{port}/0"
+    server = RedisServer(url, redis_with_password.process)
+    job = make_job(sim, server, job_name)
+    out = job.generate(ray.data.from_items(prompts(12), override_num_blocks=2))
+    [config] = out._logical_plan.dag.fn_constructor_args
+    # What Ray pickles into the task spec, and what its metadata exporter writes.
+    assert REDIS_PASSWORD.encode() not in pickle.dumps(config)
+    assert REDIS_PASSWORD not in str(dataclasses.asdict(config))
+    rows = out.take_all()
+    assert {row["status"] for row in rows} == {"answered"}
+    assert job.finish().spent > 0
+    found, scanned = _files_holding(ray_session, REDIS_PASSWORD.encode())
+    assert found == []
+    assert scanned > 10

@@ -143,3 +143,98 @@ def test_a_rejected_key_stops_sending_and_the_job_ends_in_an_error(
     summary = job.finish()
     assert summary.reason.value == "error"
     assert summary.spent == 0
+
+
+async def _pads(url: str, name: str) -> list[bytes]:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url)
+    try:
+        return [key async for key in client.scan_iter(match=f"*{{{name}}}:pad:*")]
+    finally:
+        await client.aclose()
+
+
+def test_finish_deletes_the_keys_pads_and_other_async_stages_keep_rays_concurrency(
+    ray_session: Path, redis_server: RedisServer, sim: SimulatorThread, job_name: str
+) -> None:
+    import asyncio
+
+    from ray.data._internal.planner import plan_udf_map_op as planner
+
+    default = planner.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY
+    job = make_job(sim, redis_server, job_name, concurrency=64, actors=1)
+    assert job.per_actor > default
+    rows = _run(job, prompts(10), blocks=2)
+    assert {row["status"] for row in rows} == {"answered"}
+    # The user's other async stages, planned after ours, get Ray's own default.
+    assert default == planner.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY
+    assert asyncio.run(_pads(redis_server.url, job_name))  # the actors read it from here
+    job.finish()
+    assert asyncio.run(_pads(redis_server.url, job_name)) == []
+
+
+def test_our_stage_alone_is_planned_with_the_jobs_concurrency(ray_session: Path) -> None:
+    from ray.data import ActorPoolStrategy
+    from ray.data._internal.planner import plan_udf_map_op as planner
+
+    from provider_router.ray import PromptStage, StageConfig
+    from provider_router.ray._concurrency import stage_concurrency
+    from provider_router.ray._secret import MaskedKey
+
+    config = StageConfig(
+        model=MODEL,
+        name="n",
+        redis_url="redis://127.0.0.1:1/0",
+        store_prefix="p",
+        key=MaskedKey("pad", b"x"),
+        dataset="default",
+        max_tokens=8,
+        concurrency=700,
+    )
+
+    class Other:
+        async def __call__(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+            return [row]
+
+    compute = ActorPoolStrategy(size=1)
+    ours, _ = planner._get_udf(PromptStage, (), {}, (config,), {}, compute=compute)
+    other, _ = planner._get_udf(Other, (), {}, (), {}, compute=compute)
+    assert stage_concurrency(ours) == 700
+    assert stage_concurrency(other) is None
+
+
+def test_a_resume_with_another_model_or_parameters_is_refused(
+    ray_session: Path, redis_server: RedisServer, sim: SimulatorThread, job_name: str
+) -> None:
+    import ray
+
+    from provider_router import ConfigurationError
+
+    ds = ray.data.from_items(prompts(2))
+    make_job(sim, redis_server, job_name, params={"temperature": 0.5}).generate(ds)
+    make_job(sim, redis_server, job_name, params={"temperature": 0.5}).generate(ds)  # a resume
+    with pytest.raises(ConfigurationError, match=r"was started with .*temperature"):
+        make_job(sim, redis_server, job_name, params={"temperature": 0.9}).generate(ds)
+    with pytest.raises(ConfigurationError, match="max_tokens"):
+        make_job(sim, redis_server, job_name, max_tokens=64, params={"temperature": 0.5}).generate(
+            ds
+        )
+    other = make_job(sim, redis_server, job_name, params={"temperature": 0.5})
+    other.model = "moonshotai/kimi-k3"
+    with pytest.raises(ConfigurationError, match=r"started with model .moonshotai/kimi-k2\.5."):
+        other.generate(ds)
+    # Another dataset of the same job may have its own.
+    make_job(sim, redis_server, job_name).generate(ds, dataset="second", max_tokens=32)
+
+
+def test_router_options_are_checked_on_the_driver_not_first_on_a_worker(
+    redis_server: RedisServer, sim: SimulatorThread, job_name: str
+) -> None:
+    from provider_router import ConfigurationError
+
+    # The stage's routers and finish()'s are built with them: a mistake is said here.
+    with pytest.raises(ConfigurationError, match="Authorization"):
+        make_job(sim, redis_server, job_name, router_options={"headers": {"Authorization": "x"}})
+    job = make_job(sim, redis_server, job_name, router_options={"headers": {"X-Title": "t"}})
+    assert job.router_options == {"headers": {"X-Title": "t"}}

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+from decimal import Decimal
 
 import pytest
 import redis.asyncio as aioredis
 import redis.exceptions
 
-from provider_router import ConfigurationError
+from provider_router import ConfigurationError, LedgerUnavailableError
 from provider_router.ray import AnswerStore
 from provider_router.ray._secret import mask_key
 from tests.ledger.conftest import RedisServer
@@ -27,7 +28,7 @@ async def _hmget_calls(url: str) -> int:
     return int(stats.get("cmdstat_hmget", {}).get("calls", 0))
 
 
-async def test_lookups_of_one_loop_turn_are_one_hmget(
+async def test_lookups_of_one_loop_turn_are_one_pipelined_hmget_per_hash(
     redis_server: RedisServer, job_name: str
 ) -> None:
     store = AnswerStore(redis_server.url, job_name)
@@ -38,7 +39,7 @@ async def test_lookups_of_one_loop_turn_are_one_hmget(
         after = await _hmget_calls(redis_server.url)
     finally:
         await store.close()
-    assert after - before == 1
+    assert after - before == 3  # answers, unsent, failed: one round trip
     assert found[3] == {"answer": "three", "cost": "0.5"}
     assert [f for i, f in enumerate(found) if i != 3] == [None] * 299
 
@@ -53,19 +54,32 @@ async def test_an_answer_clears_an_earlier_refusal_and_failure(
         await store.failed("a/p2", "RequestTimeout")
         await store.put("a/p1", {"answer": "x"})
         assert await store.reasons("unsent") == {}
-        assert await store.reasons("failed") == {"a/p2": "RequestTimeout"}
+        assert await store.reasons("failed") == {"a/p2": {"kind": "RequestTimeout"}}
         assert [key async for key, _ in store.answers()] == ["a/p1"]
     finally:
         await store.close()
 
 
-async def test_a_lookup_failure_reaches_every_waiting_row(job_name: str) -> None:
-    store = AnswerStore("redis://127.0.0.1:1/0", job_name)  # nothing listens on port 1
+async def test_a_lookup_failure_past_the_outage_window_reaches_every_waiting_row(
+    job_name: str,
+) -> None:
+    now = [0.0]
+
+    async def sleep(seconds: float) -> None:  # the window passes without real waiting
+        now[0] += seconds
+
+    # Nothing listens on port 1; the password never reaches a message.
+    url = "redis://:hunter2-secret@127.0.0.1:1/0"
+    store = AnswerStore(url, job_name, outage_window=5, sleep=sleep, clock=lambda: now[0])
     try:
         results = await asyncio.gather(store.get("a/p1"), store.get("a/p2"), return_exceptions=True)
     finally:
         await store.close()
-    assert all(isinstance(r, redis.exceptions.ConnectionError) for r in results), results
+    assert all(isinstance(r, LedgerUnavailableError) for r in results), results
+    assert all(isinstance(r.__cause__, redis.exceptions.ConnectionError) for r in results)
+    assert "Redis at 127.0.0.1:1 (the Ray answer store)" in str(results[0])
+    assert "hunter2" not in str(results[0])
+    assert now[0] >= 5
 
 
 def test_the_masked_half_says_nothing_of_the_key_and_the_pad_restores_it() -> None:
@@ -104,3 +118,25 @@ def test_ray_datas_metadata_export_never_writes_the_masked_half() -> None:
     restored = pickle.loads(pickle.dumps(masked))  # noqa: S301 - our own bytes: how Ray ships it
     assert restored == masked
     assert restored.unmask(pad).get_secret_value() == KEY
+
+
+async def test_a_prompt_not_sent_then_failed_on_resume_is_a_failure_not_a_budget_stop(
+    redis_server: RedisServer, job_name: str
+) -> None:
+    from provider_router import RedisLedger
+    from provider_router.ray._tally import tally
+
+    store = AnswerStore(redis_server.url, job_name)
+    ledger = RedisLedger(redis_server.url, job_name, Decimal(1))
+    try:
+        await store.not_sent("a/p1", {"reason": "budget: used up", "requested": "0.5"})
+        await store.failed("a/p1", {"kind": "RequestTimeout"})  # the resume sent it: it failed
+        state = await ledger.snapshot()
+        summary = await tally(store, state, datasets={}, since=0, started=0, recovered=[])
+    finally:
+        await store.close()
+        await ledger.close()
+    assert summary.reason.value == "incomplete"
+    assert summary.message.startswith("1 prompt(s) failed")
+    [report] = summary.datasets
+    assert report.prompts == 1

@@ -1,0 +1,95 @@
+"""The stage's rows: the input as Python, the answer's columns, the row key.
+
+Ray hands nested columns as numpy arrays and gives every row every column (absent
+keys as nulls); :func:`plain` and :func:`clean_messages` undo both before a row is
+parsed as a prompt line. :func:`answer_fields` is what an answer adds to its row,
+stored as it is so a replayed row is the very same.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any, Final
+
+from provider_router._format import decimal_str
+from provider_router.results import ChatResult
+
+__all__ = ["EMPTY_ANSWER", "answer_fields", "clean_messages", "plain", "row_key"]
+
+
+def row_key(dataset: str, prompt_id: str) -> str:
+    """The store's and the ledger's label of one prompt (as the batch runner's)."""
+    return f"{dataset}/{prompt_id}"
+
+
+def plain(value: Any) -> Any:
+    """``value`` with numpy arrays and scalars (how Ray hands nested columns) as Python."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    tolist = getattr(value, "tolist", None)
+    if tolist is not None and not isinstance(value, str | bytes):
+        return plain(tolist())
+    return value
+
+
+def clean_messages(messages: Any) -> Any:
+    """Messages as sent: without the ``None`` fields Arrow adds when it unifies the
+    keys of different messages into one struct (``content`` stays: it may be null)."""
+    if not isinstance(messages, list):
+        return messages
+    return [
+        {k: v for k, v in m.items() if v is not None or k == "content"}
+        if isinstance(m, dict)
+        else m
+        for m in messages
+    ]
+
+
+def answer_fields(result: ChatResult, started: float, finished: float) -> dict[str, Any]:
+    """The columns an answer adds to its row (stored as they are: a replay is identical)."""
+    usage = result.usage
+    cost = result.cost if result.cost is not None else Decimal(0)
+    return {
+        "answer": result.text,
+        "reasoning": result.reasoning or None,
+        "finish_reason": result.finish_reason,
+        "provider": result.provider,
+        "served_model": result.model,
+        "generation_id": result.generation_id,
+        "cost": decimal_str(cost),
+        "prompt_tokens": usage.prompt_tokens if usage else 0,
+        "completion_tokens": usage.completion_tokens if usage else 0,
+        "reasoning_tokens": usage.reasoning_tokens if usage else 0,
+        "cached_tokens": usage.cached_tokens if usage else 0,
+        "tool_calls": (
+            json.dumps([call.message() for call in result.tool_calls])
+            if result.tool_calls
+            else None
+        ),
+        "attempts": result.attempts,
+        "started_at": started,
+        "finished_at": finished,
+    }
+
+
+EMPTY_ANSWER: Final[dict[str, Any]] = {
+    "answer": None,
+    "reasoning": None,
+    "finish_reason": None,
+    "provider": None,
+    "served_model": None,
+    "generation_id": None,
+    "cost": "0",
+    "prompt_tokens": 0,
+    "completion_tokens": 0,
+    "reasoning_tokens": 0,
+    "cached_tokens": 0,
+    "tool_calls": None,
+    "attempts": 0,
+    "started_at": None,
+    "finished_at": None,
+}
