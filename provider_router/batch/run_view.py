@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from provider_router._money import from_units
+from provider_router.batch.batch_view import BatchView, batch_sentences
 from provider_router.batch.dataset_run import DatasetRun
 from provider_router.batch.dispatch import Dispatcher
 from provider_router.batch.finish import budget_to_finish, finish_hint, plan_to_finish
@@ -133,8 +134,11 @@ def summarize(
     recovered: list[str],
     preflight: Decimal,
     disputes: list[dict[str, Any]] | None = None,
+    batches: BatchView | None = None,
 ) -> RunSummary:
-    """The run's summary (``started``: its monotonic start; ``preflight``: USD it cost)."""
+    """The run's summary (``started``: its monotonic start; ``preflight``: USD it cost;
+    ``batches``: the job's Batch API route, if it has one)."""
+    now = time.time()
     reports = []
     for ds in dispatcher.datasets:
         reports.append(
@@ -192,6 +196,8 @@ def summarize(
         in_flight=len(dispatcher.tasks) - waiting,
         waiting_for_budget=waiting,
         cache_saved=router.cache_saved if router is not None else Decimal(0),
+        batches=None if batches is None else batches.to_json(now),
+        batch_sentences=[] if batches is None else batch_sentences(batches, now),
     )
 
 

@@ -1,0 +1,306 @@
+"""The batch route as an operator sees it (#25): batches by state per dataset, lines,
+money held and booked, providers and the 24 h window, the same in the live lines,
+Prometheus, ``status`` (also of a killed run: read from the batch journal),
+``summary.json`` and ``report.html``; on the local OpenRouter over real sockets."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from html import unescape
+from pathlib import Path
+
+import pytest
+from _batch_helpers import ledger_spent, run_cli, write_prompts
+from test_batch_api_route import Job, Killed, job, prompts
+
+from provider_router._format import format_usd
+from provider_router._money import from_units
+from provider_router.batch.batch_journal import BATCH_JOURNAL_FILE, BatchIntent
+from provider_router.batch.batch_view import (
+    BATCH_STATUS_FILE,
+    STATES,
+    BatchView,
+    JournalReader,
+    Sighting,
+    batch_sentences,
+    build_view,
+    read_batch_view,
+)
+from provider_router.batch.batch_watch import BatchWatch
+from provider_router.batch.report import write_report
+from provider_router.batch.status import status_lines
+from provider_router.route_choice import BATCH_WINDOW_SECONDS
+from provider_router.testing import SimulatorServer
+
+__all__ = ["job"]  # the fixture, shared with the route's tests
+
+Factory = Callable[..., Awaitable[SimulatorServer]]
+DAY = int(BATCH_WINDOW_SECONDS)
+
+
+def _watched(job: Job) -> tuple[BatchWatch, list[BatchView]]:
+    watch = BatchWatch(job.directory, pinned="Together", clock=job.time)
+    return watch, []
+
+
+async def test_the_live_view_follows_each_batch_from_submit_to_collected(job: Job) -> None:
+    watch, views = _watched(job)
+    rounds: list[float] = []
+
+    def progress(_result: object) -> None:
+        views.append(watch.update())
+        rounds.append(job.time())
+
+    runner = job.run(watch.api(job.http), progress=progress)
+    try:
+        result = await runner.run({"ds": prompts(12)})
+    finally:
+        runner.journal.close()
+        runner.close()
+    assert result.stop is None
+    first, last = views[0], views[-1]
+    # Just after the submits: three batches of five lines at most, as their 202s said.
+    ds = first.dataset("ds")
+    assert ds is not None
+    assert ds.submitted == 3
+    assert ds.states["validating"] == 3
+    assert ds.lines_in_batches == 12
+    worst = sum((from_units(i.worst_units) for i in runner.batches), Decimal(0))
+    assert ds.held == worst > 0
+    assert ds.booked == 0
+    assert ds.providers == {"Together": 3}
+    assert ds.window_left(rounds[0]) == pytest.approx(DAY, abs=5)
+    seen_states = {s for v in views for s, n in v.datasets[0].states.items() if n}
+    assert "in_progress" in seen_states, "a poll saw them run"
+    assert seen_states <= {"validating", "in_progress", "finalizing", "collecting", "completed"}
+    # At the end: every batch collected, the money booked is the ledger's, none held.
+    end = last.dataset("ds")
+    assert end is not None
+    assert end.states["completed"] == 3
+    assert end.live == 0
+    assert end.lines_done == 12
+    assert end.lines_failed == 0
+    assert end.held == 0
+    await job.money_agrees()
+    assert end.booked == (await job.ledger.snapshot()).spent == job.sim.simulator.usage
+    assert end.window_ends is None
+    # What was seen is kept beside the journal, for status and the report.
+    saved = json.loads((job.directory / BATCH_STATUS_FILE).read_text())
+    assert saved["pinned"] == "Together"
+    assert {b["status"] for b in saved["batches"].values()} == {"completed"}
+
+
+async def test_status_of_a_killed_batch_run_reads_its_journal(job: Job) -> None:
+    watch, _ = _watched(job)
+
+    def die(_result: object) -> None:
+        watch.update()
+        raise Killed  # kill -9 after the first round: batches live at OpenRouter
+
+    with pytest.raises(Killed):
+        await job.go(prompts(7), watch.api(job.http), progress=die)
+    # No timeline, no summary: before #25's view, status said "no run here".
+    now = job.time() + 3600
+    lines = status_lines(job.directory, now=now)
+    text = "\n".join(lines)
+    assert "stopped (killed?)" in text
+    reserved = (await job.ledger.snapshot()).reserved
+    assert reserved > 0
+    assert (
+        "batches of ds: 2 submitted (2 validating); 0 lines done, 0 failed, 7 in batches; "
+        f"{format_usd(reserved)} held, $0.00 booked; at Together; the oldest live batch's "
+        "24 h window ends in 23 h 00 min." in lines
+    ), text
+    # Without what the watch saw, the journal alone still tells the batches and money.
+    (job.directory / BATCH_STATUS_FILE).unlink()
+    alone = read_batch_view(job.directory)
+    assert alone is not None
+    assert alone.datasets[0].submitted == 2
+    assert alone.datasets[0].held == reserved
+    assert alone.datasets[0].providers == {"unknown": 2}
+
+
+async def test_a_withheld_batch_shows_as_collecting_until_the_top_up(job: Job) -> None:
+    watch, views = _watched(job)
+
+    def drain() -> None:
+        job.sim.simulator.set_balance(0)
+        job.time.hook = None
+
+    job.time.hook = drain
+    stopped = await job.go(
+        prompts(4), watch.api(job.http), progress=lambda _: views.append(watch.update())
+    )
+    assert stopped.stopped_by == "credits"
+    ds = views[-1].datasets[0]
+    assert ds.states["collecting"] == 1, "completed at OpenRouter, its results withheld"
+    assert ds.held > 0
+    assert ds.booked == 0
+
+
+@pytest.mark.parametrize(
+    ("journal", "seen", "state"),
+    [
+        ({}, None, "submitting"),
+        ({"batch_id": "b1"}, None, "validating"),
+        ({"batch_id": "b1"}, "in_progress", "in_progress"),
+        ({"batch_id": "b1"}, "finalizing", "finalizing"),
+        ({"batch_id": "b1"}, "cancelling", "in_progress"),
+        ({"batch_id": "b1"}, "completed", "collecting"),
+        ({"batch_id": "b1"}, "failed", "failed"),
+        ({"batch_id": "b1"}, "some_new_state", "in_progress"),
+        ({"batch_id": "b1", "collected": True}, "completed", "completed"),
+        ({"batch_id": "b1", "ended": "failed"}, "failed", "failed"),
+        ({"batch_id": "b1", "ended": "expired"}, None, "expired"),
+        ({"batch_id": "b1", "ended": "cancelled"}, None, "cancelled"),
+        ({"ended": "refused"}, None, "not_created"),
+        ({"ended": "not_created"}, None, "not_created"),
+    ],
+)
+def test_each_batch_is_counted_in_one_state(
+    journal: dict[str, object], seen: str | None, state: str
+) -> None:
+    intent = BatchIntent("i1", "ds", ("a", "b"), 1000, {}, 5_000_000_000, **journal)  # type: ignore[arg-type]
+    sightings = {} if seen is None else {"b1": Sighting(seen, "Together", 1000 + DAY)}
+    view = build_view([intent], sightings, pinned="Pinned")
+    d = view.datasets[0]
+    assert [s for s in STATES if d.states[s]] == [state]
+    taken = state not in ("submitting", "not_created")
+    assert d.submitted == int(taken)
+    assert d.providers == ({"Together" if seen else "Pinned": 1} if taken else {})
+
+
+@pytest.mark.parametrize(
+    ("ended", "sighting", "booked"),
+    [
+        ("expired", None, Decimal("0.005")),  # nothing says what it cost: its worst case
+        ("cancelled", None, Decimal("0.005")),
+        ("failed", Sighting("failed", completed=0), Decimal(0)),  # ran nothing: free
+        ("failed", Sighting("failed", completed=2), Decimal("0.005")),  # ran lines, no cost
+        ("failed", Sighting("failed", cost="0.001"), Decimal("0.001")),
+        ("not_created", None, Decimal(0)),
+    ],
+)
+def test_an_ended_batch_is_booked_as_the_route_books_it(
+    ended: str, sighting: Sighting | None, booked: Decimal
+) -> None:
+    intent = BatchIntent(
+        "i1", "ds", ("a", "b"), 1000, {}, 5_000_000_000, batch_id="b1", ended=ended, settled=True
+    )
+    view = build_view([intent], {} if sighting is None else {"b1": sighting})
+    assert view.datasets[0].booked == booked
+    assert view.datasets[0].held == 0
+
+
+def test_the_oldest_live_batch_sets_the_window() -> None:
+    old = BatchIntent("i1", "ds", ("a",), 1000, {}, 1, batch_id="b1")
+    young = BatchIntent("i2", "ds", ("b",), 5000, {}, 1, batch_id="b2")
+    done = BatchIntent("i0", "ds", ("c",), 10, {}, 1, batch_id="b0", collected=True)
+    view = build_view([done, young, old], {"b2": Sighting("in_progress", expires_at=5000 + DAY)})
+    d = view.datasets[0]
+    assert d.window_ends == 1000 + DAY, "from the journal's time, never later than the truth"
+    (line,) = batch_sentences(view, now=1000 + DAY - 90)
+    assert line.endswith("the oldest live batch's 24 h window ends in 1 min.")
+    (late,) = batch_sentences(view, now=1000 + DAY + 7200)
+    assert "is 2 h 00 min past its 24 h window" in late
+
+
+def test_the_journal_is_read_as_it_grows_and_a_bad_line_is_named(tmp_path: Path) -> None:
+    path = tmp_path / BATCH_JOURNAL_FILE
+    intent = {"op": "intent", "intent": "i1", "ds": "ds", "ids": ["a", "b"], "after": 1,
+              "res": {}, "worst": 7}  # fmt: skip
+    path.write_text(json.dumps(intent) + "\n" + '{"op": "submitted", "intent": "i1", "ba')
+    reader = JournalReader(tmp_path)
+    assert reader.read()["i1"].batch_id is None, "a torn last line waits for the rest"
+    with path.open("a") as fh:
+        fh.write('tch": "b1"}\n')
+    assert reader.read()["i1"].batch_id == "b1"
+    # Cut (a run drops a torn line) and written again: read from the start.
+    path.write_text(json.dumps(intent) + "\n")
+    assert reader.read()["i1"].batch_id is None
+    with path.open("a") as fh:
+        fh.write("not json\n" + json.dumps({"op": "collected", "intent": "i1", "cost": 7,
+                                            "failed": []}) + "\n")  # fmt: skip
+    view = read_batch_view(tmp_path)
+    assert view is not None
+    assert view.datasets[0].states["submitting"] == 1
+    assert view.problems == (
+        f"{path} line 2 is unreadable (Expecting value: line 1 column 1 (char 0)): the "
+        "batch figures stop before it",
+    )
+    assert batch_sentences(view, 0)[-1] == view.problems[0]
+
+
+def test_an_unreadable_status_file_is_nothing_seen(tmp_path: Path) -> None:
+    (tmp_path / BATCH_JOURNAL_FILE).write_text(
+        json.dumps({"op": "intent", "intent": "i1", "ds": "ds", "ids": ["a"], "after": 1,
+                    "res": {}, "worst": 7}) + "\n"
+        + json.dumps({"op": "submitted", "intent": "i1", "batch": "b1"}) + "\n"
+    )  # fmt: skip
+    for text in ("{", "[]", '{"batches": {"b1": "x"}}', '{"batches": {"b1": {"status": 3}}}'):
+        (tmp_path / BATCH_STATUS_FILE).write_text(text)
+        view = read_batch_view(tmp_path)
+        assert view is not None
+        assert view.datasets[0].states["validating"] == 1, text
+
+
+SIZES = {"a": 14, "b": 9}
+
+
+def _plan(tmp_path: Path) -> Path:
+    for name, size in SIZES.items():
+        write_prompts(tmp_path / f"{name}.jsonl", size, prefix=name)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "model: moonshotai/kimi-k3\nbudget: 20\npolicy: {exclude_below: int4}\n"
+        "generation: {max_tokens: 300}\ndatasets:\n"
+        + "".join(f"  - {{name: {n}, input: {n}.jsonl, route: batch}}\n" for n in SIZES)
+    )
+    return plan
+
+
+def _page_sentences(out: Path) -> list[str]:
+    page = write_report(out).read_text(encoding="utf-8")
+    return [unescape(s) for s in re.findall(r'<p class="batch">(.*?)</p>', page)]
+
+
+async def test_a_batch_run_says_the_same_in_summary_report_status_and_its_lines(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim = await openrouter_sim_factory(speed=float("inf"), seed=3)
+    out = tmp_path / "out"
+    argv = ["run", "--plan", str(_plan(tmp_path)), "--out", str(out), "--base-url", sim.url,
+            "--batch-poll", "0.02", "--progress", "plain"]  # fmt: skip
+    code, _, err = await run_cli(*argv)
+    assert code == 0, err[-2000:]
+    sim.simulator.batches.settle_all()
+    # summary.json (before #25's view a batch-only run wrote none)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["reason"] == "complete"
+    assert summary["datasets"]["a"]["completed"] == 14
+    batches = summary["batches"]["datasets"]
+    assert batches["a"]["submitted"] == 1
+    assert batches["a"]["states"]["completed"] == 1
+    assert batches["b"]["lines_done"] == 9
+    assert batches["a"]["providers"] == {"Together": 1}
+    booked = sum(Decimal(b["booked_usd"]) for b in batches.values())
+    assert booked == ledger_spent(out) == sim.simulator.usage
+    assert all(Decimal(b["held_usd"]) == 0 for b in batches.values())
+    # One sentence per dataset, the same words everywhere.
+    expected = [
+        f"batches of {name}: 1 submitted (1 completed); {size} lines done, 0 failed, 0 in "
+        f"batches; $0.00 held, {format_usd(Decimal(batches[name]['booked_usd']))} booked; "
+        "at Together."
+        for name, size in SIZES.items()
+    ]
+    shown = [line for line in err.splitlines() if line.startswith("batches of")]
+    assert shown[-2:] == expected, "the live lines"
+    code, status, _ = await run_cli("status", str(out))
+    assert code == 0
+    assert status.splitlines()[0].endswith("finished: complete (exit code 0)")
+    assert [line for line in status.splitlines() if line.startswith("batches of")] == expected
+    assert _page_sentences(out) == expected
+    assert (out / "report.html").is_file(), "written at the end of the run"
