@@ -37,6 +37,7 @@ from typing import Any, Final
 
 from provider_router._format import format_usd
 from provider_router.batch import _svg
+from provider_router.batch._journal_file import lock_held
 from provider_router.batch.batch_view import BatchView, batch_table, read_batch_view
 from provider_router.batch.summary import finish_words
 from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
@@ -184,6 +185,8 @@ def load_run(directory: str | Path) -> RunData:
     data.completions.sort(key=lambda c: c.finished)
     data.batches = read_batch_view(directory)
     data.read_at = time.time()
+    if data.batches is not None and not data.timeline and lock_held(directory) is True:
+        data.summary = None  # a batch route is going on (it writes no timeline)
     return data
 
 

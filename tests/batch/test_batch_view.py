@@ -114,6 +114,13 @@ async def test_status_of_a_killed_batch_run_reads_its_journal(job: Job) -> None:
         f"{format_usd(reserved)} held, $0.00 booked; at Together; the oldest live batch's "
         "24 h window ends in 23 h 00 min." in lines
     ), text
+    # report.html says the same (its window counted from when it is built)
+    (page,) = _page_sentences(job.directory)
+    assert page.split("; the oldest")[0] == lines[-1].split("; the oldest")[0]
+    assert "; the oldest live batch's 24 h window ends in " in page
+    code, shown, err = await run_cli("status", str(job.directory))
+    assert code == 0, err
+    assert "batches of ds: 2 submitted (2 validating)" in shown
     # Without what the watch saw, the journal alone still tells the batches and money.
     (job.directory / BATCH_STATUS_FILE).unlink()
     alone = read_batch_view(job.directory)
@@ -304,3 +311,27 @@ async def test_a_batch_run_says_the_same_in_summary_report_status_and_its_lines(
     assert [line for line in status.splitlines() if line.startswith("batches of")] == expected
     assert _page_sentences(out) == expected
     assert (out / "report.html").is_file(), "written at the end of the run"
+
+
+async def test_the_sync_runners_summary_after_the_batch_route_keeps_its_batches(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # route: auto, every batch line failing: both batches of each dataset fail every
+    # line, and the sync runner then writes them; its summary.json keeps the batches.
+    sim = await openrouter_sim_factory(speed=float("inf"), seed=3)
+    sim.simulator.batches.faults.line_failure_rate = 1.0
+    plan = _plan(tmp_path)
+    plan.write_text(plan.read_text().replace("route: batch", "route: auto"))
+    out = tmp_path / "out"
+    argv = ["run", "--plan", str(plan), "--out", str(out), "--base-url", sim.url,
+            "--batch-poll", "0.02", "--progress", "off"]  # fmt: skip
+    code, stdout, err = await run_cli(*argv)
+    assert code == 0, err[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["datasets"]["a"]["completed"] == 14, "the sync runner's summary"
+    a = summary["batches"]["datasets"]["a"]
+    assert a["states"]["completed"] == 2
+    assert a["lines_done"] == 0
+    assert a["lines_failed"] == 28, "each line failed in both batches it went in"
+    assert Decimal(a["booked_usd"]) == 0, "failed lines are free"
+    assert "batches of a: 2 submitted (2 completed); 0 lines done, 28 failed" in stdout
