@@ -307,6 +307,52 @@ def _booked(intent: BatchIntent, state: str, seen: Sighting | None) -> Decimal:
     return Decimal(0)
 
 
+@dataclass(slots=True)
+class _Tally:
+    """One dataset's figures while the intents are counted."""
+
+    states: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATES, 0))
+    done: int = 0
+    failed: int = 0
+    in_batches: int = 0
+    held_units: int = 0
+    booked: Decimal = Decimal(0)
+    providers: dict[str, int] = field(default_factory=dict)
+    window: int | None = None
+
+    def add(self, intent: BatchIntent, seen: Sighting | None, pinned: str | None) -> None:
+        state = _state(intent, seen)
+        self.states[state] += 1
+        if state in LIVE_STATES:
+            self.in_batches += len(intent.prompt_ids)
+            ends = (seen.expires_at if seen is not None else None) or (
+                intent.created_after + int(BATCH_WINDOW_SECONDS)
+            )
+            self.window = ends if self.window is None else min(self.window, ends)
+        if not intent.settled and state != "not_created":
+            self.held_units += intent.worst_units
+        self.booked += _booked(intent, state, seen)
+        if state == "completed":
+            self.failed += len(intent.failed_ids)
+            self.done += len(intent.prompt_ids) - len(intent.failed_ids)
+        if state not in _NOT_TAKEN:
+            provider = (seen.provider if seen is not None else None) or pinned or "unknown"
+            self.providers[provider] = self.providers.get(provider, 0) + 1
+
+    def freeze(self, name: str) -> DatasetBatches:
+        return DatasetBatches(
+            name=name,
+            states=self.states,
+            lines_done=self.done,
+            lines_failed=self.failed,
+            lines_in_batches=self.in_batches,
+            held=from_units(self.held_units),
+            booked=self.booked,
+            providers=self.providers,
+            window_ends=self.window,
+        )
+
+
 def build_view(
     intents: Iterable[BatchIntent],
     sightings: Mapping[str, Sighting],
@@ -318,54 +364,11 @@ def build_view(
 
     ``pinned``: the provider the route pins, named for batches OpenRouter has not named.
     """
-    order: list[str] = []
-    acc: dict[str, dict[str, Any]] = {}
+    tallies: dict[str, _Tally] = {}  # in the order the datasets' first batches were journaled
     for intent in intents:
-        if intent.dataset not in acc:
-            order.append(intent.dataset)
-            acc[intent.dataset] = {
-                "states": dict.fromkeys(STATES, 0),
-                "done": 0,
-                "failed": 0,
-                "in_batches": 0,
-                "held": 0,
-                "booked": Decimal(0),
-                "providers": {},
-                "window": None,
-            }
-        a = acc[intent.dataset]
         seen = sightings.get(intent.batch_id) if intent.batch_id is not None else None
-        state = _state(intent, seen)
-        a["states"][state] += 1
-        if state in LIVE_STATES:
-            a["in_batches"] += len(intent.prompt_ids)
-            ends = seen.expires_at if seen is not None and seen.expires_at else None
-            ends = ends or intent.created_after + int(BATCH_WINDOW_SECONDS)
-            a["window"] = ends if a["window"] is None else min(a["window"], ends)
-        if not intent.settled and state not in ("not_created",):
-            a["held"] += intent.worst_units
-        a["booked"] += _booked(intent, state, seen)
-        if state == "completed":
-            a["failed"] += len(intent.failed_ids)
-            a["done"] += len(intent.prompt_ids) - len(intent.failed_ids)
-        if state not in _NOT_TAKEN:
-            provider = (seen.provider if seen is not None else None) or pinned or "unknown"
-            a["providers"][provider] = a["providers"].get(provider, 0) + 1
-    datasets = tuple(
-        DatasetBatches(
-            name=name,
-            states=acc[name]["states"],
-            lines_done=acc[name]["done"],
-            lines_failed=acc[name]["failed"],
-            lines_in_batches=acc[name]["in_batches"],
-            held=from_units(acc[name]["held"]),
-            booked=acc[name]["booked"],
-            providers=acc[name]["providers"],
-            window_ends=acc[name]["window"],
-        )
-        for name in order
-    )
-    return BatchView(datasets, tuple(problems))
+        tallies.setdefault(intent.dataset, _Tally()).add(intent, seen, pinned)
+    return BatchView(tuple(tally.freeze(name) for name, tally in tallies.items()), tuple(problems))
 
 
 def read_sightings(directory: str | Path) -> tuple[dict[str, Sighting], str | None]:

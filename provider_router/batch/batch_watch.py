@@ -27,6 +27,7 @@ from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_view import (
     BATCH_STATUS_FILE,
     BatchView,
+    DatasetBatches,
     JournalReader,
     Sighting,
     batch_sentences,
@@ -111,22 +112,18 @@ class BatchWatch:
     def reporter(self, file: TextIO | None, metrics: Metrics | None) -> Callable[[object], None]:
         """A ``progress`` callback for the route: after each round, the sentences (on
         ``file``, when they changed) and the metrics (``metrics``), from one view."""
-        last: list[list[str]] = []
+        last: list[tuple[DatasetBatches, ...]] = []
 
         def report(_result: object) -> None:
             view = self.update()
             now = self.clock()
             if metrics is not None:
                 metrics.batch_view(view, now)
-            if file is None:
+            # A line per change of the figures (not of the window's minutes left).
+            if file is None or (last and last[0] == view.datasets):
                 return
-            # The window's minutes change every minute: a line per change of the rest.
-            lines = batch_sentences(view, now)
-            key = [line.split("; the oldest live batch")[0] for line in lines]
-            if last and last[0] == key:
-                return
-            last[:] = [key]
-            for line in lines:
+            last[:] = [view.datasets]
+            for line in batch_sentences(view, now):
                 print(line, file=file, flush=True)
 
         return report
