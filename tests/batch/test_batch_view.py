@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from html import unescape
@@ -30,6 +31,7 @@ from provider_router.batch.batch_view import (
     read_batch_view,
 )
 from provider_router.batch.batch_watch import BatchWatch
+from provider_router.batch.journal import FileJournal
 from provider_router.batch.report import write_report
 from provider_router.batch.status import status_lines
 from provider_router.route_choice import BATCH_WINDOW_SECONDS
@@ -335,3 +337,42 @@ async def test_the_sync_runners_summary_after_the_batch_route_keeps_its_batches(
     assert a["lines_failed"] == 28, "each line failed in both batches it went in"
     assert Decimal(a["booked_usd"]) == 0, "failed lines are free"
     assert "batches of a: 2 submitted (2 completed); 0 lines done, 28 failed" in stdout
+
+
+async def test_a_batch_run_stopped_by_the_budget_says_so_with_its_exit_code(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim = await openrouter_sim_factory(speed=float("inf"), seed=3)
+    plan = _plan(tmp_path)
+    plan.write_text(plan.read_text().replace("budget: 20", "budget: 0.002"))
+    out = tmp_path / "out"
+    argv = ["run", "--plan", str(plan), "--out", str(out), "--base-url", sim.url,
+            "--batch-poll", "0.02", "--progress", "off"]  # fmt: skip
+    code, _, err = await run_cli(*argv)
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == summary["exit_code"] == 3, err[-2000:]
+    assert summary["reason"] == "budget_exhausted"
+    assert summary["message"].startswith("batch route stopped: the budget is spent")
+    lines_done = sum(b["lines_done"] for b in summary["batches"]["datasets"].values())
+    assert 0 < lines_done < sum(SIZES.values())
+    assert Decimal(summary["spent_usd"]) == sum(
+        Decimal(b["booked_usd"]) for b in summary["batches"]["datasets"].values()
+    )
+    code, status, _ = await run_cli("status", str(out))
+    assert "finished: budget_exhausted (exit code 3)" in status
+
+
+async def test_status_says_running_while_a_batch_route_holds_the_job(tmp_path: Path) -> None:
+    # An earlier run's summary, and a resumed batch route at work (it writes no timeline).
+    (tmp_path / "summary.json").write_text(json.dumps({"reason": "credits_exhausted",
+                                                       "exit_code": 4}))  # fmt: skip
+    (tmp_path / BATCH_JOURNAL_FILE).write_text("")
+    journal = FileJournal.open(tmp_path)
+    try:
+        first = status_lines(tmp_path, now=time.time())[0]
+    finally:
+        journal.close()
+    assert f"{tmp_path}: running" in first
+    assert status_lines(tmp_path, now=time.time())[0].endswith(
+        "finished: credits_exhausted (exit code 4)"
+    )
