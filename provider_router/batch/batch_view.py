@@ -106,15 +106,16 @@ class Sighting:
         counts = counts if isinstance(counts, Mapping) else {}
         usage = batch.get("usage")
         cost = usage.get("cost") if isinstance(usage, Mapping) else None
-        return cls(
-            status=_text(batch.get("status")) or "validating",
-            provider=_text(batch.get("provider")),
-            expires_at=_int(batch.get("expires_at")),
-            completed=_int(counts.get("completed")),
-            failed=_int(counts.get("failed")),
-            cost=None if cost is None or isinstance(cost, bool) else str(cost),
-            seen=seen,
-        )
+        flat = {
+            "status": batch.get("status"),
+            "provider": batch.get("provider"),
+            "expires_at": batch.get("expires_at"),
+            "completed": counts.get("completed"),
+            "failed": counts.get("failed"),
+            "cost": None if cost is None or isinstance(cost, bool) else str(cost),
+            "seen": seen,
+        }
+        return cls.from_json(flat)
 
     def to_json(self) -> dict[str, Any]:
         return {

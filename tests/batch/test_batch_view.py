@@ -271,6 +271,21 @@ def _plan(tmp_path: Path) -> Path:
     return plan
 
 
+async def _run_plan(
+    tmp_path: Path, sim: SimulatorServer, *, progress: str = "off", edit: tuple[str, str] = ("", "")
+) -> tuple[int, str, str, Path]:
+    """``provider-router run`` of :func:`_plan` with ``edit`` (text, its replacement):
+    (exit code, stdout, stderr, the job directory)."""
+    plan = _plan(tmp_path)
+    if edit[0]:
+        plan.write_text(plan.read_text().replace(*edit))
+    out = tmp_path / "out"
+    argv = ["run", "--plan", str(plan), "--out", str(out), "--base-url", sim.url,
+            "--batch-poll", "0.02", "--progress", progress]  # fmt: skip
+    code, stdout, err = await run_cli(*argv)
+    return code, stdout, err, out
+
+
 def _page_sentences(out: Path) -> list[str]:
     page = write_report(out).read_text(encoding="utf-8")
     return [unescape(s) for s in re.findall(r'<p class="batch">(.*?)</p>', page)]
@@ -280,10 +295,7 @@ async def test_a_batch_run_says_the_same_in_summary_report_status_and_its_lines(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
     sim = await openrouter_sim_factory(speed=float("inf"), seed=3)
-    out = tmp_path / "out"
-    argv = ["run", "--plan", str(_plan(tmp_path)), "--out", str(out), "--base-url", sim.url,
-            "--batch-poll", "0.02", "--progress", "plain"]  # fmt: skip
-    code, _, err = await run_cli(*argv)
+    code, _, err, out = await _run_plan(tmp_path, sim, progress="plain")
     assert code == 0, err[-2000:]
     sim.simulator.batches.settle_all()
     # summary.json (before #25's view a batch-only run wrote none)
@@ -322,12 +334,7 @@ async def test_the_sync_runners_summary_after_the_batch_route_keeps_its_batches(
     # line, and the sync runner then writes them; its summary.json keeps the batches.
     sim = await openrouter_sim_factory(speed=float("inf"), seed=3)
     sim.simulator.batches.faults.line_failure_rate = 1.0
-    plan = _plan(tmp_path)
-    plan.write_text(plan.read_text().replace("route: batch", "route: auto"))
-    out = tmp_path / "out"
-    argv = ["run", "--plan", str(plan), "--out", str(out), "--base-url", sim.url,
-            "--batch-poll", "0.02", "--progress", "off"]  # fmt: skip
-    code, stdout, err = await run_cli(*argv)
+    code, stdout, err, out = await _run_plan(tmp_path, sim, edit=("route: batch", "route: auto"))
     assert code == 0, err[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["datasets"]["a"]["completed"] == 14, "the sync runner's summary"
@@ -343,12 +350,7 @@ async def test_a_batch_run_stopped_by_the_budget_says_so_with_its_exit_code(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
     sim = await openrouter_sim_factory(speed=float("inf"), seed=3)
-    plan = _plan(tmp_path)
-    plan.write_text(plan.read_text().replace("budget: 20", "budget: 0.002"))
-    out = tmp_path / "out"
-    argv = ["run", "--plan", str(plan), "--out", str(out), "--base-url", sim.url,
-            "--batch-poll", "0.02", "--progress", "off"]  # fmt: skip
-    code, _, err = await run_cli(*argv)
+    code, _, err, out = await _run_plan(tmp_path, sim, edit=("budget: 20", "budget: 0.002"))
     summary = json.loads((out / "summary.json").read_text())
     assert code == summary["exit_code"] == 3, err[-2000:]
     assert summary["reason"] == "budget_exhausted"
