@@ -60,9 +60,27 @@ async def write_batch_summary(
     *,
     wall_time: float,
     now: float | None = None,
+) -> RunSummary | None:
+    """Write ``summary.json`` and ``report.html`` for the batch datasets ``names``.
+
+    A failure costs the files, never the run (its outputs and money are in the
+    journals and the ledger): it is logged, and None returned.
+    """
+    try:
+        return await _write(plan, Path(directory), names, result, wall_time, now)
+    except Exception as exc:
+        log.warning("batch.summary_failed", error=repr(exc))
+        return None
+
+
+async def _write(
+    plan: Plan,
+    directory: Path,
+    names: Sequence[str],
+    result: BatchRouteResult,
+    wall_time: float,
+    now: float | None,
 ) -> RunSummary:
-    """Write ``summary.json`` and ``report.html`` for the batch datasets ``names``."""
-    directory = Path(directory)
     now = time.time() if now is None else now
     journal = FileJournal.read(directory)  # reads and locks; writes nothing
     try:

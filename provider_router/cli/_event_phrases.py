@@ -99,8 +99,10 @@ _SENTENCES: Final = {
     ("batch.fleet_failed", None): "the fleet failed {n} time{s}: see the message above",
     ("timeline.write_failed", None): "timeline.ndjson could not be written ({n} time{s}): the "
     "report's charts lack detail",
-    ("batch.status_write_failed", None): "batch_status.json could not be written ({n} "
-    "time{s}): status and the report show the batches' last states it holds",
+    ("batch.summary_failed", None): "the batch route's summary.json could not be written "
+    "({n} time{s}): status reads its batches from the batch journal",
+    ("batch.status_write_failed", None): "what the batch route saw of its batches could not "
+    "be saved ({n} time{s}): status and the report show the states saved before",
     ("fleet.retry", None): "the fleet's Redis was retried {n} time{s}",
     ("fleet.failed", None): "this worker left the fleet after an error ({n} time{s})",
     ("fleet.load_failed", None): "the fleet's prompts could not be loaded ({n} time{s})",

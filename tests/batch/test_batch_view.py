@@ -6,6 +6,7 @@ Prometheus, ``status`` (also of a killed run: read from the batch journal),
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,8 @@ from test_batch_api_route import Job, Killed, job, prompts
 from provider_router._format import format_usd
 from provider_router._money import from_units
 from provider_router.batch.batch_journal import BATCH_JOURNAL_FILE, BatchIntent
+from provider_router.batch.batch_route_result import BatchRouteResult
+from provider_router.batch.batch_summary import write_batch_summary
 from provider_router.batch.batch_view import (
     BATCH_STATUS_FILE,
     STATES,
@@ -34,6 +37,7 @@ from provider_router.batch.batch_watch import BatchWatch
 from provider_router.batch.journal import FileJournal
 from provider_router.batch.report import write_report
 from provider_router.batch.status import status_lines
+from provider_router.plan import Plan
 from provider_router.route_choice import BATCH_WINDOW_SECONDS
 from provider_router.testing import SimulatorServer
 
@@ -378,3 +382,32 @@ async def test_status_says_running_while_a_batch_route_holds_the_job(tmp_path: P
     assert status_lines(tmp_path, now=time.time())[0].endswith(
         "finished: credits_exhausted (exit code 4)"
     )
+
+
+async def test_a_summary_that_cannot_be_written_costs_the_file_not_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # No ledger in the directory: the summary cannot read the money.
+    (tmp_path / "p.jsonl").write_text("")
+    plan = Plan.model_validate(
+        {"model": "moonshotai/kimi-k3", "budget": "1", "datasets": [
+            {"name": "p", "input": str(tmp_path / "p.jsonl"), "route": "batch"}]}
+    )  # fmt: skip
+    caplog.set_level(logging.WARNING, logger="provider_router")
+    written = await write_batch_summary(plan, tmp_path, ["p"], BatchRouteResult(), wall_time=0)
+    assert written is None
+    assert [r.getMessage() for r in caplog.records] == ["batch.summary_failed"]
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_what_the_watch_cannot_save_costs_the_views_detail_not_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="provider_router")
+    (tmp_path / (BATCH_STATUS_FILE + ".tmp")).mkdir()  # where the file is written first
+    watch = BatchWatch(tmp_path, pinned="Together", clock=lambda: 5.0)
+    watch.seen({"id": "b1", "status": "in_progress", "provider": "Together"})
+    for _ in range(3):
+        assert watch.update().datasets == ()  # no journal yet: nothing to count
+    assert [r.getMessage() for r in caplog.records] == ["batch.status_write_failed"]
+    assert watch.sightings["b1"].status == "in_progress", "still seen in this run"
