@@ -20,6 +20,7 @@ from provider_router._log import get_logger
 from provider_router._money import from_units
 from provider_router.batch.batch_route_result import BatchRouteResult
 from provider_router.batch.batch_view import batch_sentences, read_batch_view
+from provider_router.batch.finish import plan_to_finish
 from provider_router.batch.journal import FileJournal
 from provider_router.batch.report import write_report
 from provider_router.batch.runner import LEDGER_FILE, SUMMARY_FILE
@@ -110,6 +111,9 @@ async def _write(
                 run=Counter(),
             )
         )
+    each, to_finish = plan_to_finish(reports)
+    for report, money in zip(reports, each, strict=True):
+        report.to_finish = money
     async with SQLiteLedger(directory / LEDGER_FILE) as ledger:
         state = await ledger.snapshot()
     view = read_batch_view(directory)
@@ -122,7 +126,7 @@ async def _write(
         budget=state.limit,
         spent=state.spent,
         reserved=state.reserved,
-        to_finish=None,
+        to_finish=to_finish,
         wall_time=wall_time,
         bad_lines=bad,
         recovered=[],

@@ -306,6 +306,7 @@ async def test_a_batch_run_says_the_same_in_summary_report_status_and_its_lines(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["reason"] == "complete"
     assert summary["datasets"]["a"]["completed"] == 14
+    assert summary["to_finish_usd"] == "0"
     batches = summary["batches"]["datasets"]
     assert batches["a"]["submitted"] == 1
     assert batches["a"]["states"]["completed"] == 1
