@@ -172,9 +172,9 @@ class DatasetBatches:
             expired and cancelled ones at their worst case, failed ones as the route
             books them (nothing, unless OpenRouter said they ran lines).
         providers: batches per serving provider (the pinned one until OpenRouter names it).
-        window_ends: Unix seconds when the oldest live batch's 24 h window ends (its
-            ``expires_at`` once seen; else 24 h from just before its submit, which is
-            never later than the truth). None: no live batch.
+        window_ends: Unix seconds when the oldest live batch's 24 h window ends: 24 h
+            from just before its submit (never later than the truth), or its
+            ``expires_at`` if that is sooner. None: no live batch.
     """
 
     name: str
@@ -326,9 +326,12 @@ class _Tally:
         self.states[state] += 1
         if state in LIVE_STATES:
             self.in_batches += len(intent.prompt_ids)
-            ends = (seen.expires_at if seen is not None else None) or (
-                intent.created_after + int(BATCH_WINDOW_SECONDS)
-            )
+            # 24 h from just before the submit, on our clock (``now`` is ours too); an
+            # earlier ``expires_at`` wins, a later one (some upstreams take longer) is
+            # OpenRouter's leeway, not a promise.
+            ends = intent.created_after + int(BATCH_WINDOW_SECONDS)
+            if seen is not None and seen.expires_at is not None:
+                ends = min(ends, seen.expires_at)
             self.window = ends if self.window is None else min(self.window, ends)
         if not intent.settled and state != "not_created":
             self.held_units += intent.worst_units

@@ -112,18 +112,24 @@ class BatchWatch:
     def reporter(self, file: TextIO | None, metrics: Metrics | None) -> Callable[[object], None]:
         """A ``progress`` callback for the route: after each round, the sentences (on
         ``file``, when they changed) and the metrics (``metrics``), from one view."""
-        last: list[tuple[DatasetBatches, ...]] = []
+        shown: dict[str, DatasetBatches] = {}
+        problems: list[str] = []
 
         def report(_result: object) -> None:
             view = self.update()
             now = self.clock()
             if metrics is not None:
                 metrics.batch_view(view, now)
-            # A line per change of the figures (not of the window's minutes left).
-            if file is None or (last and last[0] == view.datasets):
+            if file is None:
                 return
-            last[:] = [view.datasets]
-            for line in batch_sentences(view, now):
+            # A dataset's line when its figures change (not the window's minutes left).
+            changed = [d for d in view.datasets if shown.get(d.name) != d]
+            shown.update((d.name, d) for d in changed)
+            lines = batch_sentences(BatchView(tuple(changed)), now)
+            if list(view.problems) != problems:
+                problems[:] = view.problems
+                lines += problems
+            for line in lines:
                 print(line, file=file, flush=True)
 
         return report

@@ -5,6 +5,7 @@ Prometheus, ``status`` (also of a killed run: read from the batch journal),
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
@@ -118,7 +119,7 @@ async def test_status_of_a_killed_batch_run_reads_its_journal(job: Job) -> None:
     assert (
         "batches of ds: 2 submitted (2 validating); 0 lines done, 0 failed, 7 in batches; "
         f"{format_usd(reserved)} held, $0.00 booked; at Together; the oldest live batch's "
-        "24 h window ends in 23 h 00 min." in lines
+        "24 h window ends in 22 h 59 min." in lines
     ), text
     # report.html says the same (its window counted from when it is built)
     (page,) = _page_sentences(job.directory)
@@ -210,14 +211,17 @@ def test_an_ended_batch_is_booked_as_the_route_books_it(
 
 def test_the_oldest_live_batch_sets_the_window() -> None:
     old = BatchIntent("i1", "ds", ("a",), 1000, {}, 1, batch_id="b1")
-    young = BatchIntent("i2", "ds", ("b",), 5000, {}, 1, batch_id="b2")
+    young = BatchIntent("i2", "ds", ("b",), 500, {}, 1, batch_id="b2")
     done = BatchIntent("i0", "ds", ("c",), 10, {}, 1, batch_id="b0", collected=True)
-    view = build_view([done, young, old], {"b2": Sighting("in_progress", expires_at=5000 + DAY)})
-    d = view.datasets[0]
-    assert d.window_ends == 1000 + DAY, "from the journal's time, never later than the truth"
-    (line,) = batch_sentences(view, now=1000 + DAY - 90)
+    # b2 is older, but its upstream grants 96 h: leeway, not a promise (24 h counts).
+    later = {"b2": Sighting("in_progress", expires_at=500 + 4 * DAY)}
+    view = build_view([done, young, old], later)
+    assert view.datasets[0].window_ends == 500 + DAY, "from the journal's time"
+    sooner = {"b1": Sighting("in_progress", expires_at=400 + DAY)}
+    assert build_view([done, young, old], sooner).datasets[0].window_ends == 400 + DAY
+    (line,) = batch_sentences(view, now=500 + DAY - 90)
     assert line.endswith("the oldest live batch's 24 h window ends in 1 min.")
-    (late,) = batch_sentences(view, now=1000 + DAY + 7200)
+    (late,) = batch_sentences(view, now=500 + DAY + 7200)
     assert "is 2 h 00 min past its 24 h window" in late
 
 
@@ -322,8 +326,10 @@ async def test_a_batch_run_says_the_same_in_summary_report_status_and_its_lines(
         "at Together."
         for name, size in SIZES.items()
     ]
-    shown = [line for line in err.splitlines() if line.startswith("batches of")]
-    assert shown[-2:] == expected, "the live lines"
+    # The live lines: a dataset's sentence each time its figures changed, the last one
+    # what every view says at the end.
+    last = {line.split(":")[0]: line for line in err.splitlines() if line.startswith("batches of")}
+    assert list(last.values()) == expected, "the live lines"
     code, status, _ = await run_cli("status", str(out))
     assert code == 0
     assert status.splitlines()[0].endswith("finished: complete (exit code 0)")
@@ -412,3 +418,31 @@ def test_what_the_watch_cannot_save_costs_the_views_detail_not_the_run(
         assert watch.update().datasets == ()  # no journal yet: nothing to count
     assert [r.getMessage() for r in caplog.records] == ["batch.status_write_failed"]
     assert watch.sightings["b1"].status == "in_progress", "still seen in this run"
+
+
+def test_the_live_lines_say_a_dataset_again_only_when_its_figures_change(
+    tmp_path: Path,
+) -> None:
+    journal = tmp_path / BATCH_JOURNAL_FILE
+    entries = [
+        {"op": "intent", "intent": i, "ds": ds, "ids": [f"{ds}{i}"], "after": 0, "res": {},
+         "worst": 10**9}
+        for i, ds in (("i1", "a"), ("i2", "b"))
+    ]  # fmt: skip
+    journal.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    clock = [100.0]
+    watch = BatchWatch(tmp_path, pinned="Together", clock=lambda: clock[0])
+    shown = io.StringIO()
+    report = watch.reporter(shown, None)
+    report(None)
+    clock[0] += 120  # the window's minutes change, the figures do not: nothing said
+    report(None)
+    with journal.open("a") as fh:
+        fh.write(json.dumps({"op": "submitted", "intent": "i2", "batch": "x2"}) + "\n")
+    report(None)
+    said = [line.split(";")[0] for line in shown.getvalue().splitlines()]
+    assert said == [
+        "batches of a: 0 submitted (1 submitting)",
+        "batches of b: 0 submitted (1 submitting)",
+        "batches of b: 1 submitted (1 validating)",
+    ]
