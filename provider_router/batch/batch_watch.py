@@ -3,7 +3,8 @@ views, and the live lines and metrics of ``provider-router run``.
 
 :class:`BatchWatch` taps the route's Batch API calls (:meth:`BatchWatch.api` makes the
 :class:`~provider_router.batch.batch_api.BatchApi` the route is given): each batch object
-a submit or a poll returns, and the metadata of a results 402, is a
+a submit, a get or a page of the batch list returns (this job's only), and the
+metadata of a results 402, is a
 :class:`~provider_router.batch.batch_view.Sighting`. After each round of polls
 :meth:`BatchWatch.update` reads what the route appended to its journal, writes
 ``DIR/batch_status.json`` (atomically; display only: a failed write costs the views
@@ -79,6 +80,17 @@ class BatchWatch:
             self.sightings[batch_id] = Sighting.of(batch, self.clock())
             self._dirty = True
 
+    def listed(self, page: Mapping[str, Any]) -> None:
+        """Note the items of a page of the batch list that are this job's batches (the
+        list also shows the key's other batches: those are not kept)."""
+        items = page.get("data")
+        if not isinstance(items, list):
+            return
+        ours = {i.batch_id for i in self._journal.read().values()} | set(self.sightings)
+        for item in items:
+            if isinstance(item, Mapping) and item.get("id") in ours:
+                self.seen(item)
+
     def view(self) -> BatchView:
         """The view now (reads only what the journal gained since the last call)."""
         intents = self._journal.read()
@@ -136,7 +148,8 @@ class BatchWatch:
 
 
 class WatchedBatchApi(BatchApi):
-    """A :class:`BatchApi` whose submits, gets and results 402s a :class:`BatchWatch` sees."""
+    """A :class:`BatchApi` whose submits, gets, list pages (polls read the list) and
+    results 402s a :class:`BatchWatch` sees."""
 
     def __init__(self, http: HttpClient, watch: BatchWatch) -> None:
         super().__init__(http)
@@ -155,6 +168,11 @@ class WatchedBatchApi(BatchApi):
             raise
         self.watch.seen(batch)
         return batch
+
+    async def list_page(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        page = await super().list_page(*args, **kwargs)
+        self.watch.listed(page)
+        return page
 
     async def results_page(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         try:

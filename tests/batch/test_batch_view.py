@@ -446,3 +446,29 @@ def test_the_live_lines_say_a_dataset_again_only_when_its_figures_change(
         "batches of b: 0 submitted (1 submitting)",
         "batches of b: 1 submitted (1 validating)",
     ]
+
+
+async def test_a_poll_through_the_batch_list_is_seen_and_the_keys_other_batches_are_not(
+    job: Job,
+) -> None:
+    watch, _ = _watched(job)
+    api = watch.api(job.http)
+
+    def die(_result: object) -> None:
+        raise Killed
+
+    with pytest.raises(Killed):
+        await job.go(prompts(3), api, progress=die)
+    # Another job's batch on the same key, then a while for both to run.
+    other = await BatchWatch(job.directory / "elsewhere").api(job.http).submit(
+        "moonshotai/kimi-k3",
+        [{"custom_id": "x-0", "body": {"messages": [{"role": "user", "content": "hi"}],
+                                        "max_tokens": 5}}],
+        job.route.provider_object(),
+    )  # fmt: skip
+    job.time.t += 120
+    await api.list_page(int(job.time()) - 3600, None)
+    assert other["id"] not in watch.sightings, "not this job's batch"
+    (mine,) = [i.batch_id for i in JournalReader(job.directory).read().values()]
+    assert mine is not None
+    assert watch.sightings[mine].status == "in_progress", "seen through the list"
