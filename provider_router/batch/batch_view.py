@@ -464,12 +464,14 @@ def batch_table(view: BatchView, now: float) -> str:
     """``report.html``'s Batches section: a table per dataset, then the sentences."""
     if not view.datasets and not view.problems:
         return ""
-    head = ["dataset", "submitted", *(s.replace("_", " ") for s in STATES)]
+    # The states some dataset has a batch in: a table a screen wide, not ten zero columns.
+    states = [s for s in STATES if any(d.states[s] for d in view.datasets)]
+    head = ["dataset", "submitted", *(s.replace("_", " ") for s in states)]
     head += ["lines done", "lines failed", "in batches", "held", "booked", "providers", "window"]
     rows = []
     for d in view.datasets:
         left = window_words(d, now)
-        cells = [d.name, f"{d.submitted:,}", *(f"{d.states[s]:,}" for s in STATES)]
+        cells = [d.name, f"{d.submitted:,}", *(f"{d.states[s]:,}" for s in states)]
         cells += [
             f"{d.lines_done:,}",
             f"{d.lines_failed:,}",

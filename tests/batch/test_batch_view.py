@@ -335,6 +335,12 @@ async def test_a_batch_run_says_the_same_in_summary_report_status_and_its_lines(
     assert status.splitlines()[0].endswith("finished: complete (exit code 0)")
     assert [line for line in status.splitlines() if line.startswith("batches of")] == expected
     assert _page_sentences(out) == expected
+    page = (out / "report.html").read_text(encoding="utf-8")
+    table = re.search(r'<table data-table="batches">(.*?)</table>', page, re.S)
+    assert table is not None
+    heads = re.findall(r"<th>(.*?)</th>", table.group(1))
+    assert heads[:3] == ["dataset", "submitted", "completed"], "only states some batch is in"
+    assert "<td>Together (1)</td>" in table.group(1)
     assert (out / "report.html").is_file(), "written at the end of the run"
 
 
