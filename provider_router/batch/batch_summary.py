@@ -19,7 +19,8 @@ from pathlib import Path
 from provider_router._log import get_logger
 from provider_router._money import from_units
 from provider_router.batch.batch_route_result import BatchRouteResult
-from provider_router.batch.batch_view import batch_sentences, read_batch_view
+from provider_router.batch.batch_view import read_batch_view
+from provider_router.batch.batch_words import batch_sentences
 from provider_router.batch.finish import plan_to_finish
 from provider_router.batch.journal import FileJournal
 from provider_router.batch.report import write_report

@@ -1,9 +1,10 @@
 """The batch route as an operator sees it: per dataset, its batches by state, its lines,
 the money held and booked, the providers, and the 24 h window of its oldest live batch.
 
-One record (:class:`BatchView`), one set of words (:func:`batch_sentences`), shown the
-same in ``summary.json`` (``batches``), ``report.html``, ``provider-router status``, the
-live lines of ``provider-router run`` and Prometheus (:meth:`Metrics.batch_view`).
+One record (:class:`BatchView`: per dataset, and each batch with the provider it went
+to), one set of words (:mod:`~provider_router.batch.batch_words`), shown the same in
+``summary.json`` (``batches``), ``report.html``, ``provider-router status``, the live
+lines of ``provider-router run`` and Prometheus (:meth:`Metrics.batch_view`).
 
 Built read-only, without a lock, from two files of the job directory, so it works
 while a run goes on and after it was killed:
@@ -27,14 +28,13 @@ not all written yet: being read, or withheld for credits), ``completed`` (collec
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from html import escape
 from pathlib import Path
 from typing import Any, Final
 
-from provider_router._format import decimal_str, format_usd
+from provider_router._format import decimal_str
 from provider_router._money import from_units
 from provider_router.batch.batch_journal import BATCH_JOURNAL_FILE, BatchIntent
 from provider_router.batch.batch_journal import _apply as _apply_entry
@@ -45,16 +45,14 @@ __all__ = [
     "BATCH_STATUS_FILE",
     "LIVE_STATES",
     "STATES",
+    "BatchRow",
     "BatchView",
     "DatasetBatches",
     "JournalReader",
     "Sighting",
-    "batch_sentences",
-    "batch_table",
     "build_view",
     "read_batch_view",
     "read_sightings",
-    "window_words",
 ]
 
 BATCH_STATUS_FILE: Final = "batch_status.json"
@@ -223,14 +221,18 @@ class BatchView:
     datasets: tuple[DatasetBatches, ...]
     problems: tuple[str, ...] = ()
     """Why some figures may be short (an unreadable journal line), one sentence each."""
+    batches: tuple[BatchRow, ...] = ()
+    """Every batch, in the order the journal holds them."""
 
     def dataset(self, name: str) -> DatasetBatches | None:
         return next((d for d in self.datasets if d.name == name), None)
 
     def to_json(self, now: float) -> dict[str, Any]:
-        """``summary.json``'s ``batches``: per dataset (money as exact strings)."""
+        """``summary.json``'s ``batches``: per dataset, and each batch (money as exact
+        strings)."""
         return {
             "datasets": {d.name: d.to_json(now) for d in self.datasets},
+            "batches": [b.to_json() for b in self.batches],
             "problems": list(self.problems),
         }
 
@@ -308,53 +310,97 @@ def _booked(intent: BatchIntent, state: str, seen: Sighting | None) -> Decimal:
     return Decimal(0)
 
 
-@dataclass(slots=True)
-class _Tally:
-    """One dataset's figures while the intents are counted."""
+@dataclass(frozen=True, slots=True)
+class BatchRow:
+    """One batch of the route: where it stands, where it ran, what it holds or cost.
 
-    states: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATES, 0))
-    done: int = 0
-    failed: int = 0
-    in_batches: int = 0
-    held_units: int = 0
-    booked: Decimal = Decimal(0)
-    providers: dict[str, int] = field(default_factory=dict)
-    window: int | None = None
+    Attributes:
+        dataset / intent: its dataset, and the journal's id of it (its ``custom_id``s'
+            prefix).
+        batch_id: OpenRouter's id (None: not taken yet, or never).
+        state: one of :data:`STATES`.
+        provider: where it runs (the pinned one until OpenRouter names it; None for a
+            batch OpenRouter never took).
+        lines: its prompts; failed: its lines that failed (once collected).
+        held / booked: USD reserved for it until settled; booked when it ended.
+        window_ends: Unix seconds its 24 h window ends (see :class:`DatasetBatches`).
+    """
 
-    def add(self, intent: BatchIntent, seen: Sighting | None, pinned: str | None) -> None:
+    dataset: str
+    intent: str
+    batch_id: str | None
+    state: str
+    provider: str | None
+    lines: int
+    failed: int
+    held: Decimal
+    booked: Decimal
+    window_ends: int
+
+    @classmethod
+    def of(cls, intent: BatchIntent, seen: Sighting | None, pinned: str | None) -> BatchRow:
         state = _state(intent, seen)
-        self.states[state] += 1
-        if state in LIVE_STATES:
-            self.in_batches += len(intent.prompt_ids)
-            # 24 h from just before the submit, on our clock (``now`` is ours too); an
-            # earlier ``expires_at`` wins, a later one (some upstreams take longer) is
-            # OpenRouter's leeway, not a promise.
-            ends = intent.created_after + int(BATCH_WINDOW_SECONDS)
-            if seen is not None and seen.expires_at is not None:
-                ends = min(ends, seen.expires_at)
-            self.window = ends if self.window is None else min(self.window, ends)
-        if not intent.settled and state != "not_created":
-            self.held_units += intent.worst_units
-        self.booked += _booked(intent, state, seen)
-        if state == "completed":
-            self.failed += len(intent.failed_ids)
-            self.done += len(intent.prompt_ids) - len(intent.failed_ids)
+        # 24 h from just before the submit, on our clock (``now`` is ours too); an earlier
+        # ``expires_at`` wins, a later one (some upstreams take longer) is leeway.
+        ends = intent.created_after + int(BATCH_WINDOW_SECONDS)
+        if seen is not None and seen.expires_at is not None:
+            ends = min(ends, seen.expires_at)
+        provider = None
         if state not in _NOT_TAKEN:
             provider = (seen.provider if seen is not None else None) or pinned or "unknown"
-            self.providers[provider] = self.providers.get(provider, 0) + 1
-
-    def freeze(self, name: str) -> DatasetBatches:
-        return DatasetBatches(
-            name=name,
-            states=self.states,
-            lines_done=self.done,
-            lines_failed=self.failed,
-            lines_in_batches=self.in_batches,
-            held=from_units(self.held_units),
-            booked=self.booked,
-            providers=self.providers,
-            window_ends=self.window,
+        held = not intent.settled and state != "not_created"
+        return cls(
+            dataset=intent.dataset,
+            intent=intent.intent,
+            batch_id=intent.batch_id,
+            state=state,
+            provider=provider,
+            lines=len(intent.prompt_ids),
+            failed=len(intent.failed_ids) if state == "completed" else 0,
+            held=from_units(intent.worst_units) if held else Decimal(0),
+            booked=_booked(intent, state, seen),
+            window_ends=ends,
         )
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_STATES
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "intent": self.intent,
+            "batch_id": self.batch_id,
+            "state": self.state,
+            "provider": self.provider,
+            "lines": self.lines,
+            "failed": self.failed,
+            "held_usd": decimal_str(self.held),
+            "booked_usd": decimal_str(self.booked),
+            "window_ends_at": self.window_ends if self.live else None,
+        }
+
+
+def _dataset(name: str, rows: Sequence[BatchRow]) -> DatasetBatches:
+    states = dict.fromkeys(STATES, 0)
+    providers: dict[str, int] = {}
+    for row in rows:
+        states[row.state] += 1
+        if row.provider is not None:
+            providers[row.provider] = providers.get(row.provider, 0) + 1
+    live = [r for r in rows if r.live]
+    done = [r for r in rows if r.state == "completed"]
+    return DatasetBatches(
+        name=name,
+        states=states,
+        lines_done=sum(r.lines - r.failed for r in done),
+        lines_failed=sum(r.failed for r in done),
+        lines_in_batches=sum(r.lines for r in live),
+        held=sum((r.held for r in rows), Decimal(0)),
+        booked=sum((r.booked for r in rows), Decimal(0)),
+        providers=providers,
+        window_ends=min((r.window_ends for r in live), default=None),
+    )
 
 
 def build_view(
@@ -368,11 +414,13 @@ def build_view(
 
     ``pinned``: the provider the route pins, named for batches OpenRouter has not named.
     """
-    tallies: dict[str, _Tally] = {}  # in the order the datasets' first batches were journaled
+    rows = []
     for intent in intents:
         seen = sightings.get(intent.batch_id) if intent.batch_id is not None else None
-        tallies.setdefault(intent.dataset, _Tally()).add(intent, seen, pinned)
-    return BatchView(tuple(tally.freeze(name) for name, tally in tallies.items()), tuple(problems))
+        rows.append(BatchRow.of(intent, seen, pinned))
+    names = list(dict.fromkeys(r.dataset for r in rows))  # in the journal's order
+    datasets = tuple(_dataset(n, [r for r in rows if r.dataset == n]) for n in names)
+    return BatchView(datasets, tuple(problems), tuple(rows))
 
 
 def read_sightings(directory: str | Path) -> tuple[dict[str, Sighting], str | None]:
@@ -404,90 +452,3 @@ def read_batch_view(directory: str | Path) -> BatchView | None:
     seen, pinned = read_sightings(directory)
     problems = () if reader.problem is None else (reader.problem,)
     return build_view(intents.values(), seen, pinned=pinned, problems=problems)
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(int(seconds), 0)
-    if seconds >= 3600:
-        return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
-    if seconds >= 60:
-        return f"{seconds // 60} min"
-    return f"{seconds} s"
-
-
-def window_words(d: DatasetBatches, now: float) -> str | None:
-    """The oldest live batch's window, in words (None: no live batch)."""
-    left = d.window_left(now)
-    if left is None:
-        return None
-    if left <= 0:
-        return (
-            f"the oldest live batch is {_duration(-left)} past its 24 h window "
-            "(OpenRouter may still finish it, or expire it)"
-        )
-    return f"the oldest live batch's 24 h window ends in {_duration(left)}"
-
-
-def _state_words(d: DatasetBatches) -> str:
-    parts = [f"{n:,} {state.replace('_', ' ')}" for state, n in d.states.items() if n]
-    return ", ".join(parts) if parts else "none yet"
-
-
-def batch_sentences(view: BatchView, now: float) -> list[str]:
-    """One plain sentence per dataset, then the problems: what every view says.
-
-    ``batches of a: 3 submitted (1 in progress, 2 completed); 40 lines done, 2 failed,
-    20 in batches; $0.012 held, $0.034 booked; at Together; the oldest live batch's 24 h
-    window ends in 23 h 52 min.``
-    """
-    lines = []
-    for d in view.datasets:
-        providers = ", ".join(
-            f"{name}" + ("" if len(d.providers) == 1 else f" ({n:,})")
-            for name, n in sorted(d.providers.items())
-        )
-        window = window_words(d, now)
-        lines.append(
-            f"batches of {d.name}: {d.submitted:,} submitted ({_state_words(d)}); "
-            f"{d.lines_done:,} lines done, {d.lines_failed:,} failed, "
-            f"{d.lines_in_batches:,} in batches; {format_usd(d.held)} held, "
-            f"{format_usd(d.booked)} booked"
-            + (f"; at {providers}" if providers else "")
-            + (f"; {window}" if window else "")
-            + "."
-        )
-    lines.extend(view.problems)
-    return lines
-
-
-def batch_table(view: BatchView, now: float) -> str:
-    """``report.html``'s Batches section: a table per dataset, then the sentences."""
-    if not view.datasets and not view.problems:
-        return ""
-    # The states some dataset has a batch in: a table a screen wide, not ten zero columns.
-    states = [s for s in STATES if any(d.states[s] for d in view.datasets)]
-    head = ["dataset", "submitted", *(s.replace("_", " ") for s in states)]
-    head += ["lines done", "lines failed", "in batches", "held", "booked", "providers", "window"]
-    rows = []
-    for d in view.datasets:
-        left = window_words(d, now)
-        cells = [d.name, f"{d.submitted:,}", *(f"{d.states[s]:,}" for s in states)]
-        cells += [
-            f"{d.lines_done:,}",
-            f"{d.lines_failed:,}",
-            f"{d.lines_in_batches:,}",
-            format_usd(d.held),
-            format_usd(d.booked),
-            ", ".join(f"{p} ({n:,})" for p, n in sorted(d.providers.items())) or "-",
-            "-" if left is None else left,
-        ]
-        rows.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
-    sentences = "".join(f'<p class="batch">{escape(s)}</p>' for s in batch_sentences(view, now))
-    return (
-        '<h2>Batches</h2><table data-table="batches"><tr>'
-        + "".join(f"<th>{escape(h)}</th>" for h in head)
-        + "</tr>"
-        + "".join(rows)
-        + "</table>"
-        + sentences
-    )

@@ -31,10 +31,10 @@ from provider_router.batch.batch_view import (
     DatasetBatches,
     JournalReader,
     Sighting,
-    batch_sentences,
     build_view,
     read_sightings,
 )
+from provider_router.batch.batch_words import batch_sentences
 from provider_router.metrics import Metrics
 
 __all__ = ["BatchWatch", "WatchedBatchApi"]

@@ -38,7 +38,8 @@ from typing import Any, Final
 from provider_router._format import format_usd
 from provider_router.batch import _svg
 from provider_router.batch._journal_file import lock_held
-from provider_router.batch.batch_view import BatchView, batch_table, read_batch_view
+from provider_router.batch.batch_view import BatchView, read_batch_view
+from provider_router.batch.batch_words import batch_table
 from provider_router.batch.summary import finish_words
 from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
 

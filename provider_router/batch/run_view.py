@@ -21,7 +21,8 @@ from decimal import Decimal
 from typing import Any
 
 from provider_router._money import from_units
-from provider_router.batch.batch_view import BatchView, batch_sentences
+from provider_router.batch.batch_view import BatchView
+from provider_router.batch.batch_words import batch_sentences
 from provider_router.batch.dataset_run import DatasetRun
 from provider_router.batch.dispatch import Dispatcher
 from provider_router.batch.finish import budget_to_finish, finish_hint, plan_to_finish

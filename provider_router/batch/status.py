@@ -23,7 +23,8 @@ from provider_router._exceptions import ConfigurationError
 from provider_router._format import format_usd
 from provider_router.batch._journal_file import lock_held
 from provider_router.batch.batch_journal import BATCH_JOURNAL_FILE
-from provider_router.batch.batch_view import BATCH_STATUS_FILE, batch_sentences, read_batch_view
+from provider_router.batch.batch_view import BATCH_STATUS_FILE, read_batch_view
+from provider_router.batch.batch_words import batch_sentences
 from provider_router.batch.summary import finish_words
 from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
 

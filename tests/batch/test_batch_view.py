@@ -30,11 +30,11 @@ from provider_router.batch.batch_view import (
     BatchView,
     JournalReader,
     Sighting,
-    batch_sentences,
     build_view,
     read_batch_view,
 )
 from provider_router.batch.batch_watch import BatchWatch
+from provider_router.batch.batch_words import batch_sentences
 from provider_router.batch.journal import FileJournal
 from provider_router.batch.report import write_report
 from provider_router.batch.status import status_lines
@@ -341,6 +341,14 @@ async def test_a_batch_run_says_the_same_in_summary_report_status_and_its_lines(
     heads = re.findall(r"<th>(.*?)</th>", table.group(1))
     assert heads[:3] == ["dataset", "submitted", "completed"], "only states some batch is in"
     assert "<td>Together (1)</td>" in table.group(1)
+    # Each batch: where it went, in summary.json and the report.
+    each = summary["batches"]["batches"]
+    assert [(b["dataset"], b["state"], b["provider"], b["lines"]) for b in each] == [
+        ("a", "completed", "Together", 14),
+        ("b", "completed", "Together", 9),
+    ]
+    assert all(b["batch_id"] in page for b in each)
+    assert "<summary>Each batch (2)</summary>" in page
     assert (out / "report.html").is_file(), "written at the end of the run"
 
 
