@@ -535,13 +535,17 @@ def _run_batch_route(
         )
     )
     # summary.json and report.html of the batch route (the sync runner's replace them)
-    _run_loop(
+    written = _run_loop(
         lambda: write_batch_summary(
             plan, args.out, batches.names, result, wall_time=time.monotonic() - started
         )
     )
     for line in describe(result):
         print(line, file=sys.stderr)
+    if written is not None:
+        for line in written.batch_sentences:
+            print(line, file=sys.stderr)
+        print(f"Summary: {Path(args.out) / 'summary.json'}", file=sys.stderr)
     if result.top_up is not None:
         print(f"To resume after adding credits: {' '.join(args.argv)}", file=sys.stderr)
         return EXIT_CODES[StopReason.CREDITS]

@@ -376,6 +376,12 @@ async def test_a_batch_run_stopped_by_the_budget_says_so_with_its_exit_code(
 ) -> None:
     sim = await openrouter_sim_factory(speed=float("inf"), seed=3)
     code, _, err, out = await _run_plan(tmp_path, sim, edit=("budget: 20", "budget: 0.002"))
+    # With --progress off, the end of the run still says each dataset's sentence.
+    said = [line for line in err.splitlines() if line.startswith("batches of ")]
+    status = [line for line in status_lines(out, now=time.time()) if line.startswith("batches")]
+    assert said == status
+    assert said, "a batch went out before the budget stopped the route"
+    assert f"Summary: {out / 'summary.json'}" in err
     summary = json.loads((out / "summary.json").read_text())
     assert code == summary["exit_code"] == 3, err[-2000:]
     assert summary["reason"] == "budget_exhausted"
