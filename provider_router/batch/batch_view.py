@@ -44,6 +44,7 @@ from provider_router.route_choice import BATCH_WINDOW_SECONDS
 __all__ = [
     "BATCH_STATUS_FILE",
     "LIVE_STATES",
+    "MAX_TEXT",
     "STATES",
     "BatchRow",
     "BatchView",
@@ -110,7 +111,7 @@ class Sighting:
             "expires_at": batch.get("expires_at"),
             "completed": counts.get("completed"),
             "failed": counts.get("failed"),
-            "cost": None if cost is None or isinstance(cost, bool) else str(cost),
+            "cost": None if cost is None or isinstance(cost, bool) else str(cost)[:MAX_TEXT],
             "seen": seen,
         }
         return cls.from_json(flat)
@@ -147,8 +148,13 @@ class Sighting:
         }
 
 
+MAX_TEXT: Final = 200
+"""Characters kept of a text field of a batch object (a provider name, a status, a cost):
+what a server sends is bounded before it is kept, shown or written."""
+
+
 def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+    return value[:MAX_TEXT] if isinstance(value, str) and value else None
 
 
 def _int(value: Any) -> int | None:

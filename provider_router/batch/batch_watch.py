@@ -73,11 +73,13 @@ class BatchWatch:
         """The route's Batch API calls, watched."""
         return WatchedBatchApi(http, self)
 
-    def seen(self, batch: Mapping[str, Any]) -> None:
-        """Note a batch object OpenRouter returned (ignored without an id)."""
-        batch_id = batch.get("id")
-        if isinstance(batch_id, str):
-            self.sightings[batch_id] = Sighting.of(batch, self.clock())
+    def seen(self, batch: Mapping[str, Any], batch_id: str | None = None) -> None:
+        """Note a batch object OpenRouter returned, as the batch ``batch_id`` asked for
+        (default: the id it carries; ignored without one). Keyed by what was asked, the
+        sightings stay as many as the job's batches whatever an answer says."""
+        key = batch_id if batch_id is not None else batch.get("id")
+        if isinstance(key, str) and key:
+            self.sightings[key] = Sighting.of(batch, self.clock())
             self._dirty = True
 
     def listed(self, page: Mapping[str, Any]) -> None:
@@ -161,12 +163,14 @@ class WatchedBatchApi(BatchApi):
         return batch
 
     async def get(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        asked = _asked(args, kwargs)
         try:
             batch = await super().get(*args, **kwargs)
         except PaymentRequiredError as exc:
-            self._withheld(exc)
+            self._withheld(exc, asked)
             raise
-        self.watch.seen(batch)
+        if asked is not None:
+            self.watch.seen(batch, asked)
         return batch
 
     async def list_page(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -178,10 +182,16 @@ class WatchedBatchApi(BatchApi):
         try:
             return await super().results_page(*args, **kwargs)
         except PaymentRequiredError as exc:
-            self._withheld(exc)
+            self._withheld(exc, _asked(args, kwargs))
             raise
 
-    def _withheld(self, exc: PaymentRequiredError) -> None:
+    def _withheld(self, exc: PaymentRequiredError, asked: str | None) -> None:
         # A results 402 carries the batch's metadata: completed, results withheld.
-        if isinstance(exc.body, Mapping):
-            self.watch.seen(exc.body)
+        if asked is not None and isinstance(exc.body, Mapping):
+            self.watch.seen(exc.body, asked)
+
+
+def _asked(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str | None:
+    """The batch id a get or a results page asked for (its first argument)."""
+    batch_id = args[0] if args else kwargs.get("batch_id")
+    return batch_id if isinstance(batch_id, str) else None

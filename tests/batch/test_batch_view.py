@@ -17,15 +17,18 @@ from pathlib import Path
 
 import pytest
 from _batch_helpers import ledger_spent, run_cli, write_prompts
+from _wire_server import Serve, answer, wire_fixture
 from test_batch_api_route import Job, Killed, job, prompts
 
 from provider_router._format import format_usd
+from provider_router._http import HttpClient
 from provider_router._money import from_units
 from provider_router.batch.batch_journal import BATCH_JOURNAL_FILE, BatchIntent
 from provider_router.batch.batch_route_result import BatchRouteResult
 from provider_router.batch.batch_summary import write_batch_summary
 from provider_router.batch.batch_view import (
     BATCH_STATUS_FILE,
+    MAX_TEXT,
     STATES,
     BatchView,
     JournalReader,
@@ -42,7 +45,7 @@ from provider_router.plan import Plan
 from provider_router.route_choice import BATCH_WINDOW_SECONDS
 from provider_router.testing import SimulatorServer
 
-__all__ = ["job"]  # the fixture, shared with the route's tests
+__all__ = ["job", "wire_fixture"]  # fixtures: the route's tests' job, the raw server
 
 Factory = Callable[..., Awaitable[SimulatorServer]]
 DAY = int(BATCH_WINDOW_SECONDS)
@@ -492,3 +495,26 @@ async def test_a_poll_through_the_batch_list_is_seen_and_the_keys_other_batches_
     (mine,) = [i.batch_id for i in JournalReader(job.directory).read().values()]
     assert mine is not None
     assert watch.sightings[mine].status == "in_progress", "seen through the list"
+
+
+async def test_a_hostile_batch_answer_is_kept_bounded_under_the_id_asked_for(
+    tmp_path: Path, wire: Serve
+) -> None:
+    # Each poll of b1 answers another id and a megabyte of provider name.
+    def hostile(n: int) -> bytes:
+        body = {"id": f"batch-other-{n}", "status": "in_progress", "provider": "P" * 1_000_000}
+        return json.dumps({**body, "usage": {"cost": 10**400}}).encode()
+
+    server = await wire(*[[answer(hostile(n))] for n in range(3)])
+    watch = BatchWatch(tmp_path, clock=lambda: 1.0)
+    async with HttpClient(server.url, "sk-or-test") as http:
+        api = watch.api(http)
+        for _ in range(3):
+            await api.get("b1", max_bytes=2_000_000)
+    assert list(watch.sightings) == ["b1"], "one sighting, under the id asked for"
+    seen = watch.sightings["b1"]
+    assert seen.provider == "P" * MAX_TEXT
+    assert seen.cost is not None
+    assert len(seen.cost) <= MAX_TEXT
+    watch.update()
+    assert (tmp_path / BATCH_STATUS_FILE).stat().st_size < 2_000
