@@ -26,10 +26,17 @@ What is exported (prefix ``provider_router_``):
 ``spent_usd`` / ``reserved_usd`` /    the ledger's totals, sampled every ``interval`` seconds
 ``budget_limit_usd``                  by the Router (a shared Redis ledger: everyone's)
 ``limiter_window``                    the adaptive limiter's window (read at scrape time)
-``batches{state}``                    the Batch API route's batches: ``submitted``,
-                                      ``in_progress``, ``collected``, ``pending``
-``batch_lines{outcome}``              its lines written (``done``) and ``failed``
-``batch_cost_usd``                    what its collected batches were billed
+``batches{dataset,state}``            the Batch API route's batches per dataset: each
+                                      state of ``batch_view.STATES`` (``submitting``,
+                                      ``validating``, ``in_progress``, ``finalizing``,
+                                      ``collecting``, ``completed``, ``failed``,
+                                      ``expired``, ``cancelled``, ``not_created``) and
+                                      ``submitted`` (every batch OpenRouter took)
+``batch_lines{dataset,outcome}``      its lines ``done``, ``failed`` and ``in_batches``
+``batch_cost_usd{dataset,kind}``      USD ``held`` for live batches, ``booked`` for ended ones
+``batch_provider_batches{dataset,provider}`` batches per serving provider
+``batch_window_seconds{dataset}``     seconds until the oldest live batch's 24 h window
+                                      ends (negative: past it; NaN: no live batch)
 ``to_finish_usd``                     a batch run's money still to spend to finish its plan
                                       (NaN while unknown; sampled with its timeline)
 ``in_flight``                         requests in flight: sent, or being sent (read at
@@ -45,9 +52,9 @@ metrics work at all: one ``is None`` test per request.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from provider_router._exceptions import ConfigurationError, MissingDependencyError
 
@@ -75,6 +82,38 @@ LATENCY_BUCKETS: Final = (
 )
 """Seconds: LLM requests run from a fraction of a second to minutes."""
 _NO_PROVIDER: Final = "none"
+
+
+class BatchFigures(Protocol):
+    """One dataset of the batch route (``batch_view.DatasetBatches``; read here by shape,
+    as nothing below the runner imports it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def states(self) -> Mapping[str, int]: ...
+    @property
+    def submitted(self) -> int: ...
+    @property
+    def lines_done(self) -> int: ...
+    @property
+    def lines_failed(self) -> int: ...
+    @property
+    def lines_in_batches(self) -> int: ...
+    @property
+    def held(self) -> Decimal: ...
+    @property
+    def booked(self) -> Decimal: ...
+    @property
+    def providers(self) -> Mapping[str, int]: ...
+    def window_left(self, now: float) -> float | None: ...
+
+
+class BatchViewed(Protocol):
+    """The batch route's view (``batch_view.BatchView``)."""
+
+    @property
+    def datasets(self) -> Sequence[BatchFigures]: ...
 
 
 def _import_prometheus() -> Any:
@@ -143,9 +182,27 @@ class Metrics:
         self.reserved = prom.Gauge("reserved_usd", "Held by open reservations", **kw)
         self.limit = prom.Gauge("budget_limit_usd", "The ledger's limit (the budget)", **kw)
         self.window = prom.Gauge("limiter_window", "The adaptive limiter's window", **kw)
-        self.batches = prom.Gauge("batches", "Batch API batches by state", ["state"], **kw)
-        self.batch_lines = prom.Gauge("batch_lines", "Batch lines by outcome", ["outcome"], **kw)
-        self.batch_cost = prom.Gauge("batch_cost_usd", "USD billed for collected batches", **kw)
+        self.batches = prom.Gauge(
+            "batches", "Batch API batches by dataset and state", ["dataset", "state"], **kw
+        )
+        self.batch_lines = prom.Gauge(
+            "batch_lines", "Batch lines by dataset and outcome", ["dataset", "outcome"], **kw
+        )
+        self.batch_cost = prom.Gauge(
+            "batch_cost_usd",
+            "USD held for live batches, booked for ended ones",
+            ["dataset", "kind"],
+            **kw,
+        )
+        self.batch_providers = prom.Gauge(
+            "batch_provider_batches", "Batches per serving provider", ["dataset", "provider"], **kw
+        )
+        self.batch_window = prom.Gauge(
+            "batch_window_seconds",
+            "Seconds until the oldest live batch's 24 h window ends",
+            ["dataset"],
+            **kw,
+        )
         self.in_flight = prom.Gauge("in_flight", "Requests in flight (sent)", **kw)
         self.waiting_for_budget = prom.Gauge(
             "waiting_for_budget", "Requests waiting for room in the budget (not sent)", **kw
@@ -173,14 +230,21 @@ class Metrics:
         """Record a batch run's to-finish (None: not known yet)."""
         self.to_finish.set(float("nan") if amount is None else float(amount))
 
-    def batch_progress(self, counts: dict[str, int], cost: Decimal) -> None:
-        """Record the batch route's counts (``submitted``, ``in_progress``, ``collected``,
-        ``pending``, ``lines_done``, ``lines_failed``) and what its batches cost."""
-        for state in ("submitted", "in_progress", "collected", "pending"):
-            self.batches.labels(state).set(counts.get(state, 0))
-        self.batch_lines.labels("done").set(counts.get("lines_done", 0))
-        self.batch_lines.labels("failed").set(counts.get("lines_failed", 0))
-        self.batch_cost.set(float(cost))
+    def batch_view(self, view: BatchViewed, now: float) -> None:
+        """Record the batch route's view (:mod:`provider_router.batch.batch_view`) at ``now``."""
+        for d in view.datasets:
+            for state, n in d.states.items():
+                self.batches.labels(d.name, state).set(n)
+            self.batches.labels(d.name, "submitted").set(d.submitted)
+            self.batch_lines.labels(d.name, "done").set(d.lines_done)
+            self.batch_lines.labels(d.name, "failed").set(d.lines_failed)
+            self.batch_lines.labels(d.name, "in_batches").set(d.lines_in_batches)
+            self.batch_cost.labels(d.name, "held").set(float(d.held))
+            self.batch_cost.labels(d.name, "booked").set(float(d.booked))
+            for provider, n in d.providers.items():
+                self.batch_providers.labels(d.name, provider).set(n)
+            left = d.window_left(now)
+            self.batch_window.labels(d.name).set(float("nan") if left is None else left)
 
     def ledger_state(self, state: LedgerState) -> None:
         """Record a sample of the ledger's totals."""

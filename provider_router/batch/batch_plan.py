@@ -105,9 +105,11 @@ async def run_plan_batches(
     *,
     base_url: str | None = None,
     api_key: str | None = None,
+    api_factory: Callable[[HttpClient], BatchApi] = BatchApi,
     **options: Any,
 ) -> BatchRouteResult:
-    """Run the batch-route datasets of ``plan`` into ``out`` (``options``: see BatchRouteRun)."""
+    """Run the batch-route datasets of ``plan`` into ``out`` (``options``: see BatchRouteRun;
+    ``api_factory``: makes its Batch API calls, e.g. :meth:`BatchWatch.api`)."""
     if batches.route is None or not batches.names:
         return BatchRouteResult()
     if plan.budget is None:
@@ -126,7 +128,7 @@ async def run_plan_batches(
             key = api_key or os.environ.get(ENV_API_KEY)
             async with HttpClient(base_url, key) as http:
                 runner = BatchRouteRun(
-                    api=BatchApi(http),
+                    api=api_factory(http),
                     ledger=ledger,
                     journal=journal,
                     directory=directory,

@@ -1,8 +1,10 @@
 """The run report: ``DIR/report.html``, one self-contained page to look at after a run.
 
 Built from what the run left in its directory, read-only: ``summary.json``, the
-outputs (``<dataset>.jsonl``: each record's provider, cost, tokens and times) and
-``timeline.ndjson`` (spend, reservations, retries and 429s each second). Each run
+outputs (``<dataset>.jsonl``: each record's provider, cost, tokens and times),
+``timeline.ndjson`` (spend, reservations, retries and 429s each second) and, for a
+Batch API route, ``batches.jsonl`` and ``batch_status.json`` (a table of its batches
+per dataset: :mod:`provider_router.batch.batch_view`). Each run
 writes it beside ``summary.json``; ``provider-router report DIR`` rebuilds it,
 also while another process is still running the job.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +37,9 @@ from typing import Any, Final
 
 from provider_router._format import format_usd
 from provider_router.batch import _svg
+from provider_router.batch._journal_file import lock_held
+from provider_router.batch.batch_view import BatchView, read_batch_view
+from provider_router.batch.batch_words import batch_table
 from provider_router.batch.summary import finish_words
 from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
 
@@ -91,6 +97,10 @@ class RunData:
     completions: list[Completion] = field(default_factory=list)
     sampled: bool = False
     """Only the tail of some output file was read: ``completions`` are the latest ones."""
+    batches: BatchView | None = None
+    """The Batch API route's datasets (None: the job sent no batch)."""
+    read_at: float = 0.0
+    """Unix seconds when it was read (the batch windows' time left is counted from it)."""
 
     def rows(self, limit: int = _MAX_POINTS, *, counted: bool = False) -> list[dict[str, Any]]:
         """The timeline thinned to at most ``limit`` evenly spaced lines (first and last kept).
@@ -174,6 +184,10 @@ def load_run(directory: str | Path) -> RunData:
     for name in _datasets(directory, data.summary):
         data.completions.extend(_completions(directory / f"{name}.jsonl", name, data))
     data.completions.sort(key=lambda c: c.finished)
+    data.batches = read_batch_view(directory)
+    data.read_at = time.time()
+    if data.batches is not None and not data.timeline and lock_held(directory) is True:
+        data.summary = None  # a batch route is going on (it writes no timeline)
     return data
 
 
@@ -545,6 +559,7 @@ def render_report(data: RunData) -> str:
         f"{_headline(data)}"
         f'<div class="grid2">{figures}</div>'
         f"{_dataset_table(data)}"
+        f"{'' if data.batches is None else batch_table(data.batches, data.read_at)}"
         "</body></html>\n"
     )
 

@@ -17,6 +17,8 @@ from decimal import Decimal
 from typing import Any
 
 from provider_router._money import from_units
+from provider_router.batch.batch_view import BatchView
+from provider_router.batch.batch_words import batch_sentences
 from provider_router.batch.dispatch import Dispatcher
 from provider_router.batch.finish import budget_to_finish, finish_hint, plan_to_finish
 from provider_router.batch.outcomes import Outcomes
@@ -92,8 +94,11 @@ def summarize(
     recovered: list[str],
     preflight: Decimal,
     disputes: list[dict[str, Any]] | None = None,
+    batches: BatchView | None = None,
 ) -> RunSummary:
-    """The run's summary (``started``: its monotonic start; ``preflight``: USD it cost)."""
+    """The run's summary (``started``: its monotonic start; ``preflight``: USD it cost;
+    ``batches``: the job's Batch API route, if it has one)."""
+    now = time.time()
     reports = []
     for ds in dispatcher.datasets:
         reports.append(
@@ -147,4 +152,6 @@ def summarize(
         in_flight=len(dispatcher.tasks) - waiting,
         waiting_for_budget=waiting,
         cache_saved=router.cache_saved if router is not None else Decimal(0),
+        batches=None if batches is None else batches.to_json(now),
+        batch_sentences=[] if batches is None else batch_sentences(batches, now),
     )

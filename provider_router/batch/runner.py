@@ -50,6 +50,7 @@ from typing import Any
 from provider_router._exceptions import ConfigurationError, LedgerUnavailableError
 from provider_router._log import get_logger
 from provider_router._money import from_units
+from provider_router.batch.batch_view import read_batch_view
 from provider_router.batch.dataset_open import open_file_datasets, validate_inputs
 from provider_router.batch.dataset_run import DatasetRun
 from provider_router.batch.dispatch import Dispatcher
@@ -404,6 +405,7 @@ class BatchRunner:
             recovered=self._recovered,
             preflight=from_units(self.journal.preflight_units) if self.journal else Decimal(0),
             disputes=self.journal.disputes if self.journal else [],
+            batches=read_batch_view(self.out),
         )
 
     def _write_report(self) -> None:

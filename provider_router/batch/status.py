@@ -1,8 +1,10 @@
 """A quick text view of a run directory: ``provider-router status DIR``.
 
-Reads only what the run writes for others (``timeline.ndjson``, ``summary.json``),
-never the journal or the ledger, and holds no lock: it works while another
-process is running the job, as often as you like. Whether that process still
+Reads only what the run writes for others (``timeline.ndjson``, ``summary.json``,
+and for the Batch API route its ``batches.jsonl`` and ``batch_status.json``:
+:mod:`provider_router.batch.batch_view`), never the output journal or the ledger, and
+holds no lock: it works while another process is running the job, as often as you
+like, and on a job whose batch route was killed. Whether that process still
 lives is told by the job's lock and the pid the timeline names, never by how old
 a file is: the OS drops the lock when the process dies, however it dies.
 """
@@ -20,6 +22,9 @@ from typing import Any
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import format_usd
 from provider_router.batch._journal_file import lock_held
+from provider_router.batch.batch_journal import BATCH_JOURNAL_FILE
+from provider_router.batch.batch_view import BATCH_STATUS_FILE, read_batch_view
+from provider_router.batch.batch_words import batch_sentences
 from provider_router.batch.summary import finish_words
 from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
 
@@ -94,12 +99,18 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
     last_rows = deque(read_timeline(directory / TIMELINE_FILE), maxlen=1)
     row = last_rows[0] if last_rows else None
     summary = _summary(directory)
-    if row is None and summary is None:
+    batches = read_batch_view(directory)
+    if row is None and summary is None and batches is None:
         raise ConfigurationError(
-            f"{directory}: no run here (neither {TIMELINE_FILE} nor summary.json); "
-            "give the --out directory of a run"
+            f"{directory}: no run here (neither {TIMELINE_FILE}, summary.json nor "
+            f"{BATCH_JOURNAL_FILE}); give the --out directory of a run"
         )
-    finished = summary is not None and (row is None or row.get("final", False))
+    # A batch route writes no timeline: while it runs, its lock says so.
+    finished = (
+        summary is not None
+        and (row is None or row.get("final", False))
+        and (row is not None or lock_held(directory) is not True)
+    )
     lines = []
     if finished and summary is not None:
         lines.append(
@@ -108,7 +119,7 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
         if summary.get("message"):
             lines.append(f"  {summary['message']}")
     else:
-        age = max(now - float(row["t"]), 0.0) if row is not None else 0.0
+        age = max(now - (float(row["t"]) if row is not None else _batch_update(directory)), 0.0)
         alive = _process_alive(directory, row)
         if alive is False:
             lines.append(
@@ -163,4 +174,17 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
             + ("" if target is None else f"/{target:,}")
             + f" output tokens, {_usd(d.get('cost') or 0)}"
         )
+    if batches is not None:
+        lines.extend(batch_sentences(batches, now))
     return lines
+
+
+def _batch_update(directory: Path) -> float:
+    """When the batch route last wrote (its journal, or what it saw of its batches)."""
+    times = []
+    for name in (BATCH_JOURNAL_FILE, BATCH_STATUS_FILE):
+        try:
+            times.append((directory / name).stat().st_mtime)
+        except OSError:
+            continue
+    return max(times, default=0.0)

@@ -234,6 +234,9 @@ class RunSummary:
         waiting_for_budget: requests still waiting for room in the budget (not sent).
         cache_saved: USD prompt caching saved in this run (cached tokens at the serving
             provider's prompt price less its cache-read price: ``Router.cache_saved``).
+        batches: the Batch API route's datasets (``BatchView.to_json``,
+            :mod:`provider_router.batch.batch_view`), None when the job sent no batch.
+        batch_sentences: the same, one plain sentence per dataset (what every view says).
     """
 
     reason: StopReason
@@ -254,6 +257,8 @@ class RunSummary:
     in_flight: int = 0
     waiting_for_budget: int = 0
     cache_saved: Decimal = Decimal(0)
+    batches: dict[str, Any] | None = None
+    batch_sentences: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -284,6 +289,7 @@ class RunSummary:
             "bad_lines": self.bad_lines,
             "recovered": self.recovered,
             "disputed": self.disputed,
+            **({"batches": self.batches} if self.batches is not None else {}),
         }
 
     def write(self, path: Path) -> None:
@@ -364,6 +370,8 @@ class RunSummary:
             console.print(f"Prompt caching saved {format_usd(self.cache_saved)} in this run.")
         if self.message:
             console.print(self.message, markup=False, highlight=False)
+        for line in self.batch_sentences:
+            console.print(line, markup=False, highlight=False)
         for line in self.disputed:
             console.print(f"disputed: {line}", markup=False, highlight=False)
         if self.bad_lines:

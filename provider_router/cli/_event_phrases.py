@@ -110,6 +110,10 @@ _SENTENCES: Final = {
     "space, then run the same command again",
     ("timeline.write_failed", None): "timeline.ndjson could not be written ({n} time{s}): the "
     "report's charts lack detail",
+    ("batch.summary_failed", None): "the batch route's summary.json could not be written "
+    "({n} time{s}): status reads its batches from the batch journal",
+    ("batch.status_write_failed", None): "what the batch route saw of its batches could not "
+    "be saved ({n} time{s}): status and the report show the states saved before",
 }
 
 

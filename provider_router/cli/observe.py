@@ -5,9 +5,9 @@
     provider-router report runs/b3        # (re)build runs/b3/report.html
     provider-router status runs/b3        # a few lines: running or finished, spend, datasets
 
-Both only read what the run wrote (``summary.json``, the outputs and
-``timeline.ndjson``): they work while another process is running the job. See
-docs/observability.md.
+Both only read what the run wrote (``summary.json``, the outputs, ``timeline.ndjson``,
+and a Batch API route's ``batches.jsonl`` and ``batch_status.json``): they work while
+another process is running the job. See docs/observability.md.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import argparse
 import time
 from pathlib import Path
 
+from provider_router.batch.batch_journal import BATCH_JOURNAL_FILE
 from provider_router.batch.report import write_report
 from provider_router.batch.runner import SUMMARY_FILE
 from provider_router.batch.status import status_lines
@@ -54,10 +55,10 @@ def _run_dir(value: str) -> Path:
     path = Path(value)
     if not path.is_dir():
         raise UsageError(f"{path}: no such run directory (give a run's --out)")
-    if not (path / TIMELINE_FILE).is_file() and not (path / SUMMARY_FILE).is_file():
+    if not any((path / n).is_file() for n in (TIMELINE_FILE, SUMMARY_FILE, BATCH_JOURNAL_FILE)):
         raise UsageError(
-            f"{path}: no run here (neither {TIMELINE_FILE} nor {SUMMARY_FILE}); "
-            "give the --out directory of a run"
+            f"{path}: no run here (neither {TIMELINE_FILE}, {SUMMARY_FILE} nor "
+            f"{BATCH_JOURNAL_FILE}); give the --out directory of a run"
         )
     return path
 

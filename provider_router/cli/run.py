@@ -31,6 +31,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -46,11 +47,11 @@ from provider_router.batch.batch_lost import LOST_GRACE_SECONDS
 from provider_router.batch.batch_plan import (
     batch_datasets,
     describe,
-    progress_printer,
     run_plan_batches,
     without_datasets,
 )
-from provider_router.batch.batch_route import BatchRouteResult
+from provider_router.batch.batch_summary import write_batch_summary
+from provider_router.batch.batch_watch import BatchWatch
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import LEDGER_FILE, BatchRunner
 from provider_router.batch.summary import EXIT_CODES, RunSummary, StopReason
@@ -516,6 +517,10 @@ def _run_batch_route(
     batches = _run_loop(lambda: batch_datasets(plan, base_url=args.base_url))
     if not batches.names:
         return plan, 0
+    endpoint = batches.route.endpoint if batches.route is not None else None
+    watch = BatchWatch(args.out, pinned=None if endpoint is None else endpoint.provider_name)
+    shown = None if args.progress == "off" else sys.stderr
+    started = time.monotonic()
     result = _run_loop(
         lambda: run_plan_batches(
             plan,
@@ -525,11 +530,22 @@ def _run_batch_route(
             poll_initial=args.batch_poll,
             lost_grace=args.batch_lost_grace,
             max_batch_requests=args.batch_size,
-            progress=_batch_progress(args, metrics),
+            api_factory=watch.api,
+            progress=watch.reporter(shown, metrics),
+        )
+    )
+    # summary.json and report.html of the batch route (the sync runner's replace them)
+    written = _run_loop(
+        lambda: write_batch_summary(
+            plan, args.out, batches.names, result, wall_time=time.monotonic() - started
         )
     )
     for line in describe(result):
         print(line, file=sys.stderr)
+    if written is not None:
+        for line in written.batch_sentences:
+            print(line, file=sys.stderr)
+        print(f"Summary: {Path(args.out) / 'summary.json'}", file=sys.stderr)
     if result.top_up is not None:
         print(f"To resume after adding credits: {' '.join(args.argv)}", file=sys.stderr)
         return None, EXIT_CODES[StopReason.CREDITS]
@@ -553,20 +569,6 @@ def _run_batch_route(
         # The sync part (if any) still runs; these prompts keep the exit code incomplete.
         return left, EXIT_CODES[StopReason.INCOMPLETE]
     return left, 0
-
-
-def _batch_progress(
-    args: argparse.Namespace, metrics: Metrics | None
-) -> Callable[[BatchRouteResult], None]:
-    printer = None if args.progress == "off" else progress_printer(sys.stderr)
-
-    def report(result: BatchRouteResult) -> None:
-        if printer is not None:
-            printer(result)
-        if metrics is not None:
-            metrics.batch_progress(result.counts(), result.cost)
-
-    return report
 
 
 def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:

@@ -91,7 +91,7 @@ async def test_a_batch_plan_runs_end_to_end(
     code, _, err = await run_cli(*run_args(plan, out, sim), "--progress", "plain")
     assert code == 0
     assert "0 batches submitted" in err
-    assert "batches: 0 submitted, 0 in progress, 0 collected; 0 lines written" in err
+    assert "batches of a: 1 submitted (1 completed); 14 lines done, 0 failed, 0 in batches" in err
 
 
 async def test_a_batch_route_on_a_model_without_one_is_refused(

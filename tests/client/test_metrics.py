@@ -19,6 +19,8 @@ from provider_router import (
     Metrics,
     MissingDependencyError,
 )
+from provider_router.batch.batch_journal import BatchIntent
+from provider_router.batch.batch_view import Sighting, build_view
 from provider_router.testing import SimulatorServer
 
 pytestmark = pytest.mark.openrouter_sim(
@@ -155,18 +157,33 @@ def test_a_router_without_metrics_never_loads_prometheus() -> None:
     assert out.split() == ["None", "False"]
 
 
-async def test_the_batch_route_shows_its_batches() -> None:
+async def test_the_batch_route_shows_its_batches_per_dataset() -> None:
+    live = BatchIntent("i1", "a", ("p1", "p2"), 1000, {}, 125_000_000_000, batch_id="b1")
+    done = BatchIntent(
+        "i2", "a", ("p3", "p4", "p5"), 900, {}, 9, batch_id="b2", collected=True,
+        cost_units=50_000_000_000, failed_ids=("p5",), settled=True,
+    )  # fmt: skip
+    seen = {"b1": Sighting("in_progress", "Together", 1000 + 86400)}
+    view = build_view([live, done], seen, pinned="Together")
     metrics = Metrics()
     metrics.serve(0)
     try:
-        counts = {"submitted": 3, "in_progress": 1, "collected": 2, "pending": 1,
-                  "lines_done": 40, "lines_failed": 2}  # fmt: skip
-        metrics.batch_progress(counts, Decimal("0.125"))
+        metrics.batch_view(view, now=1000 + 3600)
         samples = await scrape(metrics_url(metrics))
     finally:
         metrics.close()
-    assert samples[("provider_router_batches", (("state", "submitted"),))] == 3
-    assert samples[("provider_router_batches", (("state", "in_progress"),))] == 1
-    assert samples[("provider_router_batch_lines", (("outcome", "done"),))] == 40
-    assert samples[("provider_router_batch_lines", (("outcome", "failed"),))] == 2
-    assert samples[("provider_router_batch_cost_usd", ())] == 0.125
+
+    def sample(name: str, **labels: str) -> float:
+        return samples[(f"provider_router_{name}", tuple(sorted(labels.items())))]
+
+    assert sample("batches", dataset="a", state="submitted") == 2
+    assert sample("batches", dataset="a", state="in_progress") == 1
+    assert sample("batches", dataset="a", state="completed") == 1
+    assert sample("batches", dataset="a", state="validating") == 0
+    assert sample("batch_lines", dataset="a", outcome="done") == 2
+    assert sample("batch_lines", dataset="a", outcome="failed") == 1
+    assert sample("batch_lines", dataset="a", outcome="in_batches") == 2
+    assert sample("batch_cost_usd", dataset="a", kind="held") == 0.125
+    assert sample("batch_cost_usd", dataset="a", kind="booked") == 0.05
+    assert sample("batch_provider_batches", dataset="a", provider="Together") == 2
+    assert sample("batch_window_seconds", dataset="a") == 86400 - 3600
