@@ -536,6 +536,17 @@ class Router(AsyncResource):
             max_price=self._plan.provider_object()["max_price"],
         )
 
+    async def set_policy(self, policy: ProviderPolicy) -> None:
+        """Route new requests under ``policy`` from now on (e.g. a provider that failed a
+        re-verification excluded mid-run); requests already prepared keep their plan.
+
+        Raises:
+            ProviderRouterError: the listing could not be read to apply it (the policy
+                is set, and applied at the next refresh; routing keeps the old plan).
+        """
+        self.policy = policy
+        await self._rebuild_plan()
+
     async def _refresh_plan(self) -> None:
         try:
             await self._rebuild_plan()

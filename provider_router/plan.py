@@ -177,6 +177,8 @@ class Plan(_Frozen):
             (``Router(cache_affinity=True)``, docs/client.md "Cache-aware pinning").
         workers_share: the name under which several workers share this plan's
             prompts through ``ledger``'s Redis (see docs/workers.md).
+        verify_every: with ``run --verify``, rows between two re-verifications of the
+            providers (default 1,000; 0: only before the run; docs/policy.md, "Drift").
     """
 
     model: str = Field(min_length=1)
@@ -189,6 +191,7 @@ class Plan(_Frozen):
     ledger_name: str | None = None
     workers_share: str | None = None
     cache_affinity: bool = False
+    verify_every: int | None = Field(default=None, ge=0)
 
     @field_validator("ledger")
     @classmethod

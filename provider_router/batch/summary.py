@@ -237,6 +237,9 @@ class RunSummary:
         waiting_for_budget: requests still waiting for room in the budget (not sent).
         cache_saved: USD prompt caching saved in this run (cached tokens at the serving
             provider's prompt price less its cache-read price: ``Router.cache_saved``).
+        verification: with ``run --verify``, the job's checks, what they excluded, the
+            rows flagged and what the checks cost (:meth:`provider_router.batch.drift.
+            DriftWatch.summary`; None without it).
     """
 
     reason: StopReason
@@ -258,6 +261,7 @@ class RunSummary:
     in_flight: int = 0
     waiting_for_budget: int = 0
     cache_saved: Decimal = Decimal(0)
+    verification: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -289,6 +293,7 @@ class RunSummary:
             "recovered": self.recovered,
             "disputed": self.disputed,
             **({"fleet": self.fleet} if self.fleet is not None else {}),
+            **({"verification": self.verification} if self.verification is not None else {}),
         }
 
     def write(self, path: Path) -> None:

@@ -1,0 +1,186 @@
+"""``run --verify`` during the run: a provider that turns degraded mid-run is excluded
+within the next check, and exactly the rows it served since its last passing check are
+flagged, with the budget and exactly-once kept (on the local OpenRouter, real sockets)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from _batch_helpers import small_plan
+from _markets import degraded_market
+
+import provider_router as pr
+from provider_router.batch.drift import DriftHistory
+from provider_router.batch.runner import BatchRunner
+from provider_router.plan import Plan
+from provider_router.testing import SimulatorServer
+from provider_router.testing.server import DEFAULT_TEST_KEY
+from provider_router.verifier import DEFAULT_SAMPLES, DEFAULT_TOOL_SAMPLES
+
+Factory = Callable[..., Awaitable[SimulatorServer]]
+
+CANARIES = DEFAULT_SAMPLES + DEFAULT_TOOL_SAMPLES
+"""Requests one check sends to Chutes (it lists tools): what its onset counts too."""
+
+
+def _rows(out: Path) -> list[dict[str, Any]]:
+    return [dict(record) for _, record in pr.read_outputs(out / "p.jsonl")]
+
+
+async def _run(
+    plan: Plan,
+    out: Path,
+    sim: SimulatorServer,
+    every: int,
+    only: Mapping[str, Collection[str]] | None = None,
+) -> pr.RunSummary:
+    runner = BatchRunner(
+        plan,
+        out,
+        base_url=sim.url,
+        api_key=DEFAULT_TEST_KEY,
+        verify=True,
+        verify_every=every,
+        only=only,
+    )
+    return await runner.run()
+
+
+def _charged(sim: SimulatorServer) -> Decimal:
+    return sum((r.cost for r in sim.requests), Decimal(0))
+
+
+def _canary_groups(sim: SimulatorServer, tag: str) -> list[list[bool]]:
+    """Per check that measured ``tag``, in order: whether each canary was degraded
+    (checks never overlap, and each pins ``CANARIES`` requests to it)."""
+    pinned = [
+        r.degraded
+        for r in sim.requests
+        if r.route == "chat" and r.tag == tag and (r.routing or {}).get("only") == [tag]
+    ]
+    return [pinned[i : i + CANARIES] for i in range(0, len(pinned), CANARIES)]
+
+
+async def test_a_provider_turning_degraded_mid_run_is_excluded_and_its_rows_since_the_pass_flagged(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # Chutes (the cheapest, so it serves the job) answers honestly to its first
+    # canaries, the first check's and 30 % of the job's 100 prompts, then degraded.
+    onset = CANARIES + CANARIES + 30
+    market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
+    sim = await openrouter_sim_factory(market=market, seed=3)
+    out = tmp_path / "out"
+    summary = await _run(small_plan(tmp_path, requests=None, prompts=100), out, sim, every=20)
+    assert summary.reason is pr.StopReason.COMPLETE
+
+    history = DriftHistory.load(out / "verify.json")
+    assert list(history.failed) == ["chutes"]
+    failed_at = history.failed["chutes"]
+    last_pass = history.last_pass["chutes"]
+    assert 0 <= last_pass < failed_at
+    # Excluded within the next check: no check whose canaries were all degraded passed it.
+    measured = [c for c in history.checks if "chutes" in c.endpoints]
+    groups = _canary_groups(sim, "chutes")
+    assert len(groups) == len(measured)
+    first_degraded = next(i for i, group in enumerate(groups) if all(group))
+    assert measured[first_degraded].seq >= failed_at
+    assert measured[-1].seq == failed_at  # never measured again: excluded
+
+    rows = _rows(out)
+    # Exactly once: every prompt, each once.
+    assert sorted(r["id"] for r in rows) == sorted(f"q{n}" for n in range(100))
+    chutes = [r for r in rows if r["provider"] == "Chutes"]
+    flagged = {r["id"] for r in rows if r["drift_flagged"]}
+    since_pass = {r["id"] for r in chutes if r["drift_check"] >= last_pass}
+    assert flagged == since_pass
+    assert flagged
+    assert len(flagged) < len(chutes)  # the rows before the pass are kept clean
+    # Every row Chutes really served degraded is among them.
+    degraded = {r.generation_id for r in sim.requests if r.route == "chat" and r.degraded}
+    by_generation = {r["generation_id"]: r["id"] for r in rows}
+    degraded_rows = {by_generation[g] for g in degraded if g in by_generation}
+    assert degraded_rows
+    assert degraded_rows <= flagged
+    # From the next check on, Chutes served nothing of the job.
+    assert all(r["provider"] != "Chutes" for r in rows if r["drift_check"] > failed_at)
+    # The checks were paid from the job's budget: the ledger holds every charge.
+    assert summary.spent == _charged(sim)
+    assert summary.spent <= summary.budget
+    assert history.cost > history.checks[0].cost > 0
+    written = json.loads((out / "summary.json").read_text())["verification"]
+    assert written["flagged_rows"] == len(flagged)
+    assert written["excluded"]["chutes"]["check"] == failed_at
+    assert written["checks"] == len(history.checks) > 2
+
+
+async def test_with_no_provider_degraded_no_row_is_flagged(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim = await openrouter_sim_factory(seed=3)
+    out = tmp_path / "out"
+    summary = await _run(small_plan(tmp_path, requests=None, prompts=100), out, sim, every=20)
+    assert summary.reason is pr.StopReason.COMPLETE
+    history = DriftHistory.load(out / "verify.json")
+    assert history.failed == {}
+    assert len(history.checks) >= 5  # before the run, then every 20 rows
+    assert all(not c.failed for c in history.checks)
+    rows = _rows(out)
+    assert len(rows) == 100
+    assert not [r for r in rows if r["drift_flagged"]]
+    assert summary.verification is not None
+    assert summary.verification["flagged_rows"] == 0
+    assert summary.spent == _charged(sim)
+
+
+async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclusion(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # Run 1 checks only before it (verify_every 0) and sends 60 prompts: Chutes turns
+    # degraded after 30 of them, unseen. Run 2's first check fails it: every row it
+    # served since its pass (run 1's check) is flagged. Run 3 keeps it excluded.
+    market = degraded_market(
+        tmp_path, {"chutes": {"agreement": 0.6, "after_requests": CANARIES + 30}}
+    )
+    sim = await openrouter_sim_factory(market=market, seed=3)
+    out = tmp_path / "out"
+    plan = small_plan(tmp_path, requests=None, prompts=100)
+    ids = [f"q{n}" for n in range(100)]
+    first = await _run(plan, out, sim, every=0, only={"p": ids[:60]})
+    assert first.reason is pr.StopReason.COMPLETE
+    run1 = _rows(out)
+    run1_ids = {r["id"] for r in run1}
+    assert not [r for r in run1 if r["drift_flagged"]]
+    run1_chutes = {r["id"] for r in run1 if r["provider"] == "Chutes"}
+    degraded = {r.generation_id for r in sim.requests if r.route == "chat" and r.degraded}
+    degraded_rows = {r["id"] for r in run1 if r["generation_id"] in degraded}
+    assert degraded_rows
+    assert degraded_rows <= run1_chutes
+    assert len(run1_chutes) > 30
+
+    second = await _run(plan, out, sim, every=20, only={"p": ids[:80]})
+    assert second.reason is pr.StopReason.COMPLETE
+    history = DriftHistory.load(out / "verify.json")
+    assert history.failed == {"chutes": 1}  # the second run's first check
+    assert history.checks[1].flagged == len(run1_chutes)
+    rows = _rows(out)
+    assert {r["id"] for r in rows if r["drift_flagged"]} == run1_chutes
+    assert all(r["provider"] != "Chutes" for r in rows if r["id"] not in run1_ids)
+
+    pinned = len(_canary_groups(sim, "chutes"))
+    third = await _run(plan, out, sim, every=20)
+    assert third.reason is pr.StopReason.COMPLETE
+    assert len(_canary_groups(sim, "chutes")) == pinned  # not measured again
+    rows = _rows(out)
+    assert sorted(r["id"] for r in rows) == sorted(ids)  # each once over three runs
+    assert {r["id"] for r in rows if r["drift_flagged"]} == run1_chutes  # the flags kept
+    later = [r for r in rows if r["id"] not in run1_ids]
+    assert len(later) == 40
+    assert all(r["provider"] != "Chutes" for r in later)
+    assert DriftHistory.load(out / "verify.json").failed == {"chutes": 1}
+    assert third.verification is not None
+    assert third.verification["flagged_rows"] == len(run1_chutes)
+    assert third.spent == _charged(sim)
