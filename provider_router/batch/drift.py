@@ -94,6 +94,7 @@ class DriftCheck:
         started: Unix seconds.
         flagged: rows flagged because of its failures (None: the flagging has not
             finished; a resumed run does it again).
+        error: why it could not be made (nothing passed or failed), else None.
     """
 
     seq: int
@@ -105,6 +106,7 @@ class DriftCheck:
     cost: Decimal
     started: float
     flagged: int | None = 0
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -126,6 +128,7 @@ class DriftCheck:
             cost=Decimal(str(raw.get("cost", "0"))),
             started=float(raw.get("started", 0.0)),
             flagged=None if flagged is None else int(flagged),
+            error=None if raw.get("error") is None else str(raw["error"]),
         )
 
 
@@ -411,16 +414,23 @@ class DriftWatch:
         seq = self.seq
         rows = self.rows
         started = self._clock()
-        report = await verify(
-            self._model,
-            policy=policy,
-            prompts=self._canaries,
-            ledger=self._ledger,
-            base_url=self._base_url,
-            api_key=self._api_key,
-        )
-        self.checks += 1
         history = self.history
+        try:
+            report = await verify(
+                self._model,
+                policy=policy,
+                prompts=self._canaries,
+                ledger=self._ledger,
+                base_url=self._base_url,
+                api_key=self._api_key,
+            )
+        except ProviderRouterError as exc:  # its number is taken: rows since wait for the next
+            failed_check = DriftCheck(seq, trigger, rows, (), (), (), Decimal(0), started)
+            failed_check.error = str(exc)
+            history.checks.append(failed_check)
+            await asyncio.to_thread(history.save, self.path)
+            raise
+        self.checks += 1
         failed = tuple(t for t in report.failed if t not in history.failed)
         passed = tuple(t for t in report.passed if t not in history.failed)
         since = {}
@@ -510,7 +520,8 @@ class DriftWatch:
             }
         return {
             "every": self.every,
-            "checks": len(self.history.checks),
+            "checks": sum(1 for c in self.history.checks if c.error is None),
+            "checks_not_made": sum(1 for c in self.history.checks if c.error is not None),
             "checks_this_run": self.checks,
             "cost_usd": decimal_str(self.history.cost),
             "excluded": excluded,

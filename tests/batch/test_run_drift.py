@@ -4,17 +4,19 @@ flagged, with the budget and exactly-once kept (on the local OpenRouter, real so
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from _batch_helpers import small_plan
+from _batch_helpers import run_cli, small_plan, write_prompts
 from _markets import degraded_market
 
 import provider_router as pr
 from provider_router.batch.drift import DriftHistory
+from provider_router.batch.export import export_conversations
 from provider_router.batch.runner import BatchRunner
 from provider_router.plan import Plan
 from provider_router.testing import SimulatorServer
@@ -184,3 +186,31 @@ async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclus
     assert third.verification is not None
     assert third.verification["flagged_rows"] == len(run1_chutes)
     assert third.spent == _charged(sim)
+
+
+async def test_the_command_line_says_what_was_excluded_and_flagged_and_export_leaves_it_out(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    market = degraded_market(
+        tmp_path, {"chutes": {"agreement": 0.6, "after_requests": 2 * CANARIES + 20}}
+    )
+    sim = await openrouter_sim_factory(market=market, seed=3)
+    prompts = write_prompts(tmp_path / "p.jsonl", 80)
+    out = tmp_path / "out"
+    argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
+    argv += ["--concurrency", "4", "--max-tokens", "200", "--exclude-below", "int4"]
+    argv += ["--out", str(out), "--base-url", sim.url, "--progress", "off"]
+    code, _, err = await run_cli(*argv, "--verify", "--verify-every", "20")
+    assert code == 0, err[-2000:]
+    history = DriftHistory.load(out / "verify.json")
+    flagged = history.flagged
+    assert flagged > 0
+    assert f"Excluded Chutes (chutes) at check {history.failed['chutes']}: greedy agreement" in err
+    assert f"{flagged:,} rows are flagged: served by a provider since its last passing" in err
+    assert "1 provider failed verification against the model's reference" in err
+    text = io.StringIO()
+    report = export_conversations([out / "p.jsonl"], text, finish_reasons=None)
+    assert report.skipped.get("drift_flagged") == flagged
+    assert report.written + flagged == 80
+    kept = export_conversations([out / "p.jsonl"], io.StringIO(), finish_reasons=None, flagged=True)
+    assert kept.written == 80
