@@ -319,6 +319,8 @@ class DriftWatch:
         self.router: Router | None = None
         self.journal: FileJournal | None = None
         self.datasets: list[str] = []
+        self.stopping: Callable[[], bool] = lambda: False
+        """Whether the run has stopped taking work (no check is started then)."""
 
     @property
     def policy(self) -> ProviderPolicy:
@@ -349,6 +351,7 @@ class DriftWatch:
             self.every is not None
             and self._since >= self.every
             and (self._task is None or self._task.done())
+            and not self.stopping()
         ):
             self._since = 0
             self._task = asyncio.ensure_future(self._check_mid_run())

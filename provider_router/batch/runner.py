@@ -420,6 +420,7 @@ class BatchRunner:
             stop=lambda message: self.stop(StopReason.ERROR, message),
         )
         drift.journal = journal
+        drift.stopping = lambda: self.stopping is not None
         drift.datasets = names
         self._outcomes.drift = drift
         policy = await drift.start()

@@ -214,3 +214,25 @@ async def test_the_command_line_says_what_was_excluded_and_flagged_and_export_le
     assert report.written + flagged == 80
     kept = export_conversations([out / "p.jsonl"], io.StringIO(), finish_reasons=None, flagged=True)
     assert kept.written == 80
+
+
+async def test_the_checks_are_paid_within_the_budget_and_a_run_out_of_it_stops_cleanly(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # $0.05: the check before the run (~$0.02), checks every 10 rows (~$0.005 each) and
+    # the rows themselves use it up before the 100 prompts are done.
+    sim = await openrouter_sim_factory(seed=3)
+    out = tmp_path / "out"
+    plan = small_plan(tmp_path, requests=None, prompts=100).model_copy(
+        update={"budget": Decimal("0.05")}
+    )
+    summary = await _run(plan, out, sim, every=10)
+    assert summary.reason is pr.StopReason.BUDGET
+    history = DriftHistory.load(out / "verify.json")
+    assert len(history.checks) > 2
+    assert summary.spent == _charged(sim)
+    assert summary.spent <= Decimal("0.05")
+    assert summary.reserved == 0
+    rows = _rows(out)
+    assert len({r["id"] for r in rows}) == len(rows) < 100
+    assert not [r for r in rows if r["drift_flagged"]]
