@@ -14,9 +14,7 @@ import provider_router as pr
 from provider_router.batch.drift import DriftCheck, DriftHistory, flag_rows
 from provider_router.batch.output import encode_record, make_record
 from provider_router.batch.runner import BatchRunner
-from provider_router.cli import main
 from provider_router.plan import Plan
-from provider_router.testing.server import DEFAULT_TEST_KEY
 
 
 def _row(n: int, provider: str, check: int | None, flagged: bool = False) -> bytes:
@@ -121,17 +119,3 @@ def test_a_negative_verify_every_is_refused(tmp_path: Path) -> None:
     assert BatchRunner(Plan.model_validate(data), tmp_path / "out").verify_every == 50
     assert BatchRunner(plan, tmp_path / "out").verify_every == 1000
     assert BatchRunner(plan, tmp_path / "out", verify_every=0).verify_every is None
-
-
-def test_verify_every_without_verify_is_a_usage_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("OPENROUTER_API_KEY", DEFAULT_TEST_KEY)
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text('{"id": "a", "prompt": "hi"}\n')
-    argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "1"]
-    assert main([*argv, "--out", str(tmp_path / "out"), "--verify-every", "20"]) == 2
-    assert "--verify-every N re-checks the providers of a run with --verify" in (
-        capsys.readouterr().err
-    )
-    assert not (tmp_path / "out").exists()
