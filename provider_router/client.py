@@ -541,11 +541,16 @@ class Router(AsyncResource):
         re-verification excluded mid-run); requests already prepared keep their plan.
 
         Raises:
-            ProviderRouterError: the listing could not be read to apply it (the policy
-                is set, and applied at the next refresh; routing keeps the old plan).
+            ProviderRouterError: it could not be applied (the listing could not be read,
+                or it allows no endpoint): the router keeps its policy and plan.
         """
+        kept = self.policy
         self.policy = policy
-        await self._rebuild_plan()
+        try:
+            await self._rebuild_plan()
+        except BaseException:
+            self.policy = kept
+            raise
 
     async def _refresh_plan(self) -> None:
         try:

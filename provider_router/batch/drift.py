@@ -268,6 +268,7 @@ class DriftWatch:
 
     Args:
         out: the job directory (``verify.json`` and the outputs).
+        history: what ``out/verify.json`` holds (:meth:`DriftHistory.load`).
         model, policy: the plan's model and policy.
         canaries: the job's canary prompts (message lists).
         every: rows between two checks (None: only before the run).
@@ -280,6 +281,7 @@ class DriftWatch:
     def __init__(
         self,
         out: Path,
+        history: DriftHistory,
         *,
         model: str,
         policy: ProviderPolicy,
@@ -295,7 +297,7 @@ class DriftWatch:
             raise ConfigurationError(f"verify_every must be ≥ 1 row, got {every}")
         self.path = out / VERIFY_FILE
         self.out = out
-        self.history = DriftHistory.load(self.path)
+        self.history = history
         self.every = every
         self._model = model
         self._policy = policy

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Collection, Mapping
 from decimal import Decimal
@@ -57,7 +58,12 @@ from provider_router.batch.dataset_open import (
 )
 from provider_router.batch.dataset_run import DatasetRun
 from provider_router.batch.dispatch import Dispatcher
-from provider_router.batch.drift import DEFAULT_VERIFY_EVERY, DriftWatch
+from provider_router.batch.drift import (
+    DEFAULT_VERIFY_EVERY,
+    VERIFY_FILE,
+    DriftHistory,
+    DriftWatch,
+)
 from provider_router.batch.fleet import FleetQueue, describe_error
 from provider_router.batch.fleet_records import FleetTally
 from provider_router.batch.fleet_source import FleetSource
@@ -208,6 +214,7 @@ class BatchRunner:
         self.verify_every = verify_every or None
         """Rows between two checks during a run with :attr:`verify` (None: only before it)."""
         self.drift: DriftWatch | None = None
+        self._history = DriftHistory()
         self._base_url = base_url
         self._api_key = api_key
         self._router_options = dict(router_options or {})
@@ -272,6 +279,8 @@ class BatchRunner:
         reason = "error"
         try:
             journal.check_outputs(names)
+            # A damaged verify.json is refused before the journal begins (it keeps exclusions).
+            self._history = await asyncio.to_thread(DriftHistory.load, self.out / VERIFY_FILE)
             if self.strict and self._fleet is None:  # a fleet checks when joining
                 await asyncio.to_thread(validate_inputs, self.plan)
             try:
@@ -321,6 +330,8 @@ class BatchRunner:
             policy = ProviderPolicy(**self.plan.policy)
             if self.verify:
                 policy = await self._verify(ledger, policy, journal, names)
+            else:
+                policy = await self._kept_exclusions(policy)
             router = Router(
                 self.plan.model,
                 policy=policy,
@@ -409,6 +420,7 @@ class BatchRunner:
 
         drift = self.drift = DriftWatch(
             self.out,
+            self._history,
             model=self.plan.model,
             policy=policy,
             canaries=await asyncio.to_thread(canaries),
@@ -426,6 +438,19 @@ class BatchRunner:
         policy = await drift.start()
         self.verification = drift.history.report
         return policy
+
+    async def _kept_exclusions(self, policy: ProviderPolicy) -> ProviderPolicy:
+        """Without ``verify``: what an earlier ``--verify`` run of the job excluded stays
+        excluded (a resume never lets a provider that failed serve again unasked)."""
+        history = self._history
+        if history.report is None or not history.failed:
+            return policy
+        self.verification = history.report
+        self._recovered.append(
+            f"kept excluded: {', '.join(sorted(history.failed))} (failed verification in an "
+            f"earlier run; {self.out / VERIFY_FILE})"
+        )
+        return dataclasses.replace(policy, verified=history.report)
 
     async def _end_checks(self, drift: DriftWatch) -> None:
         """The check under way awaited; a run that did its work checks what it served last."""

@@ -11,6 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _batch_helpers import run_cli, small_plan, write_prompts
 from _markets import degraded_market
 
@@ -236,3 +237,74 @@ async def test_the_checks_are_paid_within_the_budget_and_a_run_out_of_it_stops_c
     rows = _rows(out)
     assert len({r["id"] for r in rows}) == len(rows) < 100
     assert not [r for r in rows if r["drift_flagged"]]
+
+
+async def _failed_mid_run(
+    tmp_path: Path, factory: Factory, *, sent: int
+) -> tuple[SimulatorServer, Plan, Path, set[str]]:
+    """A job of 60 prompts whose first ``sent`` ran with Chutes turning degraded after
+    20 of them (checks every 10 rows): the job directory and the ids flagged."""
+    onset = 2 * CANARIES + 20
+    market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
+    sim = await factory(market=market, seed=3)
+    out = tmp_path / "out"
+    plan = small_plan(tmp_path, requests=None, prompts=60)
+    only = {"p": [f"q{n}" for n in range(sent)]}
+    assert (await _run(plan, out, sim, every=10, only=only)).reason is pr.StopReason.COMPLETE
+    assert DriftHistory.load(out / "verify.json").failed.keys() == {"chutes"}
+    flagged = {r["id"] for r in _rows(out) if r["drift_flagged"]}
+    assert flagged
+    return sim, plan, out, flagged
+
+
+async def test_a_resume_without_verify_keeps_the_exclusion(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim, plan, out, flagged = await _failed_mid_run(tmp_path, openrouter_sim_factory, sent=40)
+    before = {r["id"] for r in _rows(out)}
+    summary = await BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
+    assert summary.reason is pr.StopReason.COMPLETE
+    assert any(note.startswith("kept excluded: chutes") for note in summary.recovered)
+    rows = _rows(out)
+    later = [r for r in rows if r["id"] not in before]
+    assert len(later) == 20
+    assert all(r["provider"] != "Chutes" for r in later)
+    assert {r["id"] for r in rows if r.get("drift_flagged")} == flagged
+    assert summary.spent == _charged(sim)
+
+
+async def test_a_flagging_a_kill_interrupted_is_done_again_on_resume(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim, plan, out, flagged = await _failed_mid_run(tmp_path, openrouter_sim_factory, sent=40)
+    # As a kill between the failing check's record and the end of its flagging leaves it.
+    path = out / "p.jsonl"
+    path.write_bytes(
+        path.read_bytes().replace(b'"drift_flagged":true }', b'"drift_flagged":false}')
+    )
+    data = json.loads((out / "verify.json").read_text())
+    failing = next(c for c in data["drift"]["checks"] if c["failed"])
+    failing["flagged"] = None
+    (out / "verify.json").write_text(json.dumps(data))
+    assert not [r for r in _rows(out) if r["drift_flagged"]]
+    summary = await _run(plan, out, sim, every=10)
+    assert summary.reason is pr.StopReason.COMPLETE
+    assert {r["id"] for r in _rows(out) if r["drift_flagged"]} == flagged
+    history = DriftHistory.load(out / "verify.json")
+    assert next(c for c in history.checks if c.failed).flagged == len(flagged)
+
+
+async def test_a_damaged_verify_json_is_refused_before_anything_is_written(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim = await openrouter_sim_factory(seed=3)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "verify.json").write_text('{"drift": ')
+    plan = small_plan(tmp_path)
+    for verify in (True, False):
+        runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=verify)
+        with pytest.raises(pr.ConfigurationError, match=r"verify\.json is not a verification"):
+            await runner.run()
+    assert sorted(p.name for p in out.iterdir()) == ["verify.json"]
+    assert not [r for r in sim.requests if r.route == "chat"]
