@@ -6,16 +6,28 @@ from __future__ import annotations
 
 import io
 import json
+import random
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _batch_helpers import run_cli, small_plan, write_prompts
+from _batch_helpers import (
+    assert_consistent,
+    ledger_rows,
+    ledger_spent,
+    run_cli,
+    small_plan,
+    spawn_cli,
+    write_prompts,
+)
 from _markets import degraded_market
+from _polling import until
 
 import provider_router as pr
+from provider_router._money import from_units
 from provider_router.batch.drift import DriftHistory
 from provider_router.batch.export import export_conversations
 from provider_router.batch.runner import BatchRunner
@@ -308,3 +320,60 @@ async def test_a_damaged_verify_json_is_refused_before_anything_is_written(
             await runner.run()
     assert sorted(p.name for p in out.iterdir()) == ["verify.json"]
     assert not [r for r in sim.requests if r.route == "chat"]
+
+
+@pytest.mark.slow
+async def test_sigkill_during_drift_checks_then_resume_keeps_once_and_the_flags(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # `run --verify --verify-every 10` as a process, killed after a seeded number of
+    # further rows (a kill may land in a check or in its flagging), then resumed.
+    onset = 2 * CANARIES + 20
+    market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
+    sim = await openrouter_sim_factory(market=market, seed=3, speed=400)
+    prompts = write_prompts(tmp_path / "p.jsonl", 60)
+    out = tmp_path / "out"
+    argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
+    argv += ["--concurrency", "4", "--max-tokens", "200", "--exclude-below", "int4"]
+    argv += ["--out", str(out), "--base-url", sim.url, "--progress", "off"]
+    argv += ["--verify", "--verify-every", "10"]
+    rng = random.Random(26)
+    kills = 0
+    for _ in range(4):
+        proc = await spawn_cli(*argv)
+        target = _written(out) + rng.randint(3, 12)
+        await until(partial(_reached, out, target, proc))
+        if proc.returncode is None:
+            proc.kill()
+            kills += 1
+        await proc.wait()
+    assert kills >= 3
+    code, _, err = await run_cli(*argv)
+    assert code == 0, err[-2000:]
+    records = assert_consistent(out, ["p"])
+    assert sorted(r["id"] for r in records) == sorted(f"q{n}" for n in range(60))
+    history = DriftHistory.load(out / "verify.json")
+    assert history.failed.keys() == {"chutes"}
+    last_pass = history.last_pass["chutes"]
+    chutes = [r for r in records if r["provider"] == "Chutes"]
+    flagged = {r["id"] for r in records if r["drift_flagged"]}
+    assert flagged == {r["id"] for r in chutes if r["drift_check"] >= last_pass}
+    degraded = {r.generation_id for r in sim.requests if r.route == "chat" and r.degraded}
+    assert {r["id"] for r in records if r["generation_id"] in degraded} <= flagged
+    assert all(c.flagged is not None for c in history.checks)
+    spent = ledger_spent(out)
+    worst = sum(
+        (from_units(r["units"]) for r in ledger_rows(out) if r["state"] == "recovered"),
+        Decimal(0),
+    )
+    assert sim.simulator.usage <= spent <= sim.simulator.usage + worst
+
+
+def _reached(out: Path, target: int, proc: Any) -> bool:
+    """``target`` rows written, or the process ended."""
+    return _written(out) >= target or proc.returncode is not None
+
+
+def _written(out: Path) -> int:
+    path = out / "p.jsonl"
+    return path.read_bytes().count(b"\n") if path.exists() else 0
