@@ -441,11 +441,12 @@ class DriftWatch:
         self.checks += 1
         failed = tuple(t for t in report.failed if t not in history.failed)
         passed = tuple(t for t in report.passed if t not in history.failed)
-        since = {}
+        since: dict[str, int] = {}
         for tag in failed:
             verdict = report.verdict(tag)
             assert verdict is not None
-            since[verdict.provider_name] = history.last_pass.get(tag, -1)
+            name, last = verdict.provider_name, history.last_pass.get(tag, -1)
+            since[name] = min(since.get(name, last), last)  # two of its endpoints failed
             history.failed[tag] = seq
             log.warning(
                 "batch.verify_failed", tag=tag, check=seq, trigger=trigger, reason=verdict.reason
@@ -473,17 +474,20 @@ class DriftWatch:
     async def _exclude(self, entry: DriftCheck, since: dict[str, int]) -> None:
         for name in since:  # answers landing from now on are flagged as they are written
             self._excluded_at[name] = (math.inf, entry)
+        applied = True
         if self.router is not None:
             try:
                 await self.router.set_policy(self.policy)
             except ProviderRouterError as exc:
+                applied = False  # every later answer of theirs stays flagged
                 self._stop(
                     f"stopped: {', '.join(entry.failed)} failed verification and could not be "
                     f"excluded from the routing ({exc}); run the same command again"
                 )
-        excluded = self._clock()
-        for name in since:  # requests sent from now on are routed under the new policy
-            self._excluded_at[name] = (excluded, entry)
+        if applied:
+            excluded = self._clock()
+            for name in since:  # requests sent from now on are routed under the new policy
+                self._excluded_at[name] = (excluded, entry)
         patched = await self._flag(since)
         entry.flagged = patched + self._late.pop(entry.seq, 0)
         await asyncio.to_thread(self.history.save, self.path)

@@ -377,3 +377,29 @@ def _reached(out: Path, target: int, proc: Any) -> bool:
 def _written(out: Path) -> int:
     path = out / "p.jsonl"
     return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+async def test_when_the_only_allowed_provider_fails_the_run_stops_with_its_rows_flagged(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    onset = 2 * CANARIES + 20
+    market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
+    sim = await openrouter_sim_factory(market=market, seed=3)
+    out = tmp_path / "out"
+    plan = small_plan(tmp_path, requests=None, prompts=100)
+    plan = plan.model_copy(update={"policy": {"exclude_below": "int4", "only": ["chutes"]}})
+    summary = await _run(plan, out, sim, every=10)
+    assert summary.reason is pr.StopReason.ERROR
+    assert "chutes failed verification and could not be excluded" in summary.message
+    history = DriftHistory.load(out / "verify.json")
+    last_pass = history.last_pass["chutes"]
+    rows = _rows(out)
+    assert len(rows) < 100
+    assert {r["provider"] for r in rows} == {"Chutes"}
+    flagged = {r["id"] for r in rows if r["drift_flagged"]}
+    assert flagged == {r["id"] for r in rows if r["drift_check"] >= last_pass}
+    assert summary.spent == _charged(sim)
+    # A resume sends nothing more: no allowed endpoint is left, and it says so.
+    with pytest.raises(pr.ProviderRouterError):
+        await _run(plan, out, sim, every=10)
+    assert len(_rows(out)) == len(rows)
