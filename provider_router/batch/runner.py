@@ -58,12 +58,8 @@ from provider_router.batch.dataset_open import (
 )
 from provider_router.batch.dataset_run import DatasetRun
 from provider_router.batch.dispatch import Dispatcher
-from provider_router.batch.drift import (
-    DEFAULT_VERIFY_EVERY,
-    VERIFY_FILE,
-    DriftHistory,
-    DriftWatch,
-)
+from provider_router.batch.drift import DEFAULT_VERIFY_EVERY, DriftWatch
+from provider_router.batch.drift_history import VERIFY_FILE, DriftHistory
 from provider_router.batch.fleet import FleetQueue, describe_error
 from provider_router.batch.fleet_records import FleetTally
 from provider_router.batch.fleet_source import FleetSource

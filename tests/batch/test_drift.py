@@ -11,7 +11,7 @@ import pytest
 from _batch_helpers import small_plan
 
 import provider_router as pr
-from provider_router.batch.drift import DriftCheck, DriftHistory, flag_rows
+from provider_router.batch.drift_history import DriftCheck, DriftHistory, flag_rows
 from provider_router.batch.output import encode_record, make_record
 from provider_router.batch.runner import BatchRunner
 from provider_router.plan import Plan

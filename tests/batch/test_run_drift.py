@@ -28,7 +28,7 @@ from _polling import until
 
 import provider_router as pr
 from provider_router._money import from_units
-from provider_router.batch.drift import DriftHistory
+from provider_router.batch.drift_history import DriftHistory
 from provider_router.batch.export import export_conversations
 from provider_router.batch.runner import BatchRunner
 from provider_router.plan import Plan
