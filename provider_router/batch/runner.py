@@ -274,9 +274,9 @@ class BatchRunner:
         journal = self.journal = FileJournal.read(self.out)
         reason = "error"
         try:
-            journal.check_outputs(names)
             # A damaged verify.json is refused before the journal begins (it keeps exclusions).
             self._history = await asyncio.to_thread(DriftHistory.load, self.out / VERIFY_FILE)
+            journal.check_outputs(names)
             if self.strict and self._fleet is None:  # a fleet checks when joining
                 await asyncio.to_thread(validate_inputs, self.plan)
             try:
@@ -369,8 +369,6 @@ class BatchRunner:
                             open_file_datasets(self.plan, journal, only=self._only)
                         )
                         await self._dispatch(journal, router)
-                    if self.drift is not None:
-                        await self._end_checks(self.drift)
                     self._dispatcher.check_targets()
                 finally:
                     await timeline.stop()
@@ -420,8 +418,7 @@ class BatchRunner:
             model=self.plan.model,
             policy=policy,
             canaries=await asyncio.to_thread(canaries),
-            # Re-checks watch the rows of one job directory (a fleet's are its workers').
-            every=self.verify_every if self._fleet is None else None,
+            every=self.verify_every,
             ledger=ledger,
             base_url=self._base_url,
             api_key=self._api_key,
@@ -514,6 +511,8 @@ class BatchRunner:
         await self._dispatcher.run(
             journal, router, concurrency=self.plan.concurrency, stream=self.stream
         )
+        if self.drift is not None:
+            await self._end_checks(self.drift)
 
     # --- reporting ----------------------------------------------------------------------------
 
