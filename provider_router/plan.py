@@ -169,6 +169,8 @@ class Plan(_Frozen):
         policy: keyword arguments of :class:`~provider_router.ProviderPolicy`.
         generation: defaults for every dataset's generation parameters.
         datasets: the datasets, in the order their work is interleaved.
+        verify_every: with ``run --verify``, rows between two re-verifications of the
+            providers (default 1,000; 0: only before the run; docs/policy.md, "Drift").
         ledger: a Redis URL: keep the budget there (shared by every process using
             it) instead of in ``<out>/ledger.sqlite``.
         ledger_name: the shared ledger's name (default: ``workers_share``).
@@ -177,8 +179,6 @@ class Plan(_Frozen):
             (``Router(cache_affinity=True)``, docs/client.md "Cache-aware pinning").
         workers_share: the name under which several workers share this plan's
             prompts through ``ledger``'s Redis (see docs/workers.md).
-        verify_every: with ``run --verify``, rows between two re-verifications of the
-            providers (default 1,000; 0: only before the run; docs/policy.md, "Drift").
     """
 
     model: str = Field(min_length=1)

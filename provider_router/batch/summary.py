@@ -289,11 +289,11 @@ class RunSummary:
                 name: {**counter.to_json(), **self.provider_health.get(name, {})}
                 for name, counter in sorted(self.providers.items())
             },
+            **({"verification": self.verification} if self.verification is not None else {}),
             "bad_lines": self.bad_lines,
             "recovered": self.recovered,
             "disputed": self.disputed,
             **({"fleet": self.fleet} if self.fleet is not None else {}),
-            **({"verification": self.verification} if self.verification is not None else {}),
         }
 
     def write(self, path: Path) -> None:
