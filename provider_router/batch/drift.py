@@ -285,17 +285,21 @@ class DriftWatch:
             excluded = self._clock()
             for name in since:  # requests sent from now on are routed under the new policy
                 self._excluded_at[name] = (excluded, entry)
-        patched = await self._flag(since)
+        patched = await self._flag(since, entry.seq)
         entry.flagged = patched + self._late.pop(entry.seq, 0)
         await asyncio.to_thread(self.history.save, self.path)
 
-    async def _flag(self, since: Mapping[str, int]) -> int:
-        """Flag the rows on disk (the journal flushed first: every row built so far)."""
+    async def _flag(self, since: Mapping[str, int], seq: int | None = None) -> int:
+        """Flag the rows on disk (the journal flushed first: every row built so far); how
+        many are flagged there. Rows check ``seq`` flags as they are written from now on
+        are counted apart (:attr:`_late`): those written before are on disk, counted here."""
         if self.journal is None:
             return 0
         self.journal.flush()
         files = [output_path(self.out, name) for name in self.datasets]
         sizes = [p.stat().st_size if p.exists() else 0 for p in files]
+        if seq is not None:
+            self._late[seq] = 0
         counts = await asyncio.gather(
             *(asyncio.to_thread(flag_rows, p, n, since) for p, n in zip(files, sizes, strict=True))
         )

@@ -41,6 +41,8 @@ HISTORY_VERSION: Final = 1
 _CLEAN_TAIL: Final = b'"drift_flagged":false}\n'
 _FLAGGED_TAIL: Final = b'"drift_flagged":true }\n'
 """Same length as :data:`_CLEAN_TAIL`: a row is flagged in place, its offsets unmoved."""
+_TAILS: Final = (_CLEAN_TAIL, _FLAGGED_TAIL, b'"drift_flagged":true}\n')
+"""How a row of a ``--verify`` run ends: unflagged, flagged in place, written flagged."""
 
 
 @dataclass(slots=True)
@@ -199,8 +201,9 @@ class DriftHistory:
 
 
 def flag_rows(path: Path, size: int, since: Mapping[str, int]) -> int:
-    """Flag, in the first ``size`` bytes of output file ``path``, every unflagged row of a
-    provider in ``since`` whose ``drift_check`` is at least its number there; how many.
+    """Flag, in the first ``size`` bytes of output file ``path``, every row of a provider
+    in ``since`` whose ``drift_check`` is at least its number there; how many such rows
+    are flagged now (those flagged before included: a flagging done again counts the same).
 
     In place and idempotent: a row's ``"drift_flagged":false}`` becomes
     ``"drift_flagged":true }``, so the file's length and every offset stay as committed.
@@ -219,12 +222,13 @@ def flag_rows(path: Path, size: int, since: Mapping[str, int]) -> int:
             end = offset + len(line)
             if end > size:
                 break
-            if line.endswith(_CLEAN_TAIL) and any(n in line for n in needles):
+            if line.endswith(_TAILS) and any(n in line for n in needles):
                 record = json.loads(line)
                 floor = since.get(str(record.get("provider")))
                 check = record.get(CHECK_FIELD)
                 if floor is not None and isinstance(check, int) and check >= floor:
-                    os.pwrite(writer.fileno(), _FLAGGED_TAIL, end - len(_FLAGGED_TAIL))
+                    if line.endswith(_CLEAN_TAIL):
+                        os.pwrite(writer.fileno(), _FLAGGED_TAIL, end - len(_FLAGGED_TAIL))
                     flagged += 1
             offset = end
     return flagged

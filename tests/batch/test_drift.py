@@ -47,7 +47,7 @@ def test_rows_are_flagged_in_place_from_the_check_number_on(tmp_path: Path) -> N
     path.write_bytes(b"".join(rows))
     committed = sum(len(r) for r in rows[:-1])
     before = path.stat().st_size
-    assert flag_rows(path, committed, {"Chutes": 1}) == 2
+    assert flag_rows(path, committed, {"Chutes": 1}) == 3  # two now, one before
     assert path.stat().st_size == before  # no committed offset moved
     lines = path.read_bytes().splitlines(keepends=True)
     assert [len(line) for line in lines] == [len(r) for r in rows]
@@ -56,7 +56,8 @@ def test_rows_are_flagged_in_place_from_the_check_number_on(tmp_path: Path) -> N
         False, False, True, None, True, True, False,
     ]  # fmt: skip
     assert records[2]["messages"] == json.loads(rows[2])["messages"]  # only the flag changed
-    assert flag_rows(path, committed, {"Chutes": 1}) == 0  # idempotent
+    assert flag_rows(path, committed, {"Chutes": 1}) == 3  # idempotent
+    assert path.read_bytes().splitlines(keepends=True) == lines
     assert flag_rows(tmp_path / "missing.jsonl", 10, {"Chutes": 0}) == 0
 
 
