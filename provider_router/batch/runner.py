@@ -508,9 +508,14 @@ class BatchRunner:
             ds.tally = source.tally(ds.spec.name)
 
     async def _dispatch(self, journal: Journal, router: Router) -> None:
-        await self._dispatcher.run(
-            journal, router, concurrency=self.plan.concurrency, stream=self.stream
-        )
+        try:
+            await self._dispatcher.run(
+                journal, router, concurrency=self.plan.concurrency, stream=self.stream
+            )
+        except BaseException:
+            if self.drift is not None:  # no check outlives the run
+                self.drift.abandon()
+            raise
         if self.drift is not None:
             await self._end_checks(self.drift)
 
