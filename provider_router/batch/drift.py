@@ -61,6 +61,9 @@ DEFAULT_VERIFY_EVERY: Final = 1000
 """Rows between two checks: a check (about $0.005 for one provider and the reference at
 Kimi K2.5's list prices) costs well under 1 % of a thousand rows, and at most that many
 rows wait on it."""
+CHECK_CONCURRENCY: Final = 64
+"""Canaries in flight in one check: all of them for a provider and the reference (8 + 8 +
+12 + 8 + 12), so a check takes one canary's time rather than three."""
 
 
 class DriftWatch:
@@ -228,6 +231,8 @@ class DriftWatch:
                 ledger=self._ledger,
                 base_url=self._base_url,
                 api_key=self._api_key,
+                # Every canary at once: the job's rows keep landing while a check runs.
+                concurrency=CHECK_CONCURRENCY,
             )
         except ProviderRouterError as exc:  # its number is taken: rows since wait for the next
             failed_check = DriftCheck(seq, trigger, rows, (), (), (), Decimal(0), started)
