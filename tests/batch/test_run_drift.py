@@ -84,12 +84,13 @@ async def test_a_provider_turning_degraded_mid_run_is_excluded_and_its_rows_sinc
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
     # Chutes (the cheapest, so it serves the job) answers honestly to its first
-    # canaries, the first check's and 30 % of the job's 100 prompts, then degraded.
-    onset = CANARIES + CANARIES + 30
+    # canaries, the first re-check's (at 40 rows) and 30 % of the job's 200 prompts,
+    # then degraded.
+    onset = CANARIES + CANARIES + 60
     market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
     sim = await openrouter_sim_factory(market=market, seed=3)
     out = tmp_path / "out"
-    summary = await _run(small_plan(tmp_path, requests=None, prompts=100), out, sim, every=20)
+    summary = await _run(small_plan(tmp_path, requests=None, prompts=200), out, sim, every=40)
     assert summary.reason is pr.StopReason.COMPLETE
 
     history = DriftHistory.load(out / "verify.json")
@@ -101,13 +102,13 @@ async def test_a_provider_turning_degraded_mid_run_is_excluded_and_its_rows_sinc
     measured = [c for c in history.checks if "chutes" in c.endpoints]
     groups = _canary_groups(sim, "chutes")
     assert len(groups) == len(measured)
-    first_degraded = next(i for i, group in enumerate(groups) if all(group))
-    assert measured[first_degraded].seq >= failed_at
+    assert all(check.seq >= failed_at for check, g in zip(measured, groups, strict=True) if all(g))
     assert measured[-1].seq == failed_at  # never measured again: excluded
+    assert measured[-2].seq == last_pass  # caught by the check after its last pass
 
     rows = _rows(out)
     # Exactly once: every prompt, each once.
-    assert sorted(r["id"] for r in rows) == sorted(f"q{n}" for n in range(100))
+    assert sorted(r["id"] for r in rows) == sorted(f"q{n}" for n in range(200))
     chutes = [r for r in rows if r["provider"] == "Chutes"]
     flagged = {r["id"] for r in rows if r["drift_flagged"]}
     since_pass = {r["id"] for r in chutes if r["drift_check"] >= last_pass}
