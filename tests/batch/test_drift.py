@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from _batch_helpers import small_plan
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import provider_router as pr
 from provider_router.batch.drift_history import DriftCheck, DriftHistory, flag_rows
@@ -120,3 +122,46 @@ def test_a_negative_verify_every_is_refused(tmp_path: Path) -> None:
     assert BatchRunner(Plan.model_validate(data), tmp_path / "out").verify_every == 50
     assert BatchRunner(plan, tmp_path / "out").verify_every == 1000
     assert BatchRunner(plan, tmp_path / "out", verify_every=0).verify_every is None
+
+
+_TEXT = st.text(alphabet=st.sampled_from('ab "\\}{:é\n漢'), max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["Chutes", "Novita", 'Quo"te', "Ünï"]),
+            st.integers(0, 4),
+            st.booleans(),
+            _TEXT,
+        ),
+        max_size=25,
+    ),
+    since=st.dictionaries(st.sampled_from(["Chutes", 'Quo"te', "Ünï"]), st.integers(0, 4)),
+)
+def test_flagging_keeps_every_row_but_its_flag_whatever_the_rows(
+    tmp_path_factory: pytest.TempPathFactory,
+    rows: list[tuple[str, int, bool, str]],
+    since: dict[str, int],
+) -> None:
+    path = tmp_path_factory.mktemp("flag") / "p.jsonl"
+    encoded = []
+    for n, (provider, check, flagged, text) in enumerate(rows):
+        record = json.loads(_row(n, provider, check, flagged))
+        record["messages"][-1]["content"] = text + '"drift_flagged":false}'
+        encoded.append(encode_record(record))
+    path.write_bytes(b"".join(encoded))
+    count = flag_rows(path, path.stat().st_size, since)
+    after = path.read_bytes().splitlines(keepends=True)
+    assert [len(line) for line in after] == [len(line) for line in encoded]
+    expected = 0
+    for line, original, (provider, check, flagged, _) in zip(after, encoded, rows, strict=True):
+        now, before = json.loads(line), json.loads(original)
+        matches = provider in since and check >= since[provider]
+        assert now["drift_flagged"] is (flagged or matches)
+        assert {**now, "drift_flagged": flagged} == before  # nothing else changed
+        expected += matches
+    assert count == expected
+    assert flag_rows(path, path.stat().st_size, since) == expected
+    assert path.read_bytes().splitlines(keepends=True) == after
