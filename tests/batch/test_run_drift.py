@@ -34,12 +34,19 @@ from provider_router.batch.runner import BatchRunner
 from provider_router.plan import Plan
 from provider_router.testing import SimulatorServer
 from provider_router.testing.server import DEFAULT_TEST_KEY
-from provider_router.verifier import DEFAULT_SAMPLES, DEFAULT_TOOL_SAMPLES
+
+KEY = DEFAULT_TEST_KEY
 
 Factory = Callable[..., Awaitable[SimulatorServer]]
 
-CANARIES = DEFAULT_SAMPLES + DEFAULT_TOOL_SAMPLES
-"""Requests one check sends to Chutes (it lists tools): what its onset counts too."""
+
+async def _canaries(factory: Factory) -> int:
+    """Requests one check pins to Chutes (what its onset counts too), as measured on a
+    simulator of its own: what ``verify`` sends an endpoint that lists tools."""
+    sim = await factory(seed=3)
+    policy = pr.ProviderPolicy(only=["chutes"])
+    await pr.verify("moonshotai/kimi-k2.5", policy=policy, base_url=sim.url, api_key=KEY)
+    return sum(1 for r in sim.requests if r.route == "chat" and r.tag == "chutes")
 
 
 def _rows(out: Path) -> list[dict[str, Any]]:
@@ -69,24 +76,25 @@ def _charged(sim: SimulatorServer) -> Decimal:
     return sum((r.cost for r in sim.requests), Decimal(0))
 
 
-def _canary_groups(sim: SimulatorServer, tag: str) -> list[list[bool]]:
+def _canary_groups(sim: SimulatorServer, tag: str, size: int) -> list[list[bool]]:
     """Per check that measured ``tag``, in order: whether each canary was degraded
-    (checks never overlap, and each pins ``CANARIES`` requests to it)."""
+    (checks never overlap, and each pins ``size`` requests to it)."""
     pinned = [
         r.degraded
         for r in sim.requests
         if r.route == "chat" and r.tag == tag and (r.routing or {}).get("only") == [tag]
     ]
-    return [pinned[i : i + CANARIES] for i in range(0, len(pinned), CANARIES)]
+    return [pinned[i : i + size] for i in range(0, len(pinned), size)]
 
 
 async def test_a_provider_turning_degraded_mid_run_is_excluded_and_its_rows_since_the_pass_flagged(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
+    canaries = await _canaries(openrouter_sim_factory)
     # Chutes (the cheapest, so it serves the job) answers honestly to its first
     # canaries, the first re-check's (at 40 rows) and 30 % of the job's 200 prompts,
     # then degraded.
-    onset = CANARIES + CANARIES + 60
+    onset = canaries + canaries + 60
     market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
     sim = await openrouter_sim_factory(market=market, seed=3)
     out = tmp_path / "out"
@@ -100,7 +108,7 @@ async def test_a_provider_turning_degraded_mid_run_is_excluded_and_its_rows_sinc
     assert 0 <= last_pass < failed_at
     # Excluded within the next check: no check whose canaries were all degraded passed it.
     measured = [c for c in history.checks if "chutes" in c.endpoints]
-    groups = _canary_groups(sim, "chutes")
+    groups = _canary_groups(sim, "chutes", canaries)
     assert len(groups) == len(measured)
     assert all(check.seq >= failed_at for check, g in zip(measured, groups, strict=True) if all(g))
     assert measured[-1].seq == failed_at  # never measured again: excluded
@@ -155,11 +163,12 @@ async def test_with_no_provider_degraded_no_row_is_flagged(
 async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclusion(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
+    canaries = await _canaries(openrouter_sim_factory)
     # Run 1 checks only before it (verify_every 0) and sends 60 prompts: Chutes turns
     # degraded after 30 of them, unseen. Run 2's first check fails it: every row it
     # served since its pass (run 1's check) is flagged. Run 3 keeps it excluded.
     market = degraded_market(
-        tmp_path, {"chutes": {"agreement": 0.6, "after_requests": CANARIES + 30}}
+        tmp_path, {"chutes": {"agreement": 0.6, "after_requests": canaries + 30}}
     )
     sim = await openrouter_sim_factory(market=market, seed=3)
     out = tmp_path / "out"
@@ -186,10 +195,10 @@ async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclus
     assert {r["id"] for r in rows if r["drift_flagged"]} == run1_chutes
     assert all(r["provider"] != "Chutes" for r in rows if r["id"] not in run1_ids)
 
-    pinned = len(_canary_groups(sim, "chutes"))
+    pinned = len(_canary_groups(sim, "chutes", canaries))
     third = await _run(plan, out, sim, every=20)
     assert third.reason is pr.StopReason.COMPLETE
-    assert len(_canary_groups(sim, "chutes")) == pinned  # not measured again
+    assert len(_canary_groups(sim, "chutes", canaries)) == pinned  # not measured again
     rows = _rows(out)
     assert sorted(r["id"] for r in rows) == sorted(ids)  # each once over three runs
     assert {r["id"] for r in rows if r["drift_flagged"]} == run1_chutes  # the flags kept
@@ -205,8 +214,9 @@ async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclus
 async def test_the_command_line_says_what_was_excluded_and_flagged_and_export_leaves_it_out(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
+    canaries = await _canaries(openrouter_sim_factory)
     market = degraded_market(
-        tmp_path, {"chutes": {"agreement": 0.6, "after_requests": 2 * CANARIES + 20}}
+        tmp_path, {"chutes": {"agreement": 0.6, "after_requests": 2 * canaries + 20}}
     )
     sim = await openrouter_sim_factory(market=market, seed=3)
     prompts = write_prompts(tmp_path / "p.jsonl", 80)
@@ -257,7 +267,8 @@ async def _failed_mid_run(
 ) -> tuple[SimulatorServer, Plan, Path, set[str]]:
     """A job of 60 prompts whose first ``sent`` ran with Chutes turning degraded after
     20 of them (checks every 10 rows): the job directory and the ids flagged."""
-    onset = 2 * CANARIES + 20
+    canaries = await _canaries(factory)
+    onset = 2 * canaries + 20
     market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
     sim = await factory(market=market, seed=3)
     out = tmp_path / "out"
@@ -329,9 +340,10 @@ async def test_a_damaged_verify_json_is_refused_before_anything_is_written(
 async def test_sigkill_during_drift_checks_then_resume_keeps_once_and_the_flags(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
+    canaries = await _canaries(openrouter_sim_factory)
     # `run --verify --verify-every 10` as a process, killed after a seeded number of
     # further rows (a kill may land in a check or in its flagging), then resumed.
-    onset = 2 * CANARIES + 20
+    onset = 2 * canaries + 20
     market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
     sim = await openrouter_sim_factory(market=market, seed=3, speed=400)
     prompts = write_prompts(tmp_path / "p.jsonl", 60)
@@ -385,7 +397,8 @@ def _written(out: Path) -> int:
 async def test_when_the_only_allowed_provider_fails_the_run_stops_with_its_rows_flagged(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
-    onset = 2 * CANARIES + 20
+    canaries = await _canaries(openrouter_sim_factory)
+    onset = 2 * canaries + 20
     market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
     sim = await openrouter_sim_factory(market=market, seed=3)
     out = tmp_path / "out"
