@@ -698,8 +698,9 @@ def verification_lines(verification: dict[str, Any], out: Path) -> list[str]:
         f"({out / 'verify.json'})."
     ]
     for tag, excluded in verification["excluded"].items():
+        when = f"at check {excluded['check']}" if excluded["check"] >= 0 else "by its report"
         lines.append(
-            f"Excluded {excluded['provider'] or tag} ({tag}) at check {excluded['check']}: "
+            f"Excluded {excluded['provider'] or tag} ({tag}) {when}: "
             f"{excluded['reason']}; it serves nothing more of this job."
         )
     flagged = verification["flagged_rows"]

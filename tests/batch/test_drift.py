@@ -165,3 +165,26 @@ def test_flagging_keeps_every_row_but_its_flag_whatever_the_rows(
     assert count == expected
     assert flag_rows(path, path.stat().st_size, since) == expected
     assert path.read_bytes().splitlines(keepends=True) == after
+
+
+def test_the_last_sentences_of_a_run() -> None:
+    from provider_router.cli.run import verification_lines
+
+    excluded = {"check": -1, "provider": "Chutes", "reason": "greedy agreement 0.6"}
+    lines = verification_lines(
+        {"checks": 1, "cost_usd": "0.02", "excluded": {"chutes": excluded}, "flagged_rows": 1},
+        Path("runs/b3"),
+    )
+    assert lines == [
+        "Verification: 1 check of the providers against the model's reference, $0.02 from "
+        "the budget (runs/b3/verify.json).",
+        "Excluded Chutes (chutes) by its report: greedy agreement 0.6; it serves nothing "
+        "more of this job.",
+        "1 row is flagged: served by a provider since its last passing check, before it "
+        "failed one (drift_flagged: true in the outputs; provider-router export leaves them "
+        "out).",
+    ]
+    honest = {"checks": 3, "cost_usd": "0.03", "excluded": {}, "flagged_rows": 0}
+    assert verification_lines(honest, Path("d"))[1:] == [
+        "No row is flagged: every provider passed every check."
+    ]
