@@ -49,6 +49,18 @@ async def _canaries(factory: Factory) -> int:
     return sum(1 for r in sim.requests if r.route == "chat" and r.tag == "chutes")
 
 
+async def _chutes_turning(
+    tmp_path: Path, factory: Factory, *, checks: int, rows: int, **options: Any
+) -> tuple[SimulatorServer, int]:
+    """A local OpenRouter whose Chutes serves the model's own answers to the canaries of
+    ``checks`` checks and ``rows`` of the job's prompts, then degraded (agreement 0.6);
+    and the canaries one check pins to it."""
+    canaries = await _canaries(factory)
+    serves = {"agreement": 0.6, "after_requests": checks * canaries + rows}
+    market = degraded_market(tmp_path, {"chutes": serves})
+    return await factory(market=market, seed=3, **options), canaries
+
+
 def _rows(out: Path) -> list[dict[str, Any]]:
     return [dict(record) for _, record in pr.read_outputs(out / "p.jsonl")]
 
@@ -90,13 +102,10 @@ def _canary_groups(sim: SimulatorServer, tag: str, size: int) -> list[list[bool]
 async def test_a_provider_turning_degraded_mid_run_is_excluded_and_its_rows_since_the_pass_flagged(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
-    canaries = await _canaries(openrouter_sim_factory)
     # Chutes (the cheapest, so it serves the job) answers honestly to its first
     # canaries, the first re-check's (at 40 rows) and 30 % of the job's 200 prompts,
     # then degraded.
-    onset = canaries + canaries + 60
-    market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
-    sim = await openrouter_sim_factory(market=market, seed=3)
+    sim, canaries = await _chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=60)
     out = tmp_path / "out"
     summary = await _run(small_plan(tmp_path, requests=None, prompts=200), out, sim, every=40)
     assert summary.reason is pr.StopReason.COMPLETE
@@ -163,14 +172,10 @@ async def test_with_no_provider_degraded_no_row_is_flagged(
 async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclusion(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
-    canaries = await _canaries(openrouter_sim_factory)
     # Run 1 checks only before it (verify_every 0) and sends 60 prompts: Chutes turns
     # degraded after 30 of them, unseen. Run 2's first check fails it: every row it
     # served since its pass (run 1's check) is flagged. Run 3 keeps it excluded.
-    market = degraded_market(
-        tmp_path, {"chutes": {"agreement": 0.6, "after_requests": canaries + 30}}
-    )
-    sim = await openrouter_sim_factory(market=market, seed=3)
+    sim, canaries = await _chutes_turning(tmp_path, openrouter_sim_factory, checks=1, rows=30)
     out = tmp_path / "out"
     plan = small_plan(tmp_path, requests=None, prompts=100)
     ids = [f"q{n}" for n in range(100)]
@@ -214,11 +219,7 @@ async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclus
 async def test_the_command_line_says_what_was_excluded_and_flagged_and_export_leaves_it_out(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
-    canaries = await _canaries(openrouter_sim_factory)
-    market = degraded_market(
-        tmp_path, {"chutes": {"agreement": 0.6, "after_requests": 2 * canaries + 20}}
-    )
-    sim = await openrouter_sim_factory(market=market, seed=3)
+    sim, _ = await _chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20)
     prompts = write_prompts(tmp_path / "p.jsonl", 80)
     out = tmp_path / "out"
     argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
@@ -267,10 +268,7 @@ async def _failed_mid_run(
 ) -> tuple[SimulatorServer, Plan, Path, set[str]]:
     """A job of 60 prompts whose first ``sent`` ran with Chutes turning degraded after
     20 of them (checks every 10 rows): the job directory and the ids flagged."""
-    canaries = await _canaries(factory)
-    onset = 2 * canaries + 20
-    market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
-    sim = await factory(market=market, seed=3)
+    sim, _ = await _chutes_turning(tmp_path, factory, checks=2, rows=20)
     out = tmp_path / "out"
     plan = small_plan(tmp_path, requests=None, prompts=60)
     only = {"p": [f"q{n}" for n in range(sent)]}
@@ -340,12 +338,9 @@ async def test_a_damaged_verify_json_is_refused_before_anything_is_written(
 async def test_sigkill_during_drift_checks_then_resume_keeps_once_and_the_flags(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
-    canaries = await _canaries(openrouter_sim_factory)
     # `run --verify --verify-every 10` as a process, killed after a seeded number of
     # further rows (a kill may land in a check or in its flagging), then resumed.
-    onset = 2 * canaries + 20
-    market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
-    sim = await openrouter_sim_factory(market=market, seed=3, speed=400)
+    sim, _ = await _chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20, speed=400)
     prompts = write_prompts(tmp_path / "p.jsonl", 60)
     out = tmp_path / "out"
     argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
@@ -397,10 +392,7 @@ def _written(out: Path) -> int:
 async def test_when_the_only_allowed_provider_fails_the_run_stops_with_its_rows_flagged(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
-    canaries = await _canaries(openrouter_sim_factory)
-    onset = 2 * canaries + 20
-    market = degraded_market(tmp_path, {"chutes": {"agreement": 0.6, "after_requests": onset}})
-    sim = await openrouter_sim_factory(market=market, seed=3)
+    sim, _ = await _chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20)
     out = tmp_path / "out"
     plan = small_plan(tmp_path, requests=None, prompts=100)
     plan = plan.model_copy(update={"policy": {"exclude_below": "int4", "only": ["chutes"]}})
