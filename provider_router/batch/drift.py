@@ -269,6 +269,8 @@ class DriftWatch:
         )
         history.checks.append(entry)
         await asyncio.to_thread(history.save, self.path)
+        if failed and self.journal is not None:  # after verify.json: never ahead of it
+            self.journal.note_excluded(frozenset(failed), seq)
         if failed:
             await self._exclude(entry, since)
         return entry

@@ -276,6 +276,13 @@ class BatchRunner:
         try:
             # A damaged verify.json is refused before the journal begins (it keeps exclusions).
             self._history = await asyncio.to_thread(DriftHistory.load, self.out / VERIFY_FILE)
+            gone = journal.excluded - set(self._history.failed)
+            if gone:  # an exclusion never lapses because a file went missing
+                raise ConfigurationError(
+                    f"{self.out / VERIFY_FILE} does not list {', '.join(sorted(gone))}, which "
+                    "failed verification in an earlier run of this job (its journal says so): "
+                    "restore the job's verify.json; nothing was sent"
+                )
             journal.check_outputs(names)
             if self.strict and self._fleet is None:  # a fleet checks when joining
                 await asyncio.to_thread(validate_inputs, self.plan)

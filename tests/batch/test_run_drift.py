@@ -411,3 +411,23 @@ async def test_when_the_only_allowed_provider_fails_the_run_stops_with_its_rows_
     with pytest.raises(pr.ProviderRouterError):
         await _run(plan, out, sim, every=10)
     assert len(_rows(out)) == len(rows)
+
+
+async def test_a_lost_verify_json_is_refused_while_the_journal_remembers_an_exclusion(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim, plan, out, _ = await _failed_mid_run(tmp_path, openrouter_sim_factory, sent=40)
+    kept = (out / "verify.json").read_bytes()
+    (out / "verify.json").unlink()
+    journal = (out / "journal.jsonl").read_bytes()
+    sent = len(sim.requests)
+    for verify in (True, False):
+        runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=verify)
+        with pytest.raises(pr.ConfigurationError, match=r"does not list chutes, which failed"):
+            await runner.run()
+    assert (out / "journal.jsonl").read_bytes() == journal  # nothing written
+    assert len(sim.requests) == sent  # nothing sent
+    (out / "verify.json").write_bytes(kept)  # restored: the job goes on, Chutes excluded
+    summary = await BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
+    assert summary.reason is pr.StopReason.COMPLETE
+    assert len(_rows(out)) == 60
