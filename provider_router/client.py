@@ -539,6 +539,22 @@ class Router(AsyncResource):
             max_price=self._plan.provider_object()["max_price"],
         )
 
+    async def set_policy(self, policy: ProviderPolicy) -> None:
+        """Route new requests under ``policy`` from now on (e.g. a provider that failed a
+        re-verification excluded mid-run); requests already prepared keep their plan.
+
+        Raises:
+            ProviderRouterError: it could not be applied (the listing could not be read,
+                or it allows no endpoint): the router keeps its policy and plan.
+        """
+        kept = self.policy
+        self.policy = policy
+        try:
+            await self._rebuild_plan()
+        except BaseException:
+            self.policy = kept
+            raise
+
     async def _refresh_plan(self) -> None:
         try:
             await self._rebuild_plan()

@@ -175,6 +175,8 @@ class Plan(_Frozen):
         policy: keyword arguments of :class:`~provider_router.ProviderPolicy`.
         generation: defaults for every dataset's generation parameters.
         datasets: the datasets, in the order their work is interleaved.
+        verify_every: with ``run --verify``, rows between two re-verifications of the
+            providers (default 1,000; 0: only before the run; docs/policy.md, "Drift").
         ledger: a Redis URL: keep the budget there (shared by every process using
             it) instead of in ``<out>/ledger.sqlite``.
         ledger_name: the shared ledger's name (required with ``ledger``).
@@ -192,6 +194,7 @@ class Plan(_Frozen):
     ledger: str | None = None
     ledger_name: str | None = None
     cache_affinity: bool = False
+    verify_every: int | None = Field(default=None, ge=0)
 
     @field_validator("ledger")
     @classmethod

@@ -275,6 +275,8 @@ class Replay:
             request key, generation id, the answer's figure, what was booked).
         adopted: paid output records the journal had not committed, kept as done
             (by dataset: how many).
+        excluded: endpoint tags ``run --verify`` excluded in any run (``verify``
+            entries): ``DIR/verify.json`` must still list them.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -291,6 +293,7 @@ class Replay:
         self.unsettled: dict[str, int] = {}
         self.disputes: list[dict[str, Any]] = []
         self.adopted: dict[str, int] = {}
+        self.excluded: set[str] = set()
         self._journal_keep: int | None = None
         self._cuts: list[tuple[Path, int]] = []
 
@@ -441,6 +444,8 @@ class Replay:
             self.unsettled.clear()
         elif op == "disputed":
             self.disputes.append(entry)
+        elif op == "verify":
+            self.excluded.update(str(tag) for tag in entry.get("failed", ()))
 
     @staticmethod
     def _count(state: DatasetState, entry: dict[str, Any], sign: int) -> None:

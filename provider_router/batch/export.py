@@ -152,6 +152,7 @@ def export_conversations(
     *,
     reasoning: bool = False,
     finish_reasons: Iterable[str] | None = COMPLETE_FINISHES,
+    flagged: bool = False,
 ) -> ExportReport:
     """Write the records of ``sources`` (output JSONL files) to ``out`` as conversations.
 
@@ -162,6 +163,9 @@ def export_conversations(
         finish_reasons: keep only replies that finished for one of these reasons
             (default: ``stop`` and ``tool_calls``, i.e. drop truncated ones);
             ``None`` keeps all.
+        flagged: keep rows ``run --verify`` flagged (``drift_flagged``: served by a
+            provider that failed a later check since it last passed one); default: they
+            are left out and counted.
 
     Raises:
         DataFileError: a source line is damaged (file and line named).
@@ -170,6 +174,9 @@ def export_conversations(
     report = ExportReport()
     for source in sources:
         for _, record in read_outputs(source):
+            if not flagged and record.get("drift_flagged") is True:
+                report.skip("drift_flagged")
+                continue
             if keep is not None and record.get("finish_reason") not in keep:
                 report.skip(f"finish_reason {record.get('finish_reason')}")
                 continue

@@ -144,6 +144,8 @@ class FileJournal:
         self.spent_before = False
         self.preflight_units = 0
         """What every run's preflight request cost (picodollars, in the ledger's spent)."""
+        self.excluded: set[str] = set()
+        """Endpoint tags ``run --verify`` excluded in any run (:meth:`note_excluded`)."""
         self.unsettled: dict[str, int] = {}
         """Paid answers whose charge the ledger could not record (a full disk): request
         key → cost (picodollars), for the next recovery (:meth:`note_unsettled`)."""
@@ -211,6 +213,7 @@ class FileJournal:
             journal.repairs = found.repairs
             journal.ledger = found.ledger
             journal.preflight_units = found.preflight_units
+            journal.excluded = found.excluded
             journal.unsettled = found.unsettled
             journal.disputes = found.disputes
             journal.adopted = found.adopted
@@ -447,6 +450,13 @@ class FileJournal:
         units = to_units(cost)
         self.preflight_units += units
         self.note("preflight", cost=units)
+        self.flush()
+
+    def note_excluded(self, tags: set[str] | frozenset[str], check: int) -> None:
+        """Record (durably, at once) endpoints a verification check excluded: a later run
+        refuses to start without the ``verify.json`` that keeps them excluded."""
+        self.excluded |= tags
+        self.note("verify", failed=sorted(tags), check=check)
         self.flush()
 
     def note_disputed(

@@ -45,6 +45,7 @@ from provider_router._log import get_logger
 from provider_router._money import to_units
 from provider_router._types import JSONObject
 from provider_router.batch.dataset_run import DatasetRun
+from provider_router.batch.drift import DriftWatch
 from provider_router.batch.journal import Journal
 from provider_router.batch.output import encode_record, make_record
 from provider_router.batch.summary import Counter, StopReason
@@ -129,6 +130,8 @@ class Outcomes:
         on it, and :meth:`BatchRunner.run <provider_router.batch.runner.BatchRunner.run>`
         raises it once everything else is written (the CLI: one line, exit 74)."""
         self._flush_pending = False
+        self.drift: DriftWatch | None = None
+        """With ``run --verify``: stamps each row with its check and flag."""
 
     def ledger_full(self, exc: BaseException) -> bool:
         """Stop the run if ``exc`` is the ledger's file failing to grow (a full disk).
@@ -237,6 +240,10 @@ class Outcomes:
             tool_calls=[call.message() for call in result.tool_calls],
             tools=tools,
         )
+        if self.drift is not None:  # last: a flag is patched in place (batch/drift.py)
+            check, flagged = self.drift.stamp(result.provider, started)
+            record["drift_check"] = check
+            record["drift_flagged"] = flagged
         journal.complete(
             ds.spec.name,
             prompt.id,

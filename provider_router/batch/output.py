@@ -80,6 +80,8 @@ class OutputRecord(TypedDict):
     finished_at: str
     latency_s: float
     tools: NotRequired[list[JSONObject]]
+    drift_check: NotRequired[int]
+    drift_flagged: NotRequired[bool]
 
 
 _second: list[Any] = [None, ""]

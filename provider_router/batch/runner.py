@@ -54,6 +54,8 @@ from provider_router.batch.batch_view import read_batch_view
 from provider_router.batch.dataset_open import open_file_datasets, validate_inputs
 from provider_router.batch.dataset_run import DatasetRun
 from provider_router.batch.dispatch import Dispatcher
+from provider_router.batch.drift import DEFAULT_VERIFY_EVERY, DriftWatch
+from provider_router.batch.drift_history import VERIFY_FILE, DriftHistory
 from provider_router.batch.job_ledger import check_not_behind, open_job_ledger
 from provider_router.batch.journal import FileJournal, Journal
 from provider_router.batch.outcomes import Outcomes
@@ -77,7 +79,7 @@ from provider_router.policy import ProviderPolicy
 from provider_router.preflight import PreflightFailed, PreflightReport, preflight
 from provider_router.prompts import PromptReader
 from provider_router.verification import VerificationReport
-from provider_router.verifier import DEFAULT_SAMPLES, verify
+from provider_router.verifier import DEFAULT_SAMPLES
 
 __all__ = ["LEDGER_FILE", "SUMMARY_FILE", "BatchRunner", "DatasetProgress", "RunProgress"]
 
@@ -85,7 +87,6 @@ log = get_logger(__name__)
 
 LEDGER_FILE = "ledger.sqlite"
 SUMMARY_FILE = "summary.json"
-VERIFY_FILE = "verify.json"
 
 
 class BatchRunner:
@@ -115,7 +116,12 @@ class BatchRunner:
         verify: measure every allowed endpoint against the model's reference before
             any prompt is sent (:func:`provider_router.verify`, canaries from the first
             dataset, paid from the job's ledger), save ``<out>/verify.json``, and send
-            nothing to an endpoint that failed it.
+            nothing to an endpoint that failed it; then again every ``verify_every``
+            rows (:mod:`provider_router.batch.drift`): an endpoint that fails a later
+            check is excluded from then on and the rows its provider served since its
+            last passing check are flagged (``drift_flagged`` in the output).
+        verify_every: rows between two checks with ``verify`` (default: the plan's
+            ``verify_every``, else 1,000; 0: only before the run).
         only: send just these prompt ids of each dataset (a pilot:
             :func:`provider_router.batch.pilot.pilot_into_job`): their spend is the
             job's, their answers its first results; a later run sends the rest.
@@ -146,6 +152,7 @@ class BatchRunner:
         preflight: bool = False,
         only: Mapping[str, Collection[str]] | None = None,
         verify: bool = False,
+        verify_every: int | None = None,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
@@ -173,6 +180,16 @@ class BatchRunner:
         job's ledger), save the report as ``<out>/verify.json``, and exclude the
         endpoints that failed it from this run (docs/policy.md, "Measured fidelity")."""
         self.verification: VerificationReport | None = None
+        if verify_every is None:
+            verify_every = plan.verify_every
+        if verify_every is None:
+            verify_every = DEFAULT_VERIFY_EVERY
+        if verify_every < 0:
+            raise ConfigurationError(f"verify_every must be ≥ 0 rows, got {verify_every}")
+        self.verify_every = verify_every or None
+        """Rows between two checks during a run with :attr:`verify` (None: only before it)."""
+        self.drift: DriftWatch | None = None
+        self._history = DriftHistory()
         self._base_url = base_url
         self._api_key = api_key
         self._router_options = dict(router_options or {})
@@ -198,6 +215,8 @@ class BatchRunner:
     def abandon(self) -> None:
         """Cancel requests in flight (the second Ctrl-C); they are counted at worst case."""
         self._dispatcher.abandon()
+        if self.drift is not None:
+            self.drift.abandon()
 
     @property
     def stopping(self) -> StopReason | None:
@@ -227,6 +246,15 @@ class BatchRunner:
         journal = self.journal = FileJournal.read(self.out)
         reason = "error"
         try:
+            # A damaged verify.json is refused before the journal begins (it keeps exclusions).
+            self._history = await asyncio.to_thread(DriftHistory.load, self.out / VERIFY_FILE)
+            gone = journal.excluded - set(self._history.failed)
+            if gone:  # an exclusion never lapses because a file went missing
+                raise ConfigurationError(
+                    f"{self.out / VERIFY_FILE} does not list {', '.join(sorted(gone))}, which "
+                    "failed verification in an earlier run of this job (its journal says so): "
+                    "restore the job's verify.json; nothing was sent"
+                )
             journal.check_outputs(names)
             if self.strict:
                 await asyncio.to_thread(validate_inputs, self.plan)
@@ -272,7 +300,9 @@ class BatchRunner:
                 await self._preflight(ledger, journal)
             policy = ProviderPolicy(**self.plan.policy)
             if self.verify:
-                policy = await self._verify(ledger, policy)
+                policy = await self._verify(ledger, policy, journal, names)
+            else:
+                policy = await self._kept_exclusions(policy)
             router = Router(
                 self.plan.model,
                 policy=policy,
@@ -288,6 +318,8 @@ class BatchRunner:
             )
             async with router:
                 self.router = router
+                if self.drift is not None:
+                    self.drift.router = router
                 report, notes = await reconcile_crashed(ledger, router, self.journal)
                 self._recovered += notes
                 check_not_behind(ledger, journal, await ledger.snapshot())
@@ -334,24 +366,57 @@ class BatchRunner:
             "was spent: run the same command again to reconcile it"
         )
 
-    async def _verify(self, ledger: Ledger, policy: ProviderPolicy) -> ProviderPolicy:
-        """The verification, paid from the job's ledger: the policy that excludes what failed."""
+    async def _verify(
+        self, ledger: Ledger, policy: ProviderPolicy, journal: FileJournal, names: list[str]
+    ) -> ProviderPolicy:
+        """The verification, paid from the job's ledger: the policy that excludes what failed
+        (in this run and every earlier one of the job, ``<out>/verify.json``)."""
         first = self.plan.datasets[0]
 
         def canaries() -> list[Any]:
             prompts = islice(PromptReader(list(first.inputs)), DEFAULT_SAMPLES)
             return [prompt.messages for prompt in prompts]
 
-        report = self.verification = await verify(
-            self.plan.model,
+        drift = self.drift = DriftWatch(
+            self.out,
+            self._history,
+            model=self.plan.model,
             policy=policy,
-            prompts=await asyncio.to_thread(canaries),
+            canaries=await asyncio.to_thread(canaries),
+            every=self.verify_every,
             ledger=ledger,
             base_url=self._base_url,
             api_key=self._api_key,
+            stop=lambda message: self.stop(StopReason.ERROR, message),
         )
-        await asyncio.to_thread(report.save, self.out / VERIFY_FILE)
-        return dataclasses.replace(policy, verified=report)
+        drift.journal = journal
+        drift.stopping = lambda: self.stopping is not None
+        drift.datasets = names
+        self._outcomes.drift = drift
+        policy = await drift.start()
+        self.verification = drift.history.report
+        return policy
+
+    async def _kept_exclusions(self, policy: ProviderPolicy) -> ProviderPolicy:
+        """Without ``verify``: what an earlier ``--verify`` run of the job excluded stays
+        excluded (a resume never lets a provider that failed serve again unasked)."""
+        history = self._history
+        if history.report is None or not history.failed:
+            return policy
+        self.verification = history.report
+        self._recovered.append(
+            f"kept excluded: {', '.join(sorted(history.failed))} (failed verification in an "
+            f"earlier run; {self.out / VERIFY_FILE})"
+        )
+        return dataclasses.replace(policy, verified=history.report)
+
+    async def _end_checks(self, drift: DriftWatch) -> None:
+        """The check under way awaited; a run that did its work checks what it served last."""
+        if self._dispatcher.reason is StopReason.ABANDONED:
+            drift.abandon()
+        done = (StopReason.COMPLETE, StopReason.INCOMPLETE)
+        await drift.finish(complete=self._dispatcher.reason in done)
+        self.verification = drift.history.report
 
     async def _preflight(self, ledger: Ledger, journal: FileJournal) -> None:
         """The preflight, paid from the job's ledger (on every run: it costs < $0.001)."""
@@ -374,9 +439,16 @@ class BatchRunner:
             raise PreflightFailed(report)
 
     async def _dispatch(self, journal: Journal, router: Router) -> None:
-        await self._dispatcher.run(
-            journal, router, concurrency=self.plan.concurrency, stream=self.stream
-        )
+        try:
+            await self._dispatcher.run(
+                journal, router, concurrency=self.plan.concurrency, stream=self.stream
+            )
+        except BaseException:
+            if self.drift is not None:  # no check outlives the run
+                self.drift.abandon()
+            raise
+        if self.drift is not None:
+            await self._end_checks(self.drift)
 
     # --- reporting ----------------------------------------------------------------------------
 
@@ -395,7 +467,7 @@ class BatchRunner:
         )
 
     def _summary(self) -> RunSummary:
-        return summarize(
+        summary = summarize(
             self._dispatcher,
             self._outcomes,
             budget=self.budget,
@@ -407,6 +479,9 @@ class BatchRunner:
             disputes=self.journal.disputes if self.journal else [],
             batches=read_batch_view(self.out),
         )
+        if self.drift is not None:
+            summary.verification = self.drift.summary()
+        return summary
 
     def _write_report(self) -> None:
         """``report.html`` beside ``summary.json``; a failure costs the page, not the run."""

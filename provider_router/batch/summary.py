@@ -237,6 +237,9 @@ class RunSummary:
         batches: the Batch API route's datasets (``BatchView.to_json``,
             :mod:`provider_router.batch.batch_view`), None when the job sent no batch.
         batch_sentences: the same, one plain sentence per dataset (what every view says).
+        verification: with ``run --verify``, the job's checks, what they excluded, the
+            rows flagged and what the checks cost (:meth:`provider_router.batch.drift.
+            DriftWatch.summary`; None without it).
     """
 
     reason: StopReason
@@ -259,6 +262,7 @@ class RunSummary:
     cache_saved: Decimal = Decimal(0)
     batches: dict[str, Any] | None = None
     batch_sentences: list[str] = field(default_factory=list)
+    verification: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -286,6 +290,7 @@ class RunSummary:
                 name: {**counter.to_json(), **self.provider_health.get(name, {})}
                 for name, counter in sorted(self.providers.items())
             },
+            **({"verification": self.verification} if self.verification is not None else {}),
             "bad_lines": self.bad_lines,
             "recovered": self.recovered,
             "disputed": self.disputed,

@@ -106,6 +106,10 @@ _SENTENCES: Final = {
     "provider-router report DIR",
     ("batch.unexpected_error", None): "{n} prompt{s} failed with an unexpected error (a bug: "
     "please report it)",
+    ("batch.verify_failed", None): "{n} provider{s} failed verification against the model's "
+    "reference and served nothing more of the job (see the verification lines below)",
+    ("batch.verify_check_failed", None): "a re-verification of the providers could not be made "
+    "{n} time{s}: their rows since the last passing check stay unchecked until the next one",
     ("batch.ledger_disk_full", None): "the ledger's disk is full ({n} time{s}): free some "
     "space, then run the same command again",
     ("timeline.write_failed", None): "timeline.ndjson could not be written ({n} time{s}): the "

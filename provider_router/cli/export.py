@@ -41,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="keep truncated replies too (default: only finish_reason stop or tool_calls)",
     )
+    parser.add_argument(
+        "--keep-flagged",
+        action="store_true",
+        help="keep rows run --verify flagged (drift_flagged: their provider failed a later "
+        "check); default: left out and counted",
+    )
     parser.set_defaults(handler=_handle)
 
 
@@ -66,12 +72,20 @@ def _handle(args: argparse.Namespace) -> int:
     finishes = None if args.all_finishes else COMPLETE_FINISHES
     if args.to == "-":
         report = export_conversations(
-            files, sys.stdout, reasoning=args.reasoning, finish_reasons=finishes
+            files,
+            sys.stdout,
+            reasoning=args.reasoning,
+            finish_reasons=finishes,
+            flagged=args.keep_flagged,
         )
     else:
         with open(args.to, "w", encoding="utf-8") as out:
             report = export_conversations(
-                files, out, reasoning=args.reasoning, finish_reasons=finishes
+                files,
+                out,
+                reasoning=args.reasoning,
+                finish_reasons=finishes,
+                flagged=args.keep_flagged,
             )
     skipped = ", ".join(f"{reason}: {n}" for reason, n in sorted(report.skipped.items()))
     print(

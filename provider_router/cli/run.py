@@ -52,12 +52,13 @@ from provider_router.batch.batch_plan import (
 )
 from provider_router.batch.batch_summary import write_batch_summary
 from provider_router.batch.batch_watch import BatchWatch
+from provider_router.batch.drift import DEFAULT_VERIFY_EVERY
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import LEDGER_FILE, BatchRunner
 from provider_router.batch.summary import EXIT_CODES, RunSummary, StopReason
 from provider_router.cli._errors import UsageError, as_usage
 from provider_router.cli._logging import report_events
-from provider_router.cli._options import PRECISIONS, budget_usd, positive_count
+from provider_router.cli._options import PRECISIONS, budget_usd, parse_count, positive_count
 from provider_router.cli._render import make_console
 from provider_router.cli.preflight import print_report
 from provider_router.ledger import RedisLedger, SQLiteLedger
@@ -174,7 +175,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="before any prompt, measure each allowed provider against the model's reference "
         "(provider-router verify, canaries from the first dataset, a few cents from the "
-        "job's budget; DIR/verify.json) and send nothing to those that fail",
+        "job's budget; DIR/verify.json) and send nothing to those that fail; then again "
+        "every --verify-every rows: one that fails is excluded from then on and the rows it "
+        "served since its last passing check are flagged (drift_flagged in the outputs)",
+    )
+    parser.add_argument(
+        "--verify-every",
+        type=parse_count,
+        metavar="N",
+        help=f"with --verify: rows between two checks during the run (default: the plan's "
+        f"verify_every, else {DEFAULT_VERIFY_EVERY:,}; 0: only before the run)",
     )
     parser.add_argument("--base-url", help="OpenRouter API root (default: OPENROUTER_BASE_URL)")
     parser.add_argument(
@@ -410,6 +420,8 @@ def _handle(args: argparse.Namespace) -> int:
             "--verify measures the providers of the sync route before a run on one machine; "
             "with --ray or a batch-route dataset run provider-router verify first instead"
         )
+    if args.verify_every is not None and not args.verify:
+        raise UsageError("--verify-every N re-checks the providers of a run with --verify: add it")
     check_out(Path(args.out))
     if args.ray is not None:
         return _handle_ray(args, plan)
@@ -455,6 +467,7 @@ def _handle(args: argparse.Namespace) -> int:
                 account_horizon=args.own_key,
                 preflight=not args.no_preflight,
                 verify=args.verify,
+                verify_every=args.verify_every,
             )
             if args.own_process:
                 # Thousands of requests in flight for hours: the young generation is
@@ -498,6 +511,9 @@ def _report(args: argparse.Namespace, summary: RunSummary, out: Console) -> int:
     # Plain prints: a command to copy must not be wrapped or styled.
     for note in summary.recovered:
         print(f"resumed: {note}", file=sys.stderr)
+    if summary.verification is not None:
+        for line in verification_lines(summary.verification, Path(args.out)):
+            print(line, file=sys.stderr)
     if summary.reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
         print(f"To resume: {resume_command(args.argv, summary)}", file=sys.stderr)
     print(f"Summary: {Path(args.out) / 'summary.json'}", file=sys.stderr)
@@ -672,3 +688,29 @@ def _with_option(argv: list[str], flag: str, value: str) -> list[str]:
     if not replaced:
         out += [flag, value]
     return out
+
+
+def verification_lines(verification: dict[str, Any], out: Path) -> list[str]:
+    """``run --verify``'s last sentences: the checks, what they excluded, the rows flagged."""
+    checks = verification["checks"]
+    lines = [
+        f"Verification: {checks} check{'' if checks == 1 else 's'} of the providers against "
+        f"the model's reference, ${verification['cost_usd']} from the budget "
+        f"({out / 'verify.json'})."
+    ]
+    for tag, excluded in verification["excluded"].items():
+        when = f"at check {excluded['check']}" if excluded["check"] >= 0 else "by its report"
+        lines.append(
+            f"Excluded {excluded['provider'] or tag} ({tag}) {when}: "
+            f"{excluded['reason']}; it serves nothing more of this job."
+        )
+    flagged = verification["flagged_rows"]
+    if flagged:
+        lines.append(
+            f"{flagged:,} row{' is' if flagged == 1 else 's are'} flagged: served by a provider "
+            "since its last passing check, before it failed one (drift_flagged: true in the "
+            "outputs; provider-router export leaves them out)."
+        )
+    elif not verification["excluded"]:
+        lines.append("No row is flagged: every provider passed every check.")
+    return lines

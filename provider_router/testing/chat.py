@@ -484,6 +484,10 @@ def _attempts(
             continue
         record.attempts.append(_SERVED[tag])
         serves = endpoint.serves
+        if serves is not None:  # `after_requests`: honest until its onset (degradation.py)
+            record.degraded = sim.onsets.degraded(tag, serves)
+            if not record.degraded:
+                endpoint, serves = sim.onsets.honest(tag, endpoint), None
         if sticky is not None:
             sim.sticky.remember(sticky, endpoint, sim.now())
         if fault is not None:

@@ -11,7 +11,12 @@ its answers differ measurably from the model's own:
   function's schema (alternately: not JSON, or an empty object missing its required
   properties);
 - ``prompt_token_skew`` scales the prompt tokens it reports and bills (a different
-  chat template shows here).
+  chat template shows here);
+- ``after_requests`` (default 0) delays all of it: the endpoint serves the model's own
+  answers to the first K requests it serves, and degraded ones from the (K+1)-th on (a
+  provider that swaps its weights mid-run: :class:`Onsets` counts, per endpoint, for
+  one simulator). Counted by arrival, canaries and a job's prompts alike, so a test
+  scripts "degraded after 30 % of the job" exactly, whatever the concurrency.
 
 Every choice is drawn from the simulator's seed, the endpoint's tag and the request's
 messages, so the same request to the same endpoint is degraded the same way. This is a
@@ -26,12 +31,14 @@ import random
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from provider_router.testing.synth import filler
 from provider_router.testing.tools import PlannedCall, split_pieces
 
-__all__ = ["Serves", "request_salt"]
+__all__ = ["Onsets", "Serves", "request_salt"]
+
+_E = TypeVar("_E")
 
 _SWAPS = (" quietly", " sideways", " purple", " seventeen", " lattice", " orbit")
 """Words the model never writes: a swapped token never equals the model's own by chance."""
@@ -50,8 +57,12 @@ class Serves:
     agreement: float = 1.0
     tool_schema_error_rate: float = 0.0
     prompt_token_skew: float = 1.0
+    after_requests: int = 0
+    """Requests served honestly before the degradation starts (0: from the first)."""
 
     def __post_init__(self) -> None:
+        if self.after_requests < 0:
+            raise ValueError(f"after_requests must be ≥ 0, got {self.after_requests}")
         if not 0.0 <= self.agreement <= 1.0:
             raise ValueError(f"agreement must be within 0..1, got {self.agreement}")
         if not 0.0 <= self.tool_schema_error_rate <= 1.0:
@@ -97,3 +108,27 @@ class Serves:
                 call = replace(call, arguments=broken, pieces=split_pieces(broken))
             out.append(call)
         return tuple(out)
+
+
+class Onsets:
+    """When each endpoint with a delayed ``serves`` turns degraded: it counts, per
+    endpoint tag, the requests served, and says whether the next one is degraded."""
+
+    def __init__(self) -> None:
+        self._served: dict[str, int] = {}
+        self._honest: dict[str, Any] = {}
+
+    def degraded(self, tag: str, serves: Serves | None) -> bool:
+        """Count one request served by ``tag``; whether it is served degraded."""
+        if serves is None:
+            return False
+        count = self._served.get(tag, 0) + 1
+        self._served[tag] = count
+        return count > serves.after_requests
+
+    def honest(self, tag: str, endpoint: _E) -> _E:
+        """``endpoint`` serving the model's own answers (its ``serves`` dropped), made once."""
+        twin = self._honest.get(tag)
+        if twin is None:
+            twin = self._honest[tag] = replace(cast(Any, endpoint), serves=None)
+        return cast(_E, twin)

@@ -42,6 +42,8 @@ class RequestRecord:
         limit_source: for 402s, which limit refused the request.
         tools: names of the function tools the request offered, in order.
         tool_choice: the request's ``tool_choice`` as sent (None when absent).
+        degraded: served by an endpoint with ``serves:`` past its ``after_requests``
+            (docs/simulator.md): its answer departs from the model's.
     """
 
     seq: int
@@ -67,6 +69,7 @@ class RequestRecord:
     tool_choice: Any = None
     finish_reason: str | None = None
     limit_source: str | None = None
+    degraded: bool = False
 
     @property
     def cost(self) -> Decimal:

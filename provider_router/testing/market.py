@@ -491,7 +491,7 @@ def _parse_pricing(fields: Fields) -> dict[str, Any]:
     return result
 
 
-_SERVES_FIELDS = ("agreement", "tool_schema_error_rate", "prompt_token_skew")
+_SERVES_FIELDS = ("agreement", "tool_schema_error_rate", "prompt_token_skew", "after_requests")
 
 
 def _parse_serves(fields: Fields) -> Serves:
@@ -503,6 +503,7 @@ def _parse_serves(fields: Fields) -> Serves:
         agreement=serves.number("agreement", 1.0, minimum=0, maximum=1),
         tool_schema_error_rate=serves.number("tool_schema_error_rate", 0.0, minimum=0, maximum=1),
         prompt_token_skew=serves.number("prompt_token_skew", 1.0, minimum=0.5, maximum=2),
+        after_requests=serves.integer("after_requests", 0, minimum=0),
     )
 
 

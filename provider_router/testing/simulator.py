@@ -24,6 +24,7 @@ from provider_router.testing import bodies
 from provider_router.testing.batches import BatchBook
 from provider_router.testing.billing import Account, KeyState
 from provider_router.testing.context import smallest_context
+from provider_router.testing.degradation import Onsets
 from provider_router.testing.draws import Draws
 from provider_router.testing.faults import Fault, FaultBook
 from provider_router.testing.introspection import RequestLog, RequestRecord
@@ -134,6 +135,7 @@ class Simulator:
         self.down: dict[str, bool] = {}
         self.caches = PrefixCache()
         self.sticky = StickyRoutes()
+        self.onsets = Onsets()
         """Prompt-cache sticky routing: which endpoint each session is kept on."""
         self._sticky_models: dict[str, bool] = {}
         self._context_floors: dict[str, int] = {}

@@ -46,14 +46,25 @@ async def test_a_provider_that_fails_verification_serves_nothing_of_the_job(
     assert report.cost > 0
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--verify", "--ray"], "--verify measures the providers of the sync route"),
+        (["--verify-every", "20"], "--verify-every N re-checks the providers of a run with"),
+    ],
+)
 def test_verify_is_refused_where_it_would_not_apply(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    said: str,
 ) -> None:
     monkeypatch.setenv("OPENROUTER_API_KEY", DEFAULT_TEST_KEY)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "hi"}\n')
     argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "1"]
-    argv += ["--out", str(tmp_path / "out"), "--verify", "--ray"]
+    argv += ["--out", str(tmp_path / "out"), *flags]
     assert main(argv) == 2
-    assert "--verify measures the providers of the sync route" in capsys.readouterr().err
+    assert said in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
