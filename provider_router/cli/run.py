@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shlex
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -569,7 +570,7 @@ def _batch_progress(
 
 
 def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
-    """``--ray``: the plan on a Ray cluster; the same outputs, summary and report."""
+    """``--ray``: the plan on a Ray cluster; the same outputs, summary, report and stops."""
     if plan.workers_share is not None:
         raise UsageError("--ray and --workers-share are two ways to share a plan: pick one")
     if plan.ledger is None:
@@ -577,17 +578,73 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
             "--ray needs a Redis ledger: --ledger redis://host:6379/0 --ledger-name NAME "
             "(the budget and the paid answers live there, shared by every actor)"
         )
-    from provider_router.ray.plan_run import run_plan_on_ray
+    from provider_router.ray.plan_run import RayPlanRun
 
-    summary = run_plan_on_ray(
-        plan,
-        Path(args.out),
-        address=args.ray or None,
-        base_url=args.base_url,
-        actors=args.ray_actors,
-        strict=args.strict,
-    )
+    metrics = None
+    if args.metrics_port is not None:
+        metrics = Metrics()
+        metrics.serve(args.metrics_port, args.metrics_addr)
+        host, port = metrics.address or (args.metrics_addr, args.metrics_port)
+        print(f"Metrics: http://{host}:{port}/metrics", file=sys.stderr)
+    console = make_console(sys.stderr)
+    try:
+        with as_usage():
+            ray_run = RayPlanRun(
+                plan,
+                Path(args.out),
+                address=args.ray or None,
+                base_url=args.base_url,
+                actors=args.ray_actors,
+                strict=args.strict,
+                preflight=not args.no_preflight,
+                account_horizon=args.own_key,
+                metrics=metrics,
+                console=console,
+                progress=args.progress,
+            )
+        with _ray_interrupts(ray_run, console):
+            summary = ray_run.run()
+    except KeyboardInterrupt:
+        # The second Ctrl-C: the paid answers already written stay; Ray's actors died
+        # with the requests in flight, which the next run recovers from the ledger.
+        print("provider-router: interrupted", file=sys.stderr)
+        print(f"To resume: {shlex.join(['provider-router', *args.argv])}", file=sys.stderr)
+        return EXIT_CODES[StopReason.INTERRUPTED]
+    except PreflightFailed as exc:
+        print_report(exc.report, file=sys.stderr)
+        print("provider-router: error: the preflight failed; no prompt was sent "
+              "(--no-preflight skips it)", file=sys.stderr)  # fmt: skip
+        return 1
+    finally:
+        if metrics is not None:
+            metrics.close()
     return _report(args, summary, make_console())
+
+
+@contextlib.contextmanager
+def _ray_interrupts(ray_run: Any, console: Console) -> Iterator[None]:
+    """The first Ctrl-C (or SIGTERM) stops sending and lets requests in flight finish;
+    the second stops at once (Ray's actors die with their requests: the next run
+    recovers those at their real cost where a generation id was known)."""
+    interrupts = 0
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1:
+            raise KeyboardInterrupt
+        console.print(
+            "Stopping: no new requests; letting those in flight finish "
+            "(Ctrl-C again stops at once: the next run recovers them)…"
+        )
+        ray_run.stop()
+
+    previous = {sig: signal.signal(sig, on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def added_budget(plan: Plan, out: Path, args: argparse.Namespace) -> Decimal:

@@ -50,6 +50,7 @@ from provider_router.client import Router
 from provider_router.ledger import RedisLedger
 from provider_router.policy import ProviderPolicy
 from provider_router.prompts import REQUEST_KEYS, content_id, parse_prompt_line
+from provider_router.ray._control import StageControl
 from provider_router.ray._secret import MaskedKey
 from provider_router.ray._store import AnswerStore
 from provider_router.results import ChatResult
@@ -188,6 +189,7 @@ class PromptStage:
         self._router: Router | None = None
         self._ledger: RedisLedger | None = None
         self._store: AnswerStore | None = None
+        self._control: StageControl | None = None
         self._opening: asyncio.Lock | None = None
         self._recovering: asyncio.Task[None] | None = None
         self._stopped: str | None = None
@@ -233,6 +235,7 @@ class PromptStage:
             await store.close()
             raise
         self._store, self._ledger, self._router = store, ledger, router
+        self._control = StageControl(config.redis_url, config.name, prefix=config.store_prefix)
         self._recovering = asyncio.get_running_loop().create_task(self._recover_forever())
 
     async def _recover_forever(self) -> None:
@@ -276,9 +279,14 @@ class PromptStage:
             self._stopped = f"halted: {router.halted}"
         if self._stopped is not None:
             return [await self._not_sent(store, data, dataset, prompt_id)]
+        assert self._control is not None
+        held = await self._control.admit(dataset)  # the driver's stop, a dataset's target
+        if held is not None:
+            return [self._row(data, dataset, prompt_id, NOT_SENT, held)]
         request = {k: metadata[k] for k in REQUEST_KEYS if k in metadata}
         params = {**config.params, **request} if request else config.params
         started = time.time()
+        result: ChatResult | None = None
         try:
             result = await router.chat(
                 messages, max_tokens=config.max_tokens, key=key, stream=True, **params
@@ -302,6 +310,8 @@ class PromptStage:
             kind = _error_kind(exc)
             await store.failed(key, kind)
             return [self._row(data, dataset, prompt_id, FAILED, f"{kind}: {exc}")]
+        finally:
+            await self._control.landed(dataset, result)
         fields = answer_fields(result, started, time.time())
         if result.quarantined:
             # Never accepted as data (as the batch runner): the next run sends it again.

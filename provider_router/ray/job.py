@@ -44,7 +44,7 @@ from provider_router._money import to_decimal
 from provider_router.batch.recovery import apply_budget
 from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.client import Router
-from provider_router.ledger import RedisLedger
+from provider_router.ledger import RedisLedger, Reservation
 from provider_router.ray._secret import PAD_TTL, mask_key
 from provider_router.ray._stage import PromptStage, StageConfig
 from provider_router.ray._store import DEFAULT_STORE_PREFIX, AnswerStore
@@ -112,7 +112,9 @@ def _set_row_concurrency(concurrency: int) -> None:
     plan_udf_map_op.DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY = max(current, concurrency)
 
 
-async def _recover_orphans(ledger: RedisLedger, router: Router, lease: float) -> list[str]:
+async def _recover_orphans(
+    ledger: RedisLedger, router: Router, lease: float, worst_case: list[Reservation]
+) -> list[str]:
     """Settle what dead actors held: every reservation still open once the stage is done.
 
     Nothing in Ray runs a killed actor's cleanup, and Redis frees a reservation only
@@ -126,6 +128,7 @@ async def _recover_orphans(ledger: RedisLedger, router: Router, lease: float) ->
         report = await ledger.recover(router.resolve)
         reconciled += len(report.reconciled)
         worst += len(report.worst_case)
+        worst_case += report.worst_case
         reconciled_cost += report.reconciled_cost
         worst_cost += report.worst_case_cost
         if not await ledger.open_reservations() or time.monotonic() >= deadline:
@@ -225,6 +228,9 @@ class RayJob:
         self.router_options = dict(router_options or {})
         self.store_prefix = store_prefix
         self.recovered: list[str] = []
+        self.worst_case: list[Reservation] = []
+        """Dead actors' reservations :meth:`finish` counted at their worst case (``run
+        --own-key`` takes back what the key's usage shows was never charged)."""
         self._since = time.time()
         self._started = time.monotonic()
         self._generated = False
@@ -387,7 +393,7 @@ class RayJob:
                 self.model, ledger=ledger, api_key=self._api_key, base_url=self.base_url
             )
             async with router:
-                notes = await _recover_orphans(ledger, router, self.lease)
+                notes = await _recover_orphans(ledger, router, self.lease, self.worst_case)
             self.recovered += notes
             state = await ledger.snapshot()
             return await tally(
