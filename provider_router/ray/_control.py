@@ -25,9 +25,9 @@ empirical Bernstein bound of their mean plus a margin. One difference: the
 runner counts lengths in dispatch order (short answers land first, and a sample
 of early landings is biased short), the cluster counts them as they land; the
 bound's ``3·cap·ln(3/δ)/n`` term keeps the price near the cap for the first few
-dozen. A row the target holds back comes out as not sent with
-:data:`TARGET_REACHED`; the driver sends it again in another pass if the answers
-in flight fell short.
+dozen. While there is no room the row waits in its actor (requests in flight may land
+short of what they were priced at); once the target is reached, every further row
+comes out as not sent with :data:`TARGET_REACHED`, and is not noted in the store.
 
 Nothing here raises into a row: an unreachable Redis keeps the last word read
 (``stop`` stays as it was) and holds back rows of target datasets
@@ -74,7 +74,8 @@ _CONFIDENCE_LOG: Final = math.log(3 / 1e-3)
 """``ln(3/δ)`` of the mean's upper bound, as :mod:`provider_router.batch.targets`."""
 
 # KEYS[1] counts; ARGV dataset, target, cap, z, min samples, ln(3/δ).
-# Admit one more while out + price(in flight) < target (targets.InFlightPricer.price).
+# Admit one more while out + price(in flight) < target (targets.InFlightPricer.price):
+# 1 admitted, 0 not yet (wait for requests in flight to land), -1 the target is reached.
 _ADMIT: Final = """
 local ds = ARGV[1]
 local target, cap = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -89,6 +90,7 @@ if flight > 0 and n >= min_n then
   local upper = mean + math.sqrt(2 * var * L / n) + 3 * cap * L / n
   price = math.min(price, flight * upper + z * math.sqrt(var) * math.sqrt(flight))
 end
+if out >= target then return -1 end
 if out + price < target then
   redis.call('HINCRBY', KEYS[1], ds .. ':flight', 1)
   return 1
@@ -140,7 +142,7 @@ class StageControl:
         url: the job's Redis.
         name: the job's name.
         prefix: the store's key prefix.
-        clock: monotonic seconds (tests).
+        clock, sleep: monotonic seconds and the wait between two asks (tests).
     """
 
     def __init__(
@@ -150,14 +152,19 @@ class StageControl:
         *,
         prefix: str = DEFAULT_STORE_PREFIX,
         clock: Any = time.monotonic,
+        sleep: Any = asyncio.sleep,
     ) -> None:
         self._client: Redis = _redis_client(url)
         self.control_key, self.counts_key, self.providers_key = _keys(name, prefix)
         self._clock = clock
+        self._sleep = sleep
         self._read_at: float | None = None
+        self._read_ok: float | None = None
         self._reading: asyncio.Future[None] | None = None
         self._stop: str | None = None
         self._targets: dict[str, tuple[int, int]] = {}
+        self._gates: dict[str, asyncio.Lock] = {}
+        self._reached: set[str] = set()
         self._admit: Any = self._client.register_script(_ADMIT)
         self._land: Any = self._client.register_script(_LAND)
 
@@ -193,26 +200,45 @@ class StageControl:
                 target, _, cap = value.partition(":")
                 targets[field.removeprefix("target:")] = (int(target), int(cap))
         self._targets = targets
-        self._read_at = self._clock()
+        self._read_at = self._read_ok = self._clock()
 
     async def admit(self, dataset: str) -> str | None:
-        """Why this row must not be sent now (None: send it)."""
+        """Why this row must not be sent (None: send it); waits while its target has
+        no room yet for another request (requests in flight may still land short).
+
+        One row per actor and dataset asks Redis at a time, once per
+        :data:`CONTROL_INTERVAL` while there is no room; the others queue behind it.
+        """
         await self._fresh()
         if self._stop is not None:
             return self._stop
-        found = self._targets.get(dataset)
-        if found is None:
+        if self._read_ok is None:
+            return CONTROL_UNREACHABLE  # which datasets have a target is not known yet
+        if dataset not in self._targets:
             return None
-        target, cap = found
-        if target < 0:
-            return CONTROL_UNREACHABLE
-        try:
-            args = [dataset, target, cap, DEFAULT_MARGIN_Z, MIN_SAMPLES, _CONFIDENCE_LOG]
-            admitted = await self._admit(keys=[self.counts_key], args=args)
-        except Exception as exc:
-            log.warning("ray.control_unreachable", error=repr(exc))
-            return CONTROL_UNREACHABLE
-        return None if admitted else TARGET_REACHED
+        gate = self._gates.setdefault(dataset, asyncio.Lock())
+        async with gate:
+            while True:
+                if dataset in self._reached:
+                    return TARGET_REACHED
+                await self._fresh()
+                if self._stop is not None:
+                    return self._stop
+                target, cap = self._targets.get(dataset, (-1, 0))
+                if target < 0:
+                    return CONTROL_UNREACHABLE
+                try:
+                    args = [dataset, target, cap, DEFAULT_MARGIN_Z, MIN_SAMPLES, _CONFIDENCE_LOG]
+                    admitted = int(await self._admit(keys=[self.counts_key], args=args))
+                except Exception as exc:
+                    log.warning("ray.control_unreachable", error=repr(exc))
+                    return CONTROL_UNREACHABLE
+                if admitted > 0:
+                    return None
+                if admitted < 0:
+                    self._reached.add(dataset)
+                    continue
+                await self._sleep(CONTROL_INTERVAL)
 
     async def landed(self, dataset: str, result: ChatResult | None) -> None:
         """A request admitted by :meth:`admit` ended (``result``: its answer, if any)."""
@@ -282,11 +308,6 @@ class JobControl:
             if control:
                 pipe.hset(self.control_key, mapping=control)  # type: ignore[arg-type]
             await pipe.execute()
-
-    async def new_pass(self, datasets: list[str]) -> None:
-        """Between two passes of a dataset: nothing of it is in flight any more."""
-        if datasets:
-            await self._client.hdel(self.counts_key, *[f"{d}:flight" for d in datasets])
 
     async def stop(self, reason: str) -> None:
         """Every actor sends nothing more from its next look on (within a second)."""

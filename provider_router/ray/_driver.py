@@ -197,18 +197,6 @@ class DriverLoop:
         if self.metrics is not None:
             self._tasks.append(asyncio.ensure_future(self._meter(self.metrics)))
 
-    def output_tokens(self, dataset: str) -> int:
-        """The dataset's output tokens so far (every run's)."""
-        assert self._control is not None
-        counts = self.call(self._control.counts())
-        found = counts.get(dataset)
-        return 0 if found is None else found.output_tokens
-
-    def new_pass(self, dataset: str) -> None:
-        """Another pass of ``dataset``: nothing of it is in flight any more."""
-        assert self._control is not None
-        self.call(self._control.new_pass([dataset]))
-
     def stop(self, reason: str) -> None:
         """Tell every actor to send nothing more (from a signal handler: does not wait)."""
         self._stopping = reason

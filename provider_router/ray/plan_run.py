@@ -11,8 +11,7 @@ then ``summary.json`` and ``report.html``. As ``run`` does, it:
 * runs the preflight first (its 1-token request paid from the job's ledger);
 * stops each dataset at its ``target_output_tokens``: the actors admit a request
   only while the dataset's output plus what its requests in flight may still add
-  is below the target (:mod:`provider_router.ray._control`), and a dataset whose
-  answers in flight fell short goes again with the prompts held back;
+  is below the target, as ``run`` dispatches (:mod:`provider_router.ray._control`);
 * shows live progress (the same table and lines as ``run``) and serves the
   Prometheus metrics from the driver;
 * stops on the first :meth:`RayPlanRun.stop` (Ctrl-C) without killing a request:
@@ -48,7 +47,7 @@ from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.metrics import Metrics
 from provider_router.plan import DatasetSpec, Plan
 from provider_router.prompts import PromptReader
-from provider_router.ray._control import CONTROL_UNREACHABLE, INTERRUPTED, TARGET_REACHED
+from provider_router.ray._control import CONTROL_UNREACHABLE, INTERRUPTED
 from provider_router.ray._driver import DriverLoop
 from provider_router.ray._stage import ANSWERED, NOT_SENT
 from provider_router.ray.job import SUMMARY_FILE, RayJob
@@ -80,8 +79,6 @@ class _Dataset:
         default_factory=dict
     )
     total: int = 0
-    settled: set[str] = field(default_factory=set)
-    """Ids that came back in this run with an end of their own (not held by a target)."""
     finished: bool = False
 
     @property
@@ -187,17 +184,6 @@ def _record(ds: _Dataset, row: Mapping[str, Any], model: str) -> bytes:
             tools=tools,
         )
     )
-
-
-@dataclass
-class _Pass:
-    """What one pass of a dataset's rows came back as."""
-
-    answered: int = 0
-    held: int = 0
-    """Rows its target held back (sent again in another pass if it fell short)."""
-    stopped: str | None = None
-    """Why rows were not sent for a reason of the job's (a stop, the budget...)."""
 
 
 class RayPlanRun:
@@ -339,64 +325,42 @@ class RayPlanRun:
         return summary
 
     def _run_dataset(self, ds: _Dataset, ray_data: Any) -> None:
-        """Every prompt of ``ds`` once; again with what a target held back, while it fell short."""
-        target = ds.spec.target_output_tokens
-        first = True
-        while not self.interrupted:
-            items = [
-                {"id": prompt_id, "dataset": ds.spec.name, "messages": messages}
-                for prompt_id, (messages, _, _) in ds.prompts.items()
-                if prompt_id not in ds.written.ids and prompt_id not in ds.settled
-            ]
-            if not items:
-                break
-            if target is not None:
-                if self.driver.output_tokens(ds.spec.name) >= target:
-                    break
-                if not first:
-                    self.driver.new_pass(ds.spec.name)
-            first = False
+        """Every prompt of ``ds`` not yet written, once (its target may hold the rest)."""
+        items = [
+            {"id": prompt_id, "dataset": ds.spec.name, "messages": messages}
+            for prompt_id, (messages, _, _) in ds.prompts.items()
+        ]
+        if items and not self.interrupted:
             params = self.plan.params_for(ds.spec).request_params()
             max_tokens = params.pop("max_tokens")
-            blocks = min(self.job.blocks, len(items))
             generated = self.job.generate(
-                ray_data.from_items(items, override_num_blocks=blocks),
+                ray_data.from_items(items, override_num_blocks=min(self.job.blocks, len(items))),
                 dataset=ds.spec.name,
                 max_tokens=max_tokens,
                 params=params,
             )
-            result = self._write_outputs(ds, generated.iter_rows())
-            if result.stopped is not None or not result.held or not result.answered:
-                break
+            self._write_outputs(ds, generated.iter_rows())
         ds.finished = True
 
-    def _write_outputs(self, ds: _Dataset, rows: Any) -> _Pass:
+    def _write_outputs(self, ds: _Dataset, rows: Any) -> None:
         """Every answered row once, in arrival order; flushed about once a second."""
-        result = _Pass()
         last_flush = time.monotonic()
         with (self.out / f"{ds.spec.name}.jsonl").open("ab") as fh:
             for row in rows:
-                prompt_id = str(row["id"])
-                status = row["status"]
-                if status == NOT_SENT and row["error"] == TARGET_REACHED:
-                    result.held += 1
-                    continue
-                ds.settled.add(prompt_id)
+                prompt_id, status = str(row["id"]), row["status"]
                 if status == NOT_SENT:
-                    result.stopped = str(row["error"])
-                    self.unreachable |= result.stopped == CONTROL_UNREACHABLE
+                    self.unreachable |= row["error"] == CONTROL_UNREACHABLE
                     continue
                 if status != ANSWERED:
                     self.driver.failed(str(row["error"] or status).partition(":")[0])
-                if status != ANSWERED or prompt_id in ds.written.ids:
+                    continue
+                if prompt_id in ds.written.ids:
                     continue
                 fh.write(_record(ds, row, self.plan.model))
                 ds.written.ids.add(prompt_id)
-                result.answered += 1
                 if time.monotonic() - last_flush >= FLUSH_INTERVAL:
                     fh.flush()
                     last_flush = time.monotonic()
-        return result
 
     def _conclude(self, summary: RunSummary) -> None:
         """The summary's words as ``run``'s: bad lines, a stop, a target not reached."""
