@@ -124,6 +124,10 @@ def _both_ways(
             ),
         ):
             out = _command([*common, "--out", str(out_dir), *extra], env)
+            if not (out_dir / "summary.json").is_file():
+                raise RuntimeError(
+                    f"{name}: exit {out['code']}, no summary\n{out['stderr'][-4000:]}"
+                )
             summary = json.loads((out_dir / "summary.json").read_text())
             out["job_wall_s"] = summary["wall_time_s"]
             out["completed"] = sum(d["completed"] for d in summary["datasets"].values())

@@ -8,6 +8,9 @@ of the stage reads it there (:class:`StageControl`, three calls in
 
 * ``control`` hash: ``stop`` says why the job sends nothing more (a first Ctrl-C);
   ``target:<dataset>`` holds a dataset's output-token target and its requests' cap.
+  The driver renews it while it runs and deletes it at the end (it expires
+  :data:`CONTROL_TTL` seconds after a driver killed hard), so a later job of the
+  same name, from the library, finds no word of an earlier run.
   An actor reads it at most every :data:`CONTROL_INTERVAL` seconds (one ``HGETALL``
   for every row of that moment). A row that finds ``stop`` set comes out as not
   sent and is not noted in the store (the next run sends it); requests in flight
@@ -67,6 +70,9 @@ log = get_logger(__name__)
 
 CONTROL_INTERVAL: Final = 0.5
 """Seconds an actor keeps the driver's last word before it reads it again."""
+CONTROL_TTL: Final = 120
+"""Seconds the driver's word outlives its last renewal: a driver killed hard leaves no
+stop word or target behind for a later job of the same name."""
 TARGET_REACHED: Final = "target: its output-token target is reached or in flight"
 INTERRUPTED: Final = "interrupted: Ctrl-C (no new requests)"
 CONTROL_UNREACHABLE: Final = "held: the job's control in Redis is unreachable"
@@ -199,7 +205,9 @@ class StageControl:
             if field.startswith("target:"):
                 target, _, cap = value.partition(":")
                 targets[field.removeprefix("target:")] = (int(target), int(cap))
-        self._targets = targets
+        # A target once read holds for this actor's life (the word may expire meanwhile
+        # if the driver stalls: never forget a target then).
+        self._targets = {**self._targets, **targets}
         self._read_at = self._read_ok = self._clock()
 
     async def admit(self, dataset: str) -> str | None:
@@ -307,11 +315,23 @@ class JobControl:
                 pipe.hset(self.counts_key, mapping=counts)  # type: ignore[arg-type]
             if control:
                 pipe.hset(self.control_key, mapping=control)  # type: ignore[arg-type]
+                pipe.expire(self.control_key, CONTROL_TTL)
             await pipe.execute()
+
+    async def keep_alive(self) -> None:
+        """Renew the word (the driver does every second or so)."""
+        await self._client.expire(self.control_key, CONTROL_TTL)
+
+    async def end(self) -> None:
+        """The run is over: no stop word or target stays for a later job of this name."""
+        await self._client.delete(self.control_key)
 
     async def stop(self, reason: str) -> None:
         """Every actor sends nothing more from its next look on (within a second)."""
-        await self._client.hset(self.control_key, "stop", reason)
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.hset(self.control_key, "stop", reason)
+            pipe.expire(self.control_key, CONTROL_TTL)
+            await pipe.execute()
 
     async def counts(self) -> dict[str, DatasetCounts]:
         """Every dataset's counts."""

@@ -135,6 +135,9 @@ class DriverLoop:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._control is not None:
+            with contextlib.suppress(Exception):  # else it expires on its own
+                await self._control.end()
         for closing in (self._router, self._redis_ledger, self._control):
             if closing is not None:
                 with contextlib.suppress(Exception):
@@ -192,6 +195,7 @@ class DriverLoop:
         if self._stopping is not None:
             await control.stop(self._stopping)
         await self._refresh()
+        self._tasks.append(asyncio.ensure_future(self._keep_alive(control)))
         if self.console is not None and self.mode != "off":
             self._tasks.append(asyncio.ensure_future(self._show()))
         if self.metrics is not None:
@@ -290,6 +294,13 @@ class DriverLoop:
             raise
         except Exception as exc:  # the display never fails the run
             log.warning("ray.progress_failed", error=repr(exc))
+
+    @staticmethod
+    async def _keep_alive(control: JobControl) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            with contextlib.suppress(Exception):  # an outage: the actors keep the last word
+                await control.keep_alive()
 
     async def _meter(self, metrics: Metrics) -> None:
         while True:

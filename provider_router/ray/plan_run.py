@@ -301,6 +301,9 @@ class RayPlanRun:
                 options = {"logging_level": "WARNING", **self.init_options}
                 ray.init(address=self.address, **options)
                 started_ray = True
+            if self.driver.mode != "off":
+                # One display: ours (run's table and lines), not Ray Data's besides it.
+                ray_data.DataContext.get_current().enable_progress_bars = False
             for ds in self.datasets:
                 self._run_dataset(ds, ray_data)
             summary = self.job.finish(

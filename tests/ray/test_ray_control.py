@@ -13,6 +13,7 @@ import pytest
 
 from provider_router.ray._control import (
     CONTROL_INTERVAL,
+    CONTROL_TTL,
     CONTROL_UNREACHABLE,
     INTERRUPTED,
     TARGET_REACHED,
@@ -146,3 +147,28 @@ async def test_an_unreachable_redis_holds_rows_back_and_never_raises() -> None:
         await stage.landed("a", _answer(10))  # counts only: no error
     finally:
         await stage.close()
+
+
+async def test_no_word_of_a_run_outlives_it(
+    control: tuple[JobControl, StageControl, _Clock, list[float]],
+    redis_server: RedisServer,
+    job_name: str,
+) -> None:
+    import redis.asyncio as aioredis
+
+    driver, _, _, _ = control
+    await driver.begin({}, {"a": (10, CAP)})
+    await driver.stop(INTERRUPTED)
+    client = aioredis.Redis.from_url(redis_server.url)
+    try:
+        # A driver killed hard: its word expires on its own.
+        assert 0 < await client.ttl(driver.control_key) <= CONTROL_TTL
+        await driver.end()
+        assert await client.exists(driver.control_key) == 0
+    finally:
+        await client.aclose()
+    later = StageControl(redis_server.url, job_name)  # a library job of the same name
+    try:
+        assert await later.admit("a") is None
+    finally:
+        await later.close()
