@@ -81,6 +81,8 @@ class DriverLoop:
         self.mode = progress
         self.ledger_state: LedgerState | None = None
         self._counts: dict[str, DatasetCounts] = {}
+        self._before: dict[str, tuple[int, int, Decimal]] = {}
+        """Each dataset's answers, output tokens and cost written before this run."""
         self._in_flight: dict[str, int] = {}
         self._providers: dict[str, dict[str, int]] = {}
         self._metered: dict[str, dict[str, int]] = {}
@@ -191,6 +193,7 @@ class DriverLoop:
             for ds in self.run.datasets
             if (target := ds.spec.target_output_tokens) is not None
         }
+        self._before = written
         await control.begin(written, targets)
         if self._stopping is not None:
             await control.stop(self._stopping)
@@ -255,11 +258,11 @@ class DriverLoop:
         datasets = []
         for ds in self.run.datasets:
             counts = self._counts.get(ds.spec.name) or DatasetCounts(0, 0, Decimal(0), 0)
-            before = ds.written
-            run = Counter(
-                requests=max(counts.done - len(before.ids), 0),
-                output_tokens=max(counts.output_tokens - before.output_tokens, 0),
-                cost=counts.cost - before.cost,
+            done, tokens, cost = self._before.get(ds.spec.name, (0, 0, Decimal(0)))
+            run = Counter(  # this run's: what the counts grew by since it began
+                requests=max(counts.done - done, 0),
+                output_tokens=max(counts.output_tokens - tokens, 0),
+                cost=counts.cost - cost,
             )
             datasets.append(
                 DatasetProgress(

@@ -251,6 +251,7 @@ def test_progress_and_metrics_show_what_run_shows(
     (a,) = final.datasets
     assert (a.completed, a.total, a.output_tokens) == (30, 30, summary.datasets[0].output_tokens)
     assert a.cost == summary.datasets[0].cost
+    assert (a.run.requests, a.run.output_tokens) == (30, a.output_tokens)  # this run's rates
     assert any("done=30/30" in line for line in progress_lines(final))
     sample = metrics.registry.get_sample_value
     served = sum(

@@ -70,15 +70,22 @@ async def test_before_any_length_is_known_each_request_in_flight_counts_at_its_c
     assert [await stage.admit("a") for _ in range(4)] == [None] * 4
     assert slept == []
     # ... and the fifth waits (768 + 256 is not below 1,000) until one lands short.
+    waiting, release = asyncio.Event(), asyncio.Event()
+
+    async def held(seconds: float) -> None:
+        slept.append(seconds)
+        waiting.set()
+        await release.wait()
+
+    stage._sleep = held
     fifth = asyncio.ensure_future(stage.admit("a"))
-    for _ in range(20):
-        await asyncio.sleep(0)
-        if slept:
-            break
+    await asyncio.wait_for(waiting.wait(), 10)  # it asked, found no room, and waits
     assert not fifth.done()
     assert slept == [CONTROL_INTERVAL]
     await stage.landed("a", _answer(100))  # 100 + 3 x 256 = 868 < 1,000
+    release.set()
     assert await fifth is None
+    assert slept == [CONTROL_INTERVAL]
     counts = (await driver.counts())["a"]
     assert (counts.done, counts.output_tokens, counts.flight) == (1, 100, 4)
 
