@@ -423,12 +423,7 @@ def _handle(args: argparse.Namespace) -> int:
         return _handle_ray(args, plan)
     console = make_console(sys.stderr)
     out = make_console()
-    metrics = None
-    if args.metrics_port is not None:
-        metrics = Metrics()
-        metrics.serve(args.metrics_port, args.metrics_addr)
-        host, port = metrics.address or (args.metrics_addr, args.metrics_port)
-        print(f"Metrics: http://{host}:{port}/metrics", file=sys.stderr)
+    metrics = _serve_metrics(args)
     try:
         batched = _run_batch_route(plan, args, metrics)
     except BaseException:
@@ -480,14 +475,29 @@ def _handle(args: argparse.Namespace) -> int:
     try:
         summary = _run_loop(main)
     except PreflightFailed as exc:
-        print_report(exc.report, file=sys.stderr)
-        print("provider-router: error: the preflight failed; no prompt was sent "
-              "(--no-preflight skips it)", file=sys.stderr)  # fmt: skip
-        return 1
+        return _preflight_failed(exc)
     finally:
         if metrics is not None:
             metrics.close()
     return _report(args, summary, out)
+
+
+def _serve_metrics(args: argparse.Namespace) -> Metrics | None:
+    """``--metrics-port``: the metrics, served (None without it)."""
+    if args.metrics_port is None:
+        return None
+    metrics = Metrics()
+    metrics.serve(args.metrics_port, args.metrics_addr)
+    host, port = metrics.address or (args.metrics_addr, args.metrics_port)
+    print(f"Metrics: http://{host}:{port}/metrics", file=sys.stderr)
+    return metrics
+
+
+def _preflight_failed(exc: PreflightFailed) -> int:
+    print_report(exc.report, file=sys.stderr)
+    print("provider-router: error: the preflight failed; no prompt was sent "
+          "(--no-preflight skips it)", file=sys.stderr)  # fmt: skip
+    return 1
 
 
 def _report(args: argparse.Namespace, summary: RunSummary, out: Console) -> int:
@@ -570,7 +580,7 @@ def _batch_progress(
 
 
 def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
-    """``--ray``: the plan on a Ray cluster; the same outputs, summary, report and stops."""
+    """``--ray``: the plan on a Ray cluster; the same outputs, summary and report."""
     if plan.workers_share is not None:
         raise UsageError("--ray and --workers-share are two ways to share a plan: pick one")
     if plan.ledger is None:
@@ -580,12 +590,7 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
         )
     from provider_router.ray.plan_run import RayPlanRun
 
-    metrics = None
-    if args.metrics_port is not None:
-        metrics = Metrics()
-        metrics.serve(args.metrics_port, args.metrics_addr)
-        host, port = metrics.address or (args.metrics_addr, args.metrics_port)
-        print(f"Metrics: http://{host}:{port}/metrics", file=sys.stderr)
+    metrics = _serve_metrics(args)
     console = make_console(sys.stderr)
     try:
         with as_usage():
@@ -611,10 +616,7 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
         print(f"To resume: {shlex.join(['provider-router', *args.argv])}", file=sys.stderr)
         return EXIT_CODES[StopReason.INTERRUPTED]
     except PreflightFailed as exc:
-        print_report(exc.report, file=sys.stderr)
-        print("provider-router: error: the preflight failed; no prompt was sent "
-              "(--no-preflight skips it)", file=sys.stderr)  # fmt: skip
-        return 1
+        return _preflight_failed(exc)
     finally:
         if metrics is not None:
             metrics.close()
