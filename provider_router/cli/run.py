@@ -606,6 +606,7 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
                 metrics=metrics,
                 console=console,
                 progress=args.progress,
+                lease=args.lease,
             )
         with _ray_interrupts(ray_run, console):
             summary = ray_run.run()

@@ -203,6 +203,8 @@ class RayPlanRun:
             stream deadline; docs/ledger.md).
         metrics: Prometheus metrics the driver keeps current (served by the caller).
         console, progress: where and how to show live progress (``run --progress``).
+        lease: seconds a dead actor's reservations stay held before recovery
+            (``run --lease``).
         init_options: further ``ray.init`` keyword arguments.
 
     Raises:
@@ -225,6 +227,7 @@ class RayPlanRun:
         metrics: Metrics | None = None,
         console: Console | None = None,
         progress: str = "off",
+        lease: float = 60.0,
         init_options: Mapping[str, Any] | None = None,
     ) -> None:
         _check_plan(plan)
@@ -245,6 +248,7 @@ class RayPlanRun:
             api_key=api_key,
             base_url=base_url,
             actors=actors,
+            lease=lease,
         )
         self.driver = DriverLoop(
             self,

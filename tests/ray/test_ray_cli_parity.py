@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -275,3 +277,36 @@ def test_own_key_records_the_account_baseline_before_spending(
     assert Decimal(account["spent"]) == Decimal(summary["preflight_usd"]) > 0
     assert Decimal(account["usage"]) >= 0
     capsys.readouterr()
+
+
+def test_a_second_ctrl_c_stops_at_once_and_the_resume_loses_nothing(
+    setup: _Setup, slow_sim: SimulatorThread
+) -> None:
+    """In a process of its own (its own local cluster): the hard stop kills Ray's actors."""
+    plan = _write_plan(setup.tmp_path, count=80)
+    argv = [sys.executable, "-m", "provider_router", *setup.argv(plan, slow_sim, "--lease", "2")]
+    env = {**os.environ, "OPENROUTER_API_KEY": KEY, "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True) as proc:  # noqa: S603
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 180
+        while _prompts_sent(slow_sim) < 12 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the simulator is another party: poll what it has seen
+        proc.send_signal(signal.SIGINT)
+        for line in proc.stderr:  # the first Ctrl-C is taken ...
+            if line.startswith("Stopping: no new requests"):
+                break
+        proc.send_signal(signal.SIGINT)  # ... and the second stops at once
+        rest = proc.stderr.read()
+        assert proc.wait(120) == 130
+    assert "To resume: provider-router run" in rest
+    written = _ids(setup.out / "a.jsonl")
+    assert all(n == 1 for n in written.values())
+
+    # The resume recovers the killed requests' reservations and sends only the rest.
+    resume = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)  # noqa: S603
+    assert resume.returncode == 0, resume.stderr[-2000:]
+    assert _ids(setup.out / "a.jsonl") == Counter({f"a{i}": 1 for i in range(80)})
+    summary = json.loads((setup.out / "summary.json").read_text())
+    assert Decimal(summary["reserved_usd"]) == 0
+    # What the cut requests cost was settled from OpenRouter's records, never guessed low.
+    assert Decimal(summary["spent_usd"]) >= slow_sim.charged(CREDITS)
