@@ -105,7 +105,7 @@ return 0
 """
 
 # KEYS[1] counts, KEYS[2] providers; ARGV dataset, admitted (0/1), tokens ('' = no
-# answer), cost units, provider, prompt tokens.
+# answer), cost units, provider, prompt tokens, attempts beyond the first.
 _LAND: Final = """
 local ds = ARGV[1]
 if ARGV[2] == '1' then
@@ -121,6 +121,7 @@ if ARGV[3] ~= '' then
   redis.call('HINCRBY', KEYS[2], p .. ':done', 1)
   redis.call('HINCRBY', KEYS[2], p .. ':out', t)
   redis.call('HINCRBY', KEYS[2], p .. ':prompt', ARGV[6])
+  redis.call('HINCRBY', KEYS[2], p .. ':retries', ARGV[7])
   redis.call('HINCRBY', KEYS[2], p .. ':cost', ARGV[4])
   if ARGV[2] == '1' then
     redis.call('HINCRBY', KEYS[1], ds .. ':n', 1)
@@ -258,7 +259,8 @@ class StageControl:
         units = 0 if result is None or result.cost is None else to_units(result.cost)
         provider = (result.provider if result is not None else None) or "unknown"
         prompt = 0 if usage is None else usage.prompt_tokens
-        args = [dataset, admitted, tokens, units, provider, prompt]
+        retries = 0 if result is None else max(result.attempts - 1, 0)
+        args = [dataset, admitted, tokens, units, provider, prompt, retries]
         try:
             await self._land(keys=[self.counts_key, self.providers_key], args=args)
         except Exception as exc:  # the counts are the display's and the target's, not money
@@ -348,7 +350,8 @@ class JobControl:
         }
 
     async def providers(self) -> dict[str, dict[str, int]]:
-        """This run's answers per provider: ``done``, ``out``, ``prompt`` tokens, ``cost`` units."""
+        """This run's answers per provider: ``done``, ``out``, ``prompt`` tokens, ``cost``
+        units, ``retries``."""
         raw = await self._client.hgetall(self.providers_key)
         found: dict[str, dict[str, int]] = {}
         for key, value in raw.items():

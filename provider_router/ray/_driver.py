@@ -286,6 +286,7 @@ class DriverLoop:
             stopping=stopping,
             failures_by_kind=dict(self._failures),
             errors=sum(self._failures.values()),
+            retries=sum(p.get("retries", 0) for p in self._providers.values()),
             to_finish=plan_to_finish(datasets)[1],
         )
 
@@ -325,6 +326,7 @@ class DriverLoop:
                 ("done", metrics.requests.labels(provider, "success")),
                 ("out", metrics.output_tokens.labels(provider)),
                 ("prompt", metrics.prompt_tokens.labels(provider)),
+                ("retries", metrics.retries),
             ):
                 delta = now.get(what, 0) - seen.get(what, 0)
                 if delta > 0:

@@ -27,9 +27,11 @@ pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 CAP = 256
 
 
-def _answer(tokens: int, cost: str = "0.001", provider: str = "Chutes") -> Any:
+def _answer(tokens: int, cost: str = "0.001", provider: str = "Chutes", attempts: int = 1) -> Any:
     usage = SimpleNamespace(completion_tokens=tokens, prompt_tokens=10)
-    return SimpleNamespace(quarantined=False, usage=usage, cost=Decimal(cost), provider=provider)
+    return SimpleNamespace(
+        quarantined=False, usage=usage, cost=Decimal(cost), provider=provider, attempts=attempts
+    )
 
 
 class _Clock:
@@ -139,11 +141,12 @@ async def test_counts_per_provider_for_the_metrics(
     driver, stage, _, _ = control
     await driver.begin({}, {})
     await stage.admit("a")
-    await stage.landed("a", _answer(10, "0.5", "Chutes"))
+    await stage.landed("a", _answer(10, "0.5", "Chutes", attempts=3))
     await stage.landed("a", _answer(20, "0.25", "Chutes"))
     await stage.landed("a", _answer(5, "0.125", "Moonshot AI"))
     providers = await driver.providers()
-    assert providers["Chutes"] == {"done": 2, "out": 30, "prompt": 20, "cost": 750 * 10**9}
+    chutes = {"done": 2, "out": 30, "prompt": 20, "cost": 750 * 10**9, "retries": 2}
+    assert providers["Chutes"] == chutes
     assert providers["Moonshot AI"]["done"] == 1
 
 
