@@ -21,9 +21,10 @@ import asyncio
 import contextlib
 import json
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, TypeVar
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
 
@@ -37,13 +38,32 @@ from provider_router.batch.summary import Counter, RunSummary, StopReason
 from provider_router.client import Router
 from provider_router.ledger import LedgerState, RedisLedger
 from provider_router.metrics import Metrics
+from provider_router.plan import Plan
 from provider_router.policy import ProviderPolicy
 from provider_router.preflight import PreflightFailed, PreflightReport, preflight
 from provider_router.ray._control import DatasetCounts, JobControl
-from provider_router.ray.job import SUMMARY_FILE
+from provider_router.ray.job import SUMMARY_FILE, RayJob
 
-if TYPE_CHECKING:
-    from provider_router.ray.plan_run import RayPlanRun
+
+class _Run(Protocol):
+    """What the driver's loop reads of its run (``plan_run.RayPlanRun``)."""
+
+    @property
+    def job(self) -> RayJob: ...
+
+    @property
+    def plan(self) -> Plan: ...
+
+    @property
+    def out(self) -> Path: ...
+
+    @property
+    def datasets(self) -> Sequence[Any]:
+        """Each with ``spec``, ``written`` (ids, output tokens, cost), ``cap``, ``finished``."""
+
+    @property
+    def elapsed(self) -> float: ...
+
 
 __all__ = ["DriverLoop"]
 
@@ -60,7 +80,7 @@ class DriverLoop:
 
     def __init__(
         self,
-        run: RayPlanRun,
+        run: _Run,
         *,
         api_key: str | None,
         base_url: str | None,
@@ -343,7 +363,7 @@ class DriverLoop:
                 seen_failed[kind] = count
 
 
-def _earlier_preflight(run: RayPlanRun) -> Decimal:
+def _earlier_preflight(run: _Run) -> Decimal:
     """What earlier runs' preflights in this directory cost (their ``summary.json``)."""
     try:
         earlier = json.loads((run.out / SUMMARY_FILE).read_text())
