@@ -13,8 +13,9 @@ of the stage reads it there (:class:`StageControl`, three calls in
   same name, from the library, finds no word of an earlier run.
   An actor reads it at most every :data:`CONTROL_INTERVAL` seconds (one ``HGETALL``
   for every row of that moment). A row that finds ``stop`` set comes out as not
-  sent and is not noted in the store (the next run sends it); requests in flight
-  finish and are stored as usual.
+  sent and is not noted in the store (the next run sends it); so does a row waiting
+  for a slot in the actor's router (the actor stops its router: no new attempt);
+  requests in flight finish and are stored as usual.
 * ``counts`` hash: per dataset, the answers, output tokens and cost (picodollars)
   landed this run on top of what the driver found written (the live progress),
   and, per dataset with a target, its requests admitted and not yet landed and
@@ -42,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
@@ -171,6 +172,7 @@ class StageControl:
         self._stop: str | None = None
         self._targets: dict[str, tuple[int, int]] = {}
         self._gates: dict[str, asyncio.Lock] = {}
+        self._watching: asyncio.Task[None] | None = None
         self._reached: set[str] = set()
         self._admit: Any = self._client.register_script(_ADMIT)
         self._land: Any = self._client.register_script(_LAND)
@@ -249,6 +251,17 @@ class StageControl:
                     continue
                 await self._sleep(CONTROL_INTERVAL)
 
+    def watch(self, on_stop: Callable[[], object]) -> None:
+        """Call ``on_stop`` once the stop word is read (``Router.stop``: requests waiting for
+        a slot in the actor's router start no attempt; those in flight finish)."""
+        self._watching = asyncio.get_running_loop().create_task(self._watch(on_stop))
+
+    async def _watch(self, on_stop: Callable[[], object]) -> None:
+        while self._stop is None:
+            await self._sleep(CONTROL_INTERVAL)
+            await self._fresh()
+        on_stop()
+
     async def landed(self, dataset: str, result: ChatResult | None) -> None:
         """A request admitted by :meth:`admit` ended (``result``: its answer, if any)."""
         admitted = "1" if dataset in self._targets else "0"
@@ -267,6 +280,9 @@ class StageControl:
             log.warning("ray.control_unreachable", error=repr(exc))
 
     async def close(self) -> None:
+        if self._watching is not None:
+            self._watching.cancel()
+            await asyncio.gather(self._watching, return_exceptions=True)
         if self._reading is not None:
             await asyncio.gather(self._reading, return_exceptions=True)
         await self._client.aclose(close_connection_pool=True)

@@ -43,6 +43,7 @@ from provider_router._exceptions import (
     LedgerUnavailableError,
     LedgerWriteError,
     ProviderRouterError,
+    RouterStopping,
 )
 from provider_router._format import decimal_str
 from provider_router._log import get_logger
@@ -50,7 +51,7 @@ from provider_router.client import Router
 from provider_router.ledger import RedisLedger
 from provider_router.policy import ProviderPolicy
 from provider_router.prompts import REQUEST_KEYS, content_id, parse_prompt_line
-from provider_router.ray._control import StageControl
+from provider_router.ray._control import INTERRUPTED, StageControl
 from provider_router.ray._secret import MaskedKey
 from provider_router.ray._store import AnswerStore
 from provider_router.results import ChatResult
@@ -236,6 +237,7 @@ class PromptStage:
             raise
         self._store, self._ledger, self._router = store, ledger, router
         self._control = StageControl(config.redis_url, config.name, prefix=config.store_prefix)
+        self._control.watch(router.stop)  # the driver's stop word: no new attempt
         self._recovering = asyncio.get_running_loop().create_task(self._recover_forever())
 
     async def _recover_forever(self) -> None:
@@ -306,6 +308,8 @@ class PromptStage:
             # Every other row would hit it too (as the batch runner, stop sending).
             self._stopped = f"error: {exc}"
             return [await self._not_sent(store, data, dataset, prompt_id)]
+        except RouterStopping:  # the driver's stop word: left for the next run, not failed
+            return [self._row(data, dataset, prompt_id, NOT_SENT, INTERRUPTED)]
         except ProviderRouterError as exc:
             kind = _error_kind(exc)
             await store.failed(key, kind)

@@ -182,3 +182,16 @@ async def test_no_word_of_a_run_outlives_it(
         assert await later.admit("a") is None
     finally:
         await later.close()
+
+
+async def test_the_stop_word_stops_the_actors_router(
+    control: tuple[JobControl, StageControl, _Clock, list[float]],
+) -> None:
+    driver, stage, _, _ = control
+    await driver.begin({}, {})
+    stopped = asyncio.Event()
+    stage.watch(stopped.set)  # the stage passes Router.stop: waiting requests start no attempt
+    await asyncio.sleep(0)
+    assert not stopped.is_set()
+    await driver.stop(INTERRUPTED)
+    await asyncio.wait_for(stopped.wait(), 10)
