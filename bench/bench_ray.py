@@ -13,12 +13,19 @@ Run: ``python -m bench ray`` (``--prompts 500 --concurrency 500`` for a reduced 
    time (Ray's includes starting the local cluster), the job's own wall time
    (``summary.json``), the ratio against the baseline, and the peak PSS of the
    command's whole process tree (Ray's: the driver, GCS, raylet and workers).
-2. **Kill -9 campaign.** A :class:`~provider_router.ray.RayJob` (4 actors) on a local cluster
+2. **Start-up.** The same two commands on ``--startup-prompts`` prompts answered at
+   once (the simulator at infinite speed), ``--startup-rounds`` times each: their wall
+   time is what each way costs before and after the work (Ray's: ``import ray.data``,
+   the local cluster, the actor pool, the shutdown).
+3. **Kill -9 campaign.** A :class:`~provider_router.ray.RayJob` (4 actors) on a local cluster
    (``num_cpus=2``) answers ``--prompts`` prompts while a thread SIGKILLs one stage
-   actor every few seconds, ``--kills`` times. Reported: ids duplicated and missing
-   in the output, requests paid twice (chat requests the simulator served beyond
-   one per prompt) against what was in flight at the kills, and the ledger against
-   what the simulator charged.
+   actor every few seconds, ``--kills`` times. At each kill the killed actor's open
+   reservations in the job's ledger are counted (their owner names the actor's pid;
+   nothing settles them until recovery, a lease later): those are exactly its
+   requests in flight when it died. Reported: ids duplicated and missing in the
+   output, requests paid twice (generations the simulator served beyond one per
+   prompt) against the sum of those in-flight counts, and the ledger against what the
+   simulator charged.
 
 The machine is shared: compare ratios measured in the same run.
 """
@@ -26,10 +33,12 @@ The machine is shared: compare ratios measured in the same run.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,44 +99,68 @@ def _command(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def speed(prompts: int, concurrency: int, redis_url: str) -> None:
-    sim = Sim(speed=1.0, completion_tokens=None)
+def _both_ways(
+    prompts: int, concurrency: int, redis_url: str, sim_speed: float, work: Path
+) -> dict[str, dict[str, Any]]:
+    """``run`` then ``run --ray`` on the same prompts, each a command of its own."""
+    sim = Sim(speed=sim_speed, completion_tokens=None)
     binary = str(Path(sys.executable).with_name("provider-router"))
     env = {**os.environ, "OPENROUTER_API_KEY": KEY}
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            work = Path(tmp)
-            source = _write_prompts(work / "prompts.jsonl", prompts)
-            common = [
-                binary, "run", str(source), "--model", MODEL, "--budget", "1000",
-                "--concurrency", str(concurrency), "--max-tokens", str(MAX_TOKENS),
-                "--base-url", sim.url, "--no-preflight", "--progress", "off",
-            ]  # fmt: skip
-            results = {}
-            for name, extra in (
-                ("run", ["--out", str(work / "one")]),
-                (
-                    "run --ray",
-                    [
-                        "--out",
-                        str(work / "ray"),
-                        "--ray",
-                        "--ledger",
-                        redis_url,
-                        "--ledger-name",
-                        f"bench-ray-{time.time_ns()}",
-                    ],
-                ),
-            ):
-                out = _command([*common, *extra], env)
-                summary = json.loads((Path(extra[1]) / "summary.json").read_text())
-                out["job_wall_s"] = summary["wall_time_s"]
-                out["completed"] = sum(d["completed"] for d in summary["datasets"].values())
-                results[name] = out
-                if out["code"] != 0:
-                    print(f"{name}: exit {out['code']}\n{out['stderr'][-2000:]}", file=sys.stderr)
+        source = _write_prompts(work / "prompts.jsonl", prompts)
+        common = [
+            binary, "run", str(source), "--model", MODEL, "--budget", "1000",
+            "--concurrency", str(concurrency), "--max-tokens", str(MAX_TOKENS),
+            "--base-url", sim.url, "--no-preflight", "--progress", "off",
+        ]  # fmt: skip
+        results = {}
+        name_ray = f"bench-ray-{time.time_ns()}"
+        for name, out_dir, extra in (
+            ("run", work / f"one-{time.time_ns()}", []),
+            (
+                "run --ray",
+                work / f"ray-{time.time_ns()}",
+                ["--ray", "--ledger", redis_url, "--ledger-name", name_ray],
+            ),
+        ):
+            out = _command([*common, "--out", str(out_dir), *extra], env)
+            if not (out_dir / "summary.json").is_file():
+                raise RuntimeError(
+                    f"{name}: exit {out['code']}, no summary\n{out['stderr'][-4000:]}"
+                )
+            summary = json.loads((out_dir / "summary.json").read_text())
+            out["job_wall_s"] = summary["wall_time_s"]
+            out["completed"] = sum(d["completed"] for d in summary["datasets"].values())
+            results[name] = out
+            if out["code"] != 0:
+                print(f"{name}: exit {out['code']}\n{out['stderr'][-2000:]}", file=sys.stderr)
     finally:
         sim.stop()
+    return results
+
+
+def startup(prompts: int, rounds: int, redis_url: str) -> None:
+    walls: dict[str, list[float]] = {"run": [], "run --ray": []}
+    peaks: dict[str, list[float]] = {"run": [], "run --ray": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(rounds):
+            results = _both_ways(prompts, prompts, redis_url, float("inf"), Path(tmp))
+            for name, r in results.items():
+                walls[name].append(r["wall_s"])
+                peaks[name].append(r["peak_pss_mib"])
+    print(f"\nstart-up: {prompts} prompts answered at once, {rounds} rounds (median)")
+    print(f"{'command':<10} {'wall s':>8} {'peak PSS MiB':>13}  all rounds (s)")
+    for name in walls:
+        rounded = ", ".join(f"{w:.1f}" for w in walls[name])
+        print(
+            f"{name:<10} {statistics.median(walls[name]):8.1f} "
+            f"{statistics.median(peaks[name]):13.0f}  {rounded}"
+        )
+
+
+def speed(prompts: int, concurrency: int, redis_url: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        results = _both_ways(prompts, concurrency, redis_url, 1.0, Path(tmp))
     base = results["run"]["wall_s"]
     print(f"\n{prompts} prompts, {concurrency} in flight, speed 1, max_tokens {MAX_TOKENS}")
     print(f"{'command':<10} {'wall s':>8} {'job s':>8} {'ratio':>6} {'peak PSS MiB':>13} done")
@@ -136,6 +169,18 @@ def speed(prompts: int, concurrency: int, redis_url: str) -> None:
             f"{name:<10} {r['wall_s']:8.1f} {r['job_wall_s']:8.1f} {r['wall_s'] / base:6.2f} "
             f"{r['peak_pss_mib']:13.0f} {r['completed']}"
         )
+
+
+async def _held_by(redis_url: str, name: str, pid: int) -> int:
+    """Open reservations of the actor ``pid`` in the job's ledger (owner ``host:pid:...``)."""
+    from provider_router.ledger import RedisLedger
+
+    ledger = RedisLedger(redis_url, name)
+    try:
+        found = await ledger.open_reservations()
+    finally:
+        await ledger.close()
+    return sum(1 for r in found if (r.owner or "").split(":")[1:2] == [str(pid)])
 
 
 def _stage_pids() -> list[int]:
@@ -157,19 +202,22 @@ def kills(prompts: int, concurrency: int, count: int, interval: float, redis_url
     sim = SimulatorThread(api_keys=[KEY], speed=1.0, credits=credits)
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
-    killed: list[tuple[float, int]] = []
+    name = f"bench-kill-{time.time_ns()}"
+    killed: list[tuple[int, int]] = []
+    """(pid, its requests in flight when it died) per kill."""
     done = threading.Event()
 
     def killer() -> None:
         while len(killed) < count and not done.wait(interval):
             pids = _stage_pids()
             if pids:
-                os.kill(pids[len(killed) % len(pids)], signal.SIGKILL)
-                killed.append((time.monotonic(), job.per_actor))
+                pid = pids[len(killed) % len(pids)]
+                os.kill(pid, signal.SIGKILL)
+                killed.append((pid, asyncio.run(_held_by(redis_url, name, pid))))
 
     try:
         job = RayJob(
-            MODEL, budget="1000", redis_url=redis_url, name=f"bench-kill-{time.time_ns()}",
+            MODEL, budget="1000", redis_url=redis_url, name=name,
             api_key=KEY, base_url=sim.url, max_tokens=MAX_TOKENS, concurrency=concurrency,
             actors=4, lease=10.0, recover_interval=5.0,
         )  # fmt: skip
@@ -186,7 +234,7 @@ def kills(prompts: int, concurrency: int, count: int, interval: float, redis_url
         thread.join()
         summary = job.finish(raise_on_stop=False)
         charged = sim.charged(credits)
-        served = len(sim.server.requests)
+        generations = sum(1 for r in sim.server.requests if r.generation_id)
     finally:
         ray.shutdown()
         sim.stop()
@@ -194,13 +242,17 @@ def kills(prompts: int, concurrency: int, count: int, interval: float, redis_url
     statuses = Counter(r["status"] for r in rows)
     dup = sum(n - 1 for n in ids.values() if n > 1)
     missing = prompts - len(ids)
-    in_flight_bound = sum(bound for _, bound in killed)
+    answered = statuses.get("answered", 0)
+    paid_twice = generations - answered
+    bound = sum(held for _, held in killed)
     print(f"\nkill -9 campaign: {prompts} prompts, {concurrency} in flight, {len(killed)} kills")
     print(f"wall {wall:.1f} s; statuses {dict(statuses)}")
     print(f"duplicated ids {dup}, missing ids {missing}")
+    print(f"in flight in the killed actor at each kill: {[held for _, held in killed]}")
+    verdict = "ok" if paid_twice <= bound else "EXCEEDED"
     print(
-        f"requests served {served} for {prompts} prompts: paid twice {served - prompts} "
-        f"(in flight at the kills: at most {in_flight_bound})"
+        f"generations served {generations} for {answered} answered prompts: paid twice "
+        f"{paid_twice}, bound (sum of the in-flight counts at the kills) {bound}: {verdict}"
     )
     print(
         f"ledger ${summary.spent} vs simulator ${charged}: difference ${summary.spent - charged} "
@@ -214,7 +266,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--concurrency", type=int, default=2000)
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--kill-interval", type=float, default=6.0)
+    parser.add_argument("--startup-prompts", type=int, default=20)
+    parser.add_argument("--startup-rounds", type=int, default=3)
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--skip-startup", action="store_true")
     parser.add_argument("--skip-kills", action="store_true")
     args = parser.parse_args(argv)
     cpus, python = os.cpu_count(), platform.python_version()
@@ -225,6 +280,8 @@ def main(argv: list[str]) -> int:
     try:
         if not args.skip_speed:
             speed(args.prompts, args.concurrency, redis_url)
+        if not args.skip_startup:
+            startup(args.startup_prompts, args.startup_rounds, redis_url)
         if not args.skip_kills:
             kills(args.prompts, args.concurrency, args.kills, args.kill_interval, redis_url)
     finally:

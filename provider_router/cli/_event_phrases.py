@@ -95,6 +95,10 @@ _SENTENCES: Final = {
     "unexpected error (a bug: please report it)",
     ("ray.output_repaired", None): "a half-written last answer of an output file was cut "
     "{n} time{s} (its answer is kept in Redis and written again, unpaid)",
+    ("ray.control_unreachable", None): "the job's control in Redis could not be read {n} "
+    "time{s}: prompts of datasets with a target were held back, unsent (run again to send "
+    "them)",
+    ("ray.progress_failed", None): "the live progress display failed {n} time{s} (the run went on)",
     ("ledger.late_close", None): "{n} ledger operation{s} finished after the ledger closed",
     ("ledger.closed_with_open", None): "the ledger closed with reservations still open {n} "
     "time{s}: the next run recovers them",

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
@@ -427,12 +428,7 @@ def _handle(args: argparse.Namespace) -> int:
         return _handle_ray(args, plan)
     console = make_console(sys.stderr)
     out = make_console()
-    metrics = None
-    if args.metrics_port is not None:
-        metrics = Metrics()
-        metrics.serve(args.metrics_port, args.metrics_addr)
-        host, port = metrics.address or (args.metrics_addr, args.metrics_port)
-        print(f"Metrics: http://{host}:{port}/metrics", file=sys.stderr)
+    metrics = _serve_metrics(args)
     try:
         batched = _run_batch_route(plan, args, metrics)
     except BaseException:
@@ -482,10 +478,7 @@ def _handle(args: argparse.Namespace) -> int:
     try:
         summary = _run_loop(main)
     except PreflightFailed as exc:
-        print_report(exc.report, file=sys.stderr)
-        print("provider-router: error: the preflight failed; no prompt was sent "
-              "(--no-preflight skips it)", file=sys.stderr)  # fmt: skip
-        return 1
+        return _preflight_failed(exc)
     finally:
         if metrics is not None:
             metrics.close()
@@ -501,6 +494,24 @@ def combined_exit(batch_code: int, sync_code: int) -> int:
     if batch_code and sync_code in finished:
         return batch_code
     return sync_code
+
+
+def _serve_metrics(args: argparse.Namespace) -> Metrics | None:
+    """``--metrics-port``: the metrics, served (None without it)."""
+    if args.metrics_port is None:
+        return None
+    metrics = Metrics()
+    metrics.serve(args.metrics_port, args.metrics_addr)
+    host, port = metrics.address or (args.metrics_addr, args.metrics_port)
+    print(f"Metrics: http://{host}:{port}/metrics", file=sys.stderr)
+    return metrics
+
+
+def _preflight_failed(exc: PreflightFailed) -> int:
+    print_report(exc.report, file=sys.stderr)
+    print("provider-router: error: the preflight failed; no prompt was sent "
+          "(--no-preflight skips it)", file=sys.stderr)  # fmt: skip
+    return 1
 
 
 def _report(args: argparse.Namespace, summary: RunSummary, out: Console) -> int:
@@ -594,17 +605,66 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
             "--ray needs a Redis ledger: --ledger redis://host:6379/0 --ledger-name NAME "
             "(the budget and the paid answers live there, shared by every actor)"
         )
-    from provider_router.ray.plan_run import run_plan_on_ray
+    from provider_router.ray.plan_run import RayPlanRun
 
-    summary = run_plan_on_ray(
-        plan,
-        Path(args.out),
-        address=args.ray or None,
-        base_url=args.base_url,
-        actors=args.ray_actors,
-        strict=args.strict,
-    )
+    metrics = _serve_metrics(args)
+    console = make_console(sys.stderr)
+    try:
+        with as_usage():
+            ray_run = RayPlanRun(
+                plan,
+                Path(args.out),
+                address=args.ray or None,
+                base_url=args.base_url,
+                actors=args.ray_actors,
+                strict=args.strict,
+                preflight=not args.no_preflight,
+                account_horizon=args.own_key,
+                metrics=metrics,
+                console=console,
+                progress=args.progress,
+                lease=args.lease,
+            )
+        with _ray_interrupts(ray_run, console):
+            summary = ray_run.run()
+    except KeyboardInterrupt:
+        # The second Ctrl-C: the paid answers already written stay; Ray's actors died
+        # with the requests in flight, which the next run recovers from the ledger.
+        print("provider-router: interrupted", file=sys.stderr)
+        print(f"To resume: {shlex.join(['provider-router', *args.argv])}", file=sys.stderr)
+        return EXIT_CODES[StopReason.INTERRUPTED]
+    except PreflightFailed as exc:
+        return _preflight_failed(exc)
+    finally:
+        if metrics is not None:
+            metrics.close()
     return _report(args, summary, make_console())
+
+
+@contextlib.contextmanager
+def _ray_interrupts(ray_run: Any, console: Console) -> Iterator[None]:
+    """The first Ctrl-C (or SIGTERM) stops sending and lets requests in flight finish;
+    the second stops at once (Ray's actors die with their requests: the next run
+    recovers those at their real cost where a generation id was known)."""
+    interrupts = 0
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1:
+            raise KeyboardInterrupt
+        console.print(
+            "Stopping: no new requests; letting those in flight finish "
+            "(Ctrl-C again stops at once: the next run recovers them)…"
+        )
+        ray_run.stop()
+
+    previous = {sig: signal.signal(sig, on_interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def added_budget(plan: Plan, out: Path, args: argparse.Namespace) -> Decimal:

@@ -66,6 +66,7 @@ from provider_router.ledger import RedisLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.policy import ProviderPolicy
 from provider_router.prompts import REQUEST_KEYS, _snippet, content_id, parse_prompt_line
+from provider_router.ray._control import StageControl
 from provider_router.ray._rows import EMPTY_ANSWER, answer_fields, clean_messages, plain, row_key
 from provider_router.ray._secret import MaskedKey, MaskedPassword, with_password
 from provider_router.ray._store import AnswerStore, Stored
@@ -143,6 +144,7 @@ class PromptStage:
         self._router: Router | None = None
         self._ledger: RedisLedger | None = None
         self._store: AnswerStore | None = None
+        self._control: StageControl | None = None
         self._opening: asyncio.Lock | None = None
         self._recovering: asyncio.Task[None] | None = None
         self._stopped: str | None = None
@@ -217,6 +219,9 @@ class PromptStage:
             await ledger.close()
             raise
         self._ledger, self._router = ledger, router
+        # The driver's stop word and the datasets' targets (run --ray): no new attempt.
+        self._control = StageControl(url, config.name, prefix=config.store_prefix)
+        self._control.watch(router.stop)
         self._recovering = asyncio.get_running_loop().create_task(self._recover_forever())
 
     async def _recover_forever(self) -> None:
@@ -351,9 +356,14 @@ class PromptStage:
             self._stopped = f"halted: {router.halted}"
         if self._stopped is not None:
             return await self._not_sent(data, dataset, prompt_id)
+        assert self._control is not None
+        held = await self._control.admit(dataset)  # the driver's stop, a dataset's target
+        if held is not None:
+            return await self._not_sent(data, dataset, prompt_id, held)
         request = {k: metadata[k] for k in REQUEST_KEYS if k in metadata}
         params = {**config.params, **request} if request else config.params
         started = time.time()
+        result: ChatResult | None = None
         kept: list[tuple[bool, dict[str, Any]]] = []
 
         async def keep(paid: ChatResult) -> None:
@@ -391,6 +401,8 @@ class PromptStage:
         except ProviderRouterError as exc:
             kind = _error_kind(exc)
             return await self._failed(data, dataset, prompt_id, FAILED, kind, f"{kind}: {exc}")
+        finally:
+            await self._control.landed(dataset, result)
         # The fields as stored, when they were: a replay then emits the very same row.
         fields = kept[0][1] if kept else answer_fields(result, started, time.time())
         if result.quarantined:

@@ -53,7 +53,7 @@ from provider_router._money import to_decimal
 from provider_router.batch.recovery import apply_budget
 from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.client import Router
-from provider_router.ledger import RedisLedger
+from provider_router.ledger import RedisLedger, Reservation
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ray._concurrency import scope_row_concurrency
 from provider_router.ray._secret import (
@@ -112,7 +112,9 @@ def _import_ray_data() -> Any:
     return ray.data
 
 
-async def _recover_orphans(ledger: RedisLedger, router: Router, lease: float) -> list[str]:
+async def _recover_orphans(
+    ledger: RedisLedger, router: Router, lease: float, worst_case: list[Reservation]
+) -> list[str]:
     """Settle what dead actors held: every reservation still open once the stage is done.
 
     Nothing in Ray runs a killed actor's cleanup, and Redis frees a reservation only
@@ -126,6 +128,7 @@ async def _recover_orphans(ledger: RedisLedger, router: Router, lease: float) ->
         report = await ledger.recover(router.resolve)
         reconciled += len(report.reconciled)
         worst += len(report.worst_case)
+        worst_case += report.worst_case
         reconciled_cost += report.reconciled_cost
         worst_cost += report.worst_case_cost
         if not await ledger.open_reservations() or time.monotonic() >= deadline:
@@ -239,6 +242,9 @@ class RayJob:
         """Pads this job stored in Redis: deleted by :meth:`finish`."""
         self._password_pads: list[Any] = []
         """``ObjectRef`` s of the Redis password's pads: dropped by :meth:`finish`."""
+        self.worst_case: list[Reservation] = []
+        """Dead actors' reservations :meth:`finish` counted at their worst case (``run
+        --own-key`` takes back what the key's usage shows was never charged)."""
         self._since = time.time()
         self._started = time.monotonic()
         self._generated = False
@@ -475,7 +481,7 @@ class RayJob:
                 **self.router_options,
             )
             async with router:
-                notes = await _recover_orphans(ledger, router, self.lease)
+                notes = await _recover_orphans(ledger, router, self.lease, self.worst_case)
             self.recovered += notes
             state = await ledger.snapshot()
             # The job is done: its pads go (the masked halves in Ray's files say nothing

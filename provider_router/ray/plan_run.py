@@ -4,15 +4,25 @@ The same plan, outputs and summary as a run on one machine: each dataset's
 prompts are read on the driver (the formats ``run`` reads, bad lines skipped and
 reported), sent through a :class:`~provider_router.ray.RayJob` stage, and every
 answered row is written to ``DIR/<dataset>.jsonl`` as an output record (docs/output.md);
-then ``summary.json`` and ``report.html``.
+then ``summary.json`` and ``report.html``. As ``run`` does, it:
+
+* locks DIR (a second ``run`` or ``run --ray`` on it is refused, and
+  ``provider-router status`` sees the run);
+* runs the preflight first (its 1-token request paid from the job's ledger);
+* stops each dataset at its ``target_output_tokens``: the actors admit a request
+  only while the dataset's output plus what its requests in flight may still add
+  is below the target, as ``run`` dispatches (:mod:`provider_router.ray._control`);
+* shows live progress (the same table and lines as ``run``) and serves the
+  Prometheus metrics from the driver;
+* stops on the first :meth:`RayPlanRun.stop` (Ctrl-C) without killing a request:
+  every actor sends nothing more, the requests in flight finish and are written.
 
 Resuming is the Redis store's: the job is named after the plan's ledger, a
 prompt already in ``DIR/<dataset>.jsonl`` is not sent again, and one answered in
 Redis but not yet written (the driver died) comes back from the store for free
-and is written then. Each id is written once, whatever Ray retried.
-
-Not on this path yet: ``target_output_tokens`` (refused with a clear error), the
-preflight, the live progress table, ``journal.jsonl`` (its role is the store's).
+and is written then. Each id is written once, whatever Ray retried. A dataset of
+``route: batch`` or ``route: auto`` is refused: the Batch API route runs on one
+machine.
 """
 
 from __future__ import annotations
@@ -25,19 +35,25 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from provider_router._exceptions import ConfigurationError
 from provider_router._log import get_logger
 from provider_router._types import JSONObject, Message
+from provider_router.batch._journal_file import lock_directory, unlock
 from provider_router.batch.output import encode_record, make_record, read_outputs
 from provider_router.batch.report import write_report
-from provider_router.batch.summary import RunSummary
+from provider_router.batch.summary import RunSummary, StopReason
+from provider_router.metrics import Metrics
 from provider_router.plan import DatasetSpec, Plan
 from provider_router.prompts import PromptReader
-from provider_router.ray._stage import ANSWERED
+from provider_router.ray._control import CONTROL_UNREACHABLE, INTERRUPTED
+from provider_router.ray._driver import DriverLoop
+from provider_router.ray._stage import ANSWERED, NOT_SENT
 from provider_router.ray.job import SUMMARY_FILE, RayJob
 from provider_router.ray.job import _import_ray_data as import_ray_data
 
-__all__ = ["run_plan_on_ray"]
+__all__ = ["RayPlanRun", "run_plan_on_ray"]
 
 log = get_logger(__name__)
 
@@ -46,14 +62,30 @@ FLUSH_INTERVAL = 1.0
 
 
 @dataclass
+class Written:
+    """What an output file holds: its ids, and their output tokens and cost."""
+
+    ids: set[str] = field(default_factory=set)
+    output_tokens: int = 0
+    cost: Decimal = Decimal(0)
+
+
+@dataclass
 class _Dataset:
     spec: DatasetSpec
     reader: PromptReader
-    written: set[str]
+    written: Written
     prompts: dict[str, tuple[list[Message], JSONObject, list[JSONObject] | None]] = field(
         default_factory=dict
     )
     total: int = 0
+    finished: bool = False
+
+    @property
+    def cap(self) -> int:
+        """The most prompts it will complete."""
+        cap = self.spec.max_requests
+        return self.total if cap is None else min(self.total, cap)
 
 
 def _cut_torn_tail(path: Path) -> int:
@@ -79,38 +111,50 @@ def _cut_torn_tail(path: Path) -> int:
         return size - keep
 
 
-def _written_ids(path: Path) -> set[str]:
+def read_written(path: Path) -> Written:
+    """What ``path`` holds (a torn last line cut first)."""
+    written = Written()
     if not path.is_file():
-        return set()
+        return written
     cut = _cut_torn_tail(path)
     if cut:
         log.warning("ray.output_repaired", path=str(path), cut_bytes=cut)
-    return {record["id"] for _, record in read_outputs(path)}
+    for _, record in read_outputs(path):
+        written.ids.add(record["id"])
+        written.output_tokens += int(record["usage"]["completion_tokens"])
+        written.cost += Decimal(record["cost"])
+    return written
+
+
+def _check_plan(plan: Plan) -> None:
+    if plan.budget is None:
+        raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
+    if plan.ledger is None or plan.shared_ledger_name is None:
+        raise ConfigurationError(
+            "--ray needs a Redis ledger (--ledger redis://host:6379/0 or `ledger:` in the "
+            "plan): the budget and the paid answers live there, shared by every actor"
+        )
+    for spec in plan.datasets:
+        if spec.route != "sync":
+            raise ConfigurationError(
+                f"dataset {spec.name!r} has route: {spec.route}: the Batch API route runs on "
+                "one machine (provider-router run without --ray); give it route: sync to send "
+                "its prompts on Ray"
+            )
 
 
 def _open_dataset(spec: DatasetSpec, out: Path, strict: bool) -> _Dataset:
-    if spec.target_output_tokens is not None:
-        raise ConfigurationError(
-            f"dataset {spec.name!r}: target_output_tokens is not supported with --ray yet; "
-            "use max_requests, or run it on one machine"
-        )
     reader = PromptReader(list(spec.inputs), strict=strict)
-    ds = _Dataset(spec, reader, _written_ids(out / f"{spec.name}.jsonl"))
-    room = None if spec.max_requests is None else max(spec.max_requests - len(ds.written), 0)
+    ds = _Dataset(spec, reader, read_written(out / f"{spec.name}.jsonl"))
+    written = ds.written.ids
+    room = None if spec.max_requests is None else max(spec.max_requests - len(written), 0)
     for prompt in reader:
         ds.total += 1
-        if prompt.id in ds.written or (room is not None and len(ds.prompts) >= room):
+        if prompt.id in written or (room is not None and len(ds.prompts) >= room):
             continue
         tools = prompt.request_fields.get("tools")
         ds.prompts[prompt.id] = (prompt.messages, prompt.metadata, tools)
     return ds
-
-
-def _items(ds: _Dataset) -> list[dict[str, Any]]:
-    items = []
-    for prompt_id, (messages, _, _) in ds.prompts.items():
-        items.append({"id": prompt_id, "dataset": ds.spec.name, "messages": messages})
-    return items
 
 
 def _record(ds: _Dataset, row: Mapping[str, Any], model: str) -> bytes:
@@ -142,33 +186,8 @@ def _record(ds: _Dataset, row: Mapping[str, Any], model: str) -> bytes:
     )
 
 
-def _write_outputs(ds: _Dataset, rows: Any, out: Path, model: str) -> None:
-    """Every answered row once, in arrival order; flushed about once a second."""
-    last_flush = time.monotonic()
-    with (out / f"{ds.spec.name}.jsonl").open("ab") as fh:
-        for row in rows:
-            prompt_id = str(row["id"])
-            if row["status"] != ANSWERED or prompt_id in ds.written:
-                continue
-            fh.write(_record(ds, row, model))
-            ds.written.add(prompt_id)
-            if time.monotonic() - last_flush >= FLUSH_INTERVAL:
-                fh.flush()
-                last_flush = time.monotonic()
-
-
-def run_plan_on_ray(
-    plan: Plan,
-    out: str | Path,
-    *,
-    address: str | None = None,
-    api_key: str | None = None,
-    base_url: str | None = None,
-    actors: int | None = None,
-    strict: bool = False,
-    init_options: Mapping[str, Any] | None = None,
-) -> RunSummary:
-    """Run ``plan`` on Ray into ``out``; returns the summary (also in ``summary.json``).
+class RayPlanRun:
+    """One ``run --ray`` of a plan into a job directory (see the module docstring).
 
     Args:
         plan: the plan; it needs a budget and a Redis ledger (``ledger:``).
@@ -178,67 +197,222 @@ def run_plan_on_ray(
         api_key, base_url: OpenRouter's (defaults from the environment).
         actors: stage actors (default: one per alive node).
         strict: the first bad input line raises before anything is sent.
+        preflight: run the preflight first (paid from the job's ledger).
+        account_horizon: the key is the job's own (``run --own-key``): worst cases
+            are bounded by the key's usage this many seconds after (negative: the
+            stream deadline; docs/ledger.md).
+        metrics: Prometheus metrics the driver keeps current (served by the caller).
+        console, progress: where and how to show live progress (``run --progress``).
+        lease: seconds a dead actor's reservations stay held before recovery
+            (``run --lease``).
         init_options: further ``ray.init`` keyword arguments.
 
     Raises:
-        ConfigurationError: no budget, no Redis ledger, or a setting Ray cannot run.
+        ConfigurationError: no budget, no Redis ledger, a batch-route dataset, or a
+            setting Ray cannot run.
     """
-    if plan.budget is None:
-        raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
-    if plan.ledger is None or plan.shared_ledger_name is None:
-        raise ConfigurationError(
-            "--ray needs a Redis ledger (--ledger redis://host:6379/0 or `ledger:` in the "
-            "plan): the budget and the paid answers live there, shared by every actor"
-        )
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    datasets = [_open_dataset(spec, out, strict) for spec in plan.datasets]
-    job = RayJob(
-        plan.model,
-        budget=plan.budget,
-        redis_url=plan.ledger,
-        name=plan.shared_ledger_name,
-        policy=plan.policy,
-        concurrency=plan.concurrency,
-        api_key=api_key,
-        base_url=base_url,
-        actors=actors,
-    )
-    ray_data = import_ray_data()
-    import ray
 
-    started_ray = False
-    if not ray.is_initialized():
-        ray.init(address=address, **{"logging_level": "WARNING", **(init_options or {})})
-        started_ray = True
-    try:
-        blocks = job.blocks
-        for ds in datasets:
-            items = _items(ds)
-            if not items:
-                continue
-            params = plan.params_for(ds.spec).request_params()
+    def __init__(
+        self,
+        plan: Plan,
+        out: str | Path,
+        *,
+        address: str | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        actors: int | None = None,
+        strict: bool = False,
+        preflight: bool = False,
+        account_horizon: float | None = None,
+        metrics: Metrics | None = None,
+        console: Console | None = None,
+        progress: str = "off",
+        lease: float = 60.0,
+        init_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        _check_plan(plan)
+        assert plan.budget is not None
+        assert plan.ledger is not None
+        self.plan = plan
+        self.out = Path(out)
+        self.address = address
+        self.strict = strict
+        self.init_options = dict(init_options or {})
+        self.job = RayJob(
+            plan.model,
+            budget=plan.budget,
+            redis_url=plan.ledger,
+            name=plan.shared_ledger_name or "",
+            policy=plan.policy,
+            concurrency=plan.concurrency,
+            api_key=api_key,
+            base_url=base_url,
+            actors=actors,
+            lease=lease,
+        )
+        self.driver = DriverLoop(
+            self,
+            api_key=api_key,
+            base_url=base_url,
+            preflight=preflight,
+            account_horizon=account_horizon,
+            metrics=metrics,
+            console=console,
+            progress=progress,
+        )
+        self.datasets: list[_Dataset] = []
+        self.interrupted = False
+        self.unreachable = False
+        """Rows were held back because the job's control in Redis was unreachable."""
+        self._started = time.monotonic()
+
+    def __repr__(self) -> str:
+        return f"RayPlanRun(out={str(self.out)!r}, job={self.job!r})"
+
+    def stop(self) -> None:
+        """Send nothing more; requests in flight finish and are written (the first Ctrl-C).
+
+        Safe to call from a signal handler: it only hands the word to the driver's loop.
+        """
+        self.interrupted = True
+        self.driver.stop(INTERRUPTED)
+
+    def run(self) -> RunSummary:
+        """Run the plan; the summary (also in ``summary.json``).
+
+        Raises:
+            ConfigurationError: another process runs a job in ``out``.
+            PreflightFailed: the preflight failed (nothing was sent).
+        """
+        self._started = time.monotonic()
+        self.out.mkdir(parents=True, exist_ok=True)
+        lock = lock_directory(self.out)
+        try:
+            return self._run_locked()
+        finally:
+            unlock(lock)
+
+    def _run_locked(self) -> RunSummary:
+        self.datasets = [_open_dataset(spec, self.out, self.strict) for spec in self.plan.datasets]
+        ray_data = import_ray_data()
+        import ray
+
+        self.driver.start()
+        started_ray = False
+        try:
+            self.driver.begin()
+            if not ray.is_initialized():
+                options = {"logging_level": "WARNING", **self.init_options}
+                ray.init(address=self.address, **options)
+                started_ray = True
+            if self.driver.mode != "off":
+                # One display: ours (run's table and lines), not Ray Data's besides it.
+                ray_data.DataContext.get_current().enable_progress_bars = False
+            for ds in self.datasets:
+                self._run_dataset(ds, ray_data)
+            summary = self.job.finish(
+                None,
+                prompts={ds.spec.name: ds.total for ds in self.datasets},
+                targets={
+                    ds.spec.name: (ds.spec.target_output_tokens, ds.spec.max_requests)
+                    for ds in self.datasets
+                },
+                raise_on_stop=False,
+            )
+            self.driver.end(summary)
+        finally:
+            try:
+                if started_ray:
+                    ray.shutdown()
+            finally:
+                self.driver.close()
+        self._conclude(summary)
+        summary.write(self.out / SUMMARY_FILE)
+        write_report(self.out)
+        return summary
+
+    def _run_dataset(self, ds: _Dataset, ray_data: Any) -> None:
+        """Every prompt of ``ds`` not yet written, once (its target may hold the rest)."""
+        items = [
+            {"id": prompt_id, "dataset": ds.spec.name, "messages": messages}
+            for prompt_id, (messages, _, _) in ds.prompts.items()
+        ]
+        if items and not self.interrupted:
+            params = self.plan.params_for(ds.spec).request_params()
             max_tokens = params.pop("max_tokens")
-            generated = job.generate(
-                ray_data.from_items(items, override_num_blocks=min(blocks, len(items))),
+            generated = self.job.generate(
+                ray_data.from_items(items, override_num_blocks=min(self.job.blocks, len(items))),
                 dataset=ds.spec.name,
                 max_tokens=max_tokens,
                 params=params,
             )
-            _write_outputs(ds, generated.iter_rows(), out, plan.model)
-        summary = job.finish(
-            None,
-            prompts={ds.spec.name: ds.total for ds in datasets},
-            targets={ds.spec.name: (None, ds.spec.max_requests) for ds in datasets},
-            raise_on_stop=False,
-        )
-    finally:
-        if started_ray:
-            ray.shutdown()
-    problems = [str(p) for ds in datasets for p in ds.reader.problems]
-    summary.bad_lines = problems
-    for report, ds in zip(summary.datasets, datasets, strict=True):
-        report.bad_lines = ds.reader.bad_lines
-    summary.write(out / SUMMARY_FILE)
-    write_report(out)
-    return summary
+            self._write_outputs(ds, generated.iter_rows())
+        ds.finished = True
+
+    def _write_outputs(self, ds: _Dataset, rows: Any) -> None:
+        """Every answered row once, in arrival order; flushed about once a second."""
+        last_flush = time.monotonic()
+        with (self.out / f"{ds.spec.name}.jsonl").open("ab") as fh:
+            for row in rows:
+                prompt_id, status = str(row["id"]), row["status"]
+                if status == NOT_SENT:
+                    self.unreachable |= row["error"] == CONTROL_UNREACHABLE
+                    continue
+                if status != ANSWERED:
+                    self.driver.failed(str(row["error"] or status).partition(":")[0])
+                    continue
+                if prompt_id in ds.written.ids:
+                    continue
+                fh.write(_record(ds, row, self.plan.model))
+                ds.written.ids.add(prompt_id)
+                if time.monotonic() - last_flush >= FLUSH_INTERVAL:
+                    fh.flush()
+                    last_flush = time.monotonic()
+
+    def _conclude(self, summary: RunSummary) -> None:
+        """The summary's words as ``run``'s: bad lines, a stop, a target not reached."""
+        summary.bad_lines = [str(p) for ds in self.datasets for p in ds.reader.problems]
+        for report, ds in zip(summary.datasets, self.datasets, strict=True):
+            report.bad_lines = ds.reader.bad_lines
+        summary.wall_time = time.monotonic() - self._started
+        if summary.reason in (StopReason.BUDGET, StopReason.CREDITS):
+            return
+        if self.interrupted:
+            summary.reason, summary.message = StopReason.INTERRUPTED, "interrupted by Ctrl-C"
+            return
+        if self.unreachable:
+            summary.reason = StopReason.ERROR
+            summary.message = f"prompts held back: {CONTROL_UNREACHABLE}; run again to resume"
+            return
+        short = [
+            (ds, report)
+            for ds, report in zip(self.datasets, summary.datasets, strict=True)
+            if ds.spec.target_output_tokens is not None
+            and report.output_tokens < ds.spec.target_output_tokens
+            and (ds.spec.max_requests is None or report.completed < ds.spec.max_requests)
+        ]
+        if summary.reason is StopReason.COMPLETE and short:
+            # Every prompt done and a target still not reached: run's words.
+            summary.reason = StopReason.TARGET_NOT_REACHED
+            summary.message = (
+                "; ".join(
+                    f"{ds.spec.name}: its prompts ran out at {report.output_tokens:,} of "
+                    f"{ds.spec.target_output_tokens:,} target output tokens"
+                    for ds, report in short
+                )
+                + " (add prompts, or lower target_output_tokens)"
+            )
+
+    # --- for the live display ---------------------------------------------------------------
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+
+def run_plan_on_ray(plan: Plan, out: str | Path, **options: Any) -> RunSummary:
+    """Run ``plan`` on Ray into ``out``; the summary (also in ``summary.json``).
+
+    ``options`` are :class:`RayPlanRun`'s.
+    """
+    return RayPlanRun(plan, out, **options).run()

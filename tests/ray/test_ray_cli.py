@@ -57,6 +57,11 @@ def _ids(path: Path) -> Counter[str]:
     return Counter(record["id"] for _, record in read_outputs(path))
 
 
+def _prompts_sent(sim: SimulatorThread) -> int:
+    """Chat requests of prompts (not the preflight's 1-token request)."""
+    return sum(1 for r in sim.server.requests if r.max_tokens != 1)
+
+
 @pytest.fixture
 def ray_run(
     ray_session: Path,
@@ -98,12 +103,14 @@ def test_a_plan_on_ray_writes_the_same_outputs_summary_and_report_and_resumes_fr
         (Decimal(r["cost"]) for f in ("a", "b") for _, r in read_outputs(out / f"{f}.jsonl")),
         Decimal(0),
     )
-    assert Decimal(summary["spent_usd"]) == written == sim.charged(CREDITS)
+    preflight = Decimal(summary["preflight_usd"])
+    assert preflight > 0  # run's preflight, paid from the job's ledger
+    assert Decimal(summary["spent_usd"]) == written + preflight == sim.charged(CREDITS)
     assert (out / "report.html").is_file()
 
-    sent = len(sim.server.requests)
+    sent = _prompts_sent(sim)
     assert main(argv) == 0  # the same command again: nothing left to send
-    assert len(sim.server.requests) == sent
+    assert _prompts_sent(sim) == sent
     assert sum(_ids(out / "a.jsonl").values()) == 30
     capsys.readouterr()
 
@@ -120,7 +127,7 @@ def test_a_budget_stop_on_ray_says_how_to_resume_and_the_resume_pays_only_the_re
     assert "--budget" in err.split("To resume:")[1]
     first = sum(_ids(out / f).total() for f in ("a.jsonl", "b.jsonl"))
     assert 0 < first < 50
-    assert len(sim.server.requests) == first  # every paid answer was written
+    assert _prompts_sent(sim) == first  # every paid answer was written
     summary = json.loads((out / "summary.json").read_text())
     assert summary["reason"] == "budget_exhausted"
     assert Decimal(summary["spent_usd"]) == sim.charged(CREDITS) <= Decimal("0.02")
@@ -129,7 +136,7 @@ def test_a_budget_stop_on_ray_says_how_to_resume_and_the_resume_pays_only_the_re
     assert main(resumed) == 0
     assert _ids(out / "a.jsonl") == Counter({f"a{i}": 1 for i in range(30)})
     assert _ids(out / "b.jsonl") == Counter({f"b{i}": 1 for i in range(20)})
-    assert len(sim.server.requests) == 50  # nothing paid twice
+    assert _prompts_sent(sim) == 50  # nothing paid twice
     capsys.readouterr()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from provider_router.ray.plan_run import _written_ids
+from provider_router.ray.plan_run import read_written
 
 RECORD = (
     b'{"id":"q%d","dataset":"p","messages":[],"reasoning":null,"finish_reason":"stop",'
@@ -19,13 +19,13 @@ def test_a_torn_last_line_is_cut_and_the_whole_records_read(tmp_path: Path) -> N
     path = tmp_path / "p.jsonl"
     whole = RECORD % (1, 1) + RECORD % (2, 2)
     path.write_bytes(whole + (RECORD % (3, 3))[:40])
-    assert _written_ids(path) == {"q1", "q2"}  # was: DataFileError on the torn line
+    assert read_written(path).ids == {"q1", "q2"}  # was: DataFileError on the torn line
     assert path.read_bytes() == whole  # the next record starts on its own line
-    assert _written_ids(path) == {"q1", "q2"}  # nothing more to cut
+    assert read_written(path).ids == {"q1", "q2"}  # nothing more to cut
 
 
 def test_a_file_of_one_torn_line_is_emptied(tmp_path: Path) -> None:
     path = tmp_path / "p.jsonl"
     path.write_bytes((RECORD % (1, 1))[:70])
-    assert _written_ids(path) == set()
+    assert read_written(path).ids == set()
     assert path.read_bytes() == b""
