@@ -359,7 +359,8 @@ class PromptStage:
         assert self._control is not None
         held = await self._control.admit(dataset)  # the driver's stop, a dataset's target
         if held is not None:
-            return await self._not_sent(data, dataset, prompt_id, held)
+            # Not noted in the store: not a stop of the job (a retried task asks again).
+            return self._row(data, dataset, prompt_id, NOT_SENT, held)
         request = {k: metadata[k] for k in REQUEST_KEYS if k in metadata}
         params = {**config.params, **request} if request else config.params
         started = time.time()

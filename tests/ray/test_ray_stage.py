@@ -105,6 +105,8 @@ async def close_stage(stage: PromptStage) -> None:
         await stage._ledger.close()
     if stage._store is not None:
         await stage._store.close()
+    if stage._control is not None:
+        await stage._control.close()
 
 
 @pytest.fixture
