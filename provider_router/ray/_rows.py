@@ -16,12 +16,41 @@ from typing import Any, Final
 from provider_router._format import decimal_str
 from provider_router.results import ChatResult
 
-__all__ = ["EMPTY_ANSWER", "answer_fields", "clean_messages", "plain", "row_key"]
+__all__ = [
+    "EMPTY_ANSWER",
+    "REQUEST_COLUMN",
+    "answer_fields",
+    "clean_messages",
+    "plain",
+    "request_fields",
+    "row_key",
+]
+
+REQUEST_COLUMN: Final = "request_json"
+"""A column holding a prompt's request fields (``tools``, ``tool_choice``) as one JSON
+object text: as a nested column Arrow would unify every row's tool schemas into one
+type (adding null keys to the schemas sent), so ``run --ray`` passes them as text."""
+
+_MAX_REQUEST_JSON: Final = 8 * 1024 * 1024  # as one prompt line's bound (prompts.py)
 
 
 def row_key(dataset: str, prompt_id: str) -> str:
     """The store's and the ledger's label of one prompt (as the batch runner's)."""
     return f"{dataset}/{prompt_id}"
+
+
+def request_fields(raw: Any) -> dict[str, Any]:
+    """The request fields of a :data:`REQUEST_COLUMN` value.
+
+    Raises:
+        ValueError: not a JSON object text, or longer than a prompt line may be.
+    """
+    if not isinstance(raw, str) or len(raw) > _MAX_REQUEST_JSON:
+        raise ValueError(f"{REQUEST_COLUMN} must be a JSON object text of at most 8 MiB")
+    fields = json.loads(raw)
+    if not isinstance(fields, dict):
+        raise ValueError(f"{REQUEST_COLUMN} must be a JSON object, got {type(fields).__name__}")
+    return fields
 
 
 def plain(value: Any) -> Any:

@@ -67,7 +67,15 @@ from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.policy import ProviderPolicy
 from provider_router.prompts import REQUEST_KEYS, _snippet, content_id, parse_prompt_line
 from provider_router.ray._control import StageControl
-from provider_router.ray._rows import EMPTY_ANSWER, answer_fields, clean_messages, plain, row_key
+from provider_router.ray._rows import (
+    EMPTY_ANSWER,
+    REQUEST_COLUMN,
+    answer_fields,
+    clean_messages,
+    plain,
+    request_fields,
+    row_key,
+)
 from provider_router.ray._secret import MaskedKey, MaskedPassword, with_password
 from provider_router.ray._store import AnswerStore, Stored
 from provider_router.results import ChatResult
@@ -264,7 +272,10 @@ class PromptStage:
         dataset = str(data.get("dataset") or config.dataset)
         try:
             # A null column is an absent key: Arrow gives every row every column.
-            present = {k: v for k, v in data.items() if v is not None}
+            present = {k: v for k, v in data.items() if v is not None and k != REQUEST_COLUMN}
+            raw = data.get(REQUEST_COLUMN)
+            if raw is not None:
+                present.update(request_fields(raw))
             line = json.dumps(present, default=str, sort_keys=True)
             explicit_id, messages, metadata = parse_prompt_line(line)
         except (ValueError, TypeError) as exc:

@@ -49,6 +49,7 @@ from provider_router.plan import DatasetSpec, Plan
 from provider_router.prompts import PromptReader
 from provider_router.ray._control import CONTROL_UNREACHABLE, INTERRUPTED
 from provider_router.ray._driver import DriverLoop
+from provider_router.ray._rows import REQUEST_COLUMN
 from provider_router.ray._stage import ANSWERED, NOT_SENT
 from provider_router.ray.job import SUMMARY_FILE, RayJob
 from provider_router.ray.job import _import_ray_data as import_ray_data
@@ -75,8 +76,8 @@ class _Dataset:
     spec: DatasetSpec
     reader: PromptReader
     written: Written
-    prompts: dict[str, tuple[list[Message], JSONObject, list[JSONObject] | None]] = field(
-        default_factory=dict
+    prompts: dict[str, tuple[list[Message], JSONObject, list[JSONObject] | None, JSONObject]] = (
+        field(default_factory=dict)
     )
     total: int = 0
     finished: bool = False
@@ -152,13 +153,13 @@ def _open_dataset(spec: DatasetSpec, out: Path, strict: bool) -> _Dataset:
         ds.total += 1
         if prompt.id in written or (room is not None and len(ds.prompts) >= room):
             continue
-        tools = prompt.request_fields.get("tools")
-        ds.prompts[prompt.id] = (prompt.messages, prompt.metadata, tools)
+        request = dict(prompt.request_fields)  # its own tools / tool_choice, sent as given
+        ds.prompts[prompt.id] = (prompt.messages, prompt.metadata, request.get("tools"), request)
     return ds
 
 
 def _record(ds: _Dataset, row: Mapping[str, Any], model: str) -> bytes:
-    messages, metadata, tools = ds.prompts[str(row["id"])]
+    messages, metadata, tools, _ = ds.prompts[str(row["id"])]
     calls = json.loads(row["tool_calls"]) if row.get("tool_calls") else []
     return encode_record(
         make_record(
@@ -334,8 +335,13 @@ class RayPlanRun:
     def _run_dataset(self, ds: _Dataset, ray_data: Any) -> None:
         """Every prompt of ``ds`` not yet written, once (its target may hold the rest)."""
         items = [
-            {"id": prompt_id, "dataset": ds.spec.name, "messages": messages}
-            for prompt_id, (messages, _, _) in ds.prompts.items()
+            {
+                "id": prompt_id,
+                "dataset": ds.spec.name,
+                "messages": messages,
+                REQUEST_COLUMN: json.dumps(request) if request else None,
+            }
+            for prompt_id, (messages, _, _, request) in ds.prompts.items()
         ]
         if items and not self.interrupted:
             params = self.plan.params_for(ds.spec).request_params()

@@ -19,11 +19,19 @@ from tests.ray.conftest import CREDITS, KEY, MODEL
 pytestmark = [pytest.mark.ray, pytest.mark.redis, pytest.mark.timeout(240)]
 
 
+TOOL = {
+    "type": "function",
+    "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
+}
+
+
 def _plan(tmp_path: Path, budget: str) -> Path:
     a = tmp_path / "a.jsonl"
     a.write_text("".join(json.dumps({"id": f"a{i}", "prompt": f"q {i}"}) + "\n" for i in range(30)))
     b = tmp_path / "b.jsonl"
     lines = [json.dumps({"id": f"b{i}", "prompt": f"r {i}", "source": "x"}) for i in range(20)]
+    # A line's own request fields go with it (they were dropped on the way to the stage).
+    lines[3] = json.dumps({"id": "b3", "prompt": "r 3", "tools": [TOOL], "tool_choice": "auto"})
     b.write_text("\n".join([*lines[:5], "{not json", *lines[5:]]) + "\n")
     plan = tmp_path / "plan.yaml"
     plan.write_text(
@@ -94,6 +102,8 @@ def test_a_plan_on_ray_writes_the_same_outputs_summary_and_report_and_resumes_fr
     assert record["metadata"] == {"source": "x"}
     assert record["messages"][0] == {"role": "user", "content": "r 7"}
     assert record["messages"][1]["role"] == "assistant"
+    offered = [(r.tools, r.tool_choice) for r in sim.server.requests if r.tools]
+    assert offered == [(("lookup",), "auto")], "b3's tools, and only b3's"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["reason"] == "complete"
     assert summary["datasets"]["a"]["completed"] == 30
