@@ -130,10 +130,13 @@ async def test_a_lost_202_candidate_of_another_dataset_with_longer_lines_is_pass
         }
         for n in range(5)
     ]
-    # Its lines ~30,000 tokens each (this dataset's: capped at their max_tokens of 200).
+    # Its lines ~30,000 tokens each (this dataset's: capped at their max_tokens of 200);
+    # done at once, while the lost one stays out of the list a while (read first).
     job.sim.simulator.lengths = Lengths(fixed=30_000)
+    faults = job.sim.simulator.batches.faults
+    faults.slow = 1e-6
     await BatchApi(job.http).submit(job.route.model_id, other, job.route.provider_object())
-    job.sim.simulator.batches.faults.lose_202 = 1
+    faults.slow, faults.list_lag, faults.lose_202 = 1.0, 600.0, 1
     _guard(job)
     result = await job.go(prompts(5))
     assert result.stop is None
