@@ -13,7 +13,8 @@ and fsynced before the step it records is taken, so a kill -9 anywhere leaves on
   per-dataset files, committed through the output journal;
 * ``ended`` (failed, expired, refused, never created): its prompts may run again;
 * ``disputed`` (a bill of the batch not taken on its word, its worst case booked):
-  no batch is sent while one is on record.
+  no batch is sent while one is on record, until ``dispute_checked`` (the operator
+  checked it: ``--batch-accept-disputed``).
 
 A torn last line (a kill mid-write) is dropped; any other unreadable line is an
 error naming the file and line, never a silent reset.
@@ -178,6 +179,10 @@ class BatchJournal:
     def record_disputed(self, intent: str, note: str) -> None:
         self._write({"op": "disputed", "intent": intent, "note": note[:_MAX_NOTE]})
 
+    def record_dispute_checked(self, intent: str) -> None:
+        """The operator checked the intent's disputed bill: batches may be sent again."""
+        self._write({"op": "dispute_checked", "intent": intent})
+
     @property
     def disputed(self) -> str | None:
         """A dispute on record (the first), if any."""
@@ -218,5 +223,7 @@ def _apply(intents: dict[str, BatchIntent], entry: dict[str, Any]) -> None:
         intent.settled = True
     elif op == "disputed":
         intent.disputed = str(entry["note"])[:_MAX_NOTE]
+    elif op == "dispute_checked":
+        intent.disputed = None
     else:
         raise ValueError(f"unknown op {op!r}")

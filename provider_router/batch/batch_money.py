@@ -152,5 +152,6 @@ class BatchMoney:
         self.result.stopped_by = "error"
         self.result.stop = (
             f"disputed cost: {note}; no more batches are sent while it is on record in "
-            f"{self.batches.path.name}: check it at https://openrouter.ai/activity"
+            f"{self.batches.path.name}: check it at https://openrouter.ai/activity, then run "
+            "again with --batch-accept-disputed if its booked worst case may stand"
         )

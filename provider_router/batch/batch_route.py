@@ -102,7 +102,10 @@ class BatchRouteRun:
         limits: per dataset, (output-token target, request cap): lines are sent in
             waves so that what is done plus what is in batches (at the observed
             tokens per line, ``max_tokens`` before any) stays within them.
-        progress: called with the result so far after each round of polls.
+        progress: called with the result so far after each round of polls (display
+            only: an exception from it is logged once and the run goes on).
+        accept_disputed: the operator checked the disputed bills on record (the
+            dashboard) and their booked worst cases stand: batches are sent again.
     """
 
     def __init__(
@@ -125,9 +128,11 @@ class BatchRouteRun:
         dataset_params: Mapping[str, Mapping[str, Any]] | None = None,
         limits: Mapping[str, tuple[int | None, int | None]] | None = None,
         progress: Callable[[BatchRouteResult], None] | None = None,
+        accept_disputed: bool = False,
     ) -> None:
         self.body = BatchBody(route, params, dataset_params or {}, max_batch_requests)
         self.progress = progress
+        self.accept_disputed = accept_disputed
         self.api = api
         self.ledger = ledger
         self.journal = journal
@@ -175,10 +180,7 @@ class BatchRouteRun:
         # counts it at its worst case (never below what may have been spent); a batch
         # this run then collects corrects its own to the true cost.
         await self.ledger.recover()
-        if self.batches.disputed is not None:
-            # A bill disputed before: the ledger may be below what was charged, so no
-            # batch is sent (live ones are still collected) until it is checked.
-            self.money.stop_disputed(self.batches.disputed)
+        self._check_disputes()
         delay = self.poll_initial
         while True:
             self._halt = self.money.withheld = False
@@ -221,6 +223,22 @@ class BatchRouteRun:
                 "those batches may still run and bill, and their prompts would be sent "
                 "again; restore the file (or finish the job in a new directory)",
             )
+
+    def _check_disputes(self) -> None:
+        """A bill disputed before: the ledger may be below what was charged, so no batch
+        is sent (live ones are still collected) until the operator says it was checked."""
+        if self.batches.disputed is None:
+            return
+        if not self.accept_disputed:
+            self.money.stop_disputed(self.batches.disputed)
+            return
+        for intent in self.batches:
+            if intent.disputed is not None:
+                self.batches.record_dispute_checked(intent.intent)
+                self.result.events.append(
+                    f"disputed bill accepted as checked (its booked worst case stands): "
+                    f"{intent.disputed}"
+                )
 
     def _report(self) -> None:
         live = [i for i in self.batches if i.live]

@@ -115,6 +115,12 @@ async def test_a_dispute_is_journaled_and_a_resume_sends_no_batch(job: Job) -> N
         journal.close()
     assert entry["reported"] == "1000000"
     assert from_units(entry["booked"]) < 1
+    # The operator checked the bill: its booked worst case stands, batches go again.
+    accepted = await job.go(prompts(10), accept_disputed=True)
+    assert accepted.stop is None
+    assert any("disputed bill accepted as checked" in e for e in accepted.events)
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(10))
+    assert (await job.go(prompts(11))).stop is None, "checked once, for good"
 
 
 async def test_a_lost_202_candidate_of_another_dataset_with_longer_lines_is_passed_over(
