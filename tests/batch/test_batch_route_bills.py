@@ -33,22 +33,35 @@ def _guard(job: Job, rounds: int = 400) -> None:
 async def test_a_lost_202_whose_batch_failed_after_running_lines_keeps_its_cost(
     job: Job,
 ) -> None:
-    # Its batch failed after two lines, billed: past the grace its worst case stays
-    # booked (never released at $0), though its prompts go again.
+    # Its batch failed after running (and billing) half its lines: past the grace its
+    # worst case stays booked (never released at $0), though its prompts go again.
     faults = job.sim.simulator.batches.faults
     faults.lose_202 = 1
-    faults.fail = 1
-    api = FailedAfterLines(job.http)
-    api.cost = "0.0005"
-    result = await job.go(prompts(5), api)
-    assert result.resubmitted_lines == 5
-    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
+    faults.fail_late = 1
+    result = await job.go(prompts(4))
+    assert result.resubmitted_lines == 4
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(4))
+    failed, _ = job.sim.simulator.batches
+    assert failed.late_failure is not None
+    assert failed.paid, "the failed batch was billed"
+    assert failed.cost > 0
     job.sim.simulator.batches.settle_all()
     state = await job.ledger.snapshot()
     assert state.reserved == 0
-    assert state.spent >= job.sim.simulator.usage + Decimal("0.0005"), (
-        "the failed batch's reported bill is in the ledger"
-    )
+    assert state.spent >= job.sim.simulator.usage, "the ledger is never below what was billed"
+
+
+async def test_a_failed_batch_that_billed_lines_is_booked_at_its_bill(job: Job) -> None:
+    job.sim.simulator.batches.faults.fail_late = 1
+    # The route books a failed batch's reported cost: to the picodollar what was billed.
+    result = await job.go(prompts(4))
+    assert result.stop is None
+    failed, _ = job.sim.simulator.batches
+    assert failed.late_failure is not None
+    assert failed.cost > 0
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(4))
+    assert set(job.submitted().values()) == {2}, "its prompts went again, once"
+    await job.money_agrees()
 
 
 async def test_an_absurd_failed_batch_bill_is_disputed_not_booked(job: Job) -> None:
