@@ -17,6 +17,7 @@ from provider_router.batch.batch_journal import BatchJournal
 from provider_router.batch.batch_lost import LOST_GRACE_SECONDS
 from provider_router.batch.batch_results import read_cost
 from provider_router.batch.journal import FileJournal
+from provider_router.testing.batches import BatchFaults
 from provider_router.testing.synth import Lengths
 
 __all__ = ["job"]  # the route tests' fixture
@@ -35,12 +36,8 @@ async def test_a_lost_202_whose_batch_failed_after_running_lines_keeps_its_cost(
 ) -> None:
     # Its batch failed after running (and billing) half its lines: past the grace its
     # worst case stays booked (never released at $0), though its prompts go again.
-    faults = job.sim.simulator.batches.faults
-    faults.lose_202 = 1
-    faults.fail_late = 1
-    result = await job.go(prompts(4))
-    assert result.resubmitted_lines == 4
-    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(4))
+    job.sim.simulator.batches.faults = BatchFaults(lose_202=1, fail_late=1)
+    assert (await job.go(prompts(4))).resubmitted_lines == 4
     failed, _ = job.sim.simulator.batches
     assert failed.late_failure is not None
     assert failed.paid, "the failed batch was billed"
@@ -49,6 +46,7 @@ async def test_a_lost_202_whose_batch_failed_after_running_lines_keeps_its_cost(
     state = await job.ledger.snapshot()
     assert state.reserved == 0
     assert state.spent >= job.sim.simulator.usage, "the ledger is never below what was billed"
+    assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(4))
 
 
 async def test_a_failed_batch_that_billed_lines_is_booked_at_its_bill(job: Job) -> None:
