@@ -157,7 +157,9 @@ class BatchCollector(RoutePart):
                 self.result.events.append(note)
             else:
                 key = f"{intent.dataset}/{line.prompt_id}"
-                self.money.dispute(intent, key, note, cost, worst)
+                gen = line.body.get("id")
+                gen_id = gen[:200] if isinstance(gen, str) else None
+                self.money.dispute(intent, key, note, cost, worst, gen_id)
             cost = worst
         if prompt is None:
             # Paid, and never thrown away: kept beside the outputs, once, and counted.

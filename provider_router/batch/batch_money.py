@@ -138,12 +138,14 @@ class BatchMoney:
         note: str,
         reported: Decimal,
         booked: Decimal,
+        generation_id: str | None = None,
     ) -> None:
         """A bill not taken on its word: ``booked`` (the worst case) stands, the dispute is
         journaled before it is booked, and no more is sent (this run or a resume)."""
         self.batches.record_disputed(intent.intent, note)
         if self.journal is not None:
-            self.journal.note_disputed(key or f"batch:{intent.intent}", None, reported, booked)
+            key = key or f"batch:{intent.intent}"
+            self.journal.note_disputed(key, generation_id, reported, booked)
         self.result.events.append(note)
         self.stop_disputed(note)
 

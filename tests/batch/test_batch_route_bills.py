@@ -9,7 +9,15 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from test_batch_api_route import FailedAfterLines, Job, Killed, PollEdits, job, prompts
+from test_batch_api_route import (
+    AbsurdBill,
+    FailedAfterLines,
+    Job,
+    Killed,
+    PollEdits,
+    job,
+    prompts,
+)
 
 from provider_router._money import from_units
 from provider_router.batch.batch_api import BatchApi
@@ -197,3 +205,19 @@ async def test_a_progress_callback_that_raises_ends_no_run(job: Job) -> None:
     assert len(calls) > 1, "called each round still"
     assert result.stop is None
     assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(10))
+
+
+async def test_a_disputed_line_is_journaled_with_its_generation(job: Job) -> None:
+    stopped = await job.go(prompts(5), AbsurdBill(job.http))
+    assert stopped.stop is not None
+    assert stopped.stop.startswith("disputed cost")
+    journal = FileJournal.read(job.directory)
+    try:
+        (entry,) = journal.disputes
+    finally:
+        journal.close()
+    assert entry["key"].startswith("ds/p")
+    assert str(entry["gen"]).startswith("gen-batch-"), "its generation, to check"
+    assert entry["reported"] == "1000000"
+    with BatchJournal.open(job.directory) as batches:
+        assert batches.disputed is not None
