@@ -113,13 +113,7 @@ class BatchCollector(RoutePart):
         reported = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
         if reported is None:
             reported = Decimal(0)  # the lines' sum stands (each unknown one at its worst)
-        if reported > 2 * from_units(intent.worst_units):
-            self.money.dispute(
-                f"batch {intent.batch_id}: usage.cost ${reported} is more than twice its "
-                f"worst case ${from_units(intent.worst_units)}; its lines' ${lines_cost} "
-                "are booked"
-            )
-            reported = lines_cost
+        reported = self.money.checked(intent, "usage.cost", reported, lines_cost)
         if abs(reported - lines_cost) > Decimal("1e-9") * max(1, len(intent.prompt_ids)):
             self.result.events.append(
                 f"batch {intent.batch_id}: usage.cost ${reported} differs from its lines' "
@@ -162,7 +156,10 @@ class BatchCollector(RoutePart):
             if cost is None:
                 self.result.events.append(note)
             else:
-                self.money.dispute(note)
+                key = f"{intent.dataset}/{line.prompt_id}"
+                gen = line.body.get("id")
+                gen_id = gen[:200] if isinstance(gen, str) else None
+                self.money.dispute(intent, key, note, cost, worst, gen_id)
             cost = worst
         if prompt is None:
             # Paid, and never thrown away: kept beside the outputs, once, and counted.

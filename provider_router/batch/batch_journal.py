@@ -11,7 +11,10 @@ and fsynced before the step it records is taken, so a kill -9 anywhere leaves on
 * ``submitted`` (the batch id): poll it, collect it;
 * ``collected`` (what it cost, which prompts failed): the outputs are in the
   per-dataset files, committed through the output journal;
-* ``ended`` (failed, expired, refused, never created): its prompts may run again.
+* ``ended`` (failed, expired, refused, never created): its prompts may run again;
+* ``disputed`` (a bill of the batch not taken on its word, its worst case booked):
+  no batch is sent while one is on record, until ``dispute_checked`` (the operator
+  checked it: ``--batch-accept-disputed``).
 
 A torn last line (a kill mid-write) is dropped; any other unreadable line is an
 error naming the file and line, never a silent reset.
@@ -31,6 +34,7 @@ from provider_router._exceptions import DataFileError
 __all__ = ["BATCH_JOURNAL_FILE", "BatchIntent", "BatchJournal"]
 
 BATCH_JOURNAL_FILE = "batches.jsonl"
+_MAX_NOTE = 1000
 
 
 @dataclass(slots=True)
@@ -53,6 +57,8 @@ class BatchIntent:
     ended: str | None = None
     """Why it ended without results (failed, expired, refused, not_created)."""
     settled: bool = False
+    disputed: str | None = None
+    """Why a bill of this batch was disputed (the last one), if one was."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def custom_id(self, line: int) -> str:
@@ -170,6 +176,18 @@ class BatchJournal:
     def record_settled(self, intent: str) -> None:
         self._write({"op": "settled", "intent": intent})
 
+    def record_disputed(self, intent: str, note: str) -> None:
+        self._write({"op": "disputed", "intent": intent, "note": note[:_MAX_NOTE]})
+
+    def record_dispute_checked(self, intent: str) -> None:
+        """The operator checked the intent's disputed bill: batches may be sent again."""
+        self._write({"op": "dispute_checked", "intent": intent})
+
+    @property
+    def disputed(self) -> str | None:
+        """A dispute on record (the first), if any."""
+        return next((i.disputed for i in self if i.disputed is not None), None)
+
     def close(self) -> None:
         self._fh.close()
 
@@ -203,5 +221,9 @@ def _apply(intents: dict[str, BatchIntent], entry: dict[str, Any]) -> None:
         intent.ended = str(entry["why"])
     elif op == "settled":
         intent.settled = True
+    elif op == "disputed":
+        intent.disputed = str(entry["note"])[:_MAX_NOTE]
+    elif op == "dispute_checked":
+        intent.disputed = None
     else:
         raise ValueError(f"unknown op {op!r}")

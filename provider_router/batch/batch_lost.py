@@ -4,9 +4,14 @@ An intent journaled before its submit has no batch id when the 202 never arrived
 kill, a dropped connection). :func:`find_lost` lists the key's batches created since
 an hour before the intent (a server clock behind ours must not hide it) with as many
 requests, and reads each finished candidate's first result: the batch is the
-intent's when that ``custom_id`` carries the intent's id. What cannot be checked yet
-(a candidate still running, results withheld for credits) keeps the intent undecided,
-so its prompts are never sent again while the batch may exist.
+intent's when that ``custom_id`` carries the intent's id (that one line is read within
+a results page's bound: the list shows every batch of the key, other datasets' and
+other jobs' too). What cannot be checked yet (a candidate still running, results
+withheld for credits) keeps the intent undecided, so its prompts are never sent again
+while the batch may exist; a candidate whose results cannot be read at all (an error
+status, an unreadable answer) is named, so that past the grace the run stops saying
+which instead of waiting for ever. A failed candidate that says it ran lines or cost
+something may have been the intent's and billed: never taken as free.
 """
 
 from __future__ import annotations
@@ -18,9 +23,14 @@ from provider_router._exceptions import (
     APIStatusError,
     InvalidResponseError,
     PaymentRequiredError,
+    ProviderUnavailableError,
+    RateLimitError,
 )
+from provider_router._money import from_units
 from provider_router.batch.batch_api import TERMINAL, BatchApi
+from provider_router.batch.batch_body import RESULTS_PAGE_BYTES
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
+from provider_router.batch.batch_results import failed_batch_cost
 from provider_router.route_choice import BATCH_WINDOW_SECONDS
 
 __all__ = [
@@ -48,18 +58,21 @@ class LostSearch:
 
     Attributes:
         batch_id: the intent's batch, when found.
-        undecided: a candidate could not be checked yet (still running, or its
-            results withheld): the intent's prompts must wait.
-        expired: an expired or cancelled candidate, or a completed one listing no
-            results, shows no ``custom_id``s and might be the intent's (its bill is
-            unknown).
+        undecided: a candidate could not be checked yet (still running, its results
+            withheld, or unreadable): the intent's prompts must wait.
+        maybe_billed: a candidate that shows no ``custom_id``s might be the intent's
+            and billed (expired or cancelled, failed after running lines or with a
+            cost, or completed listing no results).
         owed: the 402 of a candidate whose results are withheld for credits.
+        unreadable: a candidate whose results cannot be read (its id and why): it
+            keeps the intent undecided for good.
     """
 
     batch_id: str | None = None
     undecided: bool = False
-    expired: bool = False
+    maybe_billed: bool = False
     owed: PaymentRequiredError | None = None
+    unreadable: str | None = None
 
 
 async def _candidates(
@@ -92,37 +105,47 @@ async def _candidates(
         asked.add(after)
 
 
-async def find_lost(
-    api: BatchApi, journal: BatchJournal, intent: BatchIntent, line_bytes: int
-) -> LostSearch:
-    """Look for ``intent``'s batch (see the module docstring); ``line_bytes`` bounds the
-    one results line read of each finished candidate."""
-    undecided = expired = False
+async def find_lost(api: BatchApi, journal: BatchJournal, intent: BatchIntent) -> LostSearch:
+    """Look for ``intent``'s batch (see the module docstring)."""
+    undecided = billed = False
     owed: PaymentRequiredError | None = None
+    unreadable: str | None = None
     for item in await _candidates(api, journal, intent):
         status = item.get("status")
         if status not in TERMINAL:
             undecided = True  # its custom_ids show only once it ends; look again later
             continue
+        if status == "failed":
+            # A failed batch ran nothing and cost nothing, unless it says it ran lines
+            # or cost something: then it may be the intent's, billed.
+            cost, _ = failed_batch_cost(item, from_units(intent.worst_units))
+            billed = billed or cost > 0
+            continue
         if status != "completed":
-            # Failed batches ran nothing and cost nothing; expired (or cancelled) ones
-            # may have cost something and never show their custom_ids.
-            expired = expired or status in ("expired", "cancelled")
+            billed = True  # expired or cancelled: may have cost something, no custom_ids
             continue
         try:
-            page = await api.results_page(str(item["id"]), None, limit=1, max_bytes=line_bytes)
+            # One line, of whichever dataset or job: bounded as a page, not by this
+            # dataset's line (a longer foreign line is not an error of ours).
+            page = await api.results_page(
+                str(item["id"]), None, limit=1, max_bytes=RESULTS_PAGE_BYTES
+            )
         except PaymentRequiredError as exc:
             owed, undecided = exc, True  # it may be ours: collect it after a top-up
             continue
-        except APIStatusError:
-            undecided = True
+        except (RateLimitError, ProviderUnavailableError):
+            undecided = True  # a blip: looked at again next round
             continue
-        data = page.get("data") or []
-        if not data:
+        except (APIStatusError, InvalidResponseError) as exc:
+            undecided, unreadable = True, f"{str(item['id'])[:100]} (its results: {exc})"
+            continue
+        data = page.get("data")
+        if not isinstance(data, list) or not data:
             # Completed and of the intent's size, yet no custom_id to tell: it may be
             # the intent's and billed, so it is never taken as free.
-            expired = True
+            billed = True
             continue
-        if intent.prompt_for(str(data[0].get("custom_id", ""))) is not None:
+        first = data[0] if isinstance(data[0], dict) else {}
+        if intent.prompt_for(str(first.get("custom_id", ""))) is not None:
             return LostSearch(batch_id=str(item["id"]))
-    return LostSearch(None, undecided, expired, owed)
+    return LostSearch(None, undecided, billed, owed, unreadable)

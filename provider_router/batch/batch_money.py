@@ -5,8 +5,10 @@ intent is journaled (what does not fit the budget is not sent), settles or relea
 that reservation exactly once (``settled`` in ``batches.jsonl``, so a resume never
 closes it twice), and turns a results 402 (credits short at finalize) into the stop
 that says how much to add, counting each withheld batch's bill once against one
-balance. A disputed bill (more than twice its worst case) stops the run as on the sync
-route.
+balance. A disputed bill (more than twice its worst case) books the worst case, is
+journaled in ``batches.jsonl`` (and the output journal's ``disputed`` entries), and
+stops the run as on the sync route: a resume sends no batch while a dispute is on
+record, since the ledger may be below what was charged.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from provider_router._exceptions import ConfigurationError, PaymentRequiredError
+from provider_router._money import from_units
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_journal import BatchIntent, BatchJournal
 from provider_router.batch.batch_results import read_cost
 from provider_router.batch.batch_route_result import BatchRouteResult
+from provider_router.batch.journal import FileJournal
 from provider_router.ledger import Ledger
 from provider_router.ledger._base import Reservation
 
@@ -33,12 +37,19 @@ class BatchMoney:
     """Reserve, settle and stop for money, for one run of the batch route."""
 
     def __init__(
-        self, api: BatchApi, ledger: Ledger, batches: BatchJournal, result: BatchRouteResult
+        self,
+        api: BatchApi,
+        ledger: Ledger,
+        batches: BatchJournal,
+        result: BatchRouteResult,
+        journal: FileJournal | None = None,
     ) -> None:
         self.api = api
         self.ledger = ledger
         self.batches = batches
         self.result = result
+        self.journal = journal
+        """The output journal: its ``disputed`` entries feed the summary and ``ledger show``."""
         self.withheld = False
         """A results 402 this round: the run stops (a resume collects after a top-up)."""
         self._reservations: dict[str, Reservation] = {}
@@ -102,11 +113,47 @@ class BatchMoney:
             "(they are not re-run)"
         )
 
-    def dispute(self, note: str) -> None:
-        """A bill not taken on its word: the worst case is booked, no more is sent."""
+    def checked(
+        self, intent: BatchIntent, what: str, reported: Decimal, instead: Decimal
+    ) -> Decimal:
+        """``reported`` when within twice the intent's worst case; else it is disputed and
+        ``instead`` is what to book (never one answer's word for an absurd bill)."""
+        worst = from_units(intent.worst_units)
+        if reported <= 2 * worst:
+            return reported
+        self.dispute(
+            intent,
+            None,
+            f"batch {intent.batch_id}: {what} ${reported} is more than twice its worst case "
+            f"${worst}; ${instead} is booked",
+            reported,
+            instead,
+        )
+        return instead
+
+    def dispute(
+        self,
+        intent: BatchIntent,
+        key: str | None,
+        note: str,
+        reported: Decimal,
+        booked: Decimal,
+        generation_id: str | None = None,
+    ) -> None:
+        """A bill not taken on its word: ``booked`` (the worst case) stands, the dispute is
+        journaled before it is booked, and no more is sent (this run or a resume)."""
+        self.batches.record_disputed(intent.intent, note)
+        if self.journal is not None:
+            key = key or f"batch:{intent.intent}"
+            self.journal.note_disputed(key, generation_id, reported, booked)
         self.result.events.append(note)
+        self.stop_disputed(note)
+
+    def stop_disputed(self, note: str) -> None:
+        """The stop a dispute on record makes (``note`` says which bill)."""
         self.result.stopped_by = "error"
         self.result.stop = (
-            f"disputed cost: {note}; no more batches are sent: check it at "
-            "https://openrouter.ai/activity"
+            f"disputed cost: {note}; no more batches are sent while it is on record in "
+            f"{self.batches.path.name}: check it at https://openrouter.ai/activity, then run "
+            "again with --batch-accept-disputed if its booked worst case may stand"
         )

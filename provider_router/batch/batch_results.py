@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from provider_router._money import to_decimal
 from provider_router._types import JSONObject
@@ -20,7 +20,19 @@ from provider_router.batch.output import encode_record, make_record
 from provider_router.prompts import Prompt
 from provider_router.results import ToolCall
 
-__all__ = ["ResultLine", "failed_batch_cost", "read_cost", "read_result", "result_record"]
+__all__ = [
+    "MAX_READ_COST",
+    "ResultLine",
+    "failed_batch_cost",
+    "read_cost",
+    "read_result",
+    "result_record",
+]
+
+MAX_READ_COST: Final = Decimal(1_000_000)
+"""The largest ``usage.cost`` (USD) read as a figure: a batch of 5,000 lines at any
+listed price is far below it; a bigger number from a server (``1e999999999``) is
+unreadable (its worst case counts), never a ``decimal.Overflow``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,27 +81,32 @@ def read_result(intent: BatchIntent, result: Mapping[str, Any]) -> ResultLine | 
 
 
 def read_cost(value: Any) -> Decimal | None:
-    """A ``usage.cost`` as exact USD; None when absent, unreadable or negative."""
-    if value is None:
+    """A ``usage.cost`` as exact USD; None when absent, unreadable, negative or beyond
+    :data:`MAX_READ_COST` (a hostile exponent is refused before any arithmetic)."""
+    if value is None or (isinstance(value, str) and len(value) > 64):
         return None
     try:
         cost = to_decimal(value, what="usage.cost")
     except ValueError:
         return None
-    return cost if cost >= 0 else None
+    return cost if 0 <= cost <= MAX_READ_COST else None
 
 
 def failed_batch_cost(batch: Mapping[str, Any], worst: Decimal) -> tuple[Decimal, int]:
     """What a failed batch is booked at, and the lines it says it completed without a cost.
 
     A failed batch ran nothing and cost nothing (the docs), unless it says otherwise:
-    a cost it reports is booked, and lines it reports done without one count at the
-    batch's ``worst`` case (unknown is not free).
+    a cost it reports is returned (the caller disputes an absurd one), and lines it
+    reports done without one, or a cost that cannot be read, count at the batch's
+    ``worst`` case (unknown is not free).
     """
     usage = batch.get("usage")
-    cost = read_cost(usage.get("cost") if isinstance(usage, Mapping) else None)
+    said = usage.get("cost") if isinstance(usage, Mapping) else None
+    cost = read_cost(said)
     if cost is not None and cost > 0:
         return cost, 0
+    if said is not None and cost is None:
+        return worst, 0
     counts = batch.get("request_counts")
     done = counts.get("completed") if isinstance(counts, Mapping) else None
     if isinstance(done, int) and not isinstance(done, bool) and done > 0:

@@ -52,6 +52,7 @@ from provider_router._exceptions import (
     ProviderUnavailableError,
     RateLimitError,
 )
+from provider_router._log import get_logger
 from provider_router._money import from_units
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_body import MAX_BATCH_REQUESTS, BatchBody
@@ -71,6 +72,8 @@ from provider_router.prompts import Prompt
 from provider_router.route_batch import BatchRoute
 
 __all__ = ["BatchRouteResult", "BatchRouteRun"]
+
+log = get_logger(__name__)
 
 _TRANSIENT = (APIConnectionError, ProviderUnavailableError, RateLimitError)
 """Errors a poll or collect waits out (tried again next round)."""
@@ -99,7 +102,10 @@ class BatchRouteRun:
         limits: per dataset, (output-token target, request cap): lines are sent in
             waves so that what is done plus what is in batches (at the observed
             tokens per line, ``max_tokens`` before any) stays within them.
-        progress: called with the result so far after each round of polls.
+        progress: called with the result so far after each round of polls (display
+            only: an exception from it is logged once and the run goes on).
+        accept_disputed: the operator checked the disputed bills on record (the
+            dashboard) and their booked worst cases stand: batches are sent again.
     """
 
     def __init__(
@@ -122,9 +128,11 @@ class BatchRouteRun:
         dataset_params: Mapping[str, Mapping[str, Any]] | None = None,
         limits: Mapping[str, tuple[int | None, int | None]] | None = None,
         progress: Callable[[BatchRouteResult], None] | None = None,
+        accept_disputed: bool = False,
     ) -> None:
         self.body = BatchBody(route, params, dataset_params or {}, max_batch_requests)
         self.progress = progress
+        self.accept_disputed = accept_disputed
         self.api = api
         self.ledger = ledger
         self.journal = journal
@@ -138,7 +146,7 @@ class BatchRouteRun:
         self.missing_grace = missing_grace
         self.max_attempts = max_attempts
         self.result = BatchRouteResult()
-        self.money = BatchMoney(api, ledger, self.batches, self.result)
+        self.money = BatchMoney(api, ledger, self.batches, self.result, journal)
         parts = RouteParts(api, self.body, journal, self.batches, self.money, self.result, clock)
         self.submitter = BatchSubmitter(
             parts,
@@ -155,6 +163,8 @@ class BatchRouteRun:
         """When each batch first answered 404 in this run."""
         self._held: set[str] = set()
         """Lost 202s this run has said it holds."""
+        self._progress_failed = False
+        """The progress callback raised once this run (logged once; the run goes on)."""
 
     def close(self) -> None:
         self.batches.close()
@@ -170,6 +180,7 @@ class BatchRouteRun:
         # counts it at its worst case (never below what may have been spent); a batch
         # this run then collects corrects its own to the true cost.
         await self.ledger.recover()
+        self._check_disputes()
         delay = self.poll_initial
         while True:
             self._halt = self.money.withheld = False
@@ -213,21 +224,41 @@ class BatchRouteRun:
                 "again; restore the file (or finish the job in a new directory)",
             )
 
+    def _check_disputes(self) -> None:
+        """A bill disputed before: the ledger may be below what was charged, so no batch
+        is sent (live ones are still collected) until the operator says it was checked."""
+        if self.batches.disputed is None:
+            return
+        if not self.accept_disputed:
+            self.money.stop_disputed(self.batches.disputed)
+            return
+        for intent in self.batches:
+            if intent.disputed is not None:
+                self.batches.record_dispute_checked(intent.intent)
+                self.result.events.append(
+                    f"disputed bill accepted as checked (its booked worst case stands): "
+                    f"{intent.disputed}"
+                )
+
     def _report(self) -> None:
         live = [i for i in self.batches if i.live]
         self.result.pending = len(live)
         self.result.in_progress = sum(1 for i in live if i.batch_id is not None)
-        if self.progress is not None:
+        if self.progress is None:
+            return
+        try:
             self.progress(self.result)
+        except Exception as exc:  # display only: a view that cannot be drawn ends no run
+            if not self._progress_failed:
+                self._progress_failed = True
+                log.warning("batch.progress_failed", error=f"{type(exc).__name__}: {exc}")
 
     # --- lost 202s ------------------------------------------------------------------
 
     async def _resolve_lost(self) -> None:
         for intent in [i for i in self.batches if i.live and i.batch_id is None]:
             try:
-                search = await find_lost(
-                    self.api, self.batches, intent, self.body.line_bytes(intent.dataset)
-                )
+                search = await find_lost(self.api, self.batches, intent)
             except _TRANSIENT:
                 continue  # look again next round
             if search.owed is not None:
@@ -237,11 +268,14 @@ class BatchRouteRun:
                 self.result.found_after_lost_202 += 1
             elif not self._grace_over(intent):
                 self._held_note(intent)
+            elif search.unreadable is not None:
+                self._unreadable_stop(intent, search.unreadable)
             elif not search.undecided:
                 # Listed nowhere once every batch the submit could have made has ended:
-                # it made none. If an expired batch that shows no custom_ids might be
-                # it, its worst case stays counted (an expired batch's bill is unknown).
-                cost = from_units(intent.worst_units) if search.expired else Decimal(0)
+                # it made none. If a candidate that shows no custom_ids might be it and
+                # may have been billed (expired, or failed after running lines), its
+                # worst case stays counted.
+                cost = from_units(intent.worst_units) if search.maybe_billed else Decimal(0)
                 await self.money.close(intent, cost)
                 self.batches.record_ended(intent.intent, "not_created")
                 self.result.resubmitted_lines += len(intent.prompt_ids)
@@ -259,6 +293,18 @@ class BatchRouteRun:
             f"its worst case stays held and its prompts wait (until {until:%Y-%m-%d %H:%M} "
             "UTC at most, unless its batch is listed)"
         )
+
+    def _unreadable_stop(self, intent: BatchIntent, why: str) -> None:
+        """Past the grace, a candidate that can never be checked: stop, saying which (its
+        prompts are never sent again on a guess, and the run does not poll for ever)."""
+        self.result.stopped_by = "error"
+        self.result.stop = (
+            f"intent {intent.intent} ({len(intent.prompt_ids)} prompts of {intent.dataset}): "
+            f"its submit may have made batch {why}, so it cannot be told whether that batch "
+            "is its own; its worst case stays held and its prompts are not sent again "
+            "(check the batch at https://openrouter.ai/activity)"
+        )
+        self._halt = True
 
     def _grace_over(self, intent: BatchIntent) -> bool:
         """Whether ``lost_grace`` has passed since the intent (taken before its submit):
@@ -326,10 +372,11 @@ class BatchRouteRun:
             return None
 
     def _failed_cost(self, intent: BatchIntent, batch: Mapping[str, Any]) -> Decimal:
-        cost, done = failed_batch_cost(batch, from_units(intent.worst_units))
+        worst = from_units(intent.worst_units)
+        cost, done = failed_batch_cost(batch, worst)
         if done:
             self.result.events.append(
                 f"batch {intent.batch_id} failed after {done} lines, with no cost: its "
                 "worst case is booked"
             )
-        return cost
+        return self.money.checked(intent, "failed, its usage.cost", cost, worst)

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from provider_router._format import decimal_str
 from provider_router._money import from_units
@@ -137,7 +137,7 @@ class Sighting:
             completed=_int(data.get("completed")),
             failed=_int(data.get("failed")),
             cost=_text(data.get("cost")),
-            seen=float(seen) if isinstance(seen, (int, float)) else 0.0,
+            seen=_seconds(seen),
         )
 
     def as_batch(self) -> dict[str, Any]:
@@ -148,6 +148,9 @@ class Sighting:
         }
 
 
+_TAIL_BYTES: Final = 4096
+"""How much of what was read is compared on the next read (a cut and regrown journal
+differs there: its torn line is gone and new lines stand where it was)."""
 MAX_TEXT: Final = 200
 """Characters kept of a text field of a batch object (a provider name, a status, a cost):
 what a server sends is bounded before it is kept, shown or written."""
@@ -157,8 +160,21 @@ def _text(value: Any) -> str | None:
     return value[:MAX_TEXT] if isinstance(value, str) and value else None
 
 
+MAX_INT: Final = 2**40
+"""Above any count of lines and any Unix second a batch carries: a bigger (or negative)
+integer from a server is left out, never an ``OverflowError`` in a view."""
+
+
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_INT:
+        return value
+    return None
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, float) and 0 <= value < MAX_INT:  # NaN compares false
+        return value
+    return float(value) if _int(value) is not None else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +264,9 @@ class JournalReader:
     what was appended since (a run appends while this reads).
 
     A torn last line is left for the next read (the run may be writing it); a line that
-    cannot be read stops the reading there and becomes a problem sentence.
+    cannot be read stops the reading there and becomes a problem sentence. A journal cut
+    since (a resume drops a torn last line), even one grown past where this read up to
+    before, is read again from its start: the bytes before that point are checked.
     """
 
     def __init__(self, directory: str | Path) -> None:
@@ -257,6 +275,8 @@ class JournalReader:
         self.problem: str | None = None
         self._offset = 0
         self._line = 0
+        self._tail = b""
+        """The last bytes read (up to :data:`_TAIL_BYTES`, ending at ``_offset``)."""
 
     @property
     def exists(self) -> bool:
@@ -266,14 +286,16 @@ class JournalReader:
         try:
             with self.path.open("rb") as fh:
                 size = fh.seek(0, 2)
-                if size < self._offset:  # cut since (a run drops a torn last line): again
+                if not self._same_start(fh, size):  # cut since (a torn last line): again
                     self.intents, self._offset, self._line, self.problem = {}, 0, 0, None
+                    self._tail = b""
                 if self.problem is not None:
                     return self.intents
                 fh.seek(self._offset)
                 data = fh.read(size - self._offset)
         except OSError:
             return self.intents
+        start = self._offset
         end = data.rfind(b"\n") + 1
         for raw in data[:end].split(b"\n")[:-1]:
             self._line += 1
@@ -285,9 +307,17 @@ class JournalReader:
                     f"{self.path} line {self._line} is unreadable ({exc}): the batch "
                     "figures stop before it"
                 )
-                return self.intents
+                break
             self._offset += len(raw) + 1
+        self._tail = (self._tail + data[: self._offset - start])[-_TAIL_BYTES:]
         return self.intents
+
+    def _same_start(self, fh: IO[bytes], size: int) -> bool:
+        """Whether the file still holds what was read, up to ``_offset`` (its last bytes)."""
+        if size < self._offset:
+            return False
+        fh.seek(self._offset - len(self._tail))
+        return fh.read(len(self._tail)) == self._tail
 
 
 def _state(intent: BatchIntent, seen: Sighting | None) -> str:
@@ -312,7 +342,8 @@ def _booked(intent: BatchIntent, state: str, seen: Sighting | None) -> Decimal:
     if state in ("expired", "cancelled"):
         return worst
     if state == "failed" and seen is not None:
-        return failed_batch_cost(seen.as_batch(), worst)[0]
+        cost = failed_batch_cost(seen.as_batch(), worst)[0]
+        return worst if cost > 2 * worst else cost  # a disputed bill: as the route books it
     return Decimal(0)
 
 

@@ -122,6 +122,8 @@ _SENTENCES: Final = {
     "({n} time{s}): status reads its batches from the batch journal",
     ("batch.status_write_failed", None): "what the batch route saw of its batches could not "
     "be saved ({n} time{s}): status and the report show the states saved before",
+    ("batch.progress_failed", None): "the batch route's live progress could not be shown "
+    "({n} time{s}): the run went on; status shows its batches",
 }
 
 

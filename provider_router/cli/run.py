@@ -213,6 +213,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "carries them (default 86520: the 24 h window and 2 min; less may pay twice)",
     )
     parser.add_argument(
+        "--batch-accept-disputed",
+        action="store_true",
+        help="route: batch datasets: the disputed batch bills on record were checked on "
+        "the dashboard and their booked worst cases stand: send batches again",
+    )
+    parser.add_argument(
         "--progress",
         choices=["auto", "rich", "plain", "off"],
         default="auto",
@@ -556,6 +562,7 @@ def _run_batch_route(
             base_url=args.base_url,
             poll_initial=args.batch_poll,
             lost_grace=args.batch_lost_grace,
+            accept_disputed=args.batch_accept_disputed,
             max_batch_requests=args.batch_size,
             api_factory=watch.api,
             progress=watch.reporter(shown, metrics),

@@ -61,6 +61,10 @@ class BatchFaults:
     """Simulated seconds a new batch stays out of ``GET /batches`` (and GET by id)."""
     drop_submit: int = 0
     """Submits that are read whole and then dropped, unanswered, creating no batch."""
+    fail_late: int = 0
+    """Batches that run, then fail at their end with their first half of lines answered
+    and billed (ASSUMPTION, no source says whether OpenRouter bills the lines a failed
+    batch ran: the route takes the side that never underpays, docs/simulator.md)."""
 
     def take(self, name: str) -> bool:
         """Whether the next submit gets fault ``name`` (and count it used)."""
@@ -93,6 +97,8 @@ class Batch:
     misses: int = 0
     hidden_until: float = 0.0
     """Simulated seconds before which the list and GET do not show it (``list_lag``)."""
+    late_failure: str | None = None
+    """Why it fails at its end, after running (``fail_late``)."""
 
     def status(self, now: float) -> str:
         elapsed = now - self.started
@@ -106,7 +112,9 @@ class Batch:
         finalizing = self.duration - min(FINALIZING_SECONDS, self.duration / 10)
         if elapsed < finalizing:
             return "in_progress"
-        return "finalizing" if elapsed < self.duration else "completed"
+        if elapsed < self.duration:
+            return "finalizing"
+        return "failed" if self.late_failure is not None else "completed"
 
     def done_fraction(self, now: float) -> float:
         if math.isinf(self.duration):
@@ -115,6 +123,8 @@ class Batch:
 
     def finalized_at(self, now: float) -> int | None:
         status = self.status(now)
+        if status == "failed" and self.late_failure is not None:
+            return self.created_at + math.ceil(self.duration)
         if status == "failed":
             return self.created_at + math.ceil(min(VALIDATING_SECONDS, self.duration / 10))
         if status == "expired":
@@ -182,6 +192,8 @@ class BatchBook:
             misses=self.faults.fresh_404s,
             hidden_until=self.sim.now() + self.faults.list_lag,
         )
+        if failure is None and math.isfinite(duration) and self.faults.take("fail_late"):
+            batch.late_failure = "The upstream provider failed the batch while it ran."
         self._batches[batch_id] = batch
         return batch
 
@@ -212,7 +224,8 @@ class BatchBook:
 
     def settle(self, batch: Batch) -> None:
         """Finalize a batch whose time has come, and bill it when the balance covers it."""
-        if batch.status(self.sim.now()) != "completed":
+        status = batch.status(self.sim.now())
+        if status != "completed" and (status != "failed" or batch.late_failure is None):
             return
         if not batch.finalized:
             self._finalize(batch)
@@ -233,9 +246,10 @@ class BatchBook:
         sub = batch.submission
         rate = self.faults.line_failure_rate
         created = batch.created_at + math.ceil(batch.duration)
-        for custom_id, body in sub.requests:
+        ran = len(sub.requests) // 2 if batch.late_failure is not None else len(sub.requests)
+        for n, (custom_id, body) in enumerate(sub.requests):
             rng = Draws(b"%d:%s:%s" % (self.sim.seed, batch.id.encode(), custom_id.encode()))
-            fails = rate > 0 and rng.random() < rate
+            fails = (rate > 0 and rng.random() < rate) or n >= ran
             batch.lines.append(
                 answer_line(sub, custom_id, body, rng, self.sim.lengths, created, fails)
             )
@@ -296,7 +310,9 @@ class BatchBook:
             "request_counts": self.counts(batch, now),
             "usage": self.usage(batch),
             "results": results,
-            "error": {"message": batch.failure} if status == "failed" else None,
+            "error": (
+                {"message": batch.failure or batch.late_failure} if status == "failed" else None
+            ),
         }
 
     def owed_message(self, batch: Batch) -> str:

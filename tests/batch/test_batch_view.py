@@ -518,3 +518,52 @@ async def test_a_hostile_batch_answer_is_kept_bounded_under_the_id_asked_for(
     assert len(seen.cost) <= MAX_TEXT
     watch.update()
     assert (tmp_path / BATCH_STATUS_FILE).stat().st_size < 2_000
+
+
+def test_a_journal_cut_and_grown_past_the_last_read_is_read_again(tmp_path: Path) -> None:
+    # A viewer read a line the run then cut (a resume drops a torn or unsettled last
+    # line), and the run appended more than it cut before the next read.
+    path = tmp_path / BATCH_JOURNAL_FILE
+    intent = {"op": "intent", "intent": "i1", "ds": "ds", "ids": ["a", "b"], "after": 1,
+              "res": {}, "worst": 7}  # fmt: skip
+    torn = '{"op": "submitted", "intent": "i1", "batch": "b-torn"'
+    path.write_text(json.dumps(intent) + "\n" + torn + "}\n")
+    reader = JournalReader(tmp_path)
+    assert reader.read()["i1"].batch_id == "b-torn"
+    # The run rewrote the journal: the same first line, then other, longer lines.
+    regrown = [{"op": "submitted", "intent": "i1", "batch": "b-real-one"},
+               {"op": "collected", "intent": "i1", "cost": 7, "failed": []}]  # fmt: skip
+    path.write_text(json.dumps(intent) + "\n" + "".join(json.dumps(e) + "\n" for e in regrown))
+    assert path.stat().st_size > len(json.dumps(intent)) + 1 + len(torn) + 2
+    intents = reader.read()
+    assert reader.problem is None
+    assert intents["i1"].batch_id == "b-real-one"
+    assert intents["i1"].collected
+
+
+async def test_unbounded_numbers_from_the_server_never_crash_a_view(
+    tmp_path: Path, wire: Serve
+) -> None:
+    # expires_at and the counts beyond any float, a cost beyond any Decimal context:
+    # left out or unreadable (the failed batch counts its worst case), never a crash.
+    body = {"id": "b1", "status": "failed", "expires_at": 10**400,
+            "request_counts": {"total": 2, "completed": -(10**400), "failed": 10**400},
+            "usage": {"cost": "1e999999999"}}  # fmt: skip
+    server = await wire([answer(json.dumps(body).encode())])
+    intent = {"op": "intent", "intent": "i1", "ds": "ds", "ids": ["a", "b"], "after": 1,
+              "res": {}, "worst": 7_000_000}  # fmt: skip
+    (tmp_path / BATCH_JOURNAL_FILE).write_text(
+        json.dumps(intent) + "\n" + json.dumps({"op": "submitted", "intent": "i1", "batch": "b1"})
+        + "\n"
+    )  # fmt: skip
+    watch = BatchWatch(tmp_path, clock=lambda: 100.0)
+    async with HttpClient(server.url, "sk-or-test") as http:
+        await watch.api(http).get("b1", max_bytes=2_000_000)
+    watch.update()
+    view = read_batch_view(tmp_path)
+    assert view is not None
+    (row,) = view.batches
+    assert row.window_ends == 1 + DAY, "an absurd expires_at is left out"
+    assert row.booked == from_units(7_000_000), "an unreadable bill counts its worst case"
+    assert view.to_json(100.0)["datasets"]["ds"]["window_left_s"] is None  # failed: not live
+    assert batch_sentences(view, 100.0)

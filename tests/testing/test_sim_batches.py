@@ -336,6 +336,21 @@ async def test_faults_fail_expire_and_slow(start_sim: StartSim) -> None:
     assert math.isinf(list(book)[-1].duration), "1000 x slower runs past the window"
 
 
+async def test_a_batch_failing_late_ran_and_billed_half_its_lines(start_sim: StartSim) -> None:
+    clock = Clock()
+    sim, client = await start_sim(speed=1.0, clock=clock)
+    sim.simulator.batches.faults.fail_late = 1
+    batch_id = (await client.post("/batches", submit_body(4))).json["id"]
+    clock.t += 30
+    assert (await client.get(f"/batches/{batch_id}")).json["status"] != "failed", "it runs"
+    clock.t += 86400
+    got = (await client.get(f"/batches/{batch_id}")).json
+    assert got["status"] == "failed"
+    assert got["error"]["message"]
+    assert got["request_counts"] == {"total": 4, "completed": 2, "failed": 2}
+    assert Decimal(str(got["usage"]["cost"])) == sim.simulator.usage > 0, "billed, and says so"
+
+
 async def test_a_lost_202_still_creates_the_batch_and_list_finds_it(start_sim: StartSim) -> None:
     sim, client = await start_sim(speed=math.inf)
     sim.simulator.batches.faults.lose_202 = 1
