@@ -44,9 +44,13 @@ from pathlib import Path
 from typing import Any, Final
 
 from provider_router._exceptions import ConfigurationError, ProviderRouterError
-from provider_router._format import decimal_str
 from provider_router._log import get_logger
 from provider_router.batch.drift_history import VERIFY_FILE, DriftCheck, DriftHistory, flag_rows
+from provider_router.batch.drift_view import (
+    excluded_by_provider,
+    flagged_by_provider,
+    verification_summary,
+)
 from provider_router.batch.journal import FileJournal, output_path
 from provider_router.client import Router
 from provider_router.ledger import Ledger
@@ -197,6 +201,7 @@ class DriftWatch:
         if complete and tags:
             await self._guarded("end", tags)
         await asyncio.to_thread(self.history.save, self.path)
+        self.publish()
 
     def abandon(self) -> None:
         """Cancel a check under way (the second Ctrl-C)."""
@@ -239,6 +244,7 @@ class DriftWatch:
             failed_check.error = str(exc)
             history.checks.append(failed_check)
             await asyncio.to_thread(history.save, self.path)
+            self.publish()
             raise
         self.checks += 1
         failed = tuple(t for t in report.failed if t not in history.failed)
@@ -269,6 +275,7 @@ class DriftWatch:
         )
         history.checks.append(entry)
         await asyncio.to_thread(history.save, self.path)
+        self.publish()
         if failed and self.journal is not None:  # after verify.json: never ahead of it
             self.journal.note_excluded(frozenset(failed), seq)
         if failed:
@@ -295,6 +302,7 @@ class DriftWatch:
         patched = await self._flag(since, entry.seq)
         entry.flagged = patched + self._late.pop(entry.seq, 0)
         await asyncio.to_thread(self.history.save, self.path)
+        self.publish()
 
     async def _flag(self, since: Mapping[str, int], seq: int | None = None) -> int:
         """Flag the rows on disk (the journal flushed first: every row built so far); how
@@ -327,23 +335,22 @@ class DriftWatch:
 
     # --- the summary --------------------------------------------------------------------
 
+    def publish(self) -> None:
+        """The job's figures to the router's Prometheus metrics, if it has them."""
+        metrics = self.router.metrics if self.router is not None else None
+        if metrics is None:
+            return
+        history = self.history
+        figures = verification_summary(history)
+        metrics.verification(
+            made=figures["checks"],
+            not_made=figures["checks_not_made"],
+            cost=history.cost,
+            excluded=excluded_by_provider(history),
+            flagged=flagged_by_provider(history),
+        )
+
     def summary(self) -> dict[str, Any]:
         """``summary.json``'s ``verification``: checks, exclusions, flagged rows, cost."""
-        report = self.history.report
-        excluded = {}
-        for tag, seq in sorted(self.history.failed.items()):
-            verdict = report.verdict(tag) if report is not None else None
-            excluded[tag] = {
-                "check": seq,
-                "provider": verdict.provider_name if verdict else None,
-                "reason": verdict.reason if verdict else None,
-            }
-        return {
-            "every": self.every,
-            "checks": sum(1 for c in self.history.checks if c.error is None),
-            "checks_not_made": sum(1 for c in self.history.checks if c.error is not None),
-            "checks_this_run": self.checks,
-            "cost_usd": decimal_str(self.history.cost),
-            "excluded": excluded,
-            "flagged_rows": self.history.flagged,
-        }
+        figures = verification_summary(self.history)
+        return {"every": self.every, **figures, "checks_this_run": self.checks}

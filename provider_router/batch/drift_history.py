@@ -177,10 +177,22 @@ class DriftHistory:
             return cls()
         except OSError as exc:
             raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
+        return cls.parse(text, path)
+
+    @classmethod
+    def parse(cls, text: str | bytes, path: Path) -> DriftHistory:
+        """The history in ``text``, read from ``path`` (named in errors).
+
+        Raises:
+            ConfigurationError: it is not a verification report (named).
+        """
         try:
             data = json.loads(text)
             if not isinstance(data, dict):
                 raise ValueError("not an object")
+        except RecursionError:  # nested past the parser's depth: damaged, never a crash
+            message = f"{path} is not a verification report: nested too deep"
+            raise ConfigurationError(message) from None
         except ValueError as exc:
             raise ConfigurationError(f"{path} is not a verification report: {exc}") from None
         history = cls(report=VerificationReport.from_json(data, where=str(path)))

@@ -1,0 +1,253 @@
+"""The operator's view of ``run --verify``: ``status``, ``report.html`` and Prometheus say
+which checks ran (when, cost), what they excluded and why (with the interval), the rows
+flagged per provider, each endpoint's last pass and pass rate, in the CLI's own words; and
+``status`` of a dead run, or of a damaged or huge ``verify.json`` or journal, says so in
+a line, never a crash. On the local OpenRouter (a Chutes that turns degraded mid-run)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from html import unescape
+from pathlib import Path
+
+import pytest
+from _batch_helpers import run_cli, small_plan, write_prompts
+from test_run_drift import Factory, _chutes_turning
+
+import provider_router as pr
+from provider_router.batch import drift_view
+from provider_router.batch.drift_history import DriftHistory
+from provider_router.batch.drift_view import read_drift_view, verification_lines
+from provider_router.batch.report import write_report
+from provider_router.batch.runner import BatchRunner
+from provider_router.batch.status import status_lines
+from provider_router.batch.timeline import TIMELINE_FILE
+from provider_router.metrics import Metrics
+from provider_router.testing.server import DEFAULT_TEST_KEY
+
+
+async def _drifted_run(
+    tmp_path: Path, factory: Factory, metrics: Metrics | None = None
+) -> tuple[Path, pr.RunSummary, DriftHistory]:
+    """A run of 200 prompts, checks every 40 rows, whose Chutes turns degraded after 60."""
+    sim, _ = await _chutes_turning(tmp_path, factory, checks=2, rows=60)
+    out = tmp_path / "out"
+    runner = BatchRunner(
+        small_plan(tmp_path, requests=None, prompts=200),
+        out,
+        base_url=sim.url,
+        api_key=DEFAULT_TEST_KEY,
+        verify=True,
+        verify_every=40,
+        router_options={} if metrics is None else {"metrics": metrics},
+    )
+    summary = await runner.run()
+    assert summary.reason is pr.StopReason.COMPLETE
+    history = DriftHistory.load(out / "verify.json")
+    assert list(history.failed) == ["chutes"]
+    assert history.flagged > 0
+    return out, summary, history
+
+
+def _endpoint_line(lines: list[str], tag: str) -> str:
+    found = [line for line in lines if re.match(rf"  \S.* \({re.escape(tag)}\): ", line)]
+    assert len(found) == 1, lines
+    return found[0]
+
+
+async def test_status_of_a_drifted_run_says_what_the_checks_found_in_the_cli_words(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    out, summary, history = await _drifted_run(tmp_path, openrouter_sim_factory)
+    lines = status_lines(out, now=time.time())
+    assert summary.verification is not None
+    said = verification_lines(summary.verification, out)  # what run --verify ended with
+    start = lines.index(said[0])
+    assert lines[start : start + len(said)] == said
+    assert said[1].startswith(f"Excluded Chutes (chutes) at check {history.failed['chutes']}:")
+    assert "95% CI" in said[1]  # the measured reason, with its interval
+    # Every check listed (they fit): number, trigger, time, cost.
+    checks = [line for line in lines if line.startswith("  check ")]
+    assert len(checks) == len(history.checks) <= drift_view.SHOWN_CHECKS
+    assert checks[0].startswith("  check 0 before the run (")
+    assert " UTC, after 0 rows of its run): " in checks[0]
+    failed_at = history.failed["chutes"]
+    assert [c for c in checks if "failed: chutes" in c] == [
+        c for c in checks if c.startswith(f"  check {failed_at} ")
+    ]
+    # Chutes: excluded, with its reason, its last pass, pass rate and rows flagged.
+    chutes = _endpoint_line(lines, "chutes")
+    verdict = history.report.verdict("chutes") if history.report else None
+    assert verdict is not None
+    assert chutes.startswith(f"  Chutes (chutes): excluded at check {failed_at}: {verdict.reason};")
+    assert f"last passed check {history.last_pass['chutes']} (" in chutes
+    assert f"pass rate {verdict.accepted}/{verdict.judged} (" in chutes
+    assert chutes.endswith(f"; {history.flagged:,} rows flagged")
+    # Every other endpoint that was measured: serving, with its own last pass.
+    for tag, seq in history.last_pass.items():
+        if tag not in history.failed and history.report and tag != history.report.reference:
+            line = _endpoint_line(lines, tag)
+            assert ": serving; last passed check " + str(seq) in line
+            assert "rows flagged" not in line
+
+
+async def test_status_of_a_dead_run_still_says_what_verification_excluded(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    out, summary, _ = await _drifted_run(tmp_path, openrouter_sim_factory)
+    # As a run killed before it wrote its summary leaves it: no summary, no final line.
+    (out / "summary.json").unlink()
+    timeline = (out / TIMELINE_FILE).read_text().splitlines()
+    (out / TIMELINE_FILE).write_text("\n".join(timeline[:-1]) + "\n")
+    lines = status_lines(out, now=time.time())
+    assert lines[0].startswith(f"{out}: stopped (killed?)")
+    assert summary.verification is not None
+    for sentence in verification_lines(summary.verification, out):
+        assert sentence in lines
+    assert _endpoint_line(lines, "chutes").startswith("  Chutes (chutes): excluded at check ")
+
+
+async def test_the_report_page_has_a_verification_section_in_the_same_words(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    out, summary, history = await _drifted_run(tmp_path, openrouter_sim_factory)
+    page = write_report(out).read_text(encoding="utf-8")
+    found = re.search(r'<section data-section="verification">(.*?)</section>', page, re.S)
+    assert found is not None
+    section = found.group(1)
+    paragraphs = [unescape(p) for p in re.findall(r"<p>(.*?)</p>", section)]
+    assert summary.verification is not None
+    assert paragraphs[:3] == verification_lines(summary.verification, out)
+    cells = [unescape(c) for c in re.findall(r"<td>(.*?)</td>", section)]
+    row = cells[cells.index("chutes") - 1 : cells.index("chutes") + 5]
+    assert row[0] == "Chutes"
+    assert row[2].startswith(f"excluded at check {history.failed['chutes']}: greedy agreement")
+    assert row[5] == f"{history.flagged:,}"
+    assert section.count("<li>check ") == len(history.checks)
+
+
+async def test_prometheus_counts_the_checks_the_exclusions_and_the_flagged_rows(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    metrics = Metrics()
+    _, _, history = await _drifted_run(tmp_path, openrouter_sim_factory, metrics)
+
+    def sample(name: str, **labels: str) -> float | None:
+        value = metrics.registry.get_sample_value(f"provider_router_{name}", labels)
+        return None if value is None else float(value)
+
+    assert sample("verification_checks", outcome="made") == len(history.checks)
+    assert sample("verification_checks", outcome="not_made") == 0
+    assert sample("verification_excluded_endpoints", provider="Chutes") == 1
+    assert sample("verification_flagged_rows", provider="Chutes") == history.flagged
+    assert sample("verification_cost_usd") == pytest.approx(float(history.cost))
+
+
+async def test_the_status_command_prints_the_verification(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim, _ = await _chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20)
+    prompts = write_prompts(tmp_path / "p.jsonl", 60)
+    out = tmp_path / "out"
+    argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
+    argv += ["--concurrency", "4", "--max-tokens", "200", "--exclude-below", "int4"]
+    argv += ["--out", str(out), "--base-url", sim.url, "--progress", "off"]
+    code, _, err = await run_cli(*argv, "--verify", "--verify-every", "20")
+    assert code == 0, err[-2000:]
+    code, text, _ = await run_cli("status", str(out))
+    assert code == 0
+    said = [line for line in err.splitlines() if line.startswith(("Verification:", "Excluded "))]
+    assert said
+    for line in said:
+        assert line in text.splitlines()
+
+
+# --- damaged, huge and missing files (no simulator needed) -----------------------------
+
+
+def _dead_run(tmp_path: Path) -> Path:
+    """A run directory as a killed run leaves it: a timeline line, no summary."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / TIMELINE_FILE).write_text(json.dumps({"t": time.time(), "pid": -1}) + "\n")
+    return out
+
+
+def _verification(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("verification: ")]
+
+
+def test_a_run_without_verify_says_nothing_of_it(tmp_path: Path) -> None:
+    out = _dead_run(tmp_path)
+    (out / "journal.jsonl").write_text('{"op":"ledger","id":"x"}\n')
+    lines = status_lines(out, now=time.time())
+    assert not [line for line in lines if "verif" in line.replace(str(out), "").lower()]
+    assert 'data-section="verification"' not in write_report(out).read_text()
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"{not json", "is not a verification report"),
+        (b"\xff\xfe garbage", "is not a verification report"),
+        (b"[" * 200_000, "nested too deep"),
+        (b'{"version": 1, "model": "m"}', "is not a verification report"),
+        (b'{"drift": {"version": 9}}', "is not a verification report"),
+    ],
+)
+def test_a_damaged_verify_json_is_a_line_not_a_crash(
+    tmp_path: Path, content: bytes, said: str
+) -> None:
+    out = _dead_run(tmp_path)
+    (out / "verify.json").write_bytes(content)
+    lines = _verification(status_lines(out, now=time.time()))
+    assert len(lines) == 1
+    assert said in lines[0]
+    assert "restore it before resuming" in lines[0]
+    page = write_report(out).read_text()
+    assert '<p class="problem">' in page
+
+
+def test_a_huge_verify_json_is_not_read(tmp_path: Path) -> None:
+    out = _dead_run(tmp_path)
+    with (out / "verify.json").open("wb") as handle:  # sparse: nothing written
+        handle.truncate(drift_view.VERIFY_READ_LIMIT + 1)
+    lines = _verification(status_lines(out, now=time.time()))
+    assert len(lines) == 1
+    assert f"verification: {out / 'verify.json'} is over 16 MiB" in lines[0]
+    assert "not read" in lines[0]
+
+
+def test_an_exclusion_the_journal_records_without_its_verify_json_is_said(tmp_path: Path) -> None:
+    out = _dead_run(tmp_path)
+    journal = [
+        {"op": "ledger", "id": "x"},
+        {"op": "verify", "ts": 1.0, "failed": ["chutes"], "check": 3},
+    ]
+    (out / "journal.jsonl").write_text("".join(json.dumps(e) + "\n" for e in journal))
+    lines = _verification(status_lines(out, now=time.time()))
+    assert lines == [
+        f"verification: the journal records chutes excluded but {out / 'verify.json'} is "
+        "missing: a resume is refused until it is restored"
+    ]
+    assert read_drift_view(out).journaled == {"chutes": 3}
+
+
+def test_the_journal_is_read_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _dead_run(tmp_path)
+    note = json.dumps({"op": "verify", "failed": ["chutes"], "check": 1}) + "\n"
+    long_line = '{"op":"verify","failed":["' + "x" * (drift_view.JOURNAL_LINE_LIMIT * 2) + '"]}\n'
+    torn = '{"op":"verify","failed":["deepinfra"]'  # a torn last line: not an exclusion
+    (out / "journal.jsonl").write_text(long_line + note + torn)
+    assert read_drift_view(out).journaled == {"chutes": 1}  # the over-long line passed over
+
+    monkeypatch.setattr(drift_view, "JOURNAL_SCAN_LIMIT", 1000)
+    (out / "journal.jsonl").write_text('{"op":"ledger","id":"x"}\n' * 100 + note)
+    view = read_drift_view(out)
+    assert view.journaled == {}
+    assert view.problems == [
+        f"{out / 'journal.jsonl'} is over 1,000 bytes: only its first 1,000 bytes were "
+        "searched for exclusions"
+    ]
