@@ -282,7 +282,7 @@ def _pass_rate(verdict: EndpointVerdict) -> str:
     rate = verdict.pass_rate
     if rate is None:
         return "pass rate not measured"
-    return f"pass rate {verdict.accepted}/{verdict.judged} ({rate})"
+    return f"pass rate {verdict.accepted}/{verdict.judged} (95% CI {rate.low:.3f}–{rate.high:.3f})"
 
 
 def _endpoint_words(view: DriftView, verdict: EndpointVerdict) -> tuple[str, str]:
@@ -301,7 +301,7 @@ def _endpoint_words(view: DriftView, verdict: EndpointVerdict) -> tuple[str, str
         return f"excluded {when}: {verdict.reason}", passed
     if verdict.passed is None:
         return f"could not be told: {verdict.reason}", passed
-    return "serving", passed
+    return "allowed", passed
 
 
 def _verdicts(view: DriftView) -> Iterable[EndpointVerdict]:

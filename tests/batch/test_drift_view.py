@@ -85,11 +85,11 @@ async def test_status_of_a_drifted_run_says_what_the_checks_found_in_the_cli_wor
     assert f"last passed check {history.last_pass['chutes']} (" in chutes
     assert f"pass rate {verdict.accepted}/{verdict.judged} (" in chutes
     assert chutes.endswith(f"; {history.flagged:,} rows flagged")
-    # Every other endpoint that was measured: serving, with its own last pass.
+    # Every other endpoint that was measured: allowed, with its own last pass.
     for tag, seq in history.last_pass.items():
         if tag not in history.failed and history.report and tag != history.report.reference:
             line = _endpoint_line(lines, tag)
-            assert ": serving; last passed check " + str(seq) in line
+            assert ": allowed; last passed check " + str(seq) in line
             assert "rows flagged" not in line
 
 
