@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -83,7 +84,12 @@ class DriftCheck:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> DriftCheck:
+        """Read :meth:`to_json`'s dict back (ValueError, TypeError, KeyError: damaged)."""
         flagged = raw.get("flagged")
+        cost = Decimal(str(raw.get("cost", "0")))
+        started = float(raw.get("started", 0.0))
+        if not cost.is_finite() or not math.isfinite(started):
+            raise ValueError(f"check {raw.get('seq')!r}: cost {cost} and start {started}")
         return cls(
             seq=int(raw["seq"]),
             trigger=str(raw["trigger"]),
@@ -91,8 +97,8 @@ class DriftCheck:
             endpoints=tuple(str(t) for t in raw.get("endpoints", ())),
             passed=tuple(str(t) for t in raw.get("passed", ())),
             failed=tuple(str(t) for t in raw.get("failed", ())),
-            cost=Decimal(str(raw.get("cost", "0"))),
-            started=float(raw.get("started", 0.0)),
+            cost=cost,
+            started=started,
             flagged=None if flagged is None else int(flagged),
             error=None if raw.get("error") is None else str(raw["error"]),
         )

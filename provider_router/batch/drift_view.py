@@ -257,9 +257,12 @@ def _size(limit: int) -> str:
 
 
 def _when(started: float) -> str:
-    if started <= 0:
-        return "at an unknown time"
-    return datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        if started > 0:
+            return datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # a time no clock gives: said as unknown
+        pass
+    return "at an unknown time"
 
 
 def _check_words(entry: DriftCheck) -> str:

@@ -9,16 +9,20 @@ from __future__ import annotations
 import json
 import re
 import time
+from decimal import Decimal
 from html import unescape
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _batch_helpers import run_cli, small_plan, write_prompts
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_run_drift import Factory, _chutes_turning
 
 import provider_router as pr
 from provider_router.batch import drift_view
-from provider_router.batch.drift_history import DriftHistory
+from provider_router.batch.drift_history import DriftCheck, DriftHistory
 from provider_router.batch.drift_view import read_drift_view, verification_lines
 from provider_router.batch.report import write_report
 from provider_router.batch.runner import BatchRunner
@@ -251,3 +255,112 @@ def test_the_journal_is_read_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyP
         f"{out / 'journal.jsonl'} is over 1,000 bytes: only its first 1,000 bytes were "
         "searched for exclusions"
     ]
+
+
+def _history() -> DriftHistory:
+    """A job's history: Chutes excluded at check 1 after passing check 0, 7 rows flagged."""
+    verdicts = (
+        pr.EndpointVerdict(
+            tag="chutes",
+            provider_name="Chutes",
+            passed=False,
+            judged=8,
+            accepted=4,
+            reasons=("greedy agreement 0.6 (95% CI 0.5–0.7, n=8)",),
+        ),
+        pr.EndpointVerdict(tag="novita", provider_name="Novita", passed=True, judged=8, accepted=8),
+        pr.EndpointVerdict(tag="moonshotai", provider_name="Moonshot AI", passed=True),
+    )
+    report = pr.VerificationReport(
+        model="moonshotai/kimi-k2.5",
+        reference="moonshotai",
+        self_agreement=None,
+        endpoints=verdicts,
+    )
+    history = DriftHistory(report=report, last_pass={"chutes": 0, "novita": 1})
+    history.failed = {"chutes": 1}
+    history.checks = [
+        DriftCheck(
+            0, "start", 0, ("chutes", "novita"), ("chutes", "novita"), (), Decimal("0.02"), 1.7e9
+        ),
+        DriftCheck(
+            1,
+            "every",
+            40,
+            ("chutes", "novita"),
+            ("novita",),
+            ("chutes",),
+            Decimal("0.005"),
+            1.7e9 + 60,
+            flagged=7,
+        ),
+    ]
+    return history
+
+
+def _leaves(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(value, dict):
+        return [path] + [p for k, v in value.items() for p in _leaves(v, (*path, k))]
+    if isinstance(value, list):
+        return [path] + [p for i, v in enumerate(value) for p in _leaves(v, (*path, i))]
+    return [path]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def test_an_intact_history_is_said_whole(tmp_path: Path) -> None:
+    out = _dead_run(tmp_path)
+    _history().save(out / "verify.json")
+    lines = status_lines(out, now=time.time())
+    assert (
+        "Excluded Chutes (chutes) at check 1: greedy agreement 0.6 (95% CI 0.5–0.7, n=8); "
+        "it serves nothing more of this job."
+    ) in lines
+    assert (
+        "7 rows are flagged: served by a provider since its last passing check, before it "
+        "failed one (drift_flagged: true in the outputs; provider-router export leaves them out)."
+    ) in lines
+    chutes = _endpoint_line(lines, "chutes")
+    assert chutes.startswith("  Chutes (chutes): excluded at check 1: greedy agreement 0.6")
+    assert "last passed check 0 (2023-11-14 22:13:20 UTC)" in chutes
+    assert chutes.endswith("pass rate 4/8 (95% CI 0.215–0.785); 7 rows flagged")
+    assert "  Novita (novita): allowed; last passed check 1 (2023-11-14 22:14:20 UTC); " in (
+        _endpoint_line(lines, "novita")
+    )
+    assert not [line for line in lines if "(moonshotai)" in line]  # the reference
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_any_damage_to_a_history_is_a_line_never_a_crash(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    out = _dead_run(tmp_path_factory.mktemp("run"))
+    raw = _history().to_json()
+    path = data.draw(st.sampled_from(_leaves(raw)[1:]))
+    target = raw
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = data.draw(_JSON)
+    (out / "verify.json").write_text(json.dumps(raw))
+    lines = status_lines(out, now=time.time())  # never raises
+    said = [line for line in lines if line.startswith(("Verification: ", "verification: "))]
+    assert len(said) == 1
+    write_report(out)  # nor does the page
+
+
+@pytest.mark.parametrize("endpoints", [["0"], [["chutes"]], "chutes"])
+def test_a_report_whose_endpoints_are_not_objects_is_refused_by_name(endpoints: Any) -> None:
+    # Found by the test above: an AttributeError escaped, a traceback for a bad file.
+    report = _history().report
+    assert report is not None
+    raw = {**report.to_json(), "endpoints": endpoints}
+    with pytest.raises(pr.ConfigurationError, match=r"^verify\.json is not a verification report"):
+        pr.VerificationReport.from_json(raw, where="verify.json")
