@@ -33,6 +33,7 @@ __all__ = [
     "DriftCheck",
     "DriftHistory",
     "flag_rows",
+    "flag_rows_by_provider",
 ]
 
 VERIFY_FILE: Final = "verify.json"
@@ -61,6 +62,7 @@ class DriftCheck:
         started: Unix seconds.
         flagged: rows flagged because of its failures (None: the flagging has not
             finished; a resumed run does it again).
+        flagged_by: those rows per provider (empty in a history from before it was kept).
         error: why it could not be made (nothing passed or failed), else None.
     """
 
@@ -74,6 +76,7 @@ class DriftCheck:
     started: float
     flagged: int | None = 0
     error: str | None = None
+    flagged_by: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -101,6 +104,7 @@ class DriftCheck:
             started=started,
             flagged=None if flagged is None else int(flagged),
             error=None if raw.get("error") is None else str(raw["error"]),
+            flagged_by={str(k): int(v) for k, v in raw.get("flagged_by", {}).items()},
         )
 
 
@@ -226,14 +230,19 @@ def flag_rows(path: Path, size: int, since: Mapping[str, int]) -> int:
     In place and idempotent: a row's ``"drift_flagged":false}`` becomes
     ``"drift_flagged":true }``, so the file's length and every offset stay as committed.
     """
-    flagged = 0
+    return sum(flag_rows_by_provider(path, size, since).values())
+
+
+def flag_rows_by_provider(path: Path, size: int, since: Mapping[str, int]) -> dict[str, int]:
+    """:func:`flag_rows`, its count per provider."""
+    flagged: dict[str, int] = {}
     # A row of one of them holds this exact text (quotes inside a JSON string are escaped,
     # so no message can fake it): most rows are passed over without being parsed.
     needles = [b'"provider":' + json.dumps(name, ensure_ascii=False).encode() for name in since]
     try:
         reader = path.open("rb")
     except FileNotFoundError:
-        return 0
+        return {}
     with reader, open(path, "r+b", buffering=0) as writer:
         offset = 0
         for line in reader:
@@ -242,11 +251,12 @@ def flag_rows(path: Path, size: int, since: Mapping[str, int]) -> int:
                 break
             if line.endswith(_TAILS) and any(n in line for n in needles):
                 record = json.loads(line)
-                floor = since.get(str(record.get("provider")))
+                name = str(record.get("provider"))
+                floor = since.get(name)
                 check = record.get(CHECK_FIELD)
                 if floor is not None and isinstance(check, int) and check >= floor:
                     if line.endswith(_CLEAN_TAIL):
                         os.pwrite(writer.fileno(), _FLAGGED_TAIL, end - len(_FLAGGED_TAIL))
-                    flagged += 1
+                    flagged[name] = flagged.get(name, 0) + 1
             offset = end
     return flagged

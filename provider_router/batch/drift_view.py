@@ -16,9 +16,10 @@ without a lock, so it works while the job runs and on a job whose run is dead:
   reason and interval, the rows flagged per provider, each endpoint's last passing
   check and pass rate.
 
-Rows flagged are counted per check (``DriftCheck.flagged``); a check that failed
-endpoints of several providers at once counts their rows together, under their names
-joined (``Chutes + DeepInfra``).
+Rows flagged are counted per check and provider (``DriftCheck.flagged_by``); a history
+an earlier release wrote counts them per check only: a check of it that failed several
+providers at once shows their rows together, under their names joined
+(``Chutes + DeepInfra``).
 """
 
 from __future__ import annotations
@@ -153,13 +154,18 @@ def _provider(history: DriftHistory, tag: str) -> str:
 
 
 def flagged_by_provider(history: DriftHistory) -> dict[str, int]:
-    """Rows flagged per provider over the job (those of providers one check failed
-    together: counted once, under their names joined by `` + ``)."""
+    """Rows flagged per provider over the job (a check kept without its count per
+    provider, by an earlier release: its rows under the names it failed, joined by
+    `` + ``)."""
     counts: dict[str, int] = {}
     for entry in history.checks:
-        if entry.failed:
-            name = " + ".join(sorted({_provider(history, t) for t in entry.failed}))
-            counts[name] = counts.get(name, 0) + (entry.flagged or 0)
+        each = entry.flagged_by
+        if not each and entry.failed and entry.flagged:
+            each = {
+                " + ".join(sorted({_provider(history, t) for t in entry.failed})): entry.flagged
+            }
+        for name, n in each.items():
+            counts[name] = counts.get(name, 0) + n
     return counts
 
 

@@ -6,6 +6,7 @@ a line, never a crash. On the local OpenRouter (a Chutes that turns degraded mid
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -23,7 +24,11 @@ from test_run_drift import Factory, _chutes_turning
 import provider_router as pr
 from provider_router.batch import drift_view
 from provider_router.batch.drift_history import DriftCheck, DriftHistory
-from provider_router.batch.drift_view import read_drift_view, verification_lines
+from provider_router.batch.drift_view import (
+    read_drift_view,
+    verification_lines,
+    verification_summary,
+)
 from provider_router.batch.report import write_report
 from provider_router.batch.runner import BatchRunner
 from provider_router.batch.status import status_lines
@@ -52,6 +57,8 @@ async def _drifted_run(
     history = DriftHistory.load(out / "verify.json")
     assert list(history.failed) == ["chutes"]
     assert history.flagged > 0
+    failing = next(c for c in history.checks if c.failed)
+    assert failing.flagged_by == {"Chutes": history.flagged}  # counted per provider
     return out, summary, history
 
 
@@ -364,3 +371,33 @@ def test_a_report_whose_endpoints_are_not_objects_is_refused_by_name(endpoints: 
     raw = {**report.to_json(), "endpoints": endpoints}
     with pytest.raises(pr.ConfigurationError, match=r"^verify\.json is not a verification report"):
         pr.VerificationReport.from_json(raw, where="verify.json")
+
+
+def test_rows_flagged_are_said_per_provider_even_when_one_check_failed_two(
+    tmp_path: Path,
+) -> None:
+    out = _dead_run(tmp_path)
+    history = _history()
+    assert history.report is not None
+    verdicts = {v.tag: v for v in history.report.endpoints}
+    failing = dataclasses.replace(verdicts["novita"], passed=False, reasons=("tool calls",))
+    history.report = dataclasses.replace(
+        history.report, endpoints=(verdicts["chutes"], failing, verdicts["moonshotai"])
+    )
+    history.failed = {"chutes": 1, "novita": 1}
+    check = history.checks[1]
+    check.failed, check.passed, check.flagged = ("chutes", "novita"), (), 9
+    check.flagged_by = {"Chutes": 7, "Novita": 2}
+    history.save(out / "verify.json")
+    lines = status_lines(out, now=time.time())
+    assert _endpoint_line(lines, "chutes").endswith("; 7 rows flagged")
+    assert _endpoint_line(lines, "novita").endswith("; 2 rows flagged")
+    summary = verification_lines(verification_summary(history), out)
+    assert summary[-1].startswith("9 rows are flagged: served by a provider since its last")
+    assert summary[-1] in lines
+    # A history an earlier release wrote (no count per provider): together, named so.
+    check.flagged_by = {}
+    history.save(out / "verify.json")
+    assert read_drift_view(out).flagged_by_provider() == {"Chutes + Novita": 9}
+    lines = status_lines(out, now=time.time())
+    assert "  Chutes + Novita: 9 rows flagged" in lines
