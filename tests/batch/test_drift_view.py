@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 from _batch_helpers import run_cli, small_plan, write_prompts
+from _drift_helpers import Factory, chutes_turning
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_run_drift import Factory, _chutes_turning
 
 import provider_router as pr
 from provider_router.batch import drift_view
@@ -41,7 +41,7 @@ async def _drifted_run(
     tmp_path: Path, factory: Factory, metrics: Metrics | None = None
 ) -> tuple[Path, pr.RunSummary, DriftHistory]:
     """A run of 200 prompts, checks every 40 rows, whose Chutes turns degraded after 60."""
-    sim, _ = await _chutes_turning(tmp_path, factory, checks=2, rows=60)
+    sim, _ = await chutes_turning(tmp_path, factory, checks=2, rows=60)
     out = tmp_path / "out"
     runner = BatchRunner(
         small_plan(tmp_path, requests=None, prompts=200),
@@ -159,7 +159,7 @@ async def test_prometheus_counts_the_checks_the_exclusions_and_the_flagged_rows(
 async def test_the_status_command_prints_the_verification(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
-    sim, _ = await _chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20)
+    sim, _ = await chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20)
     prompts = write_prompts(tmp_path / "p.jsonl", 60)
     out = tmp_path / "out"
     argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
