@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _batch_helpers import run_cli, small_plan, write_prompts
+from _batch_helpers import run_cli, small_plan, spawn_cli, write_prompts
 from _drift_helpers import Factory, chutes_turning
+from _polling import until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -401,3 +402,43 @@ def test_rows_flagged_are_said_per_provider_even_when_one_check_failed_two(
     assert read_drift_view(out).flagged_by_provider() == {"Chutes + Novita": 9}
     lines = status_lines(out, now=time.time())
     assert "  Chutes + Novita: 9 rows flagged" in lines
+
+
+def _excluded_and_flagged(out: Path) -> bool:
+    try:
+        history = DriftHistory.load(out / "verify.json")
+    except pr.ConfigurationError:
+        return False
+    return bool(history.failed) and all(c.flagged is not None for c in history.checks)
+
+
+@pytest.mark.slow
+async def test_status_of_a_run_killed_after_an_exclusion_says_it_all(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # `run --verify` as a process, SIGKILLed as soon as a check has excluded Chutes and
+    # flagged its rows (1,000 prompts: far from done then).
+    sim, _ = await chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20, speed=400)
+    prompts = write_prompts(tmp_path / "p.jsonl", 1000)
+    out = tmp_path / "out"
+    argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
+    argv += ["--concurrency", "4", "--max-tokens", "200", "--exclude-below", "int4"]
+    argv += ["--out", str(out), "--base-url", sim.url, "--progress", "off"]
+    proc = await spawn_cli(*argv, "--verify", "--verify-every", "10")
+    await until(lambda: _excluded_and_flagged(out) or proc.returncode is not None)
+    assert proc.returncode is None  # still running: killed now
+    proc.kill()
+    await proc.wait()
+    history = DriftHistory.load(out / "verify.json")
+    lines = status_lines(out, now=time.time())
+    assert lines[0].startswith(f"{out}: stopped (killed?)")
+    said = verification_lines(verification_summary(history), out)
+    assert said[1].startswith(f"Excluded Chutes (chutes) at check {history.failed['chutes']}: ")
+    assert lines[lines.index(said[0]) : lines.index(said[0]) + len(said)] == said
+    chutes = _endpoint_line(lines, "chutes")
+    assert f"last passed check {history.last_pass['chutes']} (" in chutes
+    if history.flagged:
+        assert chutes.endswith(f"; {history.flagged:,} row{'s' * (history.flagged > 1)} flagged")
+    code, text, _ = await run_cli("status", str(out))
+    assert code == 0
+    assert said[1] in text.splitlines()
