@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _batch_helpers import run_cli, small_plan, spawn_cli, write_prompts
-from _drift_helpers import Factory, chutes_turning
+from _batch_helpers import run_cli, small_plan, spawn_cli
+from _drift_helpers import Factory, chutes_turning, turning_cli_job
 from _polling import until
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -160,12 +160,7 @@ async def test_prometheus_counts_the_checks_the_exclusions_and_the_flagged_rows(
 async def test_the_status_command_prints_the_verification(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
-    sim, _ = await chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20)
-    prompts = write_prompts(tmp_path / "p.jsonl", 60)
-    out = tmp_path / "out"
-    argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
-    argv += ["--concurrency", "4", "--max-tokens", "200", "--exclude-below", "int4"]
-    argv += ["--out", str(out), "--base-url", sim.url, "--progress", "off"]
+    _, out, argv = await turning_cli_job(tmp_path, openrouter_sim_factory, prompts=60)
     code, _, err = await run_cli(*argv, "--verify", "--verify-every", "20")
     assert code == 0, err[-2000:]
     code, text, _ = await run_cli("status", str(out))
@@ -418,12 +413,7 @@ async def test_status_of_a_run_killed_after_an_exclusion_says_it_all(
 ) -> None:
     # `run --verify` as a process, SIGKILLed as soon as a check has excluded Chutes and
     # flagged its rows (1,000 prompts: far from done then).
-    sim, _ = await chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20, speed=400)
-    prompts = write_prompts(tmp_path / "p.jsonl", 1000)
-    out = tmp_path / "out"
-    argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
-    argv += ["--concurrency", "4", "--max-tokens", "200", "--exclude-below", "int4"]
-    argv += ["--out", str(out), "--base-url", sim.url, "--progress", "off"]
+    _, out, argv = await turning_cli_job(tmp_path, openrouter_sim_factory, prompts=1000, speed=400)
     proc = await spawn_cli(*argv, "--verify", "--verify-every", "10")
     await until(lambda: _excluded_and_flagged(out) or proc.returncode is not None)
     assert proc.returncode is None  # still running: killed now

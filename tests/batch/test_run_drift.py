@@ -21,9 +21,8 @@ from _batch_helpers import (
     run_cli,
     small_plan,
     spawn_cli,
-    write_prompts,
 )
-from _drift_helpers import Factory, chutes_turning
+from _drift_helpers import Factory, chutes_turning, turning_cli_job
 from _polling import until
 
 import provider_router as pr
@@ -196,12 +195,7 @@ async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclus
 async def test_the_command_line_says_what_was_excluded_and_flagged_and_export_leaves_it_out(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
-    sim, _ = await chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20)
-    prompts = write_prompts(tmp_path / "p.jsonl", 80)
-    out = tmp_path / "out"
-    argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
-    argv += ["--concurrency", "4", "--max-tokens", "200", "--exclude-below", "int4"]
-    argv += ["--out", str(out), "--base-url", sim.url, "--progress", "off"]
+    _, out, argv = await turning_cli_job(tmp_path, openrouter_sim_factory, prompts=80)
     code, _, err = await run_cli(*argv, "--verify", "--verify-every", "20")
     assert code == 0, err[-2000:]
     history = DriftHistory.load(out / "verify.json")
@@ -317,12 +311,7 @@ async def test_sigkill_during_drift_checks_then_resume_keeps_once_and_the_flags(
 ) -> None:
     # `run --verify --verify-every 10` as a process, killed after a seeded number of
     # further rows (a kill may land in a check or in its flagging), then resumed.
-    sim, _ = await chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20, speed=400)
-    prompts = write_prompts(tmp_path / "p.jsonl", 60)
-    out = tmp_path / "out"
-    argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
-    argv += ["--concurrency", "4", "--max-tokens", "200", "--exclude-below", "int4"]
-    argv += ["--out", str(out), "--base-url", sim.url, "--progress", "off"]
+    sim, out, argv = await turning_cli_job(tmp_path, openrouter_sim_factory, prompts=60, speed=400)
     argv += ["--verify", "--verify-every", "10"]
     rng = random.Random(26)
     kills = 0
