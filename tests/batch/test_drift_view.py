@@ -6,14 +6,18 @@ a line, never a crash. On the local OpenRouter (a Chutes that turns degraded mid
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import re
 import time
+from collections.abc import Awaitable, Callable
 from decimal import Decimal
+from functools import partial
 from html import unescape
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import pytest
 from _batch_helpers import run_cli, small_plan, spawn_cli
@@ -39,9 +43,13 @@ from provider_router.testing.server import DEFAULT_TEST_KEY
 
 
 async def _drifted_run(
-    tmp_path: Path, factory: Factory, metrics: Metrics | None = None
+    tmp_path: Path,
+    factory: Factory,
+    metrics: Metrics | None = None,
+    watch: Callable[[asyncio.Task[pr.RunSummary]], Awaitable[None]] | None = None,
 ) -> tuple[Path, pr.RunSummary, DriftHistory]:
-    """A run of 200 prompts, checks every 40 rows, whose Chutes turns degraded after 60."""
+    """A run of 200 prompts, checks every 40 rows, whose Chutes turns degraded after 60
+    (``watch``: awaited with the run's task while it runs)."""
     sim, _ = await chutes_turning(tmp_path, factory, checks=2, rows=60)
     out = tmp_path / "out"
     runner = BatchRunner(
@@ -53,7 +61,10 @@ async def _drifted_run(
         verify_every=40,
         router_options={} if metrics is None else {"metrics": metrics},
     )
-    summary = await runner.run()
+    task = asyncio.create_task(runner.run())
+    if watch is not None:
+        await watch(task)
+    summary = await task
     assert summary.reason is pr.StopReason.COMPLETE
     history = DriftHistory.load(out / "verify.json")
     assert list(history.failed) == ["chutes"]
@@ -140,15 +151,35 @@ async def test_the_report_page_has_a_verification_section_in_the_same_words(
     assert section.count("<li>check ") == len(history.checks)
 
 
-async def test_prometheus_counts_the_checks_the_exclusions_and_the_flagged_rows(
+async def test_prometheus_counts_the_checks_the_exclusions_and_the_flagged_rows_live(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
     metrics = Metrics()
-    _, _, history = await _drifted_run(tmp_path, openrouter_sim_factory, metrics)
+    metrics.serve(0)
+    scraped: list[str] = []
 
     def sample(name: str, **labels: str) -> float | None:
         value = metrics.registry.get_sample_value(f"provider_router_{name}", labels)
         return None if value is None else float(value)
+
+    async def scrape_once_excluded(task: asyncio.Task[pr.RunSummary]) -> None:
+        excluded = partial(sample, "verification_excluded_endpoints", provider="Chutes")
+        await until(lambda: excluded() == 1 or task.done())
+        assert not task.done()  # live: while the run goes on
+        host, port = metrics.address or ("", 0)
+        with await asyncio.to_thread(urlopen, f"http://{host}:{port}/metrics") as answer:
+            scraped.append(answer.read().decode())
+
+    try:
+        _, _, history = await _drifted_run(
+            tmp_path, openrouter_sim_factory, metrics, scrape_once_excluded
+        )
+    finally:
+        metrics.close()
+    assert 'provider_router_verification_excluded_endpoints{provider="Chutes"} 1.0' in (
+        scraped[0].splitlines()
+    )
+    assert 'provider_router_verification_checks{outcome="made"} ' in scraped[0]
 
     assert sample("verification_checks", outcome="made") == len(history.checks)
     assert sample("verification_checks", outcome="not_made") == 0
