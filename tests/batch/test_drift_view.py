@@ -463,3 +463,23 @@ async def test_status_of_a_run_killed_after_an_exclusion_says_it_all(
     code, text, _ = await run_cli("status", str(out))
     assert code == 0
     assert said[1] in text.splitlines()
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 50, 64, 1 << 20])
+def test_the_journal_reads_the_same_however_it_is_chunked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    out = _dead_run(tmp_path)
+    monkeypatch.setattr(drift_view, "_CHUNK", chunk)
+    monkeypatch.setattr(drift_view, "JOURNAL_LINE_LIMIT", 100)
+    entries = [
+        '{"op":"ledger","id":"x"}',
+        '{"op":"verify","ts":1.0,"failed":["chutes"],"check":2}',
+        '{"op":"note","text":"' + "verify" * 30 + '"}',  # over the line limit: passed over
+        '{"op":"verify","failed":["long' + "g" * 120 + '"],"check":3}',  # over it too
+        '{"op":"done","ds":"p","ids":["verify"]}',  # names it, not an entry of it
+        '{"op": "verify", "failed": ["deepinfra", "novita"], "check": 4}',
+        '{"op":"verify","failed":["torn"]',  # the torn last line of a kill
+    ]
+    (out / "journal.jsonl").write_text("\n".join(entries))
+    assert read_drift_view(out).journaled == {"chutes": 2, "deepinfra": 4, "novita": 4}
