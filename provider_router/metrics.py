@@ -43,6 +43,13 @@ What is exported (prefix ``provider_router_``):
                                       scrape time; those waiting for budget not counted)
 ``waiting_for_budget``                requests whose reservation waits for room in the
                                       budget, not sent (sampled with the ledger's totals)
+``verification_checks{outcome}``      ``run --verify``'s checks over the job: ``made``, and
+                                      ``not_made`` (could not be made; the run went on)
+``verification_cost_usd``             USD those checks cost (booked on the job's ledger)
+``verification_excluded_endpoints{provider}`` endpoints a check excluded (failed)
+``verification_flagged_rows{provider}`` rows flagged: served by it since its last
+                                      passing check, before it failed one (providers one
+                                      check failed together: their names joined by `` + ``)
 ====================================  ======================================================
 
 Money in Prometheus is a float: these are for dashboards; the exact figures are the
@@ -211,6 +218,24 @@ class Metrics:
             "to_finish_usd", "A batch run's money still to spend to finish its plan", **kw
         )
         self.to_finish.set(float("nan"))
+        self.verification_checks = prom.Gauge(
+            "verification_checks", "run --verify's checks over the job", ["outcome"], **kw
+        )
+        self.verification_cost = prom.Gauge(
+            "verification_cost_usd", "USD run --verify's checks cost", **kw
+        )
+        self.verification_excluded = prom.Gauge(
+            "verification_excluded_endpoints",
+            "Endpoints run --verify excluded (failed a check)",
+            ["provider"],
+            **kw,
+        )
+        self.verification_flagged = prom.Gauge(
+            "verification_flagged_rows",
+            "Rows served since the provider's last passing check, before it failed one",
+            ["provider"],
+            **kw,
+        )
         self._waiting = 0
 
     def __repr__(self) -> str:
@@ -245,6 +270,25 @@ class Metrics:
                 self.batch_providers.labels(d.name, provider).set(n)
             left = d.window_left(now)
             self.batch_window.labels(d.name).set(float("nan") if left is None else left)
+
+    def verification(
+        self,
+        *,
+        made: int,
+        not_made: int,
+        cost: Decimal,
+        excluded: Mapping[str, int],
+        flagged: Mapping[str, int],
+    ) -> None:
+        """Record ``run --verify``'s figures over the job: checks made and not made, their
+        cost, endpoints excluded and rows flagged per provider."""
+        self.verification_checks.labels("made").set(made)
+        self.verification_checks.labels("not_made").set(not_made)
+        self.verification_cost.set(float(cost))
+        for provider, n in excluded.items():
+            self.verification_excluded.labels(provider).set(n)
+        for provider, n in flagged.items():
+            self.verification_flagged.labels(provider).set(n)
 
     def ledger_state(self, state: LedgerState) -> None:
         """Record a sample of the ledger's totals."""

@@ -290,7 +290,8 @@ class VerificationReport:
                 self_divergence=_estimate(data.get("self_divergence")),
                 top_logprobs=_optional_int(data.get("top_logprobs")),
             )
-        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+        except (AttributeError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
+            # AttributeError: an object where a list is expected, or the reverse
             raise ConfigurationError(f"{where} is not a verification report: {exc}") from None
 
     @classmethod

@@ -44,9 +44,18 @@ from pathlib import Path
 from typing import Any, Final
 
 from provider_router._exceptions import ConfigurationError, ProviderRouterError
-from provider_router._format import decimal_str
 from provider_router._log import get_logger
-from provider_router.batch.drift_history import VERIFY_FILE, DriftCheck, DriftHistory, flag_rows
+from provider_router.batch.drift_history import (
+    VERIFY_FILE,
+    DriftCheck,
+    DriftHistory,
+    flag_rows_by_provider,
+)
+from provider_router.batch.drift_view import (
+    excluded_by_provider,
+    flagged_by_provider,
+    verification_summary,
+)
 from provider_router.batch.journal import FileJournal, output_path
 from provider_router.client import Router
 from provider_router.ledger import Ledger
@@ -119,7 +128,8 @@ class DriftWatch:
         self._since = 0  # rows since the newest check started
         self._newest: dict[str, int] = {}  # per provider: the newest check number of its rows
         self._excluded_at: dict[str, tuple[float, DriftCheck]] = {}
-        self._late: dict[int, int] = {}  # per check: rows written flagged while it flagged
+        self._late: dict[int, dict[str, int]] = {}  # per check and provider: rows written
+        # flagged while its rows on disk were being flagged
         self._task: asyncio.Task[None] | None = None
         self.router: Router | None = None
         self.journal: FileJournal | None = None
@@ -149,9 +159,11 @@ class DriftWatch:
             flagged = True  # in flight to a provider that failed: it served it since the pass
             check = excluded[1]
             if check.flagged is None:  # its rows on disk are being flagged: counted after
-                self._late[check.seq] = self._late.get(check.seq, 0) + 1
+                late = self._late.setdefault(check.seq, {})
+                late[name] = late.get(name, 0) + 1
             else:
                 check.flagged += 1
+                check.flagged_by[name] = check.flagged_by.get(name, 0) + 1
         if (
             self.every is not None
             and self._since >= self.every
@@ -197,6 +209,7 @@ class DriftWatch:
         if complete and tags:
             await self._guarded("end", tags)
         await asyncio.to_thread(self.history.save, self.path)
+        self.publish()
 
     def abandon(self) -> None:
         """Cancel a check under way (the second Ctrl-C)."""
@@ -239,6 +252,7 @@ class DriftWatch:
             failed_check.error = str(exc)
             history.checks.append(failed_check)
             await asyncio.to_thread(history.save, self.path)
+            self.publish()
             raise
         self.checks += 1
         failed = tuple(t for t in report.failed if t not in history.failed)
@@ -269,6 +283,7 @@ class DriftWatch:
         )
         history.checks.append(entry)
         await asyncio.to_thread(history.save, self.path)
+        self.publish()
         if failed and self.journal is not None:  # after verify.json: never ahead of it
             self.journal.note_excluded(frozenset(failed), seq)
         if failed:
@@ -293,24 +308,35 @@ class DriftWatch:
             for name in since:  # requests sent from now on are routed under the new policy
                 self._excluded_at[name] = (excluded, entry)
         patched = await self._flag(since, entry.seq)
-        entry.flagged = patched + self._late.pop(entry.seq, 0)
+        late = self._late.pop(entry.seq, {})
+        entry.flagged_by = {n: patched.get(n, 0) + late.get(n, 0) for n in {*patched, *late}}
+        entry.flagged = sum(entry.flagged_by.values())
         await asyncio.to_thread(self.history.save, self.path)
+        self.publish()
 
-    async def _flag(self, since: Mapping[str, int], seq: int | None = None) -> int:
+    async def _flag(self, since: Mapping[str, int], seq: int | None = None) -> dict[str, int]:
         """Flag the rows on disk (the journal flushed first: every row built so far); how
-        many are flagged there. Rows check ``seq`` flags as they are written from now on
-        are counted apart (:attr:`_late`): those written before are on disk, counted here."""
+        many are flagged there per provider. Rows check ``seq`` flags as they are written
+        from now on are counted apart (:attr:`_late`): those written before are on disk,
+        counted here."""
         if self.journal is None:
-            return 0
+            return {}
         self.journal.flush()
         files = [output_path(self.out, name) for name in self.datasets]
         sizes = [p.stat().st_size if p.exists() else 0 for p in files]
         if seq is not None:
-            self._late[seq] = 0
+            self._late[seq] = {}
         counts = await asyncio.gather(
-            *(asyncio.to_thread(flag_rows, p, n, since) for p, n in zip(files, sizes, strict=True))
+            *(
+                asyncio.to_thread(flag_rows_by_provider, p, n, since)
+                for p, n in zip(files, sizes, strict=True)
+            )
         )
-        return sum(counts)
+        total: dict[str, int] = {}
+        for count in counts:
+            for name, n in count.items():
+                total[name] = total.get(name, 0) + n
+        return total
 
     async def _redo_flagging(self) -> None:
         """A flagging an earlier run was stopped in: done again (idempotent)."""
@@ -322,28 +348,28 @@ class DriftWatch:
                 verdict = self.history.report.verdict(tag)
                 if verdict is not None:  # a failed tag's last pass stays its last
                     since[verdict.provider_name] = self.history.last_pass.get(tag, -1)
-            entry.flagged = await self._flag(since)
+            entry.flagged_by = await self._flag(since)
+            entry.flagged = sum(entry.flagged_by.values())
         await asyncio.to_thread(self.history.save, self.path)
 
     # --- the summary --------------------------------------------------------------------
 
+    def publish(self) -> None:
+        """The job's figures to the router's Prometheus metrics, if it has them."""
+        metrics = self.router.metrics if self.router is not None else None
+        if metrics is None:
+            return
+        history = self.history
+        figures = verification_summary(history)
+        metrics.verification(
+            made=figures["checks"],
+            not_made=figures["checks_not_made"],
+            cost=history.cost,
+            excluded=excluded_by_provider(history),
+            flagged=flagged_by_provider(history),
+        )
+
     def summary(self) -> dict[str, Any]:
         """``summary.json``'s ``verification``: checks, exclusions, flagged rows, cost."""
-        report = self.history.report
-        excluded = {}
-        for tag, seq in sorted(self.history.failed.items()):
-            verdict = report.verdict(tag) if report is not None else None
-            excluded[tag] = {
-                "check": seq,
-                "provider": verdict.provider_name if verdict else None,
-                "reason": verdict.reason if verdict else None,
-            }
-        return {
-            "every": self.every,
-            "checks": sum(1 for c in self.history.checks if c.error is None),
-            "checks_not_made": sum(1 for c in self.history.checks if c.error is not None),
-            "checks_this_run": self.checks,
-            "cost_usd": decimal_str(self.history.cost),
-            "excluded": excluded,
-            "flagged_rows": self.history.flagged,
-        }
+        figures = verification_summary(self.history)
+        return {"every": self.every, **figures, "checks_this_run": self.checks}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ __all__ = [
     "DriftCheck",
     "DriftHistory",
     "flag_rows",
+    "flag_rows_by_provider",
 ]
 
 VERIFY_FILE: Final = "verify.json"
@@ -60,6 +62,7 @@ class DriftCheck:
         started: Unix seconds.
         flagged: rows flagged because of its failures (None: the flagging has not
             finished; a resumed run does it again).
+        flagged_by: those rows per provider (empty in a history from before it was kept).
         error: why it could not be made (nothing passed or failed), else None.
     """
 
@@ -73,6 +76,7 @@ class DriftCheck:
     started: float
     flagged: int | None = 0
     error: str | None = None
+    flagged_by: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -83,7 +87,12 @@ class DriftCheck:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> DriftCheck:
+        """Read :meth:`to_json`'s dict back (ValueError, TypeError, KeyError: damaged)."""
         flagged = raw.get("flagged")
+        cost = Decimal(str(raw.get("cost", "0")))
+        started = float(raw.get("started", 0.0))
+        if not cost.is_finite() or not math.isfinite(started):
+            raise ValueError(f"check {raw.get('seq')!r}: cost {cost} and start {started}")
         return cls(
             seq=int(raw["seq"]),
             trigger=str(raw["trigger"]),
@@ -91,10 +100,11 @@ class DriftCheck:
             endpoints=tuple(str(t) for t in raw.get("endpoints", ())),
             passed=tuple(str(t) for t in raw.get("passed", ())),
             failed=tuple(str(t) for t in raw.get("failed", ())),
-            cost=Decimal(str(raw.get("cost", "0"))),
-            started=float(raw.get("started", 0.0)),
+            cost=cost,
+            started=started,
             flagged=None if flagged is None else int(flagged),
             error=None if raw.get("error") is None else str(raw["error"]),
+            flagged_by={str(k): int(v) for k, v in raw.get("flagged_by", {}).items()},
         )
 
 
@@ -177,10 +187,22 @@ class DriftHistory:
             return cls()
         except OSError as exc:
             raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
+        return cls.parse(text, path)
+
+    @classmethod
+    def parse(cls, text: str | bytes, path: Path) -> DriftHistory:
+        """The history in ``text``, read from ``path`` (named in errors).
+
+        Raises:
+            ConfigurationError: it is not a verification report (named).
+        """
         try:
             data = json.loads(text)
             if not isinstance(data, dict):
                 raise ValueError("not an object")
+        except RecursionError:  # nested past the parser's depth: damaged, never a crash
+            message = f"{path} is not a verification report: nested too deep"
+            raise ConfigurationError(message) from None
         except ValueError as exc:
             raise ConfigurationError(f"{path} is not a verification report: {exc}") from None
         history = cls(report=VerificationReport.from_json(data, where=str(path)))
@@ -208,14 +230,19 @@ def flag_rows(path: Path, size: int, since: Mapping[str, int]) -> int:
     In place and idempotent: a row's ``"drift_flagged":false}`` becomes
     ``"drift_flagged":true }``, so the file's length and every offset stay as committed.
     """
-    flagged = 0
+    return sum(flag_rows_by_provider(path, size, since).values())
+
+
+def flag_rows_by_provider(path: Path, size: int, since: Mapping[str, int]) -> dict[str, int]:
+    """:func:`flag_rows`, its count per provider."""
+    flagged: dict[str, int] = {}
     # A row of one of them holds this exact text (quotes inside a JSON string are escaped,
     # so no message can fake it): most rows are passed over without being parsed.
     needles = [b'"provider":' + json.dumps(name, ensure_ascii=False).encode() for name in since]
     try:
         reader = path.open("rb")
     except FileNotFoundError:
-        return 0
+        return {}
     with reader, open(path, "r+b", buffering=0) as writer:
         offset = 0
         for line in reader:
@@ -224,11 +251,12 @@ def flag_rows(path: Path, size: int, since: Mapping[str, int]) -> int:
                 break
             if line.endswith(_TAILS) and any(n in line for n in needles):
                 record = json.loads(line)
-                floor = since.get(str(record.get("provider")))
+                name = str(record.get("provider"))
+                floor = since.get(name)
                 check = record.get(CHECK_FIELD)
                 if floor is not None and isinstance(check, int) and check >= floor:
                     if line.endswith(_CLEAN_TAIL):
                         os.pwrite(writer.fileno(), _FLAGGED_TAIL, end - len(_FLAGGED_TAIL))
-                    flagged += 1
+                    flagged[name] = flagged.get(name, 0) + 1
             offset = end
     return flagged

@@ -2,9 +2,11 @@
 
 Built from what the run left in its directory, read-only: ``summary.json``, the
 outputs (``<dataset>.jsonl``: each record's provider, cost, tokens and times),
-``timeline.ndjson`` (spend, reservations, retries and 429s each second) and, for a
-Batch API route, ``batches.jsonl`` and ``batch_status.json`` (a table of its batches
-per dataset: :mod:`provider_router.batch.batch_view`). Each run
+``timeline.ndjson`` (spend, reservations, retries and 429s each second), for a
+Batch API route ``batches.jsonl`` and ``batch_status.json`` (a table of its batches
+per dataset: :mod:`provider_router.batch.batch_view`) and for ``run --verify``
+``verify.json`` (its checks, exclusions and flagged rows:
+:mod:`provider_router.batch.drift_view`). Each run
 writes it beside ``summary.json``; ``provider-router report DIR`` rebuilds it,
 also while another process is still running the job.
 
@@ -40,6 +42,7 @@ from provider_router.batch import _svg
 from provider_router.batch._journal_file import lock_held
 from provider_router.batch.batch_view import BatchView, read_batch_view
 from provider_router.batch.batch_words import batch_table
+from provider_router.batch.drift_view import DriftView, drift_section, read_drift_view
 from provider_router.batch.summary import finish_words
 from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
 
@@ -101,6 +104,8 @@ class RunData:
     """The Batch API route's datasets (None: the job sent no batch)."""
     read_at: float = 0.0
     """Unix seconds when it was read (the batch windows' time left is counted from it)."""
+    drift: DriftView | None = None
+    """What ``run --verify`` checked, excluded and flagged (None: not read)."""
 
     def rows(self, limit: int = _MAX_POINTS, *, counted: bool = False) -> list[dict[str, Any]]:
         """The timeline thinned to at most ``limit`` evenly spaced lines (first and last kept).
@@ -185,6 +190,7 @@ def load_run(directory: str | Path) -> RunData:
         data.completions.extend(_completions(directory / f"{name}.jsonl", name, data))
     data.completions.sort(key=lambda c: c.finished)
     data.batches = read_batch_view(directory)
+    data.drift = read_drift_view(directory)
     data.read_at = time.time()
     if data.batches is not None and not data.timeline and lock_held(directory) is True:
         data.summary = None  # a batch route is going on (it writes no timeline)
@@ -471,6 +477,7 @@ th:first-child, td:first-child { text-align: left; }
 .empty { font-size: 13px; fill: #9ca3af; }
 .grid { stroke: #f3f4f6; } .axis { stroke: #9ca3af; }
 .reason { font-weight: 600; }
+.problem { color: #b91c1c; }
 """
 
 
@@ -560,6 +567,7 @@ def render_report(data: RunData) -> str:
         f'<div class="grid2">{figures}</div>'
         f"{_dataset_table(data)}"
         f"{'' if data.batches is None else batch_table(data.batches, data.read_at)}"
+        f"{'' if data.drift is None else drift_section(data.drift)}"
         "</body></html>\n"
     )
 

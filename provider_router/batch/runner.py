@@ -320,6 +320,7 @@ class BatchRunner:
                 self.router = router
                 if self.drift is not None:
                     self.drift.router = router
+                    self.drift.publish()  # the check before the run, on Prometheus
                 report, notes = await reconcile_crashed(ledger, router, self.journal)
                 self._recovered += notes
                 check_not_behind(ledger, journal, await ledger.snapshot())

@@ -1,8 +1,10 @@
 """A quick text view of a run directory: ``provider-router status DIR``.
 
 Reads only what the run writes for others (``timeline.ndjson``, ``summary.json``,
-and for the Batch API route its ``batches.jsonl`` and ``batch_status.json``:
-:mod:`provider_router.batch.batch_view`), never the output journal or the ledger, and
+for the Batch API route its ``batches.jsonl`` and ``batch_status.json``:
+:mod:`provider_router.batch.batch_view`, and for ``run --verify`` its ``verify.json``
+and the journal's exclusions: :mod:`provider_router.batch.drift_view`, each read
+bounded), never the outputs or the ledger, and
 holds no lock: it works while another process is running the job, as often as you
 like, and on a job whose batch route was killed. Whether that process still
 lives is told by the job's lock and the pid the timeline names, never by how old
@@ -25,6 +27,7 @@ from provider_router.batch._journal_file import lock_held
 from provider_router.batch.batch_journal import BATCH_JOURNAL_FILE
 from provider_router.batch.batch_view import BATCH_STATUS_FILE, read_batch_view
 from provider_router.batch.batch_words import batch_sentences
+from provider_router.batch.drift_view import drift_status_lines, read_drift_view
 from provider_router.batch.summary import finish_words
 from provider_router.batch.timeline import TIMELINE_FILE, read_timeline
 
@@ -176,6 +179,7 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
         )
     if batches is not None:
         lines.extend(batch_sentences(batches, now))
+    lines.extend(drift_status_lines(read_drift_view(directory)))
     return lines
 
 

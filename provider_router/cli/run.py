@@ -54,6 +54,7 @@ from provider_router.batch.batch_plan import (
 from provider_router.batch.batch_summary import write_batch_summary
 from provider_router.batch.batch_watch import BatchWatch
 from provider_router.batch.drift import DEFAULT_VERIFY_EVERY
+from provider_router.batch.drift_view import verification_lines
 from provider_router.batch.progress import show_progress
 from provider_router.batch.runner import LEDGER_FILE, BatchRunner
 from provider_router.batch.summary import EXIT_CODES, RunSummary, StopReason
@@ -755,29 +756,3 @@ def _with_option(argv: list[str], flag: str, value: str) -> list[str]:
     if not replaced:
         out += [flag, value]
     return out
-
-
-def verification_lines(verification: dict[str, Any], out: Path) -> list[str]:
-    """``run --verify``'s last sentences: the checks, what they excluded, the rows flagged."""
-    checks = verification["checks"]
-    lines = [
-        f"Verification: {checks} check{'' if checks == 1 else 's'} of the providers against "
-        f"the model's reference, ${verification['cost_usd']} from the budget "
-        f"({out / 'verify.json'})."
-    ]
-    for tag, excluded in verification["excluded"].items():
-        when = f"at check {excluded['check']}" if excluded["check"] >= 0 else "by its report"
-        lines.append(
-            f"Excluded {excluded['provider'] or tag} ({tag}) {when}: "
-            f"{excluded['reason']}; it serves nothing more of this job."
-        )
-    flagged = verification["flagged_rows"]
-    if flagged:
-        lines.append(
-            f"{flagged:,} row{' is' if flagged == 1 else 's are'} flagged: served by a provider "
-            "since its last passing check, before it failed one (drift_flagged: true in the "
-            "outputs; provider-router export leaves them out)."
-        )
-    elif not verification["excluded"]:
-        lines.append("No row is flagged: every provider passed every check.")
-    return lines

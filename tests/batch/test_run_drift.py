@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 import random
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
@@ -21,9 +21,8 @@ from _batch_helpers import (
     run_cli,
     small_plan,
     spawn_cli,
-    write_prompts,
 )
-from _markets import degraded_market
+from _drift_helpers import Factory, chutes_turning, turning_cli_job
 from _polling import until
 
 import provider_router as pr
@@ -36,29 +35,6 @@ from provider_router.testing import SimulatorServer
 from provider_router.testing.server import DEFAULT_TEST_KEY
 
 KEY = DEFAULT_TEST_KEY
-
-Factory = Callable[..., Awaitable[SimulatorServer]]
-
-
-async def _canaries(factory: Factory) -> int:
-    """Requests one check pins to Chutes (what its onset counts too), as measured on a
-    simulator of its own: what ``verify`` sends an endpoint that lists tools."""
-    sim = await factory(seed=3)
-    policy = pr.ProviderPolicy(only=["chutes"])
-    await pr.verify("moonshotai/kimi-k2.5", policy=policy, base_url=sim.url, api_key=KEY)
-    return sum(1 for r in sim.requests if r.route == "chat" and r.tag == "chutes")
-
-
-async def _chutes_turning(
-    tmp_path: Path, factory: Factory, *, checks: int, rows: int, **options: Any
-) -> tuple[SimulatorServer, int]:
-    """A local OpenRouter whose Chutes serves the model's own answers to the canaries of
-    ``checks`` checks and ``rows`` of the job's prompts, then degraded (agreement 0.6);
-    and the canaries one check pins to it."""
-    canaries = await _canaries(factory)
-    serves = {"agreement": 0.6, "after_requests": checks * canaries + rows}
-    market = degraded_market(tmp_path, {"chutes": serves})
-    return await factory(market=market, seed=3, **options), canaries
 
 
 def _rows(out: Path) -> list[dict[str, Any]]:
@@ -105,7 +81,7 @@ async def test_a_provider_turning_degraded_mid_run_is_excluded_and_its_rows_sinc
     # Chutes (the cheapest, so it serves the job) answers honestly to its first
     # canaries, the first re-check's (at 40 rows) and 30 % of the job's 200 prompts,
     # then degraded.
-    sim, canaries = await _chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=60)
+    sim, canaries = await chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=60)
     out = tmp_path / "out"
     summary = await _run(small_plan(tmp_path, requests=None, prompts=200), out, sim, every=40)
     assert summary.reason is pr.StopReason.COMPLETE
@@ -175,7 +151,7 @@ async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclus
     # Run 1 checks only before it (verify_every 0) and sends 60 prompts: Chutes turns
     # degraded after 30 of them, unseen. Run 2's first check fails it: every row it
     # served since its pass (run 1's check) is flagged. Run 3 keeps it excluded.
-    sim, canaries = await _chutes_turning(tmp_path, openrouter_sim_factory, checks=1, rows=30)
+    sim, canaries = await chutes_turning(tmp_path, openrouter_sim_factory, checks=1, rows=30)
     out = tmp_path / "out"
     plan = small_plan(tmp_path, requests=None, prompts=100)
     ids = [f"q{n}" for n in range(100)]
@@ -219,12 +195,7 @@ async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclus
 async def test_the_command_line_says_what_was_excluded_and_flagged_and_export_leaves_it_out(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
-    sim, _ = await _chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20)
-    prompts = write_prompts(tmp_path / "p.jsonl", 80)
-    out = tmp_path / "out"
-    argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
-    argv += ["--concurrency", "4", "--max-tokens", "200", "--exclude-below", "int4"]
-    argv += ["--out", str(out), "--base-url", sim.url, "--progress", "off"]
+    _, out, argv = await turning_cli_job(tmp_path, openrouter_sim_factory, prompts=80)
     code, _, err = await run_cli(*argv, "--verify", "--verify-every", "20")
     assert code == 0, err[-2000:]
     history = DriftHistory.load(out / "verify.json")
@@ -268,7 +239,7 @@ async def _failed_mid_run(
 ) -> tuple[SimulatorServer, Plan, Path, set[str]]:
     """A job of 60 prompts whose first ``sent`` ran with Chutes turning degraded after
     20 of them (checks every 10 rows): the job directory and the ids flagged."""
-    sim, _ = await _chutes_turning(tmp_path, factory, checks=2, rows=20)
+    sim, _ = await chutes_turning(tmp_path, factory, checks=2, rows=20)
     out = tmp_path / "out"
     plan = small_plan(tmp_path, requests=None, prompts=60)
     only = {"p": [f"q{n}" for n in range(sent)]}
@@ -340,12 +311,7 @@ async def test_sigkill_during_drift_checks_then_resume_keeps_once_and_the_flags(
 ) -> None:
     # `run --verify --verify-every 10` as a process, killed after a seeded number of
     # further rows (a kill may land in a check or in its flagging), then resumed.
-    sim, _ = await _chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20, speed=400)
-    prompts = write_prompts(tmp_path / "p.jsonl", 60)
-    out = tmp_path / "out"
-    argv = ["run", str(prompts), "--model", "moonshotai/kimi-k2.5", "--budget", "5"]
-    argv += ["--concurrency", "4", "--max-tokens", "200", "--exclude-below", "int4"]
-    argv += ["--out", str(out), "--base-url", sim.url, "--progress", "off"]
+    sim, out, argv = await turning_cli_job(tmp_path, openrouter_sim_factory, prompts=60, speed=400)
     argv += ["--verify", "--verify-every", "10"]
     rng = random.Random(26)
     kills = 0
@@ -392,7 +358,7 @@ def _written(out: Path) -> int:
 async def test_when_the_only_allowed_provider_fails_the_run_stops_with_its_rows_flagged(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
-    sim, _ = await _chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20)
+    sim, _ = await chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=20)
     out = tmp_path / "out"
     plan = small_plan(tmp_path, requests=None, prompts=100)
     plan = plan.model_copy(update={"policy": {"exclude_below": "int4", "only": ["chutes"]}})
