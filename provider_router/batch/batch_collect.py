@@ -174,7 +174,17 @@ class BatchCollector(RoutePart):
         if not self.journal.claim(intent.dataset, line.prompt_id):
             return cost  # already written (a collect cut short)
         tools = {**prompt.request_fields, **self.body.params(intent.dataset)}.get("tools")
-        record = result_record(line, intent, prompt, self.model, float(self.clock()), cost, tools)
+        record = result_record(
+            line,
+            prompt,
+            self.model,
+            dataset=intent.dataset,
+            batch_id=intent.batch_id,
+            started_at=float(intent.created_after),
+            finished_at=float(self.clock()),
+            cost=cost,
+            tools=tools,
+        )
         self.journal.complete(
             intent.dataset,
             line.prompt_id,

@@ -99,15 +99,18 @@ def failed_batch_cost(batch: Mapping[str, Any], worst: Decimal) -> tuple[Decimal
 
 def result_record(
     line: ResultLine,
-    intent: BatchIntent,
     prompt: Prompt,
     model: str,
+    *,
+    dataset: str,
+    batch_id: str | None,
+    started_at: float,
     finished_at: float,
     cost: Decimal,
     tools: Sequence[JSONObject] | None = None,
 ) -> bytes:
     """The output line of a successful result (as a sync answer's, plus its batch id),
-    with ``cost`` as booked."""
+    with ``cost`` as booked (``started_at``: when its batch was submitted)."""
     body = line.body or {}
     usage = line.usage
     choice = (body.get("choices") or [{}])[0]
@@ -122,7 +125,7 @@ def result_record(
     ]
     record = make_record(
         prompt_id=line.prompt_id,
-        dataset=intent.dataset,
+        dataset=dataset,
         messages=prompt.messages,
         text=message.get("content"),
         reasoning=message.get("reasoning"),
@@ -136,8 +139,8 @@ def result_record(
         reasoning_tokens=int(details.get("reasoning_tokens") or 0),
         cached_tokens=int(prompt_details.get("cached_tokens") or 0),
         cost=cost,
-        metadata={**prompt.metadata, "batch_id": intent.batch_id},
-        started_at=float(intent.created_after),
+        metadata={**prompt.metadata, "batch_id": batch_id},
+        started_at=started_at,
         finished_at=finished_at,
         tool_calls=[call.message() for call in calls if call is not None],
         tools=tools,

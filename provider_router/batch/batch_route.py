@@ -62,6 +62,7 @@ from provider_router.batch.batch_money import BatchMoney
 from provider_router.batch.batch_parts import RouteParts
 from provider_router.batch.batch_poll import listed_statuses
 from provider_router.batch.batch_results import failed_batch_cost
+from provider_router.batch.batch_reuse import reuse_kept
 from provider_router.batch.batch_route_result import BatchRouteResult
 from provider_router.batch.batch_submit import BatchSubmitter
 from provider_router.batch.batch_unmatched import UnmatchedAnswers
@@ -146,9 +147,8 @@ class BatchRouteRun:
             limits=dict(limits or {}),
             max_attempts=max_attempts,
         )
-        self.collector = BatchCollector(
-            parts, unmatched=UnmatchedAnswers(directory), model=route.model_id
-        )
+        self.kept = UnmatchedAnswers(directory)
+        self.collector = BatchCollector(parts, unmatched=self.kept, model=route.model_id)
         self._halt = False
         """A batch vanished (404 past the grace) this round: the run stops."""
         self._missing: dict[str, float] = {}
@@ -166,6 +166,7 @@ class BatchRouteRun:
         prompts = {name: {p.id: p for p in items} for name, items in datasets.items()}
         self.journal.prepare(list(prompts))
         await self._check_journal()
+        self._reuse_kept(prompts)
         # A kill between a reserve and its intent left a hold nobody knows: a recovery
         # counts it at its worst case (never below what may have been spent); a batch
         # this run then collects corrects its own to the true cost.
@@ -212,6 +213,22 @@ class BatchRouteRun:
                 "those batches may still run and bill, and their prompts would be sent "
                 "again; restore the file (or finish the job in a new directory)",
             )
+
+    def _reuse_kept(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> None:
+        """Prompts back in the inputs whose paid answers were kept aside are written from
+        them, before any is sent (:mod:`.batch_reuse`)."""
+        for name, items in prompts.items():
+            reused = reuse_kept(
+                self.journal,
+                self.kept,
+                name,
+                items.values(),
+                model=self.route.model_id,
+                clock=self.clock,
+                tools=self.body.params(name).get("tools"),
+            )
+            self.result.reused += reused.written
+            self.result.events.extend(reused.sentences())
 
     def _report(self) -> None:
         live = [i for i in self.batches if i.live]
