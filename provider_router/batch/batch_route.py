@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -155,6 +155,8 @@ class BatchRouteRun:
         """When each batch first answered 404 in this run."""
         self._held: set[str] = set()
         """Lost 202s this run has said it holds."""
+        self.on_round: Callable[[], Awaitable[None]] | None = None
+        """Awaited after each round of polls (the timeline's sample of the ledger)."""
 
     def close(self) -> None:
         self.batches.close()
@@ -180,13 +182,13 @@ class BatchRouteRun:
                 break  # a results 402 (a resume collects after the top-up), or a vanished batch
             if self.result.stop is None:
                 progressed |= await self.submitter.submit_all(prompts)
-            self._report()
+            await self._report()
             retry = self.submitter.unsent and self.result.stop is None
             if not retry and not any(i.live for i in self.batches):
                 break  # (a submit that never left goes again after the wait)
             delay = self.poll_initial if progressed else min(delay * 2, self.poll_max)
             await self.sleep(delay)
-        self._report()
+        await self._report()
         for name, items in prompts.items():
             attempts = self.submitter.attempts(name)
             left = sum(
@@ -230,12 +232,14 @@ class BatchRouteRun:
             self.result.reused += reused.written
             self.result.events.extend(reused.sentences())
 
-    def _report(self) -> None:
+    async def _report(self) -> None:
         live = [i for i in self.batches if i.live]
         self.result.pending = len(live)
         self.result.in_progress = sum(1 for i in live if i.batch_id is not None)
         if self.progress is not None:
             self.progress(self.result)
+        if self.on_round is not None:
+            await self.on_round()
 
     # --- lost 202s ------------------------------------------------------------------
 

@@ -547,6 +547,7 @@ def _run_batch_route(
             lost_grace=args.batch_lost_grace,
             max_batch_requests=args.batch_size,
             api_factory=watch.api,
+            metrics=metrics,
             progress=watch.reporter(shown, metrics),
         )
     )
