@@ -3,8 +3,9 @@
 One append-only JSONL file (``batches.jsonl``) beside the outputs, each entry written
 and fsynced before the step it records is taken, so a kill -9 anywhere leaves one of:
 
-* ``intent`` (the prompts, the ``custom_id`` of each, the reservation holding the
-  batch's worst case, the time before the submit): the submit may or may not have
+* ``intent`` (the prompts, the ``custom_id`` of each, the digest of each prompt's
+  content, the reservation holding the batch's worst case, the time before the
+  submit): the submit may or may not have
   reached OpenRouter. Its prompts are never sent again until the batch is found
   (``GET /batches?created_after=`` and its results' ``custom_id``s, which carry the
   intent's id) or shown never to have been created;
