@@ -30,7 +30,13 @@ from provider_router.batch.batch_api import RESULTS_PAGE_LINES
 from provider_router.batch.batch_body import RESULTS_PAGE_BYTES
 from provider_router.batch.batch_journal import BatchIntent
 from provider_router.batch.batch_parts import RoutePart, RouteParts
-from provider_router.batch.batch_results import ResultLine, read_cost, read_result, result_record
+from provider_router.batch.batch_results import (
+    ResultLine,
+    complete_result,
+    read_cost,
+    read_result,
+    result_record,
+)
 from provider_router.batch.batch_unmatched import UnmatchedAnswers
 from provider_router.prompts import Prompt
 
@@ -185,14 +191,6 @@ class BatchCollector(RoutePart):
             cost=cost,
             tools=tools,
         )
-        self.journal.complete(
-            intent.dataset,
-            line.prompt_id,
-            record,
-            output_tokens=line.completion_tokens,
-            prompt_tokens=line.prompt_tokens,
-            cost_units=to_units(cost),
-            location=prompt.location,
-        )
+        complete_result(self.journal, intent.dataset, line, prompt, record, cost)
         self.result.lines_done += 1
         return cost

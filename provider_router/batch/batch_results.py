@@ -13,14 +13,22 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from provider_router._money import to_decimal
+from provider_router._money import to_decimal, to_units
 from provider_router._types import JSONObject
 from provider_router.batch.batch_journal import BatchIntent
+from provider_router.batch.journal import FileJournal
 from provider_router.batch.output import encode_record, make_record
 from provider_router.prompts import Prompt
 from provider_router.results import ToolCall
 
-__all__ = ["ResultLine", "failed_batch_cost", "read_cost", "read_result", "result_record"]
+__all__ = [
+    "ResultLine",
+    "complete_result",
+    "failed_batch_cost",
+    "read_cost",
+    "read_result",
+    "result_record",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,3 +154,24 @@ def result_record(
         tools=tools,
     )
     return encode_record(record)
+
+
+def complete_result(
+    journal: FileJournal,
+    dataset: str,
+    line: ResultLine,
+    prompt: Prompt,
+    record: bytes,
+    cost: Decimal,
+) -> None:
+    """Commit a successful result's ``record`` (:func:`result_record`) as done through
+    ``journal`` (the prompt claimed), at ``cost`` as booked."""
+    journal.complete(
+        dataset,
+        line.prompt_id,
+        record,
+        output_tokens=line.completion_tokens,
+        prompt_tokens=line.prompt_tokens,
+        cost_units=to_units(cost),
+        location=prompt.location,
+    )

@@ -25,9 +25,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from provider_router._money import to_units
 from provider_router._types import JSONObject
-from provider_router.batch.batch_results import ResultLine, read_cost, result_record
+from provider_router.batch.batch_results import (
+    ResultLine,
+    complete_result,
+    read_cost,
+    result_record,
+)
 from provider_router.batch.batch_unmatched import (
     NOT_IN_INPUTS_FILE,
     UnmatchedAnswers,
@@ -135,15 +139,7 @@ def reuse_kept(
             cost=cost,
             tools=tools if tools is not None else prompt.request_fields.get("tools"),
         )
-        journal.complete(
-            dataset,
-            prompt.id,
-            record,
-            output_tokens=line.completion_tokens,
-            prompt_tokens=line.prompt_tokens,
-            cost_units=to_units(cost),
-            location=prompt.location,
-        )
+        complete_result(journal, dataset, line, prompt, record, cost)
         reused.written += 1
         reused.cost += cost
     journal.flush()

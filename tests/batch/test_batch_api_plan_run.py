@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _batch_helpers import ledger_rows, ledger_spent, read_records, write_prompts
+from _batch_helpers import ledger_rows, ledger_spent, read_records, small_plan
 
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_plan import batch_datasets, run_plan_batches
@@ -22,6 +22,7 @@ from provider_router.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]
+K3 = "moonshotai/kimi-k3"
 QUICK = {"poll_initial": 0.01, "lost_grace": 0.0}
 
 
@@ -37,17 +38,9 @@ class KillOnPoll(BatchApi):
         raise Killed
 
 
-def plan(tmp_path: Path, *, route: str = "batch") -> Plan:
-    return Plan.model_validate(
-        {
-            "model": "moonshotai/kimi-k3",
-            "budget": "10",
-            "concurrency": 4,
-            "policy": {"exclude_below": "int4"},
-            "generation": {"max_tokens": 200},
-            "datasets": [{"name": "p", "input": str(tmp_path / "p.jsonl"), "route": route}],
-        }
-    )
+def plan(tmp_path: Path, prompts: int, *, route: str = "batch") -> Plan:
+    """Dataset ``p`` of ``prompts`` prompts ``q<n>`` on Kimi K3 (written now), budget $10."""
+    return small_plan(tmp_path, requests=None, prompts=prompts, model=K3, route=route)
 
 
 async def run_batches(the_plan: Plan, out: Path, sim: SimulatorServer, **options: Any) -> Any:
@@ -61,7 +54,6 @@ async def test_a_batch_only_run_samples_the_ledger_into_the_timeline_and_the_gau
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
     sim = await openrouter_sim_factory(speed=float("inf"), seed=5)
-    write_prompts(tmp_path / "p.jsonl", 6)
     out = tmp_path / "out"
     metrics = Metrics()
     gauge: list[float | None] = []
@@ -70,7 +62,7 @@ async def test_a_batch_only_run_samples_the_ledger_into_the_timeline_and_the_gau
         gauge.append(metrics.registry.get_sample_value("provider_router_spent_usd"))
 
     result = await run_batches(
-        plan(tmp_path), out, sim, metrics=metrics, timeline_interval=3600.0, progress=watch
+        plan(tmp_path, 6), out, sim, metrics=metrics, timeline_interval=3600.0, progress=watch
     )
     assert result.lines_done == 6
     spent = ledger_spent(out)
@@ -94,25 +86,23 @@ async def test_a_sync_run_writes_a_kept_answer_whose_prompt_returns_and_sends_it
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
     sim = await openrouter_sim_factory(speed=float("inf"), seed=5)
+    batched, synced = plan(tmp_path, 5), plan(tmp_path, 5, route="sync")
     inputs = tmp_path / "p.jsonl"
-    write_prompts(inputs, 5)
     full = inputs.read_text()
     out = tmp_path / "out"
     with pytest.raises(Killed):  # submitted, then killed before its results came
-        await run_batches(plan(tmp_path), out, sim, api_factory=KillOnPoll)
+        await run_batches(batched, out, sim, api_factory=KillOnPoll)
     # The inputs lose q1 and q3 (one changed, one removed); their paid answers are kept.
     lines = full.splitlines()
     inputs.write_text("\n".join(line for n, line in enumerate(lines) if n not in (1, 3)) + "\n")
-    result = await run_batches(plan(tmp_path), out, sim)
+    result = await run_batches(batched, out, sim)
     assert result.not_in_inputs == 2
     kept = {e["id"]: e for e in read_records(out / "not_in_inputs.jsonl")}
     # q1 comes back as it was; q3 comes back with other content: it is a new prompt.
     lines[3] = json.dumps({"id": "q3", "prompt": "another question", "n": 3})
     inputs.write_text("\n".join(lines) + "\n")
     charged = sim.simulator.usage
-    summary = await BatchRunner(
-        plan(tmp_path, route="sync"), out, base_url=sim.url, api_key=DEFAULT_TEST_KEY
-    ).run()
+    summary = await BatchRunner(synced, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     records = {r["id"]: r for r in read_records(out / "p.jsonl")}
     assert sorted(records) == [f"q{n}" for n in range(5)]
     assert records["q1"]["generation_id"] == kept["q1"]["answer"]["id"]
