@@ -721,8 +721,8 @@ async def test_a_kill_between_a_kept_answers_output_and_its_journal_entry_repeat
     def dies_on_commit(fh: Any, data: bytes) -> None:
         if armed[0] and torn and fh.name.endswith("ds.jsonl"):
             armed[0] = False
-            write_all(fh, data[: len(data) // 2])
-            raise Killed  # mid-write of the outputs
+            write_all(fh, data[: data.index(b"\n") + 10])
+            raise Killed  # mid-write of the outputs: the first whole, the second torn
         if armed[0] and fh.name.endswith("journal.jsonl") and b'"op":"done"' in data:
             armed[0] = False
             raise Killed  # the outputs were written, their done entries never
@@ -737,8 +737,7 @@ async def test_a_kill_between_a_kept_answers_output_and_its_journal_entry_repeat
     assert not armed[0]
     result = await job.go(prompts(5))
     # Whole records carry their generation id: adopted as done on open (#21); a torn
-    # one is cut and written again from the kept line (half of p1's and p3's bytes: p1
-    # whole, p3 torn).
+    # one is cut and written again from the kept line (p1 whole, p3 torn).
     assert result.reused == (1 if torn else 0)
     assert result.submitted == 0
     assert sorted(job.outputs()) == [f"p{i}" for i in range(5)], "none lost, none twice"
