@@ -157,6 +157,7 @@ async def run_plan_batches(
                     datasets={d.name: _most(d, len(prompts[d.name])) for d in chosen},
                     metrics=metrics,
                 )
+                sampled.ledger_state = await ledger.snapshot()  # the first line has money
                 # For the report and the gauges only: writing it never fails the run.
                 timeline = TimelineWriter(sampled, interval=timeline_interval)
                 runner.on_round = timeline.sample
