@@ -30,7 +30,13 @@ from provider_router.batch.batch_api import RESULTS_PAGE_LINES
 from provider_router.batch.batch_body import RESULTS_PAGE_BYTES
 from provider_router.batch.batch_journal import BatchIntent
 from provider_router.batch.batch_parts import RoutePart, RouteParts
-from provider_router.batch.batch_results import ResultLine, read_cost, read_result, result_record
+from provider_router.batch.batch_results import (
+    ResultLine,
+    complete_result,
+    read_cost,
+    read_result,
+    result_record,
+)
 from provider_router.batch.batch_unmatched import UnmatchedAnswers
 from provider_router.prompts import Prompt
 
@@ -171,15 +177,17 @@ class BatchCollector(RoutePart):
         if not self.journal.claim(intent.dataset, line.prompt_id):
             return cost  # already written (a collect cut short)
         tools = {**prompt.request_fields, **self.body.params(intent.dataset)}.get("tools")
-        record = result_record(line, intent, prompt, self.model, float(self.clock()), cost, tools)
-        self.journal.complete(
-            intent.dataset,
-            line.prompt_id,
-            record,
-            output_tokens=line.completion_tokens,
-            prompt_tokens=line.prompt_tokens,
-            cost_units=to_units(cost),
-            location=prompt.location,
+        record = result_record(
+            line,
+            prompt,
+            self.model,
+            dataset=intent.dataset,
+            batch_id=intent.batch_id,
+            started_at=float(intent.created_after),
+            finished_at=float(self.clock()),
+            cost=cost,
+            tools=tools,
         )
+        complete_result(self.journal, intent.dataset, line, prompt, record, cost)
         self.result.lines_done += 1
         return cost

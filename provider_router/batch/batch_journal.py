@@ -3,8 +3,9 @@
 One append-only JSONL file (``batches.jsonl``) beside the outputs, each entry written
 and fsynced before the step it records is taken, so a kill -9 anywhere leaves one of:
 
-* ``intent`` (the prompts, the ``custom_id`` of each, the reservation holding the
-  batch's worst case, the time before the submit): the submit may or may not have
+* ``intent`` (the prompts, the ``custom_id`` of each, the digest of each prompt's
+  content, the reservation holding the batch's worst case, the time before the
+  submit): the submit may or may not have
   reached OpenRouter. Its prompts are never sent again until the batch is found
   (``GET /batches?created_after=`` and its results' ``custom_id``s, which carry the
   intent's id) or shown never to have been created;
@@ -60,6 +61,15 @@ class BatchIntent:
     disputed: str | None = None
     """Why a bill of this batch was disputed (the last one), if one was."""
     extra: dict[str, Any] = field(default_factory=dict)
+    digests: tuple[str, ...] = ()
+    """Line ``n``'s prompt content as sent (:func:`~.batch_unmatched.prompt_digest`);
+    empty in intents journaled before it was recorded."""
+
+    def digest_for(self, prompt_id: str) -> str | None:
+        """The content digest of ``prompt_id`` as this intent sent it (None: unknown)."""
+        if len(self.digests) != len(self.prompt_ids) or prompt_id not in self.prompt_ids:
+            return None
+        return self.digests[self.prompt_ids.index(prompt_id)]
 
     def custom_id(self, line: int) -> str:
         return f"{self.intent}-{line}"
@@ -148,18 +158,20 @@ class BatchJournal:
         created_after: int,
         reservation: dict[str, Any],
         worst_units: int,
+        digests: Sequence[str] = (),
     ) -> BatchIntent:
-        self._write(
-            {
-                "op": "intent",
-                "intent": intent,
-                "ds": dataset,
-                "ids": list(prompt_ids),
-                "after": created_after,
-                "res": reservation,
-                "worst": worst_units,
-            }
-        )
+        entry: dict[str, Any] = {
+            "op": "intent",
+            "intent": intent,
+            "ds": dataset,
+            "ids": list(prompt_ids),
+            "after": created_after,
+            "res": reservation,
+            "worst": worst_units,
+        }
+        if digests:
+            entry["digests"] = list(digests)
+        self._write(entry)
         return self.intents[intent]
 
     def record_submitted(self, intent: str, batch_id: str) -> None:
@@ -208,6 +220,7 @@ def _apply(intents: dict[str, BatchIntent], entry: dict[str, Any]) -> None:
             created_after=int(entry["after"]),
             reservation=dict(entry["res"]),
             worst_units=int(entry["worst"]),
+            digests=tuple(str(d) for d in entry.get("digests", ())),
         )
         return
     intent = intents[entry["intent"]]

@@ -22,11 +22,14 @@ from provider_router._exceptions import ConfigurationError
 from provider_router._http import HttpClient
 from provider_router.batch.batch_api import BatchApi
 from provider_router.batch.batch_route import BatchRouteResult, BatchRouteRun
+from provider_router.batch.batch_timeline import BatchSampled
 from provider_router.batch.batch_unmatched import NOT_IN_INPUTS_FILE
 from provider_router.batch.job_ledger import open_job_ledger
 from provider_router.batch.journal import FileJournal
 from provider_router.batch.runner import LEDGER_FILE
+from provider_router.batch.timeline import DEFAULT_INTERVAL, TimelineWriter
 from provider_router.catalog import Catalog
+from provider_router.metrics import Metrics
 from provider_router.plan import Plan
 from provider_router.policy import ProviderPolicy
 from provider_router.prompts import Prompt, PromptReader
@@ -106,10 +109,14 @@ async def run_plan_batches(
     base_url: str | None = None,
     api_key: str | None = None,
     api_factory: Callable[[HttpClient], BatchApi] = BatchApi,
+    metrics: Metrics | None = None,
+    timeline_interval: float = DEFAULT_INTERVAL,
     **options: Any,
 ) -> BatchRouteResult:
     """Run the batch-route datasets of ``plan`` into ``out`` (``options``: see BatchRouteRun;
-    ``api_factory``: makes its Batch API calls, e.g. :meth:`BatchWatch.api`)."""
+    ``api_factory``: makes its Batch API calls, e.g. :meth:`BatchWatch.api`), sampling the
+    ledger into ``DIR/timeline.ndjson`` and ``metrics`` every ``timeline_interval``
+    seconds and after each round of polls (:mod:`.batch_timeline`)."""
     if batches.route is None or not batches.names:
         return BatchRouteResult()
     if plan.budget is None:
@@ -138,12 +145,27 @@ async def run_plan_batches(
                     limits={d.name: (d.target_output_tokens, d.max_requests) for d in chosen},
                     **options,
                 )
+                prompts: dict[str, list[Prompt]] = {
+                    d.name: list(PromptReader(list(d.inputs))) for d in chosen
+                }
+                sampled = BatchSampled(
+                    directory,
+                    budget=plan.budget,
+                    ledger=ledger,
+                    journal=journal,
+                    batches=runner.batches,
+                    datasets={d.name: _most(d, len(prompts[d.name])) for d in chosen},
+                    metrics=metrics,
+                )
+                sampled.ledger_state = await ledger.snapshot()  # the first line has money
+                # For the report and the gauges only: writing it never fails the run.
+                timeline = TimelineWriter(sampled, interval=timeline_interval)
+                runner.on_round = timeline.sample
+                timeline.start()
                 try:
-                    prompts: dict[str, list[Prompt]] = {
-                        d.name: list(PromptReader(list(d.inputs))) for d in chosen
-                    }
                     result = await runner.run(prompts)
                 finally:
+                    await timeline.stop()
                     runner.close()
                 write_report(directory, result)
                 return result
@@ -181,6 +203,12 @@ def progress_printer(file: TextIO) -> Callable[[BatchRouteResult], None]:
         )
 
     return show
+
+
+def _most(dataset: Any, prompts: int) -> tuple[int | None, int | None]:
+    """(prompts it will complete at most, its output-token target), for the timeline."""
+    cap = dataset.max_requests
+    return (prompts if cap is None else min(prompts, cap)), dataset.target_output_tokens
 
 
 def _params(plan: Plan, dataset: Any) -> dict[str, Any]:

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from provider_router._money import to_decimal
+from provider_router._money import to_decimal, to_units
 from provider_router._types import JSONObject
 from provider_router.batch.batch_journal import BatchIntent
+from provider_router.batch.journal import FileJournal
 from provider_router.batch.output import encode_record, make_record
 from provider_router.prompts import Prompt
 from provider_router.results import ToolCall
@@ -23,6 +24,7 @@ from provider_router.results import ToolCall
 __all__ = [
     "MAX_READ_COST",
     "ResultLine",
+    "complete_result",
     "failed_batch_cost",
     "read_cost",
     "read_result",
@@ -116,15 +118,18 @@ def failed_batch_cost(batch: Mapping[str, Any], worst: Decimal) -> tuple[Decimal
 
 def result_record(
     line: ResultLine,
-    intent: BatchIntent,
     prompt: Prompt,
     model: str,
+    *,
+    dataset: str,
+    batch_id: str | None,
+    started_at: float,
     finished_at: float,
     cost: Decimal,
     tools: Sequence[JSONObject] | None = None,
 ) -> bytes:
     """The output line of a successful result (as a sync answer's, plus its batch id),
-    with ``cost`` as booked."""
+    with ``cost`` as booked (``started_at``: when its batch was submitted)."""
     body = line.body or {}
     usage = line.usage
     choice = (body.get("choices") or [{}])[0]
@@ -139,7 +144,7 @@ def result_record(
     ]
     record = make_record(
         prompt_id=line.prompt_id,
-        dataset=intent.dataset,
+        dataset=dataset,
         messages=prompt.messages,
         text=message.get("content"),
         reasoning=message.get("reasoning"),
@@ -153,10 +158,31 @@ def result_record(
         reasoning_tokens=int(details.get("reasoning_tokens") or 0),
         cached_tokens=int(prompt_details.get("cached_tokens") or 0),
         cost=cost,
-        metadata={**prompt.metadata, "batch_id": intent.batch_id},
-        started_at=float(intent.created_after),
+        metadata={**prompt.metadata, "batch_id": batch_id},
+        started_at=started_at,
         finished_at=finished_at,
         tool_calls=[call.message() for call in calls if call is not None],
         tools=tools,
     )
     return encode_record(record)
+
+
+def complete_result(
+    journal: FileJournal,
+    dataset: str,
+    line: ResultLine,
+    prompt: Prompt,
+    record: bytes,
+    cost: Decimal,
+) -> None:
+    """Commit a successful result's ``record`` (:func:`result_record`) as done through
+    ``journal`` (the prompt claimed), at ``cost`` as booked."""
+    journal.complete(
+        dataset,
+        line.prompt_id,
+        record,
+        output_tokens=line.completion_tokens,
+        prompt_tokens=line.prompt_tokens,
+        cost_units=to_units(cost),
+        location=prompt.location,
+    )

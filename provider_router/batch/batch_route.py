@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -63,6 +63,7 @@ from provider_router.batch.batch_money import BatchMoney
 from provider_router.batch.batch_parts import RouteParts
 from provider_router.batch.batch_poll import listed_statuses
 from provider_router.batch.batch_results import failed_batch_cost
+from provider_router.batch.batch_reuse import reuse_kept
 from provider_router.batch.batch_route_result import BatchRouteResult
 from provider_router.batch.batch_submit import BatchSubmitter
 from provider_router.batch.batch_unmatched import UnmatchedAnswers
@@ -154,9 +155,8 @@ class BatchRouteRun:
             limits=dict(limits or {}),
             max_attempts=max_attempts,
         )
-        self.collector = BatchCollector(
-            parts, unmatched=UnmatchedAnswers(directory), model=route.model_id
-        )
+        self.kept = UnmatchedAnswers(directory)
+        self.collector = BatchCollector(parts, unmatched=self.kept, model=route.model_id)
         self._halt = False
         """A batch vanished (404 past the grace) this round: the run stops."""
         self._missing: dict[str, float] = {}
@@ -165,6 +165,8 @@ class BatchRouteRun:
         """Lost 202s this run has said it holds."""
         self._progress_failed = False
         """The progress callback raised once this run (logged once; the run goes on)."""
+        self.on_round: Callable[[], Awaitable[None]] | None = None
+        """Awaited after each round of polls (the timeline's sample of the ledger)."""
 
     def close(self) -> None:
         self.batches.close()
@@ -176,6 +178,7 @@ class BatchRouteRun:
         prompts = {name: {p.id: p for p in items} for name, items in datasets.items()}
         self.journal.prepare(list(prompts))
         await self._check_journal()
+        self._reuse_kept(prompts)
         # A kill between a reserve and its intent left a hold nobody knows: a recovery
         # counts it at its worst case (never below what may have been spent); a batch
         # this run then collects corrects its own to the true cost.
@@ -190,13 +193,13 @@ class BatchRouteRun:
                 break  # a results 402 (a resume collects after the top-up), or a vanished batch
             if self.result.stop is None:
                 progressed |= await self.submitter.submit_all(prompts)
-            self._report()
+            await self._report()
             retry = self.submitter.unsent and self.result.stop is None
             if not retry and not any(i.live for i in self.batches):
                 break  # (a submit that never left goes again after the wait)
             delay = self.poll_initial if progressed else min(delay * 2, self.poll_max)
             await self.sleep(delay)
-        self._report()
+        await self._report()
         for name, items in prompts.items():
             attempts = self.submitter.attempts(name)
             left = sum(
@@ -240,18 +243,35 @@ class BatchRouteRun:
                     f"{intent.disputed}"
                 )
 
-    def _report(self) -> None:
+    def _reuse_kept(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> None:
+        """Prompts back in the inputs whose paid answers were kept aside are written from
+        them, before any is sent (:mod:`.batch_reuse`)."""
+        for name, items in prompts.items():
+            reused = reuse_kept(
+                self.journal,
+                self.kept,
+                name,
+                items.values(),
+                model=self.route.model_id,
+                clock=self.clock,
+                tools=self.body.params(name).get("tools"),
+            )
+            self.result.reused += reused.written
+            self.result.events.extend(reused.sentences())
+
+    async def _report(self) -> None:
         live = [i for i in self.batches if i.live]
         self.result.pending = len(live)
         self.result.in_progress = sum(1 for i in live if i.batch_id is not None)
-        if self.progress is None:
-            return
-        try:
-            self.progress(self.result)
-        except Exception as exc:  # display only: a view that cannot be drawn ends no run
-            if not self._progress_failed:
-                self._progress_failed = True
-                log.warning("batch.progress_failed", error=f"{type(exc).__name__}: {exc}")
+        if self.progress is not None:
+            try:
+                self.progress(self.result)
+            except Exception as exc:  # display only: a view that cannot be drawn ends no run
+                if not self._progress_failed:
+                    self._progress_failed = True
+                    log.warning("batch.progress_failed", error=f"{type(exc).__name__}: {exc}")
+        if self.on_round is not None:
+            await self.on_round()
 
     # --- lost 202s ------------------------------------------------------------------
 

@@ -33,6 +33,9 @@ class BatchRouteResult:
     not_in_inputs: int = 0
     """Paid answers to prompts no longer in the inputs, written to
     ``DIR/not_in_inputs.jsonl`` by this run."""
+    reused: int = 0
+    """Kept answers written to the outputs by this run, their prompts back in the inputs
+    (not sent or paid again)."""
     in_progress: int = 0
     """Batches submitted and not yet collected (at the last poll)."""
     events: list[str] = field(default_factory=list)
@@ -58,6 +61,7 @@ class BatchRouteResult:
             "cost_usd": str(self.cost),
             "found_after_lost_202": self.found_after_lost_202,
             "not_in_inputs": self.not_in_inputs,
+            "reused": self.reused,
             "stop": self.stop,
             "stopped_by": self.stopped_by,
             "gave_up": dict(self.gave_up),

@@ -32,6 +32,7 @@ from provider_router._log import get_logger
 from provider_router.batch.batch_journal import BatchIntent
 from provider_router.batch.batch_money import NoRoom
 from provider_router.batch.batch_parts import RoutePart, RouteParts
+from provider_router.batch.batch_unmatched import prompt_digest
 from provider_router.batch.batch_waves import wave_room
 from provider_router.ledger._base import Reservation
 from provider_router.prompts import Prompt
@@ -130,7 +131,13 @@ class BatchSubmitter(RoutePart):
             "owner": reservation.owner,
         }
         intent = self.batches.record_intent(
-            intent_id, dataset, [p.id for p in chunk], created_after, held, reservation.units
+            intent_id,
+            dataset,
+            [p.id for p in chunk],
+            created_after,
+            held,
+            reservation.units,
+            digests=[prompt_digest(p) for p in chunk],
         )
         self.money.remember(intent_id, reservation)
         lines = [self.body.line(dataset, intent_id, n, p) for n, p in enumerate(chunk)]

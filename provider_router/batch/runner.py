@@ -50,6 +50,7 @@ from typing import Any
 from provider_router._exceptions import ConfigurationError, LedgerUnavailableError
 from provider_router._log import get_logger
 from provider_router._money import from_units
+from provider_router.batch.batch_reuse import reuse_kept_for_plan
 from provider_router.batch.batch_view import read_batch_view
 from provider_router.batch.dataset_open import open_file_datasets, validate_inputs
 from provider_router.batch.dataset_run import DatasetRun
@@ -329,6 +330,10 @@ class BatchRunner:
                 )
                 if account is not None:
                     await account.start(report.worst_case)
+                # Paid answers kept aside whose prompts are back: written, not sent again.
+                self._recovered += reuse_kept_for_plan(
+                    self.plan, journal, self.out, clock=time.time
+                )
                 # For the report only: writing it never fails the run.
                 timeline = TimelineWriter(self, interval=self.timeline_interval)
                 timeline.start()

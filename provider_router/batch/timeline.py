@@ -162,11 +162,15 @@ class TimelineWriter:
                 self._file.close()
             self._file = None
 
+    async def sample(self) -> None:
+        """Read the ledger and append a line now (between two ``interval`` lines)."""
+        await self._refresh_ledger()
+        self.write()
+
     async def _forever(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            await self._refresh_ledger()
-            self.write()
+            await self.sample()
 
     async def _refresh_ledger(self) -> None:
         ledger = self.runner.ledger

@@ -566,6 +566,7 @@ def _run_batch_route(
             accept_disputed=args.batch_accept_disputed,
             max_batch_requests=args.batch_size,
             api_factory=watch.api,
+            metrics=metrics,
             progress=watch.reporter(shown, metrics),
         )
     )

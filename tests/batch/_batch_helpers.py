@@ -127,15 +127,22 @@ async def spawn_cli(*argv: str, stderr: int | None = asyncio.subprocess.DEVNULL)
     )  # fmt: skip
 
 
-def small_plan(tmp_path: Path, *, requests: int | None = 6, prompts: int = 12) -> Plan:
+def small_plan(
+    tmp_path: Path,
+    *,
+    requests: int | None = 6,
+    prompts: int = 12,
+    model: str = "moonshotai/kimi-k2.5",
+    route: str = "sync",
+) -> Plan:
     """One dataset ``p`` of ``prompts`` prompts (``requests`` of them sent), budget $10."""
     path = write_prompts(tmp_path / "p.jsonl", prompts)
-    dataset: dict[str, object] = {"name": "p", "input": str(path)}
+    dataset: dict[str, object] = {"name": "p", "input": str(path), "route": route}
     if requests is not None:
         dataset["max_requests"] = requests
     return Plan.model_validate(
         {
-            "model": "moonshotai/kimi-k2.5",
+            "model": model,
             "budget": "10",
             "concurrency": 4,
             "policy": {"exclude_below": "int4"},

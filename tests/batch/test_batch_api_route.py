@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from _batch_helpers import times_submitted
+from _batch_helpers import simulate_crash, times_submitted
 
 from provider_router import MemoryLedger, ProviderPolicy
 from provider_router._exceptions import (
@@ -126,6 +126,9 @@ class Job:
         if not path.exists():
             return []
         return [json.loads(line)["id"] for line in path.read_text().splitlines()]
+
+    def output_lines(self) -> list[str]:
+        return (self.directory / "ds.jsonl").read_text().splitlines()
 
     def submitted(self) -> Counter[str]:
         return times_submitted(self.directory, self.sim)
@@ -649,6 +652,117 @@ async def test_an_answer_kept_aside_is_kept_once_across_a_kill_mid_collect(job: 
     assert sorted(entry["id"] for entry in kept_aside(job)) == ["p1", "p3"]
     assert sorted(job.outputs()) == ["p0", "p2", "p4"]
     await job.money_agrees()
+
+
+async def keep_aside_p1_p3(job: Job) -> None:
+    """Submitted, killed; the inputs then lose p1 and p3: their answers are kept aside."""
+    with pytest.raises(Killed):
+        await job.go(prompts(5), KillOnPoll(job.http))
+    result = await job.go([p for p in prompts(5) if p.id not in ("p1", "p3")])
+    assert result.not_in_inputs == 2
+
+
+async def test_a_kept_answer_whose_prompt_returns_is_written_not_sent_again(job: Job) -> None:
+    await keep_aside_p1_p3(job)
+    charged = job.sim.simulator.usage
+    result = await job.go(prompts(5))
+    assert result.reused == 2
+    assert result.submitted == 0, "nothing was sent again"
+    assert job.sim.simulator.usage == charged, "not paid twice"
+    assert set(job.submitted().values()) == {1}
+    assert sorted(job.outputs()) == [f"p{i}" for i in range(5)]
+    records = {r["id"]: r for r in map(json.loads, job.output_lines())}
+    kept = {entry["id"]: entry for entry in kept_aside(job)}
+    for pid in ("p1", "p3"):
+        assert records[pid]["cost"] == kept[pid]["cost_usd"]
+        assert records[pid]["generation_id"] == kept[pid]["answer"]["id"]
+        assert records[pid]["messages"][0]["content"] == f"question {pid[1:]}"
+    said = "2 paid answers kept in not_in_inputs.jsonl were written"
+    assert any(said in event for event in result.events)
+    again = await job.go(prompts(5))
+    assert (again.reused, again.submitted) == (0, 0), "written once"
+    assert sorted(job.outputs()) == [f"p{i}" for i in range(5)]
+    await job.money_agrees()
+
+
+async def test_a_kept_answer_whose_id_returns_with_other_content_is_not_used(job: Job) -> None:
+    await keep_aside_p1_p3(job)
+    changed = [
+        dataclasses.replace(p, messages=[{"role": "user", "content": "another question"}])
+        if p.id == "p3"
+        else p
+        for p in prompts(5)
+    ]
+    result = await job.go(changed)
+    assert result.reused == 1
+    assert job.submitted()["p3"] == 2, "sent as a new prompt"
+    assert job.submitted()["p1"] == 1
+    records = {r["id"]: r for r in map(json.loads, job.output_lines())}
+    assert records["p3"]["messages"][0]["content"] == "another question"
+    assert records["p3"]["generation_id"] != kept_aside(job)[1]["answer"]["id"]
+    assert any(
+        "were not used: their prompt ids are back in the inputs of ds with different "
+        "content (p3)" in e
+        for e in result.events
+    ), result.events
+    await job.money_agrees()
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["outputs-written", "output-torn"])
+async def test_a_kill_between_a_kept_answers_output_and_its_journal_entry_repeats_nothing(
+    job: Job, monkeypatch: pytest.MonkeyPatch, torn: bool
+) -> None:
+    await keep_aside_p1_p3(job)
+    from provider_router.batch import journal as journal_module
+
+    write_all = journal_module._write_all
+    armed = [True]
+
+    def dies_on_commit(fh: Any, data: bytes) -> None:
+        if armed[0] and torn and fh.name.endswith("ds.jsonl"):
+            armed[0] = False
+            write_all(fh, data[: data.index(b"\n") + 10])
+            raise Killed  # mid-write of the outputs: the first whole, the second torn
+        if armed[0] and fh.name.endswith("journal.jsonl") and b'"op":"done"' in data:
+            armed[0] = False
+            raise Killed  # the outputs were written, their done entries never
+        write_all(fh, data)
+
+    monkeypatch.setattr(journal_module, "_write_all", dies_on_commit)
+    killed = job.run()
+    with pytest.raises(Killed):
+        await killed.run({"ds": prompts(5)})
+    simulate_crash(killed.journal)  # a kill -9: nothing more is written
+    killed.close()
+    assert not armed[0]
+    result = await job.go(prompts(5))
+    # Whole records carry their generation id: adopted as done on open (#21); a torn
+    # one is cut and written again from the kept line (p1 whole, p3 torn).
+    assert result.reused == (1 if torn else 0)
+    assert result.submitted == 0
+    assert sorted(job.outputs()) == [f"p{i}" for i in range(5)], "none lost, none twice"
+    assert set(job.submitted().values()) == {1}
+    with FileJournal.open(job.directory) as journal:
+        assert journal.tally("ds").completed == 5
+    await job.money_agrees()
+
+
+def test_a_kept_answer_from_before_its_content_was_recorded_is_not_used(tmp_path: Path) -> None:
+    from provider_router.batch.batch_results import ResultLine
+    from provider_router.batch.batch_reuse import reuse_kept
+    from provider_router.batch.batch_unmatched import UnmatchedAnswers
+
+    old = BatchIntent("b" + "2" * 12, "ds", ("p0",), 0, {}, 10, batch_id="batch-2")
+    body = {"id": "gen-batch-1", "choices": [{"message": {"content": "hi"}}]}
+    assert UnmatchedAnswers(tmp_path).keep(old, ResultLine("p0", body, Decimal("0.1")), Decimal(1))
+    with FileJournal.open(tmp_path) as journal:
+        journal.prepare(["ds"])
+        reused = reuse_kept(
+            journal, UnmatchedAnswers(tmp_path), "ds", prompts(2), model=K3, clock=time.time
+        )
+        assert (reused.written, reused.unknown) == (0, ["p0"])
+        assert not journal.is_done("ds", "p0")
+    assert "kept before the content of their prompts was recorded" in reused.sentences()[0]
 
 
 class RepeatingPages(BatchApi):
