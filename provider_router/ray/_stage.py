@@ -40,6 +40,7 @@ nothing in Ray runs cleanup code of an actor that was killed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import time
@@ -119,6 +120,17 @@ class StageConfig:
 def _duplicate(prompt_id: str) -> str:
     """What ``provider-router run`` says of a duplicate id (:class:`PromptReader`)."""
     return f"duplicate id {_snippet(prompt_id)!r}: an earlier line of this dataset already has it"
+
+
+def _params(defaults: Mapping[str, Any], metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The request's fields: the job's, and those the row's line sets itself."""
+    request = None
+    for name in REQUEST_KEYS:
+        if name in metadata:
+            if request is None:
+                request = dict(defaults)
+            request[name] = metadata[name]
+    return defaults if request is None else request
 
 
 def _error_kind(exc: BaseException) -> str:
@@ -351,22 +363,18 @@ class PromptStage:
             self._stopped = f"halted: {router.halted}"
         if self._stopped is not None:
             return await self._not_sent(data, dataset, prompt_id)
-        request = {k: metadata[k] for k in REQUEST_KEYS if k in metadata}
-        params = {**config.params, **request} if request else config.params
+        params = _params(config.params, metadata)
         started = time.time()
         kept: list[tuple[bool, dict[str, Any]]] = []
-
-        async def keep(paid: ChatResult) -> None:
-            # Before the settle: a kill after it finds the answer here, free.
-            kept.append(await self._keep(key, paid, started))
-
         try:
             result = await router.chat(
                 messages,
                 max_tokens=config.max_tokens,
                 key=key,
                 stream=True,
-                on_paid=keep,
+                # A partial of a method, not a nested function: no cells made per row
+                # and kept alive through the request (#13 wave 5).
+                on_paid=functools.partial(self._keep_into, kept, key, started),
                 **params,
             )
         except LedgerWriteError as exc:  # paid and whole: kept like any answer
@@ -404,6 +412,12 @@ class PromptStage:
         if not (kept and kept[0][0]) and not await self._put(key, fields):
             row["error"] = "paid answer not stored in Redis yet (an outage): kept in this row"
         return row
+
+    async def _keep_into(
+        self, kept: list[tuple[bool, dict[str, Any]]], key: str, started: float, paid: ChatResult
+    ) -> None:
+        # Before the settle: a kill after it finds the answer stored, free.
+        kept.append(await self._keep(key, paid, started))
 
     async def _keep(
         self, key: str, paid: ChatResult, started: float
