@@ -91,6 +91,10 @@ _SENTENCES: Final = {
     "outage): kept in the output rows and stored again when Redis answers",
     ("ray.note_failed", None): "{n} prompt{s} not sent or failed could not be noted in Redis "
     "(the next run sends them again)",
+    ("ray.release_failed", None): "{n} Ray actor{s} could not let a prompt's sending "
+    "lease go (it runs out after one lease; the same prompt elsewhere waits until then)",
+    ("ray.renew_failed", None): "renewing the sending leases of a Ray actor's prompts "
+    "failed {n} time{s} (retried every third of a lease, before it runs out)",
     ("ray.unexpected_error", None): "{n} prompt{s} of the Ray stage failed with an "
     "unexpected error (a bug: please report it)",
     ("ray.output_repaired", None): "a half-written last answer of an output file was cut "

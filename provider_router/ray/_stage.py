@@ -18,7 +18,10 @@ Each row:
 2. else it is sent through the actor's :class:`~provider_router.Router`
    (streaming, so the generation id is on the reservation before the answer is
    done), reserving from the job's shared :class:`~provider_router.RedisLedger`;
-   the same row arriving twice at once in one actor is sent once;
+   the same row arriving twice at once in one actor is sent once, and in two actors
+   too: the sender holds the row's sending lease in the store
+   (:meth:`~provider_router.ray._store.AnswerStore.hold`), and the other waits for
+   the answer it stores (a dead sender's lease runs out after one ledger lease);
 3. a paid answer is stored *before* its reservation is settled (``on_paid``): a
    kill after the settle finds it stored. A prompt the budget or OpenRouter's
    credits refused is emitted with ``status="not_sent"`` (never dropped: a dropped
@@ -43,6 +46,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,6 +66,7 @@ from provider_router._exceptions import (
 )
 from provider_router._format import decimal_str
 from provider_router._log import get_logger
+from provider_router._types import Sleep
 from provider_router.client import Router
 from provider_router.ledger import RedisLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
@@ -110,6 +115,8 @@ class StageConfig:
     router_options: Mapping[str, Any] = field(default_factory=dict)
     run: str = ""
     """This run (one :meth:`RayJob.generate`): a retried task replays its notes."""
+    holder_poll: float = 1.0
+    """Seconds between looks at the store while another actor sends the same row."""
     outage_window: float = DEFAULT_OUTAGE_WINDOW
     """Seconds a Redis outage is waited out by the store's calls."""
     redis_password: MaskedPassword | None = None
@@ -165,6 +172,12 @@ class PromptStage:
         """Rows being sent, by row key: the same row arriving meanwhile waits for it."""
         self._url: str | None = None
         """The Redis URL with its password (never pickled: built in the actor)."""
+        self._token = secrets.token_hex(8)
+        """This actor's name on the sending leases it holds."""
+        self._held: set[str] = set()
+        """Row keys whose sending lease this actor holds (renewed in the background)."""
+        self._sleep: Sleep = asyncio.sleep
+        """Awaited between looks at a row another actor sends (tests replace it)."""
         self._unstored: dict[str, dict[str, Any]] = {}
         """Paid answers Redis could not take (an outage past its window), by row key:
         replayed from here and stored again by the background task."""
@@ -235,8 +248,16 @@ class PromptStage:
         """Reconcile dead actors' reservations now and then: nothing else would.
 
         Also stores again the paid answers an outage kept from Redis."""
+        config = self.config
+        step = min(config.lease / 3, config.recover_interval)  # leases outlive a step
+        waited = 0.0
         while True:
-            await asyncio.sleep(self.config.recover_interval)
+            await asyncio.sleep(step)
+            await self._renew_held()
+            waited += step
+            if waited < config.recover_interval:
+                continue
+            waited = 0.0
             await self._store_unstored()
             if self._ledger is None or self._router is None:
                 continue
@@ -252,6 +273,14 @@ class PromptStage:
                     worst_case=len(report.worst_case),
                 )
 
+    async def _renew_held(self) -> None:
+        if self._store is None or not self._held:
+            return
+        try:
+            await self._store.renew(list(self._held), self._token, self.config.lease)
+        except Exception as exc:  # Redis out: the holders' answers wait for it anyway
+            log.warning("ray.renew_failed", error=repr(exc))
+
     async def _store_unstored(self) -> None:
         store = self._store
         for key, fields in list(self._unstored.items()):
@@ -262,6 +291,7 @@ class PromptStage:
             except Exception:
                 return  # still out: the next round tries again
             self._unstored.pop(key, None)
+            await self._let_go(store, key)  # stored at last: the lease may go
 
     async def __call__(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         config = self.config
@@ -329,8 +359,15 @@ class PromptStage:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._flying[key] = future
         row: dict[str, Any] | None = None
+        held = False
         try:
-            row = await self._send(data, dataset, prompt_id, messages, metadata)
+            row = await self._wait_for_holder(store, data, dataset, prompt_id)
+            if row is None:  # this actor holds the sending lease now
+                held = True
+                self._held.add(key)
+                row = await self._send(data, dataset, prompt_id, messages, metadata)
+        except LedgerUnavailableError as exc:  # at the lease: unknown, never sent blind
+            row = self._row(data, dataset, prompt_id, NOT_SENT, f"error: {exc}")
         except Exception as exc:
             kind = type(exc).__name__
             row = self._row(data, dataset, prompt_id, FAILED, f"{kind}: {exc}")
@@ -341,7 +378,49 @@ class PromptStage:
                 future.cancel()
             else:
                 future.set_result(row)
+        if held:
+            await self._let_go(store, key)
+        assert row is not None  # set above unless cancelled, which raised
         return row
+
+    async def _wait_for_holder(
+        self, store: AnswerStore, data: dict[str, Any], dataset: str, prompt_id: str
+    ) -> dict[str, Any] | None:
+        """Take the row's sending lease (None), or the row another actor's send stored.
+
+        The same row in two actors at once (an exact duplicate line, or a task Ray
+        retried elsewhere) is thus paid once: the second waits for the first's answer
+        and emits it, as this actor's ``_flying`` does within one actor. It is emitted,
+        not refused as ``run`` refuses a duplicate line: the two cannot be told apart,
+        and refusing a retried task would leave its id out of the output.
+        """
+        config, key = self.config, row_key(dataset, prompt_id)
+        while True:
+            holder, stored = await store.hold(key, self._token, config.lease)
+            if stored.answer is not None or holder != self._token:
+                if stored.answer is not None:
+                    if holder == self._token:
+                        await self._let_go(store, key)
+                    return {**self._base(data, dataset, prompt_id), **stored.answer,
+                            "status": ANSWERED}  # fmt: skip
+                replay = self._replay(data, dataset, prompt_id, stored)
+                if replay is not None:
+                    return replay
+                await self._sleep(config.holder_poll)  # another actor sends it now
+                continue
+            replay = self._replay(data, dataset, prompt_id, stored)
+            if replay is not None:  # the holder before this one noted it (this run)
+                await self._let_go(store, key)
+            return replay
+
+    async def _let_go(self, store: AnswerStore, key: str) -> None:
+        if key in self._unstored:
+            return  # held until stored: it was paid
+        self._held.discard(key)
+        try:
+            await store.release(key, self._token)
+        except Exception as exc:  # it runs out after one lease
+            log.warning("ray.release_failed", key=key, error=repr(exc))
 
     async def _send(
         self,

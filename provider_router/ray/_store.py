@@ -16,6 +16,10 @@ Three hashes per job (``<prefix>:{<name>}:...``):
 * ``duplicates``: ``<row key>#<content digest>`` -> why a row was refused (its id
   was another row's), for the summary's bad lines.
 
+and a ``sending:<row key>`` marker per row being sent, naming the actor that sends
+it (:meth:`AnswerStore.hold`): the same row in another actor at once waits for the
+stored answer instead of paying for it a second time.
+
 Storing an answer removes its key from the other two in the same transaction, so
 a resumed run's tally is always "answered, or the latest reason it is not". A note
 (``unsent``, ``failed``) is JSON naming the run (one :meth:`RayJob.generate` call)
@@ -81,6 +85,20 @@ class Stored:
 _NOTHING: Final = Stored()
 _Answer: TypeAlias = "asyncio.Future[Stored]"
 _Waiting: TypeAlias = "list[tuple[_Answer, str | None]]"
+_RELEASE: Final = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+_RENEW: Final = """
+local renewed = 0
+for _, marker in ipairs(KEYS) do
+  if redis.call('get', marker) == ARGV[1] then
+    redis.call('pexpire', marker, ARGV[2])
+    renewed = renewed + 1
+  end
+end
+return renewed
+"""
 CLAIMS_TTL: Final = 30 * 24 * 3600
 """Seconds a run's claims are kept (as long as a key's pad: a run's dataset lives that long)."""
 
@@ -290,6 +308,60 @@ class AnswerStore:
             pipe.hset(hash_key, key, body)
             pipe.hdel(other_key, key)
             await pipe.execute()
+
+    # --- the sending lease --------------------------------------------------------------
+
+    def sending_key(self, key: str) -> str:
+        """The marker of the actor sending ``key`` now (its token, with a TTL)."""
+        return f"{self._base}sending:{key}"
+
+    async def hold(self, key: str, token: str, lease: float) -> tuple[str | None, Stored]:
+        """Take ``key``'s sending lease for ``token`` unless another actor holds it, and
+        read what is stored of ``key`` *after* it: ``(holder, stored)``.
+
+        The holder stores the answer (or a note) before it lets go: whoever takes the
+        lease next therefore reads it here, and never sends a second time. A dead
+        holder's lease runs out after ``lease`` seconds (a live one renews it,
+        :meth:`renew`). Idempotent (a retry after a lost reply finds its own token).
+
+        Raises:
+            LedgerUnavailableError: Redis was unreachable for longer than the window.
+        """
+        take = functools.partial(self._take, key, token, max(1, int(lease * 1000)))
+        holder, answer, note, failure = await self._call(take)
+        stored = Stored(
+            None if answer is None else json.loads(answer),
+            _note(note, "reason"),
+            _note(failure, "kind"),
+        )
+        return (None if holder is None else _text(holder)), stored
+
+    async def _take(self, key: str, token: str, ms: int) -> list[Any]:
+        marker = self.sending_key(key)
+        # In this order on one connection: a lease taken here was let go after its
+        # holder's answer was written, so the reads after it see that answer.
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.set(marker, token, nx=True, px=ms)
+            pipe.get(marker)
+            pipe.hget(self.answers_key, key)
+            pipe.hget(self.unsent_key, key)
+            pipe.hget(self.failed_key, key)
+            values: list[Any] = await pipe.execute()
+        return values[1:]
+
+    async def release(self, key: str, token: str) -> None:
+        """Let ``key``'s sending lease go, if ``token`` still holds it."""
+        marker = self.sending_key(key)
+        await self._call(functools.partial(self._client.eval, _RELEASE, 1, marker, token))
+
+    async def renew(self, keys: list[str], token: str, lease: float) -> None:
+        """Extend the sending leases ``token`` holds of ``keys`` by ``lease`` seconds."""
+        if not keys:
+            return
+        markers = [self.sending_key(key) for key in keys]
+        ms = max(1, int(lease * 1000))
+        renew = functools.partial(self._client.eval, _RENEW, len(markers), *markers, token, ms)
+        await self._call(renew)
 
     # --- the driver's tally ---------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from tests.client.test_hot_path_cells import _code
 HOT_PATH: list[Callable[..., Any]] = [
     PromptStage.__call__,
     PromptStage._answer,
+    PromptStage._wait_for_holder,
     PromptStage._send,
     PromptStage._keep_into,
     PromptStage._keep,
@@ -32,6 +33,9 @@ HOT_PATH: list[Callable[..., Any]] = [
     AnswerStore._write_answer,
     AnswerStore._note,
     AnswerStore._write_note,
+    AnswerStore.hold,
+    AnswerStore._take,
+    AnswerStore.release,
 ]
 
 

@@ -334,6 +334,49 @@ async def test_the_same_row_twice_at_once_is_one_request(
     assert len(simulator.requests) == 1
 
 
+async def _no_wait(seconds: float) -> None:
+    await asyncio.sleep(0)  # the holder's request goes on meanwhile
+
+
+async def test_the_same_row_in_two_actors_at_once_is_paid_once_and_emitted_by_both(
+    new_stage: Callable[..., Awaitable[PromptStage]], simulator: SimulatorServer
+) -> None:
+    one, two = await new_stage(), await new_stage()  # two actors of one job, one run
+    one._sleep = two._sleep = _no_wait
+    [[a], [b]] = await asyncio.gather(one(dict(FIRST)), two(dict(FIRST)))
+    assert len(simulator.requests) == 1
+    assert a["status"] == b["status"] == "answered"
+    assert a["generation_id"] == b["generation_id"]  # the one paid answer, twice
+    store = one._store
+    assert store is not None
+    assert await store._client.exists(store.sending_key("default/p1")) == 0  # let go
+    assert one._held == two._held == set()
+
+
+async def test_a_dead_actors_sending_lease_runs_out_and_the_row_is_sent_then(
+    new_stage: Callable[..., Awaitable[PromptStage]], simulator: SimulatorServer
+) -> None:
+    stage = await new_stage()
+    store = AnswerStore(stage.config.redis_url, stage.config.name)
+    try:
+        # The marker of an actor killed while it sent the row (nothing stored).
+        assert (await store.hold("default/p1", "dead-actor", 60))[0] == "dead-actor"
+        waits: list[float] = []
+
+        async def wait(seconds: float) -> None:
+            waits.append(seconds)
+            if len(waits) == 3:  # its lease runs out: nobody renews it
+                await store._client.delete(store.sending_key("default/p1"))
+
+        stage._sleep = wait
+        [row] = await stage(dict(FIRST))
+    finally:
+        await store.close()
+    assert waits  # it waited for the holder first
+    assert row["status"] == "answered"
+    assert len(simulator.requests) == 1
+
+
 async def test_a_replayed_answer_is_the_very_row_first_emitted(
     redis_server: RedisServer, simulator: SimulatorServer
 ) -> None:

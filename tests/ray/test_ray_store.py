@@ -140,3 +140,27 @@ async def test_a_prompt_not_sent_then_failed_on_resume_is_a_failure_not_a_budget
     assert summary.message.startswith("1 prompt(s) failed")
     [report] = summary.datasets
     assert report.prompts == 1
+
+
+async def test_a_sending_lease_is_its_holders_to_renew_and_let_go(
+    redis_server: RedisServer, job_name: str
+) -> None:
+    store = AnswerStore(redis_server.url, job_name)
+    marker = store.sending_key("default/p1")
+    try:
+        assert (await store.hold("default/p1", "a", 60))[0] == "a"
+        assert (await store.hold("default/p1", "a", 60))[0] == "a"  # a retry: still a's
+        holder, stored = await store.hold("default/p1", "b", 60)
+        assert (holder, stored.answer) == ("a", None)
+        await store.renew(["default/p1"], "b", 600)  # not b's: unchanged
+        assert await store._client.pttl(marker) <= 60_000
+        await store.renew(["default/p1"], "a", 600)
+        assert await store._client.pttl(marker) > 60_000
+        await store.release("default/p1", "b")
+        assert await store._client.get(marker) == b"a"
+        await store.put("default/p1", {"answer": "one"})
+        await store.release("default/p1", "a")
+        holder, stored = await store.hold("default/p1", "b", 60)
+        assert (holder, stored.answer) == ("b", {"answer": "one"})  # the answer after it
+    finally:
+        await store.close()
