@@ -93,6 +93,7 @@ NOT_SENT: Final = "not_sent"
 FAILED: Final = "failed"
 QUARANTINED: Final = "quarantined"
 BAD_INPUT: Final = "bad_input"
+PARTIAL: Final = "a billed partial answer (a charged error finish): kept, the prompt retried"
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,8 @@ class PromptStage:
         """Row keys whose sending lease this actor holds (renewed in the background)."""
         self._sleep: Sleep = asyncio.sleep
         """Awaited between looks at a row another actor sends (tests replace it)."""
+        self._partials: dict[str, dict[str, Any]] = {}
+        """The last billed partial answer (a charged error finish) of rows being sent."""
         self._unstored: dict[str, dict[str, Any]] = {}
         """Paid answers Redis could not take (an outage past its window), by row key:
         replayed from here and stored again by the background task."""
@@ -477,7 +480,12 @@ class PromptStage:
             return await self._not_sent(data, dataset, prompt_id)
         except ProviderRouterError as exc:
             kind = _error_kind(exc)
-            return await self._failed(data, dataset, prompt_id, FAILED, kind, f"{kind}: {exc}")
+            partial = self._partials.pop(key, None)  # what a billed error finish gave
+            return await self._failed(
+                data, dataset, prompt_id, FAILED, kind, f"{kind}: {exc}", partial
+            )
+        finally:
+            self._partials.pop(key, None)
         # The fields as stored, when they were: a replay then emits the very same row.
         fields = kept[0][1] if kept else answer_fields(result, started, time.time())
         if result.quarantined:
@@ -495,6 +503,13 @@ class PromptStage:
     async def _keep_into(
         self, kept: list[tuple[bool, dict[str, Any]]], key: str, started: float, paid: ChatResult
     ) -> None:
+        if paid.finish_reason == "error":
+            # A billed partial answer (an error finish that was charged), retried now:
+            # never the row's answer, but kept as its failure until the answer comes.
+            fields = answer_fields(paid, started, time.time())
+            self._partials[key] = fields
+            await self._note_failed(key, FAILED, "ChargedErrorFinish", PARTIAL, fields)
+            return
         # Before the settle: a kill after it finds the answer stored, free.
         kept.append(await self._keep(key, paid, started))
 
@@ -575,10 +590,20 @@ class PromptStage:
         return True
 
     async def _failed(
-        self, data: dict[str, Any], dataset: str, prompt_id: str, status: str, kind: str, error: str
+        self,
+        data: dict[str, Any],
+        dataset: str,
+        prompt_id: str,
+        status: str,
+        kind: str,
+        error: str,
+        fields: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        await self._note_failed(row_key(dataset, prompt_id), status, kind, error)
-        return self._row(data, dataset, prompt_id, status, error)
+        await self._note_failed(row_key(dataset, prompt_id), status, kind, error, fields)
+        row = self._row(data, dataset, prompt_id, status, error)
+        if fields is not None:  # a billed partial answer: kept in its row
+            row.update(fields)
+        return row
 
     @staticmethod
     def _base(data: dict[str, Any], dataset: str, prompt_id: str) -> dict[str, Any]:

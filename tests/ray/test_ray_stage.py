@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from provider_router import LedgerUnavailableError, RedisLedger
+from provider_router import LedgerUnavailableError, RedisLedger, RetryPolicy
 from provider_router.ray import FAILED, NOT_SENT, AnswerStore, PromptStage, StageConfig
 from provider_router.ray._secret import PAD_TTL, mask_key
 from provider_router.testing import SimulatorServer
@@ -332,6 +332,46 @@ async def test_the_same_row_twice_at_once_is_one_request(
     assert a["status"] == b["status"] == "answered"
     assert a["generation_id"] == b["generation_id"]
     assert len(simulator.requests) == 1
+
+
+BILLED_ERROR = {"kind": "stream_error", "after_tokens": 10, "no_fallback": True,
+                "reported": 0.002, "confirm": True}  # fmt: skip
+
+
+async def test_a_billed_partial_answer_is_kept_in_its_failed_row_and_replayed_free(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> None:
+    simulator.add_fault(BILLED_ERROR)  # every attempt: an error finish that was charged
+    name, once = fresh_name(), {"router_options": {"retry": RetryPolicy(max_attempts=1)}}
+    row = await one_row(redis_server.url, name, simulator.url, dict(FIRST), **once)
+    assert row["status"] == FAILED
+    assert (row["finish_reason"], row["cost"]) == ("error", "0.002")
+    assert row["answer"]  # what was paid for, in its row
+    assert row["generation_id"]
+    assert len(simulator.requests) == 1
+    # Ray's retry of the task (same run): the same row, not bought again.
+    again = await one_row(redis_server.url, name, simulator.url, dict(FIRST), **once)
+    assert again == row
+    assert len(simulator.requests) == 1
+
+
+async def test_a_billed_partial_answer_then_the_answer_is_answered_and_stored(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> None:
+    simulator.add_fault({**BILLED_ERROR, "times": 1})
+    name = fresh_name()
+    row = await one_row(redis_server.url, name, simulator.url, dict(FIRST))
+    assert row["status"] == "answered"
+    assert row["finish_reason"] != "error"
+    assert len(simulator.requests) == 2
+    store = AnswerStore(redis_server.url, name)
+    try:
+        stored = await store.lookup("default/p1")
+    finally:
+        await store.close()
+    assert stored.answer is not None
+    assert stored.answer["generation_id"] == row["generation_id"]
+    assert stored.failed is None  # the partial's note gave way to the answer
 
 
 async def _no_wait(seconds: float) -> None:
