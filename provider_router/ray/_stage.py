@@ -31,8 +31,10 @@ Each row:
 No row raises out of the stage: Ray would fail the whole job and cut every request
 in flight. Redis calls wait out an outage (``outage_window``); past it, a row that
 could not be looked up is ``not_sent`` (it may have been paid: never sent blind),
-and a paid answer Redis could not take is kept in its row, replayed by this actor
-and stored again by the background task.
+and a paid answer Redis could not take is kept in its row, replayed by this actor,
+written to its spill file on the node's disk (:mod:`~provider_router.ray._spill`:
+an actor killed before Redis is back loses nothing) and stored again by the
+background task, its sending lease held until then.
 
 Everything that needs an event loop is opened in the first call: Ray builds the
 class before its loop exists. A background task calls
@@ -46,6 +48,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import os
 import secrets
 import time
 from collections.abc import Mapping
@@ -74,6 +77,7 @@ from provider_router.policy import ProviderPolicy
 from provider_router.prompts import REQUEST_KEYS, _snippet, content_id, parse_prompt_line
 from provider_router.ray._rows import EMPTY_ANSWER, answer_fields, clean_messages, plain, row_key
 from provider_router.ray._secret import MaskedKey, MaskedPassword, with_password
+from provider_router.ray._spill import SpillFile, spill_dir, store_spilled
 from provider_router.ray._store import AnswerStore, Stored
 from provider_router.results import ChatResult
 
@@ -116,6 +120,9 @@ class StageConfig:
     router_options: Mapping[str, Any] = field(default_factory=dict)
     run: str = ""
     """This run (one :meth:`RayJob.generate`): a retried task replays its notes."""
+    spill_dir: str | None = None
+    """Where a paid answer Redis could not take is written (fsynced) until it can, on
+    each node (None: ``provider-router-spill`` in the node's temporary directory)."""
     holder_poll: float = 1.0
     """Seconds between looks at the store while another actor sends the same row."""
     outage_window: float = DEFAULT_OUTAGE_WINDOW
@@ -183,7 +190,9 @@ class PromptStage:
         """The last billed partial answer (a charged error finish) of rows being sent."""
         self._unstored: dict[str, dict[str, Any]] = {}
         """Paid answers Redis could not take (an outage past its window), by row key:
-        replayed from here and stored again by the background task."""
+        replayed from here, spilled to ``_spill`` and stored again by the background
+        task (their sending leases held until then)."""
+        self._spill = SpillFile(spill_dir(config.spill_dir, config.name), self._token)
 
     def __repr__(self) -> str:
         return f"PromptStage(name={self.config.name!r}, dataset={self.config.dataset!r})"
@@ -245,6 +254,7 @@ class PromptStage:
             await ledger.close()
             raise
         self._ledger, self._router = ledger, router
+        await self._adopt_spills()  # dead actors' answers on this node, before any send
         self._recovering = asyncio.get_running_loop().create_task(self._recover_forever())
 
     async def _recover_forever(self) -> None:
@@ -256,12 +266,13 @@ class PromptStage:
         waited = 0.0
         while True:
             await asyncio.sleep(step)
+            await self._store_unstored()
             await self._renew_held()
             waited += step
             if waited < config.recover_interval:
                 continue
             waited = 0.0
-            await self._store_unstored()
+            await self._adopt_spills()
             if self._ledger is None or self._router is None:
                 continue
             try:
@@ -286,15 +297,30 @@ class PromptStage:
 
     async def _store_unstored(self) -> None:
         store = self._store
+        if store is None or not self._unstored:
+            return
         for key, fields in list(self._unstored.items()):
-            if store is None:
-                return
             try:
                 await store.put(key, fields)
             except Exception:
                 return  # still out: the next round tries again
             self._unstored.pop(key, None)
             await self._let_go(store, key)  # stored at last: the lease may go
+        try:
+            await asyncio.to_thread(self._spill.empty)
+        except OSError as exc:  # stored all the same: a later finder stores them again, unpaid
+            log.warning("ray.spill_failed", path=str(self._spill.path), error=repr(exc))
+
+    async def _adopt_spills(self) -> None:
+        """Store the answers dead actors on this node spilled (never over a stored one)."""
+        store = self._store
+        if store is None:
+            return
+        directory = self._spill.path.parent
+        try:
+            await store_spilled(store, directory)
+        except Exception as exc:  # kept on disk: the next round tries again
+            log.warning("ray.spill_failed", path=str(directory), error=repr(exc))
 
     async def __call__(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         config = self.config
@@ -398,23 +424,40 @@ class PromptStage:
         and refusing a retried task would leave its id out of the output.
         """
         config, key = self.config, row_key(dataset, prompt_id)
+        adopted = False
         while True:
             holder, stored = await store.hold(key, self._token, config.lease)
-            if stored.answer is not None or holder != self._token:
-                if stored.answer is not None:
-                    if holder == self._token:
-                        await self._let_go(store, key)
-                    return {**self._base(data, dataset, prompt_id), **stored.answer,
-                            "status": ANSWERED}  # fmt: skip
-                replay = self._replay(data, dataset, prompt_id, stored)
-                if replay is not None:
-                    return replay
-                await self._sleep(config.holder_poll)  # another actor sends it now
-                continue
+            if stored.answer is not None:
+                if holder == self._token:
+                    await self._let_go(store, key)
+                return {**self._base(data, dataset, prompt_id), **stored.answer,
+                        "status": ANSWERED}  # fmt: skip
             replay = self._replay(data, dataset, prompt_id, stored)
-            if replay is not None:  # the holder before this one noted it (this run)
-                await self._let_go(store, key)
-            return replay
+            if replay is not None:  # the holder before noted it (this run): as it did
+                if holder == self._token:
+                    await self._let_go(store, key)
+                return replay
+            if not adopted and self._spills_here():
+                # A dead actor of this node may have spilled this row's paid answer
+                # (its lease then outlives it): stored, then looked at again.
+                adopted = True
+                await self._adopt_spills()
+                continue
+            if holder == self._token:
+                return None
+            await self._sleep(config.holder_poll)  # another actor sends it now
+
+    def _spills_here(self) -> bool:
+        """Whether another actor's spill file is on this node (one ``stat`` usually)."""
+        directory = self._spill.path.parent
+        if not os.path.isdir(directory):
+            return False
+        own = self._spill.path.name
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name != own and entry.name.endswith(".jsonl"):
+                    return True
+        return False
 
     async def _let_go(self, store: AnswerStore, key: str) -> None:
         if key in self._unstored:
@@ -528,9 +571,14 @@ class PromptStage:
         try:
             await (await self._get_store()).put(key, fields)
         except Exception as exc:
-            # Paid: never lost. Kept here, replayed by this actor and stored again later.
+            # Paid: never lost. Kept here and on this node's disk (an actor killed before
+            # Redis is back loses nothing), its sending lease held; stored again later.
             self._unstored[key] = fields
             log.error("ray.store_failed", key=key, error=repr(exc))
+            try:
+                await asyncio.to_thread(self._spill.append, key, fields)
+            except OSError as spill_exc:
+                log.error("ray.spill_failed", path=str(self._spill.path), error=repr(spill_exc))
             return False
         self._unstored.pop(key, None)
         return True

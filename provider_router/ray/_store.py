@@ -85,6 +85,12 @@ class Stored:
 _NOTHING: Final = Stored()
 _Answer: TypeAlias = "asyncio.Future[Stored]"
 _Waiting: TypeAlias = "list[tuple[_Answer, str | None]]"
+_PUT_IF_ABSENT: Final = """
+if redis.call('hsetnx', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+redis.call('hdel', KEYS[2], ARGV[1])
+redis.call('hdel', KEYS[3], ARGV[1])
+return 1
+"""
 _RELEASE: Final = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
@@ -286,6 +292,14 @@ class AnswerStore:
             pipe.hdel(self.unsent_key, key)
             pipe.hdel(self.failed_key, key)
             await pipe.execute()
+
+    async def put_if_absent(self, key: str, answer: dict[str, Any]) -> bool:
+        """Store a paid answer unless ``key`` has one (a spilled answer found later):
+        True if stored. A note of ``key`` gives way to it, as with :meth:`put`."""
+        body = json.dumps(answer, separators=(",", ":"))
+        keys = (self.answers_key, self.unsent_key, self.failed_key)
+        put = functools.partial(self._client.eval, _PUT_IF_ABSENT, 3, *keys, key, body)
+        return bool(await self._call(put))
 
     async def not_sent(self, key: str, note: str | dict[str, Any]) -> None:
         """Note that ``key`` was not sent, and why (``reason``: a budget stop, 402...)."""

@@ -20,6 +20,7 @@ HOT_PATH: list[Callable[..., Any]] = [
     PromptStage.__call__,
     PromptStage._answer,
     PromptStage._wait_for_holder,
+    PromptStage._spills_here,
     PromptStage._send,
     PromptStage._keep_into,
     PromptStage._keep,

@@ -9,6 +9,7 @@ import math
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -239,6 +240,53 @@ async def test_a_paid_answer_redis_cannot_take_is_kept_replayed_and_stored_later
         assert stage._unstored == {}
     finally:
         await close_stage(stage)
+
+
+def _spill_files(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.jsonl"))
+
+
+async def test_a_paid_answer_redis_cannot_take_outlives_its_actors_death_on_the_node(
+    redis_server: RedisServer, simulator: SimulatorServer, tmp_path: Path
+) -> None:
+    name, node = fresh_name(), {"spill_dir": str(tmp_path)}
+    first = await make_stage(redis_server.url, name, simulator.url, **node)
+    first._store = _StoreDown(redis_server.url, name)
+    try:
+        [row] = await first(dict(FIRST))
+        assert "not stored in Redis yet" in row["error"]
+        [spill] = _spill_files(tmp_path)  # on the node's disk, not only in memory
+        first._spill.close()  # the actor is killed: its lock goes, its memory too
+    finally:
+        await close_stage(first)
+    # Ray's retry on a new actor of the node, Redis back (the dead one's lease held):
+    again = await one_row(redis_server.url, name, simulator.url, dict(FIRST), **node)
+    assert again["status"] == "answered"
+    assert again["generation_id"] == row["generation_id"]
+    assert again["error"] is None
+    assert len(simulator.requests) == 1  # not bought a second time
+    assert not spill.exists()
+
+
+async def test_a_live_actors_spill_is_its_own_to_store(
+    redis_server: RedisServer, simulator: SimulatorServer, tmp_path: Path
+) -> None:
+    name, node = fresh_name(), {"spill_dir": str(tmp_path)}
+    first = await make_stage(redis_server.url, name, simulator.url, **node)
+    store = first._store = _StoreDown(redis_server.url, name)
+    second = await make_stage(redis_server.url, name, simulator.url, **node)
+    try:
+        [row] = await first(dict(FIRST))
+        second._store = AnswerStore(redis_server.url, name)
+        await second._adopt_spills()  # first lives: its file is locked, left alone
+        assert await second._store.get("default/p1") is None
+        store.down = False
+        await first._store_unstored()
+        assert (await store.get("default/p1") or {})["generation_id"] == row["generation_id"]
+        assert _spill_files(tmp_path) == []
+    finally:
+        await close_stage(first)
+        await close_stage(second)
 
 
 async def test_a_row_the_router_refuses_comes_out_with_a_status_and_the_rest_go_on(
