@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
@@ -62,12 +63,20 @@ class SpillFile:
     def __init__(self, directory: Path, token: str) -> None:
         self.path = directory / f"{token}{SUFFIX}"
         self._file: IO[bytes] | None = None
+        self._lock = threading.Lock()  # rows spill from threads of their own
+        self.appended = 0
+        """Answers written so far (:meth:`empty` deletes none written after a look)."""
 
     def __repr__(self) -> str:
         return f"SpillFile({str(self.path)!r})"
 
     def append(self, key: str, fields: dict[str, Any]) -> None:
         """Write one paid answer, durably (blocking: call it in a thread)."""
+        line = json.dumps({"key": key, "fields": fields}, separators=(",", ":")) + "\n"
+        with self._lock:
+            self._append(line.encode())
+
+    def _append(self, line: bytes) -> None:
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # Locked before it has its name: nobody ever finds it unlocked while we live.
@@ -76,24 +85,29 @@ class SpillFile:
             fcntl.flock(handle, fcntl.LOCK_EX)
             os.replace(fresh, self.path)
             self._file = handle
-        line = json.dumps({"key": key, "fields": fields}, separators=(",", ":")) + "\n"
-        self._file.write(line.encode())
+        self._file.write(line)
         self._file.flush()
         os.fsync(self._file.fileno())
+        self.appended += 1
 
-    def empty(self) -> None:
-        """Every spilled answer is stored now: the file goes (blocking)."""
-        if self._file is not None:
+    def empty(self, stored: int) -> None:
+        """The first ``stored`` answers written are stored now: unless more were
+        written since, the file goes (blocking)."""
+        with self._lock:
+            if self._file is None or self.appended != stored:
+                return
             forget(self.path)
-            self.close()
-            with contextlib.suppress(OSError):
-                self.path.parent.rmdir()  # unless another actor's file is there
+            self._file.close()
+            self._file = None
+        with contextlib.suppress(OSError):
+            self.path.parent.rmdir()  # unless another actor's file is there
 
     def close(self) -> None:
         """Let the file go (what an actor's death does): whoever finds it stores it."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
 
 def spilled(directory: Path) -> list[tuple[Path, list[tuple[str, dict[str, Any]]]]]:

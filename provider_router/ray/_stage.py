@@ -299,6 +299,7 @@ class PromptStage:
         store = self._store
         if store is None or not self._unstored:
             return
+        spilled_before = self._spill.appended  # what an emptied file may have held
         for key, fields in list(self._unstored.items()):
             try:
                 await store.put(key, fields)
@@ -306,8 +307,10 @@ class PromptStage:
                 return  # still out: the next round tries again
             self._unstored.pop(key, None)
             await self._let_go(store, key)  # stored at last: the lease may go
+        if self._unstored:  # spilled meanwhile: its file stays
+            return
         try:
-            await asyncio.to_thread(self._spill.empty)
+            await asyncio.to_thread(self._spill.empty, spilled_before)
         except OSError as exc:  # stored all the same: a later finder stores them again, unpaid
             log.warning("ray.spill_failed", path=str(self._spill.path), error=repr(exc))
 
