@@ -39,6 +39,7 @@ the router's batch (:attr:`Billing.halted`) with the generation id to check.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -331,7 +332,9 @@ class Billing:
         if cost < _ZERO or cost > basis * self.sanity_factor:
             verdict = await self._check(request.key, cost, basis, generation_id)
             cost, disputed, confirmed = verdict.booked, verdict.disputed, verdict.disputed is None
-        if request.on_paid is not None and completion.error is None:
+        if request.on_paid is not None and (completion.error is None or cost > _ZERO):
+            # A charged error finish too (a billed partial answer, retried after this):
+            # what was paid for is handed over, with ``finish_reason="error"``.
             paid = Charged(completion, cost, estimate, held, None, disputed)
             await self._hand_over(request, paid)
         if reservation is not None and ledger is not None:
@@ -388,11 +391,17 @@ class Billing:
 
     async def _hand_over(self, request: PreparedRequest, charged: Charged) -> None:
         """Give a paid answer to the caller's ``on_paid`` before the settle: a crash after
-        the settle then cannot lose it. A failing hook is logged; the settle goes on."""
+        the settle then cannot lose it. A failing hook is logged; the settle goes on.
+
+        A charged error finish (a partial answer that was billed) is handed over too,
+        with ``finish_reason="error"``, before the request retries it."""
         assert request.on_paid is not None
         reason = unallowed_reason(request.plan, charged.completion.provider)
+        result = charged.result(request.attempts, 0.0, reason)
+        if charged.completion.error is not None and result.finish_reason != "error":
+            result = dataclasses.replace(result, finish_reason="error")  # a charged error
         try:
-            await request.on_paid(charged.result(request.attempts, 0.0, reason))
+            await request.on_paid(result)
         except Exception as exc:
             log.error(
                 "route.on_paid_failed",

@@ -654,7 +654,11 @@ class Router(AsyncResource):
                 ledger settles it (its ``latency`` is not known yet: 0): store it
                 durably here, and a crash after the settle cannot lose a paid answer
                 (the Ray stage does). An error it raises is logged
-                (``route.on_paid_failed``) and the settle goes on.
+                (``route.on_paid_failed``) and the settle goes on. An attempt whose
+                error finish was charged (a billed partial answer) is handed over
+                too, with ``finish_reason="error"``, before it is retried: the hook
+                may then run more than once for one call, and only a result whose
+                ``finish_reason`` is not ``"error"`` is the call's answer.
             **params: further request fields (``temperature``, ``reasoning``,
                 ``tools``...). ``model`` and ``provider`` are the router's; fields
                 whose charge cannot be reserved for (``n > 1``, ``models``,

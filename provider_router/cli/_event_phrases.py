@@ -91,6 +91,15 @@ _SENTENCES: Final = {
     "outage): kept in the output rows and stored again when Redis answers",
     ("ray.note_failed", None): "{n} prompt{s} not sent or failed could not be noted in Redis "
     "(the next run sends them again)",
+    ("ray.release_failed", None): "{n} Ray actor{s} could not let a prompt's sending "
+    "lease go (it runs out after one lease; the same prompt elsewhere waits until then)",
+    ("ray.renew_failed", None): "renewing the sending leases of a Ray actor's prompts "
+    "failed {n} time{s} (retried every third of a lease, before it runs out)",
+    ("ray.spill_failed", None): "a Ray actor's spill file of paid answers Redis could not "
+    "take could not be written, emptied or stored {n} time{s} (the answers stay in memory "
+    "or on disk and are stored when it can)",
+    ("ray.spill_unreadable", None): "{n} line{s} of a dead Ray actor's spill file could not "
+    "be read (cut by the kill: that answer was not kept there)",
     ("ray.unexpected_error", None): "{n} prompt{s} of the Ray stage failed with an "
     "unexpected error (a bug: please report it)",
     ("ray.output_repaired", None): "a half-written last answer of an output file was cut "

@@ -18,7 +18,10 @@ Each row:
 2. else it is sent through the actor's :class:`~provider_router.Router`
    (streaming, so the generation id is on the reservation before the answer is
    done), reserving from the job's shared :class:`~provider_router.RedisLedger`;
-   the same row arriving twice at once in one actor is sent once;
+   the same row arriving twice at once in one actor is sent once, and in two actors
+   too: the sender holds the row's sending lease in the store
+   (:meth:`~provider_router.ray._store.AnswerStore.hold`), and the other waits for
+   the answer it stores (a dead sender's lease runs out after one ledger lease);
 3. a paid answer is stored *before* its reservation is settled (``on_paid``): a
    kill after the settle finds it stored. A prompt the budget or OpenRouter's
    credits refused is emitted with ``status="not_sent"`` (never dropped: a dropped
@@ -28,8 +31,10 @@ Each row:
 No row raises out of the stage: Ray would fail the whole job and cut every request
 in flight. Redis calls wait out an outage (``outage_window``); past it, a row that
 could not be looked up is ``not_sent`` (it may have been paid: never sent blind),
-and a paid answer Redis could not take is kept in its row, replayed by this actor
-and stored again by the background task.
+and a paid answer Redis could not take is kept in its row, replayed by this actor,
+written to its spill file on the node's disk (:mod:`~provider_router.ray._spill`:
+an actor killed before Redis is back loses nothing) and stored again by the
+background task, its sending lease held until then.
 
 Everything that needs an event loop is opened in the first call: Ray builds the
 class before its loop exists. A background task calls
@@ -40,8 +45,11 @@ nothing in Ray runs cleanup code of an actor that was killed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
+import os
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,6 +69,7 @@ from provider_router._exceptions import (
 )
 from provider_router._format import decimal_str
 from provider_router._log import get_logger
+from provider_router._types import Sleep
 from provider_router.client import Router
 from provider_router.ledger import RedisLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
@@ -77,6 +86,7 @@ from provider_router.ray._rows import (
     row_key,
 )
 from provider_router.ray._secret import MaskedKey, MaskedPassword, with_password
+from provider_router.ray._spill import SpillFile, spill_dir, store_spilled
 from provider_router.ray._store import AnswerStore, Stored
 from provider_router.results import ChatResult
 
@@ -96,6 +106,7 @@ NOT_SENT: Final = "not_sent"
 FAILED: Final = "failed"
 QUARANTINED: Final = "quarantined"
 BAD_INPUT: Final = "bad_input"
+PARTIAL: Final = "a billed partial answer (a charged error finish): kept, the prompt retried"
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,11 @@ class StageConfig:
     router_options: Mapping[str, Any] = field(default_factory=dict)
     run: str = ""
     """This run (one :meth:`RayJob.generate`): a retried task replays its notes."""
+    spill_dir: str | None = None
+    """Where a paid answer Redis could not take is written (fsynced) until it can, on
+    each node (None: ``provider-router-spill`` in the node's temporary directory)."""
+    holder_poll: float = 1.0
+    """Seconds between looks at the store while another actor sends the same row."""
     outage_window: float = DEFAULT_OUTAGE_WINDOW
     """Seconds a Redis outage is waited out by the store's calls."""
     redis_password: MaskedPassword | None = None
@@ -128,6 +144,17 @@ class StageConfig:
 def _duplicate(prompt_id: str) -> str:
     """What ``provider-router run`` says of a duplicate id (:class:`PromptReader`)."""
     return f"duplicate id {_snippet(prompt_id)!r}: an earlier line of this dataset already has it"
+
+
+def _params(defaults: Mapping[str, Any], metadata: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The request's fields: the job's, and those the row's line sets itself."""
+    request = None
+    for name in REQUEST_KEYS:
+        if name in metadata:
+            if request is None:
+                request = dict(defaults)
+            request[name] = metadata[name]
+    return defaults if request is None else request
 
 
 def _error_kind(exc: BaseException) -> str:
@@ -163,9 +190,19 @@ class PromptStage:
         """Rows being sent, by row key: the same row arriving meanwhile waits for it."""
         self._url: str | None = None
         """The Redis URL with its password (never pickled: built in the actor)."""
+        self._token = secrets.token_hex(8)
+        """This actor's name on the sending leases it holds."""
+        self._held: set[str] = set()
+        """Row keys whose sending lease this actor holds (renewed in the background)."""
+        self._sleep: Sleep = asyncio.sleep
+        """Awaited between looks at a row another actor sends (tests replace it)."""
+        self._partials: dict[str, dict[str, Any]] = {}
+        """The last billed partial answer (a charged error finish) of rows being sent."""
         self._unstored: dict[str, dict[str, Any]] = {}
         """Paid answers Redis could not take (an outage past its window), by row key:
-        replayed from here and stored again by the background task."""
+        replayed from here, spilled to ``_spill`` and stored again by the background
+        task (their sending leases held until then)."""
+        self._spill = SpillFile(spill_dir(config.spill_dir, config.name), self._token)
 
     def __repr__(self) -> str:
         return f"PromptStage(name={self.config.name!r}, dataset={self.config.dataset!r})"
@@ -230,15 +267,25 @@ class PromptStage:
         # The driver's stop word and the datasets' targets (run --ray): no new attempt.
         self._control = StageControl(url, config.name, prefix=config.store_prefix)
         self._control.watch(router.stop)
+        await self._adopt_spills()  # dead actors' answers on this node, before any send
         self._recovering = asyncio.get_running_loop().create_task(self._recover_forever())
 
     async def _recover_forever(self) -> None:
         """Reconcile dead actors' reservations now and then: nothing else would.
 
         Also stores again the paid answers an outage kept from Redis."""
+        config = self.config
+        step = min(config.lease / 3, config.recover_interval)  # leases outlive a step
+        waited = 0.0
         while True:
-            await asyncio.sleep(self.config.recover_interval)
+            await asyncio.sleep(step)
             await self._store_unstored()
+            await self._renew_held()
+            waited += step
+            if waited < config.recover_interval:
+                continue
+            waited = 0.0
+            await self._adopt_spills()
             if self._ledger is None or self._router is None:
                 continue
             try:
@@ -253,16 +300,43 @@ class PromptStage:
                     worst_case=len(report.worst_case),
                 )
 
+    async def _renew_held(self) -> None:
+        if self._store is None or not self._held:
+            return
+        try:
+            await self._store.renew(list(self._held), self._token, self.config.lease)
+        except Exception as exc:  # Redis out: the holders' answers wait for it anyway
+            log.warning("ray.renew_failed", error=repr(exc))
+
     async def _store_unstored(self) -> None:
         store = self._store
+        if store is None or not self._unstored:
+            return
+        spilled_before = self._spill.appended  # what an emptied file may have held
         for key, fields in list(self._unstored.items()):
-            if store is None:
-                return
             try:
                 await store.put(key, fields)
             except Exception:
                 return  # still out: the next round tries again
             self._unstored.pop(key, None)
+            await self._let_go(store, key)  # stored at last: the lease may go
+        if self._unstored:  # spilled meanwhile: its file stays
+            return
+        try:
+            await asyncio.to_thread(self._spill.empty, spilled_before)
+        except OSError as exc:  # stored all the same: a later finder stores them again, unpaid
+            log.warning("ray.spill_failed", path=str(self._spill.path), error=repr(exc))
+
+    async def _adopt_spills(self) -> None:
+        """Store the answers dead actors on this node spilled (never over a stored one)."""
+        store = self._store
+        if store is None:
+            return
+        directory = self._spill.path.parent
+        try:
+            await store_spilled(store, directory)
+        except Exception as exc:  # kept on disk: the next round tries again
+            log.warning("ray.spill_failed", path=str(directory), error=repr(exc))
 
     async def __call__(self, row: dict[str, Any]) -> list[dict[str, Any]]:
         config = self.config
@@ -333,8 +407,15 @@ class PromptStage:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._flying[key] = future
         row: dict[str, Any] | None = None
+        held = False
         try:
-            row = await self._send(data, dataset, prompt_id, messages, metadata)
+            row = await self._wait_for_holder(store, data, dataset, prompt_id)
+            if row is None:  # this actor holds the sending lease now
+                held = True
+                self._held.add(key)
+                row = await self._send(data, dataset, prompt_id, messages, metadata)
+        except LedgerUnavailableError as exc:  # at the lease: unknown, never sent blind
+            row = self._row(data, dataset, prompt_id, NOT_SENT, f"error: {exc}")
         except Exception as exc:
             kind = type(exc).__name__
             row = self._row(data, dataset, prompt_id, FAILED, f"{kind}: {exc}")
@@ -345,7 +426,66 @@ class PromptStage:
                 future.cancel()
             else:
                 future.set_result(row)
+        if held:
+            await self._let_go(store, key)
+        assert row is not None  # set above unless cancelled, which raised
         return row
+
+    async def _wait_for_holder(
+        self, store: AnswerStore, data: dict[str, Any], dataset: str, prompt_id: str
+    ) -> dict[str, Any] | None:
+        """Take the row's sending lease (None), or the row another actor's send stored.
+
+        The same row in two actors at once (an exact duplicate line, or a task Ray
+        retried elsewhere) is thus paid once: the second waits for the first's answer
+        and emits it, as this actor's ``_flying`` does within one actor. It is emitted,
+        not refused as ``run`` refuses a duplicate line: the two cannot be told apart,
+        and refusing a retried task would leave its id out of the output.
+        """
+        config, key = self.config, row_key(dataset, prompt_id)
+        adopted = False
+        while True:
+            holder, stored = await store.hold(key, self._token, config.lease)
+            if stored.answer is not None:
+                if holder == self._token:
+                    await self._let_go(store, key)
+                return {**self._base(data, dataset, prompt_id), **stored.answer,
+                        "status": ANSWERED}  # fmt: skip
+            replay = self._replay(data, dataset, prompt_id, stored)
+            if replay is not None:  # the holder before noted it (this run): as it did
+                if holder == self._token:
+                    await self._let_go(store, key)
+                return replay
+            if not adopted and self._spills_here():
+                # A dead actor of this node may have spilled this row's paid answer
+                # (its lease then outlives it): stored, then looked at again.
+                adopted = True
+                await self._adopt_spills()
+                continue
+            if holder == self._token:
+                return None
+            await self._sleep(config.holder_poll)  # another actor sends it now
+
+    def _spills_here(self) -> bool:
+        """Whether another actor's spill file is on this node (one ``stat`` usually)."""
+        directory = self._spill.path.parent
+        if not os.path.isdir(directory):
+            return False
+        own = self._spill.path.name
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name != own and entry.name.endswith(".jsonl"):
+                    return True
+        return False
+
+    async def _let_go(self, store: AnswerStore, key: str) -> None:
+        if key in self._unstored:
+            return  # held until stored: it was paid
+        self._held.discard(key)
+        try:
+            await store.release(key, self._token)
+        except Exception as exc:  # it runs out after one lease
+            log.warning("ray.release_failed", key=key, error=repr(exc))
 
     async def _send(
         self,
@@ -372,23 +512,19 @@ class PromptStage:
         if held is not None:
             # Not noted in the store: not a stop of the job (a retried task asks again).
             return self._row(data, dataset, prompt_id, NOT_SENT, held)
-        request = {k: metadata[k] for k in REQUEST_KEYS if k in metadata}
-        params = {**config.params, **request} if request else config.params
+        params = _params(config.params, metadata)
         started = time.time()
         result: ChatResult | None = None
         kept: list[tuple[bool, dict[str, Any]]] = []
-
-        async def keep(paid: ChatResult) -> None:
-            # Before the settle: a kill after it finds the answer here, free.
-            kept.append(await self._keep(key, paid, started))
-
         try:
             result = await router.chat(
                 messages,
                 max_tokens=config.max_tokens,
                 key=key,
                 stream=True,
-                on_paid=keep,
+                # A partial of a method, not a nested function: no cells made per row
+                # and kept alive through the request (#13 wave 5).
+                on_paid=functools.partial(self._keep_into, kept, key, started),
                 **params,
             )
         except LedgerWriteError as exc:  # paid and whole: kept like any answer
@@ -412,8 +548,12 @@ class PromptStage:
             return await self._not_sent(data, dataset, prompt_id)
         except ProviderRouterError as exc:
             kind = _error_kind(exc)
-            return await self._failed(data, dataset, prompt_id, FAILED, kind, f"{kind}: {exc}")
+            partial = self._partials.pop(key, None)  # what a billed error finish gave
+            return await self._failed(
+                data, dataset, prompt_id, FAILED, kind, f"{kind}: {exc}", partial
+            )
         finally:
+            self._partials.pop(key, None)
             await self._control.landed(dataset, result)
         # The fields as stored, when they were: a replay then emits the very same row.
         fields = kept[0][1] if kept else answer_fields(result, started, time.time())
@@ -428,6 +568,19 @@ class PromptStage:
         if not (kept and kept[0][0]) and not await self._put(key, fields):
             row["error"] = "paid answer not stored in Redis yet (an outage): kept in this row"
         return row
+
+    async def _keep_into(
+        self, kept: list[tuple[bool, dict[str, Any]]], key: str, started: float, paid: ChatResult
+    ) -> None:
+        if paid.finish_reason == "error":
+            # A billed partial answer (an error finish that was charged), retried now:
+            # never the row's answer, but kept as its failure until the answer comes.
+            fields = answer_fields(paid, started, time.time())
+            self._partials[key] = fields
+            await self._note_failed(key, FAILED, "ChargedErrorFinish", PARTIAL, fields)
+            return
+        # Before the settle: a kill after it finds the answer stored, free.
+        kept.append(await self._keep(key, paid, started))
 
     async def _keep(
         self, key: str, paid: ChatResult, started: float
@@ -444,9 +597,14 @@ class PromptStage:
         try:
             await (await self._get_store()).put(key, fields)
         except Exception as exc:
-            # Paid: never lost. Kept here, replayed by this actor and stored again later.
+            # Paid: never lost. Kept here and on this node's disk (an actor killed before
+            # Redis is back loses nothing), its sending lease held; stored again later.
             self._unstored[key] = fields
             log.error("ray.store_failed", key=key, error=repr(exc))
+            try:
+                await asyncio.to_thread(self._spill.append, key, fields)
+            except OSError as spill_exc:
+                log.error("ray.spill_failed", path=str(self._spill.path), error=repr(spill_exc))
             return False
         self._unstored.pop(key, None)
         return True
@@ -506,10 +664,20 @@ class PromptStage:
         return True
 
     async def _failed(
-        self, data: dict[str, Any], dataset: str, prompt_id: str, status: str, kind: str, error: str
+        self,
+        data: dict[str, Any],
+        dataset: str,
+        prompt_id: str,
+        status: str,
+        kind: str,
+        error: str,
+        fields: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        await self._note_failed(row_key(dataset, prompt_id), status, kind, error)
-        return self._row(data, dataset, prompt_id, status, error)
+        await self._note_failed(row_key(dataset, prompt_id), status, kind, error, fields)
+        row = self._row(data, dataset, prompt_id, status, error)
+        if fields is not None:  # a billed partial answer: kept in its row
+            row.update(fields)
+        return row
 
     @staticmethod
     def _base(data: dict[str, Any], dataset: str, prompt_id: str) -> dict[str, Any]:

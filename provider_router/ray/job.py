@@ -63,6 +63,7 @@ from provider_router.ray._secret import (
     mask_password,
     split_password,
 )
+from provider_router.ray._spill import spill_dir, store_spilled
 from provider_router.ray._stage import PromptStage, StageConfig
 from provider_router.ray._store import DEFAULT_STORE_PREFIX, AnswerStore
 from provider_router.ray._tally import tally
@@ -483,6 +484,8 @@ class RayJob:
             async with router:
                 notes = await _recover_orphans(ledger, router, self.lease, self.worst_case)
             self.recovered += notes
+            # Paid answers dead actors on this node spilled while Redis was out.
+            await store_spilled(store, spill_dir(None, self.name))
             state = await ledger.snapshot()
             # The job is done: its pads go (the masked halves in Ray's files say nothing
             # then). A dataset consumed again after this needs generate() again.

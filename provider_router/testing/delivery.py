@@ -412,10 +412,15 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         content_tokens = min(max(after - reasoning, 0), shape.content_tokens)
         await sim.wait(plan.ttft + (reasoning + content_tokens) / plan.tokens_per_second)
         # The partial output is counted, as generated; zero-completion insurance
-        # makes an error finish free, so the cost is 0 all the same.
+        # makes an error finish free, so the cost is 0 all the same (unless the fault
+        # says it was billed: ``confirm``, an assumption for the client's tests).
         delivered = reasoning + content_tokens
+        billed = Cost(fault.confirmed_units(), 0, 0) if fault and fault.confirm else Cost(0, 0, 0)
+        if billed.total:
+            sim.account.charge(attempt.key, billed.total)
+            attempt.record.cost_units = billed.total
         usage = bodies.usage_body(
-            attempt.prompt_tokens, plan.cached_tokens, delivered, reasoning, Cost(0, 0, 0)
+            attempt.prompt_tokens, plan.cached_tokens, delivered, reasoning, billed
         )
         payload = bodies.chat_result(
             plan.gen_id,
@@ -430,7 +435,7 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             fingerprint=attempt.endpoint.system_fingerprint,
         )
         attempt.record.outcome = "error_200"
-        _remember(attempt, plan, 0, delivered, reasoning, "error", duration)
+        _remember(attempt, plan, billed.total, delivered, reasoning, "error", duration)
         return _json_body(attempt, plan, bodies.dumps(payload))
     if not sim.instant:
         await sim.wait(duration)
@@ -702,6 +707,17 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         duration = plan.ttft + sent / tps
         if kind in ("error_200", "stream_error"):
             attempt.record.outcome = kind
+            # What was streamed is counted, free under zero-completion insurance
+            # (unless the fault says it was billed: ``confirm``, an assumption).
+            billed = fault.confirmed_units() if fault is not None and fault.confirm else 0
+            usage = None
+            if billed:
+                attempt.sim.account.charge(attempt.key, billed)
+                attempt.record.cost_units = billed
+                usage = bodies.usage_body(
+                    attempt.prompt_tokens, plan.cached_tokens, sent, reasoning_sent,
+                    Cost(billed, 0, 0),
+                )  # fmt: skip
             error_chunk = bodies.chunk(
                 gen_id,
                 created,
@@ -709,13 +725,13 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
                 provider,
                 {"role": "assistant", "content": ""},
                 "error",
+                usage=usage,
                 error=dict(_MIDWAY_ERROR),
                 fingerprint=fp,
             )
             await out.write(_sse(error_chunk))
             await out.flush()
-            # What was streamed is counted, free under zero-completion insurance.
-            _remember(attempt, plan, 0, sent, reasoning_sent, "error", duration)
+            _remember(attempt, plan, billed, sent, reasoning_sent, "error", duration)
             await response.write_eof()
             return response
         cost = _charge(

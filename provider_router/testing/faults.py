@@ -27,7 +27,10 @@ writes ``reported`` as its ``usage.cost`` (any JSON value: an absurd number, a
 string, a negative one, NaN) while it bills and records the true cost, as a
 server whose answer lies and whose ``/generation`` record tells the truth; with
 ``confirm: true`` it bills and records ``reported`` (a number >= 0) instead, as
-a server that really charged it.
+a server that really charged it. ``error_200`` and ``stream_error`` with ``confirm:
+true`` bill their error finish at ``reported`` (written as its ``usage.cost``): an
+assumption, since OpenRouter's zero-completion insurance says an error finish is
+free, for testing a client that must keep what it paid for should one be billed.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ DELIVERY_KINDS = frozenset(
     ]
 )
 FAULT_KINDS = ATTEMPT_KINDS | DELIVERY_KINDS
+_ERROR_FINISHES = frozenset(["error_200", "stream_error"])
 PROVIDER_ERROR_STATUSES = frozenset([500, 502, 503, 524, 529])
 
 _FIELDS = (
@@ -148,10 +152,12 @@ class Fault:
         if self.key is not None and not self.key.startswith("key-"):
             # Rules match on the key's non-secret label, so a raw key never stays in memory here.
             self.key = key_label(self.key)
-        if self.kind == "usage_cost":
+        if self.kind == "usage_cost" or (self.kind in _ERROR_FINISHES and self.confirm):
             self._check_reported()
         elif self.reported is not None or self.confirm:
-            raise ConfigurationError("reported and confirm are for usage_cost faults")
+            raise ConfigurationError(
+                "reported and confirm are for usage_cost faults (and error finishes with confirm)"
+            )
         if self.status is None:
             self.status = {"rate_limit": 429, "down": 503}.get(self.kind, 502)
         elif self.kind == "provider_error" and self.status not in PROVIDER_ERROR_STATUSES:

@@ -268,3 +268,47 @@ async def test_retry_after_is_honoured(
     assert error.retry_after == 7
     assert error.status == 429
     assert recording_sleep.calls == [7.0]
+
+
+async def test_a_charged_error_finish_reaches_on_paid_before_its_retry(
+    openrouter_sim: SimulatorServer, make_router: MakeRouter
+) -> None:
+    # A provider that bills its error finish (the simulator's assumption, `confirm`).
+    billed = {"after_tokens": 10, "reported": 0.002, "confirm": True}
+    openrouter_sim.add_fault(
+        {"kind": "error_200", "provider": "chutes", "times": 1, "no_fallback": True, **billed}
+    )
+    ledger = MemoryLedger(Decimal(1))
+    router = await make_router(openrouter_sim, ledger=ledger, retry=NO_JITTER)
+    paid: list[Any] = []
+
+    async def keep(result: Any) -> None:
+        paid.append(result)
+
+    result = await router.chat(MESSAGES, max_tokens=100, on_paid=keep)
+    await router.close()
+    partial, answer = paid
+    assert (partial.finish_reason, partial.cost, partial.attempts) == ("error", Decimal("0.002"), 1)
+    assert partial.generation_id
+    assert partial.generation_id != result.generation_id
+    assert answer.finish_reason != "error"
+    assert (answer.generation_id, answer.text) == (result.generation_id, result.text)
+    state = await ledger.snapshot()
+    assert state.spent == _charged(openrouter_sim) == partial.cost + result.cost
+
+
+async def test_a_free_error_finish_is_not_handed_to_on_paid(
+    openrouter_sim: SimulatorServer, make_router: MakeRouter
+) -> None:
+    openrouter_sim.add_fault(
+        {"kind": "error_200", "provider": "chutes", "times": 1, "no_fallback": True}
+    )
+    router = await make_router(openrouter_sim, ledger=MemoryLedger(Decimal(1)), retry=NO_JITTER)
+    paid: list[Any] = []
+
+    async def keep(result: Any) -> None:
+        paid.append(result)
+
+    result = await router.chat(MESSAGES, max_tokens=100, on_paid=keep)
+    await router.close()
+    assert [r.generation_id for r in paid] == [result.generation_id]

@@ -9,12 +9,13 @@ import math
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
-from provider_router import LedgerUnavailableError, RedisLedger
+from provider_router import LedgerUnavailableError, RedisLedger, RetryPolicy
 from provider_router.ray import FAILED, NOT_SENT, AnswerStore, PromptStage, StageConfig
 from provider_router.ray._secret import PAD_TTL, mask_key
 from provider_router.testing import SimulatorServer
@@ -243,6 +244,53 @@ async def test_a_paid_answer_redis_cannot_take_is_kept_replayed_and_stored_later
         await close_stage(stage)
 
 
+def _spill_files(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.jsonl"))
+
+
+async def test_a_paid_answer_redis_cannot_take_outlives_its_actors_death_on_the_node(
+    redis_server: RedisServer, simulator: SimulatorServer, tmp_path: Path
+) -> None:
+    name, node = fresh_name(), {"spill_dir": str(tmp_path)}
+    first = await make_stage(redis_server.url, name, simulator.url, **node)
+    first._store = _StoreDown(redis_server.url, name)
+    try:
+        [row] = await first(dict(FIRST))
+        assert "not stored in Redis yet" in row["error"]
+        [spill] = _spill_files(tmp_path)  # on the node's disk, not only in memory
+        first._spill.close()  # the actor is killed: its lock goes, its memory too
+    finally:
+        await close_stage(first)
+    # Ray's retry on a new actor of the node, Redis back (the dead one's lease held):
+    again = await one_row(redis_server.url, name, simulator.url, dict(FIRST), **node)
+    assert again["status"] == "answered"
+    assert again["generation_id"] == row["generation_id"]
+    assert again["error"] is None
+    assert len(simulator.requests) == 1  # not bought a second time
+    assert not spill.exists()
+
+
+async def test_a_live_actors_spill_is_its_own_to_store(
+    redis_server: RedisServer, simulator: SimulatorServer, tmp_path: Path
+) -> None:
+    name, node = fresh_name(), {"spill_dir": str(tmp_path)}
+    first = await make_stage(redis_server.url, name, simulator.url, **node)
+    store = first._store = _StoreDown(redis_server.url, name)
+    second = await make_stage(redis_server.url, name, simulator.url, **node)
+    try:
+        [row] = await first(dict(FIRST))
+        second._store = AnswerStore(redis_server.url, name)
+        await second._adopt_spills()  # first lives: its file is locked, left alone
+        assert await second._store.get("default/p1") is None
+        store.down = False
+        await first._store_unstored()
+        assert (await store.get("default/p1") or {})["generation_id"] == row["generation_id"]
+        assert _spill_files(tmp_path) == []
+    finally:
+        await close_stage(first)
+        await close_stage(second)
+
+
 async def test_a_row_the_router_refuses_comes_out_with_a_status_and_the_rest_go_on(
     redis_server: RedisServer, simulator: SimulatorServer
 ) -> None:
@@ -333,6 +381,89 @@ async def test_the_same_row_twice_at_once_is_one_request(
     [[a], [b]] = await asyncio.gather(stage(dict(FIRST)), stage(dict(FIRST)))
     assert a["status"] == b["status"] == "answered"
     assert a["generation_id"] == b["generation_id"]
+    assert len(simulator.requests) == 1
+
+
+BILLED_ERROR = {"kind": "stream_error", "after_tokens": 10, "no_fallback": True,
+                "reported": 0.002, "confirm": True}  # fmt: skip
+
+
+async def test_a_billed_partial_answer_is_kept_in_its_failed_row_and_replayed_free(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> None:
+    simulator.add_fault(BILLED_ERROR)  # every attempt: an error finish that was charged
+    name, once = fresh_name(), {"router_options": {"retry": RetryPolicy(max_attempts=1)}}
+    row = await one_row(redis_server.url, name, simulator.url, dict(FIRST), **once)
+    assert row["status"] == FAILED
+    assert (row["finish_reason"], row["cost"]) == ("error", "0.002")
+    assert row["answer"]  # what was paid for, in its row
+    assert row["generation_id"]
+    assert len(simulator.requests) == 1
+    # Ray's retry of the task (same run): the same row, not bought again.
+    again = await one_row(redis_server.url, name, simulator.url, dict(FIRST), **once)
+    assert again == row
+    assert len(simulator.requests) == 1
+
+
+async def test_a_billed_partial_answer_then_the_answer_is_answered_and_stored(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> None:
+    simulator.add_fault({**BILLED_ERROR, "times": 1})
+    name = fresh_name()
+    row = await one_row(redis_server.url, name, simulator.url, dict(FIRST))
+    assert row["status"] == "answered"
+    assert row["finish_reason"] != "error"
+    assert len(simulator.requests) == 2
+    store = AnswerStore(redis_server.url, name)
+    try:
+        stored = await store.lookup("default/p1")
+    finally:
+        await store.close()
+    assert stored.answer is not None
+    assert stored.answer["generation_id"] == row["generation_id"]
+    assert stored.failed is None  # the partial's note gave way to the answer
+
+
+async def _no_wait(seconds: float) -> None:
+    await asyncio.sleep(0)  # the holder's request goes on meanwhile
+
+
+async def test_the_same_row_in_two_actors_at_once_is_paid_once_and_emitted_by_both(
+    new_stage: Callable[..., Awaitable[PromptStage]], simulator: SimulatorServer
+) -> None:
+    one, two = await new_stage(), await new_stage()  # two actors of one job, one run
+    one._sleep = two._sleep = _no_wait
+    [[a], [b]] = await asyncio.gather(one(dict(FIRST)), two(dict(FIRST)))
+    assert len(simulator.requests) == 1
+    assert a["status"] == b["status"] == "answered"
+    assert a["generation_id"] == b["generation_id"]  # the one paid answer, twice
+    store = one._store
+    assert store is not None
+    assert await store._client.exists(store.sending_key("default/p1")) == 0  # let go
+    assert one._held == two._held == set()
+
+
+async def test_a_dead_actors_sending_lease_runs_out_and_the_row_is_sent_then(
+    new_stage: Callable[..., Awaitable[PromptStage]], simulator: SimulatorServer
+) -> None:
+    stage = await new_stage()
+    store = AnswerStore(stage.config.redis_url, stage.config.name)
+    try:
+        # The marker of an actor killed while it sent the row (nothing stored).
+        assert (await store.hold("default/p1", "dead-actor", 60))[0] == "dead-actor"
+        waits: list[float] = []
+
+        async def wait(seconds: float) -> None:
+            waits.append(seconds)
+            if len(waits) == 3:  # its lease runs out: nobody renews it
+                await store._client.delete(store.sending_key("default/p1"))
+
+        stage._sleep = wait
+        [row] = await stage(dict(FIRST))
+    finally:
+        await store.close()
+    assert waits  # it waited for the holder first
+    assert row["status"] == "answered"
     assert len(simulator.requests) == 1
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import pickle
 from decimal import Decimal
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -140,3 +142,60 @@ async def test_a_prompt_not_sent_then_failed_on_resume_is_a_failure_not_a_budget
     assert summary.message.startswith("1 prompt(s) failed")
     [report] = summary.datasets
     assert report.prompts == 1
+
+
+async def test_a_sending_lease_is_its_holders_to_renew_and_let_go(
+    redis_server: RedisServer, job_name: str
+) -> None:
+    store = AnswerStore(redis_server.url, job_name)
+    marker = store.sending_key("default/p1")
+    try:
+        assert (await store.hold("default/p1", "a", 60))[0] == "a"
+        assert (await store.hold("default/p1", "a", 60))[0] == "a"  # a retry: still a's
+        holder, stored = await store.hold("default/p1", "b", 60)
+        assert (holder, stored.answer) == ("a", None)
+        await store.renew(["default/p1"], "b", 600)  # not b's: unchanged
+        assert await store._client.pttl(marker) <= 60_000
+        await store.renew(["default/p1"], "a", 600)
+        assert await store._client.pttl(marker) > 60_000
+        await store.release("default/p1", "b")
+        assert await store._client.get(marker) == b"a"
+        await store.put("default/p1", {"answer": "one"})
+        await store.release("default/p1", "a")
+        holder, stored = await store.hold("default/p1", "b", 60)
+        assert (holder, stored.answer) == ("b", {"answer": "one"})  # the answer after it
+    finally:
+        await store.close()
+
+
+def _dead_actors_spill(directory: Path, lines: list[bytes]) -> Path:
+    from provider_router.ray._spill import SpillFile
+
+    spill = SpillFile(directory, "dead")
+    spill.append("default/p1", {"answer": "spilled", "generation_id": "gen-1"})
+    spill.close()  # the actor died: its lock is gone
+    with spill.path.open("ab") as handle:
+        handle.write(b"".join(lines))
+    return spill.path
+
+
+async def test_spilled_answers_are_stored_never_over_a_stored_one_and_a_torn_line_skipped(
+    redis_server: RedisServer, job_name: str, tmp_path: Path, log_events: list[dict[str, Any]]
+) -> None:
+    from provider_router.ray._spill import store_spilled
+
+    lines = [b'{"key":"default/p2","fields":{"answer":"two"}}\n', b'{"key":"default/p3","fi']
+    path = await asyncio.to_thread(_dead_actors_spill, tmp_path, lines)
+    store = AnswerStore(redis_server.url, job_name)
+    try:
+        await store.put("default/p2", {"answer": "stored first"})
+        await store.failed("default/p1", {"kind": "ReadTimeout"})
+        assert await store_spilled(store, tmp_path) == 1
+        assert await store.get("default/p1") == {"answer": "spilled", "generation_id": "gen-1"}
+        assert (await store.lookup("default/p1")).failed is None  # the answer wins
+        assert await store.get("default/p2") == {"answer": "stored first"}  # not overwritten
+        assert await store.get("default/p3") is None
+    finally:
+        await store.close()
+    assert not await asyncio.to_thread(path.exists)
+    assert [e["line"] for e in log_events if e["event"] == "ray.spill_unreadable"] == [3]
