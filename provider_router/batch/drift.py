@@ -53,7 +53,7 @@ from provider_router.ledger import Ledger
 from provider_router.policy import ProviderPolicy
 from provider_router.verifier import verify
 
-__all__ = ["DEFAULT_VERIFY_EVERY", "DriftWatch"]
+__all__ = ["DEFAULT_VERIFY_EVERY", "DriftWatch", "redo_flagging"]
 
 log = get_logger(__name__)
 
@@ -243,12 +243,9 @@ class DriftWatch:
         self.checks += 1
         failed = tuple(t for t in report.failed if t not in history.failed)
         passed = tuple(t for t in report.passed if t not in history.failed)
-        since: dict[str, int] = {}
         for tag in failed:
             verdict = report.verdict(tag)
             assert verdict is not None
-            name, last = verdict.provider_name, history.last_pass.get(tag, -1)
-            since[name] = min(since.get(name, last), last)  # two of its endpoints failed
             history.failed[tag] = seq
             log.warning(
                 "batch.verify_failed", tag=tag, check=seq, trigger=trigger, reason=verdict.reason
@@ -256,6 +253,7 @@ class DriftWatch:
         for tag in passed:
             history.last_pass[tag] = seq
         history.merge(report)
+        since = history.flag_floors(failed)  # a failed tag's last pass stays its last
         entry = DriftCheck(
             seq=seq,
             trigger=trigger,
@@ -300,29 +298,12 @@ class DriftWatch:
         """Flag the rows on disk (the journal flushed first: every row built so far); how
         many are flagged there. Rows check ``seq`` flags as they are written from now on
         are counted apart (:attr:`_late`): those written before are on disk, counted here."""
-        if self.journal is None:
-            return 0
-        self.journal.flush()
-        files = [output_path(self.out, name) for name in self.datasets]
-        sizes = [p.stat().st_size if p.exists() else 0 for p in files]
-        if seq is not None:
+        if seq is not None and self.journal is not None:
             self._late[seq] = 0
-        counts = await asyncio.gather(
-            *(asyncio.to_thread(flag_rows, p, n, since) for p, n in zip(files, sizes, strict=True))
-        )
-        return sum(counts)
+        return await _flag_outputs(self.out, self.datasets, self.journal, since)
 
     async def _redo_flagging(self) -> None:
-        """A flagging an earlier run was stopped in: done again (idempotent)."""
-        for entry in self.history.checks:
-            if entry.flagged is not None or self.history.report is None:
-                continue
-            since = {}
-            for tag in entry.failed:
-                verdict = self.history.report.verdict(tag)
-                if verdict is not None:  # a failed tag's last pass stays its last
-                    since[verdict.provider_name] = self.history.last_pass.get(tag, -1)
-            entry.flagged = await self._flag(since)
+        await redo_flagging(self.out, self.datasets, self.history, self.journal)
         await asyncio.to_thread(self.history.save, self.path)
 
     # --- the summary --------------------------------------------------------------------
@@ -347,3 +328,35 @@ class DriftWatch:
             "excluded": excluded,
             "flagged_rows": self.history.flagged,
         }
+
+
+async def redo_flagging(
+    out: Path, datasets: Sequence[str], history: DriftHistory, journal: FileJournal | None
+) -> bool:
+    """Every flagging of ``history`` an earlier run was stopped in, done again (flagging is
+    idempotent): whether there was one (``history`` is then to be saved). Run on every
+    resume, with ``--verify`` or without: the rows need no network, only the history."""
+    redone = False
+    for entry in history.checks:
+        if entry.flagged is not None:
+            continue
+        since = history.flag_floors(entry.failed)
+        entry.flagged = await _flag_outputs(out, datasets, journal, since)
+        redone = True
+    return redone
+
+
+async def _flag_outputs(
+    out: Path, datasets: Sequence[str], journal: FileJournal | None, since: Mapping[str, int]
+) -> int:
+    """Flag the rows on disk (the journal flushed first: every row built so far); how many
+    are flagged there."""
+    if journal is None:
+        return 0
+    journal.flush()
+    files = [output_path(out, name) for name in datasets]
+    sizes = [p.stat().st_size if p.exists() else 0 for p in files]
+    counts = await asyncio.gather(
+        *(asyncio.to_thread(flag_rows, p, n, since) for p, n in zip(files, sizes, strict=True))
+    )
+    return sum(counts)

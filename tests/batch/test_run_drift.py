@@ -295,11 +295,9 @@ async def test_a_resume_without_verify_keeps_the_exclusion(
     assert summary.spent == _charged(sim)
 
 
-async def test_a_flagging_a_kill_interrupted_is_done_again_on_resume(
-    tmp_path: Path, openrouter_sim_factory: Factory
-) -> None:
-    sim, plan, out, flagged = await _failed_mid_run(tmp_path, openrouter_sim_factory, sent=40)
-    # As a kill between the failing check's record and the end of its flagging leaves it.
+def _cut_short_flagging(out: Path, flagged: set[str]) -> None:
+    """The job as a kill between the failing check's record and the end of its flagging
+    leaves it: the rows on disk not flagged yet, the check's ``flagged`` not recorded."""
     path = out / "p.jsonl"
     # (Rows in flight when the check failed were written flagged: they stay so.)
     path.write_bytes(
@@ -311,11 +309,25 @@ async def test_a_flagging_a_kill_interrupted_is_done_again_on_resume(
     failing = next(c for c in data["drift"]["checks"] if c["failed"])
     failing["flagged"] = None
     (out / "verify.json").write_text(json.dumps(data))
-    summary = await _run(plan, out, sim, every=10)
+
+
+@pytest.mark.parametrize("verify", [True, False])
+async def test_a_flagging_a_kill_interrupted_is_done_again_on_resume(
+    tmp_path: Path, openrouter_sim_factory: Factory, verify: bool
+) -> None:
+    # With --verify or without it: the flagging needs no check, only the history.
+    sim, plan, out, flagged = await _failed_mid_run(tmp_path, openrouter_sim_factory, sent=40)
+    _cut_short_flagging(out, flagged)
+    if verify:
+        summary = await _run(plan, out, sim, every=10)
+    else:
+        summary = await BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert summary.reason is pr.StopReason.COMPLETE
-    assert {r["id"] for r in _rows(out) if r["drift_flagged"]} == flagged
+    # (A row written without --verify has no flag: nothing checked it.)
+    assert {r["id"] for r in _rows(out) if r.get("drift_flagged")} == flagged
     history = DriftHistory.load(out / "verify.json")
     assert next(c for c in history.checks if c.failed).flagged == len(flagged)
+    assert history.flagged == len(flagged)
 
 
 async def test_a_damaged_verify_json_is_refused_before_anything_is_written(
@@ -431,3 +443,4 @@ async def test_a_lost_verify_json_is_refused_while_the_journal_remembers_an_excl
     summary = await BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert summary.reason is pr.StopReason.COMPLETE
     assert len(_rows(out)) == 60
+
