@@ -241,6 +241,8 @@ class DriftWatch:
             await asyncio.to_thread(history.save, self.path)
             raise
         self.checks += 1
+        if report.cost and self.journal is not None:  # booked: an older ledger is refused
+            self.journal.note_verify(report.cost, seq)
         failed = tuple(t for t in report.failed if t not in history.failed)
         passed = tuple(t for t in report.passed if t not in history.failed)
         for tag in failed:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import shutil
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from decimal import Decimal
 from functools import partial
@@ -444,3 +445,33 @@ async def test_a_lost_verify_json_is_refused_while_the_journal_remembers_an_excl
     assert summary.reason is pr.StopReason.COMPLETE
     assert len(_rows(out)) == 60
 
+
+async def test_an_older_ledger_that_forgot_a_check_is_refused(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # Run 1 sends 10 prompts without --verify; run 2 sends nothing new but checks the
+    # providers (paid from the job's ledger). The ledger as it was after run 1 (what a
+    # lost -wal can leave) forgot the check: refused, not a budget larger by its cost.
+    sim = await openrouter_sim_factory(seed=3)
+    out = tmp_path / "out"
+    plan = small_plan(tmp_path, requests=None, prompts=20)
+    only = {"p": [f"q{n}" for n in range(10)]}
+    first = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, only=only)
+    assert (await first.run()).reason is pr.StopReason.COMPLETE
+    old = tmp_path / "old.sqlite"
+    shutil.copy(out / "ledger.sqlite", old)
+    second = await _run(plan, out, sim, every=10, only=only)
+    assert second.reason is pr.StopReason.COMPLETE
+    checks = DriftHistory.load(out / "verify.json").checks
+    assert [c.trigger for c in checks] == ["start"]
+    assert second.spent == _charged(sim)
+    assert checks[0].cost > 0
+    for path in out.glob("ledger.sqlite*"):
+        path.unlink()
+    shutil.copy(old, out / "ledger.sqlite")
+    sent = len(sim.requests)
+    for verify in (True, False):
+        runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=verify)
+        with pytest.raises(pr.DataFileError, match=r"less than the .* verification checks"):
+            await runner.run()
+    assert len(sim.requests) == sent  # refused before anything was sent
