@@ -116,6 +116,8 @@ class DriftWatch:
         """Rows this run wrote."""
         self.checks = 0
         """Checks this run made."""
+        self.redone: list[str] = []
+        """Flaggings an earlier run was stopped in, done again by :meth:`start` (said)."""
         self._since = 0  # rows since the newest check started
         self._newest: dict[str, int] = {}  # per provider: the newest check number of its rows
         self._excluded_at: dict[str, tuple[float, DriftCheck]] = {}
@@ -305,7 +307,7 @@ class DriftWatch:
         return await _flag_outputs(self.out, self.datasets, self.journal, since)
 
     async def _redo_flagging(self) -> None:
-        await redo_flagging(self.out, self.datasets, self.history, self.journal)
+        self.redone = await redo_flagging(self.out, self.datasets, self.history, self.journal)
         await asyncio.to_thread(self.history.save, self.path)
 
     # --- the summary --------------------------------------------------------------------
@@ -334,18 +336,22 @@ class DriftWatch:
 
 async def redo_flagging(
     out: Path, datasets: Sequence[str], history: DriftHistory, journal: FileJournal | None
-) -> bool:
+) -> list[str]:
     """Every flagging of ``history`` an earlier run was stopped in, done again (flagging is
-    idempotent): whether there was one (``history`` is then to be saved). Run on every
-    resume, with ``--verify`` or without: the rows need no network, only the history."""
-    redone = False
+    idempotent): what was done, in the words of a run's ``resumed:`` lines (``history`` is
+    to be saved when there is any). Run on every resume, with ``--verify`` or without:
+    the rows need no network, only the history."""
+    notes = []
     for entry in history.checks:
         if entry.flagged is not None:
             continue
         since = history.flag_floors(entry.failed)
         entry.flagged = await _flag_outputs(out, datasets, journal, since)
-        redone = True
-    return redone
+        notes.append(
+            f"flagged the rows of check {entry.seq} again: {entry.flagged} row(s) of "
+            f"{', '.join(sorted(since))} (an earlier run was stopped while flagging them)"
+        )
+    return notes
 
 
 async def _flag_outputs(

@@ -394,6 +394,7 @@ class BatchRunner:
         drift.datasets = names
         self._outcomes.drift = drift
         policy = await drift.start()
+        self._recovered += drift.redone
         self.verification = drift.history.report
         return policy
 
@@ -404,8 +405,10 @@ class BatchRunner:
         excluded (a resume never lets a provider that failed serve again unasked), and a
         flagging a kill cut short is done again (its rows need no check, only the history)."""
         history = self._history
-        if await redo_flagging(self.out, names, history, journal):
+        redone = await redo_flagging(self.out, names, history, journal)
+        if redone:
             await asyncio.to_thread(history.save, self.out / VERIFY_FILE)
+            self._recovered += redone
         if history.report is None or not history.failed:
             return policy
         self.verification = history.report

@@ -93,12 +93,15 @@ async def test_a_flagging_done_again_flags_from_the_earliest_pass_of_the_failed_
     failing = DriftCheck(7, "every", 100, (), (), ("chutes/int4", "chutes/fp8"), Decimal(0), 0.0)
     failing.flagged = None
     history.checks = [DriftCheck(6, "every", 90, (), (), (), Decimal(0), 0.0), failing]
-    assert await redo_flagging(tmp_path, ["p"], history, _Journal())  # type: ignore[arg-type]
+    assert await redo_flagging(tmp_path, ["p"], history, _Journal()) == [  # type: ignore[arg-type]
+        "flagged the rows of check 7 again: 6 row(s) of Chutes (an earlier run was stopped "
+        "while flagging them)"
+    ]
     records = [json.loads(line) for line in (tmp_path / "p.jsonl").read_bytes().splitlines()]
     assert [r["drift_check"] for r in records if r["drift_flagged"]] == [2, 3, 4, 5, 6, 7]
     assert failing.flagged == 6
     assert history.checks[0].flagged == 0  # a check finished before is left alone
-    assert not await redo_flagging(tmp_path, ["p"], history, _Journal())  # type: ignore[arg-type]
+    assert await redo_flagging(tmp_path, ["p"], history, _Journal()) == []  # type: ignore[arg-type]
 
 
 def test_the_history_round_trips_and_damage_is_named(tmp_path: Path) -> None:

@@ -329,6 +329,10 @@ async def test_a_flagging_a_kill_interrupted_is_done_again_on_resume(
     history = DriftHistory.load(out / "verify.json")
     assert next(c for c in history.checks if c.failed).flagged == len(flagged)
     assert history.flagged == len(flagged)
+    assert any(
+        note.startswith(f"flagged the rows of check {history.failed['chutes']} again")
+        for note in summary.recovered
+    )
 
 
 async def test_a_damaged_verify_json_is_refused_before_anything_is_written(
