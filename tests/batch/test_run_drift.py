@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from _batch_helpers import (
     assert_consistent,
     ledger_rows,
@@ -24,7 +25,7 @@ from _batch_helpers import (
     spawn_cli,
     write_prompts,
 )
-from _markets import degraded_market
+from _markets import degraded_market, edited_market
 from _polling import until
 
 import provider_router as pr
@@ -479,3 +480,61 @@ async def test_an_older_ledger_that_forgot_a_check_is_refused(
         with pytest.raises(pr.DataFileError, match=r"less than the .* verification checks"):
             await runner.run()
     assert len(sim.requests) == sent  # refused before anything was sent
+
+
+def _chutes_twice(directory: Path, serves: dict[str, float] | None = None) -> Path:
+    """The default market with Chutes serving from two endpoints (``chutes/int4`` and a
+    ``chutes/fp8`` copy of it), both serving ``serves`` when given."""
+    directory.mkdir(exist_ok=True)
+
+    def retag(endpoint: dict[str, Any]) -> None:
+        if endpoint["slug"] == "chutes":
+            endpoint["tag"] = "chutes/int4"
+            if serves is not None:
+                endpoint["serves"] = serves
+
+    path = edited_market(directory, retag)
+    data = yaml.safe_load(path.read_text())
+    for model in data["models"]:
+        if model["id"] == "moonshotai/kimi-k2.5":
+            chutes = next(e for e in model["endpoints"] if e["slug"] == "chutes")
+            model["endpoints"].append({**chutes, "tag": "chutes/fp8", "quantization": "fp8"})
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+async def test_a_flagging_done_again_flags_from_the_earliest_pass_of_a_providers_endpoints(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # Chutes serves from two endpoints. Run 1 checks every 10 rows, both pass; then the
+    # history as a check that could not tell chutes/fp8 leaves it: its last pass is the
+    # first check, chutes/int4's a later one. Run 2's first check fails both (Chutes
+    # turned degraded): the rows since the earlier pass are flagged, and a kill cuts
+    # that flagging short. Run 3 (a plain resume) flags them again: the same rows.
+    honest = await openrouter_sim_factory(market=_chutes_twice(tmp_path / "honest"), seed=3)
+    out = tmp_path / "out"
+    plan = small_plan(tmp_path, requests=None, prompts=40)
+    only = {"p": [f"q{n}" for n in range(30)]}
+    assert (await _run(plan, out, honest, every=10, only=only)).reason is pr.StopReason.COMPLETE
+    data = json.loads((out / "verify.json").read_text())
+    last = data["drift"]["last_pass"]
+    assert last["chutes/fp8"] == last["chutes/int4"] > 0
+    last["chutes/fp8"] = 0
+    (out / "verify.json").write_text(json.dumps(data))
+    chutes = {r["id"]: r["drift_check"] for r in _rows(out) if r["provider"] == "Chutes"}
+    later = {pid for pid, check in chutes.items() if check >= last["chutes/int4"]}
+    assert later < set(chutes)  # rows Chutes served between the two passes
+
+    degraded = _chutes_twice(tmp_path / "degraded", {"agreement": 0.6})
+    sim = await openrouter_sim_factory(market=degraded, seed=3)
+    assert (await _run(plan, out, sim, every=10, only=only)).reason is pr.StopReason.COMPLETE
+    history = DriftHistory.load(out / "verify.json")
+    assert history.failed.keys() == {"chutes/fp8", "chutes/int4"}
+    flagged = {r["id"] for r in _rows(out) if r["drift_flagged"]}
+    assert flagged == set(chutes)  # the check itself: from the earlier pass
+
+    _cut_short_flagging(out, flagged)
+    runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, only=only)
+    assert (await runner.run()).reason is pr.StopReason.COMPLETE
+    assert {r["id"] for r in _rows(out) if r.get("drift_flagged")} == flagged
+    assert DriftHistory.load(out / "verify.json").flagged == len(flagged)
