@@ -550,7 +550,8 @@ class Router(AsyncResource):
 
     async def set_policy(self, policy: ProviderPolicy) -> None:
         """Route new requests under ``policy`` from now on (e.g. a provider that failed a
-        re-verification excluded mid-run); requests already prepared keep their plan.
+        re-verification excluded mid-run); requests already prepared keep their plan. A
+        plan refresh under way is let finish first; policy and plan change together.
 
         Raises:
             ProviderRouterError: it could not be applied (the listing could not be read,
