@@ -343,6 +343,7 @@ class Router(AsyncResource):
         self._plan: RoutePlan | None = None
         self._plan_time = 0.0
         self._refresh: asyncio.Task[None] | None = None
+        self._plan_lock = asyncio.Lock()  # one plan rebuild at a time (_rebuild_plan)
         if isinstance(cost_sanity_factor, bool) or not Decimal(cost_sanity_factor) >= 1:
             raise ConfigurationError(
                 f"cost_sanity_factor must be a number >= 1, got {cost_sanity_factor!r}"
@@ -515,45 +516,48 @@ class Router(AsyncResource):
             raise ConfigurationError("the Router is not open: use `async with Router(...)`")
         return self._plan
 
-    async def _rebuild_plan(self) -> None:
-        if self._endpoints is not None:
-            listing = self._endpoints
-        else:
-            assert self._catalog is not None
-            listing = await self._catalog.endpoints(self.model, refresh=self._plan is not None)
-        decisions = self.policy.evaluate(listing, model_id=self.model)
-        self._plan = build_route_plan(
-            self.model,
-            decisions,
-            workload=self.workload,
-            allow_fallbacks=self.allow_fallbacks,
-            cache_workload=self._cache_workload,
-            verified=self.policy.ranking_report(self.model),
-        )
-        self._plan_time = self._clock()
+    async def _rebuild_plan(self, policy: ProviderPolicy | None = None) -> None:
+        """Build the plan from ``policy`` (default: the one in force) and install both
+        together. One rebuild at a time: a refresh started while :meth:`set_policy`
+        rebuilds waits for it, then reads the policy it left; and the policy is published
+        only with its plan, so the two never disagree, whichever fails."""
+        async with self._plan_lock:
+            if policy is None:
+                policy = self.policy
+            if self._endpoints is not None:
+                listing = self._endpoints
+            else:
+                assert self._catalog is not None
+                listing = await self._catalog.endpoints(self.model, refresh=self._plan is not None)
+            decisions = policy.evaluate(listing, model_id=self.model)
+            plan = build_route_plan(
+                self.model,
+                decisions,
+                workload=self.workload,
+                allow_fallbacks=self.allow_fallbacks,
+                cache_workload=self._cache_workload,
+                verified=policy.ranking_report(self.model),
+            )
+            self.policy, self._plan = policy, plan
+            self._plan_time = self._clock()
         log.info(
             "route.plan",
             model=self.model,
-            order=list(self._plan.order),
-            ignore=list(self._plan.ignore),
-            max_price=self._plan.provider_object()["max_price"],
+            order=list(plan.order),
+            ignore=list(plan.ignore),
+            max_price=plan.provider_object()["max_price"],
         )
 
     async def set_policy(self, policy: ProviderPolicy) -> None:
         """Route new requests under ``policy`` from now on (e.g. a provider that failed a
-        re-verification excluded mid-run); requests already prepared keep their plan.
+        re-verification excluded mid-run); requests already prepared keep their plan. A
+        plan refresh under way is let finish first; policy and plan change together.
 
         Raises:
             ProviderRouterError: it could not be applied (the listing could not be read,
                 or it allows no endpoint): the router keeps its policy and plan.
         """
-        kept = self.policy
-        self.policy = policy
-        try:
-            await self._rebuild_plan()
-        except BaseException:
-            self.policy = kept
-            raise
+        await self._rebuild_plan(policy)
 
     async def _refresh_plan(self) -> None:
         try:

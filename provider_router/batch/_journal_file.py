@@ -269,6 +269,7 @@ class Replay:
         ledger: the identity of the ledger the job's money is in (last recorded).
         claimed: whether any request was ever sent (money may have been spent).
         preflight_units: what every run's preflight request cost (picodollars).
+        verify_units: what every run's verification checks cost (picodollars).
         unsettled: paid answers whose charge the ledger could not record, by request
             key: their cost (picodollars), until a run's recovery used them.
         disputes: answers whose ``usage.cost`` was disputed (``disputed`` entries:
@@ -290,6 +291,7 @@ class Replay:
         self.ledger: str | None = None
         self.claimed = False
         self.preflight_units = 0
+        self.verify_units = 0
         self.unsettled: dict[str, int] = {}
         self.disputes: list[dict[str, Any]] = []
         self.adopted: dict[str, int] = {}
@@ -444,6 +446,8 @@ class Replay:
             self.unsettled.clear()
         elif op == "disputed":
             self.disputes.append(entry)
+        elif op == "verify_cost":
+            self.verify_units += entry["cost"]
         elif op == "verify":
             self.excluded.update(str(tag) for tag in entry.get("failed", ()))
 

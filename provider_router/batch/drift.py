@@ -62,7 +62,7 @@ from provider_router.ledger import Ledger
 from provider_router.policy import ProviderPolicy
 from provider_router.verifier import verify
 
-__all__ = ["DEFAULT_VERIFY_EVERY", "DriftWatch"]
+__all__ = ["DEFAULT_VERIFY_EVERY", "DriftWatch", "redo_flagging"]
 
 log = get_logger(__name__)
 
@@ -125,6 +125,8 @@ class DriftWatch:
         """Rows this run wrote."""
         self.checks = 0
         """Checks this run made."""
+        self.redone: list[str] = []
+        """Flaggings an earlier run was stopped in, done again by :meth:`start` (said)."""
         self._since = 0  # rows since the newest check started
         self._newest: dict[str, int] = {}  # per provider: the newest check number of its rows
         self._excluded_at: dict[str, tuple[float, DriftCheck]] = {}
@@ -255,14 +257,13 @@ class DriftWatch:
             self.publish()
             raise
         self.checks += 1
+        if report.cost and self.journal is not None:  # booked: an older ledger is refused
+            self.journal.note_verify(report.cost, seq)
         failed = tuple(t for t in report.failed if t not in history.failed)
         passed = tuple(t for t in report.passed if t not in history.failed)
-        since: dict[str, int] = {}
         for tag in failed:
             verdict = report.verdict(tag)
             assert verdict is not None
-            name, last = verdict.provider_name, history.last_pass.get(tag, -1)
-            since[name] = min(since.get(name, last), last)  # two of its endpoints failed
             history.failed[tag] = seq
             log.warning(
                 "batch.verify_failed", tag=tag, check=seq, trigger=trigger, reason=verdict.reason
@@ -270,6 +271,7 @@ class DriftWatch:
         for tag in passed:
             history.last_pass[tag] = seq
         history.merge(report)
+        since = history.flag_floors(failed)  # a failed tag's last pass stays its last
         entry = DriftCheck(
             seq=seq,
             trigger=trigger,
@@ -319,37 +321,12 @@ class DriftWatch:
         many are flagged there per provider. Rows check ``seq`` flags as they are written
         from now on are counted apart (:attr:`_late`): those written before are on disk,
         counted here."""
-        if self.journal is None:
-            return {}
-        self.journal.flush()
-        files = [output_path(self.out, name) for name in self.datasets]
-        sizes = [p.stat().st_size if p.exists() else 0 for p in files]
-        if seq is not None:
+        if seq is not None and self.journal is not None:
             self._late[seq] = {}
-        counts = await asyncio.gather(
-            *(
-                asyncio.to_thread(flag_rows_by_provider, p, n, since)
-                for p, n in zip(files, sizes, strict=True)
-            )
-        )
-        total: dict[str, int] = {}
-        for count in counts:
-            for name, n in count.items():
-                total[name] = total.get(name, 0) + n
-        return total
+        return await _flag_outputs(self.out, self.datasets, self.journal, since)
 
     async def _redo_flagging(self) -> None:
-        """A flagging an earlier run was stopped in: done again (idempotent)."""
-        for entry in self.history.checks:
-            if entry.flagged is not None or self.history.report is None:
-                continue
-            since = {}
-            for tag in entry.failed:
-                verdict = self.history.report.verdict(tag)
-                if verdict is not None:  # a failed tag's last pass stays its last
-                    since[verdict.provider_name] = self.history.last_pass.get(tag, -1)
-            entry.flagged_by = await self._flag(since)
-            entry.flagged = sum(entry.flagged_by.values())
+        self.redone = await redo_flagging(self.out, self.datasets, self.history, self.journal)
         await asyncio.to_thread(self.history.save, self.path)
 
     # --- the summary --------------------------------------------------------------------
@@ -373,3 +350,47 @@ class DriftWatch:
         """``summary.json``'s ``verification``: checks, exclusions, flagged rows, cost."""
         figures = verification_summary(self.history)
         return {"every": self.every, **figures, "checks_this_run": self.checks}
+
+
+async def redo_flagging(
+    out: Path, datasets: Sequence[str], history: DriftHistory, journal: FileJournal | None
+) -> list[str]:
+    """Every flagging of ``history`` an earlier run was stopped in, done again (flagging is
+    idempotent): what was done, in the words of a run's ``resumed:`` lines (``history`` is
+    to be saved when there is any). Run on every resume, with ``--verify`` or without:
+    the rows need no network, only the history."""
+    notes = []
+    for entry in history.checks:
+        if entry.flagged is not None:
+            continue
+        since = history.flag_floors(entry.failed)
+        entry.flagged_by = await _flag_outputs(out, datasets, journal, since)
+        entry.flagged = sum(entry.flagged_by.values())
+        notes.append(
+            f"flagged the rows of check {entry.seq} again: {entry.flagged} row(s) of "
+            f"{', '.join(sorted(since))} (an earlier run was stopped while flagging them)"
+        )
+    return notes
+
+
+async def _flag_outputs(
+    out: Path, datasets: Sequence[str], journal: FileJournal | None, since: Mapping[str, int]
+) -> dict[str, int]:
+    """Flag the rows on disk (the journal flushed first: every row built so far); how many
+    are flagged there, per provider."""
+    if journal is None:
+        return {}
+    journal.flush()
+    files = [output_path(out, name) for name in datasets]
+    sizes = [p.stat().st_size if p.exists() else 0 for p in files]
+    counts = await asyncio.gather(
+        *(
+            asyncio.to_thread(flag_rows_by_provider, p, n, since)
+            for p, n in zip(files, sizes, strict=True)
+        )
+    )
+    total: dict[str, int] = {}
+    for count in counts:
+        for name, n in count.items():
+            total[name] = total.get(name, 0) + n
+    return total

@@ -16,7 +16,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -139,6 +139,24 @@ class DriftHistory:
     def flagged(self) -> int:
         """Rows flagged over the job."""
         return sum(c.flagged or 0 for c in self.checks)
+
+    def flag_floors(self, failed: Iterable[str]) -> dict[str, int]:
+        """Per provider of the ``failed`` tags, the check from which its rows are flagged:
+        the earliest last pass of its failed endpoints (-1: one never passed). What a
+        check flags and what a resume flags again are the same rows.
+
+        Two endpoints of one provider may have passed last at different checks; the rows
+        carry the provider's name only, so every row since the earlier pass is suspect.
+        """
+        floors: dict[str, int] = {}
+        report = self.report
+        for tag in failed:
+            verdict = report.verdict(tag) if report is not None else None
+            if verdict is None:
+                continue
+            name, last = verdict.provider_name, self.last_pass.get(tag, -1)
+            floors[name] = min(floors.get(name, last), last)
+        return floors
 
     def merge(self, report: VerificationReport) -> VerificationReport:
         """``report``'s verdicts over the merged ones; an endpoint that failed stays failed."""

@@ -107,8 +107,9 @@ def check_not_behind(ledger: Ledger, journal: FileJournal, state: LedgerState) -
     """Refuse a ledger that holds less than the journal's paid outputs cost.
 
     Every completion the journal committed was settled in the ledger (or, its settle
-    failed, is still held there at its worst case), so ``spent + reserved`` is never
-    below their costs: a ledger that is (an older copy, a WAL lost after a kill)
+    failed, is still held there at its worst case), and so was every preflight and
+    verification check it noted, so ``spent + reserved`` is never below their costs:
+    a ledger that is (an older copy, a WAL lost after a kill)
     forgot payments, and would let them be spent again. Checked when the ledger is
     opened, and again once the crashed reservations are settled (open worst cases
     may hide a deficit until then).
@@ -124,7 +125,8 @@ def check_not_behind(ledger: Ledger, journal: FileJournal, state: LedgerState) -
     raise _refuse(
         where,
         f"holds {format_usd(held)} spent and reserved, less than the {format_usd(paid)} "
-        "the job's outputs cost (an older copy of it, or its -wal file removed?)",
+        "the job's outputs cost, with its preflights and verification checks (an older "
+        "copy of it, or its -wal file removed?)",
         journal,
     )
 

@@ -144,6 +144,9 @@ class FileJournal:
         self.spent_before = False
         self.preflight_units = 0
         """What every run's preflight request cost (picodollars, in the ledger's spent)."""
+        self.verify_units = 0
+        """What every run's verification checks cost (picodollars, in the ledger's spent:
+        :meth:`note_verify`)."""
         self.excluded: set[str] = set()
         """Endpoint tags ``run --verify`` excluded in any run (:meth:`note_excluded`)."""
         self.unsettled: dict[str, int] = {}
@@ -213,6 +216,7 @@ class FileJournal:
             journal.repairs = found.repairs
             journal.ledger = found.ledger
             journal.preflight_units = found.preflight_units
+            journal.verify_units = found.verify_units
             journal.excluded = found.excluded
             journal.unsettled = found.unsettled
             journal.disputes = found.disputes
@@ -269,9 +273,10 @@ class FileJournal:
 
     @property
     def committed_cost(self) -> Decimal:
-        """What the journal's completions and preflights cost, over every run."""
+        """What the journal's completions, preflights and verification checks cost, over
+        every run: what the job's ledger holds at least."""
         units = sum(state.tally.cost_units for state in self._state.values())
-        return from_units(units + self.preflight_units)
+        return from_units(units + self.preflight_units + self.verify_units)
 
     def datasets(self) -> list[str]:
         """Every dataset the journal knows of."""
@@ -450,6 +455,15 @@ class FileJournal:
         units = to_units(cost)
         self.preflight_units += units
         self.note("preflight", cost=units)
+        self.flush()
+
+    def note_verify(self, cost: Decimal, check: int) -> None:
+        """Record (durably, at once) what verification check ``check`` cost: its canaries
+        are booked on the job's ledger, so an older copy of it that forgot them is
+        refused as one that forgot a completion is."""
+        units = to_units(cost)
+        self.verify_units += units
+        self.note("verify_cost", cost=units, check=check)
         self.flush()
 
     def note_excluded(self, tags: set[str] | frozenset[str], check: int) -> None:

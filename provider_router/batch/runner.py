@@ -55,7 +55,7 @@ from provider_router.batch.batch_view import read_batch_view
 from provider_router.batch.dataset_open import open_file_datasets, validate_inputs
 from provider_router.batch.dataset_run import DatasetRun
 from provider_router.batch.dispatch import Dispatcher
-from provider_router.batch.drift import DEFAULT_VERIFY_EVERY, DriftWatch
+from provider_router.batch.drift import DEFAULT_VERIFY_EVERY, DriftWatch, redo_flagging
 from provider_router.batch.drift_history import VERIFY_FILE, DriftHistory
 from provider_router.batch.job_ledger import check_not_behind, open_job_ledger
 from provider_router.batch.journal import FileJournal, Journal
@@ -303,7 +303,7 @@ class BatchRunner:
             if self.verify:
                 policy = await self._verify(ledger, policy, journal, names)
             else:
-                policy = await self._kept_exclusions(policy)
+                policy = await self._kept_exclusions(policy, journal, names)
             router = Router(
                 self.plan.model,
                 policy=policy,
@@ -400,13 +400,21 @@ class BatchRunner:
         drift.datasets = names
         self._outcomes.drift = drift
         policy = await drift.start()
+        self._recovered += drift.redone
         self.verification = drift.history.report
         return policy
 
-    async def _kept_exclusions(self, policy: ProviderPolicy) -> ProviderPolicy:
+    async def _kept_exclusions(
+        self, policy: ProviderPolicy, journal: FileJournal, names: list[str]
+    ) -> ProviderPolicy:
         """Without ``verify``: what an earlier ``--verify`` run of the job excluded stays
-        excluded (a resume never lets a provider that failed serve again unasked)."""
+        excluded (a resume never lets a provider that failed serve again unasked), and a
+        flagging a kill cut short is done again (its rows need no check, only the history)."""
         history = self._history
+        redone = await redo_flagging(self.out, names, history, journal)
+        if redone:
+            await asyncio.to_thread(history.save, self.out / VERIFY_FILE)
+            self._recovered += redone
         if history.report is None or not history.failed:
             return policy
         self.verification = history.report

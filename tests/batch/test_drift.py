@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import provider_router as pr
+from provider_router.batch.drift import redo_flagging
 from provider_router.batch.drift_history import DriftCheck, DriftHistory, flag_rows
 from provider_router.batch.output import encode_record, make_record
 from provider_router.batch.runner import BatchRunner
@@ -61,6 +62,46 @@ def test_rows_are_flagged_in_place_from_the_check_number_on(tmp_path: Path) -> N
     assert flag_rows(path, committed, {"Chutes": 1}) == 3  # idempotent
     assert path.read_bytes().splitlines(keepends=True) == lines
     assert flag_rows(tmp_path / "missing.jsonl", 10, {"Chutes": 0}) == 0
+
+
+class _Journal:
+    """The journal's part a flagging uses: its rows flushed first (here: on disk already)."""
+
+    def flush(self) -> None:
+        pass
+
+
+async def test_a_flagging_done_again_flags_from_the_earliest_pass_of_the_failed_endpoints(
+    tmp_path: Path,
+) -> None:
+    # Chutes has two endpoints: int4 last passed check 2, fp8 check 5; check 7 failed
+    # both, and a kill came during its flagging. Its rows since check 2 are suspect
+    # (a row names its provider, not its endpoint), whatever order the tags are in.
+    rows = [_row(n, "Chutes", n) for n in range(8)] + [_row(8, "Novita", 0)]
+    (tmp_path / "p.jsonl").write_bytes(b"".join(rows))
+    verdicts = tuple(
+        pr.EndpointVerdict(tag=tag, provider_name="Chutes", passed=False)
+        for tag in ("chutes/fp8", "chutes/int4")
+    )
+    history = DriftHistory(report=pr.VerificationReport("m", "moonshotai", None, verdicts))
+    history.last_pass = {"chutes/int4": 2, "chutes/fp8": 5}
+    history.failed = {"chutes/int4": 7, "chutes/fp8": 7}
+    for failed in (("chutes/int4", "chutes/fp8"), ("chutes/fp8", "chutes/int4")):
+        assert history.flag_floors(failed) == {"Chutes": 2}
+    assert history.flag_floors(("chutes/int4", "unknown")) == {"Chutes": 2}
+    assert history.flag_floors(("chutes/new",)) == {}  # not in the report: nothing to flag
+    failing = DriftCheck(7, "every", 100, (), (), ("chutes/int4", "chutes/fp8"), Decimal(0), 0.0)
+    failing.flagged = None
+    history.checks = [DriftCheck(6, "every", 90, (), (), (), Decimal(0), 0.0), failing]
+    assert await redo_flagging(tmp_path, ["p"], history, _Journal()) == [  # type: ignore[arg-type]
+        "flagged the rows of check 7 again: 6 row(s) of Chutes (an earlier run was stopped "
+        "while flagging them)"
+    ]
+    records = [json.loads(line) for line in (tmp_path / "p.jsonl").read_bytes().splitlines()]
+    assert [r["drift_check"] for r in records if r["drift_flagged"]] == [2, 3, 4, 5, 6, 7]
+    assert failing.flagged == 6
+    assert history.checks[0].flagged == 0  # a check finished before is left alone
+    assert await redo_flagging(tmp_path, ["p"], history, _Journal()) == []  # type: ignore[arg-type]
 
 
 def test_the_history_round_trips_and_damage_is_named(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import shutil
 from collections.abc import Collection, Mapping
 from decimal import Decimal
 from functools import partial
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from _batch_helpers import (
     assert_consistent,
     ledger_rows,
@@ -23,6 +25,7 @@ from _batch_helpers import (
     spawn_cli,
 )
 from _drift_helpers import Factory, chutes_turning, turning_cli_job
+from _markets import edited_market
 from _polling import until
 
 import provider_router as pr
@@ -266,11 +269,9 @@ async def test_a_resume_without_verify_keeps_the_exclusion(
     assert summary.spent == _charged(sim)
 
 
-async def test_a_flagging_a_kill_interrupted_is_done_again_on_resume(
-    tmp_path: Path, openrouter_sim_factory: Factory
-) -> None:
-    sim, plan, out, flagged = await _failed_mid_run(tmp_path, openrouter_sim_factory, sent=40)
-    # As a kill between the failing check's record and the end of its flagging leaves it.
+def _cut_short_flagging(out: Path, flagged: set[str]) -> None:
+    """The job as a kill between the failing check's record and the end of its flagging
+    leaves it: the rows on disk not flagged yet, the check's ``flagged`` not recorded."""
     path = out / "p.jsonl"
     # (Rows in flight when the check failed were written flagged: they stay so.)
     path.write_bytes(
@@ -282,11 +283,29 @@ async def test_a_flagging_a_kill_interrupted_is_done_again_on_resume(
     failing = next(c for c in data["drift"]["checks"] if c["failed"])
     failing["flagged"] = None
     (out / "verify.json").write_text(json.dumps(data))
-    summary = await _run(plan, out, sim, every=10)
+
+
+@pytest.mark.parametrize("verify", [True, False])
+async def test_a_flagging_a_kill_interrupted_is_done_again_on_resume(
+    tmp_path: Path, openrouter_sim_factory: Factory, verify: bool
+) -> None:
+    # With --verify or without it: the flagging needs no check, only the history.
+    sim, plan, out, flagged = await _failed_mid_run(tmp_path, openrouter_sim_factory, sent=40)
+    _cut_short_flagging(out, flagged)
+    if verify:
+        summary = await _run(plan, out, sim, every=10)
+    else:
+        summary = await BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert summary.reason is pr.StopReason.COMPLETE
-    assert {r["id"] for r in _rows(out) if r["drift_flagged"]} == flagged
+    # (A row written without --verify has no flag: nothing checked it.)
+    assert {r["id"] for r in _rows(out) if r.get("drift_flagged")} == flagged
     history = DriftHistory.load(out / "verify.json")
     assert next(c for c in history.checks if c.failed).flagged == len(flagged)
+    assert history.flagged == len(flagged)
+    assert any(
+        note.startswith(f"flagged the rows of check {history.failed['chutes']} again")
+        for note in summary.recovered
+    )
 
 
 async def test_a_damaged_verify_json_is_refused_before_anything_is_written(
@@ -397,3 +416,92 @@ async def test_a_lost_verify_json_is_refused_while_the_journal_remembers_an_excl
     summary = await BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert summary.reason is pr.StopReason.COMPLETE
     assert len(_rows(out)) == 60
+
+
+async def test_an_older_ledger_that_forgot_a_check_is_refused(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # Run 1 sends 10 prompts without --verify; run 2 sends nothing new but checks the
+    # providers (paid from the job's ledger). The ledger as it was after run 1 (what a
+    # lost -wal can leave) forgot the check: refused, not a budget larger by its cost.
+    sim = await openrouter_sim_factory(seed=3)
+    out = tmp_path / "out"
+    plan = small_plan(tmp_path, requests=None, prompts=20)
+    only = {"p": [f"q{n}" for n in range(10)]}
+    first = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, only=only)
+    assert (await first.run()).reason is pr.StopReason.COMPLETE
+    old = tmp_path / "old.sqlite"
+    shutil.copy(out / "ledger.sqlite", old)
+    second = await _run(plan, out, sim, every=10, only=only)
+    assert second.reason is pr.StopReason.COMPLETE
+    checks = DriftHistory.load(out / "verify.json").checks
+    assert [c.trigger for c in checks] == ["start"]
+    assert second.spent == _charged(sim)
+    assert checks[0].cost > 0
+    for path in out.glob("ledger.sqlite*"):
+        path.unlink()
+    shutil.copy(old, out / "ledger.sqlite")
+    sent = len(sim.requests)
+    for verify in (True, False):
+        runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=verify)
+        with pytest.raises(pr.DataFileError, match=r"less than the .* verification checks"):
+            await runner.run()
+    assert len(sim.requests) == sent  # refused before anything was sent
+
+
+def _chutes_twice(directory: Path, serves: dict[str, float] | None = None) -> Path:
+    """The default market with Chutes serving from two endpoints (``chutes/int4`` and a
+    ``chutes/fp8`` copy of it), both serving ``serves`` when given."""
+    directory.mkdir(exist_ok=True)
+
+    def retag(endpoint: dict[str, Any]) -> None:
+        if endpoint["slug"] == "chutes":
+            endpoint["tag"] = "chutes/int4"
+            if serves is not None:
+                endpoint["serves"] = serves
+
+    path = edited_market(directory, retag)
+    data = yaml.safe_load(path.read_text())
+    for model in data["models"]:
+        if model["id"] == "moonshotai/kimi-k2.5":
+            chutes = next(e for e in model["endpoints"] if e["slug"] == "chutes")
+            model["endpoints"].append({**chutes, "tag": "chutes/fp8", "quantization": "fp8"})
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+async def test_a_flagging_done_again_flags_from_the_earliest_pass_of_a_providers_endpoints(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # Chutes serves from two endpoints. Run 1 checks every 10 rows, both pass; then the
+    # history as a check that could not tell chutes/fp8 leaves it: its last pass is the
+    # first check, chutes/int4's a later one. Run 2's first check fails both (Chutes
+    # turned degraded): the rows since the earlier pass are flagged, and a kill cuts
+    # that flagging short. Run 3 (a plain resume) flags them again: the same rows.
+    honest = await openrouter_sim_factory(market=_chutes_twice(tmp_path / "honest"), seed=3)
+    out = tmp_path / "out"
+    plan = small_plan(tmp_path, requests=None, prompts=40)
+    only = {"p": [f"q{n}" for n in range(30)]}
+    assert (await _run(plan, out, honest, every=10, only=only)).reason is pr.StopReason.COMPLETE
+    data = json.loads((out / "verify.json").read_text())
+    last = data["drift"]["last_pass"]
+    assert last["chutes/fp8"] == last["chutes/int4"] > 0
+    last["chutes/fp8"] = 0
+    (out / "verify.json").write_text(json.dumps(data))
+    chutes = {r["id"]: r["drift_check"] for r in _rows(out) if r["provider"] == "Chutes"}
+    later = {pid for pid, check in chutes.items() if check >= last["chutes/int4"]}
+    assert later < set(chutes)  # rows Chutes served between the two passes
+
+    degraded = _chutes_twice(tmp_path / "degraded", {"agreement": 0.6})
+    sim = await openrouter_sim_factory(market=degraded, seed=3)
+    assert (await _run(plan, out, sim, every=10, only=only)).reason is pr.StopReason.COMPLETE
+    history = DriftHistory.load(out / "verify.json")
+    assert history.failed.keys() == {"chutes/fp8", "chutes/int4"}
+    flagged = {r["id"] for r in _rows(out) if r["drift_flagged"]}
+    assert flagged == set(chutes)  # the check itself: from the earlier pass
+
+    _cut_short_flagging(out, flagged)
+    runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, only=only)
+    assert (await runner.run()).reason is pr.StopReason.COMPLETE
+    assert {r["id"] for r in _rows(out) if r.get("drift_flagged")} == flagged
+    assert DriftHistory.load(out / "verify.json").flagged == len(flagged)
