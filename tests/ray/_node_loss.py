@@ -84,14 +84,19 @@ def replace_worker_on_request(
     if line.strip() != "remove":
         return
     [raylet] = worker.all_processes[ray_constants.PROCESS_TYPE_RAYLET]
-    lost["actors"] = sum(
-        1
+    actors = [
+        child
         for child in psutil.Process(raylet.process.pid).children(recursive=True)
         if STAGE_TITLE in " ".join(child.cmdline())
-    )
+    ]
+    lost["actors"] = len(actors)
     started = time.monotonic()
     cluster.remove_node(worker, allow_graceful=False)
     events.append(f"removed after {time.monotonic() - started:.1f}s")
+    # The raylet is gone, but its workers exit only when they notice: until then they
+    # keep sending. Count what the loss cut once they are all gone.
+    _, alive = psutil.wait_procs(actors, timeout=60)
+    events.append(f"its actors gone after {time.monotonic() - started:.1f}s ({len(alive)} left)")
     cut = run_sync(_open_reservations(job.redis_url, job.name))
     blind = [r for r in cut if r.generation_id is None]
     lost["cut"] = cut
