@@ -163,6 +163,8 @@ class RayJob:
             does; more actors on one node only compete for its CPUs, and on a loaded
             2-CPU machine the second actor started 50 s after the first).
         num_cpus: CPUs each actor asks for (0-0.25).
+        resources: custom Ray resources each actor asks for (``{"llm_egress": 1}``):
+            the stage's actors go only to nodes that offer them.
         calls_per_actor: blocks one actor works on at once (its rows share the
             actor's ``concurrency / actors`` requests in flight).
         api_key: the OpenRouter key (default ``OPENROUTER_API_KEY`` on the driver);
@@ -195,6 +197,7 @@ class RayJob:
         concurrency: int = 2000,
         actors: int | None = None,
         num_cpus: float = DEFAULT_NUM_CPUS,
+        resources: Mapping[str, float] | None = None,
         calls_per_actor: int = DEFAULT_CALLS_PER_ACTOR,
         api_key: str | SecretStr | None = None,
         base_url: str | None = None,
@@ -213,6 +216,11 @@ class RayJob:
                 raise ConfigurationError(f"{what} must be an int >= 1, got {count!r}")
         if not 0 <= num_cpus <= 1:
             raise ConfigurationError(f"num_cpus must be within 0-1, got {num_cpus!r}")
+        for resource, amount in (resources or {}).items():
+            if isinstance(amount, bool) or not isinstance(amount, int | float) or amount <= 0:
+                raise ConfigurationError(
+                    f"resources[{resource!r}] must be a number > 0, got {amount!r}"
+                )
         if "/" in dataset or not dataset:
             raise ConfigurationError(f"dataset must be a non-empty name without '/': {dataset!r}")
         key = _http.resolve_api_key(api_key)
@@ -231,6 +239,7 @@ class RayJob:
         self.concurrency = concurrency
         self._actors = actors
         self.num_cpus = num_cpus
+        self.resources = dict(resources or {})
         self.calls_per_actor = calls_per_actor
         self.base_url = _http.resolve_base_url(base_url)
         self.lease = lease
@@ -345,6 +354,7 @@ class RayJob:
             outage_window=self.outage_window,
         )
         actors = self._actors = self.actors  # fixed for this job from here on
+        remote_args: dict[str, Any] = {"resources": self.resources} if self.resources else {}
         result: Dataset = ds.flat_map(
             PromptStage,
             fn_constructor_args=(config,),
@@ -352,6 +362,7 @@ class RayJob:
                 size=actors, max_concurrent_calls_per_actor=self.calls_per_actor
             ),
             num_cpus=self.num_cpus,
+            **remote_args,
         )
         return result
 

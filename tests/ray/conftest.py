@@ -76,6 +76,17 @@ def sim() -> Iterator[SimulatorThread]:
 
 
 @pytest.fixture
+def slow_sim() -> Iterator[SimulatorThread]:
+    """The local OpenRouter with answers taking about a second (speed 20 of realistic
+    latency): a job is still mid-way when a test cuts it."""
+    server = SimulatorThread(api_keys=[KEY], speed=20, credits=CREDITS)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
 def job_name() -> str:
     return f"ray-{os.getpid()}-{next(_names)}"
 

@@ -44,16 +44,6 @@ def _kill_one_when(sim: SimulatorThread, sent: int, done: threading.Event, log: 
                 return
 
 
-@pytest.fixture
-def slow_sim() -> Any:
-    """A simulator whose answers take about a second (speed 20 of realistic latency)."""
-    server = SimulatorThread(api_keys=[KEY], speed=20, credits=CREDITS)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def test_a_killed_actor_costs_at_most_its_requests_in_flight_and_no_id_twice(
     ray_session: Path, redis_server: RedisServer, slow_sim: SimulatorThread, job_name: str
 ) -> None:
