@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import ConfigurationError
@@ -42,7 +42,6 @@ __all__ = [
     "PlanBatches",
     "batch_datasets",
     "describe",
-    "progress_printer",
     "run_plan_batches",
     "without_datasets",
     "write_report",
@@ -183,26 +182,6 @@ def write_report(directory: Path, result: BatchRouteResult) -> Path:
     path = directory / BATCHES_REPORT
     path.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
     return path
-
-
-def progress_printer(file: TextIO) -> Callable[[BatchRouteResult], None]:
-    """A ``progress`` callback: one plain line each time the batch counts change."""
-    last: list[dict[str, int]] = []
-
-    def show(result: BatchRouteResult) -> None:
-        counts = result.counts()
-        if last and last[0] == counts:
-            return
-        last[:] = [counts]
-        print(
-            f"batches: {counts['submitted']} submitted, {counts['in_progress']} in progress, "
-            f"{counts['collected']} collected; {counts['lines_done']} lines written, "
-            f"{counts['lines_failed']} failed; ${result.cost}",
-            file=file,
-            flush=True,
-        )
-
-    return show
 
 
 def _most(dataset: Any, prompts: int) -> tuple[int | None, int | None]:

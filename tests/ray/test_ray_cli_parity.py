@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from decimal import Decimal
@@ -24,6 +23,7 @@ from provider_router.batch.progress import progress_lines
 from provider_router.cli import main
 from provider_router.metrics import Metrics
 from provider_router.plan import load_plan
+from tests._polling import wait_until
 from tests.ledger.conftest import RedisServer
 from tests.ray._sim_thread import SimulatorThread
 from tests.ray.conftest import CREDITS, KEY, MODEL
@@ -133,9 +133,7 @@ def test_a_first_ctrl_c_lets_requests_in_flight_finish_and_keeps_every_paid_answ
     interrupted = threading.Event()
 
     def interrupt_when_busy() -> None:
-        deadline = time.monotonic() + 120
-        while _prompts_sent(slow_sim) < 12 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: _prompts_sent(slow_sim) >= 12, 120)
         os.kill(os.getpid(), signal.SIGINT)
         interrupted.set()
 
@@ -185,9 +183,7 @@ def test_the_run_holds_the_directory_lock_while_it_runs(
     seen: list[bool | None] = []
 
     def look() -> None:
-        deadline = time.monotonic() + 120
-        while _prompts_sent(slow_sim) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: _prompts_sent(slow_sim) >= 4, 120)
         seen.append(lock_held(setup.out))  # what `provider-router status` asks
 
     thread = threading.Thread(target=look, daemon=True)
@@ -288,9 +284,7 @@ def test_a_second_ctrl_c_stops_at_once_and_the_resume_loses_nothing(
     env = {**os.environ, "OPENROUTER_API_KEY": KEY, "PYTHONUNBUFFERED": "1"}
     with subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True) as proc:  # noqa: S603
         assert proc.stderr is not None
-        deadline = time.monotonic() + 180
-        while _prompts_sent(slow_sim) < 12 and time.monotonic() < deadline:
-            time.sleep(0.05)  # the simulator is another party: poll what it has seen
+        wait_until(lambda: _prompts_sent(slow_sim) >= 12, 180)
         proc.send_signal(signal.SIGINT)
         for line in proc.stderr:  # the first Ctrl-C is taken ...
             if line.startswith("Stopping: no new requests"):

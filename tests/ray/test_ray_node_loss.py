@@ -9,13 +9,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from tests._polling import wait_until
 from tests.ledger.conftest import RedisServer
 from tests.ray._sim_thread import SimulatorThread
 from tests.ray.conftest import CREDITS, KEY
@@ -40,9 +40,7 @@ def _remove_when(
         if line.strip() in EVENTS:
             log.append(line.strip())
         if line.strip() == "ready" and not asked:
-            deadline = time.monotonic() + SCRIPT_TIMEOUT
-            while len(sim.server.requests) < sent and time.monotonic() < deadline:
-                time.sleep(0.05)  # polling a live process, not a test sleep on a clock
+            wait_until(lambda: len(sim.server.requests) >= sent, SCRIPT_TIMEOUT)
             log.append(f"asked to remove at {len(sim.server.requests)} requests")
             proc.stdin.write("remove\n")
             proc.stdin.flush()
