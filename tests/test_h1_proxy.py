@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _certificate import certificate_fixture  # noqa: F401  (the certificate fixture)
+from _polling import until
 from _proxy_server import StartProxy, tinyproxy_fixture  # noqa: F401  (the tinyproxy fixture)
 from _raw_http import exchange
 from _wire_server import CLOSE, HOLD, Serve, answer, wire_fixture  # noqa: F401  (the wire fixture)
@@ -314,12 +316,30 @@ def test_a_tunnel_under_uvloop(tinyproxy: StartProxy, certificate: Path) -> None
     served, trusted = tls_contexts(certificate)
 
     async def run() -> None:
-        server = await asyncio.start_server(answer_every_request(BODY), "127.0.0.1", 0, ssl=served)
+        answer = answer_every_request(BODY)
+        live: set[asyncio.Task[None]] = set()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            live.add(task)
+            try:
+                await answer(reader, writer)
+                await writer.wait_closed()  # the TLS close done before the loop closes
+            except (ConnectionError, ssl.SSLError):
+                pass
+            finally:
+                live.discard(task)
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=served)
         port = server.sockets[0].getsockname()[1]
         url = f"https://127.0.0.1:{port}/api/v1"
         async with server, HttpClient(url, DEFAULT_TEST_KEY, ssl=trusted) as http:
             assert await exchange(http) == ANSWER
             assert await exchange(http) == ANSWER
+        # Under load the server's side of the tunnel may still be closing: uvloop then
+        # finds an open transport when the loop closes (EBUSY). Wait for it.
+        await until(lambda: not live)
         assert proxy.requests() == [f"CONNECT 127.0.0.1:{port}"]
 
     with pytest.MonkeyPatch.context() as env:
