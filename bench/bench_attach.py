@@ -54,7 +54,7 @@ def _plan(paths: list[Path], concurrency: int) -> Any:
 def _child(url: str, directory: str, variant: str, concurrency: int, conn: Any) -> None:
     _uvloop()
     from provider_router import BatchRunner
-    from provider_router._billing import Billing
+    from provider_router.client._billing import Billing
 
     if variant == "stream, no attach":
 

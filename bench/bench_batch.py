@@ -276,7 +276,7 @@ async def _job_ledger(path: Path) -> None:
 
 def resume(done: int) -> None:
     from provider_router import FileJournal, PromptReader
-    from provider_router.batch.dataset_open import _fingerprint
+    from provider_router.jobs.datasets import _fingerprint
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -30,15 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from provider_router import ProviderPolicy
-from provider_router.batch.batch_journal import BatchJournal
-from provider_router.batch.batch_plan import batch_datasets, run_plan_batches
-from provider_router.catalog import Catalog
+from provider_router.catalog.fetch import Catalog
+from provider_router.jobs.batch_api.journal import BatchJournal
+from provider_router.jobs.batch_api_runner import batch_datasets, run_plan_batches
 from provider_router.ledger.sqlite import SQLiteLedger
-from provider_router.plan import load_plan
-from provider_router.route_choice import compare_routes
+from provider_router.planning.compare import compare_routes
+from provider_router.planning.plan import load_plan
+from provider_router.planning.workload import DatasetDemand, WorkloadEstimate
+from provider_router.planning.workload_stats import measure_prompts
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
-from provider_router.workload import DatasetDemand, WorkloadEstimate
-from provider_router.workload_stats import measure_prompts
 
 MODEL = "moonshotai/kimi-k3"
 DATASETS = tuple(f"b{i}" for i in range(1, 7))

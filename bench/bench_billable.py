@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from provider_router._billable import (
+from provider_router._money import pin_exact_cost, to_decimal
+from provider_router.catalog._billable import (
     check_fields,
     completion_cap,
     measure_messages,
 )
-from provider_router._money import pin_exact_cost, to_decimal
 
 CALLS = 20_000
 MESSAGES = [
@@ -73,7 +73,7 @@ COMPLETION_PRICE = Decimal("0.00000285")
 
 
 def estimate(messages: Iterable[Mapping[str, Any]]) -> int:
-    """The text-only estimate before this change (provider_router/routing.py), verbatim."""
+    """The text-only estimate before this change (routing/route_plan.py), verbatim."""
     total = 16
     for message in messages:
         total += 8

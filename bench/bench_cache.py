@@ -14,7 +14,7 @@ Two runs, each against a fresh local OpenRouter in its own process (same seed,
 same faults, time compressed ``--speed`` times so that answers take time and
 requests pile up at a provider as they do at 2,000 in flight), with the same
 policy (``exclude_below="int4"``) and the same workload (the prompt share
-:func:`~provider_router.cache_estimate.shared_prefix_share` expects from cache):
+:func:`~provider_router.planning.workload_stats.shared_prefix_share` expects from cache):
 
 * **order**: today's routing object (``order`` + ``only`` of every allowed
   endpoint): OpenRouter's sticky routing is off, and a request the first endpoint
@@ -142,9 +142,9 @@ async def _run(
 
 async def _project(url: str, convs: list[list[list[dict[str, Any]]]], share: Any) -> Any:
     from provider_router import Catalog, ProviderPolicy, WorkloadEstimate
-    from provider_router.projection import project
-    from provider_router.workload import DatasetDemand
-    from provider_router.workload_stats import approx_prompt_tokens
+    from provider_router.planning.projection import project
+    from provider_router.planning.workload import DatasetDemand
+    from provider_router.planning.workload_stats import approx_prompt_tokens
 
     requests = [m for c in convs for m in c]
     mean = Decimal(sum(approx_prompt_tokens(m) for m in requests)) / len(requests)
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speed", type=float, default=100.0)
     args = parser.parse_args(argv)
     _uvloop()
-    from provider_router.cache_estimate import shared_prefix_share
+    from provider_router.planning.workload_stats import shared_prefix_share
     from provider_router.testing import Market
 
     convs = conversations(args.conversations, args.turns)

@@ -63,9 +63,9 @@ def _serve(
     cache_capacity: int | None = None,
 ) -> None:
     _uvloop()
+    from provider_router._collector import tune_for_server
     from provider_router.testing import SimulatorServer
-    from provider_router.testing.collector import tune_for_server
-    from provider_router.testing.prefix_cache import PrefixCache
+    from provider_router.testing.market.prefix_cache import PrefixCache
 
     async def main() -> None:
         async with SimulatorServer(

@@ -31,13 +31,13 @@ from typing import Any
 
 import yaml
 
-from provider_router.batch.drift_history import DriftHistory
-from provider_router.batch.output import read_outputs
-from provider_router.batch.runner import BatchRunner
-from provider_router.plan import Plan
+from provider_router.checks.verify import DEFAULT_SAMPLES, DEFAULT_TOOL_SAMPLES
+from provider_router.jobs.drift_history import DriftHistory
+from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.store.outputs import read_outputs
+from provider_router.planning.plan import Plan
 from provider_router.testing import SimulatorServer
 from provider_router.testing.server import DEFAULT_TEST_KEY
-from provider_router.verifier import DEFAULT_SAMPLES, DEFAULT_TOOL_SAMPLES
 
 CANARIES = DEFAULT_SAMPLES + DEFAULT_TOOL_SAMPLES
 """Requests one check pins to Chutes (it lists tools)."""

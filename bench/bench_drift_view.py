@@ -25,12 +25,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import provider_router as pr
-from provider_router.batch.drift_history import DriftCheck, DriftHistory
+from provider_router.jobs.drift_history import DriftCheck, DriftHistory
 
 _MEASURE = """
 import re, sys, time
 from pathlib import Path
-from provider_router.batch.status import status_lines
+from provider_router.jobs.observe.status import status_lines
 t = time.perf_counter()
 lines = status_lines(Path(sys.argv[1]), now=time.time())
 seconds = time.perf_counter() - t

@@ -383,9 +383,9 @@ def _free_port() -> int:
 
 async def ledger_write_error(job: Job, sim: Any, rng: random.Random) -> Outcome:
     """The ledger's settles fail: first for a while (retried), then for good (the run stops)."""
-    from provider_router.batch.runner import BatchRunner
+    from provider_router.jobs.runner import BatchRunner
     from provider_router.ledger.sqlite import SQLiteLedger
-    from provider_router.plan import Plan
+    from provider_router.planning.plan import Plan
 
     class Failing(SQLiteLedger):
         """Settles fail a few times at ``flaky`` (retried), then for good from ``broken``."""

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from provider_router import APIError
-from provider_router._http import HttpClient
+from provider_router._http.session import HttpClient
 
 RSS_LIMIT_MB: Final = 200
 LAG_LIMIT_MS: Final = 50

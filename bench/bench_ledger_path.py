@@ -93,7 +93,7 @@ async def _paced(kind: str, n: int, workers: int, latency: float, tmp: str) -> d
 
 def _store(per_commit: int, requests: int) -> float:
     """CPU µs per request of the store alone (one reserve and one settle each)."""
-    from provider_router.ledger import _batch as b
+    from provider_router.ledger import _group_commit as b
     from provider_router.ledger import sqlite as s
 
     best = float("inf")
@@ -131,7 +131,7 @@ def _store(per_commit: int, requests: int) -> float:
 
 def _wal_pages(per_commit: int, commits: int = 600) -> float:
     """WAL pages written per commit by the store in the same pattern as :func:`_store`."""
-    from provider_router.ledger import _batch as b
+    from provider_router.ledger import _group_commit as b
     from provider_router.ledger import sqlite as s
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,7 +6,7 @@ self-signed certificate) answers every POST with a small JSON body; a tinyproxy
 started here tunnels to it (``CONNECT``). In this process, alternating rounds send
 ``N`` POSTs, ``K`` in flight, through:
 
-* ``lean``: :class:`~provider_router._http.HttpClient` (``HTTPS_PROXY`` set: the lean
+* ``lean``: :class:`~provider_router._http.session.HttpClient` (``HTTPS_PROXY`` set: the lean
   pool opens its tunnels, TLS over them with ``loop.start_tls``), ``send()`` + ``json()``;
 * ``aiohttp``: an ``aiohttp.ClientSession`` given the same proxy (``proxy=``), ``post()``
   + ``read()`` + ``json.loads``: what completions would cost had they moved to an
@@ -82,7 +82,7 @@ def _tinyproxy(where: Path) -> tuple[subprocess.Popen[bytes], int]:
 
 
 async def _lean(url: str, trusted: ssl.SSLContext, requests: int, in_flight: int) -> float:
-    from provider_router._http import HttpClient
+    from provider_router._http.session import HttpClient
 
     async with HttpClient(url, KEY, ssl=trusted, limit=in_flight) as http:
 

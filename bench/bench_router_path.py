@@ -56,8 +56,8 @@ async def _measure(url: str, n: int, repeat: int) -> dict[str, float]:
     import aiohttp
 
     from provider_router import MemoryLedger, ProviderPolicy, Router
-    from provider_router._completion import parse_completion
     from provider_router._money import from_units, pin_exact_cost, to_units
+    from provider_router.client._completion import parse_completion
 
     ledger = MemoryLedger(Decimal(10**6))
     async with (

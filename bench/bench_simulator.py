@@ -70,8 +70,8 @@ def _rss_mb(pid: int) -> float:
 def _serve(kind: str, ready: Any, sample_json: bytes, sample_chunks: list[bytes]) -> None:
     import uvloop
 
+    from provider_router._collector import tune_for_server
     from provider_router.testing import SimulatorServer
-    from provider_router.testing.collector import tune_for_server
 
     async def main() -> None:
         if kind == "baseline":

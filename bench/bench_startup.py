@@ -37,8 +37,8 @@ IDLE_SETTLE = 5.0
 
 def _one_machine() -> dict[str, float]:
     start = time.perf_counter()
-    import provider_router.batch.runner
-    import provider_router.cli.run  # noqa: F401
+    import provider_router.cli.run
+    import provider_router.jobs.runner  # noqa: F401
 
     imported = time.perf_counter() - start
     return {"import_s": imported, "pss_mib": _pss_mib()}

@@ -11,7 +11,7 @@ in the same run, each in a child process of its own:
 * ``old``: the rule before issue #11 (each request in flight priced at
   ``max_tokens / 2`` until an answer returns, then at the mean of the answers
   returned so far);
-* ``new``: :class:`~provider_router.batch.targets.InFlightPricer` (the cap until
+* ``new``: :class:`~provider_router.jobs.targets.InFlightPricer` (the cap until
   an unbiased sample exists, then the observed distribution plus 3 σ).
 
 Reported: output tokens completed, overshoot (tokens past the target, in % of
@@ -86,7 +86,7 @@ def _run_child(url: str, directory: str, target: int, rule: str, conn: Any) -> N
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     from provider_router import BatchRunner, Plan
-    from provider_router.batch import runner as runner_module
+    from provider_router.jobs import runner as runner_module
 
     if rule == "old":
         runner_module.InFlightPricer = _OldRule  # type: ignore[misc,assignment]

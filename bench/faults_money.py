@@ -87,8 +87,8 @@ def _paid_answers(sim: Any) -> int:
 
 
 def _runner(job: Job, *, preflight: bool, stream: bool) -> Any:
-    from provider_router.batch.runner import BatchRunner
-    from provider_router.plan import Plan
+    from provider_router.jobs.runner import BatchRunner
+    from provider_router.planning.plan import Plan
 
     plan = Plan.single(
         [job.input], model=MODEL, budget=job.budget, max_tokens=job.max_tokens,
@@ -101,7 +101,7 @@ def _runner(job: Job, *, preflight: bool, stream: bool) -> Any:
 
 async def _run_once(job: Job, *, preflight: bool, stream: bool) -> tuple[str, Any]:
     """One in-process run: its one line (the summary's, or the failed preflight's)."""
-    from provider_router.preflight import PreflightFailed
+    from provider_router.checks.preflight import PreflightFailed
 
     try:
         summary = await _runner(job, preflight=preflight, stream=stream).run()

@@ -39,53 +39,14 @@ from provider_router._exceptions import (
 )
 
 if _typing.TYPE_CHECKING:
-    from provider_router.affinity import CacheAffinity
-    from provider_router.batch.export import ExportReport, export_conversations
-    from provider_router.batch.journal import DatasetTally, FileJournal, Journal, LostRequest
-    from provider_router.batch.merge import DatasetMerge, MergeReport, merge_outputs
-    from provider_router.batch.output import OutputRecord, read_outputs
-    from provider_router.batch.run_progress import DatasetProgress, RunProgress
-    from provider_router.batch.runner import BatchRunner
-    from provider_router.batch.summary import RunSummary, StopReason
-    from provider_router.cache_estimate import PrefixShare, shared_prefix_share
-    from provider_router.catalog import Catalog
-    from provider_router.client import ChatStream, Router
-    from provider_router.health import ProviderHealth, ProviderStats
-    from provider_router.ledger import (
-        CostResolver,
-        Ledger,
-        LedgerState,
-        MemoryLedger,
-        RecoveryReport,
-        RedisLedger,
-        Reservation,
-        SQLiteLedger,
-    )
-    from provider_router.limiter import AdaptiveLimiter
-    from provider_router.metrics import Metrics
-    from provider_router.plan import DatasetSpec, GenerationParams, Plan, load_plan
-    from provider_router.policy import Decision, DecisionCode, Decisions, ProviderPolicy
-    from provider_router.projection import (
-        BudgetFit,
-        CostRange,
-        DatasetProjection,
-        PartialDataset,
-        Projection,
-        RouteShare,
-        Scenario,
-        TokenTotals,
-        flat_pricing,
-        project,
-    )
-    from provider_router.prompts import Prompt, PromptReader
-    from provider_router.quantization import (
+    from provider_router.catalog.fetch import Catalog
+    from provider_router.catalog.quantization import (
         NativePrecisionRegistry,
         QuantizationScheme,
         precision_rank,
         read_scheme,
     )
-    from provider_router.ranking import RankedEndpoint, Workload, rank, workload_cost
-    from provider_router.records import (
+    from provider_router.catalog.records import (
         Architecture,
         Endpoint,
         EndpointHealth,
@@ -99,7 +60,18 @@ if _typing.TYPE_CHECKING:
         ToolChoiceSupport,
         TopProvider,
     )
-    from provider_router.results import (
+    from provider_router.catalog.verdicts import (
+        EndpointVerdict,
+        Estimate,
+        VerificationReport,
+        VerifyThresholds,
+    )
+    from provider_router.checks.verify import verify
+    from provider_router.client.affinity import CacheAffinity
+    from provider_router.client.health import ProviderHealth, ProviderStats
+    from provider_router.client.limiter import AdaptiveLimiter
+    from provider_router.client.metrics import Metrics
+    from provider_router.client.results import (
         ChatResult,
         StreamDelta,
         TokenLogprob,
@@ -107,143 +79,182 @@ if _typing.TYPE_CHECKING:
         ToolCallDelta,
         Usage,
     )
-    from provider_router.retry import Backoff, RetryPolicy, is_retryable
-    from provider_router.route_batch import BatchRoute, batch_route
-    from provider_router.route_choice import RouteComparison, compare_routes
-    from provider_router.routing import RoutePlan, build_route_plan, estimate_prompt_tokens
-    from provider_router.verification import (
-        EndpointVerdict,
-        Estimate,
-        VerificationReport,
-        VerifyThresholds,
+    from provider_router.client.retry import Backoff, RetryPolicy, is_retryable
+    from provider_router.client.router import ChatStream, Router
+    from provider_router.jobs.observe.snapshots import DatasetProgress, RunProgress
+    from provider_router.jobs.runner import BatchRunner
+    from provider_router.jobs.store.journal import DatasetTally, FileJournal, Journal, LostRequest
+    from provider_router.jobs.store.outputs import (
+        DatasetMerge,
+        ExportReport,
+        MergeReport,
+        OutputRecord,
+        export_conversations,
+        merge_outputs,
+        read_outputs,
     )
-    from provider_router.verifier import verify
-    from provider_router.workload import (
+    from provider_router.jobs.summary import RunSummary, StopReason
+    from provider_router.ledger import (
+        CostResolver,
+        Ledger,
+        LedgerState,
+        MemoryLedger,
+        RecoveryReport,
+        RedisLedger,
+        Reservation,
+        SQLiteLedger,
+    )
+    from provider_router.planning.compare import RouteComparison, compare_routes
+    from provider_router.planning.plan import DatasetSpec, GenerationParams, Plan, load_plan
+    from provider_router.planning.projection import (
+        BudgetFit,
+        CostRange,
+        DatasetProjection,
+        PartialDataset,
+        Projection,
+        RouteShare,
+        Scenario,
+        TokenTotals,
+        flat_pricing,
+        project,
+    )
+    from provider_router.planning.prompts import Prompt, PromptReader
+    from provider_router.planning.workload import (
         DatasetDemand,
         SampleStats,
         WorkloadEstimate,
         demands_from_plan,
         estimate_from_samples,
     )
-    from provider_router.workload_stats import (
+    from provider_router.planning.workload_stats import (
         PilotResult,
+        PrefixShare,
         PromptFileStats,
         approx_prompt_tokens,
         measure_prompts,
         run_pilot,
         sample_prompts,
+        shared_prefix_share,
+    )
+    from provider_router.routing.batch_endpoints import BatchRoute, batch_route
+    from provider_router.routing.policy import Decision, DecisionCode, Decisions, ProviderPolicy
+    from provider_router.routing.ranking import RankedEndpoint, Workload, rank, workload_cost
+    from provider_router.routing.route_plan import (
+        RoutePlan,
+        build_route_plan,
+        estimate_prompt_tokens,
     )
 
 # Everything but the exceptions loads on first use (PEP 562): `import provider_router`
 # stays cheap, and a plain Router never imports the batch runner, projection, rich,
 # YAML or sqlite3 (docs/performance.md, import time).
 _LAZY: dict[str, str] = {
-    "AdaptiveLimiter": "provider_router.limiter",
-    "Architecture": "provider_router.records",
-    "Backoff": "provider_router.retry",
-    "BatchRoute": "provider_router.route_batch",
-    "BatchRunner": "provider_router.batch.runner",
-    "BudgetFit": "provider_router.projection",
-    "CacheAffinity": "provider_router.affinity",
-    "Catalog": "provider_router.catalog",
-    "ChatResult": "provider_router.results",
-    "ChatStream": "provider_router.client",
-    "CostRange": "provider_router.projection",
+    "AdaptiveLimiter": "provider_router.client.limiter",
+    "Architecture": "provider_router.catalog.records",
+    "Backoff": "provider_router.client.retry",
+    "BatchRoute": "provider_router.routing.batch_endpoints",
+    "BatchRunner": "provider_router.jobs.runner",
+    "BudgetFit": "provider_router.planning.projection",
+    "CacheAffinity": "provider_router.client.affinity",
+    "Catalog": "provider_router.catalog.fetch",
+    "ChatResult": "provider_router.client.results",
+    "ChatStream": "provider_router.client.router",
+    "CostRange": "provider_router.planning.projection",
     "CostResolver": "provider_router.ledger",
-    "DatasetDemand": "provider_router.workload",
-    "DatasetMerge": "provider_router.batch.merge",
-    "DatasetProgress": "provider_router.batch.run_progress",
-    "DatasetProjection": "provider_router.projection",
-    "DatasetSpec": "provider_router.plan",
-    "DatasetTally": "provider_router.batch.journal",
-    "Decision": "provider_router.policy",
-    "DecisionCode": "provider_router.policy",
-    "Decisions": "provider_router.policy",
-    "Endpoint": "provider_router.records",
-    "EndpointHealth": "provider_router.records",
-    "EndpointStatus": "provider_router.records",
-    "EndpointVerdict": "provider_router.verification",
-    "Estimate": "provider_router.verification",
-    "ExportReport": "provider_router.batch.export",
-    "FileJournal": "provider_router.batch.journal",
-    "GenerationParams": "provider_router.plan",
-    "Journal": "provider_router.batch.journal",
+    "DatasetDemand": "provider_router.planning.workload",
+    "DatasetMerge": "provider_router.jobs.store.outputs",
+    "DatasetProgress": "provider_router.jobs.observe.snapshots",
+    "DatasetProjection": "provider_router.planning.projection",
+    "DatasetSpec": "provider_router.planning.plan",
+    "DatasetTally": "provider_router.jobs.store.journal",
+    "Decision": "provider_router.routing.policy",
+    "DecisionCode": "provider_router.routing.policy",
+    "Decisions": "provider_router.routing.policy",
+    "Endpoint": "provider_router.catalog.records",
+    "EndpointHealth": "provider_router.catalog.records",
+    "EndpointStatus": "provider_router.catalog.records",
+    "EndpointVerdict": "provider_router.catalog.verdicts",
+    "Estimate": "provider_router.catalog.verdicts",
+    "ExportReport": "provider_router.jobs.store.outputs",
+    "FileJournal": "provider_router.jobs.store.journal",
+    "GenerationParams": "provider_router.planning.plan",
+    "Journal": "provider_router.jobs.store.journal",
     "Ledger": "provider_router.ledger",
     "LedgerState": "provider_router.ledger",
-    "LostRequest": "provider_router.batch.journal",
+    "LostRequest": "provider_router.jobs.store.journal",
     "MemoryLedger": "provider_router.ledger",
-    "MergeReport": "provider_router.batch.merge",
-    "Metrics": "provider_router.metrics",
-    "Model": "provider_router.records",
-    "ModelEndpoints": "provider_router.records",
-    "NativePrecisionRegistry": "provider_router.quantization",
-    "OutputRecord": "provider_router.batch.output",
-    "PartialDataset": "provider_router.projection",
-    "PercentileStats": "provider_router.records",
-    "PilotResult": "provider_router.workload_stats",
-    "Plan": "provider_router.plan",
-    "PrefixShare": "provider_router.cache_estimate",
-    "Pricing": "provider_router.records",
-    "PricingOverride": "provider_router.records",
-    "Projection": "provider_router.projection",
-    "Prompt": "provider_router.prompts",
-    "PromptFileStats": "provider_router.workload_stats",
-    "PromptReader": "provider_router.prompts",
-    "ProviderHealth": "provider_router.health",
-    "ProviderPolicy": "provider_router.policy",
-    "ProviderStats": "provider_router.health",
-    "Quantization": "provider_router.records",
-    "QuantizationScheme": "provider_router.quantization",
-    "RankedEndpoint": "provider_router.ranking",
+    "MergeReport": "provider_router.jobs.store.outputs",
+    "Metrics": "provider_router.client.metrics",
+    "Model": "provider_router.catalog.records",
+    "ModelEndpoints": "provider_router.catalog.records",
+    "NativePrecisionRegistry": "provider_router.catalog.quantization",
+    "OutputRecord": "provider_router.jobs.store.outputs",
+    "PartialDataset": "provider_router.planning.projection",
+    "PercentileStats": "provider_router.catalog.records",
+    "PilotResult": "provider_router.planning.workload_stats",
+    "Plan": "provider_router.planning.plan",
+    "PrefixShare": "provider_router.planning.workload_stats",
+    "Pricing": "provider_router.catalog.records",
+    "PricingOverride": "provider_router.catalog.records",
+    "Projection": "provider_router.planning.projection",
+    "Prompt": "provider_router.planning.prompts",
+    "PromptFileStats": "provider_router.planning.workload_stats",
+    "PromptReader": "provider_router.planning.prompts",
+    "ProviderHealth": "provider_router.client.health",
+    "ProviderPolicy": "provider_router.routing.policy",
+    "ProviderStats": "provider_router.client.health",
+    "Quantization": "provider_router.catalog.records",
+    "QuantizationScheme": "provider_router.catalog.quantization",
+    "RankedEndpoint": "provider_router.routing.ranking",
     "RecoveryReport": "provider_router.ledger",
     "RedisLedger": "provider_router.ledger",
     "Reservation": "provider_router.ledger",
-    "RetryPolicy": "provider_router.retry",
-    "RouteComparison": "provider_router.route_choice",
-    "RoutePlan": "provider_router.routing",
-    "RouteShare": "provider_router.projection",
-    "Router": "provider_router.client",
-    "RunProgress": "provider_router.batch.run_progress",
-    "RunSummary": "provider_router.batch.summary",
+    "RetryPolicy": "provider_router.client.retry",
+    "RouteComparison": "provider_router.planning.compare",
+    "RoutePlan": "provider_router.routing.route_plan",
+    "RouteShare": "provider_router.planning.projection",
+    "Router": "provider_router.client.router",
+    "RunProgress": "provider_router.jobs.observe.snapshots",
+    "RunSummary": "provider_router.jobs.summary",
     "SQLiteLedger": "provider_router.ledger",
-    "SampleStats": "provider_router.workload",
-    "Scenario": "provider_router.projection",
-    "StopReason": "provider_router.batch.summary",
-    "StreamDelta": "provider_router.results",
-    "TokenLogprob": "provider_router.results",
-    "TokenTotals": "provider_router.projection",
-    "ToolCall": "provider_router.results",
-    "ToolCallDelta": "provider_router.results",
-    "ToolChoiceSupport": "provider_router.records",
-    "TopProvider": "provider_router.records",
-    "Usage": "provider_router.results",
-    "VerificationReport": "provider_router.verification",
-    "VerifyThresholds": "provider_router.verification",
-    "Workload": "provider_router.ranking",
-    "WorkloadEstimate": "provider_router.workload",
-    "approx_prompt_tokens": "provider_router.workload_stats",
-    "batch_route": "provider_router.route_batch",
-    "build_route_plan": "provider_router.routing",
-    "compare_routes": "provider_router.route_choice",
-    "demands_from_plan": "provider_router.workload",
-    "estimate_from_samples": "provider_router.workload",
-    "estimate_prompt_tokens": "provider_router.routing",
-    "export_conversations": "provider_router.batch.export",
-    "flat_pricing": "provider_router.projection",
-    "is_retryable": "provider_router.retry",
-    "load_plan": "provider_router.plan",
-    "measure_prompts": "provider_router.workload_stats",
-    "merge_outputs": "provider_router.batch.merge",
-    "precision_rank": "provider_router.quantization",
-    "project": "provider_router.projection",
-    "rank": "provider_router.ranking",
-    "read_outputs": "provider_router.batch.output",
-    "read_scheme": "provider_router.quantization",
-    "run_pilot": "provider_router.workload_stats",
-    "sample_prompts": "provider_router.workload_stats",
-    "shared_prefix_share": "provider_router.cache_estimate",
-    "verify": "provider_router.verifier",
-    "workload_cost": "provider_router.ranking",
+    "SampleStats": "provider_router.planning.workload",
+    "Scenario": "provider_router.planning.projection",
+    "StopReason": "provider_router.jobs.summary",
+    "StreamDelta": "provider_router.client.results",
+    "TokenLogprob": "provider_router.client.results",
+    "TokenTotals": "provider_router.planning.projection",
+    "ToolCall": "provider_router.client.results",
+    "ToolCallDelta": "provider_router.client.results",
+    "ToolChoiceSupport": "provider_router.catalog.records",
+    "TopProvider": "provider_router.catalog.records",
+    "Usage": "provider_router.client.results",
+    "VerificationReport": "provider_router.catalog.verdicts",
+    "VerifyThresholds": "provider_router.catalog.verdicts",
+    "Workload": "provider_router.routing.ranking",
+    "WorkloadEstimate": "provider_router.planning.workload",
+    "approx_prompt_tokens": "provider_router.planning.workload_stats",
+    "batch_route": "provider_router.routing.batch_endpoints",
+    "build_route_plan": "provider_router.routing.route_plan",
+    "compare_routes": "provider_router.planning.compare",
+    "demands_from_plan": "provider_router.planning.workload",
+    "estimate_from_samples": "provider_router.planning.workload",
+    "estimate_prompt_tokens": "provider_router.routing.route_plan",
+    "export_conversations": "provider_router.jobs.store.outputs",
+    "flat_pricing": "provider_router.planning.projection",
+    "is_retryable": "provider_router.client.retry",
+    "load_plan": "provider_router.planning.plan",
+    "measure_prompts": "provider_router.planning.workload_stats",
+    "merge_outputs": "provider_router.jobs.store.outputs",
+    "precision_rank": "provider_router.catalog.quantization",
+    "project": "provider_router.planning.projection",
+    "rank": "provider_router.routing.ranking",
+    "read_outputs": "provider_router.jobs.store.outputs",
+    "read_scheme": "provider_router.catalog.quantization",
+    "run_pilot": "provider_router.planning.workload_stats",
+    "sample_prompts": "provider_router.planning.workload_stats",
+    "shared_prefix_share": "provider_router.planning.workload_stats",
+    "verify": "provider_router.checks.verify",
+    "workload_cost": "provider_router.routing.ranking",
 }
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """Decoding a JSON body: orjson where it gives ``json.loads``' very value, ``json`` elsewhere.
 
 One helper for both ends of the wire: the router reading an answer (:mod:`_http`) and
-the local OpenRouter reading a request (:mod:`provider_router.testing.chat`); each
+the local OpenRouter reading a request (:mod:`provider_router.testing.chat.completions`); each
 decodes one body per request, and decoding is the largest single piece of a
 request's own CPU (docs/performance.md, "#13 wave 4").
 

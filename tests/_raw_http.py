@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from provider_router._h1 import H1Pool
-from provider_router._http import HttpClient
+from provider_router._http.h1 import H1Pool
+from provider_router._http.session import HttpClient
 
 
 @dataclass

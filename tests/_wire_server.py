@@ -26,7 +26,7 @@ import pytest
 
 from provider_router import APIError, APIStatusError
 from provider_router._constants import USER_AGENT
-from provider_router._http import DEFAULT_CONNECTION_LIMIT, HttpClient
+from provider_router._http.session import DEFAULT_CONNECTION_LIMIT, HttpClient
 
 KEY: Final = "sk-or-v1-wire-test-key"
 BASE_PATH: Final = "/api/v1"

@@ -48,7 +48,7 @@ import sys
 {statement}
 heavy = {heavy!r}
 print(sorted(m for m in sys.modules if m.split(".")[0] in heavy
-             or m.startswith(("provider_router.batch", "provider_router.projection",
+             or m.startswith(("provider_router.jobs", "provider_router.planning.projection",
                               "provider_router.testing", "provider_router.cli."))))
 """
 

@@ -92,7 +92,7 @@ async def test_events_reach_a_stdlib_handler_with_name_and_fields(
     await _one_request(openrouter_sim)
     done = [e for e in log_events if e["event"] == "route.done"]
     assert len(done) == 1
-    assert done[0]["logger"] == "provider_router.client"
+    assert done[0]["logger"] == "provider_router.client.router"
     assert done[0]["log_level"] == "debug"
     assert done[0]["key"] == "prompt-1"
     assert done[0]["model"] == KIMI
@@ -103,7 +103,7 @@ async def test_events_reach_a_stdlib_handler_with_name_and_fields(
 async def test_per_request_events_build_nothing_below_their_level(
     openrouter_sim: SimulatorServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import provider_router.client as client_module
+    import provider_router.client.router as client_module
 
     calls: list[str] = []
 
@@ -114,7 +114,7 @@ async def test_per_request_events_build_nothing_below_their_level(
             calls.append(event)
             super().debug(event, **fields)
 
-    recording = Recording(logging.getLogger("provider_router.client"))
+    recording = Recording(logging.getLogger("provider_router.client.router"))
     monkeypatch.setattr(client_module, "log", recording)
     root = logging.getLogger(ROOT_LOGGER)
     root.setLevel(logging.INFO)  # the autouse fixture restores it
@@ -136,7 +136,7 @@ def test_cli_renders_library_events_with_their_fields(
 ) -> None:
     configure_logging(level="info", fmt="json")
     configure_logging(level="debug", fmt="json")  # again: replaces, never duplicates
-    get_logger("provider_router.client").debug("route.done", key="p-1", cost="0.01")
+    get_logger("provider_router.client.router").debug("route.done", key="p-1", cost="0.01")
     get_logger("provider_router.ledger").info("ledger.set_limit", limit="5")
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     assert [line["event"] for line in lines] == ["route.done", "ledger.set_limit"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from provider_router import MemoryLedger, ProviderPolicy, Router
-from provider_router.prompts import parse_prompt_line
-from provider_router.results import ChatResult, Usage
+from provider_router.client.results import ChatResult, Usage
+from provider_router.planning.prompts import parse_prompt_line
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 pytestmark = pytest.mark.openrouter_sim(completion_tokens=20)

@@ -20,16 +20,16 @@ from typing import Final, TextIO, cast
 
 from rich.console import Console
 
-from provider_router.batch.progress import show_progress
-from provider_router.batch.runner import BatchRunner
-from provider_router.batch.summary import RunSummary, StopReason
+from provider_router.catalog.records import ModelEndpoints
 from provider_router.cli._logging import report_events
-from provider_router.plan import Plan
-from provider_router.projection import project
-from provider_router.projection_report import render_projection
-from provider_router.records import ModelEndpoints
+from provider_router.cli._project_render import render_projection
+from provider_router.jobs.observe.live import show_progress
+from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.summary import RunSummary, StopReason
+from provider_router.planning.plan import Plan
+from provider_router.planning.projection import project
+from provider_router.planning.workload import WorkloadEstimate
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
-from provider_router.workload import WorkloadEstimate
 
 __all__ = ["DEMO_DATASETS", "DEMO_SPEED", "demo_plan", "run_reference_job"]
 

@@ -14,8 +14,8 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Final
 
-from provider_router.catalog import Catalog
-from provider_router.records import ModelEndpoints, Quantization
+from provider_router.catalog.fetch import Catalog
+from provider_router.catalog.records import ModelEndpoints, Quantization
 
 __all__ = [
     "PRECISIONS",

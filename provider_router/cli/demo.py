@@ -19,7 +19,8 @@ from typing import Final
 
 from rich.console import Console
 
-from provider_router.catalog import Catalog
+from provider_router.catalog.fetch import Catalog
+from provider_router.catalog.records import ModelEndpoints
 from provider_router.cli._demo_job import DEMO_SPEED, run_reference_job
 from provider_router.cli._render import make_console
 from provider_router.cli.endpoints import (
@@ -28,9 +29,8 @@ from provider_router.cli.endpoints import (
     build_report,
     render_report,
 )
-from provider_router.policy import ProviderPolicy
-from provider_router.ranking import Workload
-from provider_router.records import ModelEndpoints
+from provider_router.routing.policy import ProviderPolicy
+from provider_router.routing.ranking import Workload
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 __all__ = ["DEMO_MODEL", "register", "run_demo"]

@@ -35,6 +35,8 @@ from rich.console import Console
 from rich.table import Table
 
 from provider_router._exceptions import ConfigurationError
+from provider_router.catalog.records import EndpointHealth, ModelEndpoints, Quantization
+from provider_router.catalog.verdicts import VerificationReport
 from provider_router.cli._options import PRECISIONS, add_market_arguments, load_listing
 from provider_router.cli._render import (
     format_per_million,
@@ -43,10 +45,8 @@ from provider_router.cli._render import (
     make_console,
     print_json,
 )
-from provider_router.policy import Decision, Decisions, ProviderPolicy
-from provider_router.ranking import RankedEndpoint, Workload, rank
-from provider_router.records import EndpointHealth, ModelEndpoints, Quantization
-from provider_router.verification import VerificationReport
+from provider_router.routing.policy import Decision, Decisions, ProviderPolicy
+from provider_router.routing.ranking import RankedEndpoint, Workload, rank
 
 __all__ = [
     "DEFAULT_COMPLETION_TOKENS",

@@ -15,9 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from provider_router.batch.export import COMPLETE_FINISHES, export_conversations
-from provider_router.batch.journal import JOURNAL_FILE
 from provider_router.cli._errors import UsageError
+from provider_router.jobs.store.journal import JOURNAL_FILE
+from provider_router.jobs.store.outputs import COMPLETE_FINISHES, export_conversations
 
 __all__ = ["output_files", "register"]
 

@@ -26,11 +26,11 @@ from typing import Any
 
 from provider_router._constants import REDIS_URL_SCHEMES
 from provider_router._format import decimal_str, format_usd
-from provider_router.batch._journal_file import JOURNAL_FILE
-from provider_router.batch.summary import disputed_line
 from provider_router.cli._errors import UsageError
 from provider_router.cli._options import non_negative_usd
 from provider_router.cli._render import print_json
+from provider_router.jobs.store._journal_file import JOURNAL_FILE
+from provider_router.jobs.summary import disputed_line
 from provider_router.ledger import LedgerState, RedisLedger, Reservation, SQLiteLedger
 from provider_router.ledger._durable import DurableLedger
 

@@ -18,8 +18,8 @@ import argparse
 
 from rich.table import Table
 
-from provider_router.batch.merge import merge_outputs
 from provider_router.cli._render import format_usd, make_console, print_json
+from provider_router.jobs.store.outputs import merge_outputs
 
 __all__ = ["register"]
 

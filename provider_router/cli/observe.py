@@ -16,12 +16,12 @@ import argparse
 import time
 from pathlib import Path
 
-from provider_router.batch.batch_journal import BATCH_JOURNAL_FILE
-from provider_router.batch.report import write_report
-from provider_router.batch.runner import SUMMARY_FILE
-from provider_router.batch.status import status_lines
-from provider_router.batch.timeline import TIMELINE_FILE
 from provider_router.cli._errors import UsageError
+from provider_router.jobs.batch_api.journal import BATCH_JOURNAL_FILE
+from provider_router.jobs.observe.report import write_report
+from provider_router.jobs.observe.status import status_lines
+from provider_router.jobs.observe.timeline import TIMELINE_FILE
+from provider_router.jobs.runner import SUMMARY_FILE
 
 __all__ = ["register"]
 

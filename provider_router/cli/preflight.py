@@ -20,11 +20,11 @@ import asyncio
 import sys
 from typing import Any
 
-from provider_router.catalog import Catalog
+from provider_router.catalog.fetch import Catalog
+from provider_router.checks.preflight import PreflightReport, preflight
 from provider_router.cli._render import print_json
 from provider_router.cli.endpoints import add_policy_arguments, policy_from_args
-from provider_router.policy import ProviderPolicy
-from provider_router.preflight import PreflightReport, preflight
+from provider_router.routing.policy import ProviderPolicy
 
 __all__ = ["print_report", "register", "run_preflight"]
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str, format_usd
-from provider_router.batch.pilot import pilot_into_job
+from provider_router.catalog.records import ModelEndpoints
 from provider_router.cli._errors import UsageError, as_usage
 from provider_router.cli._options import (
     PRECISIONS,
@@ -37,20 +37,19 @@ from provider_router.cli._options import (
     load_listing,
     positive_count,
 )
+from provider_router.cli._project_render import load_batch_listing, render_projection, render_routes
 from provider_router.cli.endpoints import add_verified_arguments, apply_verified
-from provider_router.plan import DEFAULT_BATCH_CONCURRENCY, Plan, load_plan
-from provider_router.policy import ProviderPolicy
-from provider_router.projection import Projection, project
-from provider_router.projection_report import render_projection
-from provider_router.records import ModelEndpoints
-from provider_router.route_choice import RouteComparison, compare_routes
-from provider_router.route_report import load_batch_listing, render_routes
-from provider_router.workload import DatasetDemand, WorkloadEstimate
-from provider_router.workload_stats import (
+from provider_router.jobs.pilot import pilot_into_job
+from provider_router.planning.compare import RouteComparison, compare_routes
+from provider_router.planning.plan import DEFAULT_BATCH_CONCURRENCY, Plan, load_plan
+from provider_router.planning.projection import Projection, project
+from provider_router.planning.workload import DatasetDemand, WorkloadEstimate
+from provider_router.planning.workload_stats import (
     PilotResult,
     PromptFileStats,
     measure_prompts,
 )
+from provider_router.routing.policy import ProviderPolicy
 
 __all__ = ["register"]
 

@@ -44,38 +44,38 @@ from provider_router._collector import tune_for_process
 from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
-from provider_router.batch.batch_lost import LOST_GRACE_SECONDS
-from provider_router.batch.batch_plan import (
-    batch_datasets,
-    describe,
-    run_plan_batches,
-    without_datasets,
-)
-from provider_router.batch.batch_summary import write_batch_summary
-from provider_router.batch.batch_watch import BatchWatch
-from provider_router.batch.drift import DEFAULT_VERIFY_EVERY
-from provider_router.batch.drift_view import verification_lines
-from provider_router.batch.progress import show_progress
-from provider_router.batch.runner import LEDGER_FILE, BatchRunner
-from provider_router.batch.summary import EXIT_CODES, RunSummary, StopReason
+from provider_router.checks.preflight import PreflightFailed
 from provider_router.cli._errors import UsageError, as_usage
 from provider_router.cli._logging import report_events
 from provider_router.cli._options import PRECISIONS, budget_usd, parse_count, positive_count
 from provider_router.cli._render import make_console
 from provider_router.cli.preflight import print_report
+from provider_router.client.metrics import Metrics
+from provider_router.jobs.batch_api.lost import LOST_GRACE_SECONDS
+from provider_router.jobs.batch_api_runner import (
+    batch_datasets,
+    describe,
+    run_plan_batches,
+    without_datasets,
+)
+from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY
+from provider_router.jobs.observe.batch_summary import write_batch_summary
+from provider_router.jobs.observe.batch_watch import BatchWatch
+from provider_router.jobs.observe.drift_view import verification_lines
+from provider_router.jobs.observe.live import show_progress
+from provider_router.jobs.runner import LEDGER_FILE, BatchRunner
+from provider_router.jobs.summary import EXIT_CODES, RunSummary, StopReason
 from provider_router.ledger import RedisLedger, SQLiteLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ledger.redis import DEFAULT_LEASE
-from provider_router.metrics import Metrics
-from provider_router.plan import (
+from provider_router.planning.plan import (
     DEFAULT_BATCH_CONCURRENCY,
     DEFAULT_BATCH_MAX_TOKENS,
     Plan,
     load_plan,
 )
-from provider_router.policy import ProviderPolicy
-from provider_router.preflight import PreflightFailed
-from provider_router.prompts import PromptReader
+from provider_router.planning.prompts import PromptReader
+from provider_router.routing.policy import ProviderPolicy
 
 __all__ = [
     "added_budget",

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import TextIO
 
+from provider_router._collector import tune_for_process
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
 from provider_router.cli._options import usd
 from provider_router.testing.app import ROUTES
-from provider_router.testing.collector import tune_for_server
 from provider_router.testing.server import SimulatorServer
 
 __all__ = ["register", "serve"]
@@ -136,7 +136,7 @@ def _handle(args: argparse.Namespace) -> int:
             with contextlib.suppress(NotImplementedError, RuntimeError):  # Windows
                 loop.add_signal_handler(signum, stop.set)
         # This process serves and does nothing else: its collector is ours to set.
-        return await serve(args, stop, on_ready=lambda _sim: tune_for_server())
+        return await serve(args, stop, on_ready=lambda _sim: tune_for_process())
 
     try:
         import uvloop

@@ -28,13 +28,8 @@ from typing import Any
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import format_usd
-from provider_router.cli._options import positive_count
-from provider_router.cli._render import make_console, print_json
-from provider_router.cli.endpoints import add_policy_arguments, policy_from_args
-from provider_router.ledger import SQLiteLedger
-from provider_router.prompts import PromptReader
-from provider_router.verification import EndpointVerdict, VerificationReport, VerifyThresholds
-from provider_router.verifier import (
+from provider_router.catalog.verdicts import EndpointVerdict, VerificationReport, VerifyThresholds
+from provider_router.checks.verify import (
     DEFAULT_SAMPLES,
     DEFAULT_TOKENS,
     DEFAULT_TOOL_SAMPLES,
@@ -42,6 +37,11 @@ from provider_router.verifier import (
     MAX_TOP_LOGPROBS,
     verify,
 )
+from provider_router.cli._options import positive_count
+from provider_router.cli._render import make_console, print_json
+from provider_router.cli.endpoints import add_policy_arguments, policy_from_args
+from provider_router.ledger import SQLiteLedger
+from provider_router.planning.prompts import PromptReader
 
 __all__ = ["register"]
 

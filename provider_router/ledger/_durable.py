@@ -1,7 +1,7 @@
 """The public ledger methods for stores that outlive a process (SQLite, Redis).
 
 A subclass provides one coroutine, ``_execute(batch)``, that applies a batch of
-:class:`~provider_router.ledger._batch.Op` atomically and durably; this class
+:class:`~provider_router.ledger._group_commit.Op` atomically and durably; this class
 turns calls into ops, renews the leases of its open reservations, and runs
 recovery.
 """
@@ -20,7 +20,7 @@ from provider_router._log import get_logger
 from provider_router._money import from_units
 from provider_router._resource import AsyncResource
 from provider_router._types import Clock
-from provider_router.ledger import _batch as b
+from provider_router.ledger import _group_commit as b
 from provider_router.ledger._base import (
     CostResolver,
     LedgerState,

@@ -49,7 +49,7 @@ redis.call('HSET', T, 'limit', ARGV[1], 'spent', 0, 'reserved', 0, 'n_open', 0,
 return {ARGV[1], ARGV[2], 1}
 """
 
-# Kinds and outcomes match provider_router.ledger._batch.
+# Kinds and outcomes match provider_router.ledger._group_commit.
 BATCH: Final = """
 local T, L, REC = KEYS[1], KEYS[2], KEYS[3]
 local P, now, lease, owner = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Final
 
-from provider_router.ledger import _batch as k
+from provider_router.ledger import _group_commit as k
 
 __all__ = ["WriteFailures", "describe", "money_meaning"]
 

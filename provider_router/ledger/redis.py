@@ -33,7 +33,7 @@ from provider_router._exceptions import (
 )
 from provider_router._money import from_units
 from provider_router._types import Clock, Sleep
-from provider_router.ledger import _batch as b
+from provider_router.ledger import _group_commit as b
 from provider_router.ledger._base import LedgerState, Reservation, limit_units
 from provider_router.ledger._durable import DurableLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW, OutageWindow

@@ -34,7 +34,7 @@ from typing import Any, Final, Literal
 
 from provider_router._exceptions import ConfigurationError, DataFileError, LedgerUnavailableError
 from provider_router._types import Clock, Sleep
-from provider_router.ledger import _batch as b
+from provider_router.ledger import _group_commit as b
 from provider_router.ledger._base import Reservation, limit_units, owner_is_dead
 from provider_router.ledger._durable import DurableLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW, OutageWindow

@@ -23,8 +23,8 @@ of the stage reads it there (:class:`StageControl`, three calls in
 
 A row of a dataset with a target is admitted by one Lua script while ``out +
 price(in flight) < target``, ``price`` being the batch runner's
-(:mod:`provider_router.batch.targets`): each request in flight at its cap until
-:data:`~provider_router.batch.targets.MIN_SAMPLES` lengths landed, then the
+(:mod:`provider_router.jobs.targets`): each request in flight at its cap until
+:data:`~provider_router.jobs.targets.MIN_SAMPLES` lengths landed, then the
 empirical Bernstein bound of their mean plus a margin. One difference: the
 runner counts lengths in dispatch order (short answers land first, and a sample
 of early landings is biased short), the cluster counts them as they land; the
@@ -49,13 +49,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from provider_router._log import get_logger
 from provider_router._money import from_units, to_units
-from provider_router.batch.targets import DEFAULT_MARGIN_Z, MIN_SAMPLES
+from provider_router.jobs.targets import DEFAULT_MARGIN_Z, MIN_SAMPLES
 from provider_router.ray._store import DEFAULT_STORE_PREFIX, _redis_client
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from provider_router.results import ChatResult
+    from provider_router.client.results import ChatResult
 
 __all__ = [
     "CONTROL_INTERVAL",
@@ -78,7 +78,7 @@ TARGET_REACHED: Final = "target: its output-token target is reached or in flight
 INTERRUPTED: Final = "interrupted: Ctrl-C (no new requests)"
 CONTROL_UNREACHABLE: Final = "held: the job's control in Redis is unreachable"
 _CONFIDENCE_LOG: Final = math.log(3 / 1e-3)
-"""``ln(3/δ)`` of the mean's upper bound, as :mod:`provider_router.batch.targets`."""
+"""``ln(3/δ)`` of the mean's upper bound, as :mod:`provider_router.jobs.targets`."""
 
 # KEYS[1] counts; ARGV dataset, target, cap, z, min samples, ln(3/δ).
 # Admit one more while out + price(in flight) < target (targets.InFlightPricer.price):

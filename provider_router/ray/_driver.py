@@ -4,13 +4,13 @@ While Ray executes a dataset the driver's main thread is blocked in Ray's calls
 (it reads the stage's rows and writes them), so everything else the driver does
 runs on one thread of its own with its own event loop:
 
-* before anything is sent: the preflight (:func:`~provider_router.preflight.preflight`,
+* before anything is sent: the preflight (:func:`~provider_router.checks.preflight.preflight`,
   paid from the job's Redis ledger, as ``run`` pays it from its own), the account
-  baseline of ``--own-key`` (:class:`~provider_router.batch.account.AccountCheck`),
+  baseline of ``--own-key`` (:class:`~provider_router.jobs.store.account.AccountCheck`),
   and the run's :class:`~provider_router.ray._control.JobControl` counts and targets;
 * while it runs: the live progress (``run``'s own table and lines:
-  :func:`~provider_router.batch.progress.show_progress` reads this object as it reads
-  a :class:`~provider_router.batch.runner.BatchRunner`), the Prometheus metrics, and
+  :func:`~provider_router.jobs.observe.live.show_progress` reads this object as it reads
+  a :class:`~provider_router.jobs.runner.BatchRunner`), the Prometheus metrics, and
   the stop word of a first Ctrl-C;
 * at the end: the account correction, the preflight's cost in the summary.
 """
@@ -29,20 +29,20 @@ from typing import Any, Protocol, TypeVar
 from rich.console import Console
 
 from provider_router._log import get_logger
-from provider_router.batch.account import AccountCheck
-from provider_router.batch.finish import plan_to_finish
-from provider_router.batch.progress import show_progress
-from provider_router.batch.recovery import account_check, apply_budget, correct_account
-from provider_router.batch.run_progress import DatasetProgress, RunProgress
-from provider_router.batch.summary import Counter, RunSummary, StopReason
-from provider_router.client import Router
+from provider_router.checks.preflight import PreflightFailed, PreflightReport, preflight
+from provider_router.client.metrics import Metrics
+from provider_router.client.router import Router
+from provider_router.jobs.observe.finish import plan_to_finish
+from provider_router.jobs.observe.live import show_progress
+from provider_router.jobs.observe.snapshots import DatasetProgress, RunProgress
+from provider_router.jobs.store.account import AccountCheck
+from provider_router.jobs.store.recovery import account_check, apply_budget, correct_account
+from provider_router.jobs.summary import Counter, RunSummary, StopReason
 from provider_router.ledger import LedgerState, RedisLedger
-from provider_router.metrics import Metrics
-from provider_router.plan import Plan
-from provider_router.policy import ProviderPolicy
-from provider_router.preflight import PreflightFailed, PreflightReport, preflight
+from provider_router.planning.plan import Plan
 from provider_router.ray._control import DatasetCounts, JobControl
 from provider_router.ray.job import SUMMARY_FILE, RayJob
+from provider_router.routing.policy import ProviderPolicy
 
 
 class _Run(Protocol):

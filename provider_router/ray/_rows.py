@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from provider_router._format import decimal_str
-from provider_router.results import ChatResult
+from provider_router.client.results import ChatResult
 
 __all__ = [
     "EMPTY_ANSWER",

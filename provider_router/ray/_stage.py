@@ -70,11 +70,11 @@ from provider_router._exceptions import (
 from provider_router._format import decimal_str
 from provider_router._log import get_logger
 from provider_router._types import Sleep
-from provider_router.client import Router
+from provider_router.client.results import ChatResult
+from provider_router.client.router import Router
 from provider_router.ledger import RedisLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
-from provider_router.policy import ProviderPolicy
-from provider_router.prompts import REQUEST_KEYS, _snippet, content_id, parse_prompt_line
+from provider_router.planning.prompts import REQUEST_KEYS, _snippet, content_id, parse_prompt_line
 from provider_router.ray._control import StageControl
 from provider_router.ray._rows import (
     EMPTY_ANSWER,
@@ -88,7 +88,7 @@ from provider_router.ray._rows import (
 from provider_router.ray._secret import MaskedKey, MaskedPassword, with_password
 from provider_router.ray._spill import SpillFile, spill_dir, store_spilled
 from provider_router.ray._store import AnswerStore, Stored
-from provider_router.results import ChatResult
+from provider_router.routing.policy import ProviderPolicy
 
 __all__ = [
     "ANSWERED",

@@ -46,13 +46,13 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import SecretStr
 
-from provider_router import _http
 from provider_router._exceptions import BudgetError, ConfigurationError, MissingDependencyError
 from provider_router._format import format_usd
+from provider_router._http import session as _http
 from provider_router._money import to_decimal
-from provider_router.batch.recovery import apply_budget
-from provider_router.batch.summary import RunSummary, StopReason
-from provider_router.client import Router
+from provider_router.client.router import Router
+from provider_router.jobs.store.recovery import apply_budget
+from provider_router.jobs.summary import RunSummary, StopReason
 from provider_router.ledger import RedisLedger, Reservation
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ray._concurrency import scope_row_concurrency

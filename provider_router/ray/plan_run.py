@@ -40,13 +40,13 @@ from rich.console import Console
 from provider_router._exceptions import ConfigurationError
 from provider_router._log import get_logger
 from provider_router._types import JSONObject, Message
-from provider_router.batch._journal_file import lock_directory, unlock
-from provider_router.batch.output import encode_record, make_record, read_outputs
-from provider_router.batch.report import write_report
-from provider_router.batch.summary import RunSummary, StopReason
-from provider_router.metrics import Metrics
-from provider_router.plan import DatasetSpec, Plan
-from provider_router.prompts import PromptReader
+from provider_router.client.metrics import Metrics
+from provider_router.jobs.observe.report import write_report
+from provider_router.jobs.store._journal_file import lock_directory, unlock
+from provider_router.jobs.store.outputs import encode_record, make_record, read_outputs
+from provider_router.jobs.summary import RunSummary, StopReason
+from provider_router.planning.plan import DatasetSpec, Plan
+from provider_router.planning.prompts import PromptReader
 from provider_router.ray._control import CONTROL_UNREACHABLE, INTERRUPTED
 from provider_router.ray._driver import DriverLoop
 from provider_router.ray._rows import REQUEST_COLUMN

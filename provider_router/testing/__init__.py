@@ -15,10 +15,10 @@ bug cannot hide in both. See docs/simulator.md.
 from __future__ import annotations
 
 from provider_router.testing.billing import Cost, compute_cost
-from provider_router.testing.delivery import COMPLETION_TOKENS_HEADER
+from provider_router.testing.chat.delivery import COMPLETION_TOKENS_HEADER
 from provider_router.testing.faults import FAULT_KINDS, Fault, fault_from_mapping, load_faults
 from provider_router.testing.introspection import RequestLog, RequestRecord
-from provider_router.testing.market import EndpointSpec, Market, ModelSpec, ProviderSpec
+from provider_router.testing.market.listing import EndpointSpec, Market, ModelSpec, ProviderSpec
 from provider_router.testing.server import DEFAULT_TEST_KEY, SimulatorServer
 from provider_router.testing.simulator import Simulator
 

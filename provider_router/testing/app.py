@@ -12,12 +12,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from aiohttp import web
 
 from provider_router._money import to_units
-from provider_router.testing import batch_routes, bodies
-from provider_router.testing.batch_lines import MAX_BATCH_BYTES
+from provider_router.testing.batch_api import routes as batch_routes
+from provider_router.testing.batch_api.lines import MAX_BATCH_BYTES
 from provider_router.testing.billing import KeyState
-from provider_router.testing.chat import chat_completions
+from provider_router.testing.chat import bodies
+from provider_router.testing.chat.completions import chat_completions
 from provider_router.testing.introspection import RequestRecord
-from provider_router.testing.market import ModelSpec
+from provider_router.testing.market.listing import ModelSpec
+from provider_router.testing.market.variants import split_variants
 from provider_router.testing.simulator import (
     FREE_MODEL_CREDIT_THRESHOLD,
     FREE_MODEL_DAILY_REQUESTS,
@@ -28,7 +30,6 @@ from provider_router.testing.simulator import (
     json_error,
     json_response,
 )
-from provider_router.testing.variants import split_variants
 
 __all__ = ["ROUTES", "Simulator", "make_app"]
 

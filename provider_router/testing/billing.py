@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import NamedTuple
 
 from provider_router._money import from_units, to_decimal, to_units
-from provider_router.testing.market import EndpointSpec
+from provider_router.testing.market.listing import EndpointSpec
 
 __all__ = ["Account", "Cost", "KeyState", "PaymentDenied", "compute_cost"]
 

@@ -17,7 +17,7 @@ from provider_router._types import Clock, Sleep
 from provider_router.testing.app import Simulator, make_app
 from provider_router.testing.faults import Fault, fault_from_mapping, load_faults
 from provider_router.testing.introspection import RequestLog, RequestRecord
-from provider_router.testing.market import Market
+from provider_router.testing.market.listing import Market
 
 __all__ = ["SimulatorServer"]
 

@@ -20,18 +20,18 @@ from aiohttp import web
 
 from provider_router._money import from_units
 from provider_router._types import Clock, Sleep
-from provider_router.testing import bodies
-from provider_router.testing.batches import BatchBook
+from provider_router.testing.batch_api.state import BatchBook
 from provider_router.testing.billing import Account, KeyState
-from provider_router.testing.context import smallest_context
-from provider_router.testing.degradation import Onsets
+from provider_router.testing.chat import bodies
+from provider_router.testing.chat.synth import Lengths
 from provider_router.testing.draws import Draws
 from provider_router.testing.faults import Fault, FaultBook
 from provider_router.testing.introspection import RequestLog, RequestRecord
-from provider_router.testing.market import Market, ModelSpec
-from provider_router.testing.prefix_cache import PrefixCache
-from provider_router.testing.sticky import StickyRoutes, caches_cheaper
-from provider_router.testing.synth import Lengths
+from provider_router.testing.market.context import smallest_context
+from provider_router.testing.market.degradation import Onsets
+from provider_router.testing.market.listing import Market, ModelSpec
+from provider_router.testing.market.prefix_cache import PrefixCache
+from provider_router.testing.market.sticky import StickyRoutes, caches_cheaper
 
 __all__ = ["SIM_KEY", "Simulator", "json_error", "json_response"]
 
@@ -147,7 +147,7 @@ class Simulator:
         self.bill_abandoned = bill_abandoned
         self._abandoned: set[asyncio.Task[None]] = set()
         self.batches = BatchBook(self)
-        """The Batch API's batches and their faults (``testing/batches.py``)."""
+        """The Batch API's batches and their faults (``testing/batch_api/state.py``)."""
 
     # --- time and randomness ------------------------------------------------
 

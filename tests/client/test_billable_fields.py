@@ -24,7 +24,7 @@ from provider_router import (
     Router,
     SQLiteLedger,
 )
-from provider_router._billable import completion_cap
+from provider_router.catalog._billable import completion_cap
 from provider_router.testing import DEFAULT_TEST_KEY, Market, SimulatorServer
 
 pytestmark = pytest.mark.openrouter_sim(completion_tokens=4000)

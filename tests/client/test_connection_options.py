@@ -19,7 +19,7 @@ from provider_router import (
     RetryPolicy,
     Router,
 )
-from provider_router._http import HttpClient
+from provider_router._http.session import HttpClient
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 from provider_router.testing.loopback import tls_contexts
 

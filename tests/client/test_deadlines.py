@@ -12,7 +12,7 @@ from _router_helpers import KIMI, MESSAGES, MakeRouter
 
 from provider_router import MemoryLedger, RequestTimeout, RetryPolicy, Router
 from provider_router._constants import STREAM_DEADLINE_BASE, STREAM_DEADLINE_TOKENS_PER_SECOND
-from provider_router.streaming import DEADLINE_FINISH
+from provider_router.client.streaming import DEADLINE_FINISH
 from provider_router.testing import SimulatorServer
 
 

@@ -21,7 +21,7 @@ import pytest
 from _router_helpers import MESSAGES, MakeRouter
 
 from provider_router import APIConnectionError, MemoryLedger, RetryPolicy
-from provider_router._h1.limits import MAX_BODY_BYTES, MAX_DECODED_BYTES
+from provider_router._http.h1.limits import MAX_BODY_BYTES, MAX_DECODED_BYTES
 
 GENERATION = "gen-hostile-1"
 

@@ -19,17 +19,17 @@ from typing import Any
 
 import pytest
 
-from provider_router import _http
-from provider_router._billable import measure
-from provider_router._billing import Billing, Charged
-from provider_router._completion import parse_completion
-from provider_router._request import RequestEncoder
-from provider_router.client import Router
-from provider_router.health import ProviderHealth
+from provider_router._http import session as _http
+from provider_router.catalog._billable import measure
+from provider_router.client._billing import Billing, Charged
+from provider_router.client._completion import parse_completion
+from provider_router.client._request import RequestEncoder
+from provider_router.client.health import ProviderHealth
+from provider_router.client.limiter import AdaptiveLimiter
+from provider_router.client.results import Usage, chat_result
+from provider_router.client.router import Router
 from provider_router.ledger.memory import MemoryLedger
-from provider_router.limiter import AdaptiveLimiter
-from provider_router.results import Usage, chat_result
-from provider_router.routing import RoutePlan
+from provider_router.routing.route_plan import RoutePlan
 
 HOT_PATH: list[Callable[..., Any]] = [
     Router.chat,

@@ -21,13 +21,13 @@ import pytest
 from _router_helpers import MESSAGES, MakeRouter
 
 from provider_router import ChatResult, ConfigurationError, MemoryLedger, Router, Usage
-from provider_router._billable import measure
-from provider_router._completion import parse_completion
 from provider_router._json import loads as _loads
-from provider_router._request import PreparedRequest, _encode, encode_json
+from provider_router.catalog._billable import measure
+from provider_router.client._completion import parse_completion
+from provider_router.client._request import PreparedRequest, _encode, encode_json
+from provider_router.client.results import TokenLogprob, ToolCall, chat_result
 from provider_router.ledger import Reservation
 from provider_router.ledger._base import RESERVATION_FIELDS
-from provider_router.results import TokenLogprob, ToolCall, chat_result
 from provider_router.testing import SimulatorServer
 
 FIELDS = {

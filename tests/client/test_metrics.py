@@ -19,8 +19,8 @@ from provider_router import (
     Metrics,
     MissingDependencyError,
 )
-from provider_router.batch.batch_journal import BatchIntent
-from provider_router.batch.batch_view import Sighting, build_view
+from provider_router.jobs.batch_api.journal import BatchIntent
+from provider_router.jobs.observe.batch_view import Sighting, build_view
 from provider_router.testing import SimulatorServer
 
 pytestmark = pytest.mark.openrouter_sim(

@@ -18,8 +18,8 @@ import pytest
 from _router_helpers import MESSAGES, MakeRouter
 
 from provider_router import MemoryLedger
-from provider_router._cost_check import CostVerdict, check_cost
 from provider_router._format import decimal_str
+from provider_router.client._cost_check import CostVerdict, check_cost
 from provider_router.testing import SimulatorServer
 
 Factory = Any

@@ -10,7 +10,7 @@ import pytest
 from _router_helpers import KIMI, MESSAGES, MakeRouter
 
 from provider_router import ConfigurationError, MemoryLedger, Reservation, Router
-from provider_router._request import RequestEncoder
+from provider_router.client._request import RequestEncoder
 from provider_router.testing import SimulatorServer
 
 pytestmark = pytest.mark.openrouter_sim(completion_tokens=20)

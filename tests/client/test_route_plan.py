@@ -16,7 +16,7 @@ from provider_router import (
     build_route_plan,
     estimate_prompt_tokens,
 )
-from provider_router.testing.synth import count_prompt_tokens
+from provider_router.testing.chat.synth import count_prompt_tokens
 
 
 class D:
@@ -196,7 +196,7 @@ def test_a_flex_endpoint_whose_standard_twin_is_dynamically_priced_is_not_routed
 
 
 def test_cache_saving_prices_each_endpoint_with_its_own_listing() -> None:
-    from provider_router.routing import cache_saving
+    from provider_router.routing.route_plan import cache_saving
 
     # One provider, two allowed endpoints: the answer does not say which served, so the
     # saving is the smaller of the two, never the dearest full price less the dearest read.

@@ -22,7 +22,7 @@ from provider_router import (
 )
 from provider_router._constants import PER_MILLION
 from provider_router.testing import SimulatorServer
-from provider_router.testing.synth import count_prompt_tokens
+from provider_router.testing.chat.synth import count_prompt_tokens
 
 pytestmark = pytest.mark.openrouter_sim(completion_tokens=50)
 

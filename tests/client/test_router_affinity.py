@@ -15,8 +15,8 @@ from _markets import edited_market
 from _router_helpers import MakeRouter
 
 from provider_router import ConfigurationError, MemoryLedger
-from provider_router.affinity import CacheAffinity, conversation_session
-from provider_router.ranking import Workload
+from provider_router.client.affinity import CacheAffinity, conversation_session
+from provider_router.routing.ranking import Workload
 from provider_router.testing import SimulatorServer
 
 SYSTEM = {"role": "system", "content": "You write careful multi-turn training data. " * 60}
@@ -113,8 +113,8 @@ async def test_a_failed_pinned_endpoint_moves_the_session_once(
 
 
 def test_sessions_are_bounded_and_expire_when_idle() -> None:
-    from provider_router.records import ModelEndpoints
-    from provider_router.routing import build_route_plan
+    from provider_router.catalog.records import ModelEndpoints
+    from provider_router.routing.route_plan import build_route_plan
 
     class Allowed:
         def __init__(self, endpoint: Any) -> None:

@@ -12,7 +12,7 @@ from _router_helpers import MakeRouter
 
 from provider_router import MemoryLedger, ProviderPolicy
 from provider_router.testing import SimulatorServer
-from provider_router.testing.synth import count_prompt_tokens
+from provider_router.testing.chat.synth import count_prompt_tokens
 
 MARKET = """
 models:

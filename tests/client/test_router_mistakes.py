@@ -17,7 +17,7 @@ from provider_router import (
     Router,
     SQLiteLedger,
 )
-from provider_router.plan import Plan
+from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 KIMI = "moonshotai/kimi-k2.5"

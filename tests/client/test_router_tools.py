@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from provider_router import InvalidResponseError, StreamDelta, ToolCall
-from provider_router._completion import StreamAccumulator, parse_completion
+from provider_router.client._completion import StreamAccumulator, parse_completion
 from provider_router.testing import SimulatorServer
 
 pytestmark = pytest.mark.openrouter_sim(completion_tokens=50)

@@ -16,10 +16,10 @@ import pytest
 from _router_helpers import KIMI, MESSAGES, MakeRouter, served_as
 
 from provider_router import Catalog, ConfigurationError, MemoryLedger, Router
-from provider_router.batch.runner import BatchRunner
-from provider_router.batch.summary import EXIT_CODES, StopReason
-from provider_router.plan import Plan
-from provider_router.records import ModelEndpoints
+from provider_router.catalog.records import ModelEndpoints
+from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.summary import EXIT_CODES, StopReason
+from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, Market, SimulatorServer
 
 Factory = Any

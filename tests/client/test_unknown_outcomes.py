@@ -24,7 +24,7 @@ from provider_router import (
     RetryPolicy,
     Router,
 )
-from provider_router._billing import LEDGER_RETRIES, provably_free
+from provider_router.client._billing import LEDGER_RETRIES, provably_free
 from provider_router.ledger import Reservation
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from provider_router import DataFileError, RedisLedger
-from provider_router.batch.runner import BatchRunner
-from provider_router.batch.summary import StopReason
-from provider_router.plan import Plan
+from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.summary import StopReason
+from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 from tests.ledger.conftest import RedisServer
 

@@ -18,11 +18,11 @@ import pytest
 from _polling import until
 
 from provider_router import ConfigurationError, LedgerUnavailableError, RedisLedger
-from provider_router.batch.runner import BatchRunner
-from provider_router.batch.summary import RunSummary, StopReason
 from provider_router.cli import build_parser
 from provider_router.cli.run import open_shared_ledger
-from provider_router.plan import Plan
+from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.summary import RunSummary, StopReason
+from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 from tests.ledger.conftest import RestartableRedis
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from provider_router import LedgerUnavailableError, SQLiteLedger
-from provider_router.batch import job_ledger
-from provider_router.batch.journal import FileJournal
+from provider_router.jobs.store import job_ledger
+from provider_router.jobs.store.journal import FileJournal
 from provider_router.ledger._sqlite_lock import is_locked, lock_holders
 
 HOLDER = """

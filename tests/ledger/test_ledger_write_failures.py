@@ -11,7 +11,7 @@ import pytest
 
 from provider_router import SQLiteLedger
 from provider_router.cli._logging import EventReport
-from provider_router.ledger import _batch as b
+from provider_router.ledger import _group_commit as b
 
 D = Decimal
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from provider_router import ProviderPolicy
-from provider_router._http import HttpClient
-from provider_router.catalog import Catalog
-from provider_router.preflight import preflight
-from provider_router.ranking import Workload, rank
+from provider_router._http.session import HttpClient
+from provider_router.catalog.fetch import Catalog
+from provider_router.checks.preflight import preflight
+from provider_router.routing.ranking import Workload, rank
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 pytestmark = pytest.mark.live

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from provider_router.batch.output import read_outputs
 from provider_router.cli import main
+from provider_router.jobs.store.outputs import read_outputs
 from tests.ledger.conftest import RedisServer
 from tests.ray._sim_thread import SimulatorThread
 from tests.ray.conftest import CREDITS, KEY, MODEL

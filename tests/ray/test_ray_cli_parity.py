@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from provider_router.batch._journal_file import lock_directory, lock_held, unlock
-from provider_router.batch.output import read_outputs
-from provider_router.batch.progress import progress_lines
 from provider_router.cli import main
-from provider_router.metrics import Metrics
-from provider_router.plan import load_plan
+from provider_router.client.metrics import Metrics
+from provider_router.jobs.observe.live import progress_lines
+from provider_router.jobs.store._journal_file import lock_directory, lock_held, unlock
+from provider_router.jobs.store.outputs import read_outputs
+from provider_router.planning.plan import load_plan
 from tests._polling import wait_until
 from tests.ledger.conftest import RedisServer
 from tests.ray._sim_thread import SimulatorThread
@@ -224,7 +224,7 @@ def test_progress_and_metrics_show_what_run_shows(
 ) -> None:
     from rich.console import Console
 
-    from provider_router.batch import progress
+    from provider_router.jobs.observe import live as progress
     from provider_router.ray.plan_run import RayPlanRun
 
     monkeypatch.setattr(progress, "_PLAIN_INTERVAL", 0.2)

@@ -144,7 +144,7 @@ KEPT_AS_SENT = {"perf_last_30m_by_workload"}
     ],
 )
 def test_our_records_type_every_field_the_sdk_knows(sdk_name: str, ours: str) -> None:
-    from provider_router import records
+    from provider_router.catalog import records
 
     def names(model: type[BaseModel]) -> set[str]:
         return {field.alias or name for name, field in model.model_fields.items()}

@@ -17,7 +17,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 from provider_router.testing.app import make_app
-from provider_router.testing.chat import chat_completions
+from provider_router.testing.chat.completions import chat_completions
 
 
 class Gate:

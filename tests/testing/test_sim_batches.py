@@ -13,8 +13,8 @@ import pytest
 from _sim_client import SimClient, StartSim
 
 from provider_router.testing import DEFAULT_TEST_KEY, Market
-from provider_router.testing.batch_lines import MAX_BATCH_REQUESTS
-from provider_router.testing.batches import MEDIAN_SECONDS, P90_SECONDS, SIGMA, BatchBook
+from provider_router.testing.batch_api.lines import MAX_BATCH_REQUESTS
+from provider_router.testing.batch_api.state import MEDIAN_SECONDS, P90_SECONDS, SIGMA, BatchBook
 
 K3 = "moonshotai/kimi-k3"
 K25 = "moonshotai/kimi-k2.5"

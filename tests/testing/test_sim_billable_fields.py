@@ -16,7 +16,7 @@ import pytest
 from _sim_client import SimClient, StartSim
 
 from provider_router.testing import COMPLETION_TOKENS_HEADER
-from provider_router.testing.synth import IMAGE_PROMPT_TOKENS, count_prompt_tokens
+from provider_router.testing.chat.synth import IMAGE_PROMPT_TOKENS, count_prompt_tokens
 
 M = Decimal(1_000_000)
 LONG = {COMPLETION_TOKENS_HEADER: "5000"}

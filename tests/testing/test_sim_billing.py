@@ -13,7 +13,7 @@ import pytest
 from _sim_client import SimClient, StartSim, chat_body
 
 from provider_router.testing import COMPLETION_TOKENS_HEADER, DEFAULT_TEST_KEY
-from provider_router.testing.synth import count_prompt_tokens
+from provider_router.testing.chat.synth import count_prompt_tokens
 
 M = Decimal(1_000_000)
 FIXED = {COMPLETION_TOKENS_HEADER: "100"}

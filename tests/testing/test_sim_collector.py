@@ -1,4 +1,4 @@
-"""The collector of a process that runs nothing but the simulator (testing/collector.py).
+"""The collector of a process that runs nothing but the simulator (_collector.py).
 
 Each case runs in a fresh interpreter: freezing and thresholds are process-wide, and
 the test session's own collector must stay as it is (as the embedded simulator
@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from provider_router.testing.collector import SERVER_GEN0_THRESHOLD
+from provider_router._collector import GEN0_THRESHOLD
 
 
 def _in_fresh_interpreter(code: str) -> dict[str, object]:
@@ -40,15 +40,15 @@ def test_a_server_process_freezes_its_start_up_heap_and_collects_young_objects_l
     after = _in_fresh_interpreter(
         f"""
         import gc, json
-        from provider_router.testing.collector import tune_for_server
-        tune_for_server()
+        from provider_router._collector import tune_for_process
+        tune_for_process()
         {_STATE}
         """
     )
     assert before["frozen"] == 0
     assert after["frozen"] > 1000  # the modules, markets and classes start-up built
     gen0, gen1, gen2 = after["threshold"]  # type: ignore[misc]
-    assert gen0 == SERVER_GEN0_THRESHOLD > before["threshold"][0]  # type: ignore[index]
+    assert gen0 == GEN0_THRESHOLD > before["threshold"][0]  # type: ignore[index]
     assert [gen1, gen2] == before["threshold"][1:]  # type: ignore[index]
     assert after["enabled"] is True
 
@@ -58,7 +58,7 @@ def test_a_server_process_freezes_its_start_up_heap_and_collects_young_objects_l
     [
         ("gc.set_threshold(50_000, 20, 30)", [50_000, 20, 30], True),  # higher: kept
         ("gc.set_threshold(0)", [0, 10, 10], True),  # a threshold of 0 disables: stays so
-        ("gc.disable()", [SERVER_GEN0_THRESHOLD, 10, 10], False),  # stays disabled
+        ("gc.disable()", [GEN0_THRESHOLD, 10, 10], False),  # stays disabled
     ],
 )
 def test_what_the_process_chose_for_its_collector_is_kept(
@@ -68,8 +68,8 @@ def test_what_the_process_chose_for_its_collector_is_kept(
         f"""
         import gc, json
         {setup}
-        from provider_router.testing.collector import tune_for_server
-        tune_for_server()
+        from provider_router._collector import tune_for_process
+        tune_for_process()
         {_STATE}
         """
     )
@@ -96,9 +96,9 @@ def test_provider_router_simulate_tunes_its_own_process_once_the_server_is_up() 
         """
     )
     assert state["frozen"] > 0
-    assert state["threshold"][0] == SERVER_GEN0_THRESHOLD  # type: ignore[index]
+    assert state["threshold"][0] == GEN0_THRESHOLD  # type: ignore[index]
 
 
 def test_the_embedded_simulator_leaves_its_hosts_collector_alone() -> None:
     # This test session hosts simulators all along: none of them tuned it.
-    assert gc.get_threshold()[0] != SERVER_GEN0_THRESHOLD
+    assert gc.get_threshold()[0] != GEN0_THRESHOLD

@@ -12,7 +12,7 @@ from _sim_client import SimClient, StartSim
 from _sim_contract import contract
 
 from provider_router.testing import COMPLETION_TOKENS_HEADER
-from provider_router.testing.synth import count_prompt_tokens
+from provider_router.testing.chat.synth import count_prompt_tokens
 
 FIXED = {COMPLETION_TOKENS_HEADER: "10"}
 MODEL = "acme/ctx"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from provider_router.testing import bodies
 from provider_router.testing.billing import Cost
-from provider_router.testing.encode import (
+from provider_router.testing.chat import bodies
+from provider_router.testing.chat.encode import (
     ChunkFrame,
     chat_result_bytes,
     chat_result_json,
@@ -16,7 +16,7 @@ from provider_router.testing.encode import (
     filler_delta_json,
     usage_json,
 )
-from provider_router.testing.synth import filler
+from provider_router.testing.chat.synth import filler
 
 COSTS = [Cost(0, 0, 0), Cost(123_456_789, 987_654_321, 0), Cost(1, 2, 3, 4), Cost(10**15, 7, 10**9)]
 TEXTS = [None, "", "plain words", 'quote " back \\ slash\nnewline', "ünïcödé ✓ 😀", "\x00\x1f"]

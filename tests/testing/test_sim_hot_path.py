@@ -16,8 +16,12 @@ import pytest
 from _sim_client import StartSim
 
 from provider_router.testing import Market
-from provider_router.testing.bodies import Generation
-from provider_router.testing.routing import RoutingError, parse_preferences, plan_route
+from provider_router.testing.chat.bodies import Generation
+from provider_router.testing.market.provider_routing import (
+    RoutingError,
+    parse_preferences,
+    plan_route,
+)
 
 _CREATED = re.compile(r'"created":\d+|gen-\d+-|"created_at":"[^"]*"')
 """The wall-clock second an answer was made: the two runs may straddle one."""

@@ -14,9 +14,9 @@ from _sim_client import StartSim
 from aiohttp import web
 
 from provider_router.testing import Market
-from provider_router.testing.bodies import Generations
-from provider_router.testing.chat import _SERVED, _made
-from provider_router.testing.delivery import _json_body
+from provider_router.testing.chat.bodies import Generations
+from provider_router.testing.chat.completions import _SERVED, _made
+from provider_router.testing.chat.delivery import _json_body
 from provider_router.testing.simulator import Simulator
 
 
@@ -137,7 +137,7 @@ def test_a_remembered_shape_is_the_shape_computed(max_tokens: int | None) -> Non
     """Requests without reasoning or tools take their shape from a cache by (total,
     max_tokens): the same shape the split computes, cut at ``max_tokens`` alike;
     with reasoning or tools the split runs as before."""
-    from provider_router.testing import synth
+    from provider_router.testing.chat import synth
 
     plain: dict[str, Any] = {"messages": []}
     for total in (1, 2, 7, 64, 255, 256, 257, 1500):
@@ -158,7 +158,7 @@ def test_a_remembered_shape_is_the_shape_computed(max_tokens: int | None) -> Non
 
 
 def test_the_shape_cache_stays_bounded() -> None:
-    from provider_router.testing import synth
+    from provider_router.testing.chat import synth
 
     for total in range(synth._PLAIN_SHAPES_LIMIT + 10):
         synth.shape_completion({}, total + 1, None)

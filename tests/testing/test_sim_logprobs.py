@@ -12,7 +12,7 @@ from _markets import degraded_market
 from _sim_client import SimClient, StartSim
 from _sim_contract import contract
 
-from provider_router.testing.logprobs import MAX_TOP_LOGPROBS
+from provider_router.testing.chat.logprobs import MAX_TOP_LOGPROBS
 
 CHAT = "/chat/completions"
 GREEDY: dict[str, Any] = {"max_tokens": 24, "temperature": 0, "logprobs": True, "top_logprobs": 5}

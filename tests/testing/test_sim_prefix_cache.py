@@ -12,8 +12,8 @@ import pytest
 from _sim_client import MODEL, SimClient, StartSim
 
 from provider_router.testing import COMPLETION_TOKENS_HEADER
-from provider_router.testing.prefix_cache import PrefixCache, prefix_chain
-from provider_router.testing.synth import count_prompt_tokens, count_request_prompt
+from provider_router.testing.chat.synth import count_prompt_tokens, count_request_prompt
+from provider_router.testing.market.prefix_cache import PrefixCache, prefix_chain
 
 CHAT = "/chat/completions"
 FIXED = {COMPLETION_TOKENS_HEADER: "20"}

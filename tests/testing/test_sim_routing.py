@@ -10,7 +10,7 @@ import pytest
 from _sim_client import SimClient
 
 from provider_router.testing import Market
-from provider_router.testing.routing import (
+from provider_router.testing.market.provider_routing import (
     RoutingError,
     parse_preferences,
     plan_route,

@@ -9,7 +9,7 @@ from typing import Any
 from _sim_client import MODEL, SimClient, StartSim
 
 from provider_router.testing import COMPLETION_TOKENS_HEADER
-from provider_router.testing.sticky import STICKY_IDLE_SECONDS, StickyRoutes, sticky_key
+from provider_router.testing.market.sticky import STICKY_IDLE_SECONDS, StickyRoutes, sticky_key
 
 FIXED = {COMPLETION_TOKENS_HEADER: "20"}
 SYSTEM = {"role": "system", "content": "You write careful training data. " * 40}
@@ -115,7 +115,7 @@ async def test_a_sticky_session_expires_after_ten_idle_minutes(start_sim: StartS
 
 
 def test_a_session_is_forgotten_once_idle_for_ten_minutes() -> None:
-    from provider_router.testing.market import Market
+    from provider_router.testing.market.listing import Market
 
     chutes = next(e for e in Market.default().models[MODEL].endpoints if e.tag == "chutes")
     routes = StickyRoutes()
@@ -141,7 +141,7 @@ def test_a_session_is_forgotten_once_idle_for_ten_minutes() -> None:
 
 
 def test_stickiness_needs_a_cheaper_cache_read_and_is_bounded() -> None:
-    from provider_router.testing.market import Market
+    from provider_router.testing.market.listing import Market
 
     model = Market.default().models[MODEL]
     by_tag = {e.tag: e for e in model.endpoints}

@@ -15,7 +15,7 @@ from _sim_contract import contract
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provider_router.testing.tools import fake_value, split_pieces
+from provider_router.testing.chat.tools import fake_value, split_pieces
 
 CHAT = "/chat/completions"
 WEATHER = {

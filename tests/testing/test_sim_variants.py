@@ -9,8 +9,8 @@ from _sim_client import MODEL, SimClient
 from _sim_contract import contract
 
 from provider_router.testing import COMPLETION_TOKENS_HEADER
-from provider_router.testing.market import Market
-from provider_router.testing.variants import split_variants
+from provider_router.testing.market.listing import Market
+from provider_router.testing.market.variants import split_variants
 
 FIXED = {COMPLETION_TOKENS_HEADER: "10"}
 ENDPOINTS = Market.default().models[MODEL].endpoints

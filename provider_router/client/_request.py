@@ -1,0 +1,171 @@
+"""One chat request, prepared once and shared by its attempts; its JSON encoded cheaply.
+
+The per-request path encodes only what varies: the messages and the per-call
+fields. The model prefix is encoded when the router is built, the ``provider``
+object once per route plan and demoted set, and the tail for the common call
+shape (no extra parameters) once per ``(max_tokens, stream)`` pair.
+"""
+
+from __future__ import annotations
+
+import json
+import json.encoder
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+from provider_router._types import Message
+from provider_router.client.results import ChatResult, StreamDelta
+from provider_router.routing.route_plan import RoutePlan
+
+__all__ = ["PreparedRequest", "RequestEncoder"]
+
+_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+_encode: Final = _ENCODER.encode
+"""Compact JSON, with one encoder reused (``json.dumps`` with options builds one per call)."""
+_make_c_encoder: Final[Any] = getattr(json.encoder, "c_make_encoder", None)
+# What ``JSONEncoder.encode`` builds on every call (a C encoder with these very
+# options), built once: the messages are encoded for every request.
+_c_encode: Final[Any] = (
+    _make_c_encoder(
+        None,  # no circular check
+        _ENCODER.default,
+        json.encoder.encode_basestring_ascii,
+        None,  # no indent
+        ":",
+        ",",
+        False,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+    if _make_c_encoder is not None
+    else None
+)
+
+
+def encode_json(value: Any) -> str:
+    """Compact JSON text of ``value``: what ``_encode(value)`` returns, ~1 µs sooner."""
+    if _c_encode is None or isinstance(value, str):
+        return _encode(value)
+    return "".join(_c_encode(value, 0))
+
+
+_TAIL_CACHE_SIZE: Final = 256
+
+
+@dataclass(slots=True)
+class PreparedRequest:
+    """What every attempt of one request shares."""
+
+    payload: bytes
+    stream: bool
+    key: str
+    worst_case: Decimal
+    prompt_estimate: int
+    plan: RoutePlan
+    on_delta: Callable[[StreamDelta], Any] | None
+    generation_id: str | None = None
+    attempts: int = 0
+    deadline: float = 0.0
+    """Seconds a whole attempt may take (for a stream: scaled with ``max_tokens``)."""
+    sent: bool = False
+    """Whether this attempt was handed to the HTTP layer (it may have been billed)."""
+    session: str | None = None
+    """The cache-affinity session (``session_id``) of a pinned request."""
+    pinned: str | None = None
+    """The endpoint tag a pinned request is sent to (its one-tag ``only``)."""
+    failed_pins: tuple[str, ...] = ()
+    """Tags that failed this pinned request: its retries go elsewhere."""
+    pin_needs: tuple[tuple[str, ...], int] = ((), 0)
+    """What a pinned request needs of its endpoint: the ``supported_parameters`` it uses
+    and its completion cap (a re-pin keeps to endpoints that can take it)."""
+    provider_length: int = 0
+    """The bytes of a pinned request's ``provider`` object, last in its body (to re-pin
+    a retry: the body before it is sliced then, not kept twice for every request)."""
+    on_paid: Callable[[ChatResult], Awaitable[None]] | None = None
+    """Awaited with a paid answer before its reservation is settled (``Router.chat``)."""
+
+
+class RequestEncoder:
+    """Builds the ``/chat/completions`` body of a router's requests as bytes.
+
+    Args:
+        model: the model id (fixed for the router).
+        defaults: request fields every call carries unless it overrides them.
+    """
+
+    __slots__ = ("_defaults", "_head", "_provider", "_tails", "last_fields_bytes")
+
+    def __init__(self, model: str, defaults: Mapping[str, Any]) -> None:
+        self._head = b'{"model":' + _encode(model).encode() + b',"messages":'
+        self._defaults = dict(defaults)
+        self._tails: dict[tuple[int | None, bool], bytes] = {}
+        self._provider: tuple[RoutePlan | None, frozenset[str] | None, bytes] = (None, None, b"")
+        self.last_fields_bytes = 0
+        """Bytes of the request fields in the last body :meth:`encode` built (their
+        compact JSON: what bounds the prompt tokens tools and schemas add)."""
+
+    def provider_bytes(self, plan: RoutePlan, demoted: frozenset[str]) -> bytes:
+        """The encoded ``provider`` object, recomputed only when the plan or demotions change."""
+        cached_plan, cached_demoted, encoded = self._provider
+        if cached_plan is plan and cached_demoted is demoted:
+            return encoded
+        encoded = _encode(plan.provider_object(demoted)).encode()
+        self._provider = (plan, demoted, encoded)
+        return encoded
+
+    def encode(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int | None,
+        stream: bool,
+        params: Mapping[str, Any],
+        provider: bytes,
+    ) -> bytes:
+        """The body: model, messages, defaults under ``params``, then the rest."""
+        if params:
+            tail = self._tail_of({**self._defaults, **params}, max_tokens, stream)
+        else:
+            key = (max_tokens, stream)
+            cached = self._tails.get(key)
+            if cached is None:
+                cached = self._tail_of(self._defaults, max_tokens, stream)
+                if len(self._tails) < _TAIL_CACHE_SIZE:
+                    self._tails[key] = cached
+            tail = cached
+        self.last_fields_bytes = len(tail)
+        return b"".join((self._head, encode_json(messages).encode(), tail, provider, b"}"))
+
+    @staticmethod
+    def _tail_of(fields: Mapping[str, Any], max_tokens: int | None, stream: bool) -> bytes:
+        rest = dict(fields)
+        if max_tokens is not None:
+            rest["max_tokens"] = max_tokens
+        if stream:
+            rest["stream"] = True
+        inner = _encode(rest)[1:-1]
+        return (b"," + inner.encode() if inner else b"") + b',"provider":'
+
+
+def messages_problem(messages: object) -> str | None:
+    """What is wrong with ``messages`` as a chat's messages, or None if nothing is.
+
+    Asked only after encoding failed (``Router.chat``): the per-request path pays
+    nothing for a check that good input never needs.
+    """
+    example = "[{'role': 'user', 'content': 'Hi'}]"
+    if isinstance(messages, str | bytes):
+        return (
+            f"messages must be a list of {{'role': ..., 'content': ...}} dicts, got a "
+            f"{type(messages).__name__}: write router.chat({example}, ...)"
+        )
+    if not isinstance(messages, Sequence):
+        return f"messages must be a list of dicts like {example}, got {type(messages).__name__}"
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            return (
+                f"messages[{index}] must be a dict like {{'role': 'user', 'content': ...}}, "
+                f"got {type(message).__name__}"
+            )
+    return None

@@ -1,0 +1,219 @@
+"""A plan's batch-route datasets: which they are, and running them into the job directory.
+
+:func:`batch_datasets` resolves each dataset's ``route`` (``batch``; ``auto`` where an
+allowed batch endpoint exists and no deadline is sooner than the window) against the
+model's ``:batch`` listing. :func:`run_plan_batches` runs those datasets through
+:class:`~provider_router.jobs.batch_api.route.BatchRouteRun` with the job's own journal
+and ledger (the same files the sync runner uses, so one budget covers both);
+``provider-router run`` calls it before the sync runner takes the other datasets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provider_router._constants import ENV_API_KEY
+from provider_router._exceptions import ConfigurationError
+from provider_router._http.session import HttpClient
+from provider_router.catalog.fetch import Catalog
+from provider_router.client.metrics import Metrics
+from provider_router.jobs.batch_api.api import BatchApi
+from provider_router.jobs.batch_api.route import BatchRouteResult, BatchRouteRun
+from provider_router.jobs.batch_api.unmatched import NOT_IN_INPUTS_FILE
+from provider_router.jobs.observe.batch_timeline import BatchSampled
+from provider_router.jobs.observe.timeline import DEFAULT_INTERVAL, TimelineWriter
+from provider_router.jobs.runner import LEDGER_FILE
+from provider_router.jobs.store.job_ledger import open_job_ledger
+from provider_router.jobs.store.journal import FileJournal
+from provider_router.planning.compare import BATCH_WINDOW_SECONDS
+from provider_router.planning.plan import Plan
+from provider_router.planning.prompts import Prompt, PromptReader
+from provider_router.routing.batch_endpoints import BatchRoute, batch_route
+from provider_router.routing.policy import ProviderPolicy
+from provider_router.routing.ranking import Workload
+
+__all__ = [
+    "BATCHES_REPORT",
+    "PlanBatches",
+    "batch_datasets",
+    "describe",
+    "run_plan_batches",
+    "without_datasets",
+    "write_report",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanBatches:
+    """The datasets a plan sends as batches, and the endpoint they are pinned to."""
+
+    names: tuple[str, ...]
+    route: BatchRoute | None
+
+
+async def batch_datasets(plan: Plan, *, base_url: str | None = None) -> PlanBatches:
+    """Which datasets take the batch route.
+
+    Raises:
+        ConfigurationError: a dataset asks for ``batch`` and the model has no batch
+            endpoint the plan's policy allows (the message says why).
+    """
+    asking = [d for d in plan.datasets if d.route != "sync"]
+    if not asking:
+        return PlanBatches((), None)
+    async with Catalog(base_url=base_url) as catalog:
+        listing = await catalog.batch_endpoints(plan.model)
+    max_tokens = max(plan.params_for(d).max_tokens or 1 for d in asking)
+    route = batch_route(
+        listing,
+        ProviderPolicy(**plan.policy),
+        Workload(prompt_tokens=0, completion_tokens=max_tokens),
+        model_id=plan.model,
+    )
+    names = []
+    for dataset in asking:
+        if not route.available:
+            if dataset.route == "batch":
+                raise ConfigurationError(
+                    f"dataset {dataset.name!r} asks for route batch, but {route.reason}"
+                )
+            continue
+        deadline = dataset.deadline_hours
+        if (
+            dataset.route == "auto"
+            and deadline is not None
+            and deadline * 3600 < (BATCH_WINDOW_SECONDS)
+        ):
+            continue
+        names.append(dataset.name)
+    return PlanBatches(tuple(names), route if names else None)
+
+
+def without_datasets(plan: Plan, names: tuple[str, ...]) -> Plan | None:
+    """The plan with ``names`` taken out (None: nothing left for the sync runner)."""
+    left = tuple(d for d in plan.datasets if d.name not in names)
+    return plan.model_copy(update={"datasets": left}) if left else None
+
+
+async def run_plan_batches(
+    plan: Plan,
+    out: str | Path,
+    batches: PlanBatches,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    api_factory: Callable[[HttpClient], BatchApi] = BatchApi,
+    metrics: Metrics | None = None,
+    timeline_interval: float = DEFAULT_INTERVAL,
+    **options: Any,
+) -> BatchRouteResult:
+    """Run the batch-route datasets of ``plan`` into ``out`` (``options``: see BatchRouteRun;
+    ``api_factory``: makes its Batch API calls, e.g. :meth:`BatchWatch.api`), sampling the
+    ledger into ``DIR/timeline.ndjson`` and ``metrics`` every ``timeline_interval``
+    seconds and after each round of polls (:mod:`.batch_timeline`)."""
+    if batches.route is None or not batches.names:
+        return BatchRouteResult()
+    if plan.budget is None:
+        raise ConfigurationError("the batch route needs a budget")
+    if plan.ledger is not None:
+        raise ConfigurationError(
+            "the batch route runs on the job's own ledger: a shared ledger takes route: sync "
+            "for now"
+        )
+    directory = Path(out)
+    chosen = [d for d in plan.datasets if d.name in batches.names]
+    journal = FileJournal.open(directory)
+    try:
+        ledger = await open_job_ledger(directory / LEDGER_FILE, plan.budget, journal, None)
+        try:
+            key = api_key or os.environ.get(ENV_API_KEY)
+            async with HttpClient(base_url, key) as http:
+                runner = BatchRouteRun(
+                    api=api_factory(http),
+                    ledger=ledger,
+                    journal=journal,
+                    directory=directory,
+                    route=batches.route,
+                    params=_params(plan, chosen[0]),
+                    dataset_params={d.name: _params(plan, d) for d in chosen},
+                    limits={d.name: (d.target_output_tokens, d.max_requests) for d in chosen},
+                    **options,
+                )
+                prompts: dict[str, list[Prompt]] = {
+                    d.name: list(PromptReader(list(d.inputs))) for d in chosen
+                }
+                sampled = BatchSampled(
+                    directory,
+                    budget=plan.budget,
+                    ledger=ledger,
+                    journal=journal,
+                    batches=runner.batches,
+                    datasets={d.name: _most(d, len(prompts[d.name])) for d in chosen},
+                    metrics=metrics,
+                )
+                sampled.ledger_state = await ledger.snapshot()  # the first line has money
+                # For the report and the gauges only: writing it never fails the run.
+                timeline = TimelineWriter(sampled, interval=timeline_interval)
+                runner.on_round = timeline.sample
+                timeline.start()
+                try:
+                    result = await runner.run(prompts)
+                finally:
+                    await timeline.stop()
+                    runner.close()
+                write_report(directory, result)
+                return result
+        finally:
+            await ledger.close()
+    finally:
+        journal.close("batch route")
+
+
+BATCHES_REPORT = "batches.json"
+
+
+def write_report(directory: Path, result: BatchRouteResult) -> Path:
+    """``DIR/batches.json``: what the last run of the batch route did."""
+    path = directory / BATCHES_REPORT
+    path.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def _most(dataset: Any, prompts: int) -> tuple[int | None, int | None]:
+    """(prompts it will complete at most, its output-token target), for the timeline."""
+    cap = dataset.max_requests
+    return (prompts if cap is None else min(prompts, cap)), dataset.target_output_tokens
+
+
+def _params(plan: Plan, dataset: Any) -> dict[str, Any]:
+    params = plan.params_for(dataset).request_params()
+    params.pop("stream", None)
+    return params
+
+
+def describe(result: BatchRouteResult) -> list[str]:
+    """The batch route's lines for the end of ``provider-router run``."""
+    lines = [
+        f"Batch route: {result.submitted} batches submitted, {result.collected} collected, "
+        f"{result.lines_done} lines written ({result.lines_failed} failed lines, free), "
+        f"${result.cost} billed; {result.pending} batches still pending."
+    ]
+    if result.found_after_lost_202:
+        lines.append(
+            f"Batch route: {result.found_after_lost_202} batches whose 202 was lost were found "
+            "and collected (nothing sent twice)."
+        )
+    if result.not_in_inputs:
+        lines.append(
+            f"Batch route: {result.not_in_inputs} paid answers to prompts no longer in the "
+            f"inputs were kept in {NOT_IN_INPUTS_FILE} (not in the outputs)."
+        )
+    if result.stop is not None:
+        lines.append(f"Batch route stopped: {result.stop}.")
+    lines.extend(f"Batch route: {event}." for event in result.events)
+    return lines

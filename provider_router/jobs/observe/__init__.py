@@ -1,0 +1,1 @@
+"""What an operator sees of a job: live lines, snapshots, timeline, status and report."""

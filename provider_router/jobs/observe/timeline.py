@@ -1,0 +1,218 @@
+"""The run's time series: one compact line per second in ``DIR/timeline.ndjson``.
+
+The report (``report.html``) and ``provider-router status`` read it; the run never
+does: a missing, torn or unwritable timeline costs the charts their detail, never
+the run its work. Each line is a snapshot of :meth:`BatchRunner.progress`:
+
+``{"t": unix seconds, "elapsed": s, "limit": "$", "spent": "$", "reserved": "$",
+"completed": n, "output_tokens": n, "failures": n, "retries": n, "rate_limited": n,
+"errors": n, "in_flight": n, "waiting_for_budget": n, "projected": "$" | null,
+"to_finish": "$" | null, "datasets": {name: {...}},
+"final": bool, "pid": n, "host": name}``
+
+``pid`` and ``host`` name the process writing it, so ``status`` can tell a run
+whose process is gone (killed) from one that is only quiet.
+
+``to_finish`` is the money still to spend to finish the plan at the rates observed
+so far (:mod:`provider_router.jobs.observe.finish`, as every view says it); ``projected``
+is what the whole plan would cost: spent plus ``to_finish``, so the report can draw the projection
+against the actual. Money is exact decimal strings. A run writes a first line at
+its start, one per ``interval`` seconds, and a ``final`` one at its end; a resumed
+run appends to the same file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Any, Final, Protocol
+
+import structlog
+
+from provider_router.client.metrics import Metrics
+from provider_router.jobs.observe.snapshots import RunProgress
+from provider_router.ledger import Ledger, LedgerState
+
+
+class Sampled(Protocol):
+    """What the timeline samples: the runner, seen through what it reads and refreshes."""
+
+    out: Path
+    budget: Decimal
+    ledger: Ledger | None
+    ledger_state: LedgerState | None
+
+    def progress(self) -> RunProgress: ...
+
+    @property
+    def metrics(self) -> Metrics | None: ...
+
+
+__all__ = ["DEFAULT_INTERVAL", "TIMELINE_FILE", "TimelineWriter", "read_timeline", "timeline_row"]
+
+log = structlog.get_logger(__name__)
+
+TIMELINE_FILE: Final = "timeline.ndjson"
+DEFAULT_INTERVAL: Final = 1.0
+"""Seconds between two lines (a day-long run writes ~86,400 short lines)."""
+
+
+def _money(value: Decimal | None) -> str | None:
+    return None if value is None else format(value, "f")
+
+
+def timeline_row(
+    progress: RunProgress, budget: Decimal, *, now: float, final: bool = False
+) -> dict[str, Any]:
+    """One timeline line from a progress snapshot."""
+    state = progress.ledger
+    datasets: dict[str, Any] = {}
+    to_finish = progress.to_finish
+    projected = None if state is None or to_finish is None else state.spent + to_finish
+    completed = output_tokens = failures = 0
+    for d in progress.datasets:
+        completed += d.completed
+        output_tokens += d.output_tokens
+        failures += d.run.failures
+        datasets[d.name] = {
+            "completed": d.completed,
+            "total": d.total,
+            "output_tokens": d.output_tokens,
+            "target": d.target_output_tokens,
+            "in_flight": d.in_flight,
+            "cost": _money(d.cost),
+            "finished": d.finished,
+        }
+    return {
+        "t": round(now, 3),
+        "elapsed": round(progress.elapsed, 3),
+        "limit": _money(state.limit if state is not None else budget),
+        "spent": _money(state.spent if state is not None else None),
+        "reserved": _money(state.reserved if state is not None else None),
+        "completed": completed,
+        "output_tokens": output_tokens,
+        "failures": failures,
+        "retries": progress.retries,
+        "rate_limited": progress.rate_limited,
+        "errors": progress.errors,
+        "in_flight": progress.in_flight,
+        "waiting_for_budget": progress.waiting_for_budget,
+        "projected": _money(projected),
+        "to_finish": _money(to_finish),
+        "datasets": datasets,
+        "final": final,
+    }
+
+
+class TimelineWriter:
+    """Appends the runner's progress to ``DIR/timeline.ndjson`` while it runs.
+
+    Args:
+        runner: the batch runner (its :meth:`~BatchRunner.progress` is sampled).
+        path: the file (default ``<runner.out>/timeline.ndjson``).
+        interval: seconds between lines.
+        clock: wall-clock seconds (injected in tests).
+
+    Writing never fails the run: the first error is logged and the timeline stops.
+    """
+
+    def __init__(
+        self,
+        runner: Sampled,
+        path: Path | None = None,
+        *,
+        interval: float = DEFAULT_INTERVAL,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.runner = runner
+        self.path = path or runner.out / TIMELINE_FILE
+        self.interval = interval
+        self._clock = clock
+        self._file: IO[str] | None = None
+        self._broken = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Write the first line and sample every ``interval`` seconds in the background."""
+        self.write()
+        self._task = asyncio.ensure_future(self._forever())
+
+    async def stop(self) -> None:
+        """Stop sampling and write the ``final`` line."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self._refresh_ledger()
+        self.write(final=True)
+        self.close()
+
+    def close(self) -> None:
+        """Close the file (a later :meth:`write` opens it again)."""
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
+
+    async def sample(self) -> None:
+        """Read the ledger and append a line now (between two ``interval`` lines)."""
+        await self._refresh_ledger()
+        self.write()
+
+    async def _forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.sample()
+
+    async def _refresh_ledger(self) -> None:
+        ledger = self.runner.ledger
+        if ledger is not None:
+            with contextlib.suppress(Exception):  # a display figure, never worth failing for
+                self.runner.ledger_state = await ledger.snapshot()
+
+    def write(self, *, final: bool = False) -> None:
+        """Append one line now (a no-op once writing has failed)."""
+        if self._broken:
+            return
+        try:
+            progress = self.runner.progress()
+            row = timeline_row(progress, self.runner.budget, now=self._clock(), final=final)
+            metrics = self.runner.metrics
+            if metrics is not None:  # Prometheus shows what this line says
+                if progress.ledger is not None:
+                    metrics.ledger_state(progress.ledger)
+                metrics.plan_to_finish(progress.to_finish)
+            row["pid"] = os.getpid()
+            row["host"] = socket.gethostname()
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self.path.open("a", encoding="utf-8")
+            self._file.write(json.dumps(row, separators=(",", ":")) + "\n")
+            self._file.flush()
+        except OSError as exc:
+            self._broken = True
+            log.warning("timeline.write_failed", path=str(self.path), error=str(exc))
+
+
+def read_timeline(path: Path) -> Iterator[dict[str, Any]]:
+    """The timeline's lines, skipping a torn or foreign one (the file may be being written)."""
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError:
+        return
+    with handle:
+        for line in handle:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and "t" in row:
+                yield row

@@ -1,0 +1,1 @@
+"""The job directory on disk: the journal, the outputs, the job's ledger and recovery."""

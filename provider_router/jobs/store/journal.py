@@ -1,0 +1,598 @@
+"""The journal: what makes a batch job exactly-once across crashes and restarts.
+
+One append-only JSONL file (``journal.jsonl``) beside the per-dataset outputs
+records every claim of a prompt, every completion, every failure. Completed
+output lines are appended to ``<dataset>.jsonl`` *before* the ``done`` entry
+that commits them is appended to the journal, and that entry records the output
+file's length after each record. So the journal's ``done`` entries are the truth:
+
+* a prompt is done if and only if the journal has its ``done`` entry;
+* on open, anything past the last committed length of an output file (records
+  whose ``done`` entry never made it) is cut off, and a torn last journal line is
+  dropped, so a kill -9 at any byte leaves a consistent state;
+* claims without a ``done`` or ``fail`` (requests in flight at a crash) become
+  ``lost`` entries, reported with their generation id when one was known, so
+  the money they may have cost can be reconciled through the ledger;
+* if an output file is shorter than the journal says (the disk lost it), the
+  ``done`` entries past its end are revoked and those prompts run again.
+
+No id is ever written twice: a prompt is only claimed if it is neither done
+nor in flight. One process at a time may hold a journal (an OS lock on the job
+directory itself, so no file can be deleted to defeat it).
+
+Writes are buffered and committed together by :meth:`FileJournal.flush`
+(outputs first, then journal lines), which the runner calls once per event-loop
+turn; consecutive claims or completions of a dataset share one journal line
+(columns of ids, offsets, tokens, costs), which keeps a million-completion
+journal small and quick to load. Process crashes lose nothing that was flushed
+(the OS has it); :meth:`FileJournal.close` also fsyncs, for power loss.
+
+The :class:`Journal` protocol (``claim`` → ``complete`` / ``release``) is all the
+runner's outcomes need; :class:`FileJournal` is its one implementation.
+
+Reading the file back and repairing it is :mod:`provider_router.jobs.store._journal_file`;
+the names it shares (``JOURNAL_FILE``, ``DatasetTally``, ``LostRequest``,
+``output_path``) stay importable from here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from collections.abc import Set
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from provider_router._exceptions import ConfigurationError
+from provider_router._money import from_units, to_units
+from provider_router.jobs.store._journal_file import (
+    FORMAT_VERSION,
+    JOURNAL_FILE,
+    NO_LOCATION,
+    Batch,
+    DatasetState,
+    DatasetTally,
+    LostRequest,
+    OutputFile,
+    Replay,
+    dumps,
+    lock_directory,
+    output_path,
+    replay,
+    unlock,
+)
+
+__all__ = [
+    "JOURNAL_FILE",
+    "DatasetTally",
+    "FileJournal",
+    "Journal",
+    "LostRequest",
+    "output_path",
+]
+
+
+class Journal(Protocol):
+    """What the runner needs from a journal: claim a prompt, then complete or release it."""
+
+    def is_done(self, dataset: str, prompt_id: str) -> bool:
+        """Whether the prompt is already completed (in this or an earlier run)."""
+        ...
+
+    def claim(self, dataset: str, prompt_id: str) -> bool:
+        """Take the prompt for sending; False if it is done or already in flight."""
+        ...
+
+    def attach(self, dataset: str, prompt_id: str, generation_id: str) -> None:
+        """Record a claimed request's generation id as soon as it is known."""
+        ...
+
+    def complete(
+        self,
+        dataset: str,
+        prompt_id: str,
+        record: bytes,
+        *,
+        output_tokens: int,
+        prompt_tokens: int,
+        cost_units: int,
+        location: int | None = None,
+    ) -> None:
+        """Commit a claimed prompt's output ``record`` (one JSON line); it is done."""
+        ...
+
+    def release(self, dataset: str, prompt_id: str, *, reason: str) -> None:
+        """Give a claimed prompt back without a result (it runs again later)."""
+        ...
+
+    def tally(self, dataset: str) -> DatasetTally:
+        """What has been completed for a dataset so far."""
+        ...
+
+    def flush(self) -> None:
+        """Commit everything buffered: outputs first, then journal lines."""
+        ...
+
+    def close(self, reason: str = "closed") -> None:
+        """Flush, sync to disk, and let go of the journal."""
+        ...
+
+
+class FileJournal:
+    """The journal and the outputs of one job directory (see the module docstring).
+
+    Open it with :meth:`open`; it repairs what a crash left behind before returning.
+
+    Attributes:
+        directory: the job directory (outputs, journal, lock).
+        lost: requests found in flight from a previous run.
+        repairs: human-readable notes on what opening had to repair.
+        ledger: the identity of the ledger this job's money is in, once recorded.
+        spent_before: whether an earlier run sent requests (so a ledger must exist).
+    """
+
+    def __init__(self, directory: Path, *, autoflush: bool = False) -> None:
+        self.directory = directory
+        self.path = directory / JOURNAL_FILE
+        self.autoflush = autoflush
+        self.lost: list[LostRequest] = []
+        self.repairs: list[str] = []
+        self.ledger: str | None = None
+        self.spent_before = False
+        self.preflight_units = 0
+        """What every run's preflight request cost (picodollars, in the ledger's spent)."""
+        self.verify_units = 0
+        """What every run's verification checks cost (picodollars, in the ledger's spent:
+        :meth:`note_verify`)."""
+        self.excluded: set[str] = set()
+        """Endpoint tags ``run --verify`` excluded in any run (:meth:`note_excluded`)."""
+        self.unsettled: dict[str, int] = {}
+        """Paid answers whose charge the ledger could not record (a full disk): request
+        key → cost (picodollars), for the next recovery (:meth:`note_unsettled`)."""
+        self.disputes: list[dict[str, Any]] = []
+        """Answers whose ``usage.cost`` was disputed, every run's (:meth:`note_disputed`)."""
+        self._state: defaultdict[str, DatasetState] = defaultdict(DatasetState)
+        self._inflight: dict[tuple[str, str], str | None] = {}
+        self._outputs: dict[str, OutputFile] = {}
+        # Buffered until flush, written in this order: claims, notes, completions.
+        # (A claim and the completion of the same prompt may share a flush; a
+        # release flushes first, so a re-claim never precedes its earlier release.)
+        self._claims: dict[str, Batch] = {}
+        self._pending: list[bytes] = []
+        self._dones: dict[str, Batch] = {}
+        self._locates: dict[str, Batch] = {}
+        self._fh: IO[bytes] | None = None
+        self._lock_fd: int | None = None
+        self._closed = False
+        self._replay: Replay | None = None
+        self.adopted: dict[str, int] = {}
+        """Paid output records the journal had not committed, kept as done (by dataset)."""
+
+    # --- opening ------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: str | Path, *, autoflush: bool = False) -> FileJournal:
+        """Open (creating if needed) the journal in ``directory``, repairing a crash.
+
+        :meth:`read`, then :meth:`begin`.
+
+        Raises:
+            ConfigurationError: another process holds this directory's journal.
+            DataFileError: the journal is damaged before its last line (names the line).
+        """
+        journal = cls.read(directory, autoflush=autoflush)
+        try:
+            journal.begin()
+        except BaseException:
+            journal._release_lock()
+            raise
+        return journal
+
+    @classmethod
+    def read(cls, directory: str | Path, *, autoflush: bool = False) -> FileJournal:
+        """Lock ``directory`` and read its journal, writing nothing yet.
+
+        What a crash left to repair is found but not written, and notes (such as
+        :meth:`record_ledger`) are held, until :meth:`begin`: a run checks its ledger
+        in between, so a refused start leaves the job's files as they were.
+        :meth:`close` before :meth:`begin` only lets go of the lock.
+
+        Raises:
+            ConfigurationError: another process holds this directory's journal.
+            DataFileError: the journal is damaged before its last line (names the line).
+        """
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        journal = cls(path, autoflush=autoflush)
+        journal._lock_fd = lock_directory(path)
+        try:
+            found = journal._replay = replay(path)
+            journal._state = found.states
+            journal._outputs = found.outputs
+            journal.lost = found.lost
+            journal.repairs = found.repairs
+            journal.ledger = found.ledger
+            journal.preflight_units = found.preflight_units
+            journal.verify_units = found.verify_units
+            journal.excluded = found.excluded
+            journal.unsettled = found.unsettled
+            journal.disputes = found.disputes
+            journal.adopted = found.adopted
+            journal.spent_before = found.spent_before
+        except BaseException:
+            journal._release_lock()
+            raise
+        return journal
+
+    def begin(self) -> None:
+        """Write what :meth:`read` found to repair, and the run's first lines."""
+        found = self._replay
+        if found is None or self._closed:
+            raise RuntimeError("begin() follows read(), once")
+        self._replay = None
+        found.apply()
+        held, self._pending = self._pending, []
+        self._fh = self.path.open("ab", buffering=0)
+        if self.path.stat().st_size == 0:
+            self._note({"op": "journal", "v": FORMAT_VERSION})
+        self._note({"op": "run", "ts": round(time.time(), 3), "pid": os.getpid()})
+        for entry in found.repair_entries:
+            self._note(entry)
+        for request in self.lost:
+            lost: dict[str, Any] = {"op": "lost", "ds": request.dataset, "id": request.prompt_id}
+            if request.generation_id:
+                lost["gen"] = request.generation_id
+            self._note(lost)
+        self._pending += held
+        self.flush()
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            unlock(self._lock_fd)
+            self._lock_fd = None
+
+    # --- reading ------------------------------------------------------------------------
+
+    def is_done(self, dataset: str, prompt_id: str) -> bool:
+        state = self._state.get(dataset)
+        return state is not None and prompt_id in state.done
+
+    def done_ids(self, dataset: str) -> Set[str]:
+        """Every completed id of a dataset (a live, read-only view)."""
+        return self._state[dataset].done
+
+    def done_locations(self, dataset: str) -> Set[int]:
+        """The input locations (:attr:`Prompt.location`) of completed prompts (read-only)."""
+        return self._state[dataset].locations
+
+    def tally(self, dataset: str) -> DatasetTally:
+        return self._state[dataset].tally
+
+    @property
+    def committed_cost(self) -> Decimal:
+        """What the journal's completions, preflights and verification checks cost, over
+        every run: what the job's ledger holds at least."""
+        units = sum(state.tally.cost_units for state in self._state.values())
+        return from_units(units + self.preflight_units + self.verify_units)
+
+    def datasets(self) -> list[str]:
+        """Every dataset the journal knows of."""
+        return sorted(self._state)
+
+    @property
+    def in_flight(self) -> int:
+        """Prompts claimed and not yet completed or released."""
+        return len(self._inflight)
+
+    def fast_resume_ok(self, dataset: str, fingerprint: list[Any]) -> bool:
+        """Whether done prompts can be skipped by location (see :class:`PromptReader`).
+
+        True when the input files are the ones last recorded (same paths, sizes and
+        modification times) and every completed prompt's location is known.
+        """
+        state = self._state[dataset]
+        if state.inputs != fingerprint:
+            return False
+        return NO_LOCATION not in state.locations and len(state.locations) == len(state.done)
+
+    # --- writing ------------------------------------------------------------------------
+
+    def record_inputs(self, dataset: str, fingerprint: list[Any]) -> None:
+        """Record which input files (path, size, mtime) a dataset reads from now on.
+
+        Locations recorded for other files are forgotten; a run that reads the new
+        files whole re-records the location of each done prompt (:meth:`relocate`).
+        """
+        state = self._state[dataset]
+        state.inputs = fingerprint
+        state.locations.clear()
+        self._note({"op": "inputs", "ds": dataset, "files": fingerprint})
+
+    def relocate(self, dataset: str, prompt_id: str, location: int) -> None:
+        """Record where a done prompt is in the current input files."""
+        state = self._state[dataset]
+        if prompt_id not in state.done:
+            raise KeyError(f"{dataset}/{prompt_id} is not done")
+        state.locations.add(location)
+        batch = self._locates.get(dataset)
+        if batch is None:
+            batch = self._locates[dataset] = Batch("locate", dataset)
+            batch.columns["loc"] = []
+        batch.columns["ids"].append(prompt_id)
+        batch.columns["loc"].append(location)
+
+    def check_outputs(self, datasets: list[str]) -> None:
+        """Refuse output files of ``datasets`` that this journal did not write.
+
+        Such a file holding paid records (each with its generation id) is most likely
+        this job's own, whose journal was lost or cut: the advice is to restore the
+        journal, since moving the file away pays for those prompts again.
+
+        Raises:
+            ConfigurationError: an output file exists that this journal did not write.
+        """
+        for ds in datasets:
+            if ds in self._outputs:
+                continue
+            path = output_path(self.directory, ds)
+            if not (path.exists() and path.stat().st_size > 0):
+                continue
+            if _starts_with_paid_record(path):
+                raise ConfigurationError(
+                    f"{path} holds paid outputs (records with a generation id) that "
+                    f"{self.path} does not record: if this job's journal was lost or cut, "
+                    "restore it (and keep ledger.sqlite); moving the outputs away pays for "
+                    "those prompts again. Otherwise choose another --out"
+                )
+            raise ConfigurationError(
+                f"{path} exists but the journal in {self.directory} never wrote to it; "
+                "move it away or choose another --out"
+            )
+
+    def prepare(self, datasets: list[str]) -> None:
+        """Check that the outputs of ``datasets`` can be written, before anything is spent.
+
+        Raises:
+            ConfigurationError: an output file exists that this journal did not write.
+        """
+        self.check_outputs(datasets)
+        for ds in datasets:
+            if ds in self._outputs:
+                continue
+            self._outputs[ds] = OutputFile(output_path(self.directory, ds), 0)
+            # Durable before any record is written, so that a crash right after the
+            # first record leaves an output file the journal knows (and can cut back).
+            if self._fh is not None:
+                _write_all(self._fh, dumps({"op": "output", "ds": ds}).encode() + b"\n")
+
+    def _batch(self, op: str, ds: str) -> Batch:
+        batches = self._claims if op == "claim" else self._dones
+        batch = batches.get(ds)
+        if batch is None:
+            batch = batches[ds] = Batch(op, ds)
+        return batch
+
+    def claim(self, dataset: str, prompt_id: str) -> bool:
+        key = (dataset, prompt_id)
+        if key in self._inflight or self.is_done(dataset, prompt_id):
+            return False
+        self._inflight[key] = None
+        self._batch("claim", dataset).columns["ids"].append(prompt_id)
+        return True
+
+    def attach(self, dataset: str, prompt_id: str, generation_id: str) -> None:
+        key = (dataset, prompt_id)
+        if key not in self._inflight:
+            raise KeyError(f"{dataset}/{prompt_id} is not claimed")
+        self._inflight[key] = generation_id
+        self._note({"op": "gen", "ds": dataset, "id": prompt_id, "gen": generation_id})
+
+    def complete(
+        self,
+        dataset: str,
+        prompt_id: str,
+        record: bytes,
+        *,
+        output_tokens: int,
+        prompt_tokens: int,
+        cost_units: int,
+        location: int | None = None,
+    ) -> None:
+        key = (dataset, prompt_id)
+        if key not in self._inflight:
+            raise KeyError(f"{dataset}/{prompt_id} is not claimed")
+        if not record.endswith(b"\n") or b"\n" in record[:-1]:
+            raise ValueError("an output record must be exactly one line ending in a newline")
+        del self._inflight[key]
+        output = self._outputs.get(dataset)
+        if output is None:
+            self.prepare([dataset])
+            output = self._outputs[dataset]
+        output.pending.append(record)
+        output.size += len(record)
+        loc = NO_LOCATION if location is None else location
+        columns = self._batch("done", dataset).columns
+        columns["ids"].append(prompt_id)
+        columns["end"].append(output.size)
+        columns["out"].append(output_tokens)
+        columns["in"].append(prompt_tokens)
+        columns["cost"].append(cost_units)
+        columns["loc"].append(loc)
+        state = self._state[dataset]
+        state.done.add(prompt_id)
+        state.locations.add(loc)
+        tally = state.tally
+        tally.completed += 1
+        tally.output_tokens += output_tokens
+        tally.prompt_tokens += prompt_tokens
+        tally.cost_units += cost_units
+        if self.autoflush:
+            self.flush()
+
+    def release(self, dataset: str, prompt_id: str, *, reason: str) -> None:
+        if (dataset, prompt_id) not in self._inflight:
+            raise KeyError(f"{dataset}/{prompt_id} is not claimed")
+        # Its claim must reach the journal before its release does.
+        self.flush()
+        del self._inflight[(dataset, prompt_id)]
+        self._note({"op": "fail", "ds": dataset, "id": prompt_id, "why": reason})
+        self._state[dataset].tally.failed += 1
+
+    def _note(self, entry: dict[str, Any]) -> None:
+        self._pending.append(dumps(entry).encode())
+
+    def record_ledger(self, identity: str) -> None:
+        """Record (durably, at once) which ledger holds this job's money."""
+        self.ledger = identity
+        self.note("ledger", id=identity)
+        self.flush()
+
+    def note_preflight(self, cost: Decimal) -> None:
+        """Record (durably, at once) what a run's preflight request cost."""
+        units = to_units(cost)
+        self.preflight_units += units
+        self.note("preflight", cost=units)
+        self.flush()
+
+    def note_verify(self, cost: Decimal, check: int) -> None:
+        """Record (durably, at once) what verification check ``check`` cost: its canaries
+        are booked on the job's ledger, so an older copy of it that forgot them is
+        refused as one that forgot a completion is."""
+        units = to_units(cost)
+        self.verify_units += units
+        self.note("verify_cost", cost=units, check=check)
+        self.flush()
+
+    def note_excluded(self, tags: set[str] | frozenset[str], check: int) -> None:
+        """Record (durably, at once) endpoints a verification check excluded: a later run
+        refuses to start without the ``verify.json`` that keeps them excluded."""
+        self.excluded |= tags
+        self.note("verify", failed=sorted(tags), check=check)
+        self.flush()
+
+    def note_disputed(
+        self, key: str, generation_id: str | None, reported: Decimal, booked: Decimal
+    ) -> None:
+        """Record (durably, at once) an answer's ``usage.cost`` that was not booked.
+
+        ``booked`` (the worst case, in the ledger's spent) is what the job counts;
+        ``reported`` is kept beside it for the operator to check on the dashboard
+        (docs/ledger.md, "Disputed").
+        """
+        entry = {
+            "op": "disputed",
+            "key": key,
+            "gen": generation_id,
+            "reported": str(reported),
+            "booked": to_units(booked),
+        }
+        self.disputes.append(entry)
+        self.note(
+            "disputed",
+            key=key,
+            gen=generation_id,
+            reported=str(reported),
+            booked=to_units(booked),
+        )
+        self.flush()
+
+    def note_unsettled(self, key: str, cost: Decimal) -> None:
+        """Record a paid answer's cost that the ledger could not (its settle failed).
+
+        Its reservation stays open without, maybe, its generation id (the attach
+        failed too): the next run's recovery settles it at this cost rather than at
+        its worst case (:func:`~provider_router.jobs.store.recovery.reconcile_crashed`).
+        Written with the answer's own record, at the next flush.
+        """
+        units = to_units(cost)
+        self.unsettled[key] = units
+        self.note("unsettled", key=key, cost=units)
+
+    def used_unsettled(self) -> None:
+        """Forget the :attr:`unsettled` costs: a recovery has settled what it could with them."""
+        if self.unsettled:
+            self.unsettled = {}
+            self.note("unsettled_used")
+
+    def note(self, op: str, **fields: Any) -> None:
+        """Append an informational entry (a run's stop reason, a budget change...)."""
+        self._note({"op": op, "ts": round(time.time(), 3), **fields})
+
+    def flush(self) -> None:
+        if self._fh is None:
+            return
+        for output in self._outputs.values():
+            if output.pending:
+                if output.fh is None:
+                    output.fh = output.path.open("ab", buffering=0)
+                _write_all(output.fh, b"".join(output.pending))
+                output.pending.clear()
+        if self._claims or self._pending or self._dones or self._locates:
+            lines = [batch.encode() for batch in self._claims.values()]
+            lines += self._pending
+            lines += [batch.encode() for batch in self._locates.values()]
+            lines += [batch.encode() for batch in self._dones.values()]
+            self._claims.clear()
+            self._pending.clear()
+            self._locates.clear()
+            self._dones.clear()
+            lines.append(b"")
+            _write_all(self._fh, b"\n".join(lines))
+
+    def sync(self) -> None:
+        """Flush and fsync the outputs and the journal (survives power loss)."""
+        self.flush()
+        for output in self._outputs.values():
+            if output.fh is not None:
+                os.fsync(output.fh.fileno())
+        if self._fh is not None:
+            os.fsync(self._fh.fileno())
+
+    def close(self, reason: str = "closed") -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._fh is not None:
+                for dataset, prompt_id in list(self._inflight):
+                    self.release(dataset, prompt_id, reason="abandoned")
+                self.note("stop", why=reason)
+                self.sync()
+        finally:
+            for output in self._outputs.values():
+                if output.fh is not None:
+                    output.fh.close()
+                    output.fh = None
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+            self._release_lock()
+
+    def __enter__(self) -> FileJournal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _starts_with_paid_record(path: Path) -> bool:
+    """Whether the first line of ``path`` is a record carrying a generation id."""
+    try:
+        with path.open("rb") as fh:
+            first = fh.readline(1 << 20)
+        record = json.loads(first)
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and bool(record.get("generation_id"))
+
+
+def _write_all(fh: IO[bytes], data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = fh.write(view)
+        if not written:
+            raise OSError("write made no progress")
+        view = view[written:]

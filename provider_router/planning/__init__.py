@@ -1,0 +1,1 @@
+"""Before money is spent: the plan of datasets, prompt files, workloads, projections."""

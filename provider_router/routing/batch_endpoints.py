@@ -1,0 +1,148 @@
+"""Batch API endpoints under the same policy: which ``:batch`` endpoint may serve a batch.
+
+OpenRouter lists a model's batch endpoints on their own
+(``/models/{author}/{slug}:batch/endpoints``), with their own prices; a model without
+any answers an empty list. They parse into the same records as the sync listing and
+are judged by the same :class:`~provider_router.routing.policy.ProviderPolicy`. A batch then
+runs on *one* provider, and the Batch API honours only ``provider.only``: there is no
+``quantizations`` filter, so a quantization floor has to become the pin. A provider
+slug pins every endpoint of that provider, so a provider with any batch endpoint the
+policy rejects (e.g. ``deepinfra`` int4 beside ``deepinfra/fp4``) is never pinned:
+the pin could not keep the rejected variant out.
+
+:func:`batch_route` picks the cheapest allowed batch endpoint for a workload (its own
+prices) and pins it alone (``only: [slug]``, ``allow_fallbacks: false``), so the price
+the budget reserves at is the price the batch is billed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+from provider_router._exceptions import ConfigurationError
+from provider_router.catalog.records import Endpoint, ModelEndpoints
+from provider_router.routing.policy import Decision, Decisions, ProviderPolicy
+from provider_router.routing.ranking import Workload, rank
+
+__all__ = ["BATCH_SUFFIX", "BatchRoute", "batch_listing_id", "batch_route"]
+
+BATCH_SUFFIX: Final = ":batch"
+
+
+def batch_listing_id(model_id: str) -> str:
+    """``author/slug:batch``: the id whose endpoints listing is the Batch API's."""
+    base = base_model_id(model_id)
+    return f"{base}{BATCH_SUFFIX}"
+
+
+def base_model_id(model_id: str) -> str:
+    """The model id without a ``:batch`` suffix."""
+    model_id = model_id.strip()
+    return model_id[: -len(BATCH_SUFFIX)] if model_id.endswith(BATCH_SUFFIX) else model_id
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRoute:
+    """Where a batch of ``model_id`` may run, and why.
+
+    Attributes:
+        model_id: the base model id (what a submit sends as ``model``).
+        decisions: the policy's verdict on every ``:batch`` endpoint.
+        endpoint: the chosen endpoint (the cheapest allowed one for the workload),
+            or None when no batch endpoint may serve the model.
+        reason: one plain sentence: why this endpoint, or why none.
+        unpinnable: allowed endpoints left out because their provider also lists a
+            rejected variant that a provider pin could not exclude.
+    """
+
+    model_id: str
+    decisions: Decisions
+    endpoint: Endpoint | None
+    reason: str
+    unpinnable: tuple[Endpoint, ...] = ()
+
+    @property
+    def available(self) -> bool:
+        return self.endpoint is not None
+
+    @property
+    def only(self) -> tuple[str, ...]:
+        """The ``provider.only`` pin (empty when no endpoint is available)."""
+        return () if self.endpoint is None else (self.endpoint.provider_slug,)
+
+    def provider_object(self) -> dict[str, Any]:
+        """The submit body's ``provider``: the pin alone, no fallback.
+
+        Raises:
+            ConfigurationError: no batch endpoint may serve the model (``reason`` says why).
+        """
+        if self.endpoint is None:
+            raise ConfigurationError(self.reason)
+        return {"only": list(self.only), "allow_fallbacks": False}
+
+    def prices(self) -> tuple[Decimal, Decimal]:
+        """(prompt, completion) USD per token of the chosen endpoint.
+
+        Raises:
+            ConfigurationError: no batch endpoint is available.
+        """
+        if self.endpoint is None:
+            raise ConfigurationError(self.reason)
+        pricing = self.endpoint.pricing
+        if pricing.prompt is None or pricing.completion is None:
+            raise ConfigurationError(f"batch endpoint {self.endpoint.slug!r} has no fixed price")
+        return pricing.prompt, pricing.completion
+
+
+def _pinnable(decisions: Sequence[Decision]) -> tuple[list[Endpoint], list[Endpoint]]:
+    """(allowed endpoints a provider pin keeps alone, allowed ones it could not)."""
+    tainted = {d.endpoint.provider_slug.lower() for d in decisions if not d.allowed}
+    keep: list[Endpoint] = []
+    left_out: list[Endpoint] = []
+    for decision in decisions:
+        if decision.allowed:
+            target = left_out if decision.endpoint.provider_slug.lower() in tainted else keep
+            target.append(decision.endpoint)
+    return keep, left_out
+
+
+def batch_route(
+    listing: ModelEndpoints,
+    policy: ProviderPolicy,
+    workload: Workload,
+    *,
+    model_id: str | None = None,
+) -> BatchRoute:
+    """Judge a ``:batch`` listing by ``policy`` and choose the endpoint to pin.
+
+    Args:
+        listing: the ``:batch`` endpoints listing (``Catalog.batch_endpoints``).
+        policy: the same policy the sync route uses.
+        workload: the request shape the endpoints are ranked by (their own prices).
+        model_id: the base model id (default: the listing's id without ``:batch``).
+    """
+    base = base_model_id(model_id or listing.id)
+    decisions = policy.evaluate(listing.endpoints, model_id=base)
+    if not listing.endpoints:
+        return BatchRoute(
+            base, decisions, None, f"{base} has no Batch API endpoint; only the sync route"
+        )
+    keep, left_out = _pinnable(decisions)
+    if not keep:
+        if left_out:
+            names = ", ".join(sorted({e.provider_slug for e in left_out}))
+            why = (
+                f"no batch endpoint of {base} can be pinned safely: {names} also list a variant "
+                "the policy rejects, and the Batch API has no quantization filter"
+            )
+        else:
+            why = f"the policy rejects every batch endpoint of {base}: " + "; ".join(
+                f"{d.endpoint.slug}: {d.reason}" for d in decisions.rejected
+            )
+        return BatchRoute(base, decisions, None, why, tuple(left_out))
+    best = rank(keep, workload=workload)[0].endpoint
+    why = f"{best.provider_name} ({best.slug}), the cheapest batch endpoint the policy allows"
+    return BatchRoute(base, decisions, best, why, tuple(left_out))

@@ -1,0 +1,1 @@
+"""The simulated chat completions: validation, delivery, bodies, streams and tools."""

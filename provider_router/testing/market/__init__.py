@@ -1,0 +1,1 @@
+"""The simulated market: models, endpoints, providers, and OpenRouter's routing over them."""

@@ -1,0 +1,97 @@
+"""Context length, enforced as OpenRouter does before any provider is paid.
+
+A request fits an endpoint when its prompt tokens plus the completion it asks for
+(``max_tokens``, else nothing) are within the endpoint's ``context_length``, and the
+prompt within its ``max_prompt_tokens`` when it lists one. What OpenRouter answers
+(API notes §4.1: the ``context_length_exceeded`` error type and the availability
+``constraint_filtered`` code with ``excluded_by: context_length``):
+
+* some candidate fits: only those are tried (the others are routed around);
+* none of the candidates fits, but another endpoint of the model would (the
+  routing preferences left it out): 404 ``constraint_filtered``, excluded by
+  ``context_length``;
+* no endpoint of the model fits: 400 ``context_length_exceeded``, worded as
+  OpenRouter words it ("This endpoint's maximum context length is N tokens.
+  However, you requested about M tokens (P of text input, C in the output)...").
+
+Nothing is billed in either case. Routing around too-small endpoints, and which
+of the two answers comes when, are assumptions (docs/simulator.md, fidelity table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from provider_router.testing.chat import bodies
+from provider_router.testing.market.listing import EndpointSpec, ModelSpec
+
+__all__ = ["fit_context"]
+
+DOCS_URL = "https://openrouter.ai/docs/guides/routing/provider-selection"
+
+
+def _fits(endpoint: EndpointSpec, prompt_tokens: int, completion: int) -> bool:
+    if prompt_tokens + completion > endpoint.context_length:
+        return False
+    limit = endpoint.max_prompt_tokens
+    return limit is None or prompt_tokens <= limit
+
+
+def _exceeded(model: ModelSpec, prompt_tokens: int, completion: int) -> web.Response:
+    largest = max(e.context_length for e in model.endpoints)
+    message = (
+        f"This endpoint's maximum context length is {largest} tokens. However, you "
+        f"requested about {prompt_tokens + completion} tokens ({prompt_tokens} of text "
+        f"input, {completion} in the output). Please reduce the length of either one, or "
+        'use the "middle-out" transform to compress your prompt automatically.'
+    )
+    body = bodies.error_body(400, message, {"error_type": "context_length_exceeded"})
+    return web.Response(body=bodies.dumps(body), status=400, content_type="application/json")
+
+
+def _filtered(model: ModelSpec) -> web.Response:
+    body = bodies.error_body(
+        404,
+        "No endpoints found that can handle the requested context length.",
+        {"error_type": "not_found"},
+    )
+    body["error"]["availability"] = {
+        "code": "constraint_filtered",
+        "retryable": False,
+        "requested_models": [model.id],
+        "excluded_by": ["context_length"],
+        "docs_url": DOCS_URL,
+    }
+    return web.Response(body=bodies.dumps(body), status=404, content_type="application/json")
+
+
+def fit_context(
+    model: ModelSpec,
+    candidates: Sequence[EndpointSpec],
+    prompt_tokens: int,
+    max_tokens: int | None,
+    smallest_context: int,
+) -> Sequence[EndpointSpec] | web.Response:
+    """The candidates the request fits, or the error OpenRouter answers instead.
+
+    ``smallest_context`` is the model's smallest ``context_length`` (and prompt
+    limit): a request within it fits everywhere, and skips the walk.
+    """
+    completion = max_tokens or 0
+    if prompt_tokens + completion <= smallest_context:
+        return candidates
+    fitting = [e for e in candidates if _fits(e, prompt_tokens, completion)]
+    if fitting:
+        return fitting if len(fitting) < len(candidates) else candidates
+    if any(_fits(e, prompt_tokens, completion) for e in model.endpoints):
+        return _filtered(model)
+    return _exceeded(model, prompt_tokens, completion)
+
+
+def smallest_context(model: ModelSpec) -> int:
+    """The request size every endpoint of ``model`` takes."""
+    smallest = min(e.context_length for e in model.endpoints)
+    prompts = [e.max_prompt_tokens for e in model.endpoints if e.max_prompt_tokens is not None]
+    return min([smallest, *prompts])
