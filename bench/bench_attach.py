@@ -53,7 +53,7 @@ def _plan(paths: list[Path], concurrency: int) -> Any:
 
 def _child(url: str, directory: str, variant: str, concurrency: int, conn: Any) -> None:
     _uvloop()
-    from provider_router import BatchRunner
+    from provider_router import JobRunner
     from provider_router.client._billing import Billing
 
     if variant == "stream, no attach":
@@ -67,7 +67,7 @@ def _child(url: str, directory: str, variant: str, concurrency: int, conn: Any) 
     paths = sorted(work.glob("*.jsonl"))
 
     async def main() -> dict[str, Any]:
-        runner = BatchRunner(
+        runner = JobRunner(
             _plan(paths, concurrency),
             work / f"out-{variant.replace(' ', '').replace(',', '-')}",
             base_url=url,

@@ -33,7 +33,7 @@ import yaml
 
 from provider_router.checks.verify import DEFAULT_SAMPLES, DEFAULT_TOOL_SAMPLES
 from provider_router.jobs.drift_history import DriftHistory
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store.outputs import read_outputs
 from provider_router.planning.plan import Plan
 from provider_router.testing import SimulatorServer
@@ -88,7 +88,7 @@ async def _one(name: str, args: argparse.Namespace) -> dict[str, Any]:
             api_keys=[DEFAULT_TEST_KEY], speed=math.inf, seed=3, market=market
         ) as sim:
             out = directory / "out"
-            runner = BatchRunner(
+            runner = JobRunner(
                 _plan(directory, args.prompts),
                 out,
                 base_url=sim.url,

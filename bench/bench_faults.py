@@ -3,7 +3,7 @@
 Run: ``python -m bench faults`` (``--quick`` for the small version the ``slow`` test
 runs; ``--seed``, ``--kills``, ``--only NAME,...``). Each scenario runs the batch
 CLI (``provider-router run``, one child process per run) or, where a fault must be
-injected into the process itself, its :class:`~provider_router.BatchRunner`, against
+injected into the process itself, its :class:`~provider_router.JobRunner`, against
 the local OpenRouter in this process with ``bill_abandoned=True``: a request whose
 client went away (a kill, a timeout) is still generated and billed in full, as a
 provider that does not cancel does. After each scenario a clean run resumes the job
@@ -383,7 +383,7 @@ def _free_port() -> int:
 
 async def ledger_write_error(job: Job, sim: Any, rng: random.Random) -> Outcome:
     """The ledger's settles fail: first for a while (retried), then for good (the run stops)."""
-    from provider_router.jobs.runner import BatchRunner
+    from provider_router.jobs.runner import JobRunner
     from provider_router.ledger.sqlite import SQLiteLedger
     from provider_router.planning.plan import Plan
 
@@ -410,7 +410,7 @@ async def ledger_write_error(job: Job, sim: Any, rng: random.Random) -> Outcome:
     job.out.mkdir(parents=True, exist_ok=True)
     ledger = Failing(path, job.budget, flaky=job.prompts // 10, broken=job.prompts // 3, lease=1.0)
     try:
-        runner = BatchRunner(plan, job.out, base_url=job.url, api_key=KEY, ledger=ledger)
+        runner = JobRunner(plan, job.out, base_url=job.url, api_key=KEY, ledger=ledger)
         summary = await runner.run()
         outcome.notes.append(f"first run: {summary.reason.value}")
         outcome.interruptions = 1

@@ -85,7 +85,7 @@ def _run_child(url: str, directory: str, target: int, rule: str, conn: Any) -> N
     import uvloop
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    from provider_router import BatchRunner, Plan
+    from provider_router import JobRunner, Plan
     from provider_router.jobs import runner as runner_module
 
     if rule == "old":
@@ -104,7 +104,7 @@ def _run_child(url: str, directory: str, target: int, rule: str, conn: Any) -> N
     )
 
     async def main() -> dict[str, Any]:
-        runner = BatchRunner(plan, Path(directory) / f"out-{rule}", base_url=url, api_key=KEY)
+        runner = JobRunner(plan, Path(directory) / f"out-{rule}", base_url=url, api_key=KEY)
         t0 = time.perf_counter()
         summary = await runner.run()
         (report,) = summary.datasets

@@ -87,21 +87,21 @@ def _paid_answers(sim: Any) -> int:
 
 
 def _runner(job: Job, *, preflight: bool, stream: bool) -> Any:
-    from provider_router.jobs.runner import BatchRunner
+    from provider_router.jobs.runner import JobRunner
     from provider_router.planning.plan import Plan
 
     plan = Plan.single(
         [job.input], model=MODEL, budget=job.budget, max_tokens=job.max_tokens,
         concurrency=job.concurrency, exclude_below="int4",
     )  # fmt: skip
-    return BatchRunner(
+    return JobRunner(
         plan, job.out, base_url=job.url, api_key=KEY, preflight=preflight, stream=stream
     )
 
 
 async def _run_once(job: Job, *, preflight: bool, stream: bool) -> tuple[str, Any]:
     """One in-process run: its one line (the summary's, or the failed preflight's)."""
-    from provider_router.checks.preflight import PreflightFailed
+    from provider_router._exceptions import PreflightFailed
 
     try:
         summary = await _runner(job, preflight=preflight, stream=stream).run()

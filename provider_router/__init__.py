@@ -23,6 +23,7 @@ from provider_router._exceptions import (
     CreditsExhausted,
     DataFileError,
     InvalidResponseError,
+    JobStopped,
     LedgerUnavailableError,
     LedgerWriteError,
     MissingDependencyError,
@@ -30,6 +31,7 @@ from provider_router._exceptions import (
     PaymentRequiredError,
     PermissionDeniedError,
     PolicyViolationError,
+    PreflightFailed,
     ProviderRouterError,
     ProviderUnavailableError,
     RateLimitError,
@@ -82,7 +84,7 @@ if _typing.TYPE_CHECKING:
     from provider_router.client.retry import Backoff, RetryPolicy, is_retryable
     from provider_router.client.router import ChatStream, Router
     from provider_router.jobs.observe.snapshots import DatasetProgress, RunProgress
-    from provider_router.jobs.runner import BatchRunner
+    from provider_router.jobs.runner import JobRunner
     from provider_router.jobs.store.journal import DatasetTally, FileJournal, Journal, LostRequest
     from provider_router.jobs.store.outputs import (
         DatasetMerge,
@@ -153,7 +155,7 @@ _LAZY: dict[str, str] = {
     "Architecture": "provider_router.catalog.records",
     "Backoff": "provider_router.client.retry",
     "BatchRoute": "provider_router.routing.batch_endpoints",
-    "BatchRunner": "provider_router.jobs.runner",
+    "JobRunner": "provider_router.jobs.runner",
     "BudgetFit": "provider_router.planning.projection",
     "CacheAffinity": "provider_router.client.affinity",
     "Catalog": "provider_router.catalog.fetch",
@@ -270,7 +272,6 @@ __all__ = [
     "Backoff",
     "BadRequestError",
     "BatchRoute",
-    "BatchRunner",
     "BudgetError",
     "BudgetExhausted",
     "BudgetFit",
@@ -302,6 +303,8 @@ __all__ = [
     "FileJournal",
     "GenerationParams",
     "InvalidResponseError",
+    "JobRunner",
+    "JobStopped",
     "Journal",
     "Ledger",
     "LedgerState",
@@ -325,6 +328,7 @@ __all__ = [
     "Plan",
     "PolicyViolationError",
     "PrefixShare",
+    "PreflightFailed",
     "Pricing",
     "PricingOverride",
     "Projection",

@@ -27,9 +27,11 @@ catch "my mistake" apart from "the world's":
     │   ├── BudgetExhausted                  the ledger cannot cover a reservation
     │   ├── CreditsExhausted                 OpenRouter's balance or key limit ran out
     │   ├── LedgerWriteError                 a paid answer the ledger could not record
-    │   └── LedgerUnavailableError           the ledger's store was gone past its outage window
+    │   ├── LedgerUnavailableError           the ledger's store was gone past its outage window
+    │   └── JobStopped                       a job (on Ray) ended with prompts not sent
     ├── PolicyViolationError                 an unallowed provider served a request
     ├── RouterStopping                       stopping (Router.stop): no new attempt started
+    ├── PreflightFailed                      a run's preflight found what it relies on missing
     └── AllAttemptsFailed (ExceptionGroup)   every attempt failed; holds each attempt's error
 
 Only ``_http`` translates aiohttp's exceptions into these (``raise ... from exc``).
@@ -61,6 +63,7 @@ __all__ = [
     "CreditsExhausted",
     "DataFileError",
     "InvalidResponseError",
+    "JobStopped",
     "LedgerUnavailableError",
     "LedgerWriteError",
     "MissingDependencyError",
@@ -68,6 +71,7 @@ __all__ = [
     "PaymentRequiredError",
     "PermissionDeniedError",
     "PolicyViolationError",
+    "PreflightFailed",
     "ProviderRouterError",
     "ProviderUnavailableError",
     "RateLimitError",
@@ -437,6 +441,22 @@ class LedgerUnavailableError(BudgetError):
     """
 
 
+class JobStopped(BudgetError):
+    """A job ended with prompts not sent (the budget, or OpenRouter's credits).
+
+    Every paid answer is kept in the job's store and output; :attr:`summary` says
+    what is left, and the message what budget finishes it.
+
+    Attributes:
+        summary: the job's :class:`~provider_router.jobs.RunSummary` (also written
+            as ``summary.json``).
+    """
+
+    def __init__(self, message: str, summary: Any) -> None:
+        self.summary = summary
+        super().__init__(message)
+
+
 # --- policy -----------------------------------------------------------------------
 
 
@@ -464,6 +484,20 @@ class RouterStopping(ProviderRouterError):
     def __init__(self, message: str, errors: Sequence[BaseException] = ()) -> None:
         super().__init__(message)
         self.errors = tuple(errors)
+
+
+class PreflightFailed(ProviderRouterError):
+    """A run's preflight found something the run relies on that does not hold.
+
+    Attributes:
+        report: every check, with the failures (a
+            :class:`~provider_router.checks.preflight.PreflightReport`).
+    """
+
+    def __init__(self, report: Any) -> None:
+        self.report = report
+        names = ", ".join(c.name for c in report.failures)
+        super().__init__(f"the preflight of {report.model} failed ({names})")
 
 
 class AllAttemptsFailed(ExceptionGroup[Exception], ProviderRouterError):

@@ -15,7 +15,7 @@ from typing import Any
 
 from provider_router._money import from_units
 from provider_router.jobs.batch_api.journal import BatchJournal
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -152,6 +152,6 @@ def small_plan(
     )
 
 
-def runner(plan: Plan, out: Path, sim: SimulatorServer) -> BatchRunner:
+def runner(plan: Plan, out: Path, sim: SimulatorServer) -> JobRunner:
     """A runner of ``plan`` into ``out`` against the local OpenRouter ``sim``."""
-    return BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
+    return JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)

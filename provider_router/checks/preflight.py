@@ -59,7 +59,7 @@ from provider_router.ledger import Ledger
 from provider_router.routing.policy import ProviderPolicy
 from provider_router.routing.ranking import Workload, rank
 
-__all__ = ["Check", "PreflightFailed", "PreflightReport", "preflight"]
+__all__ = ["Check", "PreflightReport", "preflight"]
 
 PREFLIGHT_PROMPT: Final = "Reply with the single word OK."
 GENERATION_ATTEMPTS: Final = 6
@@ -421,16 +421,3 @@ async def preflight(
             return PreflightReport(model, tuple(checks))
         more, cost, anomaly = await _ledgered_request_checks(http, model, top, sleep, ledger)
     return PreflightReport(model, (*checks, *more), cost, anomaly)
-
-
-class PreflightFailed(ProviderRouterError):
-    """A run's preflight found something the run relies on that does not hold.
-
-    Attributes:
-        report: every check, with the failures.
-    """
-
-    def __init__(self, report: PreflightReport) -> None:
-        self.report = report
-        names = ", ".join(c.name for c in report.failures)
-        super().__init__(f"the preflight of {report.model} failed ({names})")

@@ -24,7 +24,7 @@ from provider_router.catalog.records import ModelEndpoints
 from provider_router.cli._logging import report_events
 from provider_router.cli._project_render import render_projection
 from provider_router.jobs.observe.live import show_progress
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import RunSummary, StopReason
 from provider_router.planning.plan import Plan
 from provider_router.planning.projection import project
@@ -94,7 +94,7 @@ async def _run(
 ) -> list[RunSummary]:
     summaries = []
     for attempt in (1, 2):
-        runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
+        runner = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
         display = asyncio.ensure_future(show_progress(runner, console, "auto", interval=1.0))
         try:
             summary = await runner.run()

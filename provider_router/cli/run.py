@@ -42,9 +42,8 @@ from rich.console import Console
 
 from provider_router._collector import tune_for_process
 from provider_router._constants import ENV_API_KEY
-from provider_router._exceptions import ConfigurationError
+from provider_router._exceptions import ConfigurationError, PreflightFailed
 from provider_router._format import decimal_str
-from provider_router.checks.preflight import PreflightFailed
 from provider_router.cli._errors import UsageError, as_usage
 from provider_router.cli._logging import report_events
 from provider_router.cli._options import PRECISIONS, budget_usd, parse_count, positive_count
@@ -63,7 +62,7 @@ from provider_router.jobs.observe.batch_summary import write_batch_summary
 from provider_router.jobs.observe.batch_watch import BatchWatch
 from provider_router.jobs.observe.drift_view import verification_lines
 from provider_router.jobs.observe.live import show_progress
-from provider_router.jobs.runner import LEDGER_FILE, BatchRunner
+from provider_router.jobs.runner import LEDGER_FILE, JobRunner
 from provider_router.jobs.summary import EXIT_CODES, RunSummary, StopReason
 from provider_router.ledger import RedisLedger, SQLiteLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
@@ -355,7 +354,7 @@ async def open_shared_ledger(
 
 
 async def run_batch(
-    runner: BatchRunner,
+    runner: JobRunner,
     *,
     console: Console,
     progress: str = "auto",
@@ -460,7 +459,7 @@ def _handle(args: argparse.Namespace) -> int:
                 plan.ledger, name, budget, lease=args.lease, outage_window=args.outage_window
             )
         try:
-            runner = BatchRunner(
+            runner = JobRunner(
                 plan,
                 Path(args.out),
                 strict=args.strict,

@@ -127,7 +127,7 @@ class Outcomes:
         """The ledger's file (the runner sets it once the ledger is open)."""
         self.disk_error: OSError | None = None
         """Set when the ledger's file could not be written (a full disk): the run stopped
-        on it, and :meth:`BatchRunner.run <provider_router.jobs.runner.BatchRunner.run>`
+        on it, and :meth:`JobRunner.run <provider_router.jobs.runner.JobRunner.run>`
         raises it once everything else is written (the CLI: one line, exit 74)."""
         self._flush_pending = False
         self.drift: DriftWatch | None = None

@@ -2,7 +2,7 @@
 
 A pilot measures response lengths on a uniform sample of the plan's prompts. Run
 here, it is not a side trip paid outside the budget: the sampled prompts go
-through the :class:`~provider_router.jobs.runner.BatchRunner` of the job directory
+through the :class:`~provider_router.jobs.runner.JobRunner` of the job directory
 (``only=`` the sample), so every request reserves from the job's ledger under the
 plan's budget, and every answer is journaled and written as a first result of its
 dataset. ``provider-router run`` on the same directory then sends only the rest:
@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from provider_router.client.results import Usage
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store.outputs import read_outputs
 from provider_router.jobs.summary import RunSummary
 from provider_router.planning.plan import Plan
@@ -54,7 +54,7 @@ async def pilot_into_job(
     for index, dataset in enumerate(plan.datasets):
         sample, _ = sample_prompts(dataset.inputs, share, seed=seed + index)
         only[dataset.name] = {prompt.id for prompt in sample}
-    runner = BatchRunner(
+    runner = JobRunner(
         plan.with_overrides(concurrency=concurrency),
         out,
         base_url=base_url,

@@ -1,6 +1,6 @@
 """The batch runner: a plan's datasets through the routed, budgeted client, exactly once.
 
-:class:`BatchRunner` streams each dataset's prompts, skips what the journal has
+:class:`JobRunner` streams each dataset's prompts, skips what the journal has
 already completed, and keeps up to ``plan.concurrency`` requests in flight on one
 :class:`~provider_router.Router` (datasets interleaved round-robin). Each result
 is committed to the journal and its dataset's output file; the journal is
@@ -16,8 +16,8 @@ flushed once per event-loop turn, so a burst of completions costs two writes.
   says the credits are gone (:class:`~provider_router.CreditsExhausted`), the
   runner stops taking work, lets requests in flight finish, and reports what is
   left and what finishing would cost at the observed rates.
-* **Stopping.** :meth:`BatchRunner.stop` (the first Ctrl-C) stops taking work and
-  lets requests in flight finish; :meth:`BatchRunner.abandon` (the second) cancels
+* **Stopping.** :meth:`JobRunner.stop` (the first Ctrl-C) stops taking work and
+  lets requests in flight finish; :meth:`JobRunner.abandon` (the second) cancels
   them, and the client reconciles or counts each at its worst case.
 * **Resuming.** Running the same plan into the same directory again continues:
   crashed requests are reconciled through the ledger (by generation id where one
@@ -47,11 +47,11 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from provider_router._exceptions import ConfigurationError, LedgerUnavailableError
+from provider_router._exceptions import ConfigurationError, LedgerUnavailableError, PreflightFailed
 from provider_router._log import get_logger
 from provider_router._money import from_units
 from provider_router.catalog.verdicts import VerificationReport
-from provider_router.checks.preflight import PreflightFailed, PreflightReport, preflight
+from provider_router.checks.preflight import PreflightReport, preflight
 from provider_router.checks.verify import DEFAULT_SAMPLES
 from provider_router.client.metrics import Metrics
 from provider_router.client.router import Router
@@ -85,7 +85,7 @@ from provider_router.planning.plan import Plan
 from provider_router.planning.prompts import PromptReader
 from provider_router.routing.policy import ProviderPolicy
 
-__all__ = ["LEDGER_FILE", "SUMMARY_FILE", "BatchRunner", "DatasetProgress", "RunProgress"]
+__all__ = ["LEDGER_FILE", "SUMMARY_FILE", "JobRunner", "DatasetProgress", "RunProgress"]
 
 log = get_logger(__name__)
 
@@ -93,7 +93,7 @@ LEDGER_FILE = "ledger.sqlite"
 SUMMARY_FILE = "summary.json"
 
 
-class BatchRunner:
+class JobRunner:
     """Run a :class:`~provider_router.planning.plan.Plan` into a job directory.
 
     Args:
@@ -135,7 +135,7 @@ class BatchRunner:
 
     Example::
 
-        runner = BatchRunner(load_plan("plan.yaml"), "runs/b3")
+        runner = JobRunner(load_plan("plan.yaml"), "runs/b3")
         summary = await runner.run()
         print(summary.reason, summary.spent)
     """

@@ -15,6 +15,7 @@ See docs/workers.md for when to use Ray and what it costs.
 
 from __future__ import annotations
 
+from provider_router._exceptions import JobStopped
 from provider_router.ray._stage import (
     ANSWERED,
     FAILED,
@@ -24,7 +25,7 @@ from provider_router.ray._stage import (
     StageConfig,
 )
 from provider_router.ray._store import AnswerStore
-from provider_router.ray.job import JobStopped, RayJob
+from provider_router.ray.job import RayJob
 
 __all__ = [
     "ANSWERED",

@@ -10,7 +10,7 @@ runs on one thread of its own with its own event loop:
   and the run's :class:`~provider_router.ray._control.JobControl` counts and targets;
 * while it runs: the live progress (``run``'s own table and lines:
   :func:`~provider_router.jobs.observe.live.show_progress` reads this object as it reads
-  a :class:`~provider_router.jobs.runner.BatchRunner`), the Prometheus metrics, and
+  a :class:`~provider_router.jobs.runner.JobRunner`), the Prometheus metrics, and
   the stop word of a first Ctrl-C;
 * at the end: the account correction, the preflight's cost in the summary.
 """
@@ -28,8 +28,9 @@ from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
 
+from provider_router._exceptions import PreflightFailed
 from provider_router._log import get_logger
-from provider_router.checks.preflight import PreflightFailed, PreflightReport, preflight
+from provider_router.checks.preflight import PreflightReport, preflight
 from provider_router.client.metrics import Metrics
 from provider_router.client.router import Router
 from provider_router.jobs.observe.finish import plan_to_finish
@@ -249,7 +250,7 @@ class DriverLoop:
         if self.metrics is not None:
             self._update_metrics(self.metrics)
 
-    # --- what the display reads (as a BatchRunner's) ----------------------------------------
+    # --- what the display reads (as a JobRunner's) ----------------------------------------
 
     @property
     def ledger(self) -> DriverLoop:

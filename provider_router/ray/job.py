@@ -46,7 +46,11 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import SecretStr
 
-from provider_router._exceptions import BudgetError, ConfigurationError, MissingDependencyError
+from provider_router._exceptions import (
+    ConfigurationError,
+    JobStopped,
+    MissingDependencyError,
+)
 from provider_router._format import format_usd
 from provider_router._http import session as _http
 from provider_router._money import to_decimal
@@ -71,7 +75,7 @@ from provider_router.ray._tally import tally
 if TYPE_CHECKING:
     from ray.data import Dataset
 
-__all__ = ["JobStopped", "RayJob", "run_sync"]
+__all__ = ["RayJob", "run_sync"]
 
 DEFAULT_CALLS_PER_ACTOR: Final = 16
 """Tasks (blocks) one actor runs at once. A task ends with its slowest row, so with one
@@ -88,21 +92,6 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to its end from sync code, even where a loop already runs (notebooks)."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
-
-
-class JobStopped(BudgetError):
-    """A job ended with prompts not sent (the budget, or OpenRouter's credits).
-
-    Every paid answer is kept in the job's store and output; :attr:`summary` says
-    what is left, and the message what budget finishes it.
-
-    Attributes:
-        summary: the job's summary (also written as ``summary.json``).
-    """
-
-    def __init__(self, message: str, summary: RunSummary) -> None:
-        self.summary = summary
-        super().__init__(message)
 
 
 def _import_ray_data() -> Any:

@@ -13,7 +13,7 @@ import pytest
 from provider_router import SQLiteLedger
 from provider_router.cli import main
 from provider_router.cli._options import parse_count
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.planning.plan import load_plan
 from provider_router.testing.server import SimulatorServer
 
@@ -150,7 +150,7 @@ async def test_a_plan_file_with_a_pilot_that_is_the_jobs_first_requests(
     kept = {name: (out / f"{name}.jsonl").read_text().count("\n") for name in ("b3", "b4")}
     assert kept == {"b3": 20, "b4": 20}
     # The run on the same directory sends only the rest: every prompt once.
-    runner = BatchRunner(load_plan(plan), out, base_url=openrouter_sim.url)
+    runner = JobRunner(load_plan(plan), out, base_url=openrouter_sim.url)
     assert (await runner.run()).spent > paid
     chats = [r for r in openrouter_sim.requests if r.route == "chat"]
     assert len(chats) == 120

@@ -17,7 +17,7 @@ from _router_helpers import KIMI, MESSAGES, MakeRouter, served_as
 
 from provider_router import Catalog, ConfigurationError, MemoryLedger, Router
 from provider_router.catalog.records import ModelEndpoints
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import EXIT_CODES, StopReason
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, Market, SimulatorServer
@@ -113,7 +113,7 @@ async def test_a_cost_anomaly_stops_a_batch_with_a_clear_reason(
     openrouter_sim_factory: Factory, tmp_path: Path
 ) -> None:
     sim: SimulatorServer = await openrouter_sim_factory(overcharge=20, completion_tokens=50)
-    runner = BatchRunner(
+    runner = JobRunner(
         plan_of(tmp_path, 20), tmp_path / "out", base_url=sim.url, api_key=DEFAULT_TEST_KEY
     )
     summary = await runner.run()
@@ -172,7 +172,7 @@ async def test_violations_in_a_row_stop_a_batch(
     stale = await stale_listing(openrouter_sim_factory)
     live = served_as("Impostor AI")
     sim: SimulatorServer = await openrouter_sim_factory(market=live, completion_tokens=30)
-    runner = BatchRunner(
+    runner = JobRunner(
         plan_of(tmp_path, 20),
         tmp_path / "out",
         base_url=sim.url,

@@ -18,7 +18,7 @@ import pytest
 from _job_helpers import ledger_spent, read_records, write_prompts
 
 from provider_router.cli import main
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import StopReason
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -31,7 +31,7 @@ async def _no_wait(_: float) -> None:
     return None
 
 
-def runner(tmp_path: Path, sim: SimulatorServer, *, preflight: bool = False) -> BatchRunner:
+def runner(tmp_path: Path, sim: SimulatorServer, *, preflight: bool = False) -> JobRunner:
     plan = Plan.single(
         [write_prompts(tmp_path / "p.jsonl", 6)],
         model=KIMI,
@@ -40,7 +40,7 @@ def runner(tmp_path: Path, sim: SimulatorServer, *, preflight: bool = False) -> 
         concurrency=1,
         exclude_below="int4",
     )
-    return BatchRunner(
+    return JobRunner(
         plan,
         tmp_path / "out",
         base_url=sim.url,
@@ -68,7 +68,7 @@ async def test_a_disputed_cost_halts_the_job_without_booking_it(
     sim: SimulatorServer = await openrouter_sim_factory(completion_tokens=50, faults=[fault])
     job = runner(tmp_path, sim, preflight=preflight)
     if preflight:
-        from provider_router.checks.preflight import PreflightFailed
+        from provider_router._exceptions import PreflightFailed
 
         with pytest.raises(PreflightFailed):
             await job.run()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import provider_router as pr
 from provider_router.jobs.drift import redo_flagging
 from provider_router.jobs.drift_history import DriftCheck, DriftHistory, flag_rows
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store.outputs import encode_record, make_record
 from provider_router.planning.plan import Plan
 
@@ -154,15 +154,15 @@ def dataclass_replace(verdict: pr.EndpointVerdict) -> pr.EndpointVerdict:
 def test_a_negative_verify_every_is_refused(tmp_path: Path) -> None:
     plan = small_plan(tmp_path)
     with pytest.raises(pr.ConfigurationError, match="verify_every must be ≥ 0"):
-        BatchRunner(plan, tmp_path / "out", verify=True, verify_every=-1)
+        JobRunner(plan, tmp_path / "out", verify=True, verify_every=-1)
     data = plan.model_dump(mode="json")
     data["verify_every"] = -5
     with pytest.raises(ValueError, match="verify_every"):
         Plan.model_validate(data)
     data["verify_every"] = 50
-    assert BatchRunner(Plan.model_validate(data), tmp_path / "out").verify_every == 50
-    assert BatchRunner(plan, tmp_path / "out").verify_every == 1000
-    assert BatchRunner(plan, tmp_path / "out", verify_every=0).verify_every is None
+    assert JobRunner(Plan.model_validate(data), tmp_path / "out").verify_every == 50
+    assert JobRunner(plan, tmp_path / "out").verify_every == 1000
+    assert JobRunner(plan, tmp_path / "out", verify_every=0).verify_every is None
 
 
 _TEXT = st.text(alphabet=st.sampled_from('ab "\\}{:é\n漢'), max_size=30)

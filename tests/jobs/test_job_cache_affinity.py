@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from provider_router.jobs.observe.report import write_report
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import StopReason
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -46,7 +46,7 @@ async def _run(tmp_path: Path, sim: SimulatorServer, affinity: bool) -> None:
         }
     )
     out = tmp_path / f"out{affinity}"
-    runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
+    runner = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
     summary = await runner.run()
     assert summary.reason is StopReason.COMPLETE
     saved = json.loads((out / "summary.json").read_text())["cache_saved_usd"]

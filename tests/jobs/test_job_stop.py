@@ -15,7 +15,7 @@ from typing import Any
 from _job_helpers import write_prompts
 from _polling import until
 
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import StopReason
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -48,7 +48,7 @@ async def test_a_batch_stopped_while_retries_back_off_starts_no_attempt(
         concurrency=3,
         exclude_below="int4",
     )
-    runner = BatchRunner(
+    runner = JobRunner(
         plan, tmp_path / "out", base_url=sim.url, api_key=DEFAULT_TEST_KEY,
         router_options={"sleep": sleep},
     )  # fmt: skip

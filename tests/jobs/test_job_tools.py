@@ -12,7 +12,7 @@ import pytest
 from _job_helpers import assert_consistent
 from pydantic import ValidationError
 
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store.outputs import export_conversations, to_conversation
 from provider_router.jobs.summary import StopReason
 from provider_router.planning.plan import GenerationParams, Plan
@@ -74,7 +74,7 @@ async def test_tool_calls_are_kept_in_the_output_and_exported_for_specforge(
         }
     )
     out = tmp_path / "out"
-    summary = await BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
+    summary = await JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert summary.reason is StopReason.COMPLETE
     records = {r["id"]: r for r in assert_consistent(out, ["t"])}
     sent = {r.generation_id: r for r in sim.log.chat()}

@@ -21,7 +21,7 @@ from provider_router.jobs.observe.live import progress_lines
 from provider_router.jobs.observe.report import write_report
 from provider_router.jobs.observe.status import status_lines
 from provider_router.jobs.observe.timeline import TimelineWriter
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import finish_words
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -53,14 +53,14 @@ def _read(text: str, *, optional: tuple[str, ...] = ()) -> dict[str, str]:
     return found
 
 
-def _write_line(runner: BatchRunner, *, final: bool = False) -> None:
+def _write_line(runner: JobRunner, *, final: bool = False) -> None:
     """A timeline line now, as the run's writer writes one each second (Prometheus too)."""
     writer = TimelineWriter(runner)
     writer.write(final=final)
     writer.close()
 
 
-def _display(runner: BatchRunner) -> dict[str, str]:
+def _display(runner: JobRunner) -> dict[str, str]:
     # The live header names waiting for budget only while some wait.
     return _read(progress_lines(runner.progress())[0], optional=("waiting",))
 
@@ -118,7 +118,7 @@ async def test_every_view_of_one_run_agrees_while_waiting_for_budget_and_at_its_
     )
     out = tmp_path / "out"
     metrics = Metrics()
-    runner = BatchRunner(
+    runner = JobRunner(
         plan,
         out,
         base_url=sim.url,

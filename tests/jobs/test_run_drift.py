@@ -31,7 +31,7 @@ from _polling import until
 import provider_router as pr
 from provider_router._money import from_units
 from provider_router.jobs.drift_history import DriftHistory
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store.outputs import export_conversations
 from provider_router.planning.plan import Plan
 from provider_router.testing import SimulatorServer
@@ -51,7 +51,7 @@ async def _run(
     every: int,
     only: Mapping[str, Collection[str]] | None = None,
 ) -> pr.RunSummary:
-    runner = BatchRunner(
+    runner = JobRunner(
         plan,
         out,
         base_url=sim.url,
@@ -258,7 +258,7 @@ async def test_a_resume_without_verify_keeps_the_exclusion(
 ) -> None:
     sim, plan, out, flagged = await _failed_mid_run(tmp_path, openrouter_sim_factory, sent=40)
     before = {r["id"] for r in _rows(out)}
-    summary = await BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
+    summary = await JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert summary.reason is pr.StopReason.COMPLETE
     assert any(note.startswith("kept excluded: chutes") for note in summary.recovered)
     rows = _rows(out)
@@ -295,7 +295,7 @@ async def test_a_flagging_a_kill_interrupted_is_done_again_on_resume(
     if verify:
         summary = await _run(plan, out, sim, every=10)
     else:
-        summary = await BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
+        summary = await JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert summary.reason is pr.StopReason.COMPLETE
     # (A row written without --verify has no flag: nothing checked it.)
     assert {r["id"] for r in _rows(out) if r.get("drift_flagged")} == flagged
@@ -317,7 +317,7 @@ async def test_a_damaged_verify_json_is_refused_before_anything_is_written(
     (out / "verify.json").write_text('{"drift": ')
     plan = small_plan(tmp_path)
     for verify in (True, False):
-        runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=verify)
+        runner = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=verify)
         with pytest.raises(pr.ConfigurationError, match=r"verify\.json is not a verification"):
             await runner.run()
     assert sorted(p.name for p in out.iterdir()) == ["verify.json"]
@@ -407,13 +407,13 @@ async def test_a_lost_verify_json_is_refused_while_the_journal_remembers_an_excl
     journal = (out / "journal.jsonl").read_bytes()
     sent = len(sim.requests)
     for verify in (True, False):
-        runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=verify)
+        runner = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=verify)
         with pytest.raises(pr.ConfigurationError, match=r"does not list chutes, which failed"):
             await runner.run()
     assert (out / "journal.jsonl").read_bytes() == journal  # nothing written
     assert len(sim.requests) == sent  # nothing sent
     (out / "verify.json").write_bytes(kept)  # restored: the job goes on, Chutes excluded
-    summary = await BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
+    summary = await JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert summary.reason is pr.StopReason.COMPLETE
     assert len(_rows(out)) == 60
 
@@ -428,7 +428,7 @@ async def test_an_older_ledger_that_forgot_a_check_is_refused(
     out = tmp_path / "out"
     plan = small_plan(tmp_path, requests=None, prompts=20)
     only = {"p": [f"q{n}" for n in range(10)]}
-    first = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, only=only)
+    first = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, only=only)
     assert (await first.run()).reason is pr.StopReason.COMPLETE
     old = tmp_path / "old.sqlite"
     shutil.copy(out / "ledger.sqlite", old)
@@ -443,7 +443,7 @@ async def test_an_older_ledger_that_forgot_a_check_is_refused(
     shutil.copy(old, out / "ledger.sqlite")
     sent = len(sim.requests)
     for verify in (True, False):
-        runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=verify)
+        runner = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=verify)
         with pytest.raises(pr.DataFileError, match=r"less than the .* verification checks"):
             await runner.run()
     assert len(sim.requests) == sent  # refused before anything was sent
@@ -501,7 +501,7 @@ async def test_a_flagging_done_again_flags_from_the_earliest_pass_of_a_providers
     assert flagged == set(chutes)  # the check itself: from the earlier pass
 
     _cut_short_flagging(out, flagged)
-    runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, only=only)
+    runner = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, only=only)
     assert (await runner.run()).reason is pr.StopReason.COMPLETE
     assert {r["id"] for r in _rows(out) if r.get("drift_flagged")} == flagged
     assert DriftHistory.load(out / "verify.json").flagged == len(flagged)

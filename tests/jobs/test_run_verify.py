@@ -13,7 +13,7 @@ from _markets import degraded_market
 
 import provider_router as pr
 from provider_router.cli import main
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.testing import SimulatorServer
 from provider_router.testing.server import DEFAULT_TEST_KEY
 
@@ -28,7 +28,7 @@ async def test_a_provider_that_fails_verification_serves_nothing_of_the_job(
     )
     plan = small_plan(tmp_path, requests=None, prompts=40)
     out = tmp_path / "out"
-    runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=True)
+    runner = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=True)
     summary = await runner.run()
     assert summary.reason is pr.StopReason.COMPLETE
     report = pr.VerificationReport.load(out / "verify.json")

@@ -15,7 +15,7 @@ from _job_helpers import assert_consistent, ledger_spent, read_records, write_pr
 from _polling import until
 
 from provider_router import DataFileError, MemoryLedger
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import StopReason
 from provider_router.ledger import Reservation
 from provider_router.planning.plan import Plan
@@ -43,8 +43,8 @@ def two_dataset_plan(tmp_path: Path, budget: str = "10", **dataset: Any) -> Plan
     )
 
 
-def runner(plan: Plan, out: Path, sim: SimulatorServer, **kwargs: Any) -> BatchRunner:
-    return BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, **kwargs)
+def runner(plan: Plan, out: Path, sim: SimulatorServer, **kwargs: Any) -> JobRunner:
+    return JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, **kwargs)
 
 
 async def test_a_plan_runs_to_completion_exactly_once(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from _job_helpers import assert_consistent, write_prompts
 
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import StopReason
 from provider_router.jobs.targets import InFlightPricer
 from provider_router.planning.plan import Plan
@@ -118,7 +118,7 @@ async def test_a_first_wave_longer_than_half_the_cap_does_not_overshoot(
     sim = await openrouter_sim_factory(completion_tokens=900)
     out = tmp_path / "out"
     p = plan(tmp_path, 500, concurrency=200, max_tokens=1000, target_output_tokens=10_000)
-    summary = await BatchRunner(p, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
+    summary = await JobRunner(p, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert summary.reason is StopReason.COMPLETE
     (report,) = summary.datasets
     assert 10_000 <= report.output_tokens < 10_000 + 1000  # at most one request over
@@ -131,7 +131,7 @@ async def test_a_target_the_prompts_cannot_reach_is_not_complete(
     sim = await openrouter_sim_factory(completion_tokens=100)
     out = tmp_path / "out"
     p = plan(tmp_path, 5, concurrency=4, max_tokens=200, target_output_tokens=50_000)
-    summary = await BatchRunner(p, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
+    summary = await JobRunner(p, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert summary.reason is StopReason.TARGET_NOT_REACHED
     assert summary.exit_code != 0
     assert "a: its prompts ran out at 500 of 50,000 target output tokens" in summary.message
@@ -148,7 +148,7 @@ async def test_a_request_cap_below_the_prompts_is_still_complete(
     p = plan(
         tmp_path, 20, concurrency=4, max_tokens=200, target_output_tokens=50_000, max_requests=5
     )
-    summary = await BatchRunner(p, tmp_path / "o", base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
+    summary = await JobRunner(p, tmp_path / "o", base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert summary.reason is StopReason.COMPLETE
 
 

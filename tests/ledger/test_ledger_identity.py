@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from provider_router import DataFileError, RedisLedger
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import StopReason
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -40,7 +40,7 @@ def small_plan(tmp_path: Path, requests: int) -> Plan:
 
 
 async def run(plan: Plan, out: Path, sim: SimulatorServer, ledger: RedisLedger) -> StopReason:
-    runner = BatchRunner(plan, out, ledger=ledger, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
+    runner = JobRunner(plan, out, ledger=ledger, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
     return (await runner.run()).reason
 
 

@@ -20,7 +20,7 @@ from _polling import until
 from provider_router import ConfigurationError, LedgerUnavailableError, RedisLedger
 from provider_router.cli import build_parser
 from provider_router.cli.run import open_shared_ledger
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import RunSummary, StopReason
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -231,7 +231,7 @@ def records(out: Path) -> list[str]:
 async def run_through_outage(
     plan: Plan, out: Path, sim: SimulatorServer, book: RedisLedger, redis: RestartableRedis
 ) -> RunSummary:
-    runner = BatchRunner(plan, out, ledger=book, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
+    runner = JobRunner(plan, out, ledger=book, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
     task = asyncio.ensure_future(runner.run())
     await until(lambda: len(records(out)) >= 5 or task.done())
     redis.stop()
@@ -276,7 +276,7 @@ async def test_a_long_outage_stops_the_run_with_one_line_and_it_resumes(
     redis.start()
     later = time.time() + 3600  # the first run's leases have run out
     async with RedisLedger(redis.url, "run-long", clock=lambda: later) as again:
-        runner = BatchRunner(plan, out, ledger=again, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
+        runner = JobRunner(plan, out, ledger=again, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
         summary = await runner.run()
         state = await again.snapshot()
     assert (summary.reason, summary.exit_code) == (StopReason.COMPLETE, 0)

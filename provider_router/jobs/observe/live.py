@@ -1,6 +1,6 @@
 """Progress of a running batch: a live rich table on a terminal, plain lines elsewhere.
 
-The display polls :meth:`BatchRunner.progress` a few times a second; nothing
+The display polls :meth:`JobRunner.progress` a few times a second; nothing
 here runs on the per-request path. Per dataset it shows requests done / total,
 output tokens toward the target, spend, effective $ per million output tokens,
 requests/s and tokens/s (this run), and an ETA in time and money; the header
@@ -24,7 +24,7 @@ from rich.text import Text
 from provider_router._format import format_usd
 from provider_router.jobs.observe.finish import finish_words, money_to_finish, plan_to_finish
 from provider_router.jobs.observe.snapshots import DatasetProgress, RunProgress
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import per_million
 
 __all__ = ["ProgressMode", "dataset_eta", "progress_lines", "progress_table", "show_progress"]
@@ -153,14 +153,14 @@ def progress_lines(p: RunProgress) -> Sequence[str]:
     return lines
 
 
-async def _refresh_ledger(runner: BatchRunner) -> None:
+async def _refresh_ledger(runner: JobRunner) -> None:
     if runner.ledger is not None:
         with contextlib.suppress(Exception):
             runner.ledger_state = await runner.ledger.snapshot()
 
 
 async def show_progress(
-    runner: BatchRunner,
+    runner: JobRunner,
     console: Console,
     mode: ProgressMode = "auto",
     *,

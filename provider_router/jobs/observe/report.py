@@ -79,7 +79,7 @@ def _dec(value: Any) -> Decimal | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Completion:
+class ReportRow:
     """What the report needs of one output record."""
 
     dataset: str
@@ -97,7 +97,7 @@ class RunData:
     directory: Path
     summary: dict[str, Any] | None = None
     timeline: list[dict[str, Any]] = field(default_factory=list)
-    completions: list[Completion] = field(default_factory=list)
+    completions: list[ReportRow] = field(default_factory=list)
     sampled: bool = False
     """Only the tail of some output file was read: ``completions`` are the latest ones."""
     batches: BatchView | None = None
@@ -147,7 +147,7 @@ def _money_text(value: Any) -> str:
     return "?" if amount is None else format_usd(amount)
 
 
-def _completions(path: Path, dataset: str, data: RunData) -> Iterator[Completion]:
+def _completions(path: Path, dataset: str, data: RunData) -> Iterator[ReportRow]:
     try:
         handle = path.open("rb")
     except OSError:
@@ -162,7 +162,7 @@ def _completions(path: Path, dataset: str, data: RunData) -> Iterator[Completion
             try:
                 record = json.loads(raw)
                 usage = record.get("usage") or {}
-                yield Completion(
+                yield ReportRow(
                     dataset=dataset,
                     provider=str(record.get("provider") or "unknown"),
                     cost=Decimal(str(record.get("cost") or 0)),

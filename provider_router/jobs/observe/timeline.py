@@ -2,7 +2,7 @@
 
 The report (``report.html``) and ``provider-router status`` read it; the run never
 does: a missing, torn or unwritable timeline costs the charts their detail, never
-the run its work. Each line is a snapshot of :meth:`BatchRunner.progress`:
+the run its work. Each line is a snapshot of :meth:`JobRunner.progress`:
 
 ``{"t": unix seconds, "elapsed": s, "limit": "$", "spent": "$", "reserved": "$",
 "completed": n, "output_tokens": n, "failures": n, "retries": n, "rate_limited": n,
@@ -115,7 +115,7 @@ class TimelineWriter:
     """Appends the runner's progress to ``DIR/timeline.ndjson`` while it runs.
 
     Args:
-        runner: the batch runner (its :meth:`~BatchRunner.progress` is sampled).
+        runner: the batch runner (its :meth:`~JobRunner.progress` is sampled).
         path: the file (default ``<runner.out>/timeline.ndjson``).
         interval: seconds between lines.
         clock: wall-clock seconds (injected in tests).

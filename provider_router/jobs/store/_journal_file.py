@@ -48,7 +48,7 @@ __all__ = [
     "FORMAT_VERSION",
     "JOURNAL_FILE",
     "NO_LOCATION",
-    "Batch",
+    "LineGroup",
     "DatasetState",
     "DatasetTally",
     "LostRequest",
@@ -117,7 +117,7 @@ class OutputFile:
         self.pending: list[bytes] = []
 
 
-class Batch:
+class LineGroup:
     """Consecutive claims or completions of one dataset: one journal line."""
 
     __slots__ = ("columns", "ds", "op")
@@ -492,15 +492,15 @@ class Replay:
         self.outputs[ds] = OutputFile(path, committed)
         return repairs
 
-    def _adopt_paid(self, ds: str, path: Path, committed: int) -> tuple[Batch, int, int]:
+    def _adopt_paid(self, ds: str, path: Path, committed: int) -> tuple[LineGroup, int, int]:
         """The whole records past ``committed`` that prove a payment, made done again.
 
         Records are taken in order while each is a whole line, parses, belongs to
         ``ds``, carries a generation id and is not done already; the first that is
-        not ends the adoption (what follows is cut). Returns the ``done`` batch, the
+        not ends the adoption (what follows is cut). Returns the ``done`` group, the
         new committed length, and how many records with a generation id are cut.
         """
-        batch = Batch("done", ds)
+        group = LineGroup("done", ds)
         state = self.states[ds]
         end = committed
         cut_paid = 0
@@ -519,11 +519,11 @@ class Replay:
                 for name, value in zip(
                     COLUMNS, (pid, end, out, prompt, cost, NO_LOCATION), strict=True
                 ):
-                    batch.columns[name].append(value)
-        if batch.columns["ids"]:
+                    group.columns[name].append(value)
+        if group.columns["ids"]:
             state.locations.add(NO_LOCATION)
-            self._count(state, batch.columns, 1)
-        return batch, end, cut_paid
+            self._count(state, group.columns, 1)
+        return group, end, cut_paid
 
     def _revoke_past(
         self, ds: str, size: int, lines: list[bytes]
@@ -540,7 +540,7 @@ class Replay:
                 for pid in entry["ids"]:
                     current.pop(pid, None)
         gone = [row for row in current.values() if row[1] > size]
-        revoke = Batch("revoke", ds)
+        revoke = LineGroup("revoke", ds)
         revoke.columns = {name: [row[i] for row in gone] for i, name in enumerate(COLUMNS)}
         state = self.states[ds]
         state.done.difference_update(revoke.columns["ids"])

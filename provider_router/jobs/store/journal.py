@@ -1,4 +1,4 @@
-"""The journal: what makes a batch job exactly-once across crashes and restarts.
+"""The journal: what makes a job exactly-once across crashes and restarts.
 
 One append-only JSONL file (``journal.jsonl``) beside the per-dataset outputs
 records every claim of a prompt, every completion, every failure. Completed
@@ -52,9 +52,9 @@ from provider_router.jobs.store._journal_file import (
     FORMAT_VERSION,
     JOURNAL_FILE,
     NO_LOCATION,
-    Batch,
     DatasetState,
     DatasetTally,
+    LineGroup,
     LostRequest,
     OutputFile,
     Replay,
@@ -160,10 +160,10 @@ class FileJournal:
         # Buffered until flush, written in this order: claims, notes, completions.
         # (A claim and the completion of the same prompt may share a flush; a
         # release flushes first, so a re-claim never precedes its earlier release.)
-        self._claims: dict[str, Batch] = {}
+        self._claims: dict[str, LineGroup] = {}
         self._pending: list[bytes] = []
-        self._dones: dict[str, Batch] = {}
-        self._locates: dict[str, Batch] = {}
+        self._dones: dict[str, LineGroup] = {}
+        self._locates: dict[str, LineGroup] = {}
         self._fh: IO[bytes] | None = None
         self._lock_fd: int | None = None
         self._closed = False
@@ -317,12 +317,12 @@ class FileJournal:
         if prompt_id not in state.done:
             raise KeyError(f"{dataset}/{prompt_id} is not done")
         state.locations.add(location)
-        batch = self._locates.get(dataset)
-        if batch is None:
-            batch = self._locates[dataset] = Batch("locate", dataset)
-            batch.columns["loc"] = []
-        batch.columns["ids"].append(prompt_id)
-        batch.columns["loc"].append(location)
+        group = self._locates.get(dataset)
+        if group is None:
+            group = self._locates[dataset] = LineGroup("locate", dataset)
+            group.columns["loc"] = []
+        group.columns["ids"].append(prompt_id)
+        group.columns["loc"].append(location)
 
     def check_outputs(self, datasets: list[str]) -> None:
         """Refuse output files of ``datasets`` that this journal did not write.
@@ -368,19 +368,19 @@ class FileJournal:
             if self._fh is not None:
                 _write_all(self._fh, dumps({"op": "output", "ds": ds}).encode() + b"\n")
 
-    def _batch(self, op: str, ds: str) -> Batch:
-        batches = self._claims if op == "claim" else self._dones
-        batch = batches.get(ds)
-        if batch is None:
-            batch = batches[ds] = Batch(op, ds)
-        return batch
+    def _group(self, op: str, ds: str) -> LineGroup:
+        groups = self._claims if op == "claim" else self._dones
+        group = groups.get(ds)
+        if group is None:
+            group = groups[ds] = LineGroup(op, ds)
+        return group
 
     def claim(self, dataset: str, prompt_id: str) -> bool:
         key = (dataset, prompt_id)
         if key in self._inflight or self.is_done(dataset, prompt_id):
             return False
         self._inflight[key] = None
-        self._batch("claim", dataset).columns["ids"].append(prompt_id)
+        self._group("claim", dataset).columns["ids"].append(prompt_id)
         return True
 
     def attach(self, dataset: str, prompt_id: str, generation_id: str) -> None:
@@ -414,7 +414,7 @@ class FileJournal:
         output.pending.append(record)
         output.size += len(record)
         loc = NO_LOCATION if location is None else location
-        columns = self._batch("done", dataset).columns
+        columns = self._group("done", dataset).columns
         columns["ids"].append(prompt_id)
         columns["end"].append(output.size)
         columns["out"].append(output_tokens)
@@ -531,10 +531,10 @@ class FileJournal:
                 _write_all(output.fh, b"".join(output.pending))
                 output.pending.clear()
         if self._claims or self._pending or self._dones or self._locates:
-            lines = [batch.encode() for batch in self._claims.values()]
+            lines = [group.encode() for group in self._claims.values()]
             lines += self._pending
-            lines += [batch.encode() for batch in self._locates.values()]
-            lines += [batch.encode() for batch in self._dones.values()]
+            lines += [group.encode() for group in self._locates.values()]
+            lines += [group.encode() for group in self._dones.values()]
             self._claims.clear()
             self._pending.clear()
             self._locates.clear()

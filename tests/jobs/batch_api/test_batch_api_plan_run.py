@@ -17,7 +17,7 @@ from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api_runner import batch_datasets, run_plan_batches
 from provider_router.jobs.observe.timeline import TIMELINE_FILE, read_timeline
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
@@ -103,7 +103,7 @@ async def test_a_sync_run_writes_a_kept_answer_whose_prompt_returns_and_sends_it
     lines[3] = json.dumps({"id": "q3", "prompt": "another question", "n": 3})
     inputs.write_text("\n".join(lines) + "\n")
     charged = sim.simulator.usage
-    summary = await BatchRunner(synced, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
+    summary = await JobRunner(synced, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     records = {r["id"]: r for r in read_records(out / "p.jsonl")}
     assert sorted(records) == [f"q{n}" for n in range(5)]
     assert records["q1"]["generation_id"] == kept["q1"]["answer"]["id"]

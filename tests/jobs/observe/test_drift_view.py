@@ -38,7 +38,7 @@ from provider_router.jobs.observe.drift_view import (
 from provider_router.jobs.observe.report import write_report
 from provider_router.jobs.observe.status import status_lines
 from provider_router.jobs.observe.timeline import TIMELINE_FILE
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.testing.server import DEFAULT_TEST_KEY
 
 
@@ -52,7 +52,7 @@ async def _drifted_run(
     (``watch``: awaited with the run's task while it runs)."""
     sim, _ = await chutes_turning(tmp_path, factory, checks=2, rows=60)
     out = tmp_path / "out"
-    runner = BatchRunner(
+    runner = JobRunner(
         small_plan(tmp_path, requests=None, prompts=200),
         out,
         base_url=sim.url,

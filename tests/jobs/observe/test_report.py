@@ -24,7 +24,7 @@ from provider_router.cli import main
 from provider_router.jobs.observe.report import CHARTS, REPORT_FILE, load_run, write_report
 from provider_router.jobs.observe.status import status_lines
 from provider_router.jobs.observe.timeline import TIMELINE_FILE, read_timeline
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store._journal_file import lock_directory, unlock
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -298,7 +298,7 @@ async def test_the_report_in_a_real_browser_loads_cleanly_and_every_chart_draws(
         }
     )
     out = tmp_path / "out"
-    await BatchRunner(
+    await JobRunner(
         plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, timeline_interval=0.001
     ).run()
     view = await view_page((out / REPORT_FILE).as_uri())

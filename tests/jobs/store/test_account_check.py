@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from _job_helpers import ledger_spent, read_records, write_prompts
 
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store.account import ACCOUNT_FILE
 from provider_router.jobs.summary import StopReason
 from provider_router.planning.plan import Plan
@@ -30,7 +30,7 @@ def _plan(tmp_path: Path) -> Plan:
 
 
 async def _run(plan: Plan, out: Path, sim: SimulatorServer, **kwargs: Any) -> Any:
-    runner = BatchRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, **kwargs)
+    runner = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, **kwargs)
     return await runner.run()
 
 

@@ -26,7 +26,7 @@ from _job_helpers import (
 )
 
 from provider_router import ConfigurationError, DataFileError
-from provider_router.jobs.runner import BatchRunner
+from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store.journal import JOURNAL_FILE, FileJournal, output_path
 from provider_router.jobs.summary import StopReason
 from provider_router.planning.plan import Plan
@@ -260,7 +260,7 @@ async def test_a_runner_refuses_a_bad_policy_before_any_file(tmp_path: Path) -> 
     plan = plan_for(tmp_path).model_copy(update={"policy": {"exclude_below": "int5"}})
     out = tmp_path / "out"
     with pytest.raises(ConfigurationError, match="exclude_below"):
-        await BatchRunner(plan, out, base_url="http://127.0.0.1:9", api_key="k").run()
+        await JobRunner(plan, out, base_url="http://127.0.0.1:9", api_key="k").run()
     assert not out.exists()
 
 
@@ -282,7 +282,7 @@ async def test_a_run_whose_ledger_failed_a_write_does_not_end_clean(
             return await real(batch)
 
         ledger._execute_once = execute  # type: ignore[method-assign]
-        run = BatchRunner(
+        run = JobRunner(
             plan_for(tmp_path),
             tmp_path / "out",
             base_url=sim.url,
