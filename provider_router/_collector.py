@@ -1,20 +1,13 @@
 """The garbage collector of a process that is ours: the command line's, a server's.
 
 With thousands of requests in flight a process keeps tens of thousands of young
-objects alive at any moment; Python's default young-generation threshold (700
-allocations) makes the collector walk them again and again, and every full
-collection walks the whole start-up heap (imported modules, catalogs, plans) as
-well. At 2,000 requests in flight that is 10 % of a bare aiohttp client's CPU and a
-third to a half of what the router with a ledger adds over it; group commit makes
-it worse, by resuming a whole commit's callers at once (docs/performance.md, "#13
-wave 5"). :func:`tune_for_process` freezes what start-up built and collects the
-young generation ten times less often.
+objects alive, and Python's default thresholds make the collector walk them, and the
+whole start-up heap, again and again (docs/performance.md). :func:`tune_for_process`
+freezes what start-up built and collects the young generation ten times less often.
 
-Only a process that is ours calls it: ``provider-router run`` and ``demo`` when run
-as the command (not through :func:`provider_router.cli.main` inside another
-program), ``provider-router simulate``, the benchmarks' servers. The library never
-does: a ``Router`` runs in its host's process, whose collector is the host's to set
-(docs/performance.md says how, and what it gains).
+Only a process that is ours calls it (``provider-router run``, ``demo`` and
+``simulate`` run as commands, the benchmarks' servers). The library never does: a
+``Router`` runs in its host's process, whose collector is the host's to set.
 """
 
 from __future__ import annotations

@@ -25,10 +25,10 @@ comes on top of :data:`STREAM_DEADLINE_BASE` (8,192 tokens: about 15 minutes).""
 DEFAULT_BUDGET_WAIT: Final = DEFAULT_REQUEST_TIMEOUT
 """Seconds a reservation that does not fit waits for requests in flight to settle.
 
-Refusing at once wastes the budget (5-15 % in the #13 scenario: room that requests in
-flight would free); a caller that can never fit, even once everything in flight
-settled at no cost, is refused at once regardless. Bounded, because room held by a
-crashed process's reservations only comes back through ``Ledger.recover``.
+Refusing at once wastes the budget (room that requests in flight would free); a
+caller that can never fit, even once everything in flight settled at no cost, is
+refused at once regardless. Bounded, because room held by a crashed process's
+reservations only comes back through ``Ledger.recover``.
 """
 
 DEFAULT_CATALOG_TTL: Final = 300.0

@@ -2,7 +2,7 @@
 
 Misuse (a wrong argument, a bad data file) and runtime failure (OpenRouter or a
 provider said no, the money ran out) are separate branches, so a caller can
-catch "my mistake" apart from "the world's":
+catch "my mistake" apart from "the world's"::
 
     ProviderRouterError
     ├── ConfigurationError (ValueError)      misuse: bad argument, option or setting

@@ -1,18 +1,11 @@
 """Money, prices and percentages as people read them, and as exact JSON strings.
 
-One module for every table, message and file we write, so the same amount
-never reads two ways:
-
-* :func:`decimal_str` — exact canonical decimal text for files and JSON:
-  ``Decimal("1.5E+2")`` → ``"150"``, ``Decimal("0E-12")`` → ``"0"``,
-  ``Decimal("5.000000000000")`` → ``"5"``. Never an exponent, never rounded.
-* :func:`format_usd` — an amount for people: cents (``$1,234.57``); a non-zero
-  amount below a cent keeps two significant digits (``$0.0042``), so it never
-  reads as ``$0.00``.
-* :func:`format_price` — a per-token price, shown per million tokens with
-  significant digits (a $1e-13 per-token price is ``$0.0000001/M``, not ``$0.0000``).
-* :func:`format_percent` — one decimal, more when that one would read as a
-  different number (99.971 % is ``99.97%``, never ``100.0%``).
+One module for every table, message and file we write, so the same amount never
+reads two ways: :func:`decimal_str` (exact canonical text for files and JSON, never
+an exponent, never rounded), :func:`format_usd` (cents; a non-zero amount below a
+cent keeps two significant digits, so it never reads as ``$0.00``),
+:func:`format_price` (per million tokens, with significant digits) and
+:func:`format_percent` (more decimals when one would read as a different number).
 
 Display rounding is half-even and happens only here; the values themselves stay
 exact.

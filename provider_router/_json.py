@@ -1,24 +1,12 @@
 """Decoding a JSON body: orjson where it gives ``json.loads``' very value, ``json`` elsewhere.
 
-One helper for both ends of the wire: the router reading an answer (:mod:`_http`) and
-the local OpenRouter reading a request (:mod:`provider_router.testing.chat.completions`); each
-decodes one body per request, and decoding is the largest single piece of a
-request's own CPU (docs/performance.md, "#13 wave 4").
-
-orjson decodes an answer in ~2 µs against ~7 µs for ``json.loads``, and gives the
-same value for every body but these, each sent to ``json`` instead:
-
-* an integer beyond 64 bits: orjson silently returns a *float* (``json`` an exact
-  ``int``). Any such integer has at least 19 digits, so a body with a run of 19
-  ASCII digits anywhere (in a string too: rare, and only slower) skips orjson;
-* what orjson refuses and ``json`` accepts or refuses with its own error: ``NaN``,
-  ``Infinity``, a float that overflows to infinity, lone surrogates (escaped or
-  encoded), invalid UTF-8, a UTF-8 BOM, UTF-16/32, nesting deeper than 1024: on any
-  orjson error the body goes through ``json``, for its value or its exact error.
-
-Duplicate keys (the last wins, at the first one's place), ``-0``/``-0.0``, floats
-(both round correctly), escapes and key order are the same; ``tests/test_json_decode.py``
-holds the two equal, by type and float ``repr``, with hypothesis and edge cases.
+One helper for both ends of the wire, the router reading an answer and the local
+OpenRouter reading a request: decoding is the largest single piece of a request's own
+CPU, and orjson's is the cheaper (docs/performance.md). A body orjson would read
+differently goes to ``json``: one with a run of 19 ASCII digits (an integer beyond 64
+bits, which orjson returns as a float), and any body orjson refuses (``NaN``, lone
+surrogates, invalid UTF-8, a BOM, deep nesting...), for ``json``'s value or its exact
+error. ``tests/test_json_decode.py`` holds the two equal, by type and float ``repr``.
 """
 
 from __future__ import annotations

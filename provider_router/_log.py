@@ -1,31 +1,14 @@
 """The library's loggers: structured events handed to stdlib :mod:`logging`, silent by default.
 
-A library must not decide where its logs go (Python's logging HOWTO, "Configuring
-Logging for a Library"). A bare ``structlog.get_logger()`` does: unconfigured
-structlog prints every level to stdout. So each module's logger writes to the
-stdlib logger of the same name, and the application's logging decides.
-
-:class:`EventLogger` keeps structlog's calling convention (``log.info("route.done",
-key=..., cost=...)``) and produces exactly the record that
-``structlog.wrap_logger(stdlib_logger, processors=[structlog.stdlib.filter_by_level,
-structlog.stdlib.render_to_log_kwargs])`` would: nothing at all below the stdlib
-logger's effective level; otherwise a record whose message is the event name and
-whose attributes are the fields (``extra``), ``exc_info`` passed through. It is
-written out rather than built from structlog for two measured reasons
-(``docs/performance.md``): importing structlog imports rich (about a third of the
-0.3 s import budget), and a structlog call filtered out still builds its event dict
-and walks the processor chain (~2-7 µs), where this checks one cached level first.
-
-The package's root logger ``provider_router`` has a :class:`logging.NullHandler`:
-with nothing configured, nothing reaches stderr (not even warnings through
-:data:`logging.lastResort`). An application opts in with ordinary logging
-(``logging.basicConfig(level=logging.INFO)``), or renders the fields with
-:class:`structlog.stdlib.ProcessorFormatter` and :class:`structlog.stdlib.ExtraAdder`
-as the CLI does (``provider_router/cli/_logging.py``).
-
-Per-request events are logged at debug behind one level check
-(``if log.isEnabledFor(DEBUG): log.debug(...)``), so not even the keyword
-arguments are built when debug is off.
+A library must not decide where its logs go, and unconfigured structlog prints every
+level to stdout. So :class:`EventLogger` keeps structlog's calling convention
+(``log.info("route.done", key=..., cost=...)``) but writes the record structlog's
+``render_to_log_kwargs`` would (the event as message, the fields as ``extra``) to the
+stdlib logger of the same name, and the application's logging decides. It is written
+out rather than built from structlog, whose import and filtered-out calls cost more
+(docs/performance.md): this checks one cached level first. The package's root logger
+has a :class:`logging.NullHandler`, so nothing reaches stderr unasked; the CLI
+renders the fields with structlog (``provider_router/cli/_logging.py``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Scrubbing API keys out of everything we store, print or raise.
 
-A server can echo the key back anywhere: in an error's message, in
-``error.metadata.provider_name``, in a relayed upstream body, in a header. The
-key must then reach no exception (message, ``body``, ``headers``, reprs), no log
-line and no file a run writes. Every HTTP client registers its key here
-(:func:`remember`); the exceptions of talking to OpenRouter pass their text,
-parsed body and headers through :func:`scrub` / :func:`scrub_json` when they are
-built, so whatever is derived from them later (logs, summaries, journals) is
-clean too. Keys that look like OpenRouter's (``sk-or-...``) are scrubbed even
-when this process never saw them.
-
+A server can echo the key back anywhere (an error's message or metadata, a relayed
+upstream body, a header), and the key must reach no exception, log line or file.
+Every HTTP client registers its key here (:func:`remember`); the exceptions of talking
+to OpenRouter pass their text, body and headers through :func:`scrub` /
+:func:`scrub_json` when they are built, so whatever derives from them is clean too.
+Keys that look like OpenRouter's (``sk-or-...``) are scrubbed even when never seen.
 The registry is process-wide on purpose: an exception does not know which client
 raised it, and a key known to any client of this process is a secret everywhere.
 """

@@ -1,33 +1,15 @@
 """Request deadlines for the HTTP layer: one loop timer per client, not one per request.
 
-aiohttp's per-request ``total`` timeout builds a ``TimeoutHandle``, a
-``TimerContext`` and a loop timer for every request: a libuv heap insert and
-removal among thousands of live timers, ~15 µs of CPU a request at 500 in flight
-(docs/performance.md, "#13 wave 5: deadlines"). Here a request registers itself
-in a FIFO of its timeout value instead (an insertion-ordered dict: deadlines of
-one value arrive in order, so each FIFO is sorted, and a request that ends is
-deleted from it in O(1)); one timer per client wakes at the earliest deadline
-and expires every request whose deadline has passed.
+aiohttp's per-request ``total`` timeout arms a loop timer for every request: a heap
+insert and removal among thousands of live timers (docs/performance.md). Here a
+request registers itself in a FIFO of its timeout value (deadlines of one value
+arrive in order), and one timer per client wakes at the earliest deadline and
+expires every request past it: at most :data:`GRANULARITY` late, never early.
 
-What a deadline does copies aiohttp's ``TimerContext`` (and ``asyncio.timeout``):
-
-* It cancels the request's task only while that task waits inside the HTTP
-  layer (a *guarded wait*: connecting, sending, waiting for the headers, reading
-  the body). A deadline that passes while the caller runs its own code (a ledger
-  write between two stream reads) marks the request expired instead, and its
-  next guarded wait raises ``TimeoutError`` at once: the caller's code is never
-  cancelled by a deadline.
-* The deadline's cancel is taken back with :meth:`asyncio.Task.uncancel` and
-  turned into ``TimeoutError``; a cancel from outside that arrived as well
-  propagates as ``CancelledError``.
-* A body that arrived whole before the deadline is no longer timed (aiohttp stops
-  its timer when the body ends).
-
-Granularity: the timer wakes at the earliest deadline; the requests whose
-deadlines pass within :data:`GRANULARITY` after a wake-up are expired by the
-next one, so a request ends at most ``GRANULARITY`` after its deadline, plus
-however long the event loop is busy elsewhere (aiohttp rounds deadlines of 5 s
-and more up to the next whole second). A deadline never fires early.
+A deadline behaves as aiohttp's ``TimerContext``: it cancels the request's task only
+while that task waits inside the HTTP layer, and turns that cancel into
+``TimeoutError``; one that passes while the caller runs its own code (a ledger write
+between two stream reads) makes the next wait raise instead (docs/client.md).
 """
 
 from __future__ import annotations

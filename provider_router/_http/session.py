@@ -1,25 +1,14 @@
 """The HTTP layer: one client per origin, and every transport error mapped here.
 
-:class:`HttpClient` owns an :class:`aiohttp.ClientSession` (created lazily,
-inside the running loop) with the base URL, the ``Authorization`` header built
-once from a secret key, the ``User-Agent``, timeouts and connector limits. The
-POSTs every completion takes (:meth:`HttpClient.send`, :meth:`HttpClient.post`)
-go through the lean :class:`~provider_router._http.h1.H1Pool` instead when the client
-owns its connections (no ``session=`` given): a third of aiohttp's CPU a request,
-with the same answers and errors (docs/performance.md, "#13 wave 6").
-Request methods translate foreign failures exactly once:
-
-* a non-2xx answer → :func:`error_from_response` (an :class:`APIStatusError`
-  subclass chosen by status, with OpenRouter's error body parsed; 408 → timeout);
-* ``TimeoutError`` → :class:`RequestTimeout`; any other ``aiohttp.ClientError``
-  or :class:`~provider_router._http.h1.H1Error` → :class:`APIConnectionError`, both
-  ``from`` the original;
-* a 2xx body that is not JSON → :class:`InvalidResponseError` saying what was
-  expected and what came.
-
-The key is a :class:`pydantic.SecretStr`: it never appears in a repr, a message
-or a log line. Request methods are lean (no per-call allocations beyond the
-request itself) because later they carry every completion.
+:class:`HttpClient` owns an :class:`aiohttp.ClientSession` (created lazily, inside
+the running loop) with the base URL, the ``Authorization`` header built once from a
+secret key, the ``User-Agent``, timeouts and connector limits; a completion's POST
+goes through the leaner :class:`~provider_router._http.h1.H1Pool` when the client
+owns its connections. Foreign failures are translated exactly once: a non-2xx answer
+by :func:`error_from_response` (408 is a timeout), ``TimeoutError`` to
+:class:`RequestTimeout`, any other transport error to :class:`APIConnectionError`
+(each ``from`` the original), a 2xx body that is not JSON to
+:class:`InvalidResponseError`. The key never appears in a repr, message or log line.
 """
 
 from __future__ import annotations
@@ -558,7 +547,7 @@ class HttpClient(AsyncResource):
     ) -> partial[aiohttp.client._RequestContextManager]:
         """A POST on a given aiohttp session (its connector and trace configs apply), to start."""
         # The body as a payload that names its own type: no per-request headers for
-        # aiohttp to merge into the session's (~0.5 µs a request).
+        # aiohttp to merge into the session's.
         typed = BytesPayload(payload, content_type=_JSON_TYPE)
         return partial(session.post, url, data=typed, timeout=timeout)
 
@@ -791,8 +780,8 @@ class PostResponse(Deadline):
         try:
             if self._untraced and content.is_eof() and content.exception() is None:
                 # The whole body is here: read() would return these very bytes without
-                # waiting, through three coroutines (~6 µs a request, docs/performance.md,
-                # "#13 wave 4"); there is no trace to send.
+                # waiting, through three coroutines (docs/performance.md); there is no
+                # trace to send.
                 try:
                     if self._state:
                         # The deadline passed before the body ended: read() raises it.

@@ -1,23 +1,14 @@
 """An incremental parser for OpenRouter's server-sent events.
 
-Bytes arrive in arbitrary pieces; :class:`SSEParser` turns them into the
-``data`` payload of each complete event, whatever the split (a multi-byte UTF-8
-character or a ``\\r\\n`` may straddle two pieces). It follows the WHATWG
-event-stream rules that OpenRouter uses:
-
-* lines end in ``\\n`` or ``\\r\\n`` (OpenRouter never sends a bare ``\\r``, so a
-  lone ``\\r`` is not treated as a line end: that keeps a split ``\\r|\\n`` from
-  reading as two lines);
-* a line starting with ``:`` is a comment (``: OPENROUTER PROCESSING``
-  keep-alives) and is ignored;
-* ``data:`` lines accumulate (joined by ``\\n``) until a blank line dispatches
-  the event; one space after the colon is dropped;
-* other fields (``event``, ``id``, ``retry``) are ignored: OpenRouter does not
-  use them on chat completions;
-* an event still open when the stream ends is discarded, as the standard says:
-  a truncated stream must not yield a half event.
-
-The ``data: [DONE]`` sentinel is reported as :data:`DONE`.
+Bytes arrive in arbitrary pieces; :class:`SSEParser` turns them into the ``data``
+payload of each complete event, whatever the split (a multi-byte UTF-8 character or
+a ``\\r\\n`` may straddle two pieces). It follows the WHATWG event-stream rules
+OpenRouter uses: lines end in ``\\n`` or ``\\r\\n`` (OpenRouter never sends a bare
+``\\r``, so a split ``\\r|\\n`` is one line end); comments (keep-alives) and
+fields other than ``data`` are ignored; ``data:`` lines accumulate until a blank line
+dispatches the event; an event still open when the stream ends is discarded, so a
+truncated stream never yields a half event. The ``data: [DONE]`` sentinel is reported
+as :data:`DONE`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """What a chat request can be billed for, or why it cannot be priced.
 
-The ledger reserves a request's worst case before it is sent, so the worst case
-must bound every charge the request can cause on any allowed endpoint:
-
-* **prompt**: the text of every message part (UTF-8 bytes: a byte-level BPE token
-  is at least one byte) plus template overhead, the JSON of every structured
-  request field a provider renders into the prompt (``tools``, ``tool_choice``,
-  ``response_format``...), and :data:`IMAGE_PROMPT_TOKENS_BOUND` tokens per image
-  part (the URL or base64 payload is not text the model reads);
-* **completion**: the larger of ``max_tokens`` and ``max_completion_tokens``
-  (OpenRouter honours ``max_completion_tokens``; reserving the larger is right
-  whichever one a provider follows), or ``reasoning.max_tokens`` when that is larger;
-* **fees**: the per-request fee and, per image part, the per-image fee.
-
-Fields that could add a charge the reservation cannot bound are refused with a
-:class:`~provider_router.ConfigurationError` that names the field and says why
-(``n > 1``, ``models`` fallbacks, ``plugins``, priced ``service_tier`` values,
-audio or file parts...). Checking costs nothing on the common path: a call with
-no extra fields and string contents only walks its messages once, as before.
+The ledger reserves a request's worst case before it is sent, so the worst case must
+bound every charge the request can cause on any allowed endpoint: its prompt (the
+UTF-8 bytes of its text, since a byte-level BPE token is at least one byte, plus
+template overhead, the structured fields a provider renders into the prompt, and
+:data:`IMAGE_PROMPT_TOKENS_BOUND` tokens per image), its completion (the largest of
+``max_tokens``, ``max_completion_tokens`` and ``reasoning.max_tokens``) and its fees.
+A field that could add a charge the reservation cannot bound (``n > 1``, ``models``
+fallbacks, ``plugins``, priced ``service_tier`` values, audio or file parts...) is
+refused with a :class:`~provider_router.ConfigurationError` that names it and says why.
 """
 
 from __future__ import annotations

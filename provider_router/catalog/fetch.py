@@ -1,20 +1,13 @@
 """Fetch, cache and snapshot OpenRouter's model and endpoint metadata.
 
-:class:`Catalog` reads ``/models/{author}/{slug}/endpoints`` and ``/models``
-through :class:`~provider_router._http.session.HttpClient`, keeps each answer for a
-TTL (OpenRouter's own ``max-age`` is 300 s, so fetching more often gains
-nothing), and can write what it holds to a JSON snapshot so a run records
-exactly what it decided from. A catalog loaded from a snapshot serves only
-what the snapshot holds and never touches the network.
-
-Snapshot format (``"format": "provider-router/catalog-snapshot@1"``)::
-
-    {"format": ..., "base_url": ..., "endpoints": {"<model id>": <wire body>, ...},
-     "models": <wire body> | null}
-
-where each wire body is the JSON OpenRouter returned, unchanged. A file that
-is a single endpoints response (``{"data": {"id": ..., "endpoints": [...]}}``)
-loads too: that is what the bundled market snapshot is.
+:class:`Catalog` reads ``/models/{author}/{slug}/endpoints`` and ``/models``, keeps
+each answer for a TTL (OpenRouter's own ``max-age``: fetching more often gains
+nothing), and can write what it holds to a JSON snapshot, so a run records exactly
+what it decided from; a catalog loaded from a snapshot never touches the network. A
+snapshot is ``{"format": "provider-router/catalog-snapshot@1", "base_url": ...,
+"endpoints": {"<model id>": <wire body>, ...}, "models": <wire body> | null}``, each
+wire body as OpenRouter returned it; a single endpoints response loads too (the
+bundled market snapshot is one).
 """
 
 from __future__ import annotations

@@ -4,21 +4,12 @@ The order (lowest first), with ties inside a tier::
 
     fp4 = mxfp4 = nvfp4  <  int4  <  fp6  <  int8 = fp8 = mxfp8  <  fp16 = bf16  <  fp32
 
-Why 4-bit floats rank below int4: a model trained quantization-aware in INT4
-(Kimi K2.5, Kimi K2-Thinking) ships weights that sit exactly on the int4 grid.
-Serving them as int4 is lossless; casting them to e2m1 floats (fp4, mxfp4,
-nvfp4) moves values onto a non-uniform grid that cannot represent the int4
-levels, so every block is re-rounded: a second, lossy quantization. Within a
-bit-width tier the differences (block scales, e4m3 vs int8) are smaller than
-our evidence about any one provider's recipe, so members of a tier compare
-equal: ``exclude_below="fp8"`` keeps int8, and OpenRouter's own filter treats
-``fp4`` as including mxfp4 and nvfp4 the same way. ``unknown`` has no rank;
-the policy resolves it (see :mod:`provider_router.routing.policy` and docs/policy.md).
-
-A string OpenRouter does not list (``Quantization.UNRECOGNIZED``) is read for its
-bit width and kind (:func:`read_scheme`: ``q4_k_m`` is a 4-bit integer,
-``mxfp6`` a 6-bit float) and placed on the same order by :func:`scheme_tier`;
-one that names no width stays unrecognized, and the policy rejects it under a floor.
+4-bit floats rank below int4 because a model trained quantization-aware in INT4 is
+lossless as int4 and re-rounded as fp4; within a tier the differences are smaller than
+our evidence about any provider's recipe (docs/policy.md). ``unknown`` has no rank:
+the policy resolves it. A string OpenRouter does not list is read for its bit width
+and kind (:func:`read_scheme`: ``q4_k_m`` is a 4-bit integer) and placed on the same
+order by :func:`scheme_tier`; one that names no width stays unrecognized.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Typed, frozen records of OpenRouter's model and endpoint metadata.
 
 Tolerant going in, frozen once built: unknown fields are kept as sent
-(``record.model_extra``) and never fatal, fields that appeared over time are
-optional, ``null`` stays unknown (``None``, never 0).
-Prices are exact :class:`~decimal.Decimal` USD per token.
+(``record.model_extra``) and never fatal, fields that appeared over time are optional,
+and ``null`` stays unknown (``None``, never 0). Prices are exact
+:class:`~decimal.Decimal` USD per token; the wire facts they encode (omitted fees,
+unpriced caching, the ``"-1"`` of dynamically priced routers, open enums) are in
+docs/records.md.
 
-The wire facts these records encode (see the API notes, §1 and §6):
-
-* zero-valued price keys are omitted in 2026 payloads and ``"0"`` in 2025 ones,
-  so a missing fee (``request``, ``image``, ...) means 0;
-* a missing ``input_cache_read``/``input_cache_write`` means the endpoint does not
-  price caching, and such tokens are billed at the ``prompt`` rate (WandB bills
-  cached tokens in full), so they are ``None``, not 0;
-* ``"-1"`` is the sentinel of dynamically priced routers (``openrouter/auto``):
-  such a price is ``None`` and :attr:`Pricing.is_dynamic` is true; it is never ranked;
-* listed prices are already net of ``discount``; the list price is derivable;
-* ``quantization`` and ``status`` are open enums: an unseen value maps to
-  ``Quantization.UNKNOWN`` / a plain int, and the raw value is kept.
-
-Prices and the cost formula live in ``_pricing``, the open enums in
-``_record_enums``; every name stays importable from here, the documented path
+Prices and the cost formula live in ``_pricing``, the open enums in ``_record_enums``;
+every name stays importable from here, the documented path
 (``provider_router.catalog.records.Pricing``).
 """
 

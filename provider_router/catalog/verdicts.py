@@ -2,16 +2,11 @@
 
 Pure values, no I/O: :func:`provider_router.checks.verify` fills them in,
 :class:`~provider_router.ProviderPolicy` (``verified=report``) reads them. The
-statistics are deliberately plain (docs/policy.md, "Measured fidelity"):
-
-- a mean of per-prompt values (greedy agreement, prompt-token ratio) gets a
-  Student-t 95 % interval over the prompts, since the tokens of one answer are not
-  independent of each other (a divergence carries on);
-- a share of independent events (tool calls whose arguments fit the schema) gets a
-  Wilson 95 % score interval.
-
-An endpoint fails a rule only when the whole interval is on the wrong side of the
-threshold: a small sample that cannot tell is "could not tell", never a failure.
+statistics are deliberately plain (docs/policy.md, "Measured fidelity"): a mean of
+per-prompt values gets a Student-t 95 % interval over the prompts (the tokens of one
+answer are not independent), a share of independent events a Wilson 95 % score
+interval. An endpoint fails a rule only when the whole interval is on the wrong side
+of the threshold: a small sample that cannot tell is "could not tell", never a failure.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """The preflight's pinned request: sent, retried and paid for as any request is.
 
-Each attempt reserves its worst case (when there is a ledger), attaches the
-generation id as soon as the answer's headers name it (so a preflight cut by a
-kill is reconciled by the next run's recovery, through ``/generation``) and
-closes its reservation as the router would (docs/ledger.md, "Unknown is not
-free"):
-
-* an answer: settled at its ``usage.cost`` with its generation id, after the
-  same checks as the router's (:mod:`provider_router.client._cost_check`): a cost that
-  is not a JSON number is asked of ``/generation``; one that is negative or above
-  ``cost_sanity_factor`` times the hold is checked there before it is booked;
-* an insured empty answer (``finish_reason: "error"``, zero completion, billed
-  $0): settled at $0 and retried, never a price failure;
-* a failure OpenRouter does not bill (an error status, a connection refused
-  before the body was sent): released, and retried when it is transient (429,
-  5xx, a cut connection) on :data:`PREFLIGHT_RETRY`;
-* a failure that may have been billed (a connection cut after the body was sent,
-  a timeout): settled at ``/generation``'s figure when the id is known, else at
-  its worst case, and retried.
+Each attempt reserves its worst case (when there is a ledger), attaches the generation
+id as soon as the answer's headers name it (so a preflight cut by a kill is reconciled
+by the next run's recovery), and closes its reservation as the router would
+(docs/ledger.md, "Unknown is not free"): an answer is settled at its checked
+``usage.cost`` (:mod:`provider_router.client._cost_check`), an insured empty answer at
+$0 and retried, a failure OpenRouter does not bill is released (and retried when
+transient, on :data:`PREFLIGHT_RETRY`), and one that may have been billed is settled
+at ``/generation``'s figure or its worst case, and retried.
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
 """A preflight before real money: does the live service answer what a run relies on?
 
-:func:`preflight` checks, in order, and stops at the first check the next ones
-depend on:
-
-1. **key** — ``GET /key``: the key is accepted; its limit and what is left of it.
-2. **credits** — ``GET /credits``: the account's balance is above zero (a key
-   that may not read it is reported, not failed).
-3. **model** — the model exists (its endpoints listing).
-4. **policy** — the policy's verdict on every endpoint; at least one is allowed.
-5. **request** — (unless ``request=False``) one tiny request (``max_tokens=1``)
-   pinned to the top-ranked allowed endpoint (``provider.only`` = its tag, no fallbacks), then:
-6. **provider** — the served provider is the pinned one;
-7. **usage.cost** — the answer reports ``usage.cost``;
-8. **price** — ``usage.cost`` equals the listing's price arithmetic for the
-   reported token counts (``Pricing.cost``), which every reservation relies on;
-9. **generation** — ``GET /generation?id=`` reports the same ``total_cost``.
-
-It costs one 1-token request (well under $0.001 on typical prices), sent only
-when every check before it held. Each check is a :class:`Check` naming what
-held or what did not; nothing is raised for a failed check (only for misuse).
-
-Given a ``ledger`` (a run's own: ``provider-router run`` passes its job's), the
-request's worst case is reserved there before it is sent and settled at what it
-cost, so the ledger keeps counting every charge: ``usage.cost`` when the answer
-has it, else ``/generation``'s ``total_cost``, else the worst case held (unknown
-is not free); an error answer is released. A budget with no room for it skips
-the request (reported as "could not tell", not as a failure).
+:func:`preflight` checks, in order, and stops at the first check the next ones depend
+on: the key (``GET /key``), the account's credits, that the model exists, the
+policy's verdicts, then one tiny request pinned to the top-ranked allowed endpoint:
+the provider that served it, its ``usage.cost``, that cost against the listing's
+price arithmetic (which every reservation relies on), and ``/generation``'s figure.
+Each check is a :class:`Check` naming what held or what did not; nothing is raised for
+a failed check (only for misuse). Given a ``ledger`` (a run's own), the request is
+reserved and booked there like any other, so the ledger keeps counting every charge;
+a budget with no room for it skips the request ("could not tell", not a failure).
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """Verify, don't trust the tag: measure each allowed endpoint against the model's reference.
 
 :func:`verify` sends a small canary set to every endpoint the policy allows, each
-pinned (its tag alone in ``only``, no fallbacks), and to a reference endpoint (the
-model author's own by default: ``moonshotai`` for ``moonshotai/kimi-k2.5``), then
-compares, per endpoint (docs/policy.md, "Measured fidelity"):
-
-- **greedy agreement**: at ``temperature=0`` and a fixed ``seed``, the share of the
-  first N tokens of each answer that match the reference's answer to the same prompt
-  in order (whitespace-separated words, their longest common subsequence), relative to the
-  reference's agreement with itself (every canary is sent to it twice);
-- **tool calls** (where the endpoint lists ``tools``): valid JSON, a known function
-  and arguments valid under its JSON schema, as vendor verifiers count them;
-- **reasoning integrity**: no leftover think marker in the content;
-- **accounting**: reported prompt tokens for the same prompt against the
-  reference's (a different chat template shows here), and ``usage.cost`` against
-  the listing's arithmetic for the reported tokens.
-
-Every request goes through a :class:`~provider_router.Router`, so with a ``ledger``
-each canary reserves its worst case there first and is booked at its real cost: the
-verification is paid from the job's budget, like the preflight.
+pinned alone, and to a reference endpoint (the model author's own by default), then
+compares per endpoint: greedy agreement with the reference (relative to the
+reference's agreement with itself), tool calls valid under their schema, leftover
+think markers, and accounting (prompt tokens against the reference's, ``usage.cost``
+against the listing's arithmetic); docs/policy.md, "Measured fidelity". Every request
+goes through a :class:`~provider_router.Router`, so with a ``ledger`` each canary
+reserves its worst case and is booked at its real cost, from the job's budget.
 """
 
 from __future__ import annotations

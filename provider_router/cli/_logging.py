@@ -1,22 +1,14 @@
 """Logging for the command line: counts by default, every event on request.
 
-The library logs through the standard library (``provider_router/_log.py``) and
-is silent until someone configures logging; this module is that someone for the
-command line. Every event goes
-through one :class:`EventReport` handler on the ``provider_router`` logger:
-
-* ``--log-level warning`` (the default) or ``error``: events at that level and
-  above are *counted* by kind, not printed; :func:`report_events` prints one
-  line per kind at the end ("612 prompts not sent: budget exhausted"), so a run
-  at 2,000 in flight never floods stderr with one line per request and the live
-  display is never interrupted.
-* ``--log-level info`` or ``debug``: every event is printed as it happens.
-
-``--log-format console|json`` picks the rendering (``structlog.stdlib.ProcessorFormatter``);
-``auto`` is console, in colour on a terminal only: a log file or a CI job is read
-by people too, so JSON is for those who ask for it. The count lines are sentences
-(``_event_phrases.py``); in JSON they are ``{"event": "log.count", ...}`` objects
-whose ``message`` is that sentence.
+The library logs through the standard library and is silent until someone configures
+logging; this module is that someone for the command line. Every event goes through
+one :class:`EventReport` handler on the ``provider_router`` logger. At ``--log-level
+warning`` (the default) or ``error``, events are *counted* by kind and
+:func:`report_events` prints one sentence per kind at the end, so a run with thousands
+in flight never floods stderr nor interrupts the live display; at ``info`` or
+``debug`` every event is printed as it happens. ``--log-format console|json`` picks the
+rendering; ``auto`` is console, in colour on a terminal only, and in JSON the count
+lines are ``{"event": "log.count", ...}`` objects whose ``message`` is the sentence.
 """
 
 from __future__ import annotations

@@ -2,24 +2,15 @@
 
 ::
 
-    provider-router endpoints moonshotai/kimi-k2.5 [--exclude-below int4]
-        [--unknown assume_native|reject|accept] [--unrecognized reject|accept]
-        [--exclude-provider NAME ...]
-        [--only NAME ...] [--min-uptime PCT] [--allow-down]
-        [--prompt-tokens N --completion-tokens N] [--json]
+    provider-router endpoints moonshotai/kimi-k2.5 [--exclude-below int4] [--json]
         [--base-url URL | --snapshot FILE] [--save-snapshot FILE]
         [--verified REPORT [--per-accepted-sample]]
 
 The listing comes from ``--snapshot FILE`` (offline), else ``--base-url`` /
-``$OPENROUTER_BASE_URL``, else OpenRouter. The table shows each endpoint's
-provider, tag, quantization, prices per million tokens, uptime, status, the
-verdict with its reason, and, for allowed endpoints, the rank and the expected
-cost of 1,000 requests of the workload. ``--json`` prints the same as JSON;
-``--save-snapshot FILE`` also writes the listing for ``--snapshot FILE`` later.
-``--verified REPORT`` (``provider-router verify --report``) rejects the endpoints
-that failed it and shows each one's pass rate; with ``--per-accepted-sample`` the
-ranking is by cost per accepted sample (price ÷ pass rate), unverified endpoints
-after the verified ones (docs/policy.md, "Cost per accepted sample").
+``$OPENROUTER_BASE_URL``, else OpenRouter. The table shows each endpoint's provider,
+tag, quantization, prices, uptime, status, the verdict with its reason and, for allowed
+endpoints, the rank and the expected cost of 1,000 requests of the workload;
+``--verified`` adds each one's pass rate (docs/policy.md).
 """
 
 from __future__ import annotations

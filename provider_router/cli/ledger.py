@@ -6,14 +6,10 @@
     provider-router ledger show redis://host:6379/0 --name b3
     provider-router ledger topup runs/b3.ledger --limit 150     (or --add 50)
 
-Amounts are exact (this is the accounting view), written without exponents:
-``150``, never ``1.5E+2``.
-
-A target starting with ``redis://``, ``rediss://`` or ``unix://`` is a Redis
-ledger (``--name`` says which); anything else is a SQLite file, which must
-already exist. ``show`` on a job's ``ledger.sqlite`` also lists the answers whose
-``usage.cost`` was disputed, from the job's journal beside it (read, never
-written): what each said, and the worst case booked instead (docs/ledger.md).
+Amounts are exact (this is the accounting view), never with an exponent. A target
+starting with ``redis://``, ``rediss://`` or ``unix://`` is a Redis ledger; anything
+else is a SQLite file, which must already exist. ``show`` on a job's ``ledger.sqlite``
+also lists the answers whose ``usage.cost`` was disputed, read from the job's journal.
 """
 
 from __future__ import annotations

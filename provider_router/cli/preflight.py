@@ -5,11 +5,9 @@
     provider-router preflight --model moonshotai/kimi-k2.5 [--exclude-below int4]
         [--base-url URL] [--snapshot FILE] [--json]
 
-Checks the key (valid, its limit and what is left), the account's credits, that
-the model exists, the policy's verdicts, and one 1-token request pinned to the
-top-ranked allowed provider: that provider served it, ``usage.cost`` is present
-and equals the listing's price arithmetic, and ``/generation`` reports the same
-cost. ``provider-router run`` does the same first (skip with ``--no-preflight``).
+Runs :func:`~provider_router.checks.preflight.preflight`: the key, the credits, the
+model, the policy's verdicts and one 1-token request pinned to the top-ranked allowed
+provider. ``provider-router run`` does the same first (skip with ``--no-preflight``).
 Exit 0 when every check held, 1 when one did not (each failure says what).
 """
 

@@ -1,19 +1,15 @@
 """``provider-router project``: what a plan costs, and how much of it fits a budget.
 
-Two forms::
+::
 
     provider-router project plan.yaml [--budget 100] [--pilot 200] [--json]
-    provider-router project --model M --datasets 6 --target-output-tokens 10M \\
+    provider-router project --model M --datasets 6 --target-output-tokens 10M \
         --prompt-tokens 200 --completion-tokens 2000 --budget 100 [--exclude-below int4]
 
 The market comes from ``--snapshot FILE`` (offline), else ``--base-url`` /
-``$OPENROUTER_BASE_URL`` (the local simulator's URL works), else OpenRouter.
-With a plan, prompt tokens are estimated from each dataset's files and response
-lengths come from ``--completion-tokens`` or from a pilot (``--pilot N`` sends N
-sampled prompts through the router, which needs ``$OPENROUTER_API_KEY``).
-``--verified REPORT`` (``provider-router verify --report``) leaves out what failed
-it; with ``--per-accepted-sample`` the routing mix follows the cost per accepted
-sample, as a Router under that policy would route.
+``$OPENROUTER_BASE_URL``, else OpenRouter. With a plan, prompt tokens are estimated from
+each dataset's files and response lengths come from ``--completion-tokens`` or a pilot
+(``--pilot N``, which needs ``$OPENROUTER_API_KEY``); docs/projection.md.
 """
 
 from __future__ import annotations

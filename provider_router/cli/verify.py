@@ -6,17 +6,11 @@
         [--prompts FILE] [--reference TAG] [--top-logprobs K | --no-logprobs]
         [--report FILE] [--ledger FILE] [--json]
 
-Sends a small canary set (prompts from ``--prompts`` first, then built-in ones) to
-every endpoint the policy allows, each pinned alone, and to the reference (the model
-author's own endpoint unless ``--reference`` names another), and compares greedy
-agreement, the top-k divergence where logprobs are listed, tool calls, think
-markers, prompt tokens and billing (docs/policy.md, "Measured fidelity"); each
-endpoint's line says what it could not measure, and its pass rate (the share of its
-canaries that passed every check, what ``endpoints --per-accepted-sample`` prices).
-``--report FILE`` saves the measurements for
-``ProviderPolicy(verified=VerificationReport.load(FILE))``. With ``--ledger`` the
-canaries are reserved and booked on that SQLite ledger (a job's own), within its
-limit. Exit 0 when no endpoint failed, 1 when one did (each says why).
+Runs :func:`~provider_router.checks.verify.verify` and prints each endpoint's verdict,
+what it could not measure, and its pass rate (docs/policy.md, "Measured fidelity").
+``--report FILE`` saves the measurements for ``ProviderPolicy(verified=...)``; with
+``--ledger`` the canaries are booked on that SQLite ledger, within its limit. Exit 0
+when no endpoint failed, 1 when one did (each says why).
 """
 
 from __future__ import annotations

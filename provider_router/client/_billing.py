@@ -1,39 +1,15 @@
 """The router's money: settling, releasing and reconciling ledger reservations.
 
 :class:`Billing` owns what the :class:`~provider_router.Router` charged
-(:attr:`Billing.spent`) and the background reconciliations of cut responses.
-It also owns the router's reaction to a 402 (:meth:`Billing.hold_402`): a
-temporary in-flight hold is waited out; an exhausted balance or key limit stops
-the router (:attr:`Billing.stopped`). One attempt's reservation ends in exactly
-one of four ways (docs/ledger.md, "Unknown is not free"):
-
-* **settled** to ``usage.cost`` when an answer came, even without ``[DONE]``
-  (``/generation`` is asked when the answer carried no cost; the worst case is
-  charged when neither says);
-* **released** only when OpenRouter provably did not bill it: the request never
-  reached OpenRouter (:func:`provably_free`), or OpenRouter answered with an
-  error it does not charge for (an error status, an error finish without usage);
-* **reconciled** in the background through ``/generation`` when it may have been
-  billed and its generation id is known (a response cut after its first byte, a
-  timeout mid-stream, a cancelled request);
-* **held** (left open at its worst case and listed in :attr:`Billing.unresolved`)
-  when it may have been billed and OpenRouter cannot say what it cost yet: a
-  timeout or dropped connection after the body was sent, a 408 or 524. Recovery
-  (``Ledger.recover`` with :meth:`Router.resolve`) or :meth:`Billing.reconcile`
-  settles it later; meanwhile the money stays held.
-
-Ledger writes that fail are retried (:data:`LEDGER_RETRIES`); an answer whose
-settle still fails is returned with ``unsettled`` set, never thrown away.
-
-A settle above its reservation is an **overrun**: logged as an error
-(``route.overrun``); the ledger then admits nothing until the overrun is covered
-(``spent + reserved + amount <= limit`` cannot hold while ``spent > limit``). An
-answer's ``usage.cost`` above ``cost_sanity_factor`` times its reservation, or a
-negative one, is not booked on its word (:mod:`provider_router.client._cost_check`):
-confirmed by ``/generation``, it is booked as an **anomaly**
-(``route.cost_anomaly``); otherwise the worst case is booked and the figure is
-**disputed** (``route.cost_disputed``, :attr:`Billing.disputes`). Either halts
-the router's batch (:attr:`Billing.halted`) with the generation id to check.
+(:attr:`Billing.spent`), the background reconciliations of cut responses, and the
+router's reaction to a 402 (:meth:`Billing.hold_402`: a temporary in-flight hold is
+waited out; an exhausted balance or key limit stops the router). One attempt's
+reservation is **settled** when an answer came, **released** only when OpenRouter
+provably did not bill it, **reconciled** through ``/generation`` when it may have
+been billed and its generation id is known, or **held** at its worst case until
+recovery can say (docs/ledger.md, "Unknown is not free"). A settle whose write fails
+keeps its answer (``unsettled``); an overrun or an absurd ``usage.cost``
+(:mod:`provider_router.client._cost_check`) halts the router's batch.
 """
 
 from __future__ import annotations
@@ -359,7 +335,7 @@ class Billing:
                 if failed is not None:
                     # A partial, not a lambda: a lambda would make six locals of
                     # this frame cells on every settle, GC-tracked objects alive
-                    # while the settle is written (docs/performance.md, "#13 wave 5").
+                    # while the settle is written (docs/performance.md).
                     await self._write(
                         functools.partial(
                             ledger.settle,

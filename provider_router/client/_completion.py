@@ -87,8 +87,8 @@ def parse_completion(body: object) -> Completion:
             and no ``error``).
     """
     # Once per answer: values go to locals and the Completion is built once, with
-    # the helpers (_str, _clean) inlined (docs/performance.md, "#13 wave 3").
-    # type() first: a decoded body is a dict, and an ABC check costs ~10x more.
+    # the helpers (_str, _clean) inlined (docs/performance.md).
+    # type() first: a decoded body is a dict, and an ABC check costs far more.
     if type(body) is not dict and not isinstance(body, Mapping):
         raise InvalidResponseError(f"expected a chat completion object, got {describe_json(body)}")
     get = body.get

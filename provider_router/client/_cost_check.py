@@ -1,21 +1,13 @@
 """An answer's cost checked before it is booked: never take an absurd bill on its word.
 
-A ``usage.cost`` from ``0`` to ``cost_sanity_factor`` times its reservation is
-booked as the answer says. One above that, or a negative one, is checked against
-OpenRouter's own records first (:func:`check_cost`):
-
-* **confirmed**: ``GET /generation?id=`` records the same ``total_cost``. That
-  money is gone: it is booked, and the batch halts saying it was confirmed;
-* **disputed**: the record says otherwise, has no such generation, cannot be
-  read, or the figure is negative (never a charge). The reservation's worst case
-  is booked (or the record's figure, when that is larger: never below what
-  OpenRouter says it charged), the answer's figure is kept beside it as
-  *disputed*, and the batch halts naming the generation id to check on the
-  dashboard. When there is no record to read, the key's usage (``GET /key``) is
-  quoted where it shows the figure cannot be true.
-
-The ledger is never booked above what OpenRouter's records confirm
-(docs/ledger.md, "What proves a payment").
+A ``usage.cost`` from ``0`` to ``cost_sanity_factor`` times its reservation is booked
+as the answer says. One above that, or a negative one, is checked against OpenRouter's
+own records first (:func:`check_cost`): **confirmed** when ``GET /generation?id=``
+records the same ``total_cost`` (that money is gone: it is booked, and the batch
+halts); otherwise **disputed**: the worst case is booked (or the record's figure when
+larger), the answer's figure kept beside it, and the batch halts naming the
+generation id to check. The ledger is never booked above what OpenRouter's records
+confirm (docs/ledger.md, "What proves a payment").
 """
 
 from __future__ import annotations

@@ -1,34 +1,15 @@
 """Cache-aware pinning: requests that share a prefix go to one provider, and stay there.
 
-Providers cache the prompts they serve; a later prompt that starts the same way
-reads that prefix at the cache-read price (Chutes lists $0.45 per million prompt
-tokens against $0.15 cached). Two things lose those hits: a conversation whose
-turns land on different providers, and a ``provider.order``, which turns
-OpenRouter's own prompt-cache sticky routing off (its prompt-caching guide).
-
-A request with a *session* (its ``session_id``, or with
-``Router(cache_affinity=True)`` the conversation's opener: the messages up to
-and including the first user message, so every turn of one conversation, and
-every row that repeats one system prompt and question, share it) is pinned:
-
-* the session's endpoint is chosen once, the best of the plan's
-  :attr:`~provider_router.routing.route_plan.RoutePlan.cache_ranked` (ranked at the
-  workload's expected cache hit rate, ``input_cache_read`` priced) whose provider
-  is not demoted;
-* the request is sent with a one-tag ``only`` and no ``order``
-  (:meth:`~provider_router.routing.route_plan.RoutePlan.pinned_object`) and the session as
-  ``session_id``, OpenRouter's sticky routing key: it cannot go elsewhere, and
-  OpenRouter's stickiness is not turned off;
-* a retried request stays on its pinned endpoint once (a 429 or a 5xx is
-  usually passing, and moving loses the cache), and moves the session to the next
-  endpoint when the pin fails it :data:`MOVE_AFTER_FAILURES` times or its
-  provider is demoted (the cache is lost, but the session is served); a session idle for
-  :data:`SESSION_IDLE_SECONDS` (OpenRouter's sticky expiry, 10 minutes) is
-  chosen afresh, as its cache has likely gone too.
-
-Money is unchanged: the price ceilings (``max_price``) and the reservation are
-the plan's, whichever allowed endpoint a session is pinned to. Memory is bounded
-(:data:`DEFAULT_MAX_SESSIONS`, least recently used forgotten first).
+Providers cache the prompts they serve, and a later prompt that starts the same way
+reads that prefix at the cache-read price. Two things lose those hits: a conversation
+whose turns land on different providers, and a ``provider.order``, which turns
+OpenRouter's own sticky routing off. So a request with a *session* (its
+``session_id``, or with ``Router(cache_affinity=True)`` the conversation's opener) is
+pinned to one endpoint chosen once from the plan's cache-aware ranking, sent with a
+one-tag ``only``, no ``order`` and the session as ``session_id``; it moves on after
+:data:`MOVE_AFTER_FAILURES` failures, a demotion or :data:`SESSION_IDLE_SECONDS` idle
+(docs/client.md). Money is unchanged: the price ceilings and the reservation are the
+plan's, whichever allowed endpoint a session is pinned to.
 """
 
 from __future__ import annotations

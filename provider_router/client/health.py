@@ -1,18 +1,13 @@
 """What this client observes per provider, and demotion of the ones that keep failing.
 
-OpenRouter's uptime figures cover 30 minutes to a day and reach the catalog only
-when it is refreshed. A provider that starts failing *now* should lose its place
-in our routing order *now*: :class:`ProviderHealth` counts each provider's
-outcomes as this client sees them and demotes a provider for a cool-down when
-
-* it failed ``failure_threshold`` times in a row, or
-* its exponentially weighted error rate passes ``error_rate_threshold`` after at
-  least ``min_samples`` requests.
-
-A demoted provider stays allowed (it is still in ``only``): it just moves to the
-end of ``order``, so OpenRouter tries it last. When the cool-down ends it gets a
-fresh start. Providers are keyed by OpenRouter's display name (the response's
-``provider``, an error's ``metadata.provider_name``).
+OpenRouter's uptime figures cover 30 minutes to a day and reach the catalog only when
+it is refreshed; a provider that starts failing *now* should lose its place *now*.
+:class:`ProviderHealth` counts each provider's outcomes as this client sees them and
+demotes a provider for a cool-down when it failed ``failure_threshold`` times in a row
+or its exponentially weighted error rate passes ``error_rate_threshold``. A demoted
+provider stays allowed (still in ``only``): it moves to the end of ``order``, and gets
+a fresh start when the cool-down ends. Providers are keyed by OpenRouter's display
+name.
 """
 
 from __future__ import annotations

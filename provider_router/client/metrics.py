@@ -8,53 +8,11 @@
         ...
 
 ``provider-router run --metrics-port 9464`` does the same for a batch run. Needs the
-``metrics`` extra (``pip install 'provider-router[metrics]'``); without it,
-:class:`Metrics` raises :class:`~provider_router.MissingDependencyError`.
-
-What is exported (prefix ``provider_router_``):
-
-====================================  ======================================================
-``requests_total{provider,outcome}``  finished requests: ``success``, ``quarantined``, or the
-                                      error type of a failed one (provider ``none`` when
-                                      no provider answered)
-``attempt_failures_total{provider,kind}`` failed attempts (each retry's cause)
-``rate_limited_total{provider}``      429 answers
-``retries_total``                     attempts beyond the first, over finished requests
-``prompt_tokens_total{provider}``     tokens in; ``output_tokens_total{provider}`` out
-``cost_usd_total{provider}``          USD charged for answers (``usage.cost``)
-``request_latency_seconds{provider}`` histogram of whole-request latency (retries included)
-``spent_usd`` / ``reserved_usd`` /    the ledger's totals, sampled every ``interval`` seconds
-``budget_limit_usd``                  by the Router (a shared Redis ledger: everyone's)
-``limiter_window``                    the adaptive limiter's window (read at scrape time)
-``batches{dataset,state}``            the Batch API route's batches per dataset: each
-                                      state of ``batch_view.STATES`` (``submitting``,
-                                      ``validating``, ``in_progress``, ``finalizing``,
-                                      ``collecting``, ``completed``, ``failed``,
-                                      ``expired``, ``cancelled``, ``not_created``) and
-                                      ``submitted`` (every batch OpenRouter took)
-``batch_lines{dataset,outcome}``      its lines ``done``, ``failed`` and ``in_batches``
-``batch_cost_usd{dataset,kind}``      USD ``held`` for live batches, ``booked`` for ended ones
-``batch_provider_batches{dataset,provider}`` batches per serving provider
-``batch_window_seconds{dataset}``     seconds until the oldest live batch's 24 h window
-                                      ends (negative: past it; NaN: no live batch)
-``to_finish_usd``                     a batch run's money still to spend to finish its plan
-                                      (NaN while unknown; sampled with its timeline)
-``in_flight``                         requests in flight: sent, or being sent (read at
-                                      scrape time; those waiting for budget not counted)
-``waiting_for_budget``                requests whose reservation waits for room in the
-                                      budget, not sent (sampled with the ledger's totals)
-``verification_checks{outcome}``      ``run --verify``'s checks over the job: ``made``, and
-                                      ``not_made`` (could not be made; the run went on)
-``verification_cost_usd``             USD those checks cost (booked on the job's ledger)
-``verification_excluded_endpoints{provider}`` endpoints a check excluded (failed)
-``verification_flagged_rows{provider}`` rows flagged: served by it since its last
-                                      passing check, before it failed one (providers one
-                                      check failed together: their names joined by `` + ``)
-====================================  ======================================================
-
-Money in Prometheus is a float: these are for dashboards; the exact figures are the
-ledger's and ``summary.json``'s. With ``metrics=None`` (the default) the Router does no
-metrics work at all: one ``is None`` test per request.
+``metrics`` extra; without it, :class:`Metrics` raises
+:class:`~provider_router.MissingDependencyError`. What is exported (prefix
+``provider_router_``) is listed in docs/observability.md. Money in Prometheus is a
+float, for dashboards: the exact figures are the ledger's and ``summary.json``'s. With
+``metrics=None`` (the default) the Router does no metrics work: one ``is None`` test.
 """
 
 from __future__ import annotations
@@ -132,7 +90,7 @@ def _import_prometheus() -> Any:
 
 
 class Metrics:
-    """The Prometheus metrics of one Router (see the module docstring for the list).
+    """The Prometheus metrics of one Router (docs/observability.md lists them).
 
     Args:
         registry: a ``prometheus_client.CollectorRegistry`` to register in (default:

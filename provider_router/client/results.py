@@ -1,14 +1,12 @@
 """What a finished chat request returns: plain frozen dataclasses, cheap to build.
 
-The per-request path builds these, so they are dataclasses parsed by hand from
-the decoded JSON, not pydantic models (validation costs more than the request
-itself at 2,000 in flight). :class:`ChatResult` and :class:`Usage` are built
+The per-request path builds these, so they are dataclasses parsed by hand from the
+decoded JSON, not pydantic models. :class:`ChatResult` and :class:`Usage` are built
 once per request: the router fills their ``__dict__`` in one step
-(:func:`chat_result`, :meth:`Usage.from_json`) instead of the frozen
-``__init__``, which sets each field through ``object.__setattr__`` (~3 µs for
-a ``ChatResult``'s 17 fields against ~0.8 µs; docs/performance.md, "#13 wave
-3"). They stay frozen dataclasses for their users: same fields, equality,
-``repr``, ``dataclasses.replace``, and assigning an attribute raises.
+(:func:`chat_result`, :meth:`Usage.from_json`), cheaper than the frozen
+``__init__`` (docs/performance.md). They stay frozen dataclasses for their users:
+same fields, equality, ``repr``, ``dataclasses.replace``, and assigning an attribute
+raises.
 """
 
 from __future__ import annotations
@@ -69,7 +67,7 @@ class Usage:
         Tolerant: missing or malformed counts read as 0, a cost that is not a JSON
         number as ``None`` (unknown, never 0).
         """
-        # type() first: decoded JSON is dicts, and an ABC check costs ~10x more.
+        # type() first: decoded JSON is dicts, and an ABC check costs far more.
         if type(raw) is not dict and not isinstance(raw, Mapping):
             return None
         get = raw.get

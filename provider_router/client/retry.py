@@ -1,19 +1,13 @@
 """Retry policy: which failures are worth another attempt, and how long to wait.
 
-A :class:`RetryPolicy` is a frozen value made of composable parts, in the manner
-of tenacity's ``stop``/``wait``/``retry``:
-
-* ``retryable``: a predicate over the exception (default :func:`is_retryable`);
-* ``backoff``: a :class:`Backoff`, exponential with *full jitter*
-  (``uniform(0, min(cap, base × multiplier^(n-1)))``, AWS's "full jitter", which
-  spreads 2,000 simultaneous retries instead of synchronising them);
-* ``max_attempts`` and ``deadline``: stop after this many attempts, or when the
-  next wait would end past the overall deadline;
-* ``Retry-After``: a server-given delay is honoured as a floor on the wait.
-
-The decision itself is pure (:meth:`RetryPolicy.next_delay`); :meth:`RetryPolicy.run`
-drives an attempt function with an injected ``sleep``, ``clock`` and ``rng`` so
-tests pass a recording sleep and assert the schedule instead of waiting.
+A :class:`RetryPolicy` is a frozen value made of composable parts, in the manner of
+tenacity's ``stop``/``wait``/``retry``: ``retryable`` (a predicate over the exception,
+default :func:`is_retryable`), ``backoff`` (a :class:`Backoff`, exponential with full
+jitter, which spreads simultaneous retries instead of synchronising them),
+``max_attempts`` and ``deadline``; a server's ``Retry-After`` is a floor on the wait.
+The decision is pure (:meth:`RetryPolicy.next_delay`); :meth:`RetryPolicy.run` drives
+an attempt function with an injected ``sleep``, ``clock`` and ``rng``, so tests assert
+the schedule instead of waiting.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Opening a plan's datasets for a run: where each one's prompts come from.
 
-A run builds one :class:`~provider_router.jobs.datasets.DatasetRun` per dataset
-of the plan, with the request parameters of its model and its ``max_tokens`` apart
-(the target's in-flight pricer is capped by it), its prompts read from its input
-files (:func:`open_file_datasets`). On a resume whose input files are unchanged
-(same paths, sizes and modification times as the journal recorded), done prompts
-are skipped unparsed by their location; otherwise every line is read again, and a
-done prompt found at a new place is relocated in the journal (so the next resume is
-fast again). Lines are counted in the background, for the progress display's totals
-only.
-
-:func:`validate_inputs` is the ``strict`` check: every line read before anything is
-spent.
+A run builds one :class:`DatasetRun` per dataset of the plan, with the request
+parameters of its model and its ``max_tokens`` apart (the target's in-flight pricer is
+capped by it), its prompts read from its input files (:func:`open_file_datasets`). On
+a resume whose input files are unchanged, done prompts are skipped unparsed by their
+location; otherwise every line is read again, and a done prompt found at a new place is
+relocated in the journal. Lines are counted in the background, for the progress
+display's totals only. :func:`validate_inputs` is the ``strict`` check: every line
+read before anything is spent.
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """Dispatch: keeping up to ``concurrency`` requests in flight over a run's datasets.
 
-:class:`Dispatcher` is a run's engine. It takes the next prompt round-robin over
-the datasets, claims it in the journal, sends it as one task on the
+:class:`Dispatcher` is a run's engine. It takes the next prompt round-robin over the
+datasets, claims it in the journal, sends it as one task on the
 :class:`~provider_router.Router`, and gives the task's end to
-:class:`~provider_router.jobs.outcomes.Outcomes`. A dataset is asked before each
-prompt whether another may go out (caps, and its output-token target against what
-is in flight), so dispatch slows as a target nears.
-
-It also holds the run's **stop switch**: :meth:`Dispatcher.stop` stops taking work
-and lets requests in flight finish, :meth:`Dispatcher.abandon` cancels them. The
-reason and message it keeps are what the summary reports; when nothing stopped it,
-:meth:`Dispatcher.run` decides at its end whether the run is complete.
+:class:`~provider_router.jobs.outcomes.Outcomes`; a dataset is asked before each prompt
+whether another may go out, so dispatch slows as a target nears. It also holds the
+run's stop switch: :meth:`Dispatcher.stop` lets requests in flight finish,
+:meth:`Dispatcher.abandon` cancels them, and the reason it keeps is what the summary
+reports.
 """
 
 from __future__ import annotations

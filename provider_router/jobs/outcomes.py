@@ -1,23 +1,13 @@
 """What one finished request does to a run: its answer kept and counted, or its failure.
 
-:class:`Outcomes` takes each request's end from the dispatcher
-(:mod:`provider_router.jobs.dispatch`):
-
-* **An answer** is written as an output record into the journal (which also
-  counts it in the dataset's tally) and counted in the dataset's and the
-  provider's :class:`~provider_router.jobs.summary.Counter`. The journal is
-  flushed once per event-loop turn, so a burst of completions costs two writes.
-  An answer the router quarantined (a policy violation) is never accepted as
-  data: the prompt runs again.
-* **A failure** is counted by kind (the last attempt's, with the retries before
-  it). What no later request can escape stops the run instead: the budget or
-  OpenRouter's credits used up, a rejected key, a ledger that cannot be reached;
-  so does a journal that cannot be written (a full disk), or a ledger file that
-  cannot (:meth:`Outcomes.ledger_full`: the run then ends in :attr:`Outcomes.disk_error`,
-  one line and exit 74 on the command line, like a full disk under the journal).
-
-It stops the run through :class:`Control`, the runner's own :meth:`stop`, so a
-stop decided here is the same stop as a Ctrl-C (logged once).
+:class:`Outcomes` takes each request's end from the dispatcher. An answer is written
+as an output record into the journal (flushed once per event-loop turn) and counted per
+dataset and provider; an answer the router quarantined is never accepted as data, and
+its prompt runs again. A failure is counted by kind; what no later request can escape
+stops the run instead: the budget or credits used up, a rejected key, an unreachable
+ledger, or a journal or ledger file that cannot be written (:attr:`Outcomes.disk_error`:
+exit 74 on the command line). It stops the run through :class:`Control`, the runner's
+own :meth:`stop`, so a stop decided here is the same stop as a Ctrl-C.
 """
 
 from __future__ import annotations

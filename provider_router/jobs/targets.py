@@ -1,29 +1,14 @@
 """Pricing the requests in flight, so a dataset's output-token target lands.
 
-A target counts completed output tokens, but a request's length is known only
-when its answer returns. The dispatcher sends another request while
-``completed + price(in flight) < target``; whatever ``price`` under-estimates is
-overshoot that nothing can take back. So the price is an upper estimate:
-
-* **Before any length is observed**, each request in flight is priced at its
-  cap (``max_tokens``): no run can overshoot by more than one request. (The old
-  rule priced each at ``max_tokens / 2`` and a first wave of 200 answers longer
-  than that doubled a 50k target.)
-* **Then the observed distribution with a safety margin**: ``N`` requests in
-  flight are priced at ``N·m⁺ + z·s·sqrt(N)``, never above ``N·cap``, where ``m⁺``
-  is an upper confidence bound of the mean length. Lengths are heavy-tailed (a
-  few answers run to the cap), so a handful of samples can show a small mean
-  *and* a small spread; ``m⁺`` is therefore the empirical Bernstein bound
-  (Maurer & Pontil 2009), which holds for any distribution within ``[0, cap]``:
-  ``m + sqrt(2·s²·L/n) + 3·cap·L/n`` with ``L = ln(3/δ)``. It stays near the cap
-  for the first few dozen samples and tightens as they grow.
-* **Only an unbiased sample counts.** Short answers return first, so the
-  answers seen early are the short ones: a mean over them is biased low exactly
-  when the first wave is in flight. The sample is therefore the *completed
-  prefix in dispatch order*: request ``k`` is counted only once every request
-  sent before it has landed, which selects on send order, never on length.
-
-:class:`InFlightPricer` is per dataset of one run.
+A target counts completed output tokens, but a request's length is known only when its
+answer returns. The dispatcher sends another request while ``completed + price(in
+flight) < target``, and whatever ``price`` under-estimates is overshoot nothing can take
+back; so the price is an upper estimate. Before any length is observed, each request in
+flight is priced at its cap (``max_tokens``). Then ``N`` requests are priced at
+``N·m⁺ + z·s·sqrt(N)`` (never above ``N·cap``), ``m⁺`` being the empirical Bernstein
+bound of the mean (Maurer & Pontil 2009), which holds for heavy-tailed lengths. Only an
+unbiased sample counts: short answers land first, so the sample is the completed
+prefix in dispatch order. :class:`InFlightPricer` is per dataset of one run.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ class _Building:
 
     The frozen dataclass's ``__init__`` goes through ``object.__setattr__`` for each
     field, and calling the slots' ``__set__`` from Python builds an argument tuple
-    per field: ~0.85 µs and ~0.5 µs against ~0.22 µs this way, once per request.
+    per field: both cost more than this way, once per request (docs/performance.md).
     Python allows the assignment only between identical layouts (same slots, in
     the same order) and raises otherwise, so a field added to Reservation fails
     every reserve loudly (tests/client/test_lean_path.py holds the fields

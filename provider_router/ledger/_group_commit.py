@@ -1,29 +1,15 @@
 """Group commit: operations from concurrent coroutines share one store round trip.
 
-Every ledger call becomes an :class:`Op` with a future. Ops that arrive while a
-batch is being written wait for the next one, so under load each transaction
-(SQLite) or script call (Redis) carries many operations and its fixed cost is
-shared; with one caller a batch holds one op and nothing waits. A call returns
-only after its batch is durable.
-
-Reservations that asked to wait and did not fit stay queued (first come, first
-served) and are retried in every later batch, which is placed after the settles
-that free room, and by a poll timer that notices room freed by other processes.
-
-Batches are also sized by time: one starts at least ``commit_interval`` after the
-one before (unless ``max_batch`` ops are already waiting), so under load every
-commit, with its fsync and its thread hand-off, carries that much work instead of
-whoever happened to be waiting; a store idle for that long commits at once.
-Measured at 2,000 requests in flight (docs/performance.md): 2-3 ops per commit
-and 0.63 ms of client CPU per request without it, ~17 ops and 0.43 ms with 10 ms,
-latency unchanged.
-
-The interval stretches with how long reservations are held (reserve to settle,
-a moving average): up to :data:`HOLD_SHARE` of it, at most :data:`MAX_STRETCH`
-times ``commit_interval``. Requests of 2 s then share commits of 25 ms (the
-commit's fixed cost, ~0.3 ms of CPU with its fsync, spread over ~2.5× more
-operations), adding at most ~1 % to their latency, while requests of 200 ms keep
-10 ms; an idle store still commits at once.
+Every ledger call becomes an :class:`Op` with a future. Ops that arrive while a batch
+is being written wait for the next one, so under load each transaction (SQLite) or
+script call (Redis) carries many operations and its fixed cost is shared; with one
+caller a batch holds one op. A call returns only after its batch is durable.
+Reservations that asked to wait and did not fit stay queued, first come first served,
+and are retried after the settles of every later batch and on a poll timer. Batches
+are also sized by time: one starts at least ``commit_interval`` after the one before,
+stretched with how long reservations are held (up to :data:`MAX_STRETCH` times), so
+each commit carries that much work instead of whoever happened to be waiting; an idle
+store still commits at once (docs/ledger.md).
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Riding out a store outage: retry with backoff within a window, then fail fast and clearly.
 
-A networked ledger (Redis) can be unreachable for a moment: a restart, a
-failover, a dropped connection. :class:`OutageWindow` retries a call that failed
-that way with exponential backoff, so ledger calls pause (and with them,
-admission) and resume with nothing lost. Only once the store has been gone for
-longer than the window does a call raise :class:`LedgerUnavailableError`; from
-then on, until a call succeeds again, each call tries once and raises at once,
-so a run that is stopping does not wait a whole window per call.
-
-Retrying is safe only because the store applies each batch at most once (the
-Redis script remembers the batches it applied: a reply lost after the script
-ran is answered from that memory, not applied again).
+A networked ledger (Redis) can be unreachable for a moment: a restart, a failover, a
+dropped connection. :class:`OutageWindow` retries a call that failed that way with
+exponential backoff, so ledger calls (and admission) pause and resume with nothing
+lost. Only once the store has been gone longer than the window does a call raise
+:class:`LedgerUnavailableError`; from then on, until a call succeeds, each call tries
+once, so a run that is stopping does not wait a whole window per call. Retrying is
+safe only because the store applies each batch at most once.
 """
 
 from __future__ import annotations

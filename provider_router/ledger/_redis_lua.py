@@ -1,23 +1,14 @@
 """The Redis ledger's server-side scripts (Lua, run atomically by Redis).
 
-Keys (``P`` is ``<prefix>:{<name>}:``; the braces keep every key of one ledger
-in one cluster slot):
+Keys (``P`` is ``<prefix>:{<name>}:``, one cluster slot per ledger): ``P totals``
+(limit, spent, reserved, counters), ``P leases`` (open reservation id → lease
+deadline), ``P recovered`` (id → units charged at worst case by recovery, ``-1`` once
+reconciled), ``P r:<id>`` (one open reservation) and ``P b:<batch>`` (the answer to an
+applied batch, so a retried batch is never applied twice).
 
-- ``P totals``     hash: limit, spent, reserved and the counters, integer units
-- ``P leases``     sorted set: open reservation id → lease deadline (epoch seconds)
-- ``P recovered``  hash: id → units charged at worst case by recovery, or ``-1``
-                   when recovery reconciled it at its real cost
-- ``P r:<id>``     hash per open reservation: u (units), k (key), o (owner), g (generation id)
-- ``P b:<batch>``  the answer to a batch already applied (JSON), kept a little longer
-                   than the outage window, so a retried batch is never applied twice
-
-Lua numbers are doubles, exact only up to 2^53 units ($9,007.19). So money never
-goes through a single Lua number: every amount travels and is stored as a decimal
-string of integer picodollars, and the script splits it into two limbs, whole
-dollars and picodollars (``{hi, lo}`` with ``0 <= lo < 10^12``), adding, subtracting
-and comparing limb by limb. Each limb stays far below 2^53, so every sum is exact to
-the picodollar for any amount up to 2^53 dollars (the ledger caps limits at
-$4,000,000). Counters (how many open, settled...) are plain numbers.
+Lua numbers are doubles, exact only up to 2^53 units, so money never goes through one:
+amounts travel as decimal strings of picodollars and the script adds, subtracts and
+compares them as two limbs, whole dollars and picodollars (docs/ledger.md, "Redis").
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """Another process holding an SQLite ledger's lock: waited out, then named, never "damaged".
 
-While another process holds the write lock (``BEGIN EXCLUSIVE`` in a ``sqlite3``
-shell, a ``provider-router ledger topup``, a backup tool), SQLite answers
-``database is locked``. That is a wait, not a damage: the ledger is intact, and
-advising to start the job over would pay for every prompt again.
-
-* :func:`is_locked` tells the lock apart from other database errors;
-* :class:`LedgerLocked` marks a batch that found the lock taken for longer than
-  the connection's busy timeout, so that :class:`~provider_router.ledger._outage.OutageWindow`
-  waits it out as it waits out an unreachable Redis (safe: a batch that could not
-  take the lock applied nothing);
-* :func:`locked_error` says who holds it, where the system tells (Linux ``/proc``:
-  the process id and its program name, never its command line, which may hold
-  secrets), and what to do: wait for it or stop it.
+While another process holds the write lock (a ``sqlite3`` shell's ``BEGIN
+EXCLUSIVE``, a ``ledger topup``, a backup tool), SQLite answers ``database is
+locked``. That is a wait, not damage, and advising to start the job over would pay for
+every prompt again. :func:`is_locked` tells the lock from other errors;
+:class:`LedgerLocked` marks a batch that found it taken past the busy timeout, so the
+:class:`~provider_router.ledger._outage.OutageWindow` waits it out (safe: such a batch
+applied nothing); :func:`locked_error` says who holds it where the system tells (the
+pid and program name, never its command line, which may hold secrets) and what to do.
 """
 
 from __future__ import annotations

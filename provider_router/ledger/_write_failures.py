@@ -1,14 +1,12 @@
-"""What a failed ledger write means for money, said with its cause (#21).
+"""What a failed ledger write means for money, said with its cause.
 
-A batch the store could not apply fails every call in it; each caller handles its
-own error (a reservation refused is a request not sent; a settle that failed keeps
-its answer and its reservation open). What the operator needs besides is one
-sentence per failure saying what was not recorded and what that means for the
-money, and, at the end of a run, whether its money is certain. :func:`describe`
-builds that sentence; :class:`WriteFailures` keeps the tally a run reads.
-
-Reads (snapshot, listing) change nothing: their failure is the caller's error
-alone, never a "write failed" (``ledger show`` of a ledger that does not exist).
+A batch the store could not apply fails every call in it; each caller handles its own
+error (a reservation refused is a request not sent; a settle that failed keeps its
+answer and its reservation open). What the operator needs besides is one sentence per
+failure saying what was not recorded and what that means for the money, and, at the
+end of a run, whether its money is certain. :func:`describe` builds that sentence;
+:class:`WriteFailures` keeps the tally a run reads. Reads (snapshot, listing) change
+nothing: their failure is the caller's error alone, never a "write failed".
 """
 
 from __future__ import annotations

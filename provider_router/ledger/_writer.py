@@ -1,16 +1,12 @@
 """The SQLite ledger's writer thread: jobs run off the loop, each answered with one wake-up.
 
-A ledger commits (the WAL write and its fsync) in one thread of its own, so a
-slow disk never stalls the event loop. A ``ThreadPoolExecutor`` with
-``asyncio.wrap_future`` costs ~24 µs of CPU per round trip (a work item, a
-``concurrent.futures.Future`` with its condition, callbacks chained both ways);
-this thread takes jobs from a ``SimpleQueue`` and hands each result to the
-loop with one ``call_soon_threadsafe``: ~12 µs (``docs/performance.md``, "#13
-wave 4"). One commit per batch pays it, so it is per batch, never per request.
-
-The loop must not touch the connection while a job runs, even when the task
-that awaited the job was cancelled: :attr:`WriterThread.busy` and
-:meth:`WriterThread.idle` follow the jobs themselves, not their futures.
+A ledger commits (the WAL write and its fsync) in one thread of its own, so a slow disk
+never stalls the event loop. The thread takes jobs from a ``SimpleQueue`` and hands
+each result to the loop with one ``call_soon_threadsafe``, cheaper than an executor's
+``wrap_future`` round trip (docs/performance.md); one commit per batch pays it. The
+loop must not touch the connection while a job runs, even when the task that awaited
+it was cancelled: :attr:`WriterThread.busy` and :meth:`WriterThread.idle` follow the
+jobs themselves, not their futures.
 """
 
 from __future__ import annotations

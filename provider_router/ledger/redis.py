@@ -1,18 +1,13 @@
 """A ledger in Redis: one budget for any number of processes on any number of hosts.
 
-Each batch of operations (see ``_batch.py``) is one Lua script call, which Redis
-runs atomically: every reserve checks and updates the shared totals in one
-indivisible step, so no two workers can ever together pass the limit. Money is
-kept as integer picodollars, exact for every limit a ledger accepts (the script
-never puts an amount into a single Lua double; see ``_redis_lua.py``).
-
-Reservations carry a lease that their owner renews; a worker that dies stops
-renewing, and whoever calls :meth:`RedisLedger.recover` after the lease ran out
-reconciles its open reservations (through the generation id where known) or
-counts them at worst case. Lease deadlines use the callers' wall clocks, so the
-hosts' clocks must agree to well within a lease (NTP does).
-
-Needs the ``redis`` extra: ``pip install 'provider-router[redis]'``.
+Each batch of operations is one Lua script call, which Redis runs atomically: every
+reserve checks and updates the shared totals in one step, so no two workers can
+together pass the limit. Money is integer picodollars, exact for every limit a ledger
+accepts (:mod:`~provider_router.ledger._redis_lua`). Reservations carry a lease their
+owner renews; whoever calls :meth:`RedisLedger.recover` after a dead worker's lease
+ran out reconciles its open reservations or counts them at worst case. Lease
+deadlines use the callers' wall clocks, so hosts' clocks must agree to well within a
+lease (NTP does). Needs the ``redis`` extra.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """The embedded default ledger: one SQLite file, safe for several processes on one machine.
 
-Every batch of operations is one ``BEGIN IMMEDIATE`` transaction (the write lock
-is taken before the totals are read, so two processes can never both admit the
-last dollar), committed in WAL mode with ``synchronous=FULL``: a reservation is on
-disk before :meth:`SQLiteLedger.reserve` returns, so a crash cannot forget it.
-Concurrent calls share transactions (group commit, see ``_batch.py``).
-
-By default (``executor="thread"``) a batch's statements run on the event loop and
-its ``COMMIT`` (the WAL write and its fsync) in one dedicated thread: one thread
-hand-off per batch instead of a GIL hand-off around every statement, and the
-fsync never stalls the loop. The loop never waits for another process's lock:
-the connection's busy timeout is 0 there, and a batch that finds the lock taken
-(or that scans every open row: listing, claiming, renewing) runs whole in the
-thread, which waits for the lock. ``executor="loop"`` runs everything on the
-loop itself (blocking, fsync included).
-
-A lock another process holds for longer than the busy timeout is waited out as
-an unreachable Redis is (``lock_window``, :mod:`~provider_router.ledger._sqlite_lock`),
-and past it, or when opening, the error says the ledger is locked and by whom:
-never that it is damaged.
+Every batch of operations is one ``BEGIN IMMEDIATE`` transaction (the write lock is
+taken before the totals are read, so two processes can never both admit the last
+dollar), committed in WAL mode with ``synchronous=FULL``: a reservation is on disk
+before :meth:`SQLiteLedger.reserve` returns. By default (``executor="thread"``) a
+batch's statements run on the event loop and its ``COMMIT`` in one writer thread, so
+the fsync never stalls the loop, and the loop never waits for another process's lock
+(such a batch runs whole in the thread); ``executor="loop"`` runs everything on the
+loop, blocking. A lock held past the busy timeout is waited out as an unreachable Redis
+is (:mod:`~provider_router.ledger._sqlite_lock`), and the error then names who holds
+it: never that the ledger is damaged.
 """
 
 from __future__ import annotations
@@ -72,11 +63,10 @@ CREATE TABLE IF NOT EXISTS reservations (
 PRAGMA user_version = {SCHEMA_VERSION}
 """
 _SCHEMA_STATEMENTS: Final = tuple(part for part in _SCHEMA.split(";") if part.strip())
-# Ledgers before #13 wave 4 had a partial index of the open rows. Each request
-# paid for it twice (an entry inserted by the reserve, deleted by the settle) and
-# each commit wrote ~4 more WAL pages for it (~4 µs a request with synchronous=FULL);
-# it only served recovery and listing, which now scan the table (1M rows: ~0.2 s)
-# once per run, and the lease renewal, which now updates its own rows by id.
+# Older ledgers had a partial index of the open rows. Each request paid for it
+# twice (an entry inserted by the reserve, deleted by the settle) and each commit
+# wrote more WAL pages for it; it only served recovery and listing, which scan the
+# table once per run, and the lease renewal, which updates its own rows by id.
 # Dropping it changes no result: every version reads the file with or without it.
 _DROP_OPEN_INDEX = "DROP INDEX IF EXISTS reservations_open"
 # The ledger's identity: a random id fixed at creation, which a batch journal
@@ -102,7 +92,7 @@ _CLOSE = (
 )
 # Settle or release an open reservation in one statement (the common case): the row
 # must be open and hold what the caller's Reservation says it holds, so the changed
-# row count alone tells that the caller's units are the row's (3 µs cheaper than
+# row count alone tells that the caller's units are the row's (cheaper than
 # ``RETURNING units``). Anything else (already closed, recovered by another process,
 # unknown, a Reservation whose units differ from the row) takes the slow path.
 _CLOSE_HELD = (
@@ -123,7 +113,7 @@ class _Store:
         self.busy_ms = busy_ms
         # One cursor for every statement: ``con.execute`` builds a cursor per call
         # and registers a weak reference to it with the connection (two objects the
-        # cyclic GC tracks, ~0.4 µs) only to drop both once the statement is done.
+        # cyclic GC tracks) only to drop both once the statement is done.
         # Every result is read (fetchone steps to the end) before the next statement.
         self.cur = con.cursor()
         self.owner = owner
@@ -220,7 +210,7 @@ class _Store:
             self.cur.execute("ROLLBACK")
 
     def _insert_rows(self) -> None:
-        """Insert the admitted reservations with one ``executemany`` (~1 µs less each)."""
+        """Insert the admitted reservations with one ``executemany`` (cheaper than one each)."""
         self.cur.executemany(_INSERT, self._rows)
         self._rows.clear()
 

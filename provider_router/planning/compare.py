@@ -1,22 +1,14 @@
 """Sync or batch: the same plan projected both ways, side by side, and the route each
 dataset takes.
 
-Pure, like :mod:`provider_router.planning.projection`, whose :func:`project` prices both
-routes: the sync one on the model's endpoints, the batch one on the single ``:batch``
-endpoint :func:`~provider_router.routing.batch_endpoints.batch_route` pins, at its own prices
-and with no cache reads (a batch line is priced whole: the side that never
-under-reserves). Times, per route (docs/projection.md, "Sync or batch"):
-
-* sync, expected: requests × (p50 time to first token + tokens per response ÷ p50
-  throughput) ÷ concurrency, on the cheapest allowed endpoint; worst: p99 time to
-  first token and the high response length (retries not counted);
-* batch: the dataset split into batches of at most 5,000 requests and 200 MB, run at
-  once; expected: the median of the slowest of them, from the observed completion
-  times (median 7 min, 90 % within 1 h, log-normal); worst: the 24 h window.
-
-A dataset's ``route`` (``sync``, ``batch`` or ``auto``) decides which it takes; ``auto``
-takes batch where an allowed batch endpoint exists and the dataset has no deadline
-sooner than the window.
+Pure, like :mod:`provider_router.planning.projection`, whose :func:`project` prices
+both routes: the sync one on the model's endpoints, the batch one on the single
+``:batch`` endpoint :func:`~provider_router.routing.batch_endpoints.batch_route` pins,
+at its own prices and with no cache reads (the side that never under-reserves). It
+also estimates each route's time, expected and worst (docs/projection.md, "Sync or
+batch"). A dataset's ``route`` (``sync``, ``batch`` or ``auto``) decides which it
+takes; ``auto`` takes batch where an allowed batch endpoint exists and the dataset
+has no deadline sooner than the window.
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
 """The plan of a batch job: which datasets, how much of each, with what model and money.
 
-A plan comes from a YAML or TOML file (:func:`load_plan`) or, for one dataset,
-from command-line flags (:meth:`Plan.single`); both give the same :class:`Plan`.
+A plan comes from a YAML or TOML file (:func:`load_plan`, format in docs/batch.md) or,
+for one dataset, from command-line flags (:meth:`Plan.single`); both give the same
+:class:`Plan`::
 
-```yaml
-model: moonshotai/kimi-k2.5
-budget: 100            # USD, a hard cap for the whole plan
-concurrency: 2000
-policy: {exclude_below: int4}
-generation: {max_tokens: 8192, temperature: 0.6, reasoning: {effort: high}}
-datasets:
-  - name: b3
-    inputs: [prompts/magicoder.jsonl]     # relative to the plan file
-    target_output_tokens: 7_000_000       # stop this dataset once reached
-  - name: b4
-    input: prompts/opencodeinstruct.jsonl
-    max_requests: 20000
-    generation: {max_tokens: 4096}        # overrides the plan's defaults
-# The budget in Redis, shared by every process using it (docs/workers.md):
-ledger: redis://redis.internal:6379/0     # --ledger
-ledger_name: b3-b8                        # --ledger-name
-```
+    model: moonshotai/kimi-k2.5
+    budget: 100                          # USD, a hard cap for the whole plan
+    datasets:
+      - name: b3
+        inputs: [prompts/magicoder.jsonl]    # relative to the plan file
+        target_output_tokens: 7_000_000      # stop this dataset once reached
 
 Errors name the file and, for YAML, the line of the offending value.
 """

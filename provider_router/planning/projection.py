@@ -1,27 +1,13 @@
 """What a plan will cost before a cent is spent, and how much of it fits a budget.
 
-Pure: no I/O, no clock. Token totals are integers and every dollar figure is an
-exact :class:`~decimal.Decimal` computed with the endpoints' own
-:meth:`~provider_router.catalog.records.Pricing.cost` (so caching and reasoning are
-priced exactly as OpenRouter bills them, notes §5).
-
-The model, per dataset (see ``docs/projection.md`` for the assumptions and error
-bounds):
-
-* ``requests`` = the fewest of: ``ceil(target_output_tokens / completion
-  tokens per response)``, ``max_requests``, and the prompts available;
-* ``completion tokens`` = requests × tokens per response (reasoning included,
-  as ``usage.completion_tokens`` counts them, and as output-token targets count);
-* ``prompt tokens`` = requests × prompt tokens per request, of which a share
-  is read from the provider's cache;
-* each of the three response lengths of the :class:`WorkloadEstimate` (low,
-  expected, high) gives one scenario; the low/high cost is the cheaper/dearer
-  of the two extreme scenarios (longer answers mean fewer requests for a
-  token target, so "high length" is not always "high cost");
-* cost under the *cheapest* allowed endpoint, and under the *routing mix*: the
-  router tries endpoints in rank order and falls through on failure, so
-  endpoint *i* serves ``p_i × Π_{j<i} (1 - p_j)`` of the requests (``p`` =
-  uptime), normalised over the requests that succeed anywhere.
+Pure: no I/O, no clock. Token totals are integers and every dollar figure is an exact
+:class:`~decimal.Decimal` computed with the endpoints' own
+:meth:`~provider_router.catalog.records.Pricing.cost`, so caching and reasoning are
+priced exactly as OpenRouter bills them. Per dataset, the requests a target needs at
+each of the workload's three response lengths give a low, expected and high scenario,
+each priced under the cheapest allowed endpoint and under the routing mix (the
+router falls through endpoints in rank order by uptime). docs/projection.md gives the
+model, its assumptions and error bounds.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """Streaming reader for prompt files (JSONL).
 
-Each line is one JSON object with either ``messages`` (OpenAI chat format) or
-``prompt`` (a string, sent as one user message), and optionally ``id``. ``tools``
-and ``tool_choice`` are request fields of that prompt (:attr:`Prompt.request_fields`).
-Every other key is carried through untouched as metadata. A line without an ``id``
-gets a stable one derived from its content, so re-reading the same file yields
-the same ids (that is what makes resuming possible).
-
-Files are read one line at a time: memory does not grow with the file, except
-for the set of ids already seen (needed to detect duplicates).
-
-Bad lines never stop the reader by default: each becomes a
+Each line is one JSON object with ``messages`` (OpenAI chat format) or ``prompt`` (a
+string, sent as one user message), optionally an ``id``, ``tools`` and
+``tool_choice``; every other key is carried through as metadata. A line without an
+``id`` gets a stable one derived from its content, so re-reading the same file yields
+the same ids (what makes resuming possible). Files are read one line at a time: memory
+grows only with the set of ids seen. A bad line becomes a
 :class:`~provider_router.DataFileError` naming file and line, collected in
-:attr:`PromptReader.problems`. With ``strict=True`` the first bad line raises.
+:attr:`PromptReader.problems`; with ``strict=True`` the first one raises.
 """
 
 from __future__ import annotations

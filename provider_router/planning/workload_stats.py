@@ -1,19 +1,14 @@
 """Workload statistics from data: prompt tokens from input files, response lengths from a pilot.
 
-Prompt tokens are *estimated* from the prompt files without calling anyone. With
-no tokenizer the estimate is the usual approximation for BPE chat models: about
-four characters per token of text, plus four tokens of chat template per message
-and three to prime the reply (OpenAI's cookbook rule; within about ±25 % of a real
-tokenizer on English prose and code, worse on CJK text, where a character is often
-a token of its own). Pass ``count_tokens`` (any ``str -> int``, e.g. a ``tiktoken``
-encoding's ``lambda s: len(enc.encode(s))`` or a Hugging Face tokenizer's) to count
-exactly; the template overhead is still added.
-
-Response lengths cannot be estimated from the prompts: a *pilot* sends a sample of
-real prompts (:func:`run_pilot`, through the routed, budgeted
-:class:`~provider_router.Router`, against OpenRouter or the local simulator),
-measures ``usage``, and turns it into a :class:`~provider_router.planning.workload.WorkloadEstimate`
-whose response-length range is the confidence interval of the mean.
+Prompt tokens are *estimated* from the prompt files without calling anyone: with no
+tokenizer, the usual approximation for BPE chat models (about four characters a
+token, plus the chat template's tokens: OpenAI's cookbook rule, worse on CJK text);
+pass ``count_tokens`` (any ``str -> int``, e.g. a ``tiktoken`` encoding's) to count
+exactly. Response lengths cannot be estimated from the prompts: a *pilot* sends a
+sample of real prompts through the routed, budgeted :class:`~provider_router.Router`
+(:func:`run_pilot`), measures ``usage``, and turns it into a
+:class:`~provider_router.planning.workload.WorkloadEstimate` whose range is the
+confidence interval of the mean.
 """
 
 from __future__ import annotations

@@ -1,41 +1,15 @@
 """The driver's word to a running stage: stop sending, and each dataset's token target.
 
-Ray gives a driver one way to tell running actors anything: kill them, and with
-them the requests they have in flight (paid for, their answers lost). So the
-driver of ``provider-router run --ray`` writes to the job's Redis, and every actor
-of the stage reads it there (:class:`StageControl`, three calls in
-:class:`~provider_router.ray.PromptStage`):
-
-* ``control`` hash: ``stop`` says why the job sends nothing more (a first Ctrl-C);
-  ``target:<dataset>`` holds a dataset's output-token target and its requests' cap.
-  The driver renews it while it runs and deletes it at the end (it expires
-  :data:`CONTROL_TTL` seconds after a driver killed hard), so a later job of the
-  same name, from the library, finds no word of an earlier run.
-  An actor reads it at most every :data:`CONTROL_INTERVAL` seconds (one ``HGETALL``
-  for every row of that moment). A row that finds ``stop`` set comes out as not
-  sent and is not noted in the store (the next run sends it); so does a row waiting
-  for a slot in the actor's router (the actor stops its router: no new attempt);
-  requests in flight finish and are stored as usual.
-* ``counts`` hash: per dataset, the answers, output tokens and cost (picodollars)
-  landed this run on top of what the driver found written (the live progress),
-  and, per dataset with a target, its requests admitted and not yet landed and
-  the landed lengths' count, sum and sum of squares.
-
-A row of a dataset with a target is admitted by one Lua script while ``out +
-price(in flight) < target``, ``price`` being the batch runner's
-(:mod:`provider_router.jobs.targets`): each request in flight at its cap until
-:data:`~provider_router.jobs.targets.MIN_SAMPLES` lengths landed, then the
-empirical Bernstein bound of their mean plus a margin. One difference: the
-runner counts lengths in dispatch order (short answers land first, and a sample
-of early landings is biased short), the cluster counts them as they land; the
-bound's ``3·cap·ln(3/δ)/n`` term keeps the price near the cap for the first few
-dozen. While there is no room the row waits in its actor (requests in flight may land
-short of what they were priced at); once the target is reached, every further row
-comes out as not sent with :data:`TARGET_REACHED`, and is not noted in the store.
-
-Nothing here raises into a row: an unreachable Redis keeps the last word read
-(``stop`` stays as it was) and holds back rows of target datasets
-(:data:`CONTROL_UNREACHABLE`), the side that never overshoots.
+Ray gives a driver one way to tell running actors anything: kill them, and with them
+the requests they have in flight (paid for, their answers lost). So the driver of
+``provider-router run --ray`` writes to the job's Redis (a ``control`` hash: ``stop``
+and each dataset's target, renewed while it runs; a ``counts`` hash: what landed), and
+every actor reads it there (:class:`StageControl`) at most every
+:data:`CONTROL_INTERVAL` seconds. A row that finds ``stop`` set is not sent; a row of a
+dataset with a target is admitted by one Lua script while the dataset's output plus
+the price of its requests in flight stays below the target, priced as
+:mod:`provider_router.jobs.targets` prices. Nothing here raises into a row: an
+unreachable Redis keeps the last word read and holds target rows back (docs/design.md).
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """The driver's own loop for ``run --ray``: Redis, the preflight, progress and metrics.
 
-While Ray executes a dataset the driver's main thread is blocked in Ray's calls
-(it reads the stage's rows and writes them), so everything else the driver does
-runs on one thread of its own with its own event loop:
-
-* before anything is sent: the preflight (:func:`~provider_router.checks.preflight.preflight`,
-  paid from the job's Redis ledger, as ``run`` pays it from its own), the account
-  baseline of ``--own-key`` (:class:`~provider_router.jobs.store.account.AccountCheck`),
-  and the run's :class:`~provider_router.ray._control.JobControl` counts and targets;
-* while it runs: the live progress (``run``'s own table and lines:
-  :func:`~provider_router.jobs.observe.live.show_progress` reads this object as it reads
-  a :class:`~provider_router.jobs.runner.JobRunner`), the Prometheus metrics, and
-  the stop word of a first Ctrl-C;
-* at the end: the account correction, the preflight's cost in the summary.
+While Ray executes a dataset the driver's main thread is blocked in Ray's calls, so
+everything else the driver does runs on one thread of its own with its own event loop:
+before anything is sent, the preflight (paid from the job's Redis ledger), the
+``--own-key`` baseline and the run's :class:`~provider_router.ray._control.JobControl`;
+while it runs, the live progress (read as
+:func:`~provider_router.jobs.observe.live.show_progress` reads a
+:class:`~provider_router.jobs.runner.JobRunner`), the Prometheus metrics and the stop
+word of a first Ctrl-C; at the end, the account correction and the preflight's cost.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Handing the API key to Ray actors without writing it into any file.
 
-A key in ``runtime_env`` env vars is written in plain text to
-``runtime_env_agent.log`` in Ray's session logs on every node (measured in #22).
-A key in an actor's constructor arguments is pickled into the task's
-specification and the object store, which Ray may spill to disk. So the key is
-split in two, and neither half alone says anything about it:
-
-* a one-time pad of random bytes, as long as the key, kept in the job's Redis
-  under a random name (with an expiry);
-* the key XOR that pad, which travels with the stage's constructor arguments.
-
-An actor reads the pad back from Redis (once, when it opens) and recombines the
-key in memory. Ray's files can only ever hold the masked half; Redis's files
-(``dump.rdb``, an append-only file) only the pad. Each job start draws a new pad,
-so two masked keys never share one.
-
-A Redis URL's password is the same kind of secret, and cannot be hidden the same
-way (its pad would be behind the very password). Its pad goes to Ray's object
-store instead (``ray.put``, in memory on the driver's node); the task
-specification carries the URL without the password and the password XOR that
-pad (:class:`MaskedPassword`). Both are dropped by :meth:`RayJob.finish`.
+Ray writes ``runtime_env`` env vars in plain text to its session logs on every node,
+and pickles an actor's constructor arguments into the object store, which may spill to
+disk. So the key is split in two, neither half saying anything alone: a one-time pad as
+long as the key, kept in the job's Redis under a random name (with an expiry), and the
+key XOR that pad, which travels with the stage's arguments; an actor recombines them in
+memory, and each job start draws a new pad. A Redis URL's password cannot be hidden
+the same way (its pad would be behind the very password): its pad goes to Ray's object
+store (``ray.put``, in memory on the driver's node) and the URL travels without it
+(:class:`MaskedPassword`). :meth:`RayJob.finish` drops both pads.
 """
 
 from __future__ import annotations

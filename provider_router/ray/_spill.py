@@ -1,17 +1,13 @@
 """Paid answers Redis could not take, on the actor's local disk until it can.
 
 When the answer store is out past its window, a paid answer would otherwise live only
-in the actor's memory (and its emitted row): an actor killed before Redis came back
-would lose it, and the prompt would be bought again by the next run. The stage
-therefore appends such an answer to its own spill file (fsynced) before it goes on.
-
-Each actor's file, ``<spill dir>/<job>/<actor token>.jsonl``, is locked (``flock``)
-for as long as the actor lives: a lock the kernel drops when the process dies, however
-it dies. Whoever finds an unlocked file (a new actor on the node, the background task
-of a live one, the driver's :meth:`~provider_router.ray.RayJob.finish`) stores its
-answers in Redis, never over an answer already there, then deletes it. A spill is
-only as durable as the node's disk: an answer spilled on a node that is lost with its
-disk is lost (the ledger still holds its money through recovery).
+in the actor's memory: an actor killed before Redis came back would lose it, and the
+next run would buy the prompt again. So the stage appends it to its own fsynced spill
+file, ``<spill dir>/<job>/<actor token>.jsonl``, locked (``flock``) for as long as the
+actor lives: a lock the kernel drops however the process dies. Whoever finds an
+unlocked file (a new actor on the node, a live one's background task, the driver's
+:meth:`~provider_router.ray.RayJob.finish`) stores its answers in Redis, never over an
+answer already there, then deletes it. A spill is only as durable as the node's disk.
 """
 
 from __future__ import annotations

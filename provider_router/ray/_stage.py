@@ -1,45 +1,15 @@
 """The per-row Ray Data stage: one prompt in, one row out, paid at most once.
 
-:class:`PromptStage` is an async callable class for ``Dataset.flat_map`` run on an
-actor pool (``compute=ActorPoolStrategy(size=...)``). Ray Data runs up to
-``DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY`` rows of a task at once on the actor's
-event loop (:class:`~provider_router.ray.RayJob` raises it for this stage alone), so
-a slow answer holds no other row back, as a batch UDF would (273 s against 96 s
-per-row, measured in #22).
-
-Each row:
-
-1. is looked up in the job's :class:`~provider_router.ray._store.AnswerStore`, and
-   its id claimed for this run: a row whose id another row of the run (with other
-   content) claimed first is refused as ``provider-router run`` refuses a duplicate
-   line (``bad_input``, never sent); a stored answer (a retried task, or a resumed
-   job) is emitted again, free; a note of this very run (``not_sent``, ``failed``)
-   is replayed as it was, so a retried task's blocks split as the first time's;
-2. else it is sent through the actor's :class:`~provider_router.Router`
-   (streaming, so the generation id is on the reservation before the answer is
-   done), reserving from the job's shared :class:`~provider_router.RedisLedger`;
-   the same row arriving twice at once in one actor is sent once, and in two actors
-   too: the sender holds the row's sending lease in the store
-   (:meth:`~provider_router.ray._store.AnswerStore.hold`), and the other waits for
-   the answer it stores (a dead sender's lease runs out after one ledger lease);
-3. a paid answer is stored *before* its reservation is settled (``on_paid``): a
-   kill after the settle finds it stored. A prompt the budget or OpenRouter's
-   credits refused is emitted with ``status="not_sent"`` (never dropped: a dropped
-   row makes a budget stop look like a success) and noted in the store, as is a
-   failure (``status="failed"``).
-
-No row raises out of the stage: Ray would fail the whole job and cut every request
-in flight. Redis calls wait out an outage (``outage_window``); past it, a row that
-could not be looked up is ``not_sent`` (it may have been paid: never sent blind),
-and a paid answer Redis could not take is kept in its row, replayed by this actor,
-written to its spill file on the node's disk (:mod:`~provider_router.ray._spill`:
-an actor killed before Redis is back loses nothing) and stored again by the
-background task, its sending lease held until then.
-
-Everything that needs an event loop is opened in the first call: Ray builds the
-class before its loop exists. A background task calls
-:meth:`~provider_router.Ledger.recover` every ``recover_interval`` seconds, since
-nothing in Ray runs cleanup code of an actor that was killed.
+:class:`PromptStage` is an async callable class for ``Dataset.flat_map`` on an actor
+pool; each row is its own coroutine, so a slow answer holds no other row back. A row is
+looked up in the job's :class:`~provider_router.ray._store.AnswerStore` (a stored
+answer is emitted again, free), else sent through the actor's Router from the job's
+shared :class:`~provider_router.RedisLedger` under the row's sending lease, so the same
+row elsewhere waits instead of paying twice; a paid answer is stored *before* its
+reservation is settled. No row raises out of the stage (Ray would fail the whole job
+and cut every request in flight): a refused prompt comes out ``not_sent``, and a paid
+answer Redis cannot take is spilled to the node's disk (:mod:`~provider_router.ray._spill`).
+Guarantees, and the pitfalls the stage handles: docs/workers.md.
 """
 
 from __future__ import annotations
@@ -523,7 +493,7 @@ class PromptStage:
                 key=key,
                 stream=True,
                 # A partial of a method, not a nested function: no cells made per row
-                # and kept alive through the request (#13 wave 5).
+                # and kept alive through the request.
                 on_paid=functools.partial(self._keep_into, kept, key, started),
                 **params,
             )

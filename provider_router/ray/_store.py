@@ -1,41 +1,15 @@
 """Paid answers in Redis, keyed by prompt: what makes a retried Ray task free.
 
-Ray retries a task whose actor died by running the whole task again; without a
-record of what was already paid, every answer of that task would be bought a
-second time (1,263-1,280 rows paid twice per kill, measured in #22), and the
-retry's answers differ, so its blocks split differently and ids repeat in the
-output. The stage therefore stores each paid answer here *before* returning it;
-a retried task finds it and re-emits the same row for nothing, so blocks split
-the same way and the output has each id once.
-
-Three hashes per job (``<prefix>:{<name>}:...``):
-
-* ``answers``: row key -> the answer's fields (JSON), written once per paid answer;
-* ``unsent``: row key -> why it was not sent (the budget, OpenRouter's credits...);
-* ``failed``: row key -> the error kind of a prompt that failed (retried next run);
-* ``duplicates``: ``<row key>#<content digest>`` -> why a row was refused (its id
-  was another row's), for the summary's bad lines.
-
-and a ``sending:<row key>`` marker per row being sent, naming the actor that sends
-it (:meth:`AnswerStore.hold`): the same row in another actor at once waits for the
-stored answer instead of paying for it a second time.
-
-Storing an answer removes its key from the other two in the same transaction, so
-a resumed run's tally is always "answered, or the latest reason it is not". A note
-(``unsent``, ``failed``) is JSON naming the run (one :meth:`RayJob.generate` call)
-that wrote it: a retried task of the same run replays it as it was (its blocks split
-the same way), a later run sends the prompt again.
-
-Every call waits out a Redis outage as the ledger does
-(:class:`~provider_router.ledger._outage.OutageWindow`): retried with backoff for up
-to ``outage_window`` seconds, then :class:`~provider_router.LedgerUnavailableError`
-(and from then on one try per call until Redis answers again). Every write is
-idempotent, so a retry after a lost reply changes nothing.
-
-Lookups are coalesced: every :meth:`AnswerStore.get` issued in one event-loop turn
-(Ray Data starts a task's rows together) becomes one ``HMGET``. The connection
-pool blocks when it is empty instead of failing: 256 rows calling Redis at once
-exhausted redis-py's default pool ("Too many connections") in the prototype.
+Ray retries a task whose actor died by running the whole task again; without a record
+of what was paid, every answer of that task would be bought a second time, and its
+blocks would split differently, repeating ids in the output. So the stage stores each
+paid answer here *before* returning it, and a retried task re-emits the same row for
+nothing. Per job: hashes of ``answers``, ``unsent`` and ``failed`` notes (a note names
+its run: a retried task of that run replays it, a later run sends the prompt again)
+and ``duplicates``, and a ``sending:<row key>`` lease per row being sent
+(:meth:`AnswerStore.hold`). Every write is idempotent, every call waits out an outage
+as the ledger does, and the lookups of one event-loop turn are one ``HMGET``
+(docs/workers.md).
 """
 
 from __future__ import annotations
@@ -283,7 +257,7 @@ class AnswerStore:
     async def put(self, key: str, answer: dict[str, Any]) -> None:
         """Store a paid answer (and forget any earlier refusal or failure of ``key``)."""
         body = json.dumps(answer, separators=(",", ":"))
-        # A partial of a method, not a nested function: no cells made per row (#13 wave 5).
+        # A partial of a method, not a nested function: no cells made per row.
         await self._call(functools.partial(self._write_answer, key, body))
 
     async def _write_answer(self, key: str, body: str) -> None:

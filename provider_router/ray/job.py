@@ -2,34 +2,17 @@
 
 ::
 
-    import ray
-    from provider_router.ray import RayJob
-
     job = RayJob("moonshotai/kimi-k2.5", budget="100", redis_url="redis://redis:6379/0",
                  name="b3", policy={"exclude_below": "int4"}, max_tokens=8192)
-    ds = ray.data.read_json("s3://bucket/prompts/")     # rows with id and messages/prompt
-    out = job.generate(ds)                               # lazy: a Ray Dataset
+    out = job.generate(ray.data.read_json("s3://bucket/prompts/"))  # lazy: a Ray Dataset
     out.write_parquet("s3://bucket/answers/")
-    summary = job.finish("runs/b3")                      # raises JobStopped on a budget stop
+    summary = job.finish("runs/b3")                 # raises JobStopped on a budget stop
 
-The driver (the process that calls :meth:`RayJob.generate`) creates the job's
-:class:`~provider_router.RedisLedger` or sets its limit to ``budget``: only the
-driver does, so actors racing each other can never put back an old limit. Each
-actor reserves from that one ledger, so the cluster together never passes it.
-
-Rows come out in the formats ``provider-router run`` reads and writes: the input's
-columns, plus ``answer``, ``cost`` (an exact decimal string), ``provider``,
-``generation_id``, tokens and ``status`` (``answered``, ``not_sent`` when the budget
-or OpenRouter's credits refused it, ``failed``, ``quarantined``, ``bad_input``).
-A refused row is emitted, never dropped; :meth:`RayJob.finish` turns it into
-:class:`JobStopped` with what finishes the job. No row raises out of the stage (a
-Redis blip, an unreachable OpenRouter or one row's bad fields would otherwise fail
-the whole job and cut every request in flight); a duplicate id with other content
-is ``bad_input`` with ``provider-router run``'s words.
-
-Secrets stay out of every file Ray keeps: the API key travels masked, its pad in
-Redis; a Redis URL's password is taken out of the URL and travels masked, its pad
-in Ray's object store. :meth:`RayJob.finish` deletes both pads.
+Only the driver sets the limit of the job's :class:`~provider_router.RedisLedger`; every
+actor reserves from that one ledger, so the cluster together never passes it. Rows come
+out in ``provider-router run``'s formats; a refused row is emitted ``not_sent``, never
+dropped, and :meth:`RayJob.finish` turns it into :class:`JobStopped`. Secrets stay out
+of every file Ray keeps (docs/workers.md).
 """
 
 from __future__ import annotations
@@ -81,8 +64,8 @@ DEFAULT_CALLS_PER_ACTOR: Final = 16
 """Tasks (blocks) one actor runs at once. A task ends with its slowest row, so with one
 at a time an actor idles behind every block's slowest answer (p99 ~1 minute)."""
 DEFAULT_NUM_CPUS: Final = 0.25
-"""CPUs an actor asks for: the work is waiting on sockets. 0.5 each deadlocked a
-2-CPU cluster for 10 minutes with no error (#22): keep it at 0-0.25."""
+"""CPUs an actor asks for: the work is waiting on sockets. More can deadlock a small
+cluster with no error (docs/workers.md): keep it at 0-0.25."""
 SUMMARY_FILE: Final = "summary.json"
 
 T = TypeVar("T")

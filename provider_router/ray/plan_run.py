@@ -1,28 +1,15 @@
 """A plan on a Ray cluster: what ``provider-router run --plan plan.yaml --ray`` does.
 
-The same plan, outputs and summary as a run on one machine: each dataset's
-prompts are read on the driver (the formats ``run`` reads, bad lines skipped and
-reported), sent through a :class:`~provider_router.ray.RayJob` stage, and every
-answered row is written to ``DIR/<dataset>.jsonl`` as an output record (docs/output.md);
-then ``summary.json`` and ``report.html``. As ``run`` does, it:
-
-* locks DIR (a second ``run`` or ``run --ray`` on it is refused, and
-  ``provider-router status`` sees the run);
-* runs the preflight first (its 1-token request paid from the job's ledger);
-* stops each dataset at its ``target_output_tokens``: the actors admit a request
-  only while the dataset's output plus what its requests in flight may still add
-  is below the target, as ``run`` dispatches (:mod:`provider_router.ray._control`);
-* shows live progress (the same table and lines as ``run``) and serves the
-  Prometheus metrics from the driver;
-* stops on the first :meth:`RayPlanRun.stop` (Ctrl-C) without killing a request:
-  every actor sends nothing more, the requests in flight finish and are written.
-
-Resuming is the Redis store's: the job is named after the plan's ledger, a
-prompt already in ``DIR/<dataset>.jsonl`` is not sent again, and one answered in
-Redis but not yet written (the driver died) comes back from the store for free
-and is written then. Each id is written once, whatever Ray retried. A dataset of
-``route: batch`` or ``route: auto`` is refused: the Batch API route runs on one
-machine.
+The same plan, outputs and summary as a run on one machine: each dataset's prompts are
+read on the driver, sent through a :class:`~provider_router.ray.RayJob` stage, and every
+answered row is written to ``DIR/<dataset>.jsonl`` as an output record; then
+``summary.json`` and ``report.html``. As ``run`` does, it locks DIR, runs the preflight,
+stops each dataset at its ``target_output_tokens`` (:mod:`provider_router.ray._control`),
+shows live progress, serves the metrics, and stops on the first Ctrl-C
+(:meth:`RayPlanRun.stop`) without killing a request. Resuming is the Redis store's: a
+prompt already written is not sent again, and one answered in Redis but not written
+comes back free. Datasets of ``route: batch`` or ``auto`` are refused: the Batch API
+route runs on one machine.
 """
 
 from __future__ import annotations

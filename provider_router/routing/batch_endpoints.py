@@ -1,18 +1,13 @@
 """Batch API endpoints under the same policy: which ``:batch`` endpoint may serve a batch.
 
-OpenRouter lists a model's batch endpoints on their own
-(``/models/{author}/{slug}:batch/endpoints``), with their own prices; a model without
-any answers an empty list. They parse into the same records as the sync listing and
-are judged by the same :class:`~provider_router.routing.policy.ProviderPolicy`. A batch then
-runs on *one* provider, and the Batch API honours only ``provider.only``: there is no
-``quantizations`` filter, so a quantization floor has to become the pin. A provider
-slug pins every endpoint of that provider, so a provider with any batch endpoint the
-policy rejects (e.g. ``deepinfra`` int4 beside ``deepinfra/fp4``) is never pinned:
-the pin could not keep the rejected variant out.
-
-:func:`batch_route` picks the cheapest allowed batch endpoint for a workload (its own
-prices) and pins it alone (``only: [slug]``, ``allow_fallbacks: false``), so the price
-the budget reserves at is the price the batch is billed at.
+OpenRouter lists a model's batch endpoints on their own, with their own prices; they
+parse into the same records and are judged by the same
+:class:`~provider_router.routing.policy.ProviderPolicy`. A batch runs on *one*
+provider, and the Batch API honours only ``provider.only`` (no ``quantizations``
+filter), so the pin is what keeps a rejected endpoint out: a provider with any batch
+endpoint the policy rejects is never pinned. :func:`batch_route` picks the cheapest
+allowed batch endpoint for a workload and pins it alone, so the price the budget
+reserves at is the price the batch is billed at.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """What a workload costs on each endpoint, adjusted for reliability, best first.
 
-Pure: no I/O, no clock. Every number is an exact :class:`~decimal.Decimal`
-(uptime percentages are converted through their shortest decimal form), and
-the order is total, so the same endpoints rank the same way whatever order
-they come in.
-
-The score is the *expected cost per successful request*: the cost of one
-request divided by the endpoint's success probability, its uptime blended over
-the windows OpenRouter reports (:data:`UPTIME_WEIGHTS`: 5 min 0.2, 30 min 0.5,
-1 day 0.3, renormalised over the windows present). It is an
-upper bound: OpenRouter does not bill most failed requests, but a stream that
-dies midway is billed for what it produced, and a failed attempt costs time
-and a retry. Endpoints OpenRouter marks down go last; at equal score a
-degraded endpoint follows a healthy one.
-
-With a verification report (``rank(..., verified=report)``) the score is the
-*cost per accepted sample*: the expected cost per successful request divided by
-the endpoint's pass rate, the share of its canary samples that passed every check
-one answer is held to (:attr:`~provider_router.EndpointVerdict.pass_rate`; docs/
-policy.md, "Cost per accepted sample"). Unknown is not free: an endpoint the
-report does not measure (absent, or no canary judged) ranks after every measured
-one with a pass rate above zero, among the unmeasured by its plain score; one
-whose every sample failed ranks after those.
+Pure: no I/O, no clock, exact :class:`~decimal.Decimal` throughout, and a total order,
+so the same endpoints rank the same way whatever order they come in. The score is the
+*expected cost per successful request*: a request's cost divided by the endpoint's
+uptime blended over OpenRouter's windows (:data:`UPTIME_WEIGHTS`), an upper bound;
+endpoints marked down go last, and a degraded one follows a healthy one at equal
+score. With a verification report the score is the *cost per accepted sample* (divided
+by the endpoint's pass rate, docs/policy.md): unknown is not free, so an endpoint the
+report does not measure ranks after every measured one with a pass rate above zero,
+and one whose every sample failed after those.
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """The ``provider`` routing object, and the price ceilings a reservation assumes.
 
-A :class:`RoutePlan` is computed once per catalog refresh from the policy's
-decisions and the ranking, so the per-request path only picks a prebuilt dict:
-
-* ``order``: the allowed endpoints' tags, best rank first (demoted providers
-  moved to the end, see :mod:`provider_router.client.health`);
-* ``only``: exactly those tags, so OpenRouter cannot route anywhere else;
-* ``ignore``: the rejected endpoints' tags (belt and braces: also rejected if an
-  account-wide setting widened ``only``);
-* ``allow_fallbacks``: fallbacks stay inside ``only``;
-* ``quantizations``: the quantization values of the allowed endpoints (belt and
-  braces: a tag re-quantized between two catalog refreshes is filtered out by
-  OpenRouter itself). Omitted when an allowed endpoint declares a string the
-  spec does not list (it could not be named; ``only`` still holds);
-* ``max_price``: the highest prompt, completion, per-request and per-image
-  prices among the allowed endpoints, in USD per million tokens (per request
-  for ``request``, per image for ``image``), as strings (the OpenAPI type).
-  These are the very ceilings the ledger reservation is computed from, so
-  OpenRouter cannot serve a request at a price the reservation did not cover.
-
-Tags are used rather than base slugs because a base slug (``deepinfra``)
-matches every endpoint of a provider, including a rejected quantization.
+A :class:`RoutePlan` is computed once per catalog refresh from the policy's decisions
+and the ranking, so the per-request path only picks a prebuilt dict: ``order`` (the
+allowed endpoints' tags, best first, demoted providers last), ``only`` (exactly those
+tags), ``ignore`` (the rejected ones), ``allow_fallbacks``, ``quantizations`` (belt and
+braces against a tag re-quantized between refreshes) and ``max_price``: the highest
+prices among the allowed endpoints, the very ceilings the ledger reservation is
+computed from, so OpenRouter cannot serve a request at a price the reservation did not
+cover. Tags, not base slugs: a base slug matches every endpoint of a provider,
+including a rejected quantization.
 """
 
 from __future__ import annotations
@@ -363,7 +351,7 @@ def _dearest(
 
     A function of its own: the generator in it makes its arguments cells, and in
     :meth:`RoutePlan.estimate` they would be cells on every request, one endpoint or
-    several (docs/performance.md, "#13 wave 5").
+    several (docs/performance.md).
     """
     return max(
         p.cost(

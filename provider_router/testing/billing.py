@@ -1,23 +1,14 @@
 """The simulated account: credits, per-key limits, in-flight holds and exact charges.
 
-All amounts are integer picodollars (``provider_router._money``), so a charge is
-exact and sums never drift. How the simulator decides that a request "cannot be
-covered" (docs/simulator.md, "Credits and 402"):
-
-* Before routing, the worst case of the request is computed like OpenRouter's
-  pre-flight check: every prompt token at the primary endpoint's prompt price,
-  plus ``max_tokens`` (or, when absent, the endpoint's ``max_completion_tokens``,
-  else its context length minus the prompt) at its completion price, plus the
-  per-request fee.
-* A key with a limit whose remaining amount (limit − usage − the key's holds)
-  is below the worst case gets 402 ``limit_source: "openrouter_key_limit"``.
-* An account whose balance is ≤ 0 or below the worst case gets 402
-  ``openrouter_credits``; one whose balance covers it but not on top of the holds
-  of requests already in flight gets 402 ``openrouter_in_flight_budget`` with a
-  ``Retry-After`` (transient: it clears as in-flight requests settle).
-* An admitted request holds its worst case until it settles; it is then charged
-  its actual cost, so the balance may end slightly negative when a fallback is
-  dearer than the primary, as on the real service.
+All amounts are integer picodollars, so a charge is exact and sums never drift. Before
+routing, a request's worst case is computed like OpenRouter's pre-flight check (every
+prompt token and ``max_tokens``, or the endpoint's limit, at the primary endpoint's
+prices, plus its fee); a key whose remaining limit, or an account whose balance, cannot
+cover it gets a 402 with the matching ``limit_source``, and one whose balance covers it
+but not on top of the holds of requests in flight gets a transient 402 with a
+``Retry-After``. An admitted request holds its worst case until it settles at its
+actual cost, so the balance may end slightly negative when a fallback is dearer than
+the primary, as on the real service (docs/simulator.md, "Credits and 402").
 """
 
 from __future__ import annotations

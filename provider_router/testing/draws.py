@@ -1,15 +1,12 @@
 """Per-request random streams that cost a hash, not a Mersenne Twister seeding.
 
 Every chat request gets its own stream (same seed + same request => same draws,
-whatever order concurrent requests arrive in). Seeding a :class:`random.Random`
-costs ~6.5 µs (it initialises 624 words of state, twice) and the 20 draws of a
-generation id another ~3 µs: a tenth of the simulator's own CPU per request.
-:class:`Draws` is a :class:`random.Random` whose bits come from BLAKE2b of the
-request's key (64 bytes per block, the next block hashed with a counter when they
-run out): constructing one and drawing a request's values costs ~1–2 µs. Every
-method of :class:`random.Random` built on ``random()`` and ``getrandbits()``
-(``choice``, ``randint``, ``gauss``, ``choices``, ``shuffle``…) works unchanged.
-The draws are uniform to 53 bits, enough for a simulator; nothing here is secret.
+whatever order concurrent requests arrive in). Seeding a :class:`random.Random` per
+request initialises its whole state, a large share of the simulator's own CPU
+(docs/performance.md). :class:`Draws` is a :class:`random.Random` whose bits come from
+BLAKE2b of the request's key (the next block hashed with a counter when they run out),
+so every method built on ``random()`` and ``getrandbits()`` works unchanged. The draws
+are uniform to 53 bits, enough for a simulator; nothing here is secret.
 """
 
 from __future__ import annotations

@@ -1,36 +1,15 @@
 """Scheduled and random failures: what can go wrong, where, and when.
 
-A fault file (JSON or YAML, format in docs/simulator.md) lists faults. Each one
-has a ``kind``, an optional scope (``provider`` tag or slug, ``key``, ``model``,
-``stream``), and a trigger:
-
-``key`` is an API key or its label (``key-<hash>``, as the request log shows).
-
-* ``rate``: probability per matching attempt, drawn from the request's seeded
-  random stream (so a run with the same seed and prompts fails the same way);
-* ``after`` / ``times``: skip the first ``after`` matching attempts, then fire on
-  the next ``times`` ones ("429 twice, then succeed" is ``times: 2``);
-* ``window``: only between ``start`` and ``end`` simulated seconds;
-* ``max_in_flight`` (rate limits): fire while that many requests are already in
-  flight at the provider (or for the key, with ``scope: platform``);
-* ``per_second`` (rate limits): a token bucket per provider tag (or per key, with
-  ``scope: platform``) admitting that many attempts per simulated second, with
-  ``burst`` tokens of capacity (default: one second's worth); it reads only the
-  simulator's clock, so a run with an injected clock is deterministic.
-
-Kinds that fail an attempt before any byte is sent (``rate_limit``,
-``provider_error``, ``down``) let OpenRouter fall back to the next provider unless
-``no_fallback`` is set; kinds that fail the delivery (``hang``, ``reset``,
-``truncate``, ``error_200``, ``stream_error``, ``drop_done``, ``no_usage_cost``,
-``usage_cost``) hit the attempt that serves. ``usage_cost`` answers normally but
-writes ``reported`` as its ``usage.cost`` (any JSON value: an absurd number, a
-string, a negative one, NaN) while it bills and records the true cost, as a
-server whose answer lies and whose ``/generation`` record tells the truth; with
-``confirm: true`` it bills and records ``reported`` (a number >= 0) instead, as
-a server that really charged it. ``error_200`` and ``stream_error`` with ``confirm:
-true`` bill their error finish at ``reported`` (written as its ``usage.cost``): an
-assumption, since OpenRouter's zero-completion insurance says an error finish is
-free, for testing a client that must keep what it paid for should one be billed.
+A fault file (JSON or YAML, format in docs/simulator.md) lists faults. Each has a
+``kind``, an optional scope (``provider`` tag or slug, ``key`` or its label, ``model``,
+``stream``) and a trigger: a ``rate`` drawn from the request's seeded stream (a run
+with the same seed and prompts fails the same way), ``after`` / ``times`` ("429 twice,
+then succeed" is ``times: 2``), a ``window`` of simulated seconds, or for rate limits
+``max_in_flight`` and a ``per_second`` token bucket on the simulator's clock. Kinds
+that fail an attempt before any byte is sent let OpenRouter fall back unless
+``no_fallback`` is set; delivery kinds hit the attempt that serves. ``usage_cost``
+answers with a ``reported`` figure while billing the truth (or, with ``confirm``,
+bills it): a server whose answer lies, for testing the client's checks.
 """
 
 from __future__ import annotations

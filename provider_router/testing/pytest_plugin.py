@@ -1,16 +1,12 @@
 """Pytest fixtures for the local OpenRouter.
 
 Enable with ``pytest_plugins = ["provider_router.testing.pytest_plugin"]`` in a
-conftest. Fixtures:
-
-* ``openrouter_sim``: a running :class:`SimulatorServer` with the default market,
-  seed 0, $100 of credits, the key :data:`DEFAULT_TEST_KEY`, and speed ``inf`` (no
-  waiting). Tests change it at runtime (``top_up``, ``add_fault``, ``set_down``).
-* ``openrouter_sim_factory``: an async factory ``await factory(**kwargs)`` for
-  simulators with other settings; all are stopped after the test.
-* ``openrouter_api_key``: the key the fixtures accept.
-
-Tests that need settings at start-up can also mark themselves:
+conftest. ``openrouter_sim`` is a running :class:`SimulatorServer` (the default market,
+seed 0, $100 of credits, the key :data:`DEFAULT_TEST_KEY`, speed ``inf``: no waiting)
+that tests change at runtime (``top_up``, ``add_fault``, ``set_down``);
+``openrouter_sim_factory`` starts simulators with other settings
+(``await factory(**kwargs)``), all stopped after the test; ``openrouter_api_key`` is
+the key they accept. Settings at start-up can also come from a mark:
 ``@pytest.mark.openrouter_sim(faults=[...], credits=5, speed=1000)``.
 """
 

@@ -1,17 +1,12 @@
 """One keep-alive HTTP/1.1 connection: write a request, frame its answer with llhttp.
 
-The framing is llhttp's (Node's parser, through ``httptools``; aiohttp's own C
-parser wraps it), with the leniencies aiohttp turns on for answers (bare LF line
-ends, blanks before a colon, spaces after a chunk size): RFC 9112 §6 — a 1xx is
-skipped, a 204/304 has no body, ``Transfer-Encoding`` and ``Content-Length``
-together are refused, a body with neither ends when the server closes. What
-llhttp leaves to its caller is done here: the limits of
-:mod:`provider_router._http.h1.limits` (llhttp bounds no head), the end of a
-close-delimited body (llhttp is never told of the EOF), trailing blanks of a
-value, a 101, an HTTP/1.0 answer with ``Transfer-Encoding`` (faulty framing,
-RFC 9112 §6.1), and the codings of the body. Anything that does not parse is an
-:class:`~provider_router._http.h1.errors.H1Error` (the request was sent) and closes
-the connection.
+The framing is llhttp's (through ``httptools``, as in aiohttp's own C parser), with
+the leniencies aiohttp turns on for answers, as RFC 9112 §6 reads. What llhttp leaves
+to its caller is done here: the limits of :mod:`provider_router._http.h1.limits`
+(llhttp bounds no head), the end of a close-delimited body, a 101, an HTTP/1.0
+answer with ``Transfer-Encoding``, and the body's codings. Anything that does not
+parse is an :class:`~provider_router._http.h1.errors.H1Error` (the request was sent)
+and closes the connection.
 """
 
 from __future__ import annotations

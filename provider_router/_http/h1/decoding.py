@@ -31,8 +31,7 @@ class BodyDecoder:
 
     zlib is handed at most :data:`_STEP` bytes of input and asked for at most
     :data:`_STEP` bytes of output a call: with a large input or output zlib copies
-    what it keeps back, and those copies cost more than the inflating (8 MiB of a
-    bomb: 100 ms in one call, 20 ms in steps).
+    what it keeps back, and those copies cost more than the inflating.
     """
 
     __slots__ = ("_at", "_coding", "_input", "_stream", "_tail")

@@ -1,21 +1,14 @@
 """The proxy a request goes through, chosen from the environment as requests and httpx do.
 
-``HTTPS_PROXY`` / ``HTTP_PROXY`` (by the origin's scheme), else ``ALL_PROXY``, each
-also in lower case, and ``NO_PROXY`` to go direct: read by the standard library's
-:func:`urllib.request.getproxies` and :func:`urllib.request.proxy_bypass` (the
-functions requests itself falls back to), not by a parser of our own; of
-``NO_PROXY`` we add what requests, httpx and curl match beyond urllib (CIDR ranges,
-``host:port`` entries). aiohttp's
-``trust_env`` reads the same variables but ignores ``ALL_PROXY``; we follow
-requests and httpx there. Only ``http://`` proxies are spoken to (as aiohttp,
-which ignores an ``https://`` one): an HTTPS origin is reached through a
-``CONNECT`` tunnel (:func:`open_tunnel`), an HTTP origin by sending the request
-to the proxy with its absolute URL.
+``HTTPS_PROXY`` / ``HTTP_PROXY`` by the origin's scheme, else ``ALL_PROXY`` (which
+aiohttp's ``trust_env`` ignores), and ``NO_PROXY`` to go direct: read by
+:mod:`urllib.request`, as requests itself falls back to, plus the CIDR ranges and
+``host:port`` entries requests, httpx and curl match. Only ``http://`` proxies are
+spoken to: an HTTPS origin through a ``CONNECT`` tunnel (:func:`open_tunnel`), an
+HTTP origin by sending the proxy the absolute URL.
 
-A proxy's credentials (``http://user:password@proxy:3128``) travel only in the
-``Proxy-Authorization`` header: a :class:`Proxy`'s repr, and every error about
-it, name its host and port alone, and the credentials are scrubbed from any
-message a server echoes them into.
+A proxy's credentials travel only in the ``Proxy-Authorization`` header: reprs and
+errors name its host and port alone, and a server's echo of them is scrubbed.
 """
 
 from __future__ import annotations

@@ -2,15 +2,12 @@
 exactly once, and the batch settled from what its lines and its ``usage.cost`` say.
 
 Each page's successful lines go through the output journal (a prompt already done is
-skipped: exactly once across kills) and the page is committed before the next is asked
-for; a page must bring a line not seen before (else it would be read forever). A
-line's cost is taken from its ``usage.cost``: an unreadable one counts at the line's
-worst case (unknown is not free), one above twice its worst case is disputed. The
-batch is settled at the larger of its lines' sum and its own ``usage.cost`` (failed
-lines cost nothing); a batch bill above twice its worst case is disputed. A paid answer
-to a prompt no longer in the inputs is kept aside (:mod:`.batch_unmatched`). A collect
-cut short in this run (a blip, a 409 while the results are written) goes on from its
-cursor at the next poll.
+skipped: exactly once across kills), and the page is committed before the next is
+asked for. A line whose cost is unreadable counts at its worst case (unknown is not
+free); a line or batch bill above twice its worst case is disputed. The batch is
+settled at the larger of its lines' sum and its own ``usage.cost``; a paid answer to a
+prompt no longer in the inputs is kept aside (:mod:`.unmatched`). A collect cut short
+goes on from its cursor at the next poll.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """The batch route's journal: every batch's intent before its submit, its id after the 202.
 
 One append-only JSONL file (``batches.jsonl``) beside the outputs, each entry written
-and fsynced before the step it records is taken, so a kill -9 anywhere leaves one of:
-
-* ``intent`` (the prompts, the ``custom_id`` of each, the digest of each prompt's
-  content, the reservation holding the batch's worst case, the time before the
-  submit): the submit may or may not have
-  reached OpenRouter. Its prompts are never sent again until the batch is found
-  (``GET /batches?created_after=`` and its results' ``custom_id``s, which carry the
-  intent's id) or shown never to have been created;
-* ``submitted`` (the batch id): poll it, collect it;
-* ``collected`` (what it cost, which prompts failed): the outputs are in the
-  per-dataset files, committed through the output journal;
-* ``ended`` (failed, expired, refused, never created): its prompts may run again;
-* ``disputed`` (a bill of the batch not taken on its word, its worst case booked):
-  no batch is sent while one is on record, until ``dispute_checked`` (the operator
-  checked it: ``--batch-accept-disputed``).
-
-A torn last line (a kill mid-write) is dropped; any other unreadable line is an
-error naming the file and line, never a silent reset.
+and fsynced before the step it records is taken, so a kill -9 anywhere leaves a batch
+at one of: ``intent`` (its prompts, their ``custom_id``s and digests, the reservation
+holding its worst case: the submit may or may not have reached OpenRouter, so its
+prompts are never sent again until the batch is found or shown never created),
+``submitted`` (its id: poll it, collect it), ``collected``, ``ended`` (its prompts may
+run again), or ``disputed`` (no batch is sent until ``dispute_checked``). A torn last
+line is dropped; any other unreadable line is an error naming the file and line, never
+a silent reset (docs/batch.md).
 """
 
 from __future__ import annotations
@@ -62,7 +52,7 @@ class BatchIntent:
     """Why a bill of this batch was disputed (the last one), if one was."""
     extra: dict[str, Any] = field(default_factory=dict)
     digests: tuple[str, ...] = ()
-    """Line ``n``'s prompt content as sent (:func:`~.batch_unmatched.prompt_digest`);
+    """Line ``n``'s prompt content as sent (:func:`~.unmatched.prompt_digest`);
     empty in intents journaled before it was recorded."""
 
     def digest_for(self, prompt_id: str) -> str | None:

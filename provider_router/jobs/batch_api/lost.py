@@ -3,15 +3,12 @@
 An intent journaled before its submit has no batch id when the 202 never arrived (a
 kill, a dropped connection). :func:`find_lost` lists the key's batches created since
 an hour before the intent (a server clock behind ours must not hide it) with as many
-requests, and reads each finished candidate's first result: the batch is the
-intent's when that ``custom_id`` carries the intent's id (that one line is read within
-a results page's bound: the list shows every batch of the key, other datasets' and
-other jobs' too). What cannot be checked yet (a candidate still running, results
-withheld for credits) keeps the intent undecided, so its prompts are never sent again
-while the batch may exist; a candidate whose results cannot be read at all (an error
-status, an unreadable answer) is named, so that past the grace the run stops saying
-which instead of waiting for ever. A failed candidate that says it ran lines or cost
-something may have been the intent's and billed: never taken as free.
+requests, and a finished candidate is the intent's when its first result's
+``custom_id`` carries the intent's id. What cannot be checked yet keeps the intent
+undecided, so its prompts are never sent again while the batch may exist; a candidate
+whose results cannot be read is named, so that past the grace the run stops saying
+which. A failed candidate that says it ran lines or cost something is never taken as
+free (docs/batch.md).
 """
 
 from __future__ import annotations

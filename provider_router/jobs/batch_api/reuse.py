@@ -2,19 +2,13 @@
 already paid for, not sent (and paid) again.
 
 A batch that answered a prompt no longer in the inputs left its paid answer in
-``DIR/not_in_inputs.jsonl`` (:mod:`.batch_unmatched`). When a later run (sync route or
-batch route) finds that prompt in the inputs again, with the same id and the same
-content as the batch sent (:func:`~.batch_unmatched.prompt_digest`), the kept answer is
-written to the dataset's output through the output journal, as done, at the cost the
-batch booked for it; the ledger is not charged again (the batch's settle counted it).
-
-* Exactly once: a prompt the journal has done is never written again, and the kept
-  line stays where it is. A kill between the output line and its journal entry leaves
-  an output the journal cuts on the next open (it has no ``done``), and the next run
-  writes it again from the kept line: nothing lost, nothing twice.
-* An id that returns with different content is not given the kept answer (it answers
-  another prompt): that prompt is sent as new, and a sentence says so. A kept answer
-  from before the content was recorded cannot be checked, and is not used either.
+``DIR/not_in_inputs.jsonl`` (:mod:`.unmatched`). When a later run (either route) finds
+that prompt in the inputs again, with the same id and the same content as the batch
+sent (:func:`~.unmatched.prompt_digest`), the kept answer is written to the dataset's
+output through the output journal, as done, at the cost the batch booked; the ledger is
+not charged again. Exactly once: a prompt the journal has done is never written again.
+An id back with different content answers another prompt: it is sent as new, and a
+sentence says so (docs/output.md).
 """
 
 from __future__ import annotations

@@ -1,37 +1,15 @@
 """The runner's batch route: datasets through OpenRouter's Batch API, within the budget,
 each prompt's result written exactly once, across kills and resumes.
 
-:class:`BatchRouteRun` splits each dataset's remaining prompts into batches (at most
-5,000 requests and 200 MB, one model), and for each:
-
-1. reserves the batch's worst case in the job's ledger (every line's prompt bound
-   plus ``max_tokens`` at the pinned ``:batch`` endpoint's price); what does not fit
-   is not sent;
-2. journals the intent (the prompts, their ``custom_id``s, the reservation, the time)
-   and fsyncs it, *then* submits; journals the batch id after the 202;
-3. polls with backoff until the batch ends; collects its results page by page,
-   writing each successful line through the output journal (a prompt already done is
-   skipped: exactly once), checks the batch's ``usage.cost`` against the sum of its
-   lines and settles the reservation at the larger (failed lines cost nothing);
-4. a 402 on results (credits short at finalize) stops the run, saying how much to
-   add; the batch is not re-run, and a resume after the top-up collects it.
-
-A submit whose request provably never left (``request_sent=False``) is released at
-once and its prompts may go again. Any other unanswered submit (a kill between the
-intent and the 202, an answer lost on the wire) is an intent without a batch id: each
-round looks for its batch with ``GET /batches?created_after=`` and checks the results'
-``custom_id``s, which carry the intent's id. Its worst case stays held and its prompts
-are never sent again until the batch is found, or until ``lost_grace`` (by default the
-whole 24 h window and the list's lag) has passed with no listed batch carrying its
-``custom_id``s: the list may show a new batch late, and sooner could pay twice. Failed and
-expired batches' prompts run again in new batches (up to ``max_attempts`` each). An
-expired batch's reservation is settled at its worst case: nothing says what it cost
-(docs/batch.md).
-
-This module runs the rounds, polls and resolves lost 202s; what it drives lives beside
-it: :mod:`.batch_submit` (what may go, the intent, the submit), :mod:`.batch_collect`
-(results read once, each line written once), :mod:`.batch_money` (the holds, settles
-and money stops), :mod:`.batch_poll` (statuses from the list, without results).
+:class:`BatchRouteRun` splits each dataset's remaining prompts into batches and, for
+each, reserves its worst case in the job's ledger (what does not fit is not sent),
+journals the intent and fsyncs it *before* submitting, journals the batch id after
+the 202, polls until the batch ends, and collects its results; a 402 on results stops
+the run saying how much to add. An intent without a batch id (a kill, an answer lost
+on the wire) keeps its worst case held and its prompts unsent until its batch is found
+or ``lost_grace`` has passed: sooner could pay twice. Failed and expired batches'
+prompts run again (docs/batch.md). This module runs the rounds, polls and resolves
+lost 202s; the steps live beside it: :mod:`.submit`, :mod:`.collect`, :mod:`.money`.
 """
 
 from __future__ import annotations
@@ -280,7 +258,7 @@ class BatchRouteRun:
 
     def _reuse_kept(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> None:
         """Prompts back in the inputs whose paid answers were kept aside are written from
-        them, before any is sent (:mod:`.batch_reuse`)."""
+        them, before any is sent (:mod:`.reuse`)."""
         for name, items in prompts.items():
             reused = reuse_kept(
                 self.journal,

@@ -3,15 +3,12 @@ journaled before the submit and the batch id after its 202.
 
 A prompt may go when it is in no live batch, not done, and has been in fewer than
 ``max_attempts`` batches OpenRouter took; a dataset's output-token target and request
-cap limit each wave (:func:`~provider_router.jobs.batch_api.submit.wave_room`). Each batch
-holds its lines' worst case before its intent is fsynced (what does not fit is not sent,
-and the run stops for the budget), and the intent is fsynced before a byte is sent.
-
-A submit that provably never left (``request_sent=False``) is released at once and its
-prompts may go next round (:data:`MAX_UNSENT_SUBMITS` in a row stop the run); a definite
-refusal (400, 401, 402, 403, 404, 413, 422) is released, and a 402 stops the run for
-credits; anything else may have made a batch, so the intent stays live and held for the
-lost-202 search (:mod:`.batch_lost`).
+cap limit each wave (:func:`wave_room`). Each batch holds its lines' worst case before
+its intent is fsynced, and the intent is fsynced before a byte is sent. A submit that
+provably never left is released at once (:data:`MAX_UNSENT_SUBMITS` in a row stop the
+run); a definite refusal is released, and a 402 stops the run for credits; anything
+else may have made a batch, so the intent stays live and held for the lost-202 search
+(:mod:`.lost`).
 """
 
 from __future__ import annotations

@@ -2,16 +2,12 @@
 
 A batch submitted before the inputs changed (a prompt removed or its id edited, then
 the job resumed) still answers that prompt, and the answer was billed: it is never
-thrown away. It cannot go to the dataset's output (there is no prompt to write it
-with), so it goes, once, to ``DIR/not_in_inputs.jsonl``: one JSON line per answer with
-its dataset, prompt id, batch, ``custom_id``, the digest of the prompt's content as the
-batch sent it (:func:`prompt_digest`), the cost booked and the answer's whole chat body.
-Each line is fsynced before its batch is settled; a torn last line (a kill mid-write)
-is cut on open, and the answer is written again by the next collect.
-
-When the prompt comes back to the inputs with the same id and content, a run writes the
-kept answer to the outputs instead of sending it again (:mod:`.batch_reuse`); the line
-stays here, and the output journal says it is done.
+thrown away. With no prompt to write it with, it goes once to
+``DIR/not_in_inputs.jsonl`` (format in docs/output.md), with the digest of the prompt's
+content as the batch sent it (:func:`prompt_digest`), fsynced before its batch is
+settled; a torn last line is cut on open and written again by the next collect. When
+the prompt comes back with the same id and content, a run writes the kept answer to
+the outputs instead of sending it again (:mod:`.reuse`).
 """
 
 from __future__ import annotations

@@ -1,28 +1,14 @@
 """The batch route as an operator sees it: per dataset, its batches by state, its lines,
 the money held and booked, the providers, and the 24 h window of its oldest live batch.
 
-One record (:class:`BatchView`: per dataset, and each batch with the provider it went
-to), one set of words (:mod:`~provider_router.jobs.observe.batch_words`), shown the same in
-``summary.json`` (``batches``), ``report.html``, ``provider-router status``, the live
-lines of ``provider-router run`` and Prometheus (:meth:`Metrics.batch_view`).
-
-Built read-only, without a lock, from two files of the job directory, so it works
-while a run goes on and after it was killed:
-
-* ``batches.jsonl``, the batch route's journal (:mod:`~provider_router.jobs.batch_api.journal`):
-  every batch from its intent to its end: its id once OpenRouter took it, its cost and
-  failed lines once collected, why it ended, the worst case it holds until settled;
-* ``batch_status.json``, what the running route last saw of each batch at OpenRouter
-  (:mod:`~provider_router.jobs.observe.batch_watch`): its status, provider, ``expires_at``,
-  and a failed batch's reported cost and counts. A batch never seen is in the state
-  its 202 said (``validating``), at the pinned provider.
-
-The states, in order (:data:`STATES`): ``submitting`` (intent journaled, no batch id
-yet: a submit in progress or a lost 202 being looked for), ``validating``,
-``in_progress``, ``finalizing``, ``collecting`` (completed at OpenRouter, its results
-not all written yet: being read, or withheld for credits), ``completed`` (collected),
-``failed``, ``expired``, ``cancelled`` and ``not_created`` (refused at submit, or a lost
-202 shown never created). *Submitted* counts every batch OpenRouter took.
+One record (:class:`BatchView`) and one set of words
+(:mod:`~provider_router.jobs.observe.batch_words`), shown the same in ``summary.json``,
+``report.html``, ``provider-router status``, ``run``'s live lines and Prometheus. Built
+read-only, without a lock, from the route's journal (``batches.jsonl``: every batch
+from its intent to its end) and ``batch_status.json`` (what the running route last saw
+of each batch at OpenRouter), so it works while a run goes on and after it was killed.
+The states, in order, are :data:`STATES` (docs/observability.md); *submitted* counts
+every batch OpenRouter took.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """What ``run --verify`` did, as the operator sees it: ``status``, ``report.html``, the CLI.
 
-Built from ``DIR/verify.json`` (:class:`~provider_router.jobs.drift_history.DriftHistory`:
-every check, the merged verdicts, each endpoint's last pass and the check that excluded
-it) and the journal's ``verify`` entries (the exclusions it recorded durably), both read
-without a lock, so it works while the job runs and on a job whose run is dead:
-
-* :func:`verification_summary` is ``summary.json``'s ``verification`` block, and
-  :func:`verification_lines` the sentences ``run --verify`` ends with; ``status``
-  and the report say the same words.
-* :func:`read_drift_view` reads both files, bounded (:data:`VERIFY_READ_LIMIT`,
-  :data:`JOURNAL_SCAN_LIMIT`, :data:`JOURNAL_LINE_LIMIT`): a file too large, cut or
-  damaged is a sentence saying so (:attr:`DriftView.problems`), never a crash.
-* :func:`drift_status_lines` and :func:`drift_section` render it: the checks (when,
-  what triggered them, what they cost), each endpoint excluded with its measured
-  reason and interval, the rows flagged per provider, each endpoint's last passing
-  check and pass rate.
-
-Rows flagged are counted per check and provider (``DriftCheck.flagged_by``); a history
-an earlier release wrote counts them per check only: a check of it that failed several
-providers at once shows their rows together, under their names joined
-(``Chutes + DeepInfra``).
+Built from ``DIR/verify.json`` (:class:`~provider_router.jobs.drift_history.DriftHistory`)
+and the journal's ``verify`` entries, both read bounded and without a lock, so it works
+while the job runs and on a job whose run is dead; a file too large, cut or damaged is
+a sentence saying so (:attr:`DriftView.problems`), never a crash.
+:func:`verification_summary` is ``summary.json``'s ``verification`` block and
+:func:`verification_lines` the sentences ``run --verify`` ends with;
+:func:`drift_status_lines` and :func:`drift_section` say the same in ``status`` and the
+report. A history that counts flagged rows per check only (an earlier release wrote it
+so) shows the rows of providers failed together under their names joined.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """What finishing the plan takes: one definition for every place that shows it.
 
-"To finish" is two numbers, the same in the live display, ``status``, the
-timeline and report, Prometheus, ``summary.json`` and the stop message:
-
-* **to finish** (``to_finish_usd``): the money still to be spent, at the rates
-  observed so far, on the work the plan still asks for (:func:`plan_to_finish`);
-* **the budget that allows it** (``budget_to_finish_usd``): what is spent, plus
-  that work with a margin, plus room for the largest reservation the budget
-  refused (:func:`budget_to_finish`).
-
-A dataset's remaining work is the smaller of what its target still needs and
-what its prompts (and request cap) still allow, priced at its own cost per
-output token over every run of the job, or the whole job's before it has any
-completion.
+"To finish" is two numbers, the same in the live display, ``status``, the timeline and
+report, Prometheus, ``summary.json`` and the stop message: the money still to spend,
+at the rates observed so far, on the work the plan still asks for
+(:func:`plan_to_finish`), and the budget that allows it: what is spent, plus that work
+with a margin, plus room for the largest reservation the budget refused
+(:func:`budget_to_finish`). A dataset's remaining work is the smaller of what its
+target still needs and what its prompts still allow, priced at its own cost per output
+token, or the whole job's before it has any completion.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """The run report: ``DIR/report.html``, one self-contained page to look at after a run.
 
-Built from what the run left in its directory, read-only: ``summary.json``, the
-outputs (``<dataset>.jsonl``: each record's provider, cost, tokens and times),
-``timeline.ndjson`` (spend, reservations, retries and 429s each second), for a
-Batch API route ``batches.jsonl`` and ``batch_status.json`` (a table of its batches
-per dataset: :mod:`provider_router.jobs.observe.batch_view`) and for ``run --verify``
-``verify.json`` (its checks, exclusions and flagged rows:
-:mod:`provider_router.jobs.observe.drift_view`). Each run
-writes it beside ``summary.json``; ``provider-router report DIR`` rebuilds it,
-also while another process is still running the job.
-
-The page opens offline: inline SVG drawn here (:mod:`provider_router.jobs.observe._svg`),
-inline CSS, no script, no fonts or files fetched. Its charts (``CHARTS``):
-
-* spend and remaining budget over time;
-* output tokens per second;
-* requests by provider and outcome;
-* latency distribution;
-* cost per million output tokens per provider;
-* retries and 429s over time;
-* the projection (what the plan would cost at the rates seen so far) against the actual.
+Built read-only from what the run left in its directory (``summary.json``, the
+outputs, ``timeline.ndjson``, and the Batch API route's and ``run --verify``'s files),
+so ``provider-router report DIR`` rebuilds it even while another process still runs
+the job. The page opens offline: inline SVG drawn here
+(:mod:`provider_router.jobs.observe._svg`), inline CSS, no script, nothing fetched. Its
+charts (:data:`CHARTS`, docs/observability.md) show spend, tokens per second, requests
+by provider and outcome, latency, cost per provider, retries and 429s, and the
+projection against the actual.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """The run's time series: one compact line per second in ``DIR/timeline.ndjson``.
 
-The report (``report.html``) and ``provider-router status`` read it; the run never
-does: a missing, torn or unwritable timeline costs the charts their detail, never
-the run its work. Each line is a snapshot of :meth:`JobRunner.progress`:
-
-``{"t": unix seconds, "elapsed": s, "limit": "$", "spent": "$", "reserved": "$",
-"completed": n, "output_tokens": n, "failures": n, "retries": n, "rate_limited": n,
-"errors": n, "in_flight": n, "waiting_for_budget": n, "projected": "$" | null,
-"to_finish": "$" | null, "datasets": {name: {...}},
-"final": bool, "pid": n, "host": name}``
-
-``pid`` and ``host`` name the process writing it, so ``status`` can tell a run
-whose process is gone (killed) from one that is only quiet.
-
-``to_finish`` is the money still to spend to finish the plan at the rates observed
-so far (:mod:`provider_router.jobs.observe.finish`, as every view says it); ``projected``
-is what the whole plan would cost: spent plus ``to_finish``, so the report can draw the projection
-against the actual. Money is exact decimal strings. A run writes a first line at
-its start, one per ``interval`` seconds, and a ``final`` one at its end; a resumed
-run appends to the same file.
+The report and ``provider-router status`` read it; the run never does: a missing,
+torn or unwritable timeline costs the charts their detail, never the run its work.
+Each line is a snapshot of :meth:`JobRunner.progress` (fields in
+docs/observability.md), with ``pid`` and ``host`` so ``status`` can tell a killed run
+from a quiet one, ``to_finish`` as every view says it
+(:mod:`provider_router.jobs.observe.finish`) and ``projected`` (spent plus
+``to_finish``). Money is exact decimal strings. A run writes a first line at its
+start, one per ``interval`` seconds and a ``final`` one at its end; a resumed run
+appends.
 """
 
 from __future__ import annotations

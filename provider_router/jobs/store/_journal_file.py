@@ -1,29 +1,14 @@
 """The journal's file format: its entries, replaying them, and repairing a crash.
 
-:class:`FileJournal` (in :mod:`provider_router.jobs.store.journal`) writes the
-entries; this module reads them back. :func:`replay` rebuilds every dataset's
-state from ``journal.jsonl``, drops a torn last line, cuts uncommitted bytes off
-the outputs and revokes completions whose records the disk lost, and reports
-what it repaired and which requests were in flight when the last run died.
-Reading writes nothing: the repairs are applied by :meth:`Replay.apply`, once the
-caller has checked everything else it can (the job's ledger above all), so a
-refused open leaves every file as it found it.
-
-An output record that carries a generation id is proof of a payment: records past
-the journal's last commit (a kill between the output write and its ``done`` line,
-or a journal cut short) are adopted back as completions rather than cut, and are
-counted as earlier spending, so a lost ledger beside them is refused.
-
-Entries (one JSON object a line, each with an ``op``):
-
-* ``claim`` / ``done`` / ``revoke`` / ``locate``: one line per dataset per flush,
-  with column arrays (``ids``; for ``done`` and ``revoke`` also ``end``, ``out``,
-  ``in``, ``cost``, ``loc``);
-* ``gen``, ``fail``, ``lost``: one prompt's generation id, failure, or loss;
-* ``output``, ``truncate``: an output file the journal owns, and its cut length;
-* ``inputs``: the input files' fingerprint; ``ledger``: the identity of the
-  ledger holding the job's money (a lost or swapped ledger is refused);
-  ``journal``, ``run``, ``stop``...: informational.
+:class:`FileJournal` (in :mod:`provider_router.jobs.store.journal`) writes the entries;
+this module reads them back. :func:`replay` rebuilds every dataset's state from
+``journal.jsonl``, drops a torn last line, cuts uncommitted bytes off the outputs,
+revokes completions whose records the disk lost, and reports what it repaired and
+which requests were in flight when the last run died. Reading writes nothing: the
+repairs are applied by :meth:`Replay.apply` once the caller has checked the rest (the
+job's ledger above all). An output record past the last commit that carries a
+generation id is proof of a payment: it is adopted back as a completion, not cut. The
+entries are listed in docs/output.md, "The journal".
 """
 
 from __future__ import annotations

@@ -1,28 +1,14 @@
 """Account reconciliation: worst-case charges bounded by what the key was really charged.
 
-A request cut before OpenRouter named its generation (a kill between the reservation
-and the first byte, a 524 or a timeout before any byte) can only be counted at its
-worst case: no ``/generation`` lookup can say what it cost. When the API key is the
-run's own (nothing else spends through it), the key's total usage (``GET /key``)
-bounds all of them together:
-
-* at the first run of a job, :class:`AccountCheck` records a **baseline**
-  (``account.json`` in the job directory): the key's usage and the ledger's spent;
-* at the end of each run (no request in flight), the ledger's growth since the
-  baseline, with the reservations still held, is compared with the key's growth:
-  ``over = (spent + held − spent₀) − (usage − usage₀)`` is money counted that the key
-  was never charged;
-* ``over`` is taken back from the worst-case charges it can only belong to: the
-  orphans recovery counted at worst case (kept in ``account.json`` until they are
-  due, across runs), then the reservations held without a generation id; each ends
-  between nothing and its worst case.
-
-A generation may still be running (and not yet billed) after its client is gone, so
-a worst case is corrected only once ``horizon`` seconds passed since its request was
-given up on (for the orphans of a dead run: since this run started), and the worst
-cases still inside the horizon are subtracted from ``over`` whole, as if they will be
-billed in full. Usage that reaches ``/key`` only later would make ``over`` look larger:
-the horizon covers that lag too. Never use it with a key anything else spends through.
+A request cut before OpenRouter named its generation can only be counted at its worst
+case: no ``/generation`` lookup can say what it cost. When the API key is the run's
+own, its total usage (``GET /key``) bounds all of them together: :class:`AccountCheck`
+records a baseline (``account.json``) at a job's first run, and at the end of each run
+``over = (spent + held − spent₀) − (usage − usage₀)`` is money counted that the key was
+never charged; it is taken back from the worst cases it can only belong to, each
+ending between nothing and its worst case. A generation may still bill after its client
+is gone, so a worst case is corrected only ``horizon`` seconds after it was given up on.
+Never use it with a key anything else spends through (docs/ledger.md).
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """A job's ledger belongs to its journal: a lost or swapped ledger never resets the budget.
 
-The journal records the identity of the ledger holding the job's money (a random
-id fixed when the ledger was created). When a job directory is opened again:
-
-* a ledger file that is missing or empty, while the journal shows that an
-  earlier run sent requests, is refused: creating a new one would restart the
-  budget at $0 although the money was spent;
-* a damaged ledger file is refused the same way;
-* a ledger whose identity is not the one the journal recorded (another job's
-  file copied in, a Redis ledger that was flushed and created again) is refused;
-* a ledger file that holds no ledger (its ``-wal`` file, where everything was,
-  removed after a kill) is refused without creating one in it.
-
-"Earlier runs" are the journal's claims and ledger record, and the paid output
-records it adopted (:mod:`~provider_router.jobs.store._journal_file`): a journal cut
-short beside a moved ledger is refused as a moved ledger is.
-
-Each refusal is a :class:`~provider_router.DataFileError` that names the file and
-says what to do: restore the job's own ledger, or start over in a new directory.
+The journal records the identity of the ledger holding the job's money (a random id
+fixed when the ledger was created). When a job directory is opened again, a ledger
+that is missing, empty or damaged while the journal shows earlier runs sent requests,
+one whose identity is not the recorded one (another job's file, a flushed and
+recreated Redis ledger), and a file holding no ledger (its ``-wal`` removed after a
+kill) are refused: a new ledger would restart the budget at $0 although the money was
+spent. Each refusal is a :class:`~provider_router.DataFileError` that names the file
+and says what to do: restore the job's own ledger, or start over in a new directory.
 """
 
 from __future__ import annotations

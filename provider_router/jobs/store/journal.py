@@ -1,38 +1,15 @@
 """The journal: what makes a job exactly-once across crashes and restarts.
 
-One append-only JSONL file (``journal.jsonl``) beside the per-dataset outputs
-records every claim of a prompt, every completion, every failure. Completed
-output lines are appended to ``<dataset>.jsonl`` *before* the ``done`` entry
-that commits them is appended to the journal, and that entry records the output
-file's length after each record. So the journal's ``done`` entries are the truth:
-
-* a prompt is done if and only if the journal has its ``done`` entry;
-* on open, anything past the last committed length of an output file (records
-  whose ``done`` entry never made it) is cut off, and a torn last journal line is
-  dropped, so a kill -9 at any byte leaves a consistent state;
-* claims without a ``done`` or ``fail`` (requests in flight at a crash) become
-  ``lost`` entries, reported with their generation id when one was known, so
-  the money they may have cost can be reconciled through the ledger;
-* if an output file is shorter than the journal says (the disk lost it), the
-  ``done`` entries past its end are revoked and those prompts run again.
-
-No id is ever written twice: a prompt is only claimed if it is neither done
-nor in flight. One process at a time may hold a journal (an OS lock on the job
-directory itself, so no file can be deleted to defeat it).
-
-Writes are buffered and committed together by :meth:`FileJournal.flush`
-(outputs first, then journal lines), which the runner calls once per event-loop
-turn; consecutive claims or completions of a dataset share one journal line
-(columns of ids, offsets, tokens, costs), which keeps a million-completion
-journal small and quick to load. Process crashes lose nothing that was flushed
-(the OS has it); :meth:`FileJournal.close` also fsyncs, for power loss.
-
-The :class:`Journal` protocol (``claim`` → ``complete`` / ``release``) is all the
-runner's outcomes need; :class:`FileJournal` is its one implementation.
-
-Reading the file back and repairing it is :mod:`provider_router.jobs.store._journal_file`;
-the names it shares (``JOURNAL_FILE``, ``DatasetTally``, ``LostRequest``,
-``output_path``) stay importable from here.
+One append-only JSONL file (``journal.jsonl``) beside the per-dataset outputs records
+every claim, completion and failure. Output lines are appended *before* the ``done``
+entry that commits them, and that entry records each output file's length, so the
+journal is the truth: a prompt is done if and only if it has a ``done`` entry; on open
+anything past the last committed length is cut and a torn last line dropped, claims
+left open become ``lost`` (reconciled through their generation id), and ``done``
+entries past a file the disk cut are revoked. One process at a time holds a journal
+(an OS lock on the job directory). Writes are committed together by
+:meth:`FileJournal.flush`, once per event-loop turn; reading the file back and
+repairing it is :mod:`provider_router.jobs.store._journal_file`.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """The output record: one JSON line per completed prompt (format in docs/output.md).
 
-```json
-{"id": "q-17", "dataset": "b3",
- "messages": [{"role": "user", "content": "…"}, {"role": "assistant", "content": "…"}],
- "reasoning": "…", "finish_reason": "stop",
- "provider": "Chutes", "model": "moonshotai/kimi-k2.5", "served_model": "moonshotai/kimi-k2.5-0127",
- "generation_id": "gen-…",
- "usage": {"prompt_tokens": 21, "completion_tokens": 202, "reasoning_tokens": 166,
-           "total_tokens": 223, "cached_tokens": 0},
- "cost": "0.00045364",
- "metadata": {"source": "magicoder"},
- "started_at": "2026-04-27T20:11:25.041Z", "finished_at": "2026-04-27T20:11:31.774Z",
- "latency_s": 6.733}
-```
-
-``messages`` is the input conversation plus the assistant's reply, ready to
-train on; reasoning is kept apart in ``reasoning``. A reply that calls tools
-carries them in the assistant message's ``tool_calls`` (OpenAI format, arguments
-as the JSON text the model wrote), and a request sent with ``tools`` keeps them
-in the record's ``tools``, so the conversation can be rendered as it was. ``cost`` is OpenRouter's
-authoritative charge as an exact decimal string.
-
-Building a record is on the per-request path, so it is a plain dict and one
-``json`` encode, no model validation.
+``messages`` is the input conversation plus the assistant's reply, ready to train on;
+reasoning is kept apart in ``reasoning``, tool calls in the assistant message's
+``tool_calls`` (and a request's ``tools`` in the record's), and ``cost`` is
+OpenRouter's authoritative charge as an exact decimal string. Building a record is on
+the per-request path, so it is a plain dict and one ``json`` encode, no model
+validation.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """What a run repairs of the runs before it, and the lines its summary says about it.
 
 A job directory outlives its runs: a run may find a journal torn by a kill, requests
-that were in flight when the last process died, a budget changed since, and money
-held for requests whose outcome nobody saw. Each step below repairs one of them and
-returns the lines for ``summary.recovered`` (empty when there was nothing to repair,
-so a clean resume says nothing):
-
-* :func:`journal_repairs`: what opening the journal fixed, and the requests it lost
-  (their prompts run again);
-* :func:`apply_budget`: the plan's budget made the ledger's limit, the change noted
-  in the journal (a budget never changes silently);
-* :func:`reconcile_crashed`: the ledger's crashed reservations settled at their real
-  cost (by generation id, or the journal's record of a paid answer whose settle
-  failed) or counted at their worst case;
-* :func:`account_check` and :func:`correct_account`: worst cases bounded by the key's
-  own usage (:mod:`provider_router.jobs.store.account`), when the key is the run's own.
+that were in flight when the last process died, a budget changed since, and money held
+for requests whose outcome nobody saw. Each step repairs one of them and returns the
+lines for ``summary.recovered`` (none when there was nothing to repair):
+:func:`journal_repairs`, :func:`apply_budget` (a budget never changes silently),
+:func:`reconcile_crashed` (crashed reservations settled at their real cost or their
+worst case), and :func:`account_check` / :func:`correct_account`
+(:mod:`provider_router.jobs.store.account`).
 """
 
 from __future__ import annotations

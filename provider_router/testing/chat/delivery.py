@@ -1,24 +1,14 @@
 """The serving attempt: generate, wait like the provider would, answer, charge.
 
-Non-streaming answers are one JSON body, preceded by the whitespace OpenRouter
-sends while it waits. Streaming answers are SSE: ``: OPENROUTER PROCESSING``
-comments until the first token, ``data:`` chunks (reasoning first, then content),
-a finish chunk, a usage chunk, and ``data: [DONE]``.
-
-Delivery faults shape the answer: ``hang`` never answers (until ``hang_seconds``,
-then 524), ``reset`` drops the connection, ``truncate`` cuts the body short,
-``drop_done`` drops a stream's connection after its usage chunk (no ``[DONE]``),
-``no_usage_cost`` answers normally (and bills) without ``usage.cost``,
-``usage_cost`` answers normally with the fault's ``reported`` figure as its
-``usage.cost`` (billing and recording the truth, or that figure with ``confirm``),
-``error_200`` / ``stream_error`` end with ``finish_reason: "error"``. Charges:
-a normal answer costs its tokens; ``error_200``/``stream_error`` and ``hang``
-cost nothing (zero-completion insurance); ``reset`` and ``truncate`` are charged
-in full (the provider generated it; the network lost it); a client that
-disconnects mid-stream pays for the tokens sent so far. With
-``Simulator(bill_abandoned=True)``, a client that leaves (a timeout, a kill) does
-not stop the generation: it is billed in full when it would have ended, and its
-``/generation`` record appears then, as with a provider that does not cancel.
+Non-streaming answers are one JSON body, preceded by the whitespace OpenRouter sends
+while it waits; streaming answers are SSE (``: OPENROUTER PROCESSING`` comments until
+the first token, ``data:`` chunks, a finish chunk, a usage chunk, ``data: [DONE]``).
+Delivery faults (``hang``, ``reset``, ``truncate``, ``drop_done``, ``no_usage_cost``,
+``usage_cost``, ``error_200``, ``stream_error``) shape the answer, and each is charged
+as a provider would charge it: an error finish and a hang cost nothing, a reset or a
+truncated body in full, a client that disconnects mid-stream the tokens sent so far.
+With ``Simulator(bill_abandoned=True)`` a client that leaves does not stop the
+generation: it is billed in full when it would have ended (docs/simulator.md).
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """The hot answers as JSON text directly: byte for byte what :func:`bodies.dumps` makes
 of the dicts :mod:`~provider_router.testing.chat.bodies` builds, at a fraction of the cost.
 
-Encoding the nested dicts of a chat answer with :mod:`json` cost ~26 µs per answer (the
-usage object alone ~12 µs), a quarter of the simulator's own CPU per request. These
-functions write the same text from templates: the fixed parts are literals, strings go
-through the C string encoder that :mod:`json` itself uses, numbers through ``repr``
-(which is what :mod:`json` writes for ints and floats). Only the common shapes are
-here (a plain answer, a usage object, a stream chunk without finish/usage/error); every
-other shape is built as a dict and encoded by :func:`bodies.dumps`. ``tests/testing/
-test_sim_encode.py`` checks each function against the dict path.
+Encoding the nested dicts of every answer with :mod:`json` is a large share of the
+simulator's own CPU (docs/performance.md). These functions write the same text from
+templates: the fixed parts are literals, strings go through the C string encoder
+:mod:`json` itself uses, numbers through ``repr``. Only the common shapes are here; every
+other shape is built as a dict and encoded by :func:`bodies.dumps`.
+``tests/testing/test_sim_encode.py`` checks each function against the dict path.
 """
 
 from __future__ import annotations
@@ -97,8 +95,7 @@ def _filler_choices(content_tokens: int, reasoning_tokens: int, finish_reason: s
 def filler_choices_json(content_tokens: int, reasoning_tokens: int, finish_reason: str) -> str:
     """:func:`choices_json` of the filler text: ``content_tokens`` of content and
     ``reasoning_tokens`` of shown reasoning (0: ``null``). The text depends only on
-    the counts, so it is encoded once per shape: escaping 256 tokens of text cost
-    ~4 µs on every answer."""
+    the counts, so it is encoded once per shape, not escaped again on every answer."""
     if content_tokens + reasoning_tokens > _CACHED_TOKENS:
         return _filler_choices.__wrapped__(content_tokens, reasoning_tokens, finish_reason)
     return _filler_choices(content_tokens, reasoning_tokens, finish_reason)
@@ -151,8 +148,8 @@ def chat_result_bytes(
 ) -> bytes:
     """``prefix`` and :func:`chat_result_json` (same arguments) encoded as UTF-8 (it is
     ASCII): only the id and ``created`` are written per answer, the rest is one
-    cached frame per model, endpoint and shape (building and encoding the ~1.5 kB
-    text on every answer cost ~1 µs)."""
+    cached frame per model, endpoint and shape, not built and encoded on every
+    answer."""
     middle, tail = _answer_frame(model, provider, choices, usage, fingerprint)
     gen = encode_basestring_ascii(gen_id).encode()
     return b"".join((prefix, b'{"id":', gen, middle, b"%d" % created, tail))

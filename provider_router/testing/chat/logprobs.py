@@ -1,23 +1,14 @@
 """Token log probabilities (``logprobs: true``, ``top_logprobs: K``) for the synthetic text.
 
-An endpoint that lists ``logprobs`` in its ``supported_parameters`` answers a request
-that asks for them with ``choices[0].logprobs = {"content": [...], "refusal": null}``,
-one entry per content token, shaped as the OpenAPI's ``ChatTokenLogprobs`` and the
-``openrouter`` SDK's ``ChatTokenLogprob`` (``token``, ``logprob``, ``bytes``,
-``top_logprobs``); a stream's chunks carry the entries of their own tokens. Other
-endpoints answer ``logprobs: null``, as a provider that ignores the parameter does.
-
-The model's distribution at token ``i`` is fixed by the simulator's seed and ``i``
-alone (every honest endpoint serves the same weights, so the same distribution): the
-greedy token is the filler's word, with the highest probability, followed by
-:data:`CANDIDATES` - 1 other words of the vocabulary and the rest of the vocabulary's
-mass. An endpoint that secretly serves something else (``serves.agreement`` < 1,
-:mod:`~provider_router.testing.market.degradation`) perturbs every logit with Gaussian noise
-of standard deviation :data:`DEGRADED_LOGIT_NOISE` × (1 - agreement), drawn from the
-request's salt; where it swaps the greedy token, the swapped word comes first. The
-token it reports is always the one its content holds, and always its most likely
-one (greedy decoding). A simulation of a distribution shift, not of any real
-provider's (docs/simulator.md).
+An endpoint that lists ``logprobs`` answers a request that asks for them with
+``choices[0].logprobs``, one entry per content token, shaped as the OpenAPI's
+``ChatTokenLogprobs``; a stream's chunks carry their own tokens' entries, and other
+endpoints answer ``logprobs: null``. The distribution at token ``i`` is fixed by the
+simulator's seed and ``i`` alone (honest endpoints serve the same weights): the greedy
+token is the filler's word. An endpoint that secretly serves something else
+(:mod:`~provider_router.testing.market.degradation`) perturbs every logit with noise
+that grows as its agreement falls, and reports the token its content holds. A
+simulation of a distribution shift, not of any real provider's (docs/simulator.md).
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """Structured outputs: ``response_format`` answered with JSON, as OpenRouter documents it.
 
-OpenRouter's structured-outputs guide: ``response_format: {"type": "json_schema",
-"json_schema": {"name", "strict", "schema"}}`` makes "the model respond with valid
-JSON matching the schema" on models and endpoints that list ``structured_outputs``
-among their supported parameters; ``{"type": "json_object"}`` (JSON mode) asks for
-any valid JSON object where ``response_format`` is supported. Both are soft routing
-filters (provider-selection guide: ``tools``, ``response_format`` prefer endpoints
-that support them; ``require_parameters`` makes it hard).
-
-The simulator answers:
-
-* ``json_schema`` on an endpoint listing ``structured_outputs``: a JSON value drawn
-  to fit the schema (:func:`~provider_router.testing.chat.tools.fake_value`, ``$ref`` to
-  ``#/$defs`` or ``#/definitions`` resolved, as the ``openai`` SDK's
-  ``chat.completions.parse`` sends them);
-* ``json_object``, or ``json_schema`` where only ``response_format`` is listed: a
-  small JSON object (assumption: JSON mode without the schema's guarantee);
-* an endpoint listing neither ignores it (assumption) and answers in text;
-* content is completion tokens, one per piece a tokenizer would cut; ``max_tokens``
-  can cut it short (``finish_reason: "length"``, JSON that does not parse).
-
-A malformed ``response_format`` is a 400 naming the field.
+``json_schema`` on an endpoint listing ``structured_outputs`` is answered with a JSON
+value drawn to fit the schema (:func:`~provider_router.testing.chat.tools.fake_value`,
+``$ref`` to ``#/$defs`` or ``#/definitions`` resolved, as the ``openai`` SDK's
+``parse`` sends them); ``json_object``, or ``json_schema`` where only
+``response_format`` is listed, with a small JSON object; an endpoint listing neither
+ignores it and answers in text (both assumptions). Content is completion tokens, and
+``max_tokens`` can cut it short (``finish_reason: "length"``, JSON that does not
+parse). A malformed ``response_format`` is a 400 naming the field.
 """
 
 from __future__ import annotations

@@ -181,7 +181,7 @@ def _reasoning_request(body: Mapping[str, Any]) -> tuple[float, bool, int | None
 
 _PLAIN_SHAPES: dict[tuple[int, int | None], CompletionShape] = {}
 """Shapes of requests without reasoning or tool calls, by (total, max_tokens): a frozen
-dataclass costs ~0.65 µs to build, and most answers have one of a few shapes."""
+dataclass is costly to build, and most answers have one of a few shapes."""
 _PLAIN_SHAPES_LIMIT = 4096
 
 

@@ -1,24 +1,13 @@
 """Tool calls: read ``tools`` and ``tool_choice``, decide the calls, fake their arguments.
 
-Shapes follow captured OpenRouter responses (docs/simulator.md, "Tool calls"):
-a JSON answer carries ``message.tool_calls[]`` (``index``, ``id``, ``type:
-"function"``, ``function.name``, ``function.arguments`` as a JSON string) with
-``content: null`` and ``finish_reason: "tool_calls"``; a stream sends, per call,
-a first ``delta.tool_calls[]`` entry with the id, type and name and empty
-``arguments``, then entries with only ``index`` and pieces of ``arguments``.
-
-The decision is seeded by the request's random stream: ``required`` always
-calls, a named function calls that function, ``auto`` calls with probability
-:data:`AUTO_CALL_SHARE` (never right after a ``role: "tool"`` message: the model
-answers the results in text), ``none`` never calls. With ``parallel_tool_calls``
-not false, a call is sometimes two (:data:`PARALLEL_SHARE`). What the serving
-endpoint lists decides what it honours (:func:`honoured`): one without ``tools``
-in its supported parameters ignores them (text), and a ``tool_choice`` variant its
-``supports_tool_choice`` says failed testing is treated as ``auto``. Arguments are a
-JSON value generated to fit the function's ``parameters`` JSON Schema (types,
-``required``, ``enum``, ``const``, bounds, ``anyOf``/``oneOf``/``allOf``; not
-``pattern``) and are billed as completion tokens: one per piece a tokenizer
-would cut, plus one per call for its name.
+Shapes follow captured OpenRouter responses (docs/simulator.md, "Tool calls"): a JSON
+answer's ``message.tool_calls[]`` with ``finish_reason: "tool_calls"``, a stream's
+first ``delta.tool_calls[]`` entry per call then pieces of its ``arguments``. The
+decision is seeded by the request's random stream (``required`` always calls, ``auto``
+with probability :data:`AUTO_CALL_SHARE`, never right after a tool result), and what
+the serving endpoint lists decides what it honours (:func:`honoured`). Arguments are a
+JSON value generated to fit the function's ``parameters`` schema (not ``pattern``),
+billed as completion tokens.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """Context length, enforced as OpenRouter does before any provider is paid.
 
-A request fits an endpoint when its prompt tokens plus the completion it asks for
-(``max_tokens``, else nothing) are within the endpoint's ``context_length``, and the
-prompt within its ``max_prompt_tokens`` when it lists one. What OpenRouter answers
-(API notes §4.1: the ``context_length_exceeded`` error type and the availability
-``constraint_filtered`` code with ``excluded_by: context_length``):
-
-* some candidate fits: only those are tried (the others are routed around);
-* none of the candidates fits, but another endpoint of the model would (the
-  routing preferences left it out): 404 ``constraint_filtered``, excluded by
-  ``context_length``;
-* no endpoint of the model fits: 400 ``context_length_exceeded``, worded as
-  OpenRouter words it ("This endpoint's maximum context length is N tokens.
-  However, you requested about M tokens (P of text input, C in the output)...").
-
-Nothing is billed in either case. Routing around too-small endpoints, and which
-of the two answers comes when, are assumptions (docs/simulator.md, fidelity table).
+A request fits an endpoint when its prompt tokens plus the completion it asks for are
+within the endpoint's ``context_length`` (and the prompt within ``max_prompt_tokens``
+when listed). When some candidate fits, only those are tried; when none does but
+another endpoint of the model would, the answer is a 404 ``constraint_filtered``
+excluded by ``context_length``; when no endpoint fits, a 400
+``context_length_exceeded``, worded as OpenRouter words it. Nothing is billed. Routing
+around too-small endpoints, and which answer comes when, are assumptions
+(docs/simulator.md, fidelity table).
 """
 
 from __future__ import annotations

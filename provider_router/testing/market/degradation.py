@@ -1,27 +1,14 @@
 """What an endpoint really serves, whatever it declares: a simulation of degradation.
 
 A market endpoint may carry ``serves: {agreement: 0.7, tool_schema_error_rate: 0.2,
-prompt_token_skew: 1.05}``: it still lists its declared quantization (``int4``), but
-its answers differ measurably from the model's own:
-
-- ``agreement`` is the share of content tokens that are the model's (the others are
-  another word of the vocabulary), so a greedy comparison against an honest endpoint
-  measures about this share;
-- ``tool_schema_error_rate`` is the share of tool calls whose arguments break the
-  function's schema (alternately: not JSON, or an empty object missing its required
-  properties);
-- ``prompt_token_skew`` scales the prompt tokens it reports and bills (a different
-  chat template shows here);
-- ``after_requests`` (default 0) delays all of it: the endpoint serves the model's own
-  answers to the first K requests it serves, and degraded ones from the (K+1)-th on (a
-  provider that swaps its weights mid-run: :class:`Onsets` counts, per endpoint, for
-  one simulator). Counted by arrival, canaries and a job's prompts alike, so a test
-  scripts "degraded after 30 % of the job" exactly, whatever the concurrency.
-
-Every choice is drawn from the simulator's seed, the endpoint's tag and the request's
-messages, so the same request to the same endpoint is degraded the same way. This is a
-simulation of the kinds of degradation a verifier looks for (docs/simulator.md), not a
-model of any real provider.
+prompt_token_skew: 1.05, after_requests: K}``: it still lists its declared
+quantization, but its answers differ measurably from the model's own (a share of
+content tokens replaced, tool arguments that break their schema, prompt tokens
+reported and billed skewed), from its (K+1)-th request on (:class:`Onsets` counts by
+arrival, so a test scripts "degraded after a third of the job" exactly). Every choice
+is drawn from the simulator's seed, the endpoint's tag and the request's messages. A
+simulation of what a verifier looks for (docs/simulator.md), not a model of any real
+provider.
 """
 
 from __future__ import annotations

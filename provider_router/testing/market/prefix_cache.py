@@ -1,22 +1,13 @@
 """Prompt prefix caching, per provider endpoint, as implicit caches behave.
 
-A provider that caches keeps the key/value state of prompts it has served and
-reuses the longest cached prefix of a new prompt. The simulator models that at
-message granularity: a prompt is the chain of its messages after the fields a
-provider renders before them (tool definitions, ``tool_choice``,
-``response_format``), each boundary identified by a hash of everything up to it
-and worth the prompt tokens up to it, counted as the request is billed
-(:func:`~provider_router.testing.chat.synth.count_request_prompt`: text, images,
-rendered fields). Serving a prompt stores every boundary; the
-next prompt on the same endpoint reads the longest stored boundary it shares.
-So ``[sys, q1, a1, q2]`` after ``[sys, q1]`` reads ``[sys, q1]`` from cache; a
-different system prompt (or different tools) shares nothing.
-
-Per endpoint: a prefix shorter than ``min_tokens`` is neither stored nor read
-(providers do not cache tiny prompts); an entry lives ``ttl`` simulated seconds
-after it was last written or read (a hit refreshes it, as real caches do); at
-most ``capacity`` entries are kept, least recently used evicted first, so
-memory is bounded however long the simulator runs.
+A provider that caches reuses the longest cached prefix of a new prompt. The simulator
+models that at message granularity: a prompt is the chain of its messages after the
+fields a provider renders before them (tools, ``tool_choice``, ``response_format``),
+each boundary keyed by a hash of everything up to it and worth the prompt tokens up to
+it, counted as the request is billed. Serving a prompt stores every boundary; the next
+prompt on the same endpoint reads the longest one it shares. A prefix shorter than
+``min_tokens`` is not cached, an entry lives ``ttl`` simulated seconds after its last
+use, and at most ``capacity`` entries are kept (least recently used evicted first).
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
 """OpenRouter's provider routing, re-implemented from its documentation.
 
-Given a model and the request's ``provider`` object, decide which endpoints to
-try and in what order. Semantics (docs/simulator.md, "Routing"):
-
-* ``only`` / ``ignore`` / ``order`` items match an endpoint by its tag
-  (``deepinfra/fp4``), its provider's base slug (``deepinfra``, which matches every
-  endpoint of that provider) or its display name, case-insensitively.
-* ``quantizations`` filters; ``fp4`` includes ``mxfp4``/``nvfp4``, ``fp8`` includes
-  ``mxfp8``. ``max_price`` (USD per million tokens; per request for ``request``) and
-  ``require_parameters`` filter too. When filters leave nothing: 404.
-* ``sort`` orders by price, throughput or latency (unstable endpoints still
-  last). Otherwise the first endpoint is drawn among the stable ones (status >= 0,
-  no failure in the last 30 simulated seconds: the breaker) weighted by its traffic
-  share (:func:`traffic_weights`, after OpenRouter's traffic-routing guide: the
-  cache-adjusted price, TTFT, reliability and speed; a competitive edge; a little
-  exploration), the rest follow by price, unstable ones last.
-* ``order`` puts its endpoints first, in that order; ``allow_fallbacks: false``
-  then tries only those (or only the first endpoint when there is no ``order``).
-* Service-tier endpoints (``service_tier`` ``flex`` or ``priority``, tags such as
-  ``google-vertex/flex``) are not matched by a base slug or display name
-  (provider-selection guide, "Base Slug Matching") and serve only when asked for:
-  named by their tag in ``only``/``order``, or by the request's ``service_tier``
-  (service-tiers guide; ``:floor`` page: ``service_tier: "flex"`` restricts
-  routing to flex endpoints, so it never falls back to a standard one;
-  ``priority`` tries priority endpoints first, then the rest). Billing follows the
-  endpoint that served (its own prices).
+Given a model and the request's ``provider`` object, decide which endpoints to try and
+in what order (docs/simulator.md, "Routing"): ``only`` / ``ignore`` / ``order`` match
+an endpoint by tag, base slug or display name; ``quantizations``, ``max_price`` and
+``require_parameters`` filter (nothing left: 404); ``sort`` orders by price,
+throughput or latency, else the first endpoint is drawn among the stable ones weighted
+by its traffic share (:func:`traffic_weights`) and the rest follow by price, unstable
+ones last; ``order`` goes first, and ``allow_fallbacks: false`` tries only those.
+Service-tier endpoints serve only when asked for, by tag or by the request's
+``service_tier``. Billing follows the endpoint that served.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """OpenRouter's provider sticky routing for prompt caching, as its docs describe it.
 
-OpenRouter's prompt-caching guide (``guides/best-practices/prompt-caching``,
-"Provider Sticky Routing"):
-
-* after a request that uses prompt caching, OpenRouter remembers which provider
-  endpoint served it, and routes subsequent requests for the same model there,
-  keeping the cache warm;
-* only when that endpoint's cache-read price is cheaper than its prompt price
-  (without ``session_id``: with one, the API reference says every request of the
-  session goes to the same provider, so any endpoint that served it is kept);
-* if the sticky endpoint is unavailable, the next-best one serves (the request
-  falls back as usual);
-* not used when the request sets ``provider.order`` (the explicit order wins);
-* sticky sessions expire after 10 minutes of inactivity;
-* ``session_id`` (body, else the ``x-session-id`` header; the body wins) is the
-  sticky routing key (API reference, ``session_id``).
-
-What the docs leave open, and the simulator assumes (docs/simulator.md, fidelity
-table): without ``session_id`` the key is the conversation, identified by the
-request's first message and first user message (its "opener"), per API key and
-model; a ``sort`` also turns stickiness off (like ``order``, an explicit
-ordering). Memory is bounded: at most ``capacity`` sessions, the least recently
-used forgotten first.
+After a request that uses prompt caching, OpenRouter routes the same model's later
+requests to the endpoint that served it, keeping the cache warm, when that endpoint's
+cache-read price is below its prompt price (with a ``session_id``, whichever served
+it). An unavailable sticky endpoint falls back as usual; ``provider.order`` turns
+stickiness off; sessions expire after 10 minutes idle; ``session_id`` (body, else the
+``x-session-id`` header) is the key. What the docs leave open is assumed
+(docs/simulator.md, fidelity table): without ``session_id`` the key is the
+conversation's opener per API key and model, and a ``sort`` turns stickiness off too.
+At most ``capacity`` sessions are kept, the least recently used forgotten first.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """Which model a request asks for: routing variants, ``models`` fallbacks, unknown ids.
 
-* Routing variants (model-variants guide): ``:nitro`` sorts by throughput (and
-  admits priority-tier endpoints, API notes §2.2), ``:floor`` by price (and admits
-  flex-tier endpoints to compete on price, the ``:floor`` page), ``:exacto`` by
-  tool-calling quality. They work on any model id and are not catalog entries: the
-  model is the base model. With several, the last sort suffix wins (assumption);
-  a ``provider.sort`` in the body wins over a variant (assumption).
-* ``models``: a fallback list (model-fallbacks guide); the first model of ``model``
-  then ``models`` that the market has is served (the market's models do not fail
-  as a whole, so a later one serves only when an earlier one is unknown:
-  assumption). Billing and ``model`` follow the model served.
-* An unknown model is a 400 ``"<id> is not a valid model ID"`` with
-  ``error.availability.code: model_not_found`` (API notes §4.1); a request that
-  names no model at all says so, never ``None``.
+Routing variants (``:nitro`` by throughput, admitting priority-tier endpoints;
+``:floor`` by price, admitting flex-tier ones; ``:exacto`` by tool-calling quality)
+work on any model id and serve the base model; with several, the last wins, and a
+body's ``provider.sort`` wins over a variant (assumptions). ``models`` is a fallback
+list: the first model of ``model`` then ``models`` that the market has is served, and
+billing follows it. An unknown model is a 400 ``"<id> is not a valid model ID"`` with
+``model_not_found``; a request that names no model says so, never ``None``
+(docs/simulator.md).
 """
 
 from __future__ import annotations
