@@ -34,7 +34,7 @@ MAX_TOKENS = 1000
 
 
 def _plan(paths: list[Path], concurrency: int) -> Any:
-    from provider_router import Plan
+    from provider_router.planning import Plan
 
     return Plan.model_validate(
         {
@@ -53,8 +53,8 @@ def _plan(paths: list[Path], concurrency: int) -> Any:
 
 def _child(url: str, directory: str, variant: str, concurrency: int, conn: Any) -> None:
     _uvloop()
-    from provider_router import JobRunner
     from provider_router.client._billing import Billing
+    from provider_router.jobs import JobRunner
 
     if variant == "stream, no attach":
 

@@ -62,7 +62,7 @@ def _write_prompts(directory: Path, total: int) -> list[Path]:
 
 
 def _plan(paths: list[Path], concurrency: int, max_requests: int | None = None) -> Any:
-    from provider_router import Plan
+    from provider_router.planning import Plan
 
     return Plan.model_validate(
         {
@@ -88,7 +88,7 @@ def _run_child(url: str, directory: str, concurrency: int, conn: Any) -> None:
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    from provider_router import JobRunner
+    from provider_router.jobs import JobRunner
 
     work = Path(directory)
     paths = [work / f"{name}.jsonl" for name in DATASETS]
@@ -236,7 +236,7 @@ def _resume_child(url: str, directory: str, done: int, conn: Any) -> None:
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    from provider_router import FileJournal, JobRunner
+    from provider_router.jobs import FileJournal, JobRunner
 
     work = Path(directory)
     paths = [work / f"{name}.jsonl" for name in DATASETS]
@@ -275,8 +275,9 @@ async def _job_ledger(path: Path) -> None:
 
 
 def resume(done: int) -> None:
-    from provider_router import FileJournal, PromptReader
+    from provider_router.jobs import FileJournal
     from provider_router.jobs.datasets import _fingerprint
+    from provider_router.planning import PromptReader
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -141,7 +141,8 @@ async def _run(
 
 
 async def _project(url: str, convs: list[list[list[dict[str, Any]]]], share: Any) -> Any:
-    from provider_router import Catalog, ProviderPolicy, WorkloadEstimate
+    from provider_router import Catalog, ProviderPolicy
+    from provider_router.planning import WorkloadEstimate
     from provider_router.planning.projection import project
     from provider_router.planning.workload import DatasetDemand
     from provider_router.planning.workload_stats import approx_prompt_tokens

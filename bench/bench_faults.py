@@ -3,7 +3,7 @@
 Run: ``python -m bench faults`` (``--quick`` for the small version the ``slow`` test
 runs; ``--seed``, ``--kills``, ``--only NAME,...``). Each scenario runs the batch
 CLI (``provider-router run``, one child process per run) or, where a fault must be
-injected into the process itself, its :class:`~provider_router.JobRunner`, against
+injected into the process itself, its :class:`~provider_router.jobs.JobRunner`, against
 the local OpenRouter in this process with ``bill_abandoned=True``: a request whose
 client went away (a kill, a timeout) is still generated and billed in full, as a
 provider that does not cancel does. After each scenario a clean run resumes the job

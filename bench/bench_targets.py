@@ -85,8 +85,9 @@ def _run_child(url: str, directory: str, target: int, rule: str, conn: Any) -> N
     import uvloop
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    from provider_router import JobRunner, Plan
+    from provider_router.jobs import JobRunner
     from provider_router.jobs import runner as runner_module
+    from provider_router.planning import Plan
 
     if rule == "old":
         runner_module.InFlightPricer = _OldRule  # type: ignore[misc,assignment]

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import builtins
+import re
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
 import provider_router as pr
+from provider_router import _exceptions
 from provider_router._exceptions import error_for_status
 
 
@@ -82,3 +86,55 @@ def test_all_attempts_failed_is_a_group_and_ours() -> None:
     assert isinstance(group, ExceptionGroup)
     assert isinstance(group, pr.ProviderRouterError)
     assert len(group.exceptions) == 2
+
+
+_ERRORS_PAGE = Path(__file__).parents[1] / "docs" / "errors.md"
+_BRANCH = re.compile(r"^(?P<indent>(?:[│ ]   )*)(?:[├└]── )?(?P<name>\w+)(?: \((?P<mixin>\w+)\))?")
+
+
+def _tree_in(text: str) -> list[str]:
+    """The drawn tree in ``text``: from its root line to the first blank line or fence."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "ProviderRouterError")
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    tree: list[str] = []
+    for line in lines[start:]:
+        if not line.strip() or line.startswith("```"):
+            break
+        tree.append(line[indent:].rstrip())
+    return tree
+
+
+def test_the_errors_page_draws_the_module_docstrings_tree() -> None:
+    assert _exceptions.__doc__ is not None
+    assert _tree_in(_ERRORS_PAGE.read_text()) == _tree_in(_exceptions.__doc__)
+
+
+def test_the_drawn_tree_is_the_class_tree() -> None:
+    # Every public exception is drawn once, under the class it derives from, with the
+    # builtin it mixes in.
+    assert _exceptions.__doc__ is not None
+    parents: list[str] = []
+    drawn: set[str] = set()
+    for line in _tree_in(_exceptions.__doc__):
+        if "──" not in line and line != "ProviderRouterError":
+            continue  # a description too long for its line
+        match = _BRANCH.match(line)
+        assert match is not None, line
+        depth = len(match["indent"]) // 4 + (1 if "──" in line else 0)
+        name, cls = match["name"], getattr(_exceptions, match["name"])
+        del parents[depth:]
+        if parents:
+            assert getattr(_exceptions, parents[-1]) in cls.__bases__, line
+        if match["mixin"]:
+            assert getattr(builtins, match["mixin"]) in cls.__bases__, line
+        parents.append(name)
+        drawn.add(name)
+    public = {
+        name
+        for name in _exceptions.__all__
+        if isinstance(getattr(_exceptions, name), type)
+        and issubclass(getattr(_exceptions, name), BaseException)
+    }
+    assert drawn == public
+    assert public <= set(pr.__all__)

@@ -37,6 +37,15 @@ def test_notebook_runs_top_to_bottom(
         if output.get("output_type") == "error"
     ]
     assert errors == []
+    # A notebook shows a DeprecationWarning its own code raised (IPython's default):
+    # an example must not use a name that moved.
+    warned = [
+        output["text"]
+        for cell in notebook.cells
+        for output in cell.get("outputs", [])
+        if output.get("output_type") == "stream" and "DeprecationWarning" in output["text"]
+    ]
+    assert warned == []
     images = [
         output
         for cell in notebook.cells

@@ -1,5 +1,99 @@
-"""Batch generation: plans, prompt readers, the journal, the runner, progress and exports.
+"""A plan run to the end, exactly once, within its budget: the job runner and what it writes.
 
-The public names are re-exported flat from :mod:`provider_router`; see
-docs/batch.md (running a job) and docs/output.md (what it writes).
+``from provider_router.jobs import JobRunner``. :class:`JobRunner` runs a
+:class:`~provider_router.planning.Plan` into a job directory and returns its
+:class:`RunSummary`; the journal (:class:`FileJournal`) and the outputs
+(:func:`read_outputs`, :func:`merge_outputs`, :func:`export_conversations`) are
+what the directory holds. See docs/batch.md (running a job) and docs/output.md
+(what it writes).
 """
+
+from __future__ import annotations
+
+import importlib as _importlib
+import typing as _typing
+
+from provider_router import _deprecated
+
+if _typing.TYPE_CHECKING:
+    from provider_router.jobs.observe.snapshots import DatasetProgress, RunProgress
+    from provider_router.jobs.pilot import pilot_into_job
+    from provider_router.jobs.runner import JobRunner
+    from provider_router.jobs.store.journal import DatasetTally, FileJournal, Journal, LostRequest
+    from provider_router.jobs.store.outputs import (
+        DatasetMerge,
+        ExportReport,
+        MergeReport,
+        OutputRecord,
+        OutputUsage,
+        export_conversations,
+        merge_outputs,
+        read_outputs,
+    )
+    from provider_router.jobs.summary import DatasetReport, RunSummary, StopReason
+
+# Loaded on first use (PEP 562): `import provider_router.jobs` loads neither the
+# runner nor the Router, rich or sqlite3 behind it.
+_LAZY: dict[str, str] = {
+    "DatasetMerge": "provider_router.jobs.store.outputs",
+    "DatasetProgress": "provider_router.jobs.observe.snapshots",
+    "DatasetReport": "provider_router.jobs.summary",
+    "DatasetTally": "provider_router.jobs.store.journal",
+    "ExportReport": "provider_router.jobs.store.outputs",
+    "FileJournal": "provider_router.jobs.store.journal",
+    "JobRunner": "provider_router.jobs.runner",
+    "Journal": "provider_router.jobs.store.journal",
+    "LostRequest": "provider_router.jobs.store.journal",
+    "MergeReport": "provider_router.jobs.store.outputs",
+    "OutputRecord": "provider_router.jobs.store.outputs",
+    "OutputUsage": "provider_router.jobs.store.outputs",
+    "RunProgress": "provider_router.jobs.observe.snapshots",
+    "RunSummary": "provider_router.jobs.summary",
+    "StopReason": "provider_router.jobs.summary",
+    "export_conversations": "provider_router.jobs.store.outputs",
+    "merge_outputs": "provider_router.jobs.store.outputs",
+    "pilot_into_job": "provider_router.jobs.pilot",
+    "read_outputs": "provider_router.jobs.store.outputs",
+}
+
+# Old names: they resolve for one more release, with a DeprecationWarning.
+_RENAMED: dict[str, str] = {
+    "BatchRunner": "provider_router.jobs.JobRunner",
+}
+
+__all__ = [
+    "DatasetMerge",
+    "DatasetProgress",
+    "DatasetReport",
+    "DatasetTally",
+    "ExportReport",
+    "FileJournal",
+    "JobRunner",
+    "Journal",
+    "LostRequest",
+    "MergeReport",
+    "OutputRecord",
+    "OutputUsage",
+    "RunProgress",
+    "RunSummary",
+    "StopReason",
+    "export_conversations",
+    "merge_outputs",
+    "pilot_into_job",
+    "read_outputs",
+]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        if name in _RENAMED:
+            return _deprecated.resolve_old_name(f"{__name__}.{name}", _RENAMED[name])
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

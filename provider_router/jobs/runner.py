@@ -45,8 +45,9 @@ from collections.abc import Collection, Mapping
 from decimal import Decimal
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from provider_router._deprecated import resolve_old_name
 from provider_router._exceptions import ConfigurationError, LedgerUnavailableError, PreflightFailed
 from provider_router._log import get_logger
 from provider_router._money import from_units
@@ -506,3 +507,12 @@ class JobRunner:
             write_report(self.out)
         except Exception as exc:
             log.warning("batch.report_failed", error=repr(exc))
+
+
+if not TYPE_CHECKING:  # a type checker sees no old name, and says so
+
+    def __getattr__(name: str) -> Any:
+        # The runner's old name resolves for one more release, with a warning.
+        if name == "BatchRunner":
+            return resolve_old_name(f"{__name__}.{name}", "provider_router.jobs.JobRunner")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

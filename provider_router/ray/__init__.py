@@ -29,12 +29,12 @@ from provider_router.ray.job import RayJob
 
 __all__ = [
     "ANSWERED",
-    "FAILED",
-    "NOT_SENT",
-    "QUARANTINED",
     "AnswerStore",
+    "FAILED",
     "JobStopped",
+    "NOT_SENT",
     "PromptStage",
+    "QUARANTINED",
     "RayJob",
     "StageConfig",
 ]

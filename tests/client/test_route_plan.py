@@ -14,8 +14,8 @@ from provider_router import (
     Endpoint,
     Workload,
     build_route_plan,
-    estimate_prompt_tokens,
 )
+from provider_router.routing.route_plan import estimate_prompt_tokens
 from provider_router.testing.chat.synth import count_prompt_tokens
 
 

@@ -30,6 +30,7 @@ from _polling import until
 
 import provider_router as pr
 from provider_router._money import from_units
+from provider_router.jobs import RunSummary, StopReason, read_outputs
 from provider_router.jobs.drift_history import DriftHistory
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store.outputs import export_conversations
@@ -41,7 +42,7 @@ KEY = DEFAULT_TEST_KEY
 
 
 def _rows(out: Path) -> list[dict[str, Any]]:
-    return [dict(record) for _, record in pr.read_outputs(out / "p.jsonl")]
+    return [dict(record) for _, record in read_outputs(out / "p.jsonl")]
 
 
 async def _run(
@@ -50,7 +51,7 @@ async def _run(
     sim: SimulatorServer,
     every: int,
     only: Mapping[str, Collection[str]] | None = None,
-) -> pr.RunSummary:
+) -> RunSummary:
     runner = JobRunner(
         plan,
         out,
@@ -87,7 +88,7 @@ async def test_a_provider_turning_degraded_mid_run_is_excluded_and_its_rows_sinc
     sim, canaries = await chutes_turning(tmp_path, openrouter_sim_factory, checks=2, rows=60)
     out = tmp_path / "out"
     summary = await _run(small_plan(tmp_path, requests=None, prompts=200), out, sim, every=40)
-    assert summary.reason is pr.StopReason.COMPLETE
+    assert summary.reason is StopReason.COMPLETE
 
     history = DriftHistory.load(out / "verify.json")
     assert list(history.failed) == ["chutes"]
@@ -135,7 +136,7 @@ async def test_with_no_provider_degraded_no_row_is_flagged(
     sim = await openrouter_sim_factory(seed=3)
     out = tmp_path / "out"
     summary = await _run(small_plan(tmp_path, requests=None, prompts=100), out, sim, every=20)
-    assert summary.reason is pr.StopReason.COMPLETE
+    assert summary.reason is StopReason.COMPLETE
     history = DriftHistory.load(out / "verify.json")
     assert history.failed == {}
     assert len(history.checks) >= 5  # before the run, then every 20 rows
@@ -159,7 +160,7 @@ async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclus
     plan = small_plan(tmp_path, requests=None, prompts=100)
     ids = [f"q{n}" for n in range(100)]
     first = await _run(plan, out, sim, every=0, only={"p": ids[:60]})
-    assert first.reason is pr.StopReason.COMPLETE
+    assert first.reason is StopReason.COMPLETE
     run1 = _rows(out)
     run1_ids = {r["id"] for r in run1}
     assert not [r for r in run1 if r["drift_flagged"]]
@@ -171,7 +172,7 @@ async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclus
     assert len(run1_chutes) > 30
 
     second = await _run(plan, out, sim, every=20, only={"p": ids[:80]})
-    assert second.reason is pr.StopReason.COMPLETE
+    assert second.reason is StopReason.COMPLETE
     history = DriftHistory.load(out / "verify.json")
     assert history.failed == {"chutes": 1}  # the second run's first check
     assert history.checks[1].flagged == len(run1_chutes)
@@ -181,7 +182,7 @@ async def test_a_resumed_run_judges_the_rows_left_unchecked_and_keeps_the_exclus
 
     pinned = len(_canary_groups(sim, "chutes", canaries))
     third = await _run(plan, out, sim, every=20)
-    assert third.reason is pr.StopReason.COMPLETE
+    assert third.reason is StopReason.COMPLETE
     assert len(_canary_groups(sim, "chutes", canaries)) == pinned  # not measured again
     rows = _rows(out)
     assert sorted(r["id"] for r in rows) == sorted(ids)  # each once over three runs
@@ -226,7 +227,7 @@ async def test_the_checks_are_paid_within_the_budget_and_a_run_out_of_it_stops_c
         update={"budget": Decimal("0.05")}
     )
     summary = await _run(plan, out, sim, every=10)
-    assert summary.reason is pr.StopReason.BUDGET
+    assert summary.reason is StopReason.BUDGET
     history = DriftHistory.load(out / "verify.json")
     assert len(history.checks) > 2
     assert summary.spent == _charged(sim)
@@ -246,7 +247,7 @@ async def _failed_mid_run(
     out = tmp_path / "out"
     plan = small_plan(tmp_path, requests=None, prompts=60)
     only = {"p": [f"q{n}" for n in range(sent)]}
-    assert (await _run(plan, out, sim, every=10, only=only)).reason is pr.StopReason.COMPLETE
+    assert (await _run(plan, out, sim, every=10, only=only)).reason is StopReason.COMPLETE
     assert DriftHistory.load(out / "verify.json").failed.keys() == {"chutes"}
     flagged = {r["id"] for r in _rows(out) if r["drift_flagged"]}
     assert flagged
@@ -259,7 +260,7 @@ async def test_a_resume_without_verify_keeps_the_exclusion(
     sim, plan, out, flagged = await _failed_mid_run(tmp_path, openrouter_sim_factory, sent=40)
     before = {r["id"] for r in _rows(out)}
     summary = await JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
-    assert summary.reason is pr.StopReason.COMPLETE
+    assert summary.reason is StopReason.COMPLETE
     assert any(note.startswith("kept excluded: chutes") for note in summary.recovered)
     rows = _rows(out)
     later = [r for r in rows if r["id"] not in before]
@@ -296,7 +297,7 @@ async def test_a_flagging_a_kill_interrupted_is_done_again_on_resume(
         summary = await _run(plan, out, sim, every=10)
     else:
         summary = await JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
-    assert summary.reason is pr.StopReason.COMPLETE
+    assert summary.reason is StopReason.COMPLETE
     # (A row written without --verify has no flag: nothing checked it.)
     assert {r["id"] for r in _rows(out) if r.get("drift_flagged")} == flagged
     history = DriftHistory.load(out / "verify.json")
@@ -382,7 +383,7 @@ async def test_when_the_only_allowed_provider_fails_the_run_stops_with_its_rows_
     plan = small_plan(tmp_path, requests=None, prompts=100)
     plan = plan.model_copy(update={"policy": {"exclude_below": "int4", "only": ["chutes"]}})
     summary = await _run(plan, out, sim, every=10)
-    assert summary.reason is pr.StopReason.ERROR
+    assert summary.reason is StopReason.ERROR
     assert "chutes failed verification and could not be excluded" in summary.message
     history = DriftHistory.load(out / "verify.json")
     last_pass = history.last_pass["chutes"]
@@ -414,7 +415,7 @@ async def test_a_lost_verify_json_is_refused_while_the_journal_remembers_an_excl
     assert len(sim.requests) == sent  # nothing sent
     (out / "verify.json").write_bytes(kept)  # restored: the job goes on, Chutes excluded
     summary = await JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
-    assert summary.reason is pr.StopReason.COMPLETE
+    assert summary.reason is StopReason.COMPLETE
     assert len(_rows(out)) == 60
 
 
@@ -429,11 +430,11 @@ async def test_an_older_ledger_that_forgot_a_check_is_refused(
     plan = small_plan(tmp_path, requests=None, prompts=20)
     only = {"p": [f"q{n}" for n in range(10)]}
     first = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, only=only)
-    assert (await first.run()).reason is pr.StopReason.COMPLETE
+    assert (await first.run()).reason is StopReason.COMPLETE
     old = tmp_path / "old.sqlite"
     shutil.copy(out / "ledger.sqlite", old)
     second = await _run(plan, out, sim, every=10, only=only)
-    assert second.reason is pr.StopReason.COMPLETE
+    assert second.reason is StopReason.COMPLETE
     checks = DriftHistory.load(out / "verify.json").checks
     assert [c.trigger for c in checks] == ["start"]
     assert second.spent == _charged(sim)
@@ -482,7 +483,7 @@ async def test_a_flagging_done_again_flags_from_the_earliest_pass_of_a_providers
     out = tmp_path / "out"
     plan = small_plan(tmp_path, requests=None, prompts=40)
     only = {"p": [f"q{n}" for n in range(30)]}
-    assert (await _run(plan, out, honest, every=10, only=only)).reason is pr.StopReason.COMPLETE
+    assert (await _run(plan, out, honest, every=10, only=only)).reason is StopReason.COMPLETE
     data = json.loads((out / "verify.json").read_text())
     last = data["drift"]["last_pass"]
     assert last["chutes/fp8"] == last["chutes/int4"] > 0
@@ -494,7 +495,7 @@ async def test_a_flagging_done_again_flags_from_the_earliest_pass_of_a_providers
 
     degraded = _chutes_twice(tmp_path / "degraded", {"agreement": 0.6})
     sim = await openrouter_sim_factory(market=degraded, seed=3)
-    assert (await _run(plan, out, sim, every=10, only=only)).reason is pr.StopReason.COMPLETE
+    assert (await _run(plan, out, sim, every=10, only=only)).reason is StopReason.COMPLETE
     history = DriftHistory.load(out / "verify.json")
     assert history.failed.keys() == {"chutes/fp8", "chutes/int4"}
     flagged = {r["id"] for r in _rows(out) if r["drift_flagged"]}
@@ -502,6 +503,6 @@ async def test_a_flagging_done_again_flags_from_the_earliest_pass_of_a_providers
 
     _cut_short_flagging(out, flagged)
     runner = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, only=only)
-    assert (await runner.run()).reason is pr.StopReason.COMPLETE
+    assert (await runner.run()).reason is StopReason.COMPLETE
     assert {r["id"] for r in _rows(out) if r.get("drift_flagged")} == flagged
     assert DriftHistory.load(out / "verify.json").flagged == len(flagged)

@@ -13,6 +13,7 @@ from _markets import degraded_market
 
 import provider_router as pr
 from provider_router.cli import main
+from provider_router.jobs import StopReason, read_outputs
 from provider_router.jobs.runner import JobRunner
 from provider_router.testing import SimulatorServer
 from provider_router.testing.server import DEFAULT_TEST_KEY
@@ -30,14 +31,14 @@ async def test_a_provider_that_fails_verification_serves_nothing_of_the_job(
     out = tmp_path / "out"
     runner = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, verify=True)
     summary = await runner.run()
-    assert summary.reason is pr.StopReason.COMPLETE
+    assert summary.reason is StopReason.COMPLETE
     report = pr.VerificationReport.load(out / "verify.json")
     assert report.failed == ("chutes",)
     # Chutes, the cheapest allowed provider, served only its pinned canaries.
     served = [r for r in sim.requests if r.route == "chat" and r.tag == "chutes"]
     assert served
     assert all(r.routing["only"] == ["chutes"] for r in served)
-    providers = {record["provider"] for _, record in pr.read_outputs(out / "p.jsonl")}
+    providers = {record["provider"] for _, record in read_outputs(out / "p.jsonl")}
     assert providers
     assert "Chutes" not in providers
     # The canaries were paid from the job's budget: the ledger holds every charge.

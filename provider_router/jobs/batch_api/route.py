@@ -101,7 +101,7 @@ class BatchRouteRun:
         ledger: the job's ledger (its limit is the budget).
         journal: the output journal of the job directory (exactly-once outputs).
         directory: where ``batches.jsonl`` lives.
-        route: the pinned batch endpoint (:func:`~provider_router.batch_route`).
+        route: the pinned batch endpoint (:func:`~provider_router.planning.batch_route`).
         params: the request body's generation fields (``max_tokens`` required).
         clock / sleep: wall clock (Unix seconds) and sleep, injectable.
         poll_initial / poll_max: seconds between polls, doubling up to the max.

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 import provider_router as pr
 from provider_router.client.metrics import Metrics
+from provider_router.jobs import RunSummary, StopReason
 from provider_router.jobs.drift_history import DriftCheck, DriftHistory
 from provider_router.jobs.observe import drift_view
 from provider_router.jobs.observe.drift_view import (
@@ -46,8 +47,8 @@ async def _drifted_run(
     tmp_path: Path,
     factory: Factory,
     metrics: Metrics | None = None,
-    watch: Callable[[asyncio.Task[pr.RunSummary]], Awaitable[None]] | None = None,
-) -> tuple[Path, pr.RunSummary, DriftHistory]:
+    watch: Callable[[asyncio.Task[RunSummary]], Awaitable[None]] | None = None,
+) -> tuple[Path, RunSummary, DriftHistory]:
     """A run of 200 prompts, checks every 40 rows, whose Chutes turns degraded after 60
     (``watch``: awaited with the run's task while it runs)."""
     sim, _ = await chutes_turning(tmp_path, factory, checks=2, rows=60)
@@ -65,7 +66,7 @@ async def _drifted_run(
     if watch is not None:
         await watch(task)
     summary = await task
-    assert summary.reason is pr.StopReason.COMPLETE
+    assert summary.reason is StopReason.COMPLETE
     history = DriftHistory.load(out / "verify.json")
     assert list(history.failed) == ["chutes"]
     assert history.flagged > 0
@@ -162,7 +163,7 @@ async def test_prometheus_counts_the_checks_the_exclusions_and_the_flagged_rows_
         value = metrics.registry.get_sample_value(f"provider_router_{name}", labels)
         return None if value is None else float(value)
 
-    async def scrape_once_excluded(task: asyncio.Task[pr.RunSummary]) -> None:
+    async def scrape_once_excluded(task: asyncio.Task[RunSummary]) -> None:
         excluded = partial(sample, "verification_excluded_endpoints", provider="Chutes")
         await until(lambda: excluded() == 1 or task.done())
         assert not task.done()  # live: while the run goes on
