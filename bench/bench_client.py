@@ -63,7 +63,7 @@ def _serve(
     cache_capacity: int | None = None,
 ) -> None:
     _uvloop()
-    from provider_router._collector import tune_for_server
+    from provider_router._collector import tune_for_process
     from provider_router.testing import SimulatorServer
     from provider_router.testing.market.prefix_cache import PrefixCache
 
@@ -79,7 +79,7 @@ def _serve(
             if cache_capacity is not None:
                 sim.simulator.caches = PrefixCache(cache_capacity)
             # A process of the simulator's own, as `provider_router simulate` runs it.
-            tune_for_server()
+            tune_for_process()
             ready.send(sim.url)
             await asyncio.Event().wait()
 

@@ -70,7 +70,7 @@ def _rss_mb(pid: int) -> float:
 def _serve(kind: str, ready: Any, sample_json: bytes, sample_chunks: list[bytes]) -> None:
     import uvloop
 
-    from provider_router._collector import tune_for_server
+    from provider_router._collector import tune_for_process
     from provider_router.testing import SimulatorServer
 
     async def main() -> None:
@@ -93,7 +93,7 @@ def _serve(kind: str, ready: Any, sample_json: bytes, sample_chunks: list[bytes]
         if kind != "baseline" or os.environ.get(_TUNE_BASELINE):
             # The simulator's process as `provider_router simulate` runs it; the bare
             # server as people write it, unless --tune-baseline gives it the same.
-            tune_for_server()
+            tune_for_process()
         ready.send(port)
         await asyncio.Event().wait()
 
