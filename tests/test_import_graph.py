@@ -135,16 +135,6 @@ STAGES = (
 # Inside jobs/: the job directory is the floor, the Batch API route stands on it, the
 # runner on both, and what an operator sees on top of all three.
 JOB_STAGES = ("store", "batch_api", "", "observe")
-# Edges that still run up, each to be cut (the runner writes its own report and timeline).
-KNOWN_UPWARD = {
-    ("provider_router.jobs.batch_api_runner", "provider_router.jobs.observe.batch_timeline"),
-    ("provider_router.jobs.batch_api_runner", "provider_router.jobs.observe.timeline"),
-    ("provider_router.jobs.drift", "provider_router.jobs.observe.drift_view"),
-    ("provider_router.jobs.runner", "provider_router.jobs.observe.batch_view"),
-    ("provider_router.jobs.runner", "provider_router.jobs.observe.report"),
-    ("provider_router.jobs.runner", "provider_router.jobs.observe.snapshots"),
-    ("provider_router.jobs.runner", "provider_router.jobs.observe.timeline"),
-}
 
 
 def _stage(module: str) -> int | None:
@@ -197,12 +187,7 @@ def _upward_edges() -> set[tuple[str, str]]:
 
 
 def test_imports_point_down_the_flow() -> None:
-    assert _upward_edges() - KNOWN_UPWARD == set()
-
-
-def test_the_known_upward_edges_still_exist() -> None:
-    # An edge cut stays cut: remove it from KNOWN_UPWARD.
-    assert KNOWN_UPWARD - _upward_edges() == set()
+    assert _upward_edges() == set()
 
 
 def test_the_stage_check_sees_an_upward_import() -> None:

@@ -51,10 +51,8 @@ from provider_router.jobs.drift_history import (
     VERIFY_FILE,
     DriftCheck,
     DriftHistory,
-    flag_rows_by_provider,
-)
-from provider_router.jobs.observe.drift_view import (
     excluded_by_provider,
+    flag_rows_by_provider,
     flagged_by_provider,
     verification_summary,
 )

@@ -30,10 +30,12 @@ module: the datasets' prompts (:mod:`~provider_router.jobs.datasets`), each
 dataset's state (:mod:`~provider_router.jobs.datasets`), the dispatch loop and
 the stop switch (:mod:`~provider_router.jobs.dispatch`), what each request's end
 does (:mod:`~provider_router.jobs.outcomes`), the progress snapshots and the summary
-(:mod:`~provider_router.jobs.observe.snapshots`), what it repairs of earlier runs
+(:mod:`~provider_router.jobs.snapshots`), what it repairs of earlier runs
 (:mod:`~provider_router.jobs.store.recovery`), the job's ledger
 (:mod:`~provider_router.jobs.store.job_ledger`) and the key's account
-(:mod:`~provider_router.jobs.store.account`).
+(:mod:`~provider_router.jobs.store.account`). What watches the run (the timeline, the
+report) is its observers (:mod:`~provider_router.jobs.events`): it tells them when it
+starts and ends, never per request, and never imports them.
 """
 
 from __future__ import annotations
@@ -41,14 +43,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from decimal import Decimal
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from provider_router._exceptions import ConfigurationError, LedgerUnavailableError, PreflightFailed
-from provider_router._log import get_logger
 from provider_router._money import from_units
 from provider_router.catalog.verdicts import VerificationReport
 from provider_router.checks.preflight import PreflightReport, preflight
@@ -60,16 +61,14 @@ from provider_router.jobs.datasets import DatasetRun, open_file_datasets, valida
 from provider_router.jobs.dispatch import Dispatcher
 from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY, DriftWatch, redo_flagging
 from provider_router.jobs.drift_history import VERIFY_FILE, DriftHistory
-from provider_router.jobs.observe.batch_view import read_batch_view
-from provider_router.jobs.observe.report import write_report
-from provider_router.jobs.observe.snapshots import (
+from provider_router.jobs.events import RunObserver, default_observers
+from provider_router.jobs.outcomes import Outcomes
+from provider_router.jobs.snapshots import (
     DatasetProgress,
     RunProgress,
     progress_snapshot,
     summarize,
 )
-from provider_router.jobs.observe.timeline import DEFAULT_INTERVAL, TimelineWriter
-from provider_router.jobs.outcomes import Outcomes
 from provider_router.jobs.store.job_ledger import check_not_behind, open_job_ledger
 from provider_router.jobs.store.journal import FileJournal, Journal
 from provider_router.jobs.store.recovery import (
@@ -87,7 +86,6 @@ from provider_router.routing.policy import ProviderPolicy
 
 __all__ = ["LEDGER_FILE", "SUMMARY_FILE", "JobRunner", "DatasetProgress", "RunProgress"]
 
-log = get_logger(__name__)
 
 LEDGER_FILE = "ledger.sqlite"
 SUMMARY_FILE = "summary.json"
@@ -115,8 +113,14 @@ class JobRunner:
             cut before their generation id was known) are bounded by the key's usage
             (``GET /key``) this many seconds after each was given up on
             (:mod:`provider_router.jobs.store.account`); negative: the stream deadline.
-        timeline_interval: seconds between two lines of ``<out>/timeline.ndjson``
-            (the time series ``report.html`` and ``provider-router status`` read).
+        observers: what watches the run (:class:`~provider_router.jobs.events.RunObserver`;
+            default: :func:`~provider_router.jobs.events.default_observers`, which write
+            ``timeline.ndjson`` and ``report.html`` and add the Batch API route's datasets
+            to ``summary.json``); ``()``: none, the run writes its outputs and
+            ``summary.json`` only.
+        timeline_interval: with the default observers, seconds between two lines of
+            ``<out>/timeline.ndjson`` (the time series ``report.html`` and
+            ``provider-router status`` read; default 1).
         verify: measure every allowed endpoint against the model's reference before
             any prompt is sent (:func:`provider_router.verify`, canaries from the first
             dataset, paid from the job's ledger), save ``<out>/verify.json``, and send
@@ -130,8 +134,8 @@ class JobRunner:
             :func:`provider_router.jobs.pilot.pilot_into_job`): their spend is the
             job's, their answers its first results; a later run sends the rest.
 
-    Besides the outputs, a run writes ``summary.json`` and ``report.html`` (see
-    :mod:`provider_router.jobs.observe.report`).
+    Besides the outputs, a run writes ``summary.json``, and its default observers
+    ``timeline.ndjson`` and ``report.html`` (see :mod:`provider_router.jobs.observe.report`).
 
     Example::
 
@@ -151,7 +155,8 @@ class JobRunner:
         router_options: Mapping[str, Any] | None = None,
         ledger: Ledger | None = None,
         stream: bool = True,
-        timeline_interval: float = DEFAULT_INTERVAL,
+        observers: Iterable[RunObserver] | None = None,
+        timeline_interval: float | None = None,
         account_horizon: float | None = None,
         preflight: bool = False,
         only: Mapping[str, Collection[str]] | None = None,
@@ -198,7 +203,12 @@ class JobRunner:
         self._api_key = api_key
         self._router_options = dict(router_options or {})
         self._given_ledger = ledger
-        self.timeline_interval = timeline_interval
+        self.observers: tuple[RunObserver, ...] = (
+            default_observers(timeline_interval=timeline_interval)
+            if observers is None
+            else tuple(observers)
+        )
+        """What watches the run, told of its start and end in this order."""
         self.ledger: Ledger | None = None
         self.router: Router | None = None
         self.journal: FileJournal | None = None
@@ -337,15 +347,15 @@ class JobRunner:
                 self._recovered += reuse_kept_for_plan(
                     self.plan, journal, self.out, clock=time.time
                 )
-                # For the report only: writing it never fails the run.
-                timeline = TimelineWriter(self, interval=self.timeline_interval)
-                timeline.start()
                 try:
+                    for observer in self.observers:
+                        await observer.on_start(self)
                     self._datasets.extend(open_file_datasets(self.plan, journal, only=self._only))
                     await self._dispatch(journal, router)
                     self._dispatcher.check_targets()
                 finally:
-                    await timeline.stop()
+                    for observer in self.observers:
+                        await observer.on_dispatch_end(self)
                 if account is not None:
                     self._recovered += await correct_account(account)
             self._money_certain(ledger)
@@ -357,8 +367,11 @@ class JobRunner:
                 if not self._outcomes.ledger_full(exc):  # a full disk: stopped on it already
                     raise
             summary = self._summary()
+            for observer in self.observers:
+                observer.on_summary(self, summary)
             summary.write(self.out / SUMMARY_FILE)
-            self._write_report()
+            for observer in self.observers:
+                await observer.on_end(self, summary)
             return summary
         finally:
             if self._given_ledger is None:
@@ -494,15 +507,7 @@ class JobRunner:
             recovered=self._recovered,
             preflight=from_units(self.journal.preflight_units) if self.journal else Decimal(0),
             disputes=self.journal.disputes if self.journal else [],
-            batches=read_batch_view(self.out),
         )
         if self.drift is not None:
             summary.verification = self.drift.summary()
         return summary
-
-    def _write_report(self) -> None:
-        """``report.html`` beside ``summary.json``; a failure costs the page, not the run."""
-        try:
-            write_report(self.out)
-        except Exception as exc:
-            log.warning("batch.report_failed", error=repr(exc))

@@ -5,9 +5,10 @@ every check, the merged verdicts, each endpoint's last pass and the check that e
 it) and the journal's ``verify`` entries (the exclusions it recorded durably), both read
 without a lock, so it works while the job runs and on a job whose run is dead:
 
-* :func:`verification_summary` is ``summary.json``'s ``verification`` block, and
-  :func:`verification_lines` the sentences ``run --verify`` ends with; ``status``
-  and the report say the same words.
+* :func:`verification_lines` are the sentences ``run --verify`` ends with, from
+  ``summary.json``'s ``verification`` block
+  (:func:`~provider_router.jobs.drift_history.verification_summary`); ``status`` and
+  the report say the same words.
 * :func:`read_drift_view` reads both files, bounded (:data:`VERIFY_READ_LIMIT`,
   :data:`JOURNAL_SCAN_LIMIT`, :data:`JOURNAL_LINE_LIMIT`): a file too large, cut or
   damaged is a sentence saying so (:attr:`DriftView.problems`), never a crash.
@@ -16,10 +17,8 @@ without a lock, so it works while the job runs and on a job whose run is dead:
   reason and interval, the rows flagged per provider, each endpoint's last passing
   check and pass rate.
 
-Rows flagged are counted per check and provider (``DriftCheck.flagged_by``); a history
-an earlier release wrote counts them per check only: a check of it that failed several
-providers at once shows their rows together, under their names joined
-(``Chutes + DeepInfra``).
+Rows flagged per provider are
+:func:`~provider_router.jobs.drift_history.flagged_by_provider`'s count.
 """
 
 from __future__ import annotations
@@ -33,9 +32,15 @@ from pathlib import Path
 from typing import Any, Final
 
 from provider_router._exceptions import ConfigurationError
-from provider_router._format import decimal_str, format_usd
+from provider_router._format import format_usd
 from provider_router.catalog.verdicts import EndpointVerdict
-from provider_router.jobs.drift_history import VERIFY_FILE, DriftCheck, DriftHistory
+from provider_router.jobs.drift_history import (
+    VERIFY_FILE,
+    DriftCheck,
+    DriftHistory,
+    flagged_by_provider,
+    verification_summary,
+)
 from provider_router.jobs.store._journal_file import JOURNAL_FILE
 
 __all__ = [
@@ -46,11 +51,8 @@ __all__ = [
     "DriftView",
     "drift_section",
     "drift_status_lines",
-    "excluded_by_provider",
-    "flagged_by_provider",
     "read_drift_view",
     "verification_lines",
-    "verification_summary",
 ]
 
 VERIFY_READ_LIMIT: Final = 16 << 20
@@ -68,28 +70,6 @@ without being parsed. Starting with a letter rare in the journal, not a quote, i
 searched at memory speed."""
 _CHUNK: Final = 1 << 20
 """Bytes of the journal read at once."""
-
-
-def verification_summary(history: DriftHistory) -> dict[str, Any]:
-    """``summary.json``'s ``verification`` figures that ``history`` alone holds: checks
-    made and not made, their cost, what they excluded (check, provider, reason) and the
-    rows flagged."""
-    report = history.report
-    excluded = {}
-    for tag, seq in sorted(history.failed.items()):
-        verdict = report.verdict(tag) if report is not None else None
-        excluded[tag] = {
-            "check": seq,
-            "provider": verdict.provider_name if verdict else None,
-            "reason": verdict.reason if verdict else None,
-        }
-    return {
-        "checks": sum(1 for c in history.checks if c.error is None),
-        "checks_not_made": sum(1 for c in history.checks if c.error is not None),
-        "cost_usd": decimal_str(history.cost),
-        "excluded": excluded,
-        "flagged_rows": history.flagged,
-    }
 
 
 def verification_lines(verification: Mapping[str, Any], out: Path) -> list[str]:
@@ -150,36 +130,6 @@ class DriftView:
     def flagged_by_provider(self) -> dict[str, int]:
         """Rows flagged per provider (:func:`flagged_by_provider`)."""
         return {} if self.history is None else flagged_by_provider(self.history)
-
-
-def _provider(history: DriftHistory, tag: str) -> str:
-    verdict = history.report.verdict(tag) if history.report is not None else None
-    return verdict.provider_name if verdict is not None else tag
-
-
-def flagged_by_provider(history: DriftHistory) -> dict[str, int]:
-    """Rows flagged per provider over the job (a check kept without its count per
-    provider, by an earlier release: its rows under the names it failed, joined by
-    `` + ``)."""
-    counts: dict[str, int] = {}
-    for entry in history.checks:
-        each = entry.flagged_by
-        if not each and entry.failed and entry.flagged:
-            each = {
-                " + ".join(sorted({_provider(history, t) for t in entry.failed})): entry.flagged
-            }
-        for name, n in each.items():
-            counts[name] = counts.get(name, 0) + n
-    return counts
-
-
-def excluded_by_provider(history: DriftHistory) -> dict[str, int]:
-    """Endpoints excluded per provider over the job."""
-    counts: dict[str, int] = {}
-    for tag in history.failed:
-        name = _provider(history, tag)
-        counts[name] = counts.get(name, 0) + 1
-    return counts
 
 
 def read_drift_view(directory: str | Path) -> DriftView:

@@ -7,8 +7,9 @@ Batch API route ``batches.jsonl`` and ``batch_status.json`` (a table of its batc
 per dataset: :mod:`provider_router.jobs.observe.batch_view`) and for ``run --verify``
 ``verify.json`` (its checks, exclusions and flagged rows:
 :mod:`provider_router.jobs.observe.drift_view`). Each run
-writes it beside ``summary.json``; ``provider-router report DIR`` rebuilds it,
-also while another process is still running the job.
+writes it beside ``summary.json`` (:class:`ReportObserver`, one of the standard
+observers); ``provider-router report DIR`` rebuilds it, also while another process is
+still running the job.
 
 The page opens offline: inline SVG drawn here (:mod:`provider_router.jobs.observe._svg`),
 inline CSS, no script, no fonts or files fetched. Its charts (``CHARTS``):
@@ -38,15 +39,27 @@ from pathlib import Path
 from typing import Any, Final
 
 from provider_router._format import format_usd
+from provider_router._log import get_logger
+from provider_router.jobs.events import ObservedRun, RunObserver
 from provider_router.jobs.observe import _svg
 from provider_router.jobs.observe.batch_view import BatchView, read_batch_view
 from provider_router.jobs.observe.batch_words import batch_table
 from provider_router.jobs.observe.drift_view import DriftView, drift_section, read_drift_view
 from provider_router.jobs.observe.timeline import TIMELINE_FILE, read_timeline
 from provider_router.jobs.store._journal_file import lock_held
-from provider_router.jobs.summary import finish_words
+from provider_router.jobs.summary import RunSummary, finish_words
 
-__all__ = ["CHARTS", "REPORT_FILE", "RunData", "load_run", "render_report", "write_report"]
+__all__ = [
+    "CHARTS",
+    "REPORT_FILE",
+    "ReportObserver",
+    "RunData",
+    "load_run",
+    "render_report",
+    "write_report",
+]
+
+log = get_logger(__name__)
 
 REPORT_FILE: Final = "report.html"
 CHARTS: Final = (
@@ -581,3 +594,14 @@ def write_report(directory: str | Path) -> Path:
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+class ReportObserver(RunObserver):
+    """Writes ``report.html`` once the run's ``summary.json`` is; a failure costs the
+    page (logged), never the run."""
+
+    async def on_end(self, run: ObservedRun, summary: RunSummary) -> None:
+        try:
+            write_report(run.out)
+        except Exception as exc:
+            log.warning("batch.report_failed", error=repr(exc))

@@ -1,0 +1,299 @@
+"""A run seen from outside: progress snapshots while it runs, its summary at the end.
+
+These are the run's own records (the runner, the Ray driver and every view read
+them); they read the state the dispatcher and the outcomes keep (datasets, counters,
+the stop switch) and never change it:
+
+* :func:`progress_snapshot` is polled by the live display and the timeline a few
+  times a second, so it only reads counters already kept.
+* :func:`summarize` is built once, after the last request finished: the money still
+  needed to finish each dataset at the observed rates, what budget would cover it,
+  and the hint the summary gives when money stopped the run. Observers add their
+  views to it before it is written (:meth:`~provider_router.jobs.events.RunObserver.on_summary`).
+* :class:`BatchSampled` is the Batch API route seen the same way, for its observers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from provider_router._money import from_units
+from provider_router.client.metrics import Metrics
+from provider_router.client.router import Router
+from provider_router.jobs.batch_api.journal import BatchJournal
+from provider_router.jobs.dispatch import Dispatcher
+from provider_router.jobs.finish import budget_to_finish, finish_hint, plan_to_finish
+from provider_router.jobs.outcomes import Outcomes
+from provider_router.jobs.store.journal import FileJournal
+from provider_router.jobs.summary import (
+    Counter,
+    DatasetReport,
+    RunSummary,
+    StopReason,
+    disputed_line,
+)
+from provider_router.ledger import Ledger, LedgerState
+
+__all__ = ["BatchSampled", "DatasetProgress", "RunProgress", "progress_snapshot", "summarize"]
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetProgress:
+    """One dataset's progress, for the live display.
+
+    Attributes:
+        name: the dataset.
+        completed: prompts completed over every run.
+        total: prompts it will complete at most (lines, capped by ``max_requests``), if known.
+        output_tokens: completed output tokens over every run.
+        target_output_tokens: the target, if any.
+        in_flight: requests in flight now.
+        cost: USD of its completions over every run.
+        run: this run's counter.
+        finished: nothing more will be sent for it.
+    """
+
+    name: str
+    completed: int
+    total: int | None
+    output_tokens: int
+    target_output_tokens: int | None
+    in_flight: int
+    cost: Decimal
+    run: Counter
+    finished: bool
+
+    @property
+    def request_cap(self) -> int | None:
+        """The most prompts it will complete (``total``)."""
+        return self.total
+
+
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """A snapshot of the whole run for the progress display.
+
+    ``in_flight`` counts requests sent (or being sent); ``waiting_for_budget`` those
+    whose reservation waits for room in the budget, not sent yet. Together they
+    are the requests this run has started and not finished.
+    """
+
+    datasets: tuple[DatasetProgress, ...]
+    elapsed: float
+    ledger: LedgerState | None
+    in_flight: int
+    stopping: StopReason | None
+    failures_by_kind: Mapping[str, int] = field(default_factory=dict)
+    retries: int = 0
+    rate_limited: int = 0
+    errors: int = 0
+    waiting_for_budget: int = 0
+    to_finish: Decimal | None = None
+    """USD still to spend to finish the plan (:mod:`provider_router.jobs.finish`)."""
+
+
+def progress_snapshot(
+    dispatcher: Dispatcher,
+    *,
+    router: Router | None,
+    ledger_state: LedgerState | None,
+    started: float,
+) -> RunProgress:
+    """A snapshot for the progress display (``started``: the run's monotonic start)."""
+    failures: dict[str, int] = {}
+    retries = 0
+    datasets = []
+    for ds in dispatcher.datasets:
+        for kind, n in ds.counter.failures_by_kind.items():
+            failures[kind] = failures.get(kind, 0) + n
+        retries += ds.counter.retries
+        tally = ds.tally
+        datasets.append(
+            DatasetProgress(
+                name=ds.spec.name,
+                completed=tally.completed,
+                total=ds.total(),
+                output_tokens=tally.output_tokens,
+                target_output_tokens=ds.spec.target_output_tokens,
+                in_flight=ds.inflight,
+                cost=from_units(tally.cost_units),
+                run=ds.counter,
+                finished=ds.done() or (ds.exhausted and ds.inflight == 0),
+            )
+        )
+    errors = rate_limited = 0
+    if router is not None:
+        for stats in router.health.snapshot().values():
+            errors += stats.errors
+            rate_limited += stats.rate_limited
+    # The Router's count (what Prometheus reads too), from its reservation on; the
+    # ledger's count of those waiting for room is sampled: never more than started.
+    started_requests = router.in_flight if router is not None else len(dispatcher.tasks)
+    waiting = min(ledger_state.waiting if ledger_state is not None else 0, started_requests)
+    return RunProgress(
+        datasets=tuple(datasets),
+        elapsed=time.monotonic() - started,
+        ledger=ledger_state,
+        in_flight=started_requests - waiting,
+        waiting_for_budget=waiting,
+        to_finish=plan_to_finish(datasets)[1],
+        stopping=dispatcher.reason,
+        failures_by_kind=failures,
+        retries=retries,
+        rate_limited=rate_limited,
+        errors=errors,
+    )
+
+
+def summarize(
+    dispatcher: Dispatcher,
+    outcomes: Outcomes,
+    *,
+    budget: Decimal,
+    router: Router | None,
+    ledger_state: LedgerState | None,
+    started: float,
+    recovered: list[str],
+    preflight: Decimal,
+    disputes: list[dict[str, Any]] | None = None,
+) -> RunSummary:
+    """The run's summary (``started``: its monotonic start; ``preflight``: USD it cost)."""
+    reports = []
+    for ds in dispatcher.datasets:
+        reports.append(
+            DatasetReport(
+                name=ds.spec.name,
+                prompts=ds.total(),
+                completed=ds.tally.completed,
+                output_tokens=ds.tally.output_tokens,
+                cost=from_units(ds.tally.cost_units),
+                target_output_tokens=ds.spec.target_output_tokens,
+                max_requests=ds.spec.max_requests,
+                bad_lines=ds.reader.bad_lines,
+                lost=ds.tally.lost,
+                run=ds.counter,
+            )
+        )
+    each, to_finish = plan_to_finish(reports)
+    for report, money in zip(reports, each, strict=True):
+        report.to_finish = money
+    health: dict[str, dict[str, Any]] = {}
+    if router is not None:
+        for name, stats in router.health.snapshot().items():
+            health[name] = {"errors": stats.errors, "rate_limited": stats.rate_limited}
+    state = ledger_state
+    waiting = min(state.waiting if state is not None else 0, len(dispatcher.tasks))
+    reason = dispatcher.reason or StopReason.COMPLETE
+    message = dispatcher.message
+    spent = state.spent if state else Decimal(0)
+    needed = budget_to_finish(spent, to_finish, outcomes.refused)
+    if reason in (StopReason.BUDGET, StopReason.CREDITS):
+        message += finish_hint(reason, budget, spent, to_finish, needed, outcomes.refused)
+    elif reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
+        message += "; run the same command again to resume"
+    bad = [str(p) for ds in dispatcher.datasets for p in ds.reader.problems]
+    return RunSummary(
+        reason=reason,
+        datasets=reports,
+        providers=dict(outcomes.providers),
+        provider_health=health,
+        budget=budget,
+        spent=spent,
+        reserved=state.reserved if state else Decimal(0),
+        to_finish=to_finish,
+        budget_to_finish=needed,
+        wall_time=time.monotonic() - started,
+        bad_lines=bad,
+        recovered=list(recovered),
+        message=message.lstrip("; "),
+        preflight=preflight,
+        disputed=[disputed_line(entry) for entry in disputes or ()],
+        in_flight=len(dispatcher.tasks) - waiting,
+        waiting_for_budget=waiting,
+        cache_saved=router.cache_saved if router is not None else Decimal(0),
+    )
+
+
+class BatchSampled:
+    """The Batch API route as its observers see it (an
+    :class:`~provider_router.jobs.events.ObservedRun`).
+
+    A batch-only run has no sync runner to sample: this is what the timeline reads
+    instead. Its figures are the job's ledger (refreshed by whoever reads it), each
+    batch-route dataset's completions, tokens and cost over every run (the output
+    journal's tallies) and, as in flight, the lines of its live batches.
+
+    Args:
+        directory: the job directory.
+        budget: the plan's budget (the limit shown before the ledger is read).
+        ledger: the job's ledger.
+        journal: the output journal the route writes through.
+        batches: the route's batch journal (its live batches' lines are in flight).
+        datasets: per batch-route dataset, (prompts it will complete at most, its
+            output-token target).
+        metrics: the run's Prometheus metrics, if served.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        budget: Decimal,
+        ledger: Ledger,
+        journal: FileJournal,
+        batches: BatchJournal,
+        datasets: Mapping[str, tuple[int | None, int | None]],
+        metrics: Metrics | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.out = Path(directory)
+        self.budget = budget
+        self.ledger: Ledger | None = ledger
+        self.ledger_state: LedgerState | None = None
+        self._journal = journal
+        self._batches = batches
+        self._datasets = dict(datasets)
+        self._metrics = metrics
+        self._monotonic = monotonic
+        self._started = monotonic()
+
+    @property
+    def metrics(self) -> Metrics | None:
+        return self._metrics
+
+    def progress(self) -> RunProgress:
+        """A snapshot of the batch route now (cheap: counters already kept)."""
+        live: dict[str, int] = {}
+        for intent in self._batches:
+            if intent.live:
+                live[intent.dataset] = live.get(intent.dataset, 0) + len(intent.prompt_ids)
+        datasets = []
+        for name, (total, target) in self._datasets.items():
+            tally = self._journal.tally(name)
+            in_flight = live.get(name, 0)
+            datasets.append(
+                DatasetProgress(
+                    name=name,
+                    completed=tally.completed,
+                    total=total,
+                    output_tokens=tally.output_tokens,
+                    target_output_tokens=target,
+                    in_flight=in_flight,
+                    cost=from_units(tally.cost_units),
+                    run=Counter(),
+                    finished=not in_flight and total is not None and tally.completed >= total,
+                )
+            )
+        return RunProgress(
+            datasets=tuple(datasets),
+            elapsed=self._monotonic() - self._started,
+            ledger=self.ledger_state,
+            in_flight=sum(live.values()),
+            stopping=None,
+            to_finish=plan_to_finish(datasets)[1],
+        )
