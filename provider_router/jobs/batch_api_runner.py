@@ -24,10 +24,9 @@ from provider_router.catalog.fetch import Catalog
 from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api.route import BatchRouteResult, BatchRouteRun
-from provider_router.jobs.batch_api.unmatched import NOT_IN_INPUTS_FILE
 from provider_router.jobs.events import RunObserver, default_observers
-from provider_router.jobs.runner import LEDGER_FILE
 from provider_router.jobs.snapshots import BatchSampled
+from provider_router.jobs.store._layout import NOT_IN_INPUTS_FILE, JobLayout
 from provider_router.jobs.store.job_ledger import open_job_ledger
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.planning.compare import BATCH_WINDOW_SECONDS
@@ -38,7 +37,6 @@ from provider_router.routing.policy import ProviderPolicy
 from provider_router.routing.ranking import Workload
 
 __all__ = [
-    "BATCHES_REPORT",
     "PlanBatches",
     "batch_datasets",
     "describe",
@@ -138,7 +136,7 @@ async def run_plan_batches(
     chosen = [d for d in plan.datasets if d.name in batches.names]
     journal = FileJournal.open(directory)
     try:
-        ledger = await open_job_ledger(directory / LEDGER_FILE, plan.budget, journal, None)
+        ledger = await open_job_ledger(JobLayout(directory).ledger, plan.budget, journal, None)
         try:
             key = api_key or os.environ.get(ENV_API_KEY)
             async with HttpClient(base_url, key) as http:
@@ -191,12 +189,9 @@ async def run_plan_batches(
         journal.close("batch route")
 
 
-BATCHES_REPORT = "batches.json"
-
-
 def write_report(directory: Path, result: BatchRouteResult) -> Path:
     """``DIR/batches.json``: what the last run of the batch route did."""
-    path = directory / BATCHES_REPORT
+    path = JobLayout(directory).batches_report
     path.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
     return path
 

@@ -32,7 +32,6 @@ from provider_router.catalog.verdicts import EndpointVerdict, VerificationReport
 __all__ = [
     "CHECK_FIELD",
     "FLAG_FIELD",
-    "VERIFY_FILE",
     "DriftCheck",
     "DriftHistory",
     "excluded_by_provider",
@@ -42,7 +41,6 @@ __all__ = [
     "verification_summary",
 ]
 
-VERIFY_FILE: Final = "verify.json"
 CHECK_FIELD: Final = "drift_check"
 FLAG_FIELD: Final = "drift_flagged"
 HISTORY_VERSION: Final = 1

@@ -60,7 +60,7 @@ from provider_router.jobs.batch_api.reuse import reuse_kept_for_plan
 from provider_router.jobs.datasets import DatasetRun, open_file_datasets, validate_inputs
 from provider_router.jobs.dispatch import Dispatcher
 from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY, DriftWatch, redo_flagging
-from provider_router.jobs.drift_history import VERIFY_FILE, DriftHistory
+from provider_router.jobs.drift_history import DriftHistory
 from provider_router.jobs.events import RunObserver, default_observers
 from provider_router.jobs.outcomes import Outcomes
 from provider_router.jobs.snapshots import (
@@ -69,6 +69,7 @@ from provider_router.jobs.snapshots import (
     progress_snapshot,
     summarize,
 )
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.job_ledger import check_not_behind, open_job_ledger
 from provider_router.jobs.store.journal import FileJournal, Journal
 from provider_router.jobs.store.recovery import (
@@ -84,11 +85,7 @@ from provider_router.planning.plan import Plan
 from provider_router.planning.prompts import PromptReader
 from provider_router.routing.policy import ProviderPolicy
 
-__all__ = ["LEDGER_FILE", "SUMMARY_FILE", "JobRunner", "DatasetProgress", "RunProgress"]
-
-
-LEDGER_FILE = "ledger.sqlite"
-SUMMARY_FILE = "summary.json"
+__all__ = ["JobRunner", "DatasetProgress", "RunProgress"]
 
 
 class JobRunner:
@@ -169,6 +166,8 @@ class JobRunner:
         self.plan = plan
         self.budget: Decimal = plan.budget
         self.out = Path(out)
+        self.layout = JobLayout(self.out)
+        """Where each file of the job directory is."""
         self.strict = strict
         self.stream = stream
         """Stream answers (the default): the generation id arrives with the first
@@ -261,11 +260,11 @@ class JobRunner:
         reason = "error"
         try:
             # A damaged verify.json is refused before the journal begins (it keeps exclusions).
-            self._history = await asyncio.to_thread(DriftHistory.load, self.out / VERIFY_FILE)
+            self._history = await asyncio.to_thread(DriftHistory.load, self.layout.verify)
             gone = journal.excluded - set(self._history.failed)
             if gone:  # an exclusion never lapses because a file went missing
                 raise ConfigurationError(
-                    f"{self.out / VERIFY_FILE} does not list {', '.join(sorted(gone))}, which "
+                    f"{self.layout.verify} does not list {', '.join(sorted(gone))}, which "
                     "failed verification in an earlier run of this job (its journal says so): "
                     "restore the job's verify.json; nothing was sent"
                 )
@@ -293,7 +292,7 @@ class JobRunner:
     async def _open_ledger(self, journal: FileJournal, names: list[str]) -> Ledger:
         """The job's ledger, matched to its journal; then the journal begins."""
         ledger = await open_job_ledger(
-            self.out / LEDGER_FILE, self.budget, self.journal, self._given_ledger
+            self.layout.ledger, self.budget, self.journal, self._given_ledger
         )
         try:
             journal.begin()
@@ -369,7 +368,7 @@ class JobRunner:
             summary = self._summary()
             for observer in self.observers:
                 observer.on_summary(self, summary)
-            summary.write(self.out / SUMMARY_FILE)
+            summary.write(self.layout.summary)
             for observer in self.observers:
                 await observer.on_end(self, summary)
             return summary
@@ -429,14 +428,14 @@ class JobRunner:
         history = self._history
         redone = await redo_flagging(self.out, names, history, journal)
         if redone:
-            await asyncio.to_thread(history.save, self.out / VERIFY_FILE)
+            await asyncio.to_thread(history.save, self.layout.verify)
             self._recovered += redone
         if history.report is None or not history.failed:
             return policy
         self.verification = history.report
         self._recovered.append(
             f"kept excluded: {', '.join(sorted(history.failed))} (failed verification in an "
-            f"earlier run; {self.out / VERIFY_FILE})"
+            f"earlier run; {self.layout.verify})"
         )
         return dataclasses.replace(policy, verified=history.report)
 

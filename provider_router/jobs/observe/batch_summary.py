@@ -25,7 +25,7 @@ from provider_router.jobs.finish import plan_to_finish
 from provider_router.jobs.observe.batch_view import read_batch_view
 from provider_router.jobs.observe.batch_words import batch_sentences
 from provider_router.jobs.observe.report import write_report
-from provider_router.jobs.runner import LEDGER_FILE, SUMMARY_FILE
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.jobs.summary import Counter, DatasetReport, RunSummary, StopReason
 from provider_router.ledger import SQLiteLedger
@@ -134,7 +134,8 @@ async def _write(
     each, to_finish = plan_to_finish(reports)
     for report, money in zip(reports, each, strict=True):
         report.to_finish = money
-    async with SQLiteLedger(directory / LEDGER_FILE) as ledger:
+    layout = JobLayout(directory)
+    async with SQLiteLedger(layout.ledger) as ledger:
         state = await ledger.snapshot()
     auto = [d.name for d in plan.datasets if d.route == "auto"]
     summary = RunSummary(
@@ -152,7 +153,7 @@ async def _write(
         message="" if result.stop is None else f"batch route stopped: {result.stop}",
     )
     add_batches(summary, directory, now)
-    summary.write(directory / SUMMARY_FILE)
+    summary.write(layout.summary)
     try:
         write_report(directory)
     except Exception as exc:  # a failure costs the page, not the run

@@ -35,13 +35,12 @@ from provider_router._exceptions import ConfigurationError
 from provider_router._format import format_usd
 from provider_router.catalog.verdicts import EndpointVerdict
 from provider_router.jobs.drift_history import (
-    VERIFY_FILE,
     DriftCheck,
     DriftHistory,
     flagged_by_provider,
     verification_summary,
 )
-from provider_router.jobs.store._journal_file import JOURNAL_FILE
+from provider_router.jobs.store._layout import JobLayout
 
 __all__ = [
     "JOURNAL_LINE_LIMIT",
@@ -79,7 +78,7 @@ def verification_lines(verification: Mapping[str, Any], out: Path) -> list[str]:
     lines = [
         f"Verification: {checks} check{'' if checks == 1 else 's'} of the providers against "
         f"the model's reference, ${verification['cost_usd']} from the budget "
-        f"({out / VERIFY_FILE})."
+        f"({JobLayout(out).verify})."
     ]
     for tag, excluded in verification["excluded"].items():
         when = f"at check {excluded['check']}" if excluded["check"] >= 0 else "by its report"
@@ -135,7 +134,7 @@ class DriftView:
 def read_drift_view(directory: str | Path) -> DriftView:
     """Read ``DIR/verify.json`` and the journal's exclusions, bounded; never raises."""
     view = DriftView(Path(directory))
-    path = view.directory / VERIFY_FILE
+    path = JobLayout(view.directory).verify
     try:
         with path.open("rb") as handle:
             raw = handle.read(VERIFY_READ_LIMIT + 1)
@@ -176,7 +175,7 @@ def _read_journal(view: DriftView) -> None:
     Read in chunks searched for :data:`_VERIFY_NOTE` at memory speed: only the lines
     holding it are parsed, so a job without ``--verify`` pays a fraction of a second for
     the largest journal searched."""
-    path = view.directory / JOURNAL_FILE
+    path = JobLayout(view.directory).journal
     try:
         handle = path.open("rb")
     except FileNotFoundError:

@@ -45,13 +45,13 @@ from provider_router.jobs.observe import _svg
 from provider_router.jobs.observe.batch_view import BatchView, read_batch_view
 from provider_router.jobs.observe.batch_words import batch_table
 from provider_router.jobs.observe.drift_view import DriftView, drift_section, read_drift_view
-from provider_router.jobs.observe.timeline import TIMELINE_FILE, read_timeline
+from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.store._journal_file import lock_held
+from provider_router.jobs.store._layout import JOURNAL_FILE, OUTPUT_SUFFIX, JobLayout
 from provider_router.jobs.summary import RunSummary, finish_words
 
 __all__ = [
     "CHARTS",
-    "REPORT_FILE",
     "ReportObserver",
     "RunData",
     "load_run",
@@ -61,7 +61,6 @@ __all__ = [
 
 log = get_logger(__name__)
 
-REPORT_FILE: Final = "report.html"
 CHARTS: Final = (
     "spend",
     "tokens-per-second",
@@ -72,7 +71,7 @@ CHARTS: Final = (
     "projection",
 )
 """The ``data-chart`` names of the report's charts, in page order."""
-_SKIP = {"journal.jsonl"}
+_SKIP = {JOURNAL_FILE}
 _BINS: Final = 40
 _TAIL_BYTES: Final = 8 << 20
 """Of each output file only the last 8 MiB is read (the latency sample): a report of a
@@ -144,7 +143,7 @@ class RunData:
 def _datasets(directory: Path, summary: Mapping[str, Any] | None) -> list[str]:
     if summary is not None and isinstance(summary.get("datasets"), dict):
         return list(summary["datasets"])
-    return sorted(p.stem for p in directory.glob("*.jsonl") if p.name not in _SKIP)
+    return sorted(p.stem for p in directory.glob(f"*{OUTPUT_SUFFIX}") if p.name not in _SKIP)
 
 
 def _when(value: Any) -> float:
@@ -190,17 +189,18 @@ def _completions(path: Path, dataset: str, data: RunData) -> Iterator[ReportRow]
 def load_run(directory: str | Path) -> RunData:
     """Read a run directory (nothing is locked or written; a running job is fine)."""
     directory = Path(directory)
+    layout = JobLayout(directory)
     data = RunData(directory)
     try:
-        loaded = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
+        loaded = json.loads(layout.summary.read_text(encoding="utf-8"))
         data.summary = loaded if isinstance(loaded, dict) else None
     except (OSError, ValueError):
         data.summary = None
-    data.timeline = list(read_timeline(directory / TIMELINE_FILE))
+    data.timeline = list(read_timeline(layout.timeline))
     if data.timeline and not data.timeline[-1].get("final"):
         data.summary = None  # a run is going on: summary.json is an earlier run's
     for name in _datasets(directory, data.summary):
-        data.completions.extend(_completions(directory / f"{name}.jsonl", name, data))
+        data.completions.extend(_completions(layout.output(name), name, data))
     data.completions.sort(key=lambda c: c.finished)
     data.batches = read_batch_view(directory)
     data.drift = read_drift_view(directory)
@@ -589,7 +589,7 @@ def write_report(directory: str | Path) -> Path:
     """Build ``DIR/report.html`` from what the run left there (atomically replaced)."""
     directory = Path(directory)
     page = render_report(load_run(directory))
-    path = directory / REPORT_FILE
+    path = JobLayout(directory).report
     tmp = path.with_suffix(".html.tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(path)

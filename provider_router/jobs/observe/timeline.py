@@ -39,10 +39,10 @@ import structlog
 
 from provider_router.jobs.events import ObservedRun, RunObserver
 from provider_router.jobs.snapshots import RunProgress
+from provider_router.jobs.store._layout import JobLayout
 
 __all__ = [
     "DEFAULT_INTERVAL",
-    "TIMELINE_FILE",
     "TimelineObserver",
     "TimelineWriter",
     "read_timeline",
@@ -51,7 +51,6 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-TIMELINE_FILE: Final = "timeline.ndjson"
 DEFAULT_INTERVAL: Final = 1.0
 """Seconds between two lines (a day-long run writes ~86,400 short lines)."""
 
@@ -125,7 +124,7 @@ class TimelineWriter:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.runner = runner
-        self.path = path or runner.out / TIMELINE_FILE
+        self.path = path or JobLayout(runner.out).timeline
         self.interval = interval
         self._clock = clock
         self._file: IO[str] | None = None

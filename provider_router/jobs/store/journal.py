@@ -31,8 +31,8 @@ The :class:`Journal` protocol (``claim`` → ``complete`` / ``release``) is all 
 runner's outcomes need; :class:`FileJournal` is its one implementation.
 
 Reading the file back and repairing it is :mod:`provider_router.jobs.store._journal_file`;
-the names it shares (``JOURNAL_FILE``, ``DatasetTally``, ``LostRequest``,
-``output_path``) stay importable from here.
+the names it shares (``DatasetTally``, ``LostRequest``) stay importable from here.
+Where each file is: :mod:`provider_router.jobs.store._layout`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from provider_router._exceptions import ConfigurationError
 from provider_router._money import from_units, to_units
 from provider_router.jobs.store._journal_file import (
     FORMAT_VERSION,
-    JOURNAL_FILE,
     NO_LOCATION,
     DatasetState,
     DatasetTally,
@@ -60,19 +59,12 @@ from provider_router.jobs.store._journal_file import (
     Replay,
     dumps,
     lock_directory,
-    output_path,
     replay,
     unlock,
 )
+from provider_router.jobs.store._layout import JobLayout
 
-__all__ = [
-    "JOURNAL_FILE",
-    "DatasetTally",
-    "FileJournal",
-    "Journal",
-    "LostRequest",
-    "output_path",
-]
+__all__ = ["DatasetTally", "FileJournal", "Journal", "LostRequest"]
 
 
 class Journal(Protocol):
@@ -136,7 +128,7 @@ class FileJournal:
 
     def __init__(self, directory: Path, *, autoflush: bool = False) -> None:
         self.directory = directory
-        self.path = directory / JOURNAL_FILE
+        self.path = JobLayout(directory).journal
         self.autoflush = autoflush
         self.lost: list[LostRequest] = []
         self.repairs: list[str] = []
@@ -337,7 +329,7 @@ class FileJournal:
         for ds in datasets:
             if ds in self._outputs:
                 continue
-            path = output_path(self.directory, ds)
+            path = JobLayout(self.directory).output(ds)
             if not (path.exists() and path.stat().st_size > 0):
                 continue
             if _starts_with_paid_record(path):
@@ -362,7 +354,7 @@ class FileJournal:
         for ds in datasets:
             if ds in self._outputs:
                 continue
-            self._outputs[ds] = OutputFile(output_path(self.directory, ds), 0)
+            self._outputs[ds] = OutputFile(JobLayout(self.directory).output(ds), 0)
             # Durable before any record is written, so that a crash right after the
             # first record leaves an output file the journal knows (and can cut back).
             if self._fh is not None:

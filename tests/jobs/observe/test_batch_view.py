@@ -23,11 +23,10 @@ from test_batch_api_route import Job, Killed, job, prompts
 from provider_router._format import format_usd
 from provider_router._http.session import HttpClient
 from provider_router._money import from_units
-from provider_router.jobs.batch_api.journal import BATCH_JOURNAL_FILE, BatchIntent
+from provider_router.jobs.batch_api.journal import BatchIntent
 from provider_router.jobs.batch_api.result import BatchRouteResult
 from provider_router.jobs.observe.batch_summary import write_batch_summary
 from provider_router.jobs.observe.batch_view import (
-    BATCH_STATUS_FILE,
     MAX_TEXT,
     STATES,
     BatchView,
@@ -40,6 +39,7 @@ from provider_router.jobs.observe.batch_watch import BatchWatch
 from provider_router.jobs.observe.batch_words import batch_sentences
 from provider_router.jobs.observe.report import write_report
 from provider_router.jobs.observe.status import status_lines
+from provider_router.jobs.store._layout import BATCH_JOURNAL_FILE, BATCH_STATUS_FILE
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.planning.compare import BATCH_WINDOW_SECONDS
 from provider_router.planning.plan import Plan

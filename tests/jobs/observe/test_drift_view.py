@@ -33,8 +33,8 @@ from provider_router.jobs.observe import drift_view
 from provider_router.jobs.observe.drift_view import read_drift_view, verification_lines
 from provider_router.jobs.observe.report import write_report
 from provider_router.jobs.observe.status import status_lines
-from provider_router.jobs.observe.timeline import TIMELINE_FILE
 from provider_router.jobs.runner import JobRunner
+from provider_router.jobs.store._layout import TIMELINE_FILE
 from provider_router.testing.server import DEFAULT_TEST_KEY
 
 
