@@ -135,16 +135,6 @@ STAGES = (
 # Inside jobs/: the job directory is the floor, the Batch API route stands on it, the
 # runner on both, and what an operator sees on top of all three.
 JOB_STAGES = ("store", "batch_api", "", "observe")
-# Edges that still run up, each to be cut (the runner writes its own report and timeline).
-KNOWN_UPWARD = {
-    ("provider_router.jobs.batch_api_runner", "provider_router.jobs.observe.batch_timeline"),
-    ("provider_router.jobs.batch_api_runner", "provider_router.jobs.observe.timeline"),
-    ("provider_router.jobs.drift", "provider_router.jobs.observe.drift_view"),
-    ("provider_router.jobs.runner", "provider_router.jobs.observe.batch_view"),
-    ("provider_router.jobs.runner", "provider_router.jobs.observe.report"),
-    ("provider_router.jobs.runner", "provider_router.jobs.observe.snapshots"),
-    ("provider_router.jobs.runner", "provider_router.jobs.observe.timeline"),
-}
 
 
 def _stage(module: str) -> int | None:
@@ -200,12 +190,7 @@ def _upward_edges() -> set[tuple[str, str]]:
 
 
 def test_imports_point_down_the_flow() -> None:
-    assert _upward_edges() - KNOWN_UPWARD == set()
-
-
-def test_the_known_upward_edges_still_exist() -> None:
-    # An edge cut stays cut: remove it from KNOWN_UPWARD.
-    assert KNOWN_UPWARD - _upward_edges() == set()
+    assert _upward_edges() == set()
 
 
 def test_the_stage_check_sees_an_upward_import() -> None:
@@ -215,7 +200,7 @@ def test_the_stage_check_sees_an_upward_import() -> None:
     assert _job_stage("provider_router.jobs.store.journal") < _job_stage(
         "provider_router.jobs.runner"
     )
-    assert _job_stage("provider_router.jobs.observe.snapshots") < _job_stage("provider_router.jobs")
+    assert _job_stage("provider_router.jobs.observe.report") < _job_stage("provider_router.jobs")
 
 
 def test_no_folder_holds_more_than_25_modules() -> None:

@@ -25,7 +25,7 @@ from provider_router._format import decimal_str, format_usd
 from provider_router.cli._errors import UsageError
 from provider_router.cli._options import non_negative_usd
 from provider_router.cli._render import print_json
-from provider_router.jobs.store._journal_file import JOURNAL_FILE
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.summary import disputed_line
 from provider_router.ledger import LedgerState, RedisLedger, Reservation, SQLiteLedger
 from provider_router.ledger._durable import DurableLedger
@@ -112,7 +112,7 @@ def _disputed(target: str) -> list[str]:
     if target.startswith(REDIS_URL_SCHEMES):
         return []
     try:
-        data = (Path(target).parent / JOURNAL_FILE).read_bytes()
+        data = JobLayout(Path(target).parent).journal.read_bytes()
     except OSError:
         return []
     lines = []

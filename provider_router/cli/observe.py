@@ -17,11 +17,9 @@ import time
 from pathlib import Path
 
 from provider_router.cli._errors import UsageError
-from provider_router.jobs.batch_api.journal import BATCH_JOURNAL_FILE
 from provider_router.jobs.observe.report import write_report
 from provider_router.jobs.observe.status import status_lines
-from provider_router.jobs.observe.timeline import TIMELINE_FILE
-from provider_router.jobs.runner import SUMMARY_FILE
+from provider_router.jobs.store._layout import BATCH_JOURNAL_FILE, SUMMARY_FILE, TIMELINE_FILE
 
 __all__ = ["register"]
 

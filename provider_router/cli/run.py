@@ -62,7 +62,8 @@ from provider_router.jobs.observe.batch_summary import write_batch_summary
 from provider_router.jobs.observe.batch_watch import BatchWatch
 from provider_router.jobs.observe.drift_view import verification_lines
 from provider_router.jobs.observe.live import show_progress
-from provider_router.jobs.runner import LEDGER_FILE, JobRunner
+from provider_router.jobs.runner import JobRunner
+from provider_router.jobs.store._layout import LEDGER_FILE
 from provider_router.jobs.summary import EXIT_CODES, RunSummary, StopReason
 from provider_router.ledger import RedisLedger, SQLiteLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW

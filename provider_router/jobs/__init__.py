@@ -16,9 +16,9 @@ import typing as _typing
 from provider_router import _deprecated
 
 if _typing.TYPE_CHECKING:
-    from provider_router.jobs.observe.snapshots import DatasetProgress, RunProgress
     from provider_router.jobs.pilot import pilot_into_job
     from provider_router.jobs.runner import JobRunner
+    from provider_router.jobs.snapshots import DatasetProgress, RunProgress
     from provider_router.jobs.store.journal import DatasetTally, FileJournal, Journal, LostRequest
     from provider_router.jobs.store.outputs import (
         DatasetMerge,
@@ -36,7 +36,7 @@ if _typing.TYPE_CHECKING:
 # runner nor the Router, rich or sqlite3 behind it.
 _LAZY: dict[str, str] = {
     "DatasetMerge": "provider_router.jobs.store.outputs",
-    "DatasetProgress": "provider_router.jobs.observe.snapshots",
+    "DatasetProgress": "provider_router.jobs.snapshots",
     "DatasetReport": "provider_router.jobs.summary",
     "DatasetTally": "provider_router.jobs.store.journal",
     "ExportReport": "provider_router.jobs.store.outputs",
@@ -47,7 +47,7 @@ _LAZY: dict[str, str] = {
     "MergeReport": "provider_router.jobs.store.outputs",
     "OutputRecord": "provider_router.jobs.store.outputs",
     "OutputUsage": "provider_router.jobs.store.outputs",
-    "RunProgress": "provider_router.jobs.observe.snapshots",
+    "RunProgress": "provider_router.jobs.snapshots",
     "RunSummary": "provider_router.jobs.summary",
     "StopReason": "provider_router.jobs.summary",
     "export_conversations": "provider_router.jobs.store.outputs",

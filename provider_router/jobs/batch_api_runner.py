@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,9 @@ from provider_router.catalog.fetch import Catalog
 from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api.route import BatchRouteResult, BatchRouteRun
-from provider_router.jobs.batch_api.unmatched import NOT_IN_INPUTS_FILE
-from provider_router.jobs.observe.batch_timeline import BatchSampled
-from provider_router.jobs.observe.timeline import DEFAULT_INTERVAL, TimelineWriter
-from provider_router.jobs.runner import LEDGER_FILE
+from provider_router.jobs.events import RunObserver, default_observers
+from provider_router.jobs.snapshots import BatchSampled
+from provider_router.jobs.store._layout import NOT_IN_INPUTS_FILE, JobLayout
 from provider_router.jobs.store.job_ledger import open_job_ledger
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.planning.compare import BATCH_WINDOW_SECONDS
@@ -38,7 +37,6 @@ from provider_router.routing.policy import ProviderPolicy
 from provider_router.routing.ranking import Workload
 
 __all__ = [
-    "BATCHES_REPORT",
     "PlanBatches",
     "batch_datasets",
     "describe",
@@ -109,13 +107,22 @@ async def run_plan_batches(
     api_key: str | None = None,
     api_factory: Callable[[HttpClient], BatchApi] = BatchApi,
     metrics: Metrics | None = None,
-    timeline_interval: float = DEFAULT_INTERVAL,
+    observers: Iterable[RunObserver] | None = None,
+    timeline_interval: float | None = None,
     **options: Any,
 ) -> BatchRouteResult:
     """Run the batch-route datasets of ``plan`` into ``out`` (``options``: see BatchRouteRun;
-    ``api_factory``: makes its Batch API calls, e.g. :meth:`BatchWatch.api`), sampling the
-    ledger into ``DIR/timeline.ndjson`` and ``metrics`` every ``timeline_interval``
-    seconds and after each round of polls (:mod:`.batch_timeline`)."""
+    ``api_factory``: makes its Batch API calls, e.g. :meth:`BatchWatch.api`).
+
+    ``observers`` watch the route (:class:`~provider_router.jobs.snapshots.BatchSampled`)
+    from its start to its last collect, and are told after each round of polls, so a
+    collect's spend shows at once; by default
+    (:func:`~provider_router.jobs.events.default_observers`) they sample the ledger into
+    ``DIR/timeline.ndjson`` and ``metrics`` every ``timeline_interval`` seconds and
+    after each round."""
+    watching = tuple(
+        default_observers(timeline_interval=timeline_interval) if observers is None else observers
+    )
     if batches.route is None or not batches.names:
         return BatchRouteResult()
     if plan.budget is None:
@@ -129,7 +136,7 @@ async def run_plan_batches(
     chosen = [d for d in plan.datasets if d.name in batches.names]
     journal = FileJournal.open(directory)
     try:
-        ledger = await open_job_ledger(directory / LEDGER_FILE, plan.budget, journal, None)
+        ledger = await open_job_ledger(JobLayout(directory).ledger, plan.budget, journal, None)
         try:
             key = api_key or os.environ.get(ENV_API_KEY)
             async with HttpClient(base_url, key) as http:
@@ -157,15 +164,23 @@ async def run_plan_batches(
                     metrics=metrics,
                 )
                 sampled.ledger_state = await ledger.snapshot()  # the first line has money
-                # For the report and the gauges only: writing it never fails the run.
-                timeline = TimelineWriter(sampled, interval=timeline_interval)
-                runner.on_round = timeline.sample
-                timeline.start()
+
+                async def each_round() -> None:
+                    for observer in watching:
+                        await observer.on_progress(sampled)
+
+                if watching:
+                    runner.on_round = each_round
                 try:
+                    for observer in watching:
+                        await observer.on_start(sampled)
                     result = await runner.run(prompts)
                 finally:
-                    await timeline.stop()
-                    runner.close()
+                    try:
+                        for observer in watching:
+                            await observer.on_dispatch_end(sampled)
+                    finally:
+                        runner.close()
                 write_report(directory, result)
                 return result
         finally:
@@ -174,12 +189,9 @@ async def run_plan_batches(
         journal.close("batch route")
 
 
-BATCHES_REPORT = "batches.json"
-
-
 def write_report(directory: Path, result: BatchRouteResult) -> Path:
     """``DIR/batches.json``: what the last run of the batch route did."""
-    path = directory / BATCHES_REPORT
+    path = JobLayout(directory).batches_report
     path.write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
     return path
 

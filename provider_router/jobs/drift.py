@@ -48,17 +48,15 @@ from provider_router._log import get_logger
 from provider_router.checks.verify import verify
 from provider_router.client.router import Router
 from provider_router.jobs.drift_history import (
-    VERIFY_FILE,
     DriftCheck,
     DriftHistory,
-    flag_rows_by_provider,
-)
-from provider_router.jobs.observe.drift_view import (
     excluded_by_provider,
+    flag_rows_by_provider,
     flagged_by_provider,
     verification_summary,
 )
-from provider_router.jobs.store.journal import FileJournal, output_path
+from provider_router.jobs.store._layout import JobLayout
+from provider_router.jobs.store.journal import FileJournal
 from provider_router.ledger import Ledger
 from provider_router.routing.policy import ProviderPolicy
 
@@ -107,7 +105,7 @@ class DriftWatch:
     ) -> None:
         if every is not None and every < 1:
             raise ConfigurationError(f"verify_every must be ≥ 1 row, got {every}")
-        self.path = out / VERIFY_FILE
+        self.path = JobLayout(out).verify
         self.out = out
         self.history = history
         self.every = every
@@ -381,7 +379,8 @@ async def _flag_outputs(
     if journal is None:
         return {}
     journal.flush()
-    files = [output_path(out, name) for name in datasets]
+    layout = JobLayout(out)
+    files = [layout.output(name) for name in datasets]
     sizes = [p.stat().st_size if p.exists() else 0 for p in files]
     counts = await asyncio.gather(
         *(

@@ -1,13 +1,12 @@
 """The drift history: ``DIR/verify.json``'s checks, and flagging output rows in place.
 
 :class:`DriftHistory` is what a job's ``verify.json`` holds: the verification report
-merged over every check of the job (a failure kept for good: what
-``ProviderPolicy(verified=...)`` reads) and a ``drift`` object with every check
-(:class:`DriftCheck`), each endpoint's last pass and the check each excluded one
-failed. :func:`flag_rows` turns an output row's ``"drift_flagged":false}`` into
-``"drift_flagged":true }`` (the same length: no offset the journal committed moves).
-:class:`~provider_router.jobs.drift.DriftWatch` runs the checks
-(docs/policy.md, "Drift").
+merged over every check (a failure kept for good: what ``ProviderPolicy(verified=...)``
+reads) and every check (:class:`DriftCheck`) with each endpoint's last pass.
+:func:`flag_rows` turns a row's ``"drift_flagged":false}`` into
+``"drift_flagged":true }`` (same length: no committed offset moves). The figures the
+history alone holds (:func:`verification_summary` and the per-provider counts) are
+what ``summary.json``, Prometheus and every view say (docs/policy.md, "Drift").
 """
 
 from __future__ import annotations
@@ -29,14 +28,15 @@ from provider_router.catalog.verdicts import EndpointVerdict, VerificationReport
 __all__ = [
     "CHECK_FIELD",
     "FLAG_FIELD",
-    "VERIFY_FILE",
     "DriftCheck",
     "DriftHistory",
+    "excluded_by_provider",
     "flag_rows",
     "flag_rows_by_provider",
+    "flagged_by_provider",
+    "verification_summary",
 ]
 
-VERIFY_FILE: Final = "verify.json"
 CHECK_FIELD: Final = "drift_check"
 FLAG_FIELD: Final = "drift_flagged"
 HISTORY_VERSION: Final = 1
@@ -278,3 +278,58 @@ def flag_rows_by_provider(path: Path, size: int, since: Mapping[str, int]) -> di
                     flagged[name] = flagged.get(name, 0) + 1
             offset = end
     return flagged
+
+
+# --- the history's figures: summary.json, Prometheus and every view say them ---------
+
+
+def verification_summary(history: DriftHistory) -> dict[str, Any]:
+    """``summary.json``'s ``verification`` figures that ``history`` alone holds: checks
+    made and not made, their cost, what they excluded (check, provider, reason) and the
+    rows flagged."""
+    report = history.report
+    excluded = {}
+    for tag, seq in sorted(history.failed.items()):
+        verdict = report.verdict(tag) if report is not None else None
+        excluded[tag] = {
+            "check": seq,
+            "provider": verdict.provider_name if verdict else None,
+            "reason": verdict.reason if verdict else None,
+        }
+    return {
+        "checks": sum(1 for c in history.checks if c.error is None),
+        "checks_not_made": sum(1 for c in history.checks if c.error is not None),
+        "cost_usd": decimal_str(history.cost),
+        "excluded": excluded,
+        "flagged_rows": history.flagged,
+    }
+
+
+def _provider(history: DriftHistory, tag: str) -> str:
+    verdict = history.report.verdict(tag) if history.report is not None else None
+    return verdict.provider_name if verdict is not None else tag
+
+
+def flagged_by_provider(history: DriftHistory) -> dict[str, int]:
+    """Rows flagged per provider over the job (a check kept without its count per
+    provider, by an earlier release: its rows under the names it failed, joined by
+    `` + ``)."""
+    counts: dict[str, int] = {}
+    for entry in history.checks:
+        each = entry.flagged_by
+        if not each and entry.failed and entry.flagged:
+            each = {
+                " + ".join(sorted({_provider(history, t) for t in entry.failed})): entry.flagged
+            }
+        for name, n in each.items():
+            counts[name] = counts.get(name, 0) + n
+    return counts
+
+
+def excluded_by_provider(history: DriftHistory) -> dict[str, int]:
+    """Endpoints excluded per provider over the job."""
+    counts: dict[str, int] = {}
+    for tag in history.failed:
+        name = _provider(history, tag)
+        counts[name] = counts.get(name, 0) + 1
+    return counts

@@ -37,6 +37,7 @@ from provider_router._types import JSONObject
 from provider_router.client.results import ChatResult
 from provider_router.jobs.datasets import DatasetRun
 from provider_router.jobs.drift import DriftWatch
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.journal import Journal
 from provider_router.jobs.store.outputs import encode_record, make_record
 from provider_router.jobs.summary import Counter, StopReason
@@ -113,7 +114,7 @@ class Outcomes:
         """This run's counter of each provider that answered or failed."""
         self.refused = Decimal(0)
         """The largest reservation the budget refused: a resume needs room for it."""
-        self.ledger_name = str(out / "ledger.sqlite")
+        self.ledger_name = str(JobLayout(out).ledger)
         """The ledger's file (the runner sets it once the ledger is open)."""
         self.disk_error: OSError | None = None
         """Set when the ledger's file could not be written (a full disk): the run stopped

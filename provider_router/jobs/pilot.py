@@ -17,6 +17,7 @@ from pathlib import Path
 
 from provider_router.client.results import Usage
 from provider_router.jobs.runner import JobRunner
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.outputs import read_outputs
 from provider_router.jobs.summary import RunSummary
 from provider_router.planning.plan import Plan
@@ -66,7 +67,7 @@ async def pilot_into_job(
     providers: dict[str, int] = {}
     cost = Decimal(0)
     for name, ids in only.items():
-        path = out / f"{name}.jsonl"
+        path = JobLayout(out).output(name)
         if not path.exists():
             continue
         for _, record in read_outputs(path):

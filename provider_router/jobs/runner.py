@@ -30,10 +30,12 @@ module: the datasets' prompts (:mod:`~provider_router.jobs.datasets`), each
 dataset's state (:mod:`~provider_router.jobs.datasets`), the dispatch loop and
 the stop switch (:mod:`~provider_router.jobs.dispatch`), what each request's end
 does (:mod:`~provider_router.jobs.outcomes`), the progress snapshots and the summary
-(:mod:`~provider_router.jobs.observe.snapshots`), what it repairs of earlier runs
+(:mod:`~provider_router.jobs.snapshots`), what it repairs of earlier runs
 (:mod:`~provider_router.jobs.store.recovery`), the job's ledger
 (:mod:`~provider_router.jobs.store.job_ledger`) and the key's account
-(:mod:`~provider_router.jobs.store.account`).
+(:mod:`~provider_router.jobs.store.account`). What watches the run (the timeline, the
+report) is its observers (:mod:`~provider_router.jobs.events`): it tells them when it
+starts and ends, never per request, and never imports them.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from decimal import Decimal
 from itertools import islice
 from pathlib import Path
@@ -49,7 +51,6 @@ from typing import TYPE_CHECKING, Any
 
 from provider_router._deprecated import resolve_old_name
 from provider_router._exceptions import ConfigurationError, LedgerUnavailableError, PreflightFailed
-from provider_router._log import get_logger
 from provider_router._money import from_units
 from provider_router.catalog.verdicts import VerificationReport
 from provider_router.checks.preflight import PreflightReport, preflight
@@ -60,17 +61,16 @@ from provider_router.jobs.batch_api.reuse import reuse_kept_for_plan
 from provider_router.jobs.datasets import DatasetRun, open_file_datasets, validate_inputs
 from provider_router.jobs.dispatch import Dispatcher
 from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY, DriftWatch, redo_flagging
-from provider_router.jobs.drift_history import VERIFY_FILE, DriftHistory
-from provider_router.jobs.observe.batch_view import read_batch_view
-from provider_router.jobs.observe.report import write_report
-from provider_router.jobs.observe.snapshots import (
+from provider_router.jobs.drift_history import DriftHistory
+from provider_router.jobs.events import RunObserver, default_observers
+from provider_router.jobs.outcomes import Outcomes
+from provider_router.jobs.snapshots import (
     DatasetProgress,
     RunProgress,
     progress_snapshot,
     summarize,
 )
-from provider_router.jobs.observe.timeline import DEFAULT_INTERVAL, TimelineWriter
-from provider_router.jobs.outcomes import Outcomes
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.job_ledger import check_not_behind, open_job_ledger
 from provider_router.jobs.store.journal import FileJournal, Journal
 from provider_router.jobs.store.recovery import (
@@ -86,12 +86,7 @@ from provider_router.planning.plan import Plan
 from provider_router.planning.prompts import PromptReader
 from provider_router.routing.policy import ProviderPolicy
 
-__all__ = ["LEDGER_FILE", "SUMMARY_FILE", "JobRunner", "DatasetProgress", "RunProgress"]
-
-log = get_logger(__name__)
-
-LEDGER_FILE = "ledger.sqlite"
-SUMMARY_FILE = "summary.json"
+__all__ = ["JobRunner", "DatasetProgress", "RunProgress"]
 
 
 class JobRunner:
@@ -116,8 +111,14 @@ class JobRunner:
             cut before their generation id was known) are bounded by the key's usage
             (``GET /key``) this many seconds after each was given up on
             (:mod:`provider_router.jobs.store.account`); negative: the stream deadline.
-        timeline_interval: seconds between two lines of ``<out>/timeline.ndjson``
-            (the time series ``report.html`` and ``provider-router status`` read).
+        observers: what watches the run (:class:`~provider_router.jobs.events.RunObserver`;
+            default: :func:`~provider_router.jobs.events.default_observers`, which write
+            ``timeline.ndjson`` and ``report.html`` and add the Batch API route's datasets
+            to ``summary.json``); ``()``: none, the run writes its outputs and
+            ``summary.json`` only.
+        timeline_interval: with the default observers, seconds between two lines of
+            ``<out>/timeline.ndjson`` (the time series ``report.html`` and
+            ``provider-router status`` read; default 1).
         verify: measure every allowed endpoint against the model's reference before
             any prompt is sent (:func:`provider_router.verify`, canaries from the first
             dataset, paid from the job's ledger), save ``<out>/verify.json``, and send
@@ -131,8 +132,8 @@ class JobRunner:
             :func:`provider_router.jobs.pilot.pilot_into_job`): their spend is the
             job's, their answers its first results; a later run sends the rest.
 
-    Besides the outputs, a run writes ``summary.json`` and ``report.html`` (see
-    :mod:`provider_router.jobs.observe.report`).
+    Besides the outputs, a run writes ``summary.json``, and its default observers
+    ``timeline.ndjson`` and ``report.html`` (see :mod:`provider_router.jobs.observe.report`).
 
     Example::
 
@@ -152,7 +153,8 @@ class JobRunner:
         router_options: Mapping[str, Any] | None = None,
         ledger: Ledger | None = None,
         stream: bool = True,
-        timeline_interval: float = DEFAULT_INTERVAL,
+        observers: Iterable[RunObserver] | None = None,
+        timeline_interval: float | None = None,
         account_horizon: float | None = None,
         preflight: bool = False,
         only: Mapping[str, Collection[str]] | None = None,
@@ -165,6 +167,8 @@ class JobRunner:
         self.plan = plan
         self.budget: Decimal = plan.budget
         self.out = Path(out)
+        self.layout = JobLayout(self.out)
+        """Where each file of the job directory is."""
         self.strict = strict
         self.stream = stream
         """Stream answers (the default): the generation id arrives with the first
@@ -199,7 +203,12 @@ class JobRunner:
         self._api_key = api_key
         self._router_options = dict(router_options or {})
         self._given_ledger = ledger
-        self.timeline_interval = timeline_interval
+        self.observers: tuple[RunObserver, ...] = (
+            default_observers(timeline_interval=timeline_interval)
+            if observers is None
+            else tuple(observers)
+        )
+        """What watches the run, told of its start and end in this order."""
         self.ledger: Ledger | None = None
         self.router: Router | None = None
         self.journal: FileJournal | None = None
@@ -252,11 +261,11 @@ class JobRunner:
         reason = "error"
         try:
             # A damaged verify.json is refused before the journal begins (it keeps exclusions).
-            self._history = await asyncio.to_thread(DriftHistory.load, self.out / VERIFY_FILE)
+            self._history = await asyncio.to_thread(DriftHistory.load, self.layout.verify)
             gone = journal.excluded - set(self._history.failed)
             if gone:  # an exclusion never lapses because a file went missing
                 raise ConfigurationError(
-                    f"{self.out / VERIFY_FILE} does not list {', '.join(sorted(gone))}, which "
+                    f"{self.layout.verify} does not list {', '.join(sorted(gone))}, which "
                     "failed verification in an earlier run of this job (its journal says so): "
                     "restore the job's verify.json; nothing was sent"
                 )
@@ -284,7 +293,7 @@ class JobRunner:
     async def _open_ledger(self, journal: FileJournal, names: list[str]) -> Ledger:
         """The job's ledger, matched to its journal; then the journal begins."""
         ledger = await open_job_ledger(
-            self.out / LEDGER_FILE, self.budget, self.journal, self._given_ledger
+            self.layout.ledger, self.budget, self.journal, self._given_ledger
         )
         try:
             journal.begin()
@@ -338,15 +347,15 @@ class JobRunner:
                 self._recovered += reuse_kept_for_plan(
                     self.plan, journal, self.out, clock=time.time
                 )
-                # For the report only: writing it never fails the run.
-                timeline = TimelineWriter(self, interval=self.timeline_interval)
-                timeline.start()
                 try:
+                    for observer in self.observers:
+                        await observer.on_start(self)
                     self._datasets.extend(open_file_datasets(self.plan, journal, only=self._only))
                     await self._dispatch(journal, router)
                     self._dispatcher.check_targets()
                 finally:
-                    await timeline.stop()
+                    for observer in self.observers:
+                        await observer.on_dispatch_end(self)
                 if account is not None:
                     self._recovered += await correct_account(account)
             self._money_certain(ledger)
@@ -358,8 +367,11 @@ class JobRunner:
                 if not self._outcomes.ledger_full(exc):  # a full disk: stopped on it already
                     raise
             summary = self._summary()
-            summary.write(self.out / SUMMARY_FILE)
-            self._write_report()
+            for observer in self.observers:
+                observer.on_summary(self, summary)
+            summary.write(self.layout.summary)
+            for observer in self.observers:
+                await observer.on_end(self, summary)
             return summary
         finally:
             if self._given_ledger is None:
@@ -417,14 +429,14 @@ class JobRunner:
         history = self._history
         redone = await redo_flagging(self.out, names, history, journal)
         if redone:
-            await asyncio.to_thread(history.save, self.out / VERIFY_FILE)
+            await asyncio.to_thread(history.save, self.layout.verify)
             self._recovered += redone
         if history.report is None or not history.failed:
             return policy
         self.verification = history.report
         self._recovered.append(
             f"kept excluded: {', '.join(sorted(history.failed))} (failed verification in an "
-            f"earlier run; {self.out / VERIFY_FILE})"
+            f"earlier run; {self.layout.verify})"
         )
         return dataclasses.replace(policy, verified=history.report)
 
@@ -495,18 +507,10 @@ class JobRunner:
             recovered=self._recovered,
             preflight=from_units(self.journal.preflight_units) if self.journal else Decimal(0),
             disputes=self.journal.disputes if self.journal else [],
-            batches=read_batch_view(self.out),
         )
         if self.drift is not None:
             summary.verification = self.drift.summary()
         return summary
-
-    def _write_report(self) -> None:
-        """``report.html`` beside ``summary.json``; a failure costs the page, not the run."""
-        try:
-            write_report(self.out)
-        except Exception as exc:
-            log.warning("batch.report_failed", error=repr(exc))
 
 
 if not TYPE_CHECKING:  # a type checker sees no old name, and says so

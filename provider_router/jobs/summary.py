@@ -219,7 +219,7 @@ class RunSummary:
         spent: the ledger's spent total over every run (USD).
         reserved: still reserved at the end (USD; 0 after a clean stop).
         to_finish: USD still to spend to finish the plan at observed rates (None:
-            unknown; see :mod:`provider_router.jobs.observe.finish`).
+            unknown; see :mod:`provider_router.jobs.finish`).
         budget_to_finish: the budget that allows it, with a margin and room for the
             largest reservation (None: unknown).
         wall_time: seconds this run took.

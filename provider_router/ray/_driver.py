@@ -28,16 +28,17 @@ from provider_router._log import get_logger
 from provider_router.checks.preflight import PreflightReport, preflight
 from provider_router.client.metrics import Metrics
 from provider_router.client.router import Router
-from provider_router.jobs.observe.finish import plan_to_finish
+from provider_router.jobs.finish import plan_to_finish
 from provider_router.jobs.observe.live import show_progress
-from provider_router.jobs.observe.snapshots import DatasetProgress, RunProgress
+from provider_router.jobs.snapshots import DatasetProgress, RunProgress
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.account import AccountCheck
 from provider_router.jobs.store.recovery import account_check, apply_budget, correct_account
 from provider_router.jobs.summary import Counter, RunSummary, StopReason
 from provider_router.ledger import LedgerState, RedisLedger
 from provider_router.planning.plan import Plan
 from provider_router.ray._control import DatasetCounts, JobControl
-from provider_router.ray.job import SUMMARY_FILE, RayJob
+from provider_router.ray.job import RayJob
 from provider_router.routing.policy import ProviderPolicy
 
 
@@ -362,7 +363,7 @@ class DriverLoop:
 def _earlier_preflight(run: _Run) -> Decimal:
     """What earlier runs' preflights in this directory cost (their ``summary.json``)."""
     try:
-        earlier = json.loads((run.out / SUMMARY_FILE).read_text())
+        earlier = json.loads(JobLayout(run.out).summary.read_text())
         value = Decimal(str(earlier.get("preflight_usd", "0")))
     except (OSError, ValueError, ArithmeticError, AttributeError):
         return Decimal(0)

@@ -38,6 +38,7 @@ from provider_router._format import format_usd
 from provider_router._http import session as _http
 from provider_router._money import to_decimal
 from provider_router.client.router import Router
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.recovery import apply_budget
 from provider_router.jobs.summary import RunSummary, StopReason
 from provider_router.ledger import RedisLedger, Reservation
@@ -66,7 +67,6 @@ at a time an actor idles behind every block's slowest answer (p99 ~1 minute)."""
 DEFAULT_NUM_CPUS: Final = 0.25
 """CPUs an actor asks for: the work is waiting on sockets. More can deadlock a small
 cluster with no error (docs/workers.md): keep it at 0-0.25."""
-SUMMARY_FILE: Final = "summary.json"
 
 T = TypeVar("T")
 
@@ -429,7 +429,7 @@ class RayJob:
         if out is not None:
             path = Path(out)
             path.mkdir(parents=True, exist_ok=True)
-            summary.write(path / SUMMARY_FILE)
+            summary.write(JobLayout(path).summary)
         if raise_on_stop and summary.reason in (StopReason.BUDGET, StopReason.CREDITS):
             needed = summary.budget_to_finish
             how = (

@@ -30,6 +30,7 @@ from provider_router._types import JSONObject, Message
 from provider_router.client.metrics import Metrics
 from provider_router.jobs.observe.report import write_report
 from provider_router.jobs.store._journal_file import lock_directory, unlock
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.outputs import encode_record, make_record, read_outputs
 from provider_router.jobs.summary import RunSummary, StopReason
 from provider_router.planning.plan import DatasetSpec, Plan
@@ -38,7 +39,7 @@ from provider_router.ray._control import CONTROL_UNREACHABLE, INTERRUPTED
 from provider_router.ray._driver import DriverLoop
 from provider_router.ray._rows import REQUEST_COLUMN
 from provider_router.ray._stage import ANSWERED, NOT_SENT
-from provider_router.ray.job import SUMMARY_FILE, RayJob
+from provider_router.ray.job import RayJob
 from provider_router.ray.job import _import_ray_data as import_ray_data
 
 __all__ = ["RayPlanRun", "run_plan_on_ray"]
@@ -133,7 +134,7 @@ def _check_plan(plan: Plan) -> None:
 
 def _open_dataset(spec: DatasetSpec, out: Path, strict: bool) -> _Dataset:
     reader = PromptReader(list(spec.inputs), strict=strict)
-    ds = _Dataset(spec, reader, read_written(out / f"{spec.name}.jsonl"))
+    ds = _Dataset(spec, reader, read_written(JobLayout(out).output(spec.name)))
     written = ds.written.ids
     room = None if spec.max_requests is None else max(spec.max_requests - len(written), 0)
     for prompt in reader:
@@ -315,7 +316,7 @@ class RayPlanRun:
             finally:
                 self.driver.close()
         self._conclude(summary)
-        summary.write(self.out / SUMMARY_FILE)
+        summary.write(JobLayout(self.out).summary)
         write_report(self.out)
         return summary
 
@@ -345,7 +346,7 @@ class RayPlanRun:
     def _write_outputs(self, ds: _Dataset, rows: Any) -> None:
         """Every answered row once, in arrival order; flushed about once a second."""
         last_flush = time.monotonic()
-        with (self.out / f"{ds.spec.name}.jsonl").open("ab") as fh:
+        with JobLayout(self.out).output(ds.spec.name).open("ab") as fh:
             for row in rows:
                 prompt_id, status = str(row["id"]), row["status"]
                 if status == NOT_SENT:

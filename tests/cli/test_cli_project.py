@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from _project_cli import MODEL, REFERENCE, run_cli
 
 from provider_router import SQLiteLedger
 from provider_router.cli import main
@@ -17,30 +17,7 @@ from provider_router.jobs.runner import JobRunner
 from provider_router.planning.plan import load_plan
 from provider_router.testing.server import SimulatorServer
 
-MODEL = "moonshotai/kimi-k2.5"
 BUNDLED_SNAPSHOT = Path(__file__).parents[2] / "provider_router/data/kimi-k2.5.endpoints.json"
-REFERENCE = [
-    "project",
-    "--model",
-    MODEL,
-    "--datasets",
-    "6",
-    "--target-output-tokens",
-    "10M",
-    "--prompt-tokens",
-    "200",
-    "--completion-tokens",
-    "2000",
-    "--budget",
-    "100",
-    "--exclude-below",
-    "int4",
-]
-
-
-async def run_cli(argv: list[str]) -> int:
-    # main() runs its own event loop; the simulator serves on this test's loop.
-    return await asyncio.to_thread(main, argv)
 
 
 def write_prompts(path: Path, count: int, *, start: int = 0) -> Path:

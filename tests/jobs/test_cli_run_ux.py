@@ -20,7 +20,8 @@ import pytest
 from _job_helpers import assert_consistent, run_cli, write_prompts
 
 from provider_router.cli import main
-from provider_router.jobs.observe.report import CHARTS, REPORT_FILE
+from provider_router.jobs.observe.report import CHARTS
+from provider_router.jobs.store._layout import REPORT_FILE
 from provider_router.testing import SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]

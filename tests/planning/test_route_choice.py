@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from test_cli_project import MODEL as REFERENCE_MODEL
-from test_cli_project import REFERENCE, run_cli
+from _project_cli import MODEL as REFERENCE_MODEL
+from _project_cli import REFERENCE, run_cli
 
 from provider_router import ConfigurationError, ProviderPolicy
 from provider_router.catalog.fetch import Catalog

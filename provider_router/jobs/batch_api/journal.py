@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from provider_router._exceptions import DataFileError
+from provider_router.jobs.store._layout import JobLayout
 
-__all__ = ["BATCH_JOURNAL_FILE", "BatchIntent", "BatchJournal"]
+__all__ = ["BatchIntent", "BatchJournal"]
 
-BATCH_JOURNAL_FILE = "batches.jsonl"
 _MAX_NOTE = 1000
 
 
@@ -99,7 +99,7 @@ class BatchJournal:
 
     @classmethod
     def open(cls, directory: str | Path) -> BatchJournal:
-        path = Path(directory) / BATCH_JOURNAL_FILE
+        path = JobLayout(Path(directory)).batch_journal
         intents: dict[str, BatchIntent] = {}
         good = 0
         existed = path.exists()

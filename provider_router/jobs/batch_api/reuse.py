@@ -26,11 +26,8 @@ from provider_router.jobs.batch_api.results import (
     read_cost,
     result_record,
 )
-from provider_router.jobs.batch_api.unmatched import (
-    NOT_IN_INPUTS_FILE,
-    UnmatchedAnswers,
-    prompt_digest,
-)
+from provider_router.jobs.batch_api.unmatched import UnmatchedAnswers, prompt_digest
+from provider_router.jobs.store._layout import NOT_IN_INPUTS_FILE
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.planning.plan import Plan
 from provider_router.planning.prompts import Prompt, PromptReader

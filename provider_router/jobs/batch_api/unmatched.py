@@ -22,11 +22,11 @@ from typing import Any, Final
 from provider_router._exceptions import DataFileError
 from provider_router.jobs.batch_api.journal import BatchIntent
 from provider_router.jobs.batch_api.results import ResultLine
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.planning.prompts import Prompt
 
-__all__ = ["NOT_IN_INPUTS_FILE", "UnmatchedAnswers", "prompt_digest"]
+__all__ = ["UnmatchedAnswers", "prompt_digest"]
 
-NOT_IN_INPUTS_FILE: Final = "not_in_inputs.jsonl"
 _ENCODE: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
@@ -41,7 +41,7 @@ class UnmatchedAnswers:
     """``DIR/not_in_inputs.jsonl``: each (dataset, prompt id) written at most once."""
 
     def __init__(self, directory: str | Path) -> None:
-        self.path = Path(directory) / NOT_IN_INPUTS_FILE
+        self.path = JobLayout(Path(directory)).not_in_inputs
         self._written: dict[tuple[str, str], tuple[int, int]] = {}
         """Each answer kept: where its line is in the file (offset, length)."""
         self.loaded = False

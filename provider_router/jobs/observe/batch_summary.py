@@ -7,7 +7,8 @@ writes the job's ``summary.json`` and ``report.html`` as a sync run does: why it
 stopped, each dataset's completions, tokens and cost over every run (the output
 journal's tallies), the ledger's money, and ``batches``
 (:mod:`~provider_router.jobs.observe.batch_view`). When the sync runner goes on, its own
-summary replaces this one, with the same ``batches``.
+summary replaces this one, with the same ``batches``: :class:`BatchesInSummary`, one of
+its standard observers, adds them.
 """
 
 from __future__ import annotations
@@ -19,18 +20,19 @@ from pathlib import Path
 from provider_router._log import get_logger
 from provider_router._money import from_units
 from provider_router.jobs.batch_api.result import BatchRouteResult
+from provider_router.jobs.events import ObservedRun, RunObserver
+from provider_router.jobs.finish import plan_to_finish
 from provider_router.jobs.observe.batch_view import read_batch_view
 from provider_router.jobs.observe.batch_words import batch_sentences
-from provider_router.jobs.observe.finish import plan_to_finish
 from provider_router.jobs.observe.report import write_report
-from provider_router.jobs.runner import LEDGER_FILE, SUMMARY_FILE
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.jobs.summary import Counter, DatasetReport, RunSummary, StopReason
 from provider_router.ledger import SQLiteLedger
 from provider_router.planning.plan import Plan
 from provider_router.planning.prompts import PromptReader
 
-__all__ = ["batch_stop_reason", "write_batch_summary"]
+__all__ = ["BatchesInSummary", "add_batches", "batch_stop_reason", "write_batch_summary"]
 
 log = get_logger(__name__)
 
@@ -39,6 +41,23 @@ _STOPPED_BY = {
     "credits": StopReason.CREDITS,
     "error": StopReason.ERROR,
 }
+
+
+class BatchesInSummary(RunObserver):
+    """Adds the job's Batch API route (if it has one) to a run's summary: ``batches``
+    and one sentence per dataset (:func:`add_batches`)."""
+
+    def on_summary(self, run: ObservedRun, summary: RunSummary) -> None:
+        add_batches(summary, run.out, time.time())
+
+
+def add_batches(summary: RunSummary, directory: Path, now: float) -> None:
+    """``summary.batches`` and ``summary.batch_sentences`` from ``directory``'s batch view
+    (left empty when the job sent no batch)."""
+    view = read_batch_view(directory)
+    if view is not None:
+        summary.batches = view.to_json(now)
+        summary.batch_sentences = batch_sentences(view, now)
 
 
 def batch_stop_reason(result: BatchRouteResult, finished: Sequence[str] = ()) -> StopReason:
@@ -115,9 +134,9 @@ async def _write(
     each, to_finish = plan_to_finish(reports)
     for report, money in zip(reports, each, strict=True):
         report.to_finish = money
-    async with SQLiteLedger(directory / LEDGER_FILE) as ledger:
+    layout = JobLayout(directory)
+    async with SQLiteLedger(layout.ledger) as ledger:
         state = await ledger.snapshot()
-    view = read_batch_view(directory)
     auto = [d.name for d in plan.datasets if d.route == "auto"]
     summary = RunSummary(
         reason=batch_stop_reason(result, auto),
@@ -132,10 +151,9 @@ async def _write(
         bad_lines=bad,
         recovered=[],
         message="" if result.stop is None else f"batch route stopped: {result.stop}",
-        batches=None if view is None else view.to_json(now),
-        batch_sentences=[] if view is None else batch_sentences(view, now),
     )
-    summary.write(directory / SUMMARY_FILE)
+    add_batches(summary, directory, now)
+    summary.write(layout.summary)
     try:
         write_report(directory)
     except Exception as exc:  # a failure costs the page, not the run

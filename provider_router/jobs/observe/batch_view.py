@@ -22,13 +22,13 @@ from typing import IO, Any, Final
 
 from provider_router._format import decimal_str
 from provider_router._money import from_units
-from provider_router.jobs.batch_api.journal import BATCH_JOURNAL_FILE, BatchIntent
+from provider_router.jobs.batch_api.journal import BatchIntent
 from provider_router.jobs.batch_api.journal import _apply as _apply_entry
 from provider_router.jobs.batch_api.results import failed_batch_cost
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.planning.compare import BATCH_WINDOW_SECONDS
 
 __all__ = [
-    "BATCH_STATUS_FILE",
     "LIVE_STATES",
     "MAX_TEXT",
     "STATES",
@@ -42,7 +42,6 @@ __all__ = [
     "read_sightings",
 ]
 
-BATCH_STATUS_FILE: Final = "batch_status.json"
 STATES: Final = (
     "submitting",
     "validating",
@@ -256,7 +255,7 @@ class JournalReader:
     """
 
     def __init__(self, directory: str | Path) -> None:
-        self.path = Path(directory) / BATCH_JOURNAL_FILE
+        self.path = JobLayout(Path(directory)).batch_journal
         self.intents: dict[str, BatchIntent] = {}
         self.problem: str | None = None
         self._offset = 0
@@ -452,7 +451,7 @@ def read_sightings(directory: str | Path) -> tuple[dict[str, Sighting], str | No
     A missing or unreadable file is nothing seen (the views fall back to the journal).
     """
     try:
-        loaded = json.loads((Path(directory) / BATCH_STATUS_FILE).read_text(encoding="utf-8"))
+        loaded = json.loads(JobLayout(Path(directory)).batch_status.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}, None
     if not isinstance(loaded, dict):

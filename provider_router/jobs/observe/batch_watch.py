@@ -27,7 +27,6 @@ from provider_router._log import get_logger
 from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.observe.batch_view import (
-    BATCH_STATUS_FILE,
     BatchView,
     DatasetBatches,
     JournalReader,
@@ -36,6 +35,7 @@ from provider_router.jobs.observe.batch_view import (
     read_sightings,
 )
 from provider_router.jobs.observe.batch_words import batch_sentences
+from provider_router.jobs.store._layout import JobLayout
 
 __all__ = ["BatchWatch", "WatchedBatchApi"]
 
@@ -106,7 +106,7 @@ class BatchWatch:
         return self.view()
 
     def _save(self) -> None:
-        path = self.directory / BATCH_STATUS_FILE
+        path = JobLayout(self.directory).batch_status
         tmp = path.with_name(path.name + ".tmp")
         document = {
             "written": round(self.clock(), 3),

@@ -4,8 +4,9 @@ Built from ``DIR/verify.json`` (:class:`~provider_router.jobs.drift_history.Drif
 and the journal's ``verify`` entries, both read bounded and without a lock, so it works
 while the job runs and on a job whose run is dead; a file too large, cut or damaged is
 a sentence saying so (:attr:`DriftView.problems`), never a crash.
-:func:`verification_summary` is ``summary.json``'s ``verification`` block and
-:func:`verification_lines` the sentences ``run --verify`` ends with;
+``summary.json``'s ``verification`` block is
+:func:`~provider_router.jobs.drift_history.verification_summary`;
+:func:`verification_lines` are the sentences ``run --verify`` ends with;
 :func:`drift_status_lines` and :func:`drift_section` say the same in ``status`` and the
 report. A history that counts flagged rows per check only (an earlier release wrote it
 so) shows the rows of providers failed together under their names joined.
@@ -22,10 +23,15 @@ from pathlib import Path
 from typing import Any, Final
 
 from provider_router._exceptions import ConfigurationError
-from provider_router._format import decimal_str, format_usd
+from provider_router._format import format_usd
 from provider_router.catalog.verdicts import EndpointVerdict
-from provider_router.jobs.drift_history import VERIFY_FILE, DriftCheck, DriftHistory
-from provider_router.jobs.store._journal_file import JOURNAL_FILE
+from provider_router.jobs.drift_history import (
+    DriftCheck,
+    DriftHistory,
+    flagged_by_provider,
+    verification_summary,
+)
+from provider_router.jobs.store._layout import JobLayout
 
 __all__ = [
     "JOURNAL_LINE_LIMIT",
@@ -35,11 +41,8 @@ __all__ = [
     "DriftView",
     "drift_section",
     "drift_status_lines",
-    "excluded_by_provider",
-    "flagged_by_provider",
     "read_drift_view",
     "verification_lines",
-    "verification_summary",
 ]
 
 VERIFY_READ_LIMIT: Final = 16 << 20
@@ -59,28 +62,6 @@ _CHUNK: Final = 1 << 20
 """Bytes of the journal read at once."""
 
 
-def verification_summary(history: DriftHistory) -> dict[str, Any]:
-    """``summary.json``'s ``verification`` figures that ``history`` alone holds: checks
-    made and not made, their cost, what they excluded (check, provider, reason) and the
-    rows flagged."""
-    report = history.report
-    excluded = {}
-    for tag, seq in sorted(history.failed.items()):
-        verdict = report.verdict(tag) if report is not None else None
-        excluded[tag] = {
-            "check": seq,
-            "provider": verdict.provider_name if verdict else None,
-            "reason": verdict.reason if verdict else None,
-        }
-    return {
-        "checks": sum(1 for c in history.checks if c.error is None),
-        "checks_not_made": sum(1 for c in history.checks if c.error is not None),
-        "cost_usd": decimal_str(history.cost),
-        "excluded": excluded,
-        "flagged_rows": history.flagged,
-    }
-
-
 def verification_lines(verification: Mapping[str, Any], out: Path) -> list[str]:
     """``run --verify``'s last sentences: the checks, what they excluded, the rows flagged
     (``verification``: :func:`verification_summary`'s figures)."""
@@ -88,7 +69,7 @@ def verification_lines(verification: Mapping[str, Any], out: Path) -> list[str]:
     lines = [
         f"Verification: {checks} check{'' if checks == 1 else 's'} of the providers against "
         f"the model's reference, ${verification['cost_usd']} from the budget "
-        f"({out / VERIFY_FILE})."
+        f"({JobLayout(out).verify})."
     ]
     for tag, excluded in verification["excluded"].items():
         when = f"at check {excluded['check']}" if excluded["check"] >= 0 else "by its report"
@@ -141,40 +122,10 @@ class DriftView:
         return {} if self.history is None else flagged_by_provider(self.history)
 
 
-def _provider(history: DriftHistory, tag: str) -> str:
-    verdict = history.report.verdict(tag) if history.report is not None else None
-    return verdict.provider_name if verdict is not None else tag
-
-
-def flagged_by_provider(history: DriftHistory) -> dict[str, int]:
-    """Rows flagged per provider over the job (a check kept without its count per
-    provider, by an earlier release: its rows under the names it failed, joined by
-    `` + ``)."""
-    counts: dict[str, int] = {}
-    for entry in history.checks:
-        each = entry.flagged_by
-        if not each and entry.failed and entry.flagged:
-            each = {
-                " + ".join(sorted({_provider(history, t) for t in entry.failed})): entry.flagged
-            }
-        for name, n in each.items():
-            counts[name] = counts.get(name, 0) + n
-    return counts
-
-
-def excluded_by_provider(history: DriftHistory) -> dict[str, int]:
-    """Endpoints excluded per provider over the job."""
-    counts: dict[str, int] = {}
-    for tag in history.failed:
-        name = _provider(history, tag)
-        counts[name] = counts.get(name, 0) + 1
-    return counts
-
-
 def read_drift_view(directory: str | Path) -> DriftView:
     """Read ``DIR/verify.json`` and the journal's exclusions, bounded; never raises."""
     view = DriftView(Path(directory))
-    path = view.directory / VERIFY_FILE
+    path = JobLayout(view.directory).verify
     try:
         with path.open("rb") as handle:
             raw = handle.read(VERIFY_READ_LIMIT + 1)
@@ -215,7 +166,7 @@ def _read_journal(view: DriftView) -> None:
     Read in chunks searched for :data:`_VERIFY_NOTE` at memory speed: only the lines
     holding it are parsed, so a job without ``--verify`` pays a fraction of a second for
     the largest journal searched."""
-    path = view.directory / JOURNAL_FILE
+    path = JobLayout(view.directory).journal
     try:
         handle = path.open("rb")
     except FileNotFoundError:

@@ -3,11 +3,11 @@
 Built read-only from what the run left in its directory (``summary.json``, the
 outputs, ``timeline.ndjson``, and the Batch API route's and ``run --verify``'s files),
 so ``provider-router report DIR`` rebuilds it even while another process still runs
-the job. The page opens offline: inline SVG drawn here
-(:mod:`provider_router.jobs.observe._svg`), inline CSS, no script, nothing fetched. Its
-charts (:data:`CHARTS`, docs/observability.md) show spend, tokens per second, requests
-by provider and outcome, latency, cost per provider, retries and 429s, and the
-projection against the actual.
+the job; a run writes it through :class:`ReportObserver`, one of the standard
+observers. The page opens offline: inline SVG (:mod:`provider_router.jobs.observe._svg`),
+inline CSS, no script, nothing fetched. Its charts (:data:`CHARTS`,
+docs/observability.md) show spend, tokens per second, requests by provider and outcome,
+latency, cost per provider, retries and 429s, and the projection against the actual.
 """
 
 from __future__ import annotations
@@ -26,17 +26,28 @@ from pathlib import Path
 from typing import Any, Final
 
 from provider_router._format import format_usd
+from provider_router._log import get_logger
+from provider_router.jobs.events import ObservedRun, RunObserver
 from provider_router.jobs.observe import _svg
 from provider_router.jobs.observe.batch_view import BatchView, read_batch_view
 from provider_router.jobs.observe.batch_words import batch_table
 from provider_router.jobs.observe.drift_view import DriftView, drift_section, read_drift_view
-from provider_router.jobs.observe.timeline import TIMELINE_FILE, read_timeline
+from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.store._journal_file import lock_held
-from provider_router.jobs.summary import finish_words
+from provider_router.jobs.store._layout import JOURNAL_FILE, OUTPUT_SUFFIX, JobLayout
+from provider_router.jobs.summary import RunSummary, finish_words
 
-__all__ = ["CHARTS", "REPORT_FILE", "RunData", "load_run", "render_report", "write_report"]
+__all__ = [
+    "CHARTS",
+    "ReportObserver",
+    "RunData",
+    "load_run",
+    "render_report",
+    "write_report",
+]
 
-REPORT_FILE: Final = "report.html"
+log = get_logger(__name__)
+
 CHARTS: Final = (
     "spend",
     "tokens-per-second",
@@ -47,7 +58,7 @@ CHARTS: Final = (
     "projection",
 )
 """The ``data-chart`` names of the report's charts, in page order."""
-_SKIP = {"journal.jsonl"}
+_SKIP = {JOURNAL_FILE}
 _BINS: Final = 40
 _TAIL_BYTES: Final = 8 << 20
 """Of each output file only the last 8 MiB is read (the latency sample): a report of a
@@ -119,7 +130,7 @@ class RunData:
 def _datasets(directory: Path, summary: Mapping[str, Any] | None) -> list[str]:
     if summary is not None and isinstance(summary.get("datasets"), dict):
         return list(summary["datasets"])
-    return sorted(p.stem for p in directory.glob("*.jsonl") if p.name not in _SKIP)
+    return sorted(p.stem for p in directory.glob(f"*{OUTPUT_SUFFIX}") if p.name not in _SKIP)
 
 
 def _when(value: Any) -> float:
@@ -165,17 +176,18 @@ def _completions(path: Path, dataset: str, data: RunData) -> Iterator[ReportRow]
 def load_run(directory: str | Path) -> RunData:
     """Read a run directory (nothing is locked or written; a running job is fine)."""
     directory = Path(directory)
+    layout = JobLayout(directory)
     data = RunData(directory)
     try:
-        loaded = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
+        loaded = json.loads(layout.summary.read_text(encoding="utf-8"))
         data.summary = loaded if isinstance(loaded, dict) else None
     except (OSError, ValueError):
         data.summary = None
-    data.timeline = list(read_timeline(directory / TIMELINE_FILE))
+    data.timeline = list(read_timeline(layout.timeline))
     if data.timeline and not data.timeline[-1].get("final"):
         data.summary = None  # a run is going on: summary.json is an earlier run's
     for name in _datasets(directory, data.summary):
-        data.completions.extend(_completions(directory / f"{name}.jsonl", name, data))
+        data.completions.extend(_completions(layout.output(name), name, data))
     data.completions.sort(key=lambda c: c.finished)
     data.batches = read_batch_view(directory)
     data.drift = read_drift_view(directory)
@@ -564,8 +576,19 @@ def write_report(directory: str | Path) -> Path:
     """Build ``DIR/report.html`` from what the run left there (atomically replaced)."""
     directory = Path(directory)
     page = render_report(load_run(directory))
-    path = directory / REPORT_FILE
+    path = JobLayout(directory).report
     tmp = path.with_suffix(".html.tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+class ReportObserver(RunObserver):
+    """Writes ``report.html`` once the run's ``summary.json`` is; a failure costs the
+    page (logged), never the run."""
+
+    async def on_end(self, run: ObservedRun, summary: RunSummary) -> None:
+        try:
+            write_report(run.out)
+        except Exception as exc:
+            log.warning("batch.report_failed", error=repr(exc))

@@ -23,12 +23,17 @@ from typing import Any
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import format_usd
-from provider_router.jobs.batch_api.journal import BATCH_JOURNAL_FILE
-from provider_router.jobs.observe.batch_view import BATCH_STATUS_FILE, read_batch_view
+from provider_router.jobs.observe.batch_view import read_batch_view
 from provider_router.jobs.observe.batch_words import batch_sentences
 from provider_router.jobs.observe.drift_view import drift_status_lines, read_drift_view
-from provider_router.jobs.observe.timeline import TIMELINE_FILE, read_timeline
+from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.store._journal_file import lock_held
+from provider_router.jobs.store._layout import (
+    BATCH_JOURNAL_FILE,
+    SUMMARY_FILE,
+    TIMELINE_FILE,
+    JobLayout,
+)
 from provider_router.jobs.summary import finish_words
 
 __all__ = ["status_lines"]
@@ -63,7 +68,7 @@ def _age(seconds: float) -> str:
 
 def _summary(directory: Path) -> dict[str, Any] | None:
     try:
-        loaded = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
+        loaded = json.loads(JobLayout(directory).summary.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return loaded if isinstance(loaded, dict) else None
@@ -99,13 +104,13 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
         ConfigurationError: ``directory`` holds no run (no timeline, no summary).
     """
     directory = Path(directory)
-    last_rows = deque(read_timeline(directory / TIMELINE_FILE), maxlen=1)
+    last_rows = deque(read_timeline(JobLayout(directory).timeline), maxlen=1)
     row = last_rows[0] if last_rows else None
     summary = _summary(directory)
     batches = read_batch_view(directory)
     if row is None and summary is None and batches is None:
         raise ConfigurationError(
-            f"{directory}: no run here (neither {TIMELINE_FILE}, summary.json nor "
+            f"{directory}: no run here (neither {TIMELINE_FILE}, {SUMMARY_FILE} nor "
             f"{BATCH_JOURNAL_FILE}); give the --out directory of a run"
         )
     # A batch route writes no timeline: while it runs, its lock says so.
@@ -185,10 +190,11 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
 
 def _batch_update(directory: Path) -> float:
     """When the batch route last wrote (its journal, or what it saw of its batches)."""
+    layout = JobLayout(directory)
     times = []
-    for name in (BATCH_JOURNAL_FILE, BATCH_STATUS_FILE):
+    for path in (layout.batch_journal, layout.batch_status):
         try:
-            times.append((directory / name).stat().st_mtime)
+            times.append(path.stat().st_mtime)
         except OSError:
             continue
     return max(times, default=0.0)

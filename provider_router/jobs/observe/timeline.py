@@ -5,10 +5,10 @@ torn or unwritable timeline costs the charts their detail, never the run its wor
 Each line is a snapshot of :meth:`JobRunner.progress` (fields in
 docs/observability.md), with ``pid`` and ``host`` so ``status`` can tell a killed run
 from a quiet one, ``to_finish`` as every view says it
-(:mod:`provider_router.jobs.observe.finish`) and ``projected`` (spent plus
+(:mod:`provider_router.jobs.finish`) and ``projected`` (spent plus
 ``to_finish``). Money is exact decimal strings. A run writes a first line at its
 start, one per ``interval`` seconds and a ``final`` one at its end; a resumed run
-appends.
+appends. :class:`TimelineObserver` writes it for a run that subscribes it.
 """
 
 from __future__ import annotations
@@ -22,34 +22,24 @@ import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import IO, Any, Final, Protocol
+from typing import IO, Any, Final
 
 import structlog
 
-from provider_router.client.metrics import Metrics
-from provider_router.jobs.observe.snapshots import RunProgress
-from provider_router.ledger import Ledger, LedgerState
+from provider_router.jobs.events import ObservedRun, RunObserver
+from provider_router.jobs.snapshots import RunProgress
+from provider_router.jobs.store._layout import JobLayout
 
-
-class Sampled(Protocol):
-    """What the timeline samples: the runner, seen through what it reads and refreshes."""
-
-    out: Path
-    budget: Decimal
-    ledger: Ledger | None
-    ledger_state: LedgerState | None
-
-    def progress(self) -> RunProgress: ...
-
-    @property
-    def metrics(self) -> Metrics | None: ...
-
-
-__all__ = ["DEFAULT_INTERVAL", "TIMELINE_FILE", "TimelineWriter", "read_timeline", "timeline_row"]
+__all__ = [
+    "DEFAULT_INTERVAL",
+    "TimelineObserver",
+    "TimelineWriter",
+    "read_timeline",
+    "timeline_row",
+]
 
 log = structlog.get_logger(__name__)
 
-TIMELINE_FILE: Final = "timeline.ndjson"
 DEFAULT_INTERVAL: Final = 1.0
 """Seconds between two lines (a day-long run writes ~86,400 short lines)."""
 
@@ -105,7 +95,8 @@ class TimelineWriter:
     """Appends the runner's progress to ``DIR/timeline.ndjson`` while it runs.
 
     Args:
-        runner: the batch runner (its :meth:`~JobRunner.progress` is sampled).
+        runner: the run (its :meth:`~provider_router.jobs.events.ObservedRun.progress`
+            is sampled).
         path: the file (default ``<runner.out>/timeline.ndjson``).
         interval: seconds between lines.
         clock: wall-clock seconds (injected in tests).
@@ -115,14 +106,14 @@ class TimelineWriter:
 
     def __init__(
         self,
-        runner: Sampled,
+        runner: ObservedRun,
         path: Path | None = None,
         *,
         interval: float = DEFAULT_INTERVAL,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.runner = runner
-        self.path = path or runner.out / TIMELINE_FILE
+        self.path = path or JobLayout(runner.out).timeline
         self.interval = interval
         self._clock = clock
         self._file: IO[str] | None = None
@@ -190,6 +181,29 @@ class TimelineWriter:
         except OSError as exc:
             self._broken = True
             log.warning("timeline.write_failed", path=str(self.path), error=str(exc))
+
+
+class TimelineObserver(RunObserver):
+    """Writes a run's timeline: its first line at the start, one every ``interval``
+    seconds and after each moment the run points out (a round of polls), the ``final``
+    one when its last request has ended."""
+
+    def __init__(self, interval: float | None = None) -> None:
+        self.interval = DEFAULT_INTERVAL if interval is None else interval
+        self._writer: TimelineWriter | None = None
+
+    async def on_start(self, run: ObservedRun) -> None:
+        self._writer = TimelineWriter(run, interval=self.interval)
+        self._writer.start()
+
+    async def on_progress(self, run: ObservedRun) -> None:
+        if self._writer is not None:
+            await self._writer.sample()
+
+    async def on_dispatch_end(self, run: ObservedRun) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            await writer.stop()
 
 
 def read_timeline(path: Path) -> Iterator[dict[str, Any]]:

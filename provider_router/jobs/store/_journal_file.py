@@ -27,11 +27,11 @@ from typing import IO, Any, Final
 
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._money import to_units
+from provider_router.jobs.store._layout import JobLayout
 
 __all__ = [
     "COLUMNS",
     "FORMAT_VERSION",
-    "JOURNAL_FILE",
     "NO_LOCATION",
     "LineGroup",
     "DatasetState",
@@ -42,22 +42,15 @@ __all__ = [
     "dumps",
     "lock_directory",
     "lock_held",
-    "output_path",
     "replay",
     "unlock",
 ]
 
-JOURNAL_FILE: Final = "journal.jsonl"
 FORMAT_VERSION: Final = 1
 NO_LOCATION: Final = -1
 COLUMNS: Final = ("ids", "end", "out", "in", "cost", "loc")
 dumps: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _LOAD_CHUNK_LINES: Final = 20_000
-
-
-def output_path(directory: Path, dataset: str) -> Path:
-    """Where a dataset's output records go."""
-    return directory / f"{dataset}.jsonl"
 
 
 @dataclass
@@ -182,7 +175,7 @@ def lock_directory(directory: Path) -> int:
 
 
 def _lock_journal_file(directory: Path) -> int:
-    fd = os.open(directory / JOURNAL_FILE, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    fd = os.open(JobLayout(directory).journal, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -207,7 +200,7 @@ def lock_held(directory: Path) -> bool | None:
     holds the lock the test fails without touching it; only a run starting in that
     same instant could find the directory busy.
     """
-    for path in (directory, directory / JOURNAL_FILE):
+    for path in (directory, JobLayout(directory).journal):
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
@@ -267,7 +260,7 @@ class Replay:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.path = directory / JOURNAL_FILE
+        self.path = JobLayout(directory).journal
         self.states: defaultdict[str, DatasetState] = defaultdict(DatasetState)
         self.outputs: dict[str, OutputFile] = {}
         self.lost: list[LostRequest] = []
@@ -445,7 +438,7 @@ class Replay:
         tally.cost_units += sign * sum(entry["cost"])
 
     def _repair_output(self, ds: str, committed: int, lines: list[bytes]) -> list[dict[str, Any]]:
-        path = output_path(self.directory, ds)
+        path = JobLayout(self.directory).output(ds)
         try:
             size = path.stat().st_size
         except FileNotFoundError:
@@ -533,7 +526,7 @@ class Replay:
         self._count(state, revoke.columns, -1)
         committed = max((row[1] for row in current.values() if row[1] <= size), default=0)
         self.repairs.append(
-            f"{output_path(self.directory, ds)} is shorter than the journal says: "
+            f"{JobLayout(self.directory).output(ds)} is shorter than the journal says: "
             f"{len(gone)} completed prompts were lost from it and will run again"
         )
         return committed, [

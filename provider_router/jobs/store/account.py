@@ -19,20 +19,18 @@ import time
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Final
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._log import get_logger
 from provider_router._money import to_decimal
 from provider_router._types import Clock
 from provider_router.client.router import Router
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.ledger import Ledger, Reservation
 
-__all__ = ["ACCOUNT_FILE", "AccountCheck"]
+__all__ = ["AccountCheck"]
 
 log = get_logger(__name__)
-
-ACCOUNT_FILE: Final = "account.json"
 
 
 class AccountCheck:
@@ -56,7 +54,7 @@ class AccountCheck:
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
-        self.path = directory / ACCOUNT_FILE
+        self.path = JobLayout(directory).account
         self.router = router
         self.ledger = ledger
         self.horizon = horizon

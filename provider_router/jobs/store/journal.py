@@ -1,15 +1,13 @@
 """The journal: what makes a job exactly-once across crashes and restarts.
 
-One append-only JSONL file (``journal.jsonl``) beside the per-dataset outputs records
-every claim, completion and failure. Output lines are appended *before* the ``done``
-entry that commits them, and that entry records each output file's length, so the
-journal is the truth: a prompt is done if and only if it has a ``done`` entry; on open
-anything past the last committed length is cut and a torn last line dropped, claims
-left open become ``lost`` (reconciled through their generation id), and ``done``
-entries past a file the disk cut are revoked. One process at a time holds a journal
-(an OS lock on the job directory). Writes are committed together by
-:meth:`FileJournal.flush`, once per event-loop turn; reading the file back and
-repairing it is :mod:`provider_router.jobs.store._journal_file`.
+One append-only JSONL file beside the outputs records every claim, completion and
+failure. Output lines are appended *before* the ``done`` entry that commits them, and
+that entry records each output file's length, so the journal is the truth: a prompt is
+done if and only if it has a ``done`` entry. On open, anything past a committed length
+is cut, claims left open become ``lost`` (reconciled through their generation id), and
+``done`` entries past a file the disk cut are revoked. One process at a time holds it
+(an OS lock on the job directory); writes are committed by :meth:`FileJournal.flush`
+once per event-loop turn. Reading and repairing the file: :mod:`._journal_file`.
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ from provider_router._exceptions import ConfigurationError
 from provider_router._money import from_units, to_units
 from provider_router.jobs.store._journal_file import (
     FORMAT_VERSION,
-    JOURNAL_FILE,
     NO_LOCATION,
     DatasetState,
     DatasetTally,
@@ -37,19 +34,12 @@ from provider_router.jobs.store._journal_file import (
     Replay,
     dumps,
     lock_directory,
-    output_path,
     replay,
     unlock,
 )
+from provider_router.jobs.store._layout import JobLayout
 
-__all__ = [
-    "JOURNAL_FILE",
-    "DatasetTally",
-    "FileJournal",
-    "Journal",
-    "LostRequest",
-    "output_path",
-]
+__all__ = ["DatasetTally", "FileJournal", "Journal", "LostRequest"]
 
 
 class Journal(Protocol):
@@ -113,7 +103,7 @@ class FileJournal:
 
     def __init__(self, directory: Path, *, autoflush: bool = False) -> None:
         self.directory = directory
-        self.path = directory / JOURNAL_FILE
+        self.path = JobLayout(directory).journal
         self.autoflush = autoflush
         self.lost: list[LostRequest] = []
         self.repairs: list[str] = []
@@ -314,7 +304,7 @@ class FileJournal:
         for ds in datasets:
             if ds in self._outputs:
                 continue
-            path = output_path(self.directory, ds)
+            path = JobLayout(self.directory).output(ds)
             if not (path.exists() and path.stat().st_size > 0):
                 continue
             if _starts_with_paid_record(path):
@@ -339,7 +329,7 @@ class FileJournal:
         for ds in datasets:
             if ds in self._outputs:
                 continue
-            self._outputs[ds] = OutputFile(output_path(self.directory, ds), 0)
+            self._outputs[ds] = OutputFile(JobLayout(self.directory).output(ds), 0)
             # Durable before any record is written, so that a crash right after the
             # first record leaves an output file the journal knows (and can cut back).
             if self._fh is not None:

@@ -18,19 +18,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import IO, Any, Final, NotRequired, TypedDict
+from typing import IO, Any, NotRequired, TypedDict
 
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._format import decimal_str
 from provider_router._money import to_decimal
 from provider_router._types import JSONObject, Message
-from provider_router.jobs.store.journal import JOURNAL_FILE, FileJournal, output_path
+from provider_router.jobs.store._layout import JOURNAL_FILE, MERGE_REPORT_FILE, JobLayout
+from provider_router.jobs.store.journal import FileJournal
 
 __all__ = [
     "COMPLETE_FINISHES",
     "DatasetMerge",
     "ExportReport",
-    "MERGE_REPORT_FILE",
     "MergeReport",
     "OutputRecord",
     "OutputUsage",
@@ -191,9 +191,6 @@ def read_outputs(path: str | Path) -> Iterator[tuple[int, OutputRecord]]:
             yield lineno, record  # type: ignore[misc]
 
 
-MERGE_REPORT_FILE: Final = "merge.json"
-
-
 @dataclass
 class DatasetMerge:
     """What went into one merged dataset.
@@ -244,7 +241,7 @@ class MergeReport:
 
 def _committed_ids(directory: Path) -> dict[str, frozenset[str]]:
     """Open a job directory like a resume (repairing a crash); its done ids per dataset."""
-    if not (directory / JOURNAL_FILE).is_file():
+    if not JobLayout(directory).journal.is_file():
         raise DataFileError(directory, f"not a job directory: it has no {JOURNAL_FILE}")
     journal = FileJournal.open(directory)
     try:
@@ -257,10 +254,11 @@ def _check_out(out: Path, inputs: Sequence[Path], datasets: Sequence[str]) -> No
     resolved = out.resolve()
     if any(resolved == p.resolve() for p in inputs):
         raise ConfigurationError(f"--out {out} is one of the directories being merged")
-    if (out / MERGE_REPORT_FILE).exists():
+    layout = JobLayout(out)
+    if layout.merge_report.exists():
         return  # an earlier merge: its outputs are rewritten
     for ds in datasets:
-        path = output_path(out, ds)
+        path = layout.output(ds)
         if path.exists():
             raise ConfigurationError(
                 f"{path} exists and was not written by `provider-router merge`; "
@@ -292,7 +290,7 @@ def merge_outputs(inputs: Sequence[str | Path], out: str | Path) -> MergeReport:
         report.datasets[ds] = _merge_dataset(ds, dirs, committed, out_dir)
     tmp = out_dir / f".{MERGE_REPORT_FILE}.tmp"
     tmp.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    os.replace(tmp, out_dir / MERGE_REPORT_FILE)
+    os.replace(tmp, JobLayout(out_dir).merge_report)
     return report
 
 
@@ -301,14 +299,14 @@ def _merge_dataset(
 ) -> DatasetMerge:
     merged = DatasetMerge()
     seen: set[str] = set()
-    final = output_path(out, ds)
+    final = JobLayout(out).output(ds)
     tmp = final.with_name(f".{final.name}.tmp")
     with tmp.open("wb") as fh:
         for directory in dirs:
             done = committed[directory].get(ds)
             if not done:
                 continue
-            taken = _copy_records(output_path(directory, ds), ds, done, seen, merged, fh)
+            taken = _copy_records(JobLayout(directory).output(ds), ds, done, seen, merged, fh)
             merged.sources[str(directory)] = taken
         fh.flush()
         os.fsync(fh.fileno())

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from provider_router._exceptions import DataFileError
-from provider_router.jobs.batch_api.journal import BATCH_JOURNAL_FILE, BatchJournal
+from provider_router.jobs.batch_api.journal import BatchJournal
+from provider_router.jobs.store._layout import BATCH_JOURNAL_FILE
 
 RES = {"id": "r1", "units": 10, "key": "batch:ds", "owner": "h:1:x"}
 

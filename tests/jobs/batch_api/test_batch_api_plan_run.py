@@ -16,8 +16,9 @@ from _job_helpers import ledger_rows, ledger_spent, read_records, small_plan
 from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api_runner import batch_datasets, run_plan_batches
-from provider_router.jobs.observe.timeline import TIMELINE_FILE, read_timeline
+from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.runner import JobRunner
+from provider_router.jobs.store._layout import TIMELINE_FILE
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 

@@ -3,22 +3,29 @@ kills at each step, a results 402 and the top-up resume (real loopback sockets).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import re
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
-from _job_helpers import simulate_crash, times_submitted
+from _batch_api_helpers import (
+    K3,
+    MAX_TOKENS,
+    AbsurdBill,
+    FailedAfterLines,
+    FakeTime,
+    Job,
+    Killed,
+    PollEdits,
+    prompts,
+)
+from _job_helpers import simulate_crash
 
-from provider_router import MemoryLedger, ProviderPolicy
+from provider_router import MemoryLedger
 from provider_router._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -29,133 +36,13 @@ from provider_router._exceptions import (
     RequestTimeout,
 )
 from provider_router._http.session import HttpClient
-from provider_router.catalog.fetch import Catalog
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api.journal import BatchIntent, BatchJournal
 from provider_router.jobs.batch_api.lost import LIST_LAG_SECONDS, LOST_GRACE_SECONDS
-from provider_router.jobs.batch_api.route import BatchRouteResult, BatchRouteRun
+from provider_router.jobs.batch_api.route import BatchRouteRun
 from provider_router.jobs.batch_api.submit import MAX_UNSENT_SUBMITS
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.planning.prompts import Prompt
-from provider_router.routing.batch_endpoints import batch_route
-from provider_router.routing.ranking import Workload
-from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
-
-K3 = "moonshotai/kimi-k3"
-MAX_TOKENS = 200
-
-
-class Killed(BaseException):
-    """A kill -9 at a chosen point (BaseException: nothing in the route catches it)."""
-
-
-class FakeTime:
-    """One clock for the simulator (monotonic) and the client (wall), moved by sleeps."""
-
-    def __init__(self) -> None:
-        self.t = float(int(time.time()))  # the simulator's batches carry Unix times
-        self.sleeps: list[float] = []
-        self.hook: Callable[[], None] | None = None
-
-    def __call__(self) -> float:
-        return self.t
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.t += seconds
-        if self.hook is not None:
-            self.hook()
-        await asyncio.sleep(0)
-
-
-def prompts(n: int) -> list[Prompt]:
-    return [
-        Prompt(
-            f"p{i}",
-            [{"role": "user", "content": f"question {i}"}],
-            {"n": i},
-            Path("in.jsonl"),
-            i + 1,
-            location=i,
-        )
-        for i in range(n)
-    ]
-
-
-class Job:
-    def __init__(
-        self,
-        sim: SimulatorServer,
-        directory: Path,
-        ledger: MemoryLedger,
-        time: FakeTime,
-        http: HttpClient,
-        route: Any,
-    ) -> None:
-        self.sim, self.directory, self.ledger, self.time = sim, directory, ledger, time
-        self.http, self.route = http, route
-
-    def run(self, api: BatchApi | None = None, **options: Any) -> BatchRouteRun:
-        journal = FileJournal.open(self.directory)
-        return BatchRouteRun(
-            api=api or BatchApi(self.http),
-            ledger=self.ledger,
-            journal=journal,
-            directory=self.directory,
-            route=self.route,
-            params={"max_tokens": MAX_TOKENS},
-            clock=self.time,
-            sleep=self.time.sleep,
-            poll_initial=30.0,
-            poll_max=600.0,
-            **{"max_batch_requests": 5, **options},
-        )
-
-    async def go(
-        self, items: list[Prompt], api: BatchApi | None = None, **options: Any
-    ) -> BatchRouteResult:
-        runner = self.run(api, **options)
-        try:
-            return await runner.run({"ds": items})
-        finally:
-            runner.journal.close()
-            runner.close()
-
-    def outputs(self) -> list[str]:
-        path = self.directory / "ds.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line)["id"] for line in path.read_text().splitlines()]
-
-    def output_lines(self) -> list[str]:
-        return (self.directory / "ds.jsonl").read_text().splitlines()
-
-    def submitted(self) -> Counter[str]:
-        return times_submitted(self.directory, self.sim)
-
-    async def money_agrees(self) -> None:
-        self.sim.simulator.batches.settle_all()
-        state = await self.ledger.snapshot()
-        charged = self.sim.simulator.usage
-        assert state.reserved == 0
-        assert state.spent == charged, "ledger vs simulator, to the picodollar"
-
-
-@pytest_asyncio.fixture
-async def job(
-    openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], tmp_path: Path
-) -> AsyncIterator[Job]:
-    clock = FakeTime()
-    sim = await openrouter_sim_factory(speed=1.0, clock=clock, credits=50)
-    async with HttpClient(sim.url, DEFAULT_TEST_KEY) as http, Catalog(sim.url) as catalog:
-        listing = await catalog.batch_endpoints(K3)
-        route = batch_route(
-            listing,
-            ProviderPolicy(exclude_below="int4"),
-            Workload(prompt_tokens=20, completion_tokens=MAX_TOKENS),
-        )
-        async with MemoryLedger(Decimal(10)) as ledger:
-            yield Job(sim, tmp_path, ledger, clock, http, route)
 
 
 async def test_every_prompt_once_within_the_budget(job: Job) -> None:
@@ -349,24 +236,6 @@ async def test_a_kill_between_an_unsent_submits_release_and_its_journal_line_hol
     assert sorted(job.outputs()) == sorted(f"p{i}" for i in range(5))
     assert set(job.submitted().values()) == {1}
     await job.money_agrees()
-
-
-class PollEdits(BatchApi):
-    """Edits each batch object a poll reads (list items, and a GET by id)."""
-
-    def edit(self, batch: dict[str, Any]) -> None:
-        pass
-
-    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
-        page = await super().list_page(created_after, after)
-        for item in page["data"]:
-            self.edit(item)
-        return page
-
-    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
-        batch = await super().get(batch_id, **kw)
-        self.edit(batch)
-        return batch
 
 
 class KillAfterSubmit(BatchApi):
@@ -1063,17 +932,6 @@ async def test_an_answers_tool_calls_are_kept_in_the_output(job: Job) -> None:
         assert record["tools"] == tools
 
 
-class FailedAfterLines(PollEdits):
-    """A failed batch that reports lines completed (and, with ``cost``, what they cost)."""
-
-    cost: str | None = None
-
-    def edit(self, batch: dict[str, Any]) -> None:
-        if batch["status"] == "failed":
-            batch["request_counts"] = {"total": 5, "completed": 2, "failed": 3}
-            batch["usage"] = None if self.cost is None else {"cost": self.cost}
-
-
 @pytest.mark.parametrize("cost", [None, "0.0005"])
 async def test_a_failed_batch_that_ran_lines_is_not_taken_as_free(
     job: Job, cost: str | None
@@ -1108,22 +966,6 @@ def test_a_batch_endpoint_without_a_fixed_price_is_refused_up_front(job: Job) ->
             )
     finally:
         journal.close()
-
-
-class AbsurdBill(PollEdits):
-    """One line (``line``) or the batch's usage.cost (``batch``) says $1,000,000."""
-
-    where = "line"
-
-    async def results_page(self, batch_id: str, cursor: str | None, **kw: Any) -> dict[str, Any]:
-        page = await super().results_page(batch_id, cursor, **kw)
-        if self.where == "line" and page["data"]:
-            page["data"][0]["response"]["body"]["usage"]["cost"] = 1_000_000
-        return page
-
-    def edit(self, batch: dict[str, Any]) -> None:
-        if self.where == "batch" and batch.get("usage"):
-            batch["usage"]["cost"] = 1_000_000
 
 
 @pytest.mark.parametrize("where", ["line", "batch"])

@@ -9,13 +9,12 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from test_batch_api_route import (
+from _batch_api_helpers import (
     AbsurdBill,
     FailedAfterLines,
     Job,
     Killed,
     PollEdits,
-    job,
     prompts,
 )
 
@@ -27,8 +26,6 @@ from provider_router.jobs.batch_api.results import read_cost
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.testing.batch_api.state import BatchFaults
 from provider_router.testing.chat.synth import Lengths
-
-__all__ = ["job"]  # the route tests' fixture
 
 
 def _guard(job: Job, rounds: int = 400) -> None:

@@ -16,18 +16,17 @@ from html import unescape
 from pathlib import Path
 
 import pytest
+from _batch_api_helpers import Job, Killed, prompts
 from _job_helpers import ledger_spent, run_cli, write_prompts
 from _wire_server import Serve, answer, wire_fixture
-from test_batch_api_route import Job, Killed, job, prompts
 
 from provider_router._format import format_usd
 from provider_router._http.session import HttpClient
 from provider_router._money import from_units
-from provider_router.jobs.batch_api.journal import BATCH_JOURNAL_FILE, BatchIntent
+from provider_router.jobs.batch_api.journal import BatchIntent
 from provider_router.jobs.batch_api.result import BatchRouteResult
 from provider_router.jobs.observe.batch_summary import write_batch_summary
 from provider_router.jobs.observe.batch_view import (
-    BATCH_STATUS_FILE,
     MAX_TEXT,
     STATES,
     BatchView,
@@ -40,12 +39,13 @@ from provider_router.jobs.observe.batch_watch import BatchWatch
 from provider_router.jobs.observe.batch_words import batch_sentences
 from provider_router.jobs.observe.report import write_report
 from provider_router.jobs.observe.status import status_lines
+from provider_router.jobs.store._layout import BATCH_JOURNAL_FILE, BATCH_STATUS_FILE
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.planning.compare import BATCH_WINDOW_SECONDS
 from provider_router.planning.plan import Plan
 from provider_router.testing import SimulatorServer
 
-__all__ = ["job", "wire_fixture"]  # fixtures: the route's tests' job, the raw server
+__all__ = ["wire_fixture"]  # a fixture: the raw server
 
 Factory = Callable[..., Awaitable[SimulatorServer]]
 DAY = int(BATCH_WINDOW_SECONDS)

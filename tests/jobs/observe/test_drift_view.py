@@ -29,17 +29,13 @@ from hypothesis import strategies as st
 import provider_router as pr
 from provider_router.client.metrics import Metrics
 from provider_router.jobs import RunSummary, StopReason
-from provider_router.jobs.drift_history import DriftCheck, DriftHistory
+from provider_router.jobs.drift_history import DriftCheck, DriftHistory, verification_summary
 from provider_router.jobs.observe import drift_view
-from provider_router.jobs.observe.drift_view import (
-    read_drift_view,
-    verification_lines,
-    verification_summary,
-)
+from provider_router.jobs.observe.drift_view import read_drift_view, verification_lines
 from provider_router.jobs.observe.report import write_report
 from provider_router.jobs.observe.status import status_lines
-from provider_router.jobs.observe.timeline import TIMELINE_FILE
 from provider_router.jobs.runner import JobRunner
+from provider_router.jobs.store._layout import TIMELINE_FILE
 from provider_router.testing.server import DEFAULT_TEST_KEY
 
 

@@ -7,14 +7,14 @@ from decimal import Decimal
 
 from rich.console import Console
 
-from provider_router.jobs.observe.finish import (
+from provider_router.jobs.finish import (
     budget_to_finish,
     finish_hint,
     money_to_finish,
     plan_to_finish,
 )
 from provider_router.jobs.observe.live import dataset_eta, progress_lines, progress_table
-from provider_router.jobs.observe.snapshots import DatasetProgress, RunProgress
+from provider_router.jobs.snapshots import DatasetProgress, RunProgress
 from provider_router.jobs.summary import Counter, DatasetReport, RunSummary, StopReason
 
 

@@ -21,11 +21,12 @@ from _job_helpers import write_prompts
 
 from provider_router import ConfigurationError
 from provider_router.cli import main
-from provider_router.jobs.observe.report import CHARTS, REPORT_FILE, load_run, write_report
+from provider_router.jobs.observe.report import CHARTS, load_run, write_report
 from provider_router.jobs.observe.status import status_lines
-from provider_router.jobs.observe.timeline import TIMELINE_FILE, read_timeline
+from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store._journal_file import lock_directory, unlock
+from provider_router.jobs.store._layout import REPORT_FILE, TIMELINE_FILE
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from provider_router.jobs.observe._svg import PALETTE
-from provider_router.jobs.observe.report import REPORT_FILE, write_report
-from provider_router.jobs.observe.timeline import TIMELINE_FILE
+from provider_router.jobs.observe.report import write_report
+from provider_router.jobs.store._layout import REPORT_FILE, TIMELINE_FILE
 
 GAP = (110.0, 140.0)  # run 1 ends at t=110, run 2 starts at t=140: 30 s when nothing ran
 

@@ -13,7 +13,7 @@ import pytest
 from _job_helpers import ledger_spent, read_records, write_prompts
 
 from provider_router.jobs.runner import JobRunner
-from provider_router.jobs.store.account import ACCOUNT_FILE
+from provider_router.jobs.store._layout import ACCOUNT_FILE
 from provider_router.jobs.summary import StopReason
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer

@@ -27,7 +27,8 @@ from _job_helpers import (
 
 from provider_router import ConfigurationError, DataFileError
 from provider_router.jobs.runner import JobRunner
-from provider_router.jobs.store.journal import JOURNAL_FILE, FileJournal, output_path
+from provider_router.jobs.store._layout import JOURNAL_FILE, JobLayout
+from provider_router.jobs.store.journal import FileJournal
 from provider_router.jobs.summary import StopReason
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -44,7 +45,7 @@ def snapshot(out: Path) -> dict[str, bytes]:
 
 
 def paid_outputs(out: Path) -> list[dict[str, object]]:
-    return read_records(output_path(out, "p"))
+    return read_records(JobLayout(out).output("p"))
 
 
 def assert_nothing_paid_twice(out: Path, sim: SimulatorServer) -> None:
@@ -194,7 +195,7 @@ def test_a_paid_record_written_before_a_kill_is_kept_not_cut(tmp_path: Path) -> 
     assert j.claim("d", "a")
     assert j.claim("d", "b")
     j.flush()
-    with output_path(tmp_path, "d").open("ab") as fh:
+    with JobLayout(tmp_path).output("d").open("ab") as fh:
         fh.write(paid_record("d", "a", "gen-1"))  # the kill came before its done line
         fh.write(b'{"id": "b", "generation_id": "gen-2", "torn')
     simulate_crash(j)
@@ -208,7 +209,7 @@ def test_a_paid_record_written_before_a_kill_is_kept_not_cut(tmp_path: Path) -> 
     with FileJournal.open(tmp_path) as j:  # the adoption is in the journal now
         assert j.is_done("d", "a")
         assert j.repairs == []
-    assert read_records(output_path(tmp_path, "d"))[0]["generation_id"] == "gen-1"
+    assert read_records(JobLayout(tmp_path).output("d"))[0]["generation_id"] == "gen-1"
 
 
 def test_reading_a_journal_writes_nothing_until_it_begins(tmp_path: Path) -> None:
@@ -216,7 +217,7 @@ def test_reading_a_journal_writes_nothing_until_it_begins(tmp_path: Path) -> Non
     j.prepare(["d"])
     assert j.claim("d", "a")
     j.flush()
-    with output_path(tmp_path, "d").open("ab") as fh:
+    with JobLayout(tmp_path).output("d").open("ab") as fh:
         fh.write(b'{"id": "x", "torn')
     simulate_crash(j)
     with (tmp_path / JOURNAL_FILE).open("ab") as fh:
@@ -234,7 +235,7 @@ def test_reading_a_journal_writes_nothing_until_it_begins(tmp_path: Path) -> Non
     entries = [json.loads(line) for line in (tmp_path / JOURNAL_FILE).read_text().splitlines()]
     ops = [e["op"] for e in entries]
     assert ops[-4:] == ["run", "lost", "ledger", "stop"]
-    assert output_path(tmp_path, "d").read_bytes() == b""
+    assert JobLayout(tmp_path).output("d").read_bytes() == b""
 
 
 def test_a_run_refused_for_its_key_or_policy_writes_nothing(
@@ -338,7 +339,7 @@ def test_paid_records_after_a_torn_line_are_cut_and_said(tmp_path: Path) -> None
     for pid in "abc":
         assert j.claim("d", pid)
     j.flush()
-    with output_path(tmp_path, "d").open("ab") as fh:
+    with JobLayout(tmp_path).output("d").open("ab") as fh:
         fh.write(paid_record("d", "a", "gen-1"))
         fh.write(b'{"id": "b", "torn"\n')  # not a record: adoption stops here
         fh.write(paid_record("d", "c", "gen-3"))
@@ -348,4 +349,4 @@ def test_paid_records_after_a_torn_line_are_cut_and_said(tmp_path: Path) -> None
         assert not j.is_done("d", "c")
         (note,) = [n for n in j.repairs if n.startswith("cut ")]
         assert "among them 1 record(s) with a generation id" in note
-    assert [r["id"] for r in read_records(output_path(tmp_path, "d"))] == ["a"]
+    assert [r["id"] for r in read_records(JobLayout(tmp_path).output("d"))] == ["a"]

@@ -12,7 +12,8 @@ from _job_helpers import simulate_crash
 
 from provider_router import ConfigurationError, DataFileError
 from provider_router.jobs.store import journal as journal_module
-from provider_router.jobs.store.journal import JOURNAL_FILE, FileJournal, output_path
+from provider_router.jobs.store._layout import JOURNAL_FILE, JobLayout
+from provider_router.jobs.store.journal import FileJournal
 
 
 def record(ds: str, pid: str, text: str = "reply") -> bytes:
@@ -35,7 +36,7 @@ def complete(
 
 
 def output_ids(directory: Path, ds: str) -> list[str]:
-    path = output_path(directory, ds)
+    path = JobLayout(directory).output(ds)
     if not path.exists():
         return []
     return [json.loads(line)["id"] for line in path.read_bytes().splitlines()]
@@ -107,7 +108,7 @@ def test_torn_last_line_is_repaired(tmp_path: Path) -> None:
 def test_output_written_without_its_done_line_is_cut(tmp_path: Path) -> None:
     with FileJournal.open(tmp_path) as j:
         complete(j, "d", "a")
-    with output_path(tmp_path, "d").open("ab") as fh:
+    with JobLayout(tmp_path).output("d").open("ab") as fh:
         fh.write(record("d", "b"))
         fh.write(b'{"id": "c", "partial')
     with FileJournal.open(tmp_path) as j:
@@ -142,7 +143,7 @@ def test_output_shorter_than_journal_revokes_the_lost_records(tmp_path: Path) ->
     with FileJournal.open(tmp_path) as j:
         for pid in "abcd":
             complete(j, "d", pid, out=10, cost=100)
-    out = output_path(tmp_path, "d")
+    out = JobLayout(tmp_path).output("d")
     keep = len(record("d", "a")) + len(record("d", "b")) + 5  # c is torn, d is gone
     out.write_bytes(out.read_bytes()[:keep])
     with FileJournal.open(tmp_path) as j:
@@ -163,7 +164,7 @@ def test_output_shorter_than_journal_revokes_the_lost_records(tmp_path: Path) ->
 def test_deleted_output_file_reruns_everything(tmp_path: Path) -> None:
     with FileJournal.open(tmp_path) as j:
         complete(j, "d", "a")
-    output_path(tmp_path, "d").unlink()
+    JobLayout(tmp_path).output("d").unlink()
     with FileJournal.open(tmp_path) as j:
         assert not j.is_done("d", "a")
         assert j.tally("d").completed == 0
@@ -200,7 +201,7 @@ def test_done_twice_is_reported(tmp_path: Path) -> None:
 
 
 def test_foreign_output_file_is_refused_before_spending(tmp_path: Path) -> None:
-    output_path(tmp_path, "d").write_text('{"id": "someone else"}\n')
+    JobLayout(tmp_path).output("d").write_text('{"id": "someone else"}\n')
     with FileJournal.open(tmp_path) as j, pytest.raises(ConfigurationError, match="never wrote"):
         j.prepare(["d"])
 
@@ -208,7 +209,7 @@ def test_foreign_output_file_is_refused_before_spending(tmp_path: Path) -> None:
 def test_buffered_writes_are_invisible_until_flush(tmp_path: Path) -> None:
     with FileJournal.open(tmp_path) as j:
         complete(j, "d", "a")
-        assert not output_path(tmp_path, "d").exists() or output_ids(tmp_path, "d") == []
+        assert not JobLayout(tmp_path).output("d").exists() or output_ids(tmp_path, "d") == []
         j.flush()
         assert output_ids(tmp_path, "d") == ["a"]
 

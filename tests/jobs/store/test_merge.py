@@ -11,9 +11,9 @@ import pytest
 from provider_router import ConfigurationError, DataFileError
 from provider_router._money import to_units
 from provider_router.cli import main
+from provider_router.jobs.store._layout import MERGE_REPORT_FILE
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.jobs.store.outputs import (
-    MERGE_REPORT_FILE,
     encode_record,
     make_record,
     merge_outputs,

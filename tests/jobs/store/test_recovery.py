@@ -11,7 +11,8 @@ from typing import Any
 from _job_helpers import simulate_crash
 
 from provider_router import MemoryLedger, Router, SQLiteLedger
-from provider_router.jobs.store.journal import JOURNAL_FILE, FileJournal
+from provider_router.jobs.store._layout import JOURNAL_FILE
+from provider_router.jobs.store.journal import FileJournal
 from provider_router.jobs.store.recovery import apply_budget, journal_repairs, reconcile_crashed
 from provider_router.testing import DEFAULT_TEST_KEY
 

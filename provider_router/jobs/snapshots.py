@@ -1,30 +1,30 @@
 """A run seen from outside: progress snapshots while it runs, its summary at the end.
 
-Both read the state the dispatcher and the outcomes keep (datasets, counters, the
-stop switch) and never change it:
-
-* :func:`progress_snapshot` is polled by the live display and the timeline a few
-  times a second, so it only reads counters already kept.
-* :func:`summarize` is built once, after the last request finished: the money still
-  needed to finish each dataset at the observed rates, what budget would cover it,
-  and the hint the summary gives when money stopped the run.
+The run's own records (the runner, the Ray driver and every view read them), built
+from the state the dispatcher and the outcomes keep, never changing it.
+:func:`progress_snapshot` is polled a few times a second, so it only reads counters;
+:func:`summarize` is built once after the last request (what finishing would cost, what
+budget covers it); observers add their views before it is written.
+:class:`BatchSampled` is the Batch API route seen the same way.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from provider_router._money import from_units
+from provider_router.client.metrics import Metrics
 from provider_router.client.router import Router
+from provider_router.jobs.batch_api.journal import BatchJournal
 from provider_router.jobs.dispatch import Dispatcher
-from provider_router.jobs.observe.batch_view import BatchView
-from provider_router.jobs.observe.batch_words import batch_sentences
-from provider_router.jobs.observe.finish import budget_to_finish, finish_hint, plan_to_finish
+from provider_router.jobs.finish import budget_to_finish, finish_hint, plan_to_finish
 from provider_router.jobs.outcomes import Outcomes
+from provider_router.jobs.store.journal import FileJournal
 from provider_router.jobs.summary import (
     Counter,
     DatasetReport,
@@ -32,9 +32,9 @@ from provider_router.jobs.summary import (
     StopReason,
     disputed_line,
 )
-from provider_router.ledger import LedgerState
+from provider_router.ledger import Ledger, LedgerState
 
-__all__ = ["DatasetProgress", "RunProgress", "progress_snapshot", "summarize"]
+__all__ = ["BatchSampled", "DatasetProgress", "RunProgress", "progress_snapshot", "summarize"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ class RunProgress:
     errors: int = 0
     waiting_for_budget: int = 0
     to_finish: Decimal | None = None
-    """USD still to spend to finish the plan (:mod:`provider_router.jobs.observe.finish`)."""
+    """USD still to spend to finish the plan (:mod:`provider_router.jobs.finish`)."""
 
 
 def progress_snapshot(
@@ -156,11 +156,8 @@ def summarize(
     recovered: list[str],
     preflight: Decimal,
     disputes: list[dict[str, Any]] | None = None,
-    batches: BatchView | None = None,
 ) -> RunSummary:
-    """The run's summary (``started``: its monotonic start; ``preflight``: USD it cost;
-    ``batches``: the job's Batch API route, if it has one)."""
-    now = time.time()
+    """The run's summary (``started``: its monotonic start; ``preflight``: USD it cost)."""
     reports = []
     for ds in dispatcher.datasets:
         reports.append(
@@ -214,6 +211,84 @@ def summarize(
         in_flight=len(dispatcher.tasks) - waiting,
         waiting_for_budget=waiting,
         cache_saved=router.cache_saved if router is not None else Decimal(0),
-        batches=None if batches is None else batches.to_json(now),
-        batch_sentences=[] if batches is None else batch_sentences(batches, now),
     )
+
+
+class BatchSampled:
+    """The Batch API route as its observers see it (an
+    :class:`~provider_router.jobs.events.ObservedRun`).
+
+    A batch-only run has no sync runner to sample: this is what the timeline reads
+    instead. Its figures are the job's ledger (refreshed by whoever reads it), each
+    batch-route dataset's completions, tokens and cost over every run (the output
+    journal's tallies) and, as in flight, the lines of its live batches.
+
+    Args:
+        directory: the job directory.
+        budget: the plan's budget (the limit shown before the ledger is read).
+        ledger: the job's ledger.
+        journal: the output journal the route writes through.
+        batches: the route's batch journal (its live batches' lines are in flight).
+        datasets: per batch-route dataset, (prompts it will complete at most, its
+            output-token target).
+        metrics: the run's Prometheus metrics, if served.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        budget: Decimal,
+        ledger: Ledger,
+        journal: FileJournal,
+        batches: BatchJournal,
+        datasets: Mapping[str, tuple[int | None, int | None]],
+        metrics: Metrics | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.out = Path(directory)
+        self.budget = budget
+        self.ledger: Ledger | None = ledger
+        self.ledger_state: LedgerState | None = None
+        self._journal = journal
+        self._batches = batches
+        self._datasets = dict(datasets)
+        self._metrics = metrics
+        self._monotonic = monotonic
+        self._started = monotonic()
+
+    @property
+    def metrics(self) -> Metrics | None:
+        return self._metrics
+
+    def progress(self) -> RunProgress:
+        """A snapshot of the batch route now (cheap: counters already kept)."""
+        live: dict[str, int] = {}
+        for intent in self._batches:
+            if intent.live:
+                live[intent.dataset] = live.get(intent.dataset, 0) + len(intent.prompt_ids)
+        datasets = []
+        for name, (total, target) in self._datasets.items():
+            tally = self._journal.tally(name)
+            in_flight = live.get(name, 0)
+            datasets.append(
+                DatasetProgress(
+                    name=name,
+                    completed=tally.completed,
+                    total=total,
+                    output_tokens=tally.output_tokens,
+                    target_output_tokens=target,
+                    in_flight=in_flight,
+                    cost=from_units(tally.cost_units),
+                    run=Counter(),
+                    finished=not in_flight and total is not None and tally.completed >= total,
+                )
+            )
+        return RunProgress(
+            datasets=tuple(datasets),
+            elapsed=self._monotonic() - self._started,
+            ledger=self.ledger_state,
+            in_flight=sum(live.values()),
+            stopping=None,
+            to_finish=plan_to_finish(datasets)[1],
+        )

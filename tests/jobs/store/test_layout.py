@@ -1,0 +1,46 @@
+"""The job directory's file names, each defined once, are the names runs have always used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from provider_router.jobs.store._layout import JobLayout
+
+OUT = Path("runs/b3")
+
+
+@pytest.mark.parametrize(
+    ("where", "name"),
+    [
+        ("journal", "journal.jsonl"),
+        ("ledger", "ledger.sqlite"),
+        ("account", "account.json"),
+        ("merge_report", "merge.json"),
+        ("verify", "verify.json"),
+        ("batch_journal", "batches.jsonl"),
+        ("batch_status", "batch_status.json"),
+        ("batches_report", "batches.json"),
+        ("not_in_inputs", "not_in_inputs.jsonl"),
+        ("summary", "summary.json"),
+        ("timeline", "timeline.ndjson"),
+        ("report", "report.html"),
+    ],
+)
+def test_each_file_keeps_its_name(where: str, name: str) -> None:
+    assert getattr(JobLayout(OUT), where) == OUT / name
+
+
+def test_a_datasets_outputs_are_its_name_dot_jsonl() -> None:
+    assert JobLayout(OUT).output("train") == OUT / "train.jsonl"
+
+
+def test_no_two_files_share_a_name() -> None:
+    layout = JobLayout(OUT)
+    names = [
+        getattr(layout, attr)
+        for attr in dir(JobLayout)
+        if isinstance(getattr(JobLayout, attr), property)
+    ]
+    assert len(names) == len(set(names)) == 12
