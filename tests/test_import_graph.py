@@ -133,8 +133,11 @@ STAGES = (
     "cli",
 )
 # Inside jobs/: the job directory is the floor, the Batch API route stands on it, the
-# runner on both, and what an operator sees on top of all three.
-JOB_STAGES = ("store", "batch_api", "", "observe")
+# runner on both, what an operator sees on top of all three, and run_plan (jobs/run.py,
+# and the package's lazy re-exports) on top of everything: it wires the runner to its
+# observers, as `provider-router run` does.
+JOB_STAGES = ("store", "batch_api", "", "observe", "run")
+_JOBS_TOP = ("provider_router.jobs", "provider_router.jobs.run")
 # Edges that still run up, each to be cut (the runner writes its own report and timeline).
 KNOWN_UPWARD = {
     ("provider_router.jobs.batch_api_runner", "provider_router.jobs.observe.batch_timeline"),
@@ -163,6 +166,8 @@ _FOLDERS = {f"provider_router.{p.name}" for p in PACKAGE.iterdir() if (p / "__in
 
 
 def _job_stage(module: str) -> int:
+    if module in _JOBS_TOP:
+        return JOB_STAGES.index("run")
     parts = module.split(".")
     inner = parts[2] if len(parts) > 3 and parts[2] in JOB_STAGES else ""
     return JOB_STAGES.index(inner)
@@ -211,6 +216,10 @@ def test_the_stage_check_sees_an_upward_import() -> None:
     assert _stage("provider_router.planning.plan") == _stage("provider_router.checks.verify")
     assert _job_stage("provider_router.jobs.store.journal") < _job_stage(
         "provider_router.jobs.runner"
+    )
+    assert _job_stage("provider_router.jobs.observe.live") < _job_stage("provider_router.jobs.run")
+    assert _job_stage("provider_router.jobs.runner") < _job_stage(
+        "provider_router.jobs.observe.live"
     )
 
 

@@ -5,7 +5,7 @@
 
 * **An answer** is written as an output record into the journal (which also
   counts it in the dataset's tally) and counted in the dataset's and the
-  provider's :class:`~provider_router.jobs.summary.Counter`. The journal is
+  provider's :class:`~provider_router.jobs.counter.Counter`. The journal is
   flushed once per event-loop turn, so a burst of completions costs two writes.
   An answer the router quarantined (a policy violation) is never accepted as
   data: the prompt runs again.
@@ -45,11 +45,12 @@ from provider_router._log import get_logger
 from provider_router._money import to_units
 from provider_router._types import JSONObject
 from provider_router.client.results import ChatResult
+from provider_router.jobs.counter import Counter
 from provider_router.jobs.datasets import DatasetRun
 from provider_router.jobs.drift import DriftWatch
 from provider_router.jobs.store.journal import Journal
 from provider_router.jobs.store.outputs import encode_record, make_record
-from provider_router.jobs.summary import Counter, StopReason
+from provider_router.jobs.summary import StopReason
 from provider_router.planning.prompts import Prompt
 
 __all__ = ["Control", "Outcomes"]

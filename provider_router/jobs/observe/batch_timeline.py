@@ -20,10 +20,10 @@ from pathlib import Path
 from provider_router._money import from_units
 from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.journal import BatchJournal
+from provider_router.jobs.counter import Counter
 from provider_router.jobs.observe.finish import plan_to_finish
 from provider_router.jobs.observe.snapshots import DatasetProgress, RunProgress
 from provider_router.jobs.store.journal import FileJournal
-from provider_router.jobs.summary import Counter
 from provider_router.ledger import Ledger, LedgerState
 
 __all__ = ["BatchSampled"]

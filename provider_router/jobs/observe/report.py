@@ -42,9 +42,9 @@ from provider_router.jobs.observe import _svg
 from provider_router.jobs.observe.batch_view import BatchView, read_batch_view
 from provider_router.jobs.observe.batch_words import batch_table
 from provider_router.jobs.observe.drift_view import DriftView, drift_section, read_drift_view
+from provider_router.jobs.observe.finish import finish_words
 from provider_router.jobs.observe.timeline import TIMELINE_FILE, read_timeline
 from provider_router.jobs.store._journal_file import lock_held
-from provider_router.jobs.summary import finish_words
 
 __all__ = ["CHARTS", "REPORT_FILE", "RunData", "load_run", "render_report", "write_report"]
 

@@ -20,18 +20,13 @@ from typing import Any
 
 from provider_router._money import from_units
 from provider_router.client.router import Router
+from provider_router.jobs.counter import Counter
 from provider_router.jobs.dispatch import Dispatcher
 from provider_router.jobs.observe.batch_view import BatchView
 from provider_router.jobs.observe.batch_words import batch_sentences
 from provider_router.jobs.observe.finish import budget_to_finish, finish_hint, plan_to_finish
 from provider_router.jobs.outcomes import Outcomes
-from provider_router.jobs.summary import (
-    Counter,
-    DatasetReport,
-    RunSummary,
-    StopReason,
-    disputed_line,
-)
+from provider_router.jobs.summary import DatasetReport, RunSummary, StopReason, disputed_line
 from provider_router.ledger import LedgerState
 
 __all__ = ["DatasetProgress", "RunProgress", "progress_snapshot", "summarize"]

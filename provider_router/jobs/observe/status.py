@@ -27,9 +27,9 @@ from provider_router.jobs.batch_api.journal import BATCH_JOURNAL_FILE
 from provider_router.jobs.observe.batch_view import BATCH_STATUS_FILE, read_batch_view
 from provider_router.jobs.observe.batch_words import batch_sentences
 from provider_router.jobs.observe.drift_view import drift_status_lines, read_drift_view
+from provider_router.jobs.observe.finish import finish_words
 from provider_router.jobs.observe.timeline import TIMELINE_FILE, read_timeline
 from provider_router.jobs.store._journal_file import lock_held
-from provider_router.jobs.summary import finish_words
 
 __all__ = ["status_lines"]
 
@@ -116,9 +116,10 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
     )
     lines = []
     if finished and summary is not None:
-        lines.append(
-            f"{directory}: finished: {summary.get('reason')} (exit code {summary.get('exit_code')})"
-        )
+        # The exit code is the command's: a run from Python (run_plan) has none.
+        code = summary.get("exit_code")
+        said = "" if code is None else f" (exit code {code})"
+        lines.append(f"{directory}: finished: {summary.get('reason')}{said}")
         if summary.get("message"):
             lines.append(f"  {summary['message']}")
     else:
