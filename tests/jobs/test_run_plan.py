@@ -7,6 +7,7 @@ library prints nothing, and what a caller wants to see it plugs in through hooks
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from decimal import Decimal
@@ -26,6 +27,7 @@ from provider_router.jobs import (
     StopReason,
     run_plan,
 )
+from provider_router.jobs.observe.status import status_lines
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
@@ -72,6 +74,7 @@ async def test_a_plan_runs_to_completion_with_run_plan_alone(
     saved = json.loads((out / "summary.json").read_text())
     assert saved["reason"] == "complete"
     assert "exit_code" not in saved, "the exit code is the command's, not the library's"
+    assert status_lines(out, now=time.time())[0] == f"{out}: finished: complete"
     assert capsys.readouterr() == ("", ""), "the library prints nothing"
     again = await run(plan(tmp_path), out, sim)
     assert again.reason is StopReason.COMPLETE
