@@ -7,6 +7,7 @@ catch "my mistake" apart from "the world's"::
     ProviderRouterError
     ├── ConfigurationError (ValueError)      misuse: bad argument, option or setting
     │   ├── DataFileError                    a data file is wrong; names file and line
+    │   ├── JobRefused                       a run refused before anything is sent or written
     │   └── MissingDependencyError (ImportError)
     │                                        an optional extra is not installed
     ├── APIError                             talking to OpenRouter failed
@@ -63,6 +64,7 @@ __all__ = [
     "CreditsExhausted",
     "DataFileError",
     "InvalidResponseError",
+    "JobRefused",
     "JobStopped",
     "LedgerUnavailableError",
     "LedgerWriteError",
@@ -105,6 +107,12 @@ class DataFileError(ConfigurationError):
         self.detail = message
         where = f"{self.path}:{line}" if line is not None else str(self.path)
         super().__init__(f"{where}: {message}")
+
+
+class JobRefused(ConfigurationError):
+    """A run cannot start with what it was given: a prompt file missing or without a
+    usable line, a job directory it may not write, no API key, options that do not fit
+    the plan. Raised before anything is sent or written; the message says what to change."""
 
 
 class MissingDependencyError(ConfigurationError, ImportError):

@@ -133,8 +133,11 @@ STAGES = (
     "cli",
 )
 # Inside jobs/: the job directory is the floor, the Batch API route stands on it, the
-# runner on both, and what an operator sees on top of all three.
-JOB_STAGES = ("store", "batch_api", "", "observe")
+# runner on both, what an operator sees on top of all three, and run_plan (jobs/run.py,
+# and the package's lazy re-exports) on top of everything: it wires the runner to its
+# observers, as `provider-router run` does.
+JOB_STAGES = ("store", "batch_api", "", "observe", "run")
+_JOBS_TOP = ("provider_router.jobs", "provider_router.jobs.run")
 
 
 def _stage(module: str) -> int | None:
@@ -153,9 +156,8 @@ _FOLDERS = {f"provider_router.{p.name}" for p in PACKAGE.iterdir() if (p / "__in
 
 
 def _job_stage(module: str) -> int:
-    if module == "provider_router.jobs":
-        # The public namespace (lazy re-exports) stands on every stage of its folder.
-        return len(JOB_STAGES)
+    if module in _JOBS_TOP:
+        return JOB_STAGES.index("run")
     parts = module.split(".")
     inner = parts[2] if len(parts) > 3 and parts[2] in JOB_STAGES else ""
     return JOB_STAGES.index(inner)
@@ -200,7 +202,10 @@ def test_the_stage_check_sees_an_upward_import() -> None:
     assert _job_stage("provider_router.jobs.store.journal") < _job_stage(
         "provider_router.jobs.runner"
     )
-    assert _job_stage("provider_router.jobs.observe.report") < _job_stage("provider_router.jobs")
+    assert _job_stage("provider_router.jobs.observe.live") < _job_stage("provider_router.jobs.run")
+    assert _job_stage("provider_router.jobs.runner") < _job_stage(
+        "provider_router.jobs.observe.live"
+    )
 
 
 def test_no_folder_holds_more_than_25_modules() -> None:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from provider_router import __version__
-from provider_router._exceptions import ProviderRouterError
+from provider_router._exceptions import JobRefused, ProviderRouterError
 from provider_router.cli._errors import UsageError, describe_failure
 from provider_router.cli._logging import configure_logging, report_events
 
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
         code: int = handler(args)
         # Flushed here, where a reader that left (`| head`) is still ours to handle.
         sys.stdout.flush()
-    except UsageError as exc:
+    except (UsageError, JobRefused) as exc:
         # A mistake in what we were asked to do, caught before anything was sent.
         _error(str(exc))
         return EXIT_USAGE

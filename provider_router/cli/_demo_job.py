@@ -21,9 +21,11 @@ from typing import Final, TextIO, cast
 from rich.console import Console
 
 from provider_router.catalog.records import ModelEndpoints
+from provider_router.cli._exit_codes import exit_code
 from provider_router.cli._logging import report_events
 from provider_router.cli._project_render import render_projection
 from provider_router.jobs.observe.live import show_progress
+from provider_router.jobs.observe.summary_view import render_summary
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import RunSummary, StopReason
 from provider_router.planning.plan import Plan
@@ -102,7 +104,7 @@ async def _run(
             display.cancel()
             await asyncio.gather(display, return_exceptions=True)
         summaries.append(summary)
-        summary.render(console)
+        render_summary(summary, console)
         report_events()  # this run's events, counted by kind, under its own tables
         if summary.reason is not StopReason.CREDITS or attempt == 2:
             break
@@ -139,4 +141,4 @@ async def run_reference_job(
             f"Runs: {stops}. Spent ${final.spent:.4f} in total (projected ${projected:.4f}); "
             f"outputs in {job if out is not None else 'a temporary directory'}"
         )
-        return 0 if final.reason is StopReason.COMPLETE else final.exit_code
+        return 0 if final.reason is StopReason.COMPLETE else exit_code(final.reason)

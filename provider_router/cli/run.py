@@ -28,44 +28,42 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import shlex
 import signal
 import sys
-import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from rich.console import Console
 
 from provider_router._collector import tune_for_process
-from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import ConfigurationError, PreflightFailed
 from provider_router._format import decimal_str
 from provider_router.cli._errors import UsageError, as_usage
+from provider_router.cli._exit_codes import exit_code, note_exit_code
 from provider_router.cli._logging import report_events
 from provider_router.cli._options import PRECISIONS, budget_usd, parse_count, positive_count
 from provider_router.cli._render import make_console
 from provider_router.cli.preflight import print_report
 from provider_router.client.metrics import Metrics
-from provider_router.jobs.batch_api.lost import LOST_GRACE_SECONDS
-from provider_router.jobs.batch_api_runner import (
-    batch_datasets,
-    describe,
-    run_plan_batches,
-    without_datasets,
+from provider_router.jobs import (
+    BatchOptions,
+    BatchPart,
+    JobRunner,
+    RunHooks,
+    RunSummary,
+    StopReason,
+    run_plan_sync,
 )
 from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY
-from provider_router.jobs.observe.batch_summary import write_batch_summary
-from provider_router.jobs.observe.batch_watch import BatchWatch
+from provider_router.jobs.inputs import check_run
 from provider_router.jobs.observe.drift_view import verification_lines
-from provider_router.jobs.observe.live import show_progress
-from provider_router.jobs.runner import JobRunner
-from provider_router.jobs.store._layout import LEDGER_FILE
-from provider_router.jobs.summary import EXIT_CODES, RunSummary, StopReason
-from provider_router.ledger import RedisLedger, SQLiteLedger
+from provider_router.jobs.observe.live import ProgressMode, show_progress
+from provider_router.jobs.observe.summary_view import render_summary
+from provider_router.jobs.run import added_budget
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ledger.redis import DEFAULT_LEASE
 from provider_router.planning.plan import (
@@ -74,23 +72,10 @@ from provider_router.planning.plan import (
     Plan,
     load_plan,
 )
-from provider_router.planning.prompts import PromptReader
-from provider_router.routing.policy import ProviderPolicy
 
-__all__ = [
-    "added_budget",
-    "check_inputs",
-    "check_out",
-    "combined_exit",
-    "open_shared_ledger",
-    "plan_from_args",
-    "register",
-    "resume_command",
-    "run_batch",
-]
+__all__ = ["plan_from_args", "register", "resume_command"]
 
-
-T = TypeVar("T")
+_BATCH = BatchOptions()
 
 
 def _seconds(value: str) -> float:
@@ -192,7 +177,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--batch-poll",
         type=_seconds,
-        default=5.0,
+        default=_BATCH.poll,
         metavar="S",
         help="route: batch datasets: seconds before the first poll of a batch (doubles up "
         "to 300 while nothing changes; default 5)",
@@ -200,14 +185,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--batch-size",
         type=positive_count,
-        default=5000,
+        default=_BATCH.size,
         metavar="N",
         help="route: batch datasets: requests per batch (at most 5,000, the Batch API's limit)",
     )
     parser.add_argument(
         "--batch-lost-grace",
         type=_seconds,
-        default=float(LOST_GRACE_SECONDS),
+        default=_BATCH.lost_grace,
         metavar="S",
         help="route: batch datasets: seconds after a submit whose answer was lost (and "
         "that may have reached OpenRouter) before its prompts go again if no listed batch "
@@ -327,41 +312,77 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     return plan
 
 
-async def open_shared_ledger(
-    url: str,
-    name: str,
-    budget: Decimal,
-    *,
-    lease: float = DEFAULT_LEASE,
-    outage_window: float = DEFAULT_OUTAGE_WINDOW,
-) -> RedisLedger:
-    """The Redis ledger ``name``: created with ``budget`` as its limit if it is new.
-
-    An existing ledger keeps its limit here; the runner then raises or lowers it
-    to the plan's budget (as a resume with another ``--budget`` does), so every
-    process sharing it should be given the same budget.
-    """
-    ledger = RedisLedger(url, name, lease=lease, outage_window=outage_window)
+def _handle(args: argparse.Namespace) -> int:
+    if args.workers_share is not None:
+        raise UsageError(
+            "--workers-share was removed with the Redis-streams fleet: run the plan on Ray "
+            "with --ray [ADDRESS] --ledger URL --ledger-name NAME (docs/workers.md)"
+        )
+    with as_usage():
+        plan = plan_from_args(args)
+    if args.add_budget is not None and args.budget is not None:
+        raise UsageError("give --budget or --add-budget, not both")
+    if args.add_budget is None and plan.budget is None:
+        raise UsageError("--budget USD is required (or `budget:` in the plan file)")
+    # The library checks the rest before --out is made (jobs/inputs.py): what it
+    # refuses (JobRefused) is a usage error, exit 2, as these are.
+    if args.ray is not None:
+        return _handle_ray(args, plan)
+    console = make_console(sys.stderr)
+    metrics = None if args.metrics_port is None else Metrics()
     try:
-        if await ledger.exists():
-            return ledger
-    except BaseException:
-        await ledger.close()
-        raise
-    # A new ledger: the first process sets its limit (processes starting together
-    # with the same budget all may; a different budget is refused by Redis).
-    await ledger.close()
-    return RedisLedger(url, name, budget, lease=lease, outage_window=outage_window)
+        outcome = run_plan_sync(
+            plan,
+            args.out,
+            base_url=args.base_url,
+            add_budget=args.add_budget,
+            strict=args.strict,
+            preflight=not args.no_preflight,
+            verify=args.verify,
+            verify_every=args.verify_every,
+            account_horizon=args.own_key,
+            lease=args.lease,
+            outage_window=args.outage_window,
+            batch=BatchOptions(
+                poll=args.batch_poll,
+                size=args.batch_size,
+                lost_grace=args.batch_lost_grace,
+                accept_disputed=args.batch_accept_disputed,
+            ),
+            metrics=metrics,
+            hooks=RunHooks(
+                on_start=lambda: _serve_metrics(args, metrics),
+                on_batch_line=None if args.progress == "off" else _say,
+                on_batch_done=lambda part: _batch_done(args, part),
+                around_sync=lambda runner: _watched(
+                    runner, console, args.progress, own_process=args.own_process
+                ),
+            ),
+        )
+    except PreflightFailed as exc:
+        return _preflight_failed(exc)
+    finally:
+        if metrics is not None:
+            metrics.close()
+    last = outcome.summary or (outcome.batch.summary if outcome.batch is not None else None)
+    if last is not None:
+        note_exit_code(JobLayout(Path(args.out)).summary)
+    if outcome.summary is not None:
+        _report(args, outcome.summary, make_console())
+    return exit_code(outcome.reason)
 
 
-async def run_batch(
-    runner: JobRunner,
-    *,
-    console: Console,
-    progress: str = "auto",
-    install_signals: bool = True,
-) -> RunSummary:
-    """Run with a progress display; the first Ctrl-C stops, the second abandons."""
+@contextlib.asynccontextmanager
+async def _watched(
+    runner: JobRunner, console: Console, progress: ProgressMode, *, own_process: bool
+) -> AsyncIterator[None]:
+    """The sync route's run with a progress display; the first Ctrl-C stops, the
+    second abandons."""
+    if own_process:
+        # Thousands of requests in flight for hours: the young generation is
+        # collected ten times less often, the start-up heap never walked again
+        # (docs/performance.md, "the command line's collector").
+        tune_for_process()
     loop = asyncio.get_running_loop()
     interrupts = 0
 
@@ -378,140 +399,46 @@ async def run_batch(
             console.print("Abandoning requests in flight…")
             runner.abandon()
 
-    if install_signals:
-        loop.add_signal_handler(signal.SIGINT, on_interrupt)
-        loop.add_signal_handler(signal.SIGTERM, on_interrupt)
-    display = asyncio.ensure_future(show_progress(runner, console, progress))  # type: ignore[arg-type]
+    loop.add_signal_handler(signal.SIGINT, on_interrupt)
+    loop.add_signal_handler(signal.SIGTERM, on_interrupt)
+    display = asyncio.ensure_future(show_progress(runner, console, progress))
     try:
-        return await runner.run()
+        yield
     finally:
         display.cancel()
         await asyncio.gather(display, return_exceptions=True)
-        if install_signals:
-            loop.remove_signal_handler(signal.SIGINT)
-            loop.remove_signal_handler(signal.SIGTERM)
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
-def _run_loop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    try:
-        import uvloop
-
-        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:  # pragma: no cover
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(main())
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
-def _handle(args: argparse.Namespace) -> int:
-    if args.workers_share is not None:
-        raise UsageError(
-            "--workers-share was removed with the Redis-streams fleet: run the plan on Ray "
-            "with --ray [ADDRESS] --ledger URL --ledger-name NAME (docs/workers.md)"
-        )
-    with as_usage():
-        plan = plan_from_args(args)
-    if args.add_budget is not None:
-        plan = plan.with_overrides(budget=added_budget(plan, Path(args.out), args))
-    if plan.budget is None:
-        raise UsageError("--budget USD is required (or `budget:` in the plan file)")
-    check_inputs(plan)
-    # Everything that can be refused is checked before --out is made (#21).
-    if not os.environ.get(ENV_API_KEY):
-        raise UsageError(
-            f"no API key: set {ENV_API_KEY} to your OpenRouter key "
-            f"(export {ENV_API_KEY}=sk-or-...; create one at https://openrouter.ai/keys)"
-        )
-    ProviderPolicy(**plan.policy)
-    if args.verify and (args.ray is not None or any(d.route != "sync" for d in plan.datasets)):
-        raise UsageError(
-            "--verify measures the providers of the sync route before a run on one machine; "
-            "with --ray or a batch-route dataset run provider-router verify first instead"
-        )
-    if args.verify_every is not None and not args.verify:
-        raise UsageError("--verify-every N re-checks the providers of a run with --verify: add it")
-    check_out(Path(args.out))
-    if args.ray is not None:
-        return _handle_ray(args, plan)
-    console = make_console(sys.stderr)
-    out = make_console()
-    metrics = _serve_metrics(args)
-    try:
-        batched = _run_batch_route(plan, args, metrics)
-    except BaseException:
-        if metrics is not None:
-            metrics.close()
-        raise
-    left, batch_code = batched
-    if left is None:
-        if metrics is not None:
-            metrics.close()
-        return batch_code
-    plan = left
-
-    async def main() -> RunSummary:
-        budget = plan.budget
-        assert budget is not None
-        ledger = None
-        if plan.ledger is not None:
-            name = plan.shared_ledger_name
-            assert name is not None  # the plan checks it
-            ledger = await open_shared_ledger(
-                plan.ledger, name, budget, lease=args.lease, outage_window=args.outage_window
-            )
-        try:
-            runner = JobRunner(
-                plan,
-                Path(args.out),
-                strict=args.strict,
-                base_url=args.base_url,
-                ledger=ledger,
-                router_options=None if metrics is None else {"metrics": metrics},
-                account_horizon=args.own_key,
-                preflight=not args.no_preflight,
-                verify=args.verify,
-                verify_every=args.verify_every,
-            )
-            if args.own_process:
-                # Thousands of requests in flight for hours: the young generation is
-                # collected ten times less often, the start-up heap never walked again
-                # (docs/performance.md, "#13 wave 5: the command line's collector").
-                tune_for_process()
-            return await run_batch(runner, console=console, progress=args.progress)
-        finally:
-            if ledger is not None:
-                await ledger.close()
-
-    try:
-        summary = _run_loop(main)
-    except PreflightFailed as exc:
-        return _preflight_failed(exc)
-    finally:
-        if metrics is not None:
-            metrics.close()
-    return combined_exit(batch_code, _report(args, summary, out))
-
-
-def combined_exit(batch_code: int, sync_code: int) -> int:
-    """One exit code for a run whose batch part ended with ``batch_code`` and then its
-    sync part with ``sync_code``: a stop or error of the sync part (budget, credits,
-    Ctrl-C) is what ended the run and wins; else prompts the batch part could not do
-    (incomplete) are not hidden by a sync part that finished."""
-    finished = (EXIT_CODES[StopReason.COMPLETE], EXIT_CODES[StopReason.TARGET_NOT_REACHED])
-    if batch_code and sync_code in finished:
-        return batch_code
-    return sync_code
-
-
-def _serve_metrics(args: argparse.Namespace) -> Metrics | None:
-    """``--metrics-port``: the metrics, served (None without it)."""
-    if args.metrics_port is None:
-        return None
-    metrics = Metrics()
+def _serve_metrics(args: argparse.Namespace, metrics: Metrics | None) -> None:
+    """``--metrics-port``: serve the metrics once the run is accepted, and say where."""
+    if metrics is None:
+        return
     metrics.serve(args.metrics_port, args.metrics_addr)
     host, port = metrics.address or (args.metrics_addr, args.metrics_port)
     print(f"Metrics: http://{host}:{port}/metrics", file=sys.stderr)
-    return metrics
+
+
+def _batch_done(args: argparse.Namespace, part: BatchPart) -> None:
+    """The end of the Batch API route's part: what it did, and what to do next."""
+    for line in part.lines:
+        print(line, file=sys.stderr)
+    if part.summary is not None:
+        print(f"Summary: {JobLayout(Path(args.out)).summary}", file=sys.stderr)
+    if part.needs_credits:
+        print(f"To resume after adding credits: {' '.join(args.argv)}", file=sys.stderr)
+    elif part.stuck:
+        # The sync part (if any) still runs; these prompts keep the exit code incomplete.
+        print(
+            f"Batch route: {part.stuck} prompts of route: batch datasets failed in every "
+            "batch they went in; they are not written (route: auto would send them sync).",
+            file=sys.stderr,
+        )
 
 
 def _preflight_failed(exc: PreflightFailed) -> int:
@@ -521,11 +448,11 @@ def _preflight_failed(exc: PreflightFailed) -> int:
     return 1
 
 
-def _report(args: argparse.Namespace, summary: RunSummary, out: Console) -> int:
-    """The end of a run: counted events, the tables, the hints; the exit code."""
+def _report(args: argparse.Namespace, summary: RunSummary, out: Console) -> None:
+    """The end of a run: counted events, the tables, the hints."""
     # Counted events first (one line per kind), then the tables and the hints.
     report_events()
-    summary.render(out)
+    render_summary(summary, out)
     # Plain prints: a command to copy must not be wrapped or styled.
     for note in summary.recovered:
         print(f"resumed: {note}", file=sys.stderr)
@@ -533,82 +460,22 @@ def _report(args: argparse.Namespace, summary: RunSummary, out: Console) -> int:
         for line in verification_lines(summary.verification, Path(args.out)):
             print(line, file=sys.stderr)
     if summary.reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
-        print(f"To resume: {resume_command(args.argv, summary)}", file=sys.stderr)
-    print(f"Summary: {Path(args.out) / 'summary.json'}", file=sys.stderr)
-    return summary.exit_code
-
-
-def _run_batch_route(
-    plan: Plan, args: argparse.Namespace, metrics: Metrics | None
-) -> tuple[Plan | None, int]:
-    """Run the plan's batch-route datasets first (docs/batch.md, "The Batch API route").
-
-    Returns the plan left for the sync runner (None: nothing left) and the batch part's
-    exit code. A batch-route stop (a results 402, the budget) ends the command there.
-    """
-    if all(d.route == "sync" for d in plan.datasets):
-        return plan, 0
-    batches = _run_loop(lambda: batch_datasets(plan, base_url=args.base_url))
-    if not batches.names:
-        return plan, 0
-    endpoint = batches.route.endpoint if batches.route is not None else None
-    watch = BatchWatch(args.out, pinned=None if endpoint is None else endpoint.provider_name)
-    shown = None if args.progress == "off" else sys.stderr
-    started = time.monotonic()
-    result = _run_loop(
-        lambda: run_plan_batches(
-            plan,
-            Path(args.out),
-            batches,
-            base_url=args.base_url,
-            poll_initial=args.batch_poll,
-            lost_grace=args.batch_lost_grace,
-            accept_disputed=args.batch_accept_disputed,
-            max_batch_requests=args.batch_size,
-            api_factory=watch.api,
-            metrics=metrics,
-            progress=watch.reporter(shown, metrics),
-        )
-    )
-    # summary.json and report.html of the batch route (the sync runner's replace them)
-    written = _run_loop(
-        lambda: write_batch_summary(
-            plan, args.out, batches.names, result, wall_time=time.monotonic() - started
-        )
-    )
-    for line in describe(result):
-        print(line, file=sys.stderr)
-    if written is not None:
-        for line in written.batch_sentences:
-            print(line, file=sys.stderr)
-        print(f"Summary: {Path(args.out) / 'summary.json'}", file=sys.stderr)
-    if result.top_up is not None:
-        print(f"To resume after adding credits: {' '.join(args.argv)}", file=sys.stderr)
-        return None, EXIT_CODES[StopReason.CREDITS]
-    if result.stop is not None:
-        # A disputed bill or a vanished batch is an error, as on the sync route.
-        reason = {"credits": StopReason.CREDITS, "error": StopReason.ERROR}
-        return None, EXIT_CODES[reason.get(result.stopped_by or "", StopReason.BUDGET)]
-    if result.pending:
-        return None, EXIT_CODES[StopReason.INCOMPLETE]
-    # route: auto datasets go on to the sync route (the tail, and lines that failed in
-    # every batch they went in: the journal skips what is done); route: batch ones end.
-    auto = {d.name for d in plan.datasets if d.route == "auto"}
-    stuck = sum(n for name, n in result.gave_up.items() if name not in auto)
-    left = without_datasets(plan, tuple(n for n in batches.names if n not in auto))
-    if stuck:
-        print(
-            f"Batch route: {stuck} prompts of route: batch datasets failed in every batch "
-            "they went in; they are not written (route: auto would send them sync).",
-            file=sys.stderr,
-        )
-        # The sync part (if any) still runs; these prompts keep the exit code incomplete.
-        return left, EXIT_CODES[StopReason.INCOMPLETE]
-    return left, 0
+        print(f"To resume: {resume_command(args.argv, summary.budget_to_resume)}", file=sys.stderr)
+    print(f"Summary: {JobLayout(Path(args.out)).summary}", file=sys.stderr)
 
 
 def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
-    """``--ray``: the plan on a Ray cluster; the same outputs, summary and report."""
+    """``--ray``: the plan on a Ray cluster; the same checks, outputs, summary and report."""
+    if args.add_budget is not None:
+        plan = plan.with_overrides(
+            budget=asyncio.run(added_budget(plan, args.out, args.add_budget))
+        )
+    if args.verify:
+        raise UsageError(
+            "--verify measures the providers of the sync route before a run on one machine; "
+            "with --ray or a batch-route dataset run provider-router verify first instead"
+        )
+    check_run(plan, args.out, verify_every=args.verify_every)
     if plan.ledger is None:
         raise UsageError(
             "--ray needs a Redis ledger: --ledger redis://host:6379/0 --ledger-name NAME "
@@ -616,7 +483,8 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
         )
     from provider_router.ray.plan_run import RayPlanRun
 
-    metrics = _serve_metrics(args)
+    metrics = None if args.metrics_port is None else Metrics()
+    _serve_metrics(args, metrics)
     console = make_console(sys.stderr)
     try:
         with as_usage():
@@ -641,13 +509,15 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
         # with the requests in flight, which the next run recovers from the ledger.
         print("provider-router: interrupted", file=sys.stderr)
         print(f"To resume: {shlex.join(['provider-router', *args.argv])}", file=sys.stderr)
-        return EXIT_CODES[StopReason.INTERRUPTED]
+        return exit_code(StopReason.INTERRUPTED)
     except PreflightFailed as exc:
         return _preflight_failed(exc)
     finally:
         if metrics is not None:
             metrics.close()
-    return _report(args, summary, make_console())
+    note_exit_code(JobLayout(Path(args.out)).summary)
+    _report(args, summary, make_console())
+    return exit_code(summary.reason)
 
 
 @contextlib.contextmanager
@@ -676,64 +546,12 @@ def _ray_interrupts(ray_run: Any, console: Console) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def added_budget(plan: Plan, out: Path, args: argparse.Namespace) -> Decimal:
-    """``--add-budget``: the job's ledger's current limit plus the amount (0 + it when new)."""
-    if args.budget is not None:
-        raise UsageError("give --budget or --add-budget, not both")
-    if plan.ledger is not None:
-        raise UsageError(
-            "--add-budget reads the job's own ledger; for a shared Redis ledger use "
-            "`provider-router ledger topup URL --name NAME --add USD`"
-        )
-    path = out / LEDGER_FILE
-    if not path.is_file():
-        return Decimal(args.add_budget)
-
-    async def current() -> Decimal:
-        async with SQLiteLedger(path) as ledger:
-            return (await ledger.snapshot()).limit
-
-    limit: Decimal = _run_loop(current)
-    return limit + Decimal(args.add_budget)
-
-
-def check_inputs(plan: Plan) -> None:
-    """Every prompt file of the plan is a readable file (else nothing would be sent)."""
-    for dataset in plan.datasets:
-        for path in dataset.inputs:
-            if not path.is_file():
-                problem = "is a directory" if path.is_dir() else "does not exist"
-                raise UsageError(f"prompt file {path} of dataset {dataset.name!r} {problem}")
-            if not os.access(path, os.R_OK):
-                raise UsageError(f"prompt file {path} is not readable")
-        # Reads up to the first good line: cheap, unless every line is bad.
-        reader = PromptReader(list(dataset.inputs))
-        if next(iter(reader), None) is None:
-            files = ", ".join(str(p) for p in dataset.inputs)
-            why = f"; first problem: {reader.problems[0]}" if reader.problems else " (empty)"
-            raise UsageError(f"no usable prompt in dataset {dataset.name!r} ({files}){why}")
-
-
-def check_out(out: Path) -> None:
-    """``--out`` is (or can become) a directory we may write to."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file, not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(
-            f"--out {out}: cannot create the directory ({exc.strerror or exc})"
-        ) from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out} is not writable")
-
-
-def resume_command(argv: Sequence[str], summary: RunSummary) -> str:
-    """The command to run again; after a budget stop it carries a budget that finishes the plan."""
+def resume_command(argv: Sequence[str], budget: Decimal | None = None) -> str:
+    """The command to run again; with ``budget`` (after a budget stop, the budget that
+    finishes the plan) it carries that ``--budget``."""
     args = list(argv)
-    needed = summary.budget_to_finish
-    if summary.reason is StopReason.BUDGET and needed is not None and needed > summary.budget:
-        args = _with_option(args, "--budget", decimal_str(needed))
+    if budget is not None:
+        args = _with_option(args, "--budget", decimal_str(budget))
     return shlex.join(["provider-router", *args])
 
 

@@ -1,11 +1,10 @@
-"""A plan run to the end, exactly once, within its budget: the job runner and what it writes.
+"""A plan run to its end, exactly once, within its budget: ``provider-router run`` as a library.
 
-``from provider_router.jobs import JobRunner``. :class:`JobRunner` runs a
-:class:`~provider_router.planning.Plan` into a job directory and returns its
-:class:`RunSummary`; the journal (:class:`FileJournal`) and the outputs
-(:func:`read_outputs`, :func:`merge_outputs`, :func:`export_conversations`) are
-what the directory holds. See docs/batch.md (running a job) and docs/output.md
-(what it writes).
+:func:`run_plan` does everything the command does for a plan and a job directory
+(docs/batch.md, "From Python") and returns one :class:`RunOutcome`; :class:`JobRunner`
+is its sync route alone. The job directory holds the journal (:class:`FileJournal`) and
+the outputs (:func:`read_outputs`, :func:`merge_outputs`, :func:`export_conversations`;
+docs/output.md). Names load on first use, so ``import provider_router.jobs`` stays cheap.
 """
 
 from __future__ import annotations
@@ -17,6 +16,14 @@ from provider_router import _deprecated
 
 if _typing.TYPE_CHECKING:
     from provider_router.jobs.pilot import pilot_into_job
+    from provider_router.jobs.run import (
+        BatchOptions,
+        BatchPart,
+        RunHooks,
+        RunOutcome,
+        run_plan,
+        run_plan_sync,
+    )
     from provider_router.jobs.runner import JobRunner
     from provider_router.jobs.snapshots import DatasetProgress, RunProgress
     from provider_router.jobs.store.journal import DatasetTally, FileJournal, Journal, LostRequest
@@ -35,6 +42,8 @@ if _typing.TYPE_CHECKING:
 # Loaded on first use (PEP 562): `import provider_router.jobs` loads neither the
 # runner nor the Router, rich or sqlite3 behind it.
 _LAZY: dict[str, str] = {
+    "BatchOptions": "provider_router.jobs.run",
+    "BatchPart": "provider_router.jobs.run",
     "DatasetMerge": "provider_router.jobs.store.outputs",
     "DatasetProgress": "provider_router.jobs.snapshots",
     "DatasetReport": "provider_router.jobs.summary",
@@ -47,6 +56,8 @@ _LAZY: dict[str, str] = {
     "MergeReport": "provider_router.jobs.store.outputs",
     "OutputRecord": "provider_router.jobs.store.outputs",
     "OutputUsage": "provider_router.jobs.store.outputs",
+    "RunHooks": "provider_router.jobs.run",
+    "RunOutcome": "provider_router.jobs.run",
     "RunProgress": "provider_router.jobs.snapshots",
     "RunSummary": "provider_router.jobs.summary",
     "StopReason": "provider_router.jobs.summary",
@@ -54,6 +65,8 @@ _LAZY: dict[str, str] = {
     "merge_outputs": "provider_router.jobs.store.outputs",
     "pilot_into_job": "provider_router.jobs.pilot",
     "read_outputs": "provider_router.jobs.store.outputs",
+    "run_plan": "provider_router.jobs.run",
+    "run_plan_sync": "provider_router.jobs.run",
 }
 
 # Old names: they resolve for one more release, with a DeprecationWarning.
@@ -62,6 +75,8 @@ _RENAMED: dict[str, str] = {
 }
 
 __all__ = [
+    "BatchOptions",
+    "BatchPart",
     "DatasetMerge",
     "DatasetProgress",
     "DatasetReport",
@@ -74,6 +89,8 @@ __all__ = [
     "MergeReport",
     "OutputRecord",
     "OutputUsage",
+    "RunHooks",
+    "RunOutcome",
     "RunProgress",
     "RunSummary",
     "StopReason",
@@ -81,6 +98,8 @@ __all__ = [
     "merge_outputs",
     "pilot_into_job",
     "read_outputs",
+    "run_plan",
+    "run_plan_sync",
 ]
 
 

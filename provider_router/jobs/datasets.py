@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from provider_router.jobs.counter import Counter
 from provider_router.jobs.store.journal import DatasetTally, FileJournal
-from provider_router.jobs.summary import Counter
 from provider_router.jobs.targets import InFlightPricer
 from provider_router.planning.plan import DatasetSpec, Plan, reached
 from provider_router.planning.prompts import Prompt, PromptReader, count_lines, first_problem_error

@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from provider_router._format import CENT, format_usd, round_up_to_cent
-from provider_router.jobs.summary import StopReason, finish_words
+from provider_router.jobs.summary import StopReason
 
 __all__ = [
     "FINISH_MARGIN",
@@ -50,6 +50,16 @@ class Finishable(Protocol):
     @property
     def request_cap(self) -> int | None:
         """The most prompts it will complete (its lines, capped by ``max_requests``)."""
+
+
+def finish_words(to_finish: Decimal | None, needed: Decimal | None) -> str:
+    """``about $0.67 more (a budget of $1.34)``: the two numbers, as every view says them."""
+    if to_finish is None:
+        return "unknown"
+    if to_finish == 0:
+        return "nothing more"
+    words = f"about {format_usd(max(to_finish, CENT))} more"
+    return words if needed is None else f"{words} (a budget of {format_usd(needed)})"
 
 
 def money_to_finish(d: Finishable, fallback_cost_per_token: Decimal | None) -> Decimal | None:

@@ -35,12 +35,13 @@ from provider_router._log import get_logger
 from provider_router._money import to_units
 from provider_router._types import JSONObject
 from provider_router.client.results import ChatResult
+from provider_router.jobs.counter import Counter
 from provider_router.jobs.datasets import DatasetRun
 from provider_router.jobs.drift import DriftWatch
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.journal import Journal
 from provider_router.jobs.store.outputs import encode_record, make_record
-from provider_router.jobs.summary import Counter, StopReason
+from provider_router.jobs.summary import StopReason
 from provider_router.planning.prompts import Prompt
 
 __all__ = ["Control", "Outcomes"]

@@ -21,12 +21,12 @@ from provider_router._money import from_units
 from provider_router.client.metrics import Metrics
 from provider_router.client.router import Router
 from provider_router.jobs.batch_api.journal import BatchJournal
+from provider_router.jobs.counter import Counter
 from provider_router.jobs.dispatch import Dispatcher
 from provider_router.jobs.finish import budget_to_finish, finish_hint, plan_to_finish
 from provider_router.jobs.outcomes import Outcomes
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.jobs.summary import (
-    Counter,
     DatasetReport,
     RunSummary,
     StopReason,

@@ -1,8 +1,8 @@
-"""Counting a run: per-dataset and per-provider statistics, the final summary.
+"""The end of a run: why it stopped, where each dataset stands, and the money.
 
-:class:`Counter` objects are updated on the per-request path (plain integer and
-Decimal additions). :class:`RunSummary` is built once at the end, written as
-``summary.json`` and rendered as a terminal table.
+:class:`RunSummary` is built once at the end from the run's counters
+(:class:`~provider_router.jobs.counter.Counter`) and written as ``summary.json``;
+the terminal's tables are :mod:`provider_router.jobs.observe.summary_view`.
 """
 
 from __future__ import annotations
@@ -15,22 +15,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
-from provider_router._constants import PER_MILLION
-from provider_router._format import CENT, decimal_str, format_usd
+from provider_router._format import decimal_str
 from provider_router._money import from_units
 from provider_router.client._cost_check import ACTIVITY_URL
+from provider_router.jobs.counter import Counter
 
-__all__ = [
-    "EXIT_CODES",
-    "Counter",
-    "DatasetReport",
-    "RunSummary",
-    "StopReason",
-    "finish_words",
-]
+__all__ = ["DatasetReport", "RunSummary", "StopReason", "disputed_line"]
 
 
 class StopReason(StrEnum):
@@ -52,89 +42,6 @@ class StopReason(StrEnum):
     """A second Ctrl-C: in-flight requests were cancelled (counted at worst case)."""
     ERROR = "error"
     """A failure that every request would hit (for example a rejected API key)."""
-
-
-EXIT_CODES: Mapping[StopReason, int] = {
-    StopReason.COMPLETE: 0,
-    StopReason.ERROR: 1,
-    StopReason.BUDGET: 3,
-    StopReason.CREDITS: 4,
-    StopReason.INCOMPLETE: 5,
-    StopReason.TARGET_NOT_REACHED: 6,
-    StopReason.INTERRUPTED: 130,
-    StopReason.ABANDONED: 130,
-}
-"""The ``provider-router run`` exit code for each way a run can end."""
-
-
-@dataclass(slots=True)
-class Counter:
-    """Requests, tokens, money, failures and timing of one dataset or provider in one run."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    cost: Decimal = Decimal(0)
-    failures: int = 0
-    retries: int = 0
-    failures_by_kind: dict[str, int] = field(default_factory=dict)
-    first_start: float | None = None
-    last_end: float | None = None
-
-    def started(self, now: float) -> None:
-        """Note a request start at wall-clock ``now``."""
-        if self.first_start is None:
-            self.first_start = now
-
-    def ended(self, now: float) -> None:
-        """Note a request end at wall-clock ``now``."""
-        self.last_end = now
-
-    def failed(self, kind: str, retries: int = 0) -> None:
-        """Count a request that ended without a result."""
-        self.failures += 1
-        self.retries += retries
-        self.failures_by_kind[kind] = self.failures_by_kind.get(kind, 0) + 1
-
-    @property
-    def wall_time(self) -> float:
-        """Seconds from its first request's start to its last request's end."""
-        if self.first_start is None or self.last_end is None:
-            return 0.0
-        return max(self.last_end - self.first_start, 0.0)
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (money as exact decimal strings)."""
-        return {
-            "requests": self.requests,
-            "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens,
-            "reasoning_tokens": self.reasoning_tokens,
-            "cost": decimal_str(self.cost),
-            "usd_per_million_output": _str(per_million(self.cost, self.output_tokens)),
-            "failures": self.failures,
-            "failures_by_kind": dict(sorted(self.failures_by_kind.items())),
-            "retries": self.retries,
-            "wall_time_s": round(self.wall_time, 3),
-        }
-
-
-def finish_words(to_finish: Decimal | None, needed: Decimal | None) -> str:
-    """``about $0.67 more (a budget of $1.34)``: the two numbers, as every view says them."""
-    if to_finish is None:
-        return "unknown"
-    if to_finish == 0:
-        return "nothing more"
-    words = f"about {format_usd(max(to_finish, CENT))} more"
-    return words if needed is None else f"{words} (a budget of {format_usd(needed)})"
-
-
-def per_million(cost: Decimal, tokens: int) -> Decimal | None:
-    """USD per million tokens, or None without tokens."""
-    if tokens <= 0:
-        return None
-    return (cost * PER_MILLION / tokens).quantize(Decimal("0.0001"))
 
 
 def _str(value: Decimal | None) -> str | None:
@@ -265,15 +172,18 @@ class RunSummary:
     verification: dict[str, Any] | None = None
 
     @property
-    def exit_code(self) -> int:
-        """The command's exit code for this outcome."""
-        return EXIT_CODES[self.reason]
+    def budget_to_resume(self) -> Decimal | None:
+        """After a budget stop, the budget that finishes the plan when it is above this
+        run's (None: running again with the same budget will do)."""
+        needed = self.budget_to_finish
+        if self.reason is StopReason.BUDGET and needed is not None and needed > self.budget:
+            return needed
+        return None
 
     def to_json(self) -> dict[str, Any]:
         """The ``summary.json`` document."""
         return {
             "reason": self.reason.value,
-            "exit_code": self.exit_code,
             "message": self.message,
             "budget_usd": decimal_str(self.budget),
             "spent_usd": decimal_str(self.spent),
@@ -303,89 +213,6 @@ class RunSummary:
         tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         tmp.replace(path)
 
-    def render(self, console: Console) -> None:
-        """Print the summary tables."""
-        datasets = Table(title="Datasets", title_justify="left")
-        for column in (
-            "dataset",
-            "done",
-            "output tokens",
-            "target",
-            "cost",
-            "$/M out",
-            "run req",
-            "failures",
-            "retries",
-            "wall",
-            "to finish",
-        ):
-            datasets.add_column(column, justify="left" if column == "dataset" else "right")
-        for d in self.datasets:
-            done = f"{d.completed:,}" + (f"/{d.prompts:,}" if d.prompts is not None else "")
-            datasets.add_row(
-                d.name,
-                done,
-                f"{d.output_tokens:,}",
-                f"{d.target_output_tokens:,}" if d.target_output_tokens else "-",
-                format_usd(d.cost),
-                _fmt(per_million(d.cost, d.output_tokens)),
-                f"{d.run.requests:,}",
-                _failures(d.run),
-                f"{d.run.retries:,}",
-                f"{d.run.wall_time:.1f}s",
-                format_usd(d.to_finish),
-            )
-        console.print(datasets)
-        providers = Table(title="Providers (this run)", title_justify="left")
-        for column in (
-            "provider",
-            "requests",
-            "output tokens",
-            "cost",
-            "$/M out",
-            "failures",
-            "errors",
-            "429s",
-            "retries",
-            "wall",
-        ):
-            providers.add_column(column, justify="left" if column == "provider" else "right")
-        for name, c in sorted(self.providers.items()):
-            health = self.provider_health.get(name, {})
-            providers.add_row(
-                name,
-                f"{c.requests:,}",
-                f"{c.output_tokens:,}",
-                format_usd(c.cost),
-                _fmt(per_million(c.cost, c.output_tokens)),
-                _failures(c),
-                str(health.get("errors", 0)),
-                str(health.get("rate_limited", 0)),
-                f"{c.retries:,}",
-                f"{c.wall_time:.1f}s",
-            )
-        console.print(providers)
-        to_finish = finish_words(self.to_finish, self.budget_to_finish)
-        console.print(
-            f"[bold]{self.reason.value}[/bold]: spent {format_usd(self.spent)} of "
-            f"{format_usd(self.budget)} (reserved {format_usd(self.reserved)}); "
-            f"to finish the plan: {to_finish}; wall time {self.wall_time:.1f}s"
-        )
-        if self.cache_saved > 0:
-            console.print(f"Prompt caching saved {format_usd(self.cache_saved)} in this run.")
-        if self.message:
-            console.print(self.message, markup=False, highlight=False)
-        for line in self.batch_sentences:
-            console.print(line, markup=False, highlight=False)
-        for line in self.disputed:
-            console.print(f"disputed: {line}", markup=False, highlight=False)
-        if self.bad_lines:
-            console.print(f"{len(self.bad_lines)} bad input line(s) skipped:")
-            for line in self.bad_lines[:20]:
-                console.print(f"  {line}", markup=False, highlight=False)
-            if len(self.bad_lines) > 20:
-                console.print(f"  … and {len(self.bad_lines) - 20} more (see summary.json)")
-
 
 def disputed_line(entry: Mapping[str, Any]) -> str:
     """One line for a journal's ``disputed`` entry (:meth:`FileJournal.note_disputed`)."""
@@ -396,14 +223,3 @@ def disputed_line(entry: Mapping[str, Any]) -> str:
         f"${entry.get('reported')} was not booked; ${decimal_str(booked)} (its worst "
         f"case) was: check generation {gen} at {ACTIVITY_URL}"
     )
-
-
-def _fmt(value: Decimal | None) -> str:
-    return format_usd(value)
-
-
-def _failures(counter: Counter) -> str:
-    if not counter.failures:
-        return "0"
-    kinds = ", ".join(f"{k} {n}" for k, n in sorted(counter.failures_by_kind.items()))
-    return f"{counter.failures} ({kinds})"

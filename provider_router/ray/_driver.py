@@ -28,13 +28,14 @@ from provider_router._log import get_logger
 from provider_router.checks.preflight import PreflightReport, preflight
 from provider_router.client.metrics import Metrics
 from provider_router.client.router import Router
+from provider_router.jobs.counter import Counter
 from provider_router.jobs.finish import plan_to_finish
 from provider_router.jobs.observe.live import show_progress
 from provider_router.jobs.snapshots import DatasetProgress, RunProgress
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.account import AccountCheck
 from provider_router.jobs.store.recovery import account_check, apply_budget, correct_account
-from provider_router.jobs.summary import Counter, RunSummary, StopReason
+from provider_router.jobs.summary import RunSummary, StopReason
 from provider_router.ledger import LedgerState, RedisLedger
 from provider_router.planning.plan import Plan
 from provider_router.ray._control import DatasetCounts, JobControl

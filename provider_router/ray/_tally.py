@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from provider_router.jobs.counter import Counter
 from provider_router.jobs.finish import budget_to_finish, finish_hint, plan_to_finish
-from provider_router.jobs.summary import Counter, DatasetReport, RunSummary, StopReason
+from provider_router.jobs.summary import DatasetReport, RunSummary, StopReason
 from provider_router.ledger import LedgerState
 from provider_router.ray._store import AnswerStore
 

@@ -17,8 +17,9 @@ from _router_helpers import KIMI, MESSAGES, MakeRouter, served_as
 
 from provider_router import Catalog, ConfigurationError, MemoryLedger, Router
 from provider_router.catalog.records import ModelEndpoints
+from provider_router.cli._exit_codes import EXIT_CODES
 from provider_router.jobs.runner import JobRunner
-from provider_router.jobs.summary import EXIT_CODES, StopReason
+from provider_router.jobs.summary import StopReason
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, Market, SimulatorServer
 

@@ -17,12 +17,12 @@ from _job_helpers import write_prompts
 
 from provider_router._format import format_usd
 from provider_router.client.metrics import Metrics
+from provider_router.jobs.finish import finish_words
 from provider_router.jobs.observe.live import progress_lines
 from provider_router.jobs.observe.report import write_report
 from provider_router.jobs.observe.status import status_lines
 from provider_router.jobs.observe.timeline import TimelineWriter
 from provider_router.jobs.runner import JobRunner
-from provider_router.jobs.summary import finish_words
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 

@@ -15,6 +15,7 @@ from _job_helpers import assert_consistent, ledger_spent, read_records, write_pr
 from _polling import until
 
 from provider_router import DataFileError, MemoryLedger
+from provider_router.cli._exit_codes import EXIT_CODES
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import StopReason
 from provider_router.ledger import Reservation
@@ -55,7 +56,7 @@ async def test_a_plan_runs_to_completion_exactly_once(
     plan = two_dataset_plan(tmp_path)
     summary = await runner(plan, out, sim).run()
     assert summary.reason is StopReason.COMPLETE
-    assert summary.exit_code == 0
+    assert EXIT_CODES[summary.reason] == 0
     records = assert_consistent(out, ["a", "b"])
     assert sorted(r["id"] for r in records) == sorted(
         [f"a{n}" for n in range(60)] + [f"b{n}" for n in range(40)]
@@ -112,7 +113,7 @@ async def test_budget_exhaustion_stops_cleanly_and_a_top_up_finishes(
     out = tmp_path / "out"
     summary = await runner(two_dataset_plan(tmp_path, budget="0.05"), out, sim).run()
     assert summary.reason is StopReason.BUDGET
-    assert summary.exit_code == 3
+    assert EXIT_CODES[summary.reason] == 3
     assert summary.spent <= Decimal("0.05")
     assert summary.reserved == 0
     assert summary.to_finish is not None
@@ -160,7 +161,7 @@ async def test_credits_exhaustion_then_top_up(
     out = tmp_path / "out"
     summary = await runner(two_dataset_plan(tmp_path), out, sim).run()
     assert summary.reason is StopReason.CREDITS
-    assert summary.exit_code == 4
+    assert EXIT_CODES[summary.reason] == 4
     assert "credits" in summary.message
     assert summary.to_finish is not None
     assert_consistent(out, ["a", "b"])
@@ -215,7 +216,7 @@ async def test_stop_lets_requests_in_flight_finish_and_resume_completes(
     first.stop()
     summary = await task
     assert summary.reason is StopReason.INTERRUPTED
-    assert summary.exit_code == 130
+    assert EXIT_CODES[summary.reason] == 130
     assert summary.reserved == 0  # everything in flight finished and settled
     assert all(d.run.failures == 0 for d in summary.datasets)
     done = sum(d.completed for d in summary.datasets)

@@ -19,7 +19,8 @@ from _polling import until
 
 from provider_router import ConfigurationError, LedgerUnavailableError, RedisLedger
 from provider_router.cli import build_parser
-from provider_router.cli.run import open_shared_ledger
+from provider_router.cli._exit_codes import EXIT_CODES
+from provider_router.jobs.run import open_shared_ledger
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import RunSummary, StopReason
 from provider_router.planning.plan import Plan
@@ -249,7 +250,7 @@ async def test_a_run_rides_out_a_short_outage_and_completes_exactly_once(
         summary = await run_through_outage(outage_plan(tmp_path), out, sim, book, redis)
         assert len(clock.sleeps) >= 4  # the run really met the outage
         state = await book.snapshot()
-    assert (summary.reason, summary.exit_code) == (StopReason.COMPLETE, 0)
+    assert (summary.reason, EXIT_CODES[summary.reason]) == (StopReason.COMPLETE, 0)
     done = records(out)
     assert sorted(done) == sorted(f"q{n}" for n in range(PROMPTS))  # each exactly once
     assert (state.open, state.reserved) == (0, 0)
@@ -266,7 +267,7 @@ async def test_a_long_outage_stops_the_run_with_one_line_and_it_resumes(
     plan = outage_plan(tmp_path)
     async with ledger(redis.url, "run-long", clock, window=5.0) as book:
         summary = await run_through_outage(plan, out, sim, book, redis)
-    assert (summary.reason, summary.exit_code) == (StopReason.ERROR, 1)
+    assert (summary.reason, EXIT_CODES[summary.reason]) == (StopReason.ERROR, 1)
     assert "has been unreachable for 5 s, longer than its outage window" in summary.message
     assert "run the same command again" in summary.message
     first = records(out)
@@ -279,7 +280,7 @@ async def test_a_long_outage_stops_the_run_with_one_line_and_it_resumes(
         runner = JobRunner(plan, out, ledger=again, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
         summary = await runner.run()
         state = await again.snapshot()
-    assert (summary.reason, summary.exit_code) == (StopReason.COMPLETE, 0)
+    assert (summary.reason, EXIT_CODES[summary.reason]) == (StopReason.COMPLETE, 0)
     done = records(out)
     assert sorted(done) == sorted(f"q{n}" for n in range(PROMPTS))
     assert (state.open, state.reserved) == (0, 0)

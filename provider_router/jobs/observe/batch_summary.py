@@ -20,6 +20,7 @@ from pathlib import Path
 from provider_router._log import get_logger
 from provider_router._money import from_units
 from provider_router.jobs.batch_api.result import BatchRouteResult
+from provider_router.jobs.counter import Counter
 from provider_router.jobs.events import ObservedRun, RunObserver
 from provider_router.jobs.finish import plan_to_finish
 from provider_router.jobs.observe.batch_view import read_batch_view
@@ -27,7 +28,7 @@ from provider_router.jobs.observe.batch_words import batch_sentences
 from provider_router.jobs.observe.report import write_report
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.journal import FileJournal
-from provider_router.jobs.summary import Counter, DatasetReport, RunSummary, StopReason
+from provider_router.jobs.summary import DatasetReport, RunSummary, StopReason
 from provider_router.ledger import SQLiteLedger
 from provider_router.planning.plan import Plan
 from provider_router.planning.prompts import PromptReader

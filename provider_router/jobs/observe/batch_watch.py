@@ -1,5 +1,5 @@
 """The batch route watched while it runs: what OpenRouter says of each batch, kept for the
-views, and the live lines and metrics of ``provider-router run``.
+views, and the live lines and metrics of a run (:func:`provider_router.jobs.run_plan`).
 
 :class:`BatchWatch` taps the route's Batch API calls (:meth:`BatchWatch.api` makes the
 :class:`~provider_router.jobs.batch_api.api.BatchApi` the route is given): each batch object
@@ -19,7 +19,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from provider_router._exceptions import PaymentRequiredError
 from provider_router._http.session import HttpClient
@@ -123,9 +123,11 @@ class BatchWatch:
                 tmp.unlink()
             log.warning("batch.status_write_failed", path=str(path), error=str(exc))
 
-    def reporter(self, file: TextIO | None, metrics: Metrics | None) -> Callable[[object], None]:
-        """A ``progress`` callback for the route: after each round, the sentences (on
-        ``file``, when they changed) and the metrics (``metrics``), from one view."""
+    def reporter(
+        self, say: Callable[[str], None] | None, metrics: Metrics | None
+    ) -> Callable[[object], None]:
+        """A ``progress`` callback for the route: after each round, the sentences (each
+        given to ``say``, when they changed) and the metrics (``metrics``), from one view."""
         shown: dict[str, DatasetBatches] = {}
         problems: list[str] = []
 
@@ -134,7 +136,7 @@ class BatchWatch:
             now = self.clock()
             if metrics is not None:
                 metrics.batch_view(view, now)
-            if file is None:
+            if say is None:
                 return
             # A dataset's line when its figures change (not the window's minutes left).
             changed = [d for d in view.datasets if shown.get(d.name) != d]
@@ -144,7 +146,7 @@ class BatchWatch:
                 problems[:] = view.problems
                 lines += problems
             for line in lines:
-                print(line, file=file, flush=True)
+                say(line)
 
         return report
 

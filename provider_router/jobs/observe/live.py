@@ -22,10 +22,10 @@ from rich.table import Table
 from rich.text import Text
 
 from provider_router._format import format_usd
+from provider_router.jobs.counter import per_million
 from provider_router.jobs.finish import finish_words, money_to_finish, plan_to_finish
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.snapshots import DatasetProgress, RunProgress
-from provider_router.jobs.summary import per_million
 
 __all__ = ["ProgressMode", "dataset_eta", "progress_lines", "progress_table", "show_progress"]
 

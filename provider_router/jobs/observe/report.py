@@ -28,6 +28,7 @@ from typing import Any, Final
 from provider_router._format import format_usd
 from provider_router._log import get_logger
 from provider_router.jobs.events import ObservedRun, RunObserver
+from provider_router.jobs.finish import finish_words
 from provider_router.jobs.observe import _svg
 from provider_router.jobs.observe.batch_view import BatchView, read_batch_view
 from provider_router.jobs.observe.batch_words import batch_table
@@ -35,7 +36,7 @@ from provider_router.jobs.observe.drift_view import DriftView, drift_section, re
 from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.store._journal_file import lock_held
 from provider_router.jobs.store._layout import JOURNAL_FILE, OUTPUT_SUFFIX, JobLayout
-from provider_router.jobs.summary import RunSummary, finish_words
+from provider_router.jobs.summary import RunSummary
 
 __all__ = [
     "CHARTS",

@@ -23,6 +23,7 @@ from typing import Any
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import format_usd
+from provider_router.jobs.finish import finish_words
 from provider_router.jobs.observe.batch_view import read_batch_view
 from provider_router.jobs.observe.batch_words import batch_sentences
 from provider_router.jobs.observe.drift_view import drift_status_lines, read_drift_view
@@ -34,7 +35,6 @@ from provider_router.jobs.store._layout import (
     TIMELINE_FILE,
     JobLayout,
 )
-from provider_router.jobs.summary import finish_words
 
 __all__ = ["status_lines"]
 
@@ -121,9 +121,10 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
     )
     lines = []
     if finished and summary is not None:
-        lines.append(
-            f"{directory}: finished: {summary.get('reason')} (exit code {summary.get('exit_code')})"
-        )
+        # The exit code is the command's: a run from Python (run_plan) has none.
+        code = summary.get("exit_code")
+        said = "" if code is None else f" (exit code {code})"
+        lines.append(f"{directory}: finished: {summary.get('reason')}{said}")
         if summary.get("message"):
             lines.append(f"  {summary['message']}")
     else:

@@ -21,8 +21,9 @@ from _job_helpers import (
 )
 from _polling import until
 
-from provider_router.cli.run import combined_exit
-from provider_router.jobs.summary import EXIT_CODES, StopReason
+from provider_router.cli._exit_codes import EXIT_CODES
+from provider_router.jobs.run import combined_reason
+from provider_router.jobs.summary import StopReason
 from provider_router.testing import SimulatorServer
 
 Factory = Callable[..., Awaitable[SimulatorServer]]
@@ -263,4 +264,4 @@ async def test_a_mixed_runs_sync_budget_stop_reaches_the_exit_code(
 def test_one_exit_code_for_the_batch_and_sync_parts(
     batch: StopReason, sync: StopReason, expected: StopReason
 ) -> None:
-    assert combined_exit(EXIT_CODES[batch], EXIT_CODES[sync]) == EXIT_CODES[expected]
+    assert combined_reason(batch, sync) is expected

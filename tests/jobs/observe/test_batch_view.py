@@ -456,7 +456,7 @@ def test_the_live_lines_say_a_dataset_again_only_when_its_figures_change(
     clock = [100.0]
     watch = BatchWatch(tmp_path, pinned="Together", clock=lambda: clock[0])
     shown = io.StringIO()
-    report = watch.reporter(shown, None)
+    report = watch.reporter(lambda line: print(line, file=shown), None)
     report(None)
     clock[0] += 120  # the window's minutes change, the figures do not: nothing said
     report(None)

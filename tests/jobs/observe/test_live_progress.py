@@ -7,6 +7,7 @@ from decimal import Decimal
 
 from rich.console import Console
 
+from provider_router.jobs.counter import Counter
 from provider_router.jobs.finish import (
     budget_to_finish,
     finish_hint,
@@ -14,8 +15,9 @@ from provider_router.jobs.finish import (
     plan_to_finish,
 )
 from provider_router.jobs.observe.live import dataset_eta, progress_lines, progress_table
+from provider_router.jobs.observe.summary_view import render_summary
 from provider_router.jobs.snapshots import DatasetProgress, RunProgress
-from provider_router.jobs.summary import Counter, DatasetReport, RunSummary, StopReason
+from provider_router.jobs.summary import DatasetReport, RunSummary, StopReason
 
 
 def progress(**overrides: object) -> DatasetProgress:
@@ -141,7 +143,7 @@ def test_to_finish_is_one_pair_of_numbers_in_the_message_the_table_and_the_json(
         message=hint.lstrip("; "),
     )
     console = Console(file=io.StringIO(), width=300)
-    summary.render(console)
+    render_summary(summary, console)
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert "to finish the plan: about $0.66 more (a budget of $1.33)" in text
     assert summary.to_json()["to_finish_usd"] == "0.66"

@@ -26,6 +26,7 @@ from _job_helpers import (
 )
 
 from provider_router import ConfigurationError, DataFileError
+from provider_router.cli._exit_codes import EXIT_CODES
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store._layout import JOURNAL_FILE, JobLayout
 from provider_router.jobs.store.journal import FileJournal
@@ -293,7 +294,7 @@ async def test_a_run_whose_ledger_failed_a_write_does_not_end_clean(
         summary = await run.run()
     assert failed
     assert summary.reason is StopReason.ERROR
-    assert summary.exit_code != 0
+    assert EXIT_CODES[summary.reason] != 0
     assert "failed 1 write(s)" in summary.message
     assert "Input/output error" in summary.message
     assert "a generation id was not recorded" in summary.message

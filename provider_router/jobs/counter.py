@@ -1,0 +1,79 @@
+"""Counting while a run goes: one dataset's or one provider's requests, tokens, money,
+failures and timing.
+
+A :class:`Counter` is updated on the per-request path (plain integer and Decimal
+additions), read by the live views, and kept in the run's summary
+(:class:`~provider_router.jobs.summary.DatasetReport`'s ``run``, and per provider).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from provider_router._constants import PER_MILLION
+from provider_router._format import decimal_str
+
+__all__ = ["Counter", "per_million"]
+
+
+@dataclass(slots=True)
+class Counter:
+    """Requests, tokens, money, failures and timing of one dataset or provider in one run."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost: Decimal = Decimal(0)
+    failures: int = 0
+    retries: int = 0
+    failures_by_kind: dict[str, int] = field(default_factory=dict)
+    first_start: float | None = None
+    last_end: float | None = None
+
+    def started(self, now: float) -> None:
+        """Note a request start at wall-clock ``now``."""
+        if self.first_start is None:
+            self.first_start = now
+
+    def ended(self, now: float) -> None:
+        """Note a request end at wall-clock ``now``."""
+        self.last_end = now
+
+    def failed(self, kind: str, retries: int = 0) -> None:
+        """Count a request that ended without a result."""
+        self.failures += 1
+        self.retries += retries
+        self.failures_by_kind[kind] = self.failures_by_kind.get(kind, 0) + 1
+
+    @property
+    def wall_time(self) -> float:
+        """Seconds from its first request's start to its last request's end."""
+        if self.first_start is None or self.last_end is None:
+            return 0.0
+        return max(self.last_end - self.first_start, 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (money as exact decimal strings)."""
+        rate = per_million(self.cost, self.output_tokens)
+        return {
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "cost": decimal_str(self.cost),
+            "usd_per_million_output": None if rate is None else decimal_str(rate),
+            "failures": self.failures,
+            "failures_by_kind": dict(sorted(self.failures_by_kind.items())),
+            "retries": self.retries,
+            "wall_time_s": round(self.wall_time, 3),
+        }
+
+
+def per_million(cost: Decimal, tokens: int) -> Decimal | None:
+    """USD per million tokens, or None without tokens."""
+    if tokens <= 0:
+        return None
+    return (cost * PER_MILLION / tokens).quantize(Decimal("0.0001"))

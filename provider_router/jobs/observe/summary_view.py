@@ -1,0 +1,110 @@
+"""A run's summary as the terminal shows it at the end: the tables and the sentences.
+
+Per dataset and per provider (requests, tokens, cost, $/M, failures by kind, errors
+and 429s, retries, wall time), then why it stopped, the money, what finishing takes
+(:func:`~provider_router.jobs.finish.finish_words`) and the run's notes. The
+same figures are ``summary.json`` (:class:`~provider_router.jobs.summary.RunSummary`).
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from provider_router._format import format_usd
+from provider_router.jobs.counter import Counter, per_million
+from provider_router.jobs.finish import finish_words
+from provider_router.jobs.summary import RunSummary
+
+__all__ = ["render_summary"]
+
+
+def render_summary(summary: RunSummary, console: Console) -> None:
+    """Print the summary's tables and sentences on ``console``."""
+    datasets = Table(title="Datasets", title_justify="left")
+    for column in (
+        "dataset",
+        "done",
+        "output tokens",
+        "target",
+        "cost",
+        "$/M out",
+        "run req",
+        "failures",
+        "retries",
+        "wall",
+        "to finish",
+    ):
+        datasets.add_column(column, justify="left" if column == "dataset" else "right")
+    for d in summary.datasets:
+        done = f"{d.completed:,}" + (f"/{d.prompts:,}" if d.prompts is not None else "")
+        datasets.add_row(
+            d.name,
+            done,
+            f"{d.output_tokens:,}",
+            f"{d.target_output_tokens:,}" if d.target_output_tokens else "-",
+            format_usd(d.cost),
+            format_usd(per_million(d.cost, d.output_tokens)),
+            f"{d.run.requests:,}",
+            _failures(d.run),
+            f"{d.run.retries:,}",
+            f"{d.run.wall_time:.1f}s",
+            format_usd(d.to_finish),
+        )
+    console.print(datasets)
+    providers = Table(title="Providers (this run)", title_justify="left")
+    for column in (
+        "provider",
+        "requests",
+        "output tokens",
+        "cost",
+        "$/M out",
+        "failures",
+        "errors",
+        "429s",
+        "retries",
+        "wall",
+    ):
+        providers.add_column(column, justify="left" if column == "provider" else "right")
+    for name, c in sorted(summary.providers.items()):
+        health = summary.provider_health.get(name, {})
+        providers.add_row(
+            name,
+            f"{c.requests:,}",
+            f"{c.output_tokens:,}",
+            format_usd(c.cost),
+            format_usd(per_million(c.cost, c.output_tokens)),
+            _failures(c),
+            str(health.get("errors", 0)),
+            str(health.get("rate_limited", 0)),
+            f"{c.retries:,}",
+            f"{c.wall_time:.1f}s",
+        )
+    console.print(providers)
+    to_finish = finish_words(summary.to_finish, summary.budget_to_finish)
+    console.print(
+        f"[bold]{summary.reason.value}[/bold]: spent {format_usd(summary.spent)} of "
+        f"{format_usd(summary.budget)} (reserved {format_usd(summary.reserved)}); "
+        f"to finish the plan: {to_finish}; wall time {summary.wall_time:.1f}s"
+    )
+    if summary.cache_saved > 0:
+        console.print(f"Prompt caching saved {format_usd(summary.cache_saved)} in this run.")
+    if summary.message:
+        console.print(summary.message, markup=False, highlight=False)
+    for line in summary.batch_sentences:
+        console.print(line, markup=False, highlight=False)
+    for line in summary.disputed:
+        console.print(f"disputed: {line}", markup=False, highlight=False)
+    if summary.bad_lines:
+        console.print(f"{len(summary.bad_lines)} bad input line(s) skipped:")
+        for line in summary.bad_lines[:20]:
+            console.print(f"  {line}", markup=False, highlight=False)
+        if len(summary.bad_lines) > 20:
+            console.print(f"  … and {len(summary.bad_lines) - 20} more (see summary.json)")
+
+
+def _failures(counter: Counter) -> str:
+    if not counter.failures:
+        return "0"
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(counter.failures_by_kind.items()))
+    return f"{counter.failures} ({kinds})"
