@@ -69,6 +69,7 @@ if _typing.TYPE_CHECKING:
         VerifyThresholds,
     )
     from provider_router.checks.verify import verify
+    from provider_router.client._config import AffinityOptions, Safeguards, Timeouts
     from provider_router.client.affinity import CacheAffinity
     from provider_router.client.health import ProviderHealth, ProviderStats
     from provider_router.client.limiter import AdaptiveLimiter
@@ -152,6 +153,7 @@ if _typing.TYPE_CHECKING:
 # YAML or sqlite3 (docs/performance.md, import time).
 _LAZY: dict[str, str] = {
     "AdaptiveLimiter": "provider_router.client.limiter",
+    "AffinityOptions": "provider_router.client._config",
     "Architecture": "provider_router.catalog.records",
     "Backoff": "provider_router.client.retry",
     "BatchRoute": "provider_router.routing.batch_endpoints",
@@ -219,10 +221,12 @@ _LAZY: dict[str, str] = {
     "RunProgress": "provider_router.jobs.observe.snapshots",
     "RunSummary": "provider_router.jobs.summary",
     "SQLiteLedger": "provider_router.ledger",
+    "Safeguards": "provider_router.client._config",
     "SampleStats": "provider_router.planning.workload",
     "Scenario": "provider_router.planning.projection",
     "StopReason": "provider_router.jobs.summary",
     "StreamDelta": "provider_router.client.results",
+    "Timeouts": "provider_router.client._config",
     "TokenLogprob": "provider_router.client.results",
     "TokenTotals": "provider_router.planning.projection",
     "ToolCall": "provider_router.client.results",
@@ -266,6 +270,7 @@ __all__ = [
     "APIError",
     "APIStatusError",
     "AdaptiveLimiter",
+    "AffinityOptions",
     "AllAttemptsFailed",
     "Architecture",
     "AuthenticationError",
@@ -358,10 +363,12 @@ __all__ = [
     "RunProgress",
     "RunSummary",
     "SQLiteLedger",
+    "Safeguards",
     "SampleStats",
     "Scenario",
     "StopReason",
     "StreamDelta",
+    "Timeouts",
     "TokenLogprob",
     "TokenTotals",
     "ToolCall",
