@@ -63,7 +63,7 @@ def _serve(
     cache_capacity: int | None = None,
 ) -> None:
     _uvloop()
-    from provider_router._collector import tune_for_server
+    from provider_router._collector import tune_for_process as tune_for_server
     from provider_router.testing import SimulatorServer
     from provider_router.testing.market.prefix_cache import PrefixCache
 

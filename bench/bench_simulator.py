@@ -70,7 +70,7 @@ def _rss_mb(pid: int) -> float:
 def _serve(kind: str, ready: Any, sample_json: bytes, sample_chunks: list[bytes]) -> None:
     import uvloop
 
-    from provider_router._collector import tune_for_server
+    from provider_router._collector import tune_for_process as tune_for_server
     from provider_router.testing import SimulatorServer
 
     async def main() -> None:
