@@ -21,7 +21,7 @@ policy (``exclude_below="int4"``) and the same workload (the prompt share
   cannot take falls through to the next;
 * **pinned**: ``Router(cache_affinity=True)``: each conversation on one endpoint
   (one-tag ``only``, its ``session_id``, no ``order``);
-* **pinned+fb**: ``Router(cache_affinity=True, pin_fallbacks=True)``: the pin first
+* **pinned+fb**: ``Router(cache_affinity=AffinityOptions(pin_fallbacks=True))``: the pin first
   (``order: [pin]``, every allowed tag in ``only``), so OpenRouter falls back inside.
 
 ``--capacity N`` gives every endpoint a ``max_in_flight: N`` rate limit (a
@@ -83,7 +83,7 @@ def _faults(capacity: int, tags: list[str], rate: float) -> list[dict[str, Any]]
 async def _run(
     url: str, convs: list[list[list[dict[str, Any]]]], workload: Any, mode: str
 ) -> dict[str, Any]:
-    from provider_router import ProviderPolicy, Router
+    from provider_router import AffinityOptions, ProviderPolicy, Router
 
     router = Router(
         MODEL,
@@ -91,8 +91,9 @@ async def _run(
         api_key=KEY,
         policy=ProviderPolicy(exclude_below="int4"),
         workload=workload,
-        cache_affinity=mode != "order",
-        pin_fallbacks=mode == "pinned+fb",
+        cache_affinity=(
+            AffinityOptions(pin_fallbacks=True) if mode == "pinned+fb" else mode != "order"
+        ),
         max_concurrency=len(convs),
     )
     totals = {"requests": 0, "prompt": 0, "cached": 0, "failed": 0}

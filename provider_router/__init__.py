@@ -78,6 +78,7 @@ if _typing.TYPE_CHECKING:
         VerifyThresholds,
     )
     from provider_router.checks.verify import verify
+    from provider_router.client._config import AffinityOptions, Safeguards, Timeouts
     from provider_router.client.affinity import CacheAffinity
     from provider_router.client.health import ProviderHealth, ProviderStats
     from provider_router.client.limiter import AdaptiveLimiter
@@ -111,6 +112,7 @@ if _typing.TYPE_CHECKING:
 # YAML or sqlite3 (docs/performance.md, import time).
 _LAZY: dict[str, str] = {
     "AdaptiveLimiter": "provider_router.client.limiter",
+    "AffinityOptions": "provider_router.client._config",
     "Architecture": "provider_router.catalog.records",
     "Backoff": "provider_router.client.retry",
     "CacheAffinity": "provider_router.client.affinity",
@@ -149,7 +151,9 @@ _LAZY: dict[str, str] = {
     "RoutePlan": "provider_router.routing.route_plan",
     "Router": "provider_router.client.router",
     "SQLiteLedger": "provider_router.ledger",
+    "Safeguards": "provider_router.client._config",
     "StreamDelta": "provider_router.client.results",
+    "Timeouts": "provider_router.client._config",
     "TokenLogprob": "provider_router.client.results",
     "ToolCall": "provider_router.client.results",
     "ToolCallDelta": "provider_router.client.results",
@@ -231,6 +235,7 @@ __all__ = [
     "APIError",
     "APIStatusError",
     "AdaptiveLimiter",
+    "AffinityOptions",
     "AllAttemptsFailed",
     "Architecture",
     "AuthenticationError",
@@ -295,7 +300,9 @@ __all__ = [
     "Router",
     "RouterStopping",
     "SQLiteLedger",
+    "Safeguards",
     "StreamDelta",
+    "Timeouts",
     "TokenLogprob",
     "ToolCall",
     "ToolCallDelta",

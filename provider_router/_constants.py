@@ -31,6 +31,11 @@ refused at once regardless. Bounded, because room held by a crashed process's
 reservations only comes back through ``Ledger.recover``.
 """
 
+DEFAULT_MAX_CONCURRENCY: Final = 2000
+"""The most requests a Router keeps in flight (its limiter's ceiling)."""
+DEFAULT_CREDITS_HOLD_TIMEOUT: Final = 300.0
+"""Seconds one request may spend waiting out OpenRouter's temporary (in-flight hold) 402s."""
+
 DEFAULT_CATALOG_TTL: Final = 300.0
 """Seconds a fetched endpoint listing stays fresh: OpenRouter's own max-age."""
 

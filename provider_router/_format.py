@@ -14,7 +14,7 @@ exact.
 from __future__ import annotations
 
 import dataclasses
-from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, localcontext
 from typing import Final
 
 __all__ = [
@@ -79,8 +79,13 @@ def format_usd(amount: Decimal | int | None, *, places: int = 2) -> str:
     if amount is None:
         return "-"
     amount = Decimal(amount)
+    if not amount.is_finite():
+        return f"${amount}"
     quantum = Decimal(1).scaleb(-places)
-    shown = amount.quantize(quantum, rounding=ROUND_HALF_EVEN)
+    with localcontext() as exact:
+        # Enough digits for any amount: the default 28 cannot quantize $1E+26 to cents.
+        exact.prec = max(exact.prec, amount.adjusted() + places + 2)
+        shown = amount.quantize(quantum, rounding=ROUND_HALF_EVEN)
     if amount != 0 and abs(amount) < quantum:
         shown = _significant(amount)
     sign = "-" if shown < 0 else ""

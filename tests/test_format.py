@@ -64,6 +64,9 @@ def test_decimal_str_round_trips_exactly(value: Decimal) -> None:
         (D("1E-13"), "$0.00000000000010"),
         (D("-0.25"), "-$0.25"),
         (D("1.5E+2"), "$150.00"),
+        # Past the default 28 digits of precision: a damaged file's figure, still a line.
+        (D("1E+26"), "$100,000,000,000,000,000,000,000,000.00"),
+        (D("Infinity"), "$Infinity"),
     ],
 )
 def test_format_usd_reads_as_cents_and_never_hides_a_small_amount(

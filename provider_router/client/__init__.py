@@ -10,13 +10,23 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
+    from provider_router.client._config import AffinityOptions, Safeguards, Timeouts
     from provider_router.client.router import ChatStream, Router
 
-__all__ = ["ChatStream", "Router"]
+__all__ = ["AffinityOptions", "ChatStream", "Router", "Safeguards", "Timeouts"]
+
+_HOMES: _typing.Final = {
+    "AffinityOptions": "provider_router.client._config",
+    "ChatStream": "provider_router.client.router",
+    "Router": "provider_router.client.router",
+    "Safeguards": "provider_router.client._config",
+    "Timeouts": "provider_router.client._config",
+}
 
 
 def __getattr__(name: str) -> _typing.Any:
     # Lazy: importing a result type never loads the Router and its transport.
-    if name not in __all__:
+    home = _HOMES.get(name)
+    if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(_importlib.import_module("provider_router.client.router"), name)
+    return getattr(_importlib.import_module(home), name)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from provider_router._constants import DEFAULT_COST_SANITY_FACTOR
+from provider_router._constants import DEFAULT_COST_SANITY_FACTOR, DEFAULT_CREDITS_HOLD_TIMEOUT
 from provider_router._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -177,7 +177,7 @@ class Billing:
         http: Callable[[], _http.HttpClient],
         sleep: Sleep,
         *,
-        credits_hold_timeout: float = 300.0,
+        credits_hold_timeout: float = DEFAULT_CREDITS_HOLD_TIMEOUT,
         clock: Clock = time.monotonic,
         cost_sanity_factor: Decimal = DEFAULT_COST_SANITY_FACTOR,
     ) -> None:

@@ -137,6 +137,10 @@ class RetryPolicy:
         honour_retry_after: treat an error's ``retry_after`` as a floor on the wait.
         max_retry_after: a ``Retry-After`` longer than this gives up instead of
             waiting (a server asking for an hour is not a passing hiccup).
+        rng: the source of the backoff's jitter (a ``random.Random(seed)`` makes the
+            schedule reproducible); ``None``: a fresh ``random.Random()`` per run, or
+            per Router. Not part of the policy's value: two policies that differ
+            only in it are equal.
     """
 
     max_attempts: int = DEFAULT_RETRY_ATTEMPTS
@@ -145,6 +149,7 @@ class RetryPolicy:
     retryable: Callable[[BaseException], bool] = is_retryable
     honour_retry_after: bool = True
     max_retry_after: float = DEFAULT_RETRY_MAX_RETRY_AFTER
+    rng: _Random | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -207,7 +212,7 @@ class RetryPolicy:
             attempt_fn: makes one attempt; receives the 1-based attempt number.
             sleep: awaited between attempts.
             clock: monotonic seconds, for the deadline.
-            rng: jitter source (a fresh ``random.Random()`` when ``None``).
+            rng: jitter source (default: :attr:`rng`, else a fresh ``random.Random()``).
             on_retry: called with ``(attempt, error, delay)`` before each wait.
         """
         start = clock()
@@ -242,7 +247,8 @@ class RetryPolicy:
         cut short and :class:`~provider_router.RouterStopping` is raised, holding
         the attempts' errors (the router's stop: the first Ctrl-C, a budget stop).
         """
-        rng = rng if rng is not None else random.Random()
+        if rng is None:
+            rng = self.rng if self.rng is not None else random.Random()
         errors: list[Exception] = [error]
         attempt = 1
         delay = self.next_delay(attempt, error, clock() - started, rng)

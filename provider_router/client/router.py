@@ -2,36 +2,33 @@
 
 One request goes through these steps (``docs/client.md`` tells the whole story):
 
-1. the route plan (policy decisions + ranking, refreshed on the catalog TTL)
-   gives the ``provider`` object and the price ceilings;
-2. per attempt: a slot from the adaptive limiter, then a ledger reservation of
-   the worst case (prompt estimate × highest prompt price + ``max_tokens`` ×
-   highest completion price + request fee);
-3. the request is sent; the generation id is attached to the reservation as
-   soon as a response names it;
-4. the serving provider is checked against the policy (an unallowed one
-   quarantines the result), and the reservation is settled to ``usage.cost``
-   (with our own estimate beside it), or released when nothing was charged;
-5. failures are retried by the :class:`~provider_router.client.retry.RetryPolicy`;
+1. the route plan in force (:mod:`~provider_router.client._live_plan`: policy
+   decisions + ranking, rebuilt on the catalog TTL) gives the ``provider`` object
+   and the price ceilings;
+2. the request is prepared once (:mod:`~provider_router.client._prepare`):
+   checked, encoded, its worst case priced and, with cache affinity, pinned;
+3. each attempt (:mod:`~provider_router.client._attempt`) takes a slot from the
+   adaptive limiter, reserves the worst case in the ledger, sends, and settles
+   to ``usage.cost`` or releases when nothing was charged (the money side is
+   :mod:`~provider_router.client._billing`); the answer is quarantined when an
+   unallowed provider served it;
+4. failures are retried by the :class:`~provider_router.client.retry.RetryPolicy`;
    a 402 is waited out when it is a temporary in-flight hold, and stops the
    router (:class:`~provider_router.CreditsExhausted`) when credits or the key
    limit ran out.
 
-Logs (stdlib logger ``provider_router.client.router``, silent unless the application
-configures logging): ``route.attempt`` (debug) per failed attempt, ``route.done``
-(debug) per finished request, ``route.failed`` (warning), ``route.policy_violation``
-(error), ``route.credits_exhausted`` (error). The API key never appears in any of them.
-
-The money side (settle, release, reconcile) lives in :mod:`provider_router.client._billing`,
-request encoding in :mod:`provider_router.client._request`, streaming in
-:mod:`provider_router.client.streaming`.
+The options (:class:`Timeouts`, :class:`AffinityOptions`, :class:`Safeguards`) are
+:mod:`~provider_router.client._config`'s. Logs (stdlib logger
+``provider_router.client.router``, silent unless the application configures
+logging): ``route.attempt`` (debug) per failed attempt, ``route.done`` (debug) per
+finished request, ``route.failed`` (warning), ``route.policy_violation`` (error),
+``route.credits_exhausted`` (error). The API key never appears in any of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import itertools
 import random
@@ -39,172 +36,90 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from ssl import SSLContext
-from typing import Any, Final
+from typing import Any
 
 from pydantic import SecretStr
 
 from provider_router._constants import (
     DEFAULT_BUDGET_WAIT,
     DEFAULT_CATALOG_TTL,
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_COST_SANITY_FACTOR,
-    DEFAULT_MAX_VIOLATIONS_IN_A_ROW,
-    DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_STREAM_IDLE_TIMEOUT,
-    ENV_API_KEY,
-    STREAM_DEADLINE_BASE,
-    STREAM_DEADLINE_TOKENS_PER_SECOND,
+    DEFAULT_MAX_CONCURRENCY,
 )
-from provider_router._exceptions import (
-    ConfigurationError,
-    ContextLengthExceeded,
-    CreditsExhausted,
-    LedgerWriteError,
-    PaymentRequiredError,
-    RateLimitError,
-    RouterStopping,
-)
+from provider_router._exceptions import ConfigurationError, CreditsExhausted, LedgerWriteError
 from provider_router._http import session as _http
 from provider_router._http.options import check_headers, check_ssl
-from provider_router._log import DEBUG, get_logger
+from provider_router._log import get_logger
 from provider_router._resource import AsyncResource
-from provider_router._secrets import scrub
 from provider_router._types import Clock, Message, Sleep
-from provider_router.catalog._billable import (
-    IMAGE_PROMPT_TOKENS_BOUND,
-    check_fields,
-    completion_cap,
-    field_tokens,
-    measure,
-)
+from provider_router.catalog._billable import check_fields, field_tokens
 from provider_router.catalog.fetch import Catalog
 from provider_router.catalog.records import ModelEndpoints
-from provider_router.client._billing import Billing, Charged, unallowed_reason
-from provider_router.client._completion import Completion, parse_completion
+from provider_router.client._attempt import AttemptMixin
+from provider_router.client._billing import Billing
+from provider_router.client._config import (
+    DEFAULT_SLOW_START,
+    DEFAULT_WORKLOAD,
+    AffinityOptions,
+    Safeguards,
+    Timeouts,
+    cache_workload,
+    check_ledger,
+    check_model,
+    check_params,
+    option,
+    pinning,
+)
 from provider_router.client._cost_check import CostVerdict
-from provider_router.client._request import (
-    PreparedRequest,
-    RequestEncoder,
-    encode_json,
-    messages_problem,
-)
-from provider_router.client.affinity import (
-    DEFAULT_CACHE_HIT_RATE,
-    CacheAffinity,
-    blames_pin,
-    session_of,
-)
+from provider_router.client._deprecated import Given, fold_deprecated
+from provider_router.client._live_plan import NOT_OPEN, LivePlan
+from provider_router.client._prepare import PrepareMixin
+from provider_router.client._request import RequestEncoder
+from provider_router.client.affinity import CacheAffinity
 from provider_router.client.health import ProviderHealth
-from provider_router.client.limiter import AdaptiveLimiter, Outcome
+from provider_router.client.limiter import AdaptiveLimiter
 from provider_router.client.metrics import Metrics
 from provider_router.client.results import ChatResult, StreamDelta
 from provider_router.client.retry import RetryPolicy
-from provider_router.client.streaming import ChatStream, read_stream
+from provider_router.client.streaming import ChatStream
 from provider_router.ledger import Ledger, Reservation
 from provider_router.routing.policy import ProviderPolicy
 from provider_router.routing.ranking import Workload
-from provider_router.routing.route_plan import RoutePlan, build_route_plan, cache_saving
+from provider_router.routing.route_plan import RoutePlan
 
-__all__ = ["ChatStream", "Router"]
+__all__ = ["AffinityOptions", "ChatStream", "Router", "Safeguards", "Timeouts"]
 
 log = get_logger(__name__)
 
-_CHAT_PATH: Final = "/chat/completions"
-_PIN_NEEDS: Final = ("tools", "response_format")
-"""Request fields a pinned endpoint must list: a one-tag pin has no fallback inside
-OpenRouter, and an endpoint without them answers in plain text (paid)."""
-_PIN_PLACEHOLDER: Final = b"{}"
-"""The provider object of a pinned request until its pin is chosen (``Router._build_request``)."""
-_RESERVED_PARAMS: Final = ("model", "provider", "messages", "stream")
-_LEDGER_METHODS: Final = ("reserve", "settle", "release", "snapshot")
-"""What a ledger is used for: an object without them is a mistake said at once."""
-_UNSET: Final[Any] = object()
-_CAP_CACHE_SIZE: Final = 256
 
-DEFAULT_SLOW_START: Final = 0.05
-"""Seconds in which the default limiter's window doubles until the first 429."""
-
-DEFAULT_WORKLOAD = Workload(prompt_tokens=500, completion_tokens=2000)
-"""The request shape endpoints are ranked for when none is given."""
-
-
-def _cache_workload(workload: Workload, rate: Decimal | float | str | None) -> Workload:
-    """The workload at its expected cache hit rate: what pinned sessions are ranked for."""
-    share = rate if rate is not None else workload.cached_prompt_share or DEFAULT_CACHE_HIT_RATE
-    try:  # Workload checks the share (a number 0..1)
-        return dataclasses.replace(workload, cached_prompt_share=share)  # type: ignore[arg-type]
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"cache_hit_rate={rate!r}: {exc}") from None
-
-
-CONTEXT_BYTES_PER_TOKEN: Final = 32
-"""Bytes of prompt text no token exceeds, for the check before sending: a request is
-refused only when even that few prompt tokens plus its completion cap exceed every
-allowed endpoint's context (an assumption on tokenizers: BPE vocabularies' longest
-tokens are well under 32 bytes for text; the check errs toward sending)."""
-
-
-def _check_fits(context: int, prompt_upper_bound: int, cap: int | None) -> None:
-    """Refuse a request that cannot fit any allowed endpoint's context: it would be a 400.
-
-    ``prompt_upper_bound`` counts UTF-8 bytes (plus template): divided by
-    :data:`CONTEXT_BYTES_PER_TOKEN` it is a lower bound on the prompt's tokens. The
-    prompt is what is judged (:class:`ContextLengthExceeded`: a batch counts the prompt
-    and goes on); a completion cap alone beyond the context is left to the reservation
-    and to OpenRouter's 400 (neither is paid).
-    """
-    least = prompt_upper_bound // CONTEXT_BYTES_PER_TOKEN
-    completion = cap or 0
-    if completion < context and least + completion > context:
-        raise ContextLengthExceeded(
-            context,
-            least + completion,
-            f"the request cannot fit: at least {least:,} prompt tokens plus max_tokens "
-            f"{completion:,} exceed the largest context length of the allowed endpoints "
-            f"({context:,} tokens); nothing was sent",
-        )
-
-
-class Router(AsyncResource):
+class Router(PrepareMixin, AttemptMixin, AsyncResource):
     """Sends chat completions for one model only to allowed providers, within a budget.
 
     Use it as an async context manager::
 
         async with Router(model="moonshotai/kimi-k2.5",
                           policy=ProviderPolicy(exclude_below="int4"),
-                          ledger=SQLiteLedger("run.ledger", limit=Decimal(100))) as router:
+                          ledger=SQLiteLedger("run.ledger", limit=Decimal(100)),
+                          timeouts=Timeouts(request=300)) as router:
             result = await router.chat(messages, max_tokens=8192)
 
     Args:
         model: the OpenRouter model id.
         policy: which endpoints may serve (default: a policy with no rules).
         ledger: the budget every attempt reserves from; ``None`` spends unchecked.
-        max_concurrency: the most requests in flight (the limiter's ceiling).
-        base_url: OpenRouter's API root (default ``OPENROUTER_BASE_URL``, else
-            ``https://openrouter.ai/api/v1``).
-        api_key: the key (default ``OPENROUTER_API_KEY``); kept as a ``SecretStr``.
-        catalog: a :class:`~provider_router.Catalog` to read endpoints from
-            (default: one of our own on the same base URL and key).
-        endpoints: a fixed endpoint listing instead of a catalog (no refresh).
-        retry: the retry policy (default :class:`RetryPolicy`).
-        workload: the request shape endpoints are ranked for.
-        allow_fallbacks: let OpenRouter fall back inside the allowed set.
         budget_wait: passed to :meth:`Ledger.reserve`: ``False`` raises
             :class:`~provider_router.BudgetExhausted` at once, ``True`` waits for
             requests in flight to settle, a number waits at most that long (default
             600 s). A request that could not fit even if everything in flight
             settled at no cost is refused at once either way, and waiting requests
             are woken by the settles that free room (``docs/client.md``).
-        catalog_ttl: seconds before the route plan is rebuilt from a fresh listing.
-        request_timeout: seconds for a whole non-streaming request.
-        stream_idle_timeout: seconds allowed between two stream events
-            (keep-alive comments do not count as events).
-        stream_deadline: seconds for a whole stream; default: 120 s plus
-            ``max_tokens`` at 10 tokens per second, so a long answer is not cut
-            for being long. A stream still delivering tokens at its deadline is
-            not retried: it ends as it stands (``finish_reason="deadline"``),
-            settled at what ``/generation`` says it cost.
-        connect_timeout: seconds to open a connection.
+        max_concurrency: the most requests in flight: a number (the default limiter:
+            AIMD up to it after a slow start that doubles every 50 ms from 32 until
+            the first 429, with every 429 capping the window at the requests in
+            flight; default 2000), or an :class:`~provider_router.AdaptiveLimiter`
+            of your own (``AdaptiveLimiter(n)``: plain AIMD from ``n``).
+        base_url: OpenRouter's API root (default ``OPENROUTER_BASE_URL``, else
+            ``https://openrouter.ai/api/v1``).
+        api_key: the key (default ``OPENROUTER_API_KEY``); kept as a ``SecretStr``.
         ssl: an :class:`ssl.SSLContext` for the ``https://`` base URL (a private CA,
             a client certificate); default: the system's CAs (``SSL_CERT_FILE``
             honoured). Used by the completions and the router's own catalog.
@@ -214,36 +129,41 @@ class Router(AsyncResource):
             (``Authorization``, ``Host``, ``Content-Length``, ``Content-Type``,
             ``Transfer-Encoding``, ``Connection``...) is refused with a
             :class:`~provider_router.ConfigurationError` naming it.
-        credits_hold_timeout: seconds one request may spend waiting out
-            temporary (in-flight hold) 402s.
-        cost_sanity_factor: an answer's ``usage.cost`` above this many times its
-            reservation (default 2), or a negative one, is not booked on its
-            word: OpenRouter's ``/generation`` record is asked first. Confirmed,
-            it is booked; otherwise the worst case is booked and the figure is
-            disputed (:attr:`disputes`, ``ChatResult.disputed_cost``). Either
-            way :attr:`halted` names the generation id (a batch stops).
-        max_violations_in_a_row: policy violations in a row that set
-            :attr:`halted` (a batch stops).
-        limiter: the concurrency limiter (default: AIMD up to ``max_concurrency``
-            after a slow start that doubles every 50 ms from 32 until the first
-            429, with every 429 capping the window at the requests in flight).
-        health: per-provider health tracking (default :class:`ProviderHealth`).
-        params: default request parameters merged under each call's own.
+        endpoints: where the model's endpoints come from: a fixed
+            :class:`~provider_router.ModelEndpoints` listing (never refreshed), or a
+            :class:`~provider_router.Catalog` of yours (the route plan is rebuilt
+            every ``Catalog.ttl`` seconds; you close it); default: a catalog of the
+            router's own on its base URL, key and connection, refreshed every 300 s
+            (OpenRouter's own max-age).
+        workload: the request shape endpoints are ranked for.
+        allow_fallbacks: let OpenRouter fall back inside the allowed set.
         cache_affinity: pin every session to one allowed endpoint, sent as
             ``session_id`` with a one-tag ``only`` (docs/client.md, "Cache-aware
             pinning"): a call's own ``session_id``, else the conversation (the
-            messages up to its first user message). Off: a ``session_id`` is sent as
-            given and nothing is pinned.
-        pin_fallbacks: send a pinned request as ``order: [pin]`` with every allowed
-            tag in ``only`` instead of a one-tag ``only``: a 429 at the pin falls back
-            inside OpenRouter (one cache miss) instead of reaching the limiter and a
-            retry (docs/client.md, "Cache-aware pinning").
-        cache_hit_rate: the prompt share (0..1) expected from cache when choosing a
-            pinned session's endpoint (default: the workload's
-            ``cached_prompt_share``, else :data:`~.affinity.DEFAULT_CACHE_HIT_RATE`).
+            messages up to its first user message). ``True`` pins with the default
+            :class:`AffinityOptions`, an :class:`AffinityOptions` with those. Off
+            (``False``, the default): a ``session_id`` is sent as given and nothing
+            is pinned.
+        params: default request parameters merged under each call's own.
+        retry: the retry policy (default :class:`RetryPolicy`; its ``rng`` seeds
+            the backoff's jitter).
+        timeouts: how long each part of a request may take (default
+            :class:`Timeouts`: 600 s a request, 10 s to connect, 120 s between
+            stream events, a stream deadline that scales with ``max_tokens``).
+        safeguards: when the router waits out 402 holds, doubts a cost or halts
+            (default :class:`Safeguards`: 300 s of 402 holds, costs above 2× their
+            reservation checked, 3 policy violations in a row halt).
+        health: per-provider health tracking (default :class:`ProviderHealth`).
         metrics: live Prometheus metrics (:class:`~provider_router.Metrics`); ``None``
             (the default) costs nothing per request.
-        clock: monotonic seconds; sleep: awaited between retries; rng: jitter.
+        clock: monotonic seconds; sleep: awaited between retries and 402 holds.
+        **deprecated: the previous release's keywords (``request_timeout``,
+            ``connect_timeout``, ``stream_idle_timeout``, ``stream_deadline``,
+            ``credits_hold_timeout``, ``cost_sanity_factor``,
+            ``max_violations_in_a_row``, ``pin_fallbacks``, ``cache_hit_rate``,
+            ``catalog``, ``catalog_ttl``, ``limiter``, ``rng``), still taken with a
+            ``DeprecationWarning`` naming the new spelling; one given with the
+            argument that replaces it is a :class:`~provider_router.ConfigurationError`.
     """
 
     def __init__(
@@ -252,79 +172,74 @@ class Router(AsyncResource):
         *,
         policy: ProviderPolicy | None = None,
         ledger: Ledger | None = None,
-        max_concurrency: int = 2000,
+        budget_wait: bool | float = DEFAULT_BUDGET_WAIT,
+        max_concurrency: int | AdaptiveLimiter = DEFAULT_MAX_CONCURRENCY,
         base_url: str | None = None,
         api_key: str | SecretStr | None = None,
-        catalog: Catalog | None = None,
-        endpoints: ModelEndpoints | None = None,
-        retry: RetryPolicy | None = None,
-        workload: Workload | None = None,
-        allow_fallbacks: bool = True,
-        budget_wait: bool | float = DEFAULT_BUDGET_WAIT,
-        catalog_ttl: float = DEFAULT_CATALOG_TTL,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
-        stream_deadline: float | None = None,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         ssl: SSLContext | None = None,
         headers: Mapping[str, str] | None = None,
-        credits_hold_timeout: float = 300.0,
-        cost_sanity_factor: Decimal | int = DEFAULT_COST_SANITY_FACTOR,
-        max_violations_in_a_row: int = DEFAULT_MAX_VIOLATIONS_IN_A_ROW,
-        limiter: AdaptiveLimiter | None = None,
-        health: ProviderHealth | None = None,
+        endpoints: ModelEndpoints | Catalog | None = None,
+        workload: Workload | None = None,
+        allow_fallbacks: bool = True,
+        cache_affinity: bool | AffinityOptions = False,
         params: Mapping[str, Any] | None = None,
-        cache_affinity: bool = False,
-        pin_fallbacks: bool = False,
-        cache_hit_rate: Decimal | float | str | None = None,
+        retry: RetryPolicy | None = None,
+        timeouts: Timeouts | None = None,
+        safeguards: Safeguards | None = None,
+        health: ProviderHealth | None = None,
         metrics: Metrics | None = None,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
-        rng: random.Random | None = None,
+        **deprecated: Any,
     ) -> None:
-        if not isinstance(model, str) or "/" not in model:
-            raise ConfigurationError(f"model must be an 'author/slug' id, got {model!r}")
-        for name, value in (
-            ("catalog_ttl", catalog_ttl),
-            ("request_timeout", request_timeout),
-            ("stream_idle_timeout", stream_idle_timeout),
-            ("stream_deadline", 1.0 if stream_deadline is None else stream_deadline),
-            ("connect_timeout", connect_timeout),
-        ):
-            if not value > 0:
-                raise ConfigurationError(f"{name} must be > 0 seconds, got {value!r}")
-        for reserved_name in _RESERVED_PARAMS:
-            if params and reserved_name in params:
-                raise ConfigurationError(f"params: {reserved_name!r} is set by the Router")
-        if model.endswith(":online"):
-            raise ConfigurationError(
-                f"model {model!r}: refused, the ':online' variant adds web search fees the "
-                "reservation cannot bound (docs/client.md, 'What is reserved')"
-            )
+        catalog_ttl: float | None = None
+        if deprecated:
+            given = Given(timeouts, cache_affinity, safeguards, endpoints, max_concurrency, retry)
+            (
+                timeouts,
+                cache_affinity,
+                safeguards,
+                endpoints,
+                max_concurrency,
+                retry,
+                catalog_ttl,
+            ) = fold_deprecated(given, deprecated)
+        self.model = check_model(model)
+        check_params(params)
+        check_ledger(ledger)
+        self.timeouts = option("timeouts", timeouts, Timeouts)
+        """How long each part of a request may take (read-only)."""
+        self.safeguards = option("safeguards", safeguards, Safeguards)
+        """When the router waits out 402 holds, doubts a cost or halts (read-only)."""
+        self.cache_affinity = options = pinning(cache_affinity)
+        """The pinning options in force, or ``None``: nothing is pinned."""
+        self._pin_fallbacks = options is not None and options.pin_fallbacks
         self._fields: dict[str, Any] = dict(params or {})
         check_fields(self._fields, "Router(params=...)")
         self._field_tokens = field_tokens(self._fields)
         self._caps: dict[int | None, int | None] = {}  # completion cap by max_tokens
-        self.model = model
-        self.policy = policy if policy is not None else ProviderPolicy()
         self.base_url = _http.resolve_base_url(base_url)
         self._api_key = _http.resolve_api_key(api_key)
-        self._catalog = catalog
-        self._own_catalog = False
-        self._endpoints = endpoints
+        if catalog_ttl is None:
+            catalog_ttl = endpoints.ttl if isinstance(endpoints, Catalog) else DEFAULT_CATALOG_TTL
+        workload = workload if workload is not None else DEFAULT_WORKLOAD
+        self._plans = LivePlan(
+            model,
+            policy if policy is not None else ProviderPolicy(),
+            endpoints,
+            ttl=catalog_ttl,
+            workload=workload,
+            allow_fallbacks=allow_fallbacks,
+            cache_workload=cache_workload(workload, options or AffinityOptions()),
+            clock=clock,
+        )
         self.retry = retry if retry is not None else RetryPolicy()
-        self.workload = workload if workload is not None else DEFAULT_WORKLOAD
-        self.cache_affinity = cache_affinity
-        self.pin_fallbacks = pin_fallbacks
         self.affinity = CacheAffinity()
         """Which endpoint each pinned session goes to (``pinned`` and ``moves`` count)."""
-        self._cache_workload = _cache_workload(self.workload, cache_hit_rate)
-        self.allow_fallbacks = allow_fallbacks
         self.budget_wait = budget_wait
-        self.catalog_ttl = catalog_ttl
         self.limiter = (
-            limiter
-            if limiter is not None
+            max_concurrency
+            if isinstance(max_concurrency, AdaptiveLimiter)
             else AdaptiveLimiter(
                 max_concurrency,
                 slow_start=DEFAULT_SLOW_START,
@@ -337,52 +252,19 @@ class Router(AsyncResource):
         self._encoder = RequestEncoder(model, params or {})
         self._clock = clock
         self._sleep = sleep
-        self._rng = rng if rng is not None else random.Random()
-        self._request_timeout = request_timeout
-        self._stream_idle_timeout = stream_idle_timeout
-        self._stream_deadline = stream_deadline
-        self._connect_timeout = connect_timeout
+        self._rng = self.retry.rng if self.retry.rng is not None else random.Random()
         self._ssl = check_ssl(ssl)
         self._headers = check_headers(headers or {}, "Router(headers=...)")
         self._http: _http.HttpClient | None = None
-        self._plan: RoutePlan | None = None
-        self._plan_time = 0.0
-        self._refresh: asyncio.Task[None] | None = None
-        self._plan_lock = asyncio.Lock()  # one plan rebuild at a time (_rebuild_plan)
-        if isinstance(cost_sanity_factor, bool) or not Decimal(cost_sanity_factor) >= 1:
-            raise ConfigurationError(
-                f"cost_sanity_factor must be a number >= 1, got {cost_sanity_factor!r}"
-            )
-        if (
-            isinstance(max_violations_in_a_row, bool)
-            or not isinstance(max_violations_in_a_row, int)
-            or max_violations_in_a_row < 1
-        ):
-            raise ConfigurationError(
-                f"max_violations_in_a_row must be an int >= 1, got {max_violations_in_a_row!r}"
-            )
-        if ledger is not None and not all(
-            callable(getattr(ledger, name, None)) for name in _LEDGER_METHODS
-        ):
-            raise ConfigurationError(
-                f"ledger must be a Ledger (MemoryLedger, SQLiteLedger or RedisLedger), got "
-                f"{type(ledger).__name__}"
-                + (
-                    f": to cap spending at ${ledger}, pass ledger=MemoryLedger(Decimal('{ledger}'))"
-                    if isinstance(ledger, Decimal | int | str) and not isinstance(ledger, bool)
-                    else ""
-                )
-            )
         self._billing = Billing(
             model,
             ledger,
             self._open_http,
             sleep,
-            credits_hold_timeout=credits_hold_timeout,
+            credits_hold_timeout=self.safeguards.credits_hold_timeout,
             clock=clock,
-            cost_sanity_factor=Decimal(cost_sanity_factor),
+            cost_sanity_factor=Decimal(self.safeguards.cost_sanity_factor),
         )
-        self.max_violations_in_a_row = max_violations_in_a_row
         self._violations_in_a_row = 0
         self._violations_halt: str | None = None
         self._seq = itertools.count(1)
@@ -443,7 +325,7 @@ class Router(AsyncResource):
     def _open_http(self) -> _http.HttpClient:
         http = self._http
         if http is None:
-            raise ConfigurationError("the Router is not open: use `async with Router(...)`")
+            raise ConfigurationError(NOT_OPEN)
         return http
 
     # --- life cycle -------------------------------------------------------------
@@ -461,16 +343,13 @@ class Router(AsyncResource):
         self._http = _http.HttpClient(
             self.base_url,
             self._api_key,
-            connect_timeout=self._connect_timeout,
+            connect_timeout=self.timeouts.connect,
             limit=self.limiter.max_concurrency,
             headers=self._headers,
             ssl=self._ssl,
         )
         try:
-            if self._endpoints is None and self._catalog is None:
-                self._catalog = Catalog(ttl=self.catalog_ttl, http=self._http)
-                self._own_catalog = True
-            await self._rebuild_plan()
+            await self._plans.open(self._http)
         except BaseException:
             await self.close()
             raise
@@ -494,20 +373,13 @@ class Router(AsyncResource):
         (nothing can ever say what they cost); held ones with an id stay open for
         the next recovery to settle through ``/generation``.
         """
-        if self._refresh is not None:
-            self._refresh.cancel()
-            await asyncio.gather(self._refresh, return_exceptions=True)
-            self._refresh = None
+        await self._plans.close()
         if self._metrics_task is not None:
             self._metrics_task.cancel()
             await asyncio.gather(self._metrics_task, return_exceptions=True)
             self._metrics_task = None
         await self._billing.drain(grace=30.0)
         await self._billing.close_unresolved()
-        if self._own_catalog and self._catalog is not None:
-            await self._catalog.aclose()
-            self._catalog = None
-            self._own_catalog = False
         if self._http is not None:
             http, self._http = self._http, None
             await http.aclose()
@@ -517,41 +389,27 @@ class Router(AsyncResource):
     @property
     def plan(self) -> RoutePlan:
         """The route plan in force (raises if the router is not open)."""
-        if self._plan is None:
-            raise ConfigurationError("the Router is not open: use `async with Router(...)`")
-        return self._plan
+        return self._plans.plan
 
-    async def _rebuild_plan(self, policy: ProviderPolicy | None = None) -> None:
-        """Build the plan from ``policy`` (default: the one in force) and install both
-        together. One rebuild at a time: a refresh started while :meth:`set_policy`
-        rebuilds waits for it, then reads the policy it left; and the policy is published
-        only with its plan, so the two never disagree, whichever fails."""
-        async with self._plan_lock:
-            if policy is None:
-                policy = self.policy
-            if self._endpoints is not None:
-                listing = self._endpoints
-            else:
-                assert self._catalog is not None
-                listing = await self._catalog.endpoints(self.model, refresh=self._plan is not None)
-            decisions = policy.evaluate(listing, model_id=self.model)
-            plan = build_route_plan(
-                self.model,
-                decisions,
-                workload=self.workload,
-                allow_fallbacks=self.allow_fallbacks,
-                cache_workload=self._cache_workload,
-                verified=policy.ranking_report(self.model),
-            )
-            self.policy, self._plan = policy, plan
-            self._plan_time = self._clock()
-        log.info(
-            "route.plan",
-            model=self.model,
-            order=list(plan.order),
-            ignore=list(plan.ignore),
-            max_price=plan.provider_object()["max_price"],
-        )
+    @property
+    def policy(self) -> ProviderPolicy:
+        """The policy the plan in force was built from (:meth:`set_policy` changes it)."""
+        return self._plans.policy
+
+    @property
+    def workload(self) -> Workload:
+        """The request shape endpoints are ranked for."""
+        return self._plans.workload
+
+    @property
+    def allow_fallbacks(self) -> bool:
+        """Whether OpenRouter may fall back inside the allowed set."""
+        return self._plans.allow_fallbacks
+
+    @property
+    def catalog_ttl(self) -> float:
+        """Seconds before the route plan is rebuilt from a fresh listing."""
+        return self._plans.ttl
 
     async def set_policy(self, policy: ProviderPolicy) -> None:
         """Route new requests under ``policy`` from now on (e.g. a provider that failed a
@@ -562,27 +420,7 @@ class Router(AsyncResource):
             ProviderRouterError: it could not be applied (the listing could not be read,
                 or it allows no endpoint): the router keeps its policy and plan.
         """
-        await self._rebuild_plan(policy)
-
-    async def _refresh_plan(self) -> None:
-        try:
-            await self._rebuild_plan()
-        except Exception as exc:
-            # Keep routing on the old plan; try again after another TTL.
-            self._plan_time = self._clock()
-            log.warning("route.plan_refresh_failed", model=self.model, error=str(exc))
-
-    def _current_plan(self) -> RoutePlan:
-        plan = self._plan
-        if plan is None:
-            raise ConfigurationError("the Router is not open: use `async with Router(...)`")
-        if (
-            self._endpoints is None
-            and self._clock() - self._plan_time >= self.catalog_ttl
-            and (self._refresh is None or self._refresh.done())
-        ):
-            self._refresh = asyncio.create_task(self._refresh_plan())
-        return plan
+        await self._plans.rebuild(policy)
 
     # --- requests -------------------------------------------------------------------
 
@@ -616,9 +454,9 @@ class Router(AsyncResource):
     def halted(self) -> str | None:
         """Why a batch using this router must stop, or ``None``.
 
-        Set by a cost above ``cost_sanity_factor`` times its reservation (or a
-        negative one), confirmed or disputed, or by ``max_violations_in_a_row``
-        policy violations in a row.
+        Set by a cost above :attr:`Safeguards.cost_sanity_factor` times its
+        reservation (or a negative one), confirmed or disputed, or by
+        :attr:`Safeguards.max_violations_in_a_row` policy violations in a row.
         The router itself keeps serving: the caller decides (the batch runner stops).
         """
         return self._billing.halted or self._violations_halt
@@ -737,144 +575,6 @@ class Router(AsyncResource):
             ) from charged.unsettled
         return result
 
-    def _build_request(
-        self,
-        messages: Sequence[Message],
-        max_tokens: int | None,
-        stream: bool,
-        key: str | None,
-        on_delta: Callable[[StreamDelta], Any] | None,
-        params: Mapping[str, Any],
-    ) -> PreparedRequest:
-        if self._http is None or self._api_key is None:
-            if self._http is None:
-                raise ConfigurationError("the Router is not open: use `async with Router(...)`")
-            # Said before sending: OpenRouter's 401 would not name the variable.
-            raise ConfigurationError(
-                f"no API key: set {ENV_API_KEY} to your OpenRouter key or pass "
-                "Router(api_key=...) (create one at https://openrouter.ai/keys); nothing was sent"
-            )
-        if (
-            max_tokens is not None
-            and not (type(max_tokens) is int and max_tokens >= 1)
-            and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1)
-        ):
-            raise ConfigurationError(f"max_tokens must be a positive int, got {max_tokens!r}")
-        extra_tokens = self._field_tokens
-        if params:
-            for reserved_name in _RESERVED_PARAMS:
-                if reserved_name in params:
-                    raise ConfigurationError(
-                        f"{reserved_name!r} is set by the Router, not per call"
-                    )
-            check_fields(params)
-            # The larger cap: a provider may honour either (docs/client.md, "What is reserved").
-            cap = completion_cap(max_tokens, {**self._fields, **params})
-        else:
-            # The router's own fields never change: one cap per max_tokens.
-            cap = self._caps.get(max_tokens, _UNSET)
-            if cap is _UNSET:
-                cap = completion_cap(max_tokens, self._fields)
-                if len(self._caps) < _CAP_CACHE_SIZE:
-                    self._caps[max_tokens] = cap
-        if cap is None and self._billing.ledger is not None:
-            raise ConfigurationError(
-                "max_tokens is required when a ledger is used (max_completion_tokens also counts)"
-            )
-        plan = self._current_plan()
-        encoder = self._encoder
-        session = pinned = None
-        if self.cache_affinity:  # opt-in: a one-tag pin fares badly under 429s (#24)
-            try:
-                session = session_of(messages, params, self.affinity.digest_key)
-            except ValueError as exc:
-                raise ConfigurationError(str(exc)) from None
-        if session is None:
-            provider = encoder.provider_bytes(plan, self.health.demoted())
-        else:
-            if "session_id" not in params:
-                params = {**params, "session_id": session}
-            needs = tuple(filter(params.__contains__, _PIN_NEEDS))
-            # The pin needs the prompt's size (an endpoint whose window cannot hold
-            # prompt and cap is not pinned): chosen once the body is measured, and
-            # spliced in where the placeholder ends the body, as a re-pin does.
-            provider = _PIN_PLACEHOLDER
-        try:
-            payload = encoder.encode(messages, max_tokens, stream, params, provider)
-            if params:
-                # The fields' JSON, already encoded for the body, bounds what tools and
-                # schemas add to the prompt: no second encoding (docs/performance.md).
-                extra_tokens = encoder.last_fields_bytes
-            text_tokens, images = measure(messages)
-        except (AttributeError, TypeError, KeyError) as exc:
-            # Checked only once it failed: the per-request path pays nothing for it.
-            problem = messages_problem(messages)
-            if problem is None:
-                raise
-            raise ConfigurationError(problem) from exc
-        prompt_tokens = text_tokens + extra_tokens
-        if plan.max_context_length is not None:
-            _check_fits(plan.max_context_length, prompt_tokens, cap)
-        if session is not None:
-            pinned = self.affinity.pin(
-                session,
-                plan,
-                self._clock(),
-                demoted=self.health.demoted(),
-                needs=needs,
-                min_context=prompt_tokens + (cap or 0),
-            )
-            provider = encode_json(
-                plan.pinned_object(pinned, fallbacks=self.pin_fallbacks)
-            ).encode()
-            payload = b"".join((payload[: -len(_PIN_PLACEHOLDER) - 1], provider, b"}"))
-        deadline = self._request_timeout
-        if stream:
-            # The stream deadline scales with the completion cap the provider may honour.
-            deadline = self._stream_deadline or (
-                STREAM_DEADLINE_BASE + (cap or 0) / STREAM_DEADLINE_TOKENS_PER_SECOND
-            )
-        # Positional (in PreparedRequest's field order): a keyword call costs more.
-        request = PreparedRequest(
-            payload,
-            stream,
-            key if key is not None else f"req-{next(self._seq)}",
-            plan.worst_case(prompt_tokens, cap or 0, images),
-            prompt_tokens + images * IMAGE_PROMPT_TOKENS_BOUND,
-            plan,
-            on_delta,
-            None,  # generation_id
-            0,  # attempts
-            deadline,
-        )
-        if session is not None:
-            request.session = session
-            request.pinned = pinned
-            request.provider_length = len(provider)
-            request.pin_needs = (needs, prompt_tokens + (cap or 0))
-        return request
-
-    def _repin(self, request: PreparedRequest) -> None:
-        """A retry of a pinned request: the session moves off the endpoint that failed."""
-        session = request.session
-        assert session is not None
-        plan = request.plan
-        tag = self.affinity.pin(
-            session,
-            plan,
-            self._clock(),
-            demoted=self.health.demoted(),
-            failed=request.failed_pins,
-            needs=request.pin_needs[0],
-            min_context=request.pin_needs[1],
-        )
-        if tag != request.pinned:
-            request.pinned = tag
-            provider = encode_json(plan.pinned_object(tag, fallbacks=self.pin_fallbacks)).encode()
-            head = request.payload[: -request.provider_length - 1]
-            request.payload = b"".join((head, provider, b"}"))
-            request.provider_length = len(provider)
-
     def stream(
         self, messages: Sequence[Message], *, max_tokens: int | None = None, **params: Any
     ) -> ChatStream:
@@ -888,228 +588,6 @@ class Router(AsyncResource):
                 messages, max_tokens=max_tokens, stream=True, on_delta=on_delta, **params
             )
         )
-
-    def _finish(self, request: PreparedRequest, charged: Charged, latency: float) -> ChatResult:
-        completion = charged.completion
-        plan = request.plan
-        provider = completion.provider
-        # No provider named is unknown, not a violation: the paid answer is kept.
-        reason = unallowed_reason(plan, provider)
-        quarantined = reason is not None
-        if provider is None:
-            self.unknown_provider += 1
-            log.warning(
-                "route.unknown_provider",
-                model=self.model,
-                key=request.key,
-                generation_id=completion.generation_id,
-            )
-        elif not quarantined:
-            self._violations_in_a_row = 0
-        if quarantined:
-            self.quarantined += 1
-            self._violations_in_a_row += 1
-            if (
-                self._violations_in_a_row >= self.max_violations_in_a_row
-                and self._violations_halt is None
-            ):
-                self._violations_halt = (
-                    f"{self._violations_in_a_row} policy violations in a row (the last served "
-                    f"by {provider!r}): OpenRouter is not honouring the routing object"
-                )
-            log.error(
-                "route.policy_violation",
-                model=self.model,
-                key=request.key,
-                provider=completion.provider,
-                allowed=sorted(plan.allowed_providers),
-                generation_id=completion.generation_id,
-            )
-        self.requests += 1
-        usage = completion.usage
-        if usage is not None and usage.cached_tokens:
-            self.cache_saved += cache_saving(
-                plan, provider, usage.prompt_tokens, usage.cached_tokens
-            )
-        result = charged.result(request.attempts, latency, reason)
-        if self.metrics is not None:
-            usage = completion.usage
-            self.metrics.answered(
-                completion.provider,
-                quarantined=quarantined,
-                attempts=request.attempts,
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                output_tokens=usage.completion_tokens if usage else 0,
-                cost=charged.cost,
-                latency=latency,
-            )
-        if log.isEnabledFor(DEBUG):
-            self._log_done(request, charged, latency, quarantined)
-        return result
-
-    def _log_done(
-        self, request: PreparedRequest, charged: Charged, latency: float, quarantined: bool
-    ) -> None:
-        completion = charged.completion
-        usage = completion.usage
-        log.debug(
-            "route.done",
-            model=self.model,
-            key=request.key,
-            provider=completion.provider,
-            generation_id=completion.generation_id,
-            attempts=request.attempts,
-            finish_reason=completion.finish_reason,
-            prompt_tokens=usage.prompt_tokens if usage else None,
-            completion_tokens=usage.completion_tokens if usage else None,
-            reasoning_tokens=usage.reasoning_tokens if usage else None,
-            cost=str(charged.cost) if charged.cost is not None else None,
-            estimate=str(charged.estimate) if charged.estimate is not None else None,
-            reserved=str(charged.reserved) if charged.reserved is not None else None,
-            latency=round(latency, 4),
-            quarantined=quarantined,
-        )
-
-    # --- one attempt ------------------------------------------------------------------
-
-    async def _attempt(self, request: PreparedRequest, attempt: int) -> Charged:
-        billing = self._billing
-        if billing.stopped is not None:
-            raise billing.stopped_error()
-        request.attempts = attempt
-        request.generation_id = None
-        request.sent = False
-        if request.session is not None and attempt > 1:
-            self._repin(request)
-        limiter = self.limiter
-        ticket = limiter.try_acquire()  # no coroutine when a slot is free (the usual case)
-        if ticket is None:
-            ticket = await limiter.acquire()
-        outcome: Outcome = "neutral"
-        started = self._clock()
-        reservation: Reservation | None = None
-        try:
-            if self._stopping.is_set():
-                raise self._not_started(request, attempt)
-            ledger = billing.ledger
-            if ledger is not None:  # Billing.reserve, inlined: one coroutine less
-                reservation = await ledger.reserve(
-                    request.worst_case, key=request.key, wait=self.budget_wait
-                )
-                if self._stopping.is_set():
-                    # Stopped while it waited for room or a slot: nothing was sent.
-                    await ledger.release(reservation)
-                    reservation = None
-                    raise self._not_started(request, attempt)
-            try:
-                completion = await self._exchange(request, attempt, reservation)
-            except PaymentRequiredError as exc:
-                completion = await billing.hold_402(
-                    exc,
-                    functools.partial(self._exchange, request, attempt, reservation),
-                    key=request.key,
-                    in_flight=self._in_flight,
-                )
-            charged = await billing.charge(request, completion, reservation)
-            reservation = None
-            if completion.error is not None:
-                raise completion.error
-            outcome = "success"
-            if completion.provider is not None:
-                usage = completion.usage
-                self.health.record_success(
-                    completion.provider,
-                    latency=self._clock() - started,
-                    completion_tokens=usage.completion_tokens if usage else 0,
-                )
-            return charged
-        except BaseException as exc:
-            if isinstance(exc, RateLimitError):
-                outcome = "rate_limited"
-            provider = getattr(exc, "provider_name", None)
-            if provider:
-                self.health.record_failure(provider, rate_limited=outcome == "rate_limited")
-            if request.pinned is not None and blames_pin(request, exc, provider):
-                request.failed_pins = (*request.failed_pins, request.pinned)
-            if self.metrics is not None and isinstance(exc, Exception):
-                self.metrics.attempt_failed(provider, type(exc).__name__, outcome == "rate_limited")
-            if reservation is not None:
-                await billing.close_failed(reservation, request, exc)
-            if isinstance(exc, Exception) and log.isEnabledFor(DEBUG):
-                log.debug(
-                    "route.attempt",
-                    model=self.model,
-                    key=request.key,
-                    attempt=attempt,
-                    error_type=type(exc).__name__,
-                    status=getattr(exc, "status", None),
-                    provider=provider,
-                    duration=round(self._clock() - started, 4),
-                )
-            raise
-        finally:
-            limiter.release(ticket, outcome)
-
-    def _not_started(self, request: PreparedRequest, attempt: int) -> RouterStopping:
-        what = "not sent" if attempt == 1 else f"attempt {attempt} not started"
-        return RouterStopping(f"{request.key}: {what}: the router is stopping")
-
-    async def _exchange(
-        self, request: PreparedRequest, attempt: int, reservation: Reservation | None
-    ) -> Completion:
-        http = self._http
-        if http is None:
-            raise ConfigurationError("the Router was closed")
-        request.sent = True
-        if request.stream:
-            return await self._exchange_stream(http, request, attempt, reservation)
-        # No context manager: one coroutine and two objects less per request.
-        response = await http.send(_CHAT_PATH, request.payload, request_timeout=request.deadline)
-        try:
-            generation_id = response.headers.get("x-generation-id")
-            if generation_id:
-                generation_id = scrub(generation_id)  # it goes to the ledger and logs
-                if response.complete:
-                    # The whole body is here: the settle that follows records
-                    # the id durably, one ledger write instead of two.
-                    request.generation_id = generation_id
-                else:
-                    await self._billing.attach(request, reservation, generation_id)
-            completion = parse_completion(await response.json())
-        except BaseException:
-            response.close()  # not read to its end, or not an answer: no reuse
-            raise
-        response.release()
-        return completion
-
-    async def _exchange_stream(
-        self,
-        http: _http.HttpClient,
-        request: PreparedRequest,
-        attempt: int,
-        reservation: Reservation | None,
-    ) -> Completion:
-        deadline_at = asyncio.get_running_loop().time() + request.deadline
-        post = http.post(
-            _CHAT_PATH,
-            request.payload,
-            request_timeout=request.deadline,
-            idle_timeout=self._stream_idle_timeout,
-        )
-        async with post as response:
-            generation_id = response.headers.get("x-generation-id")
-            if generation_id:
-                generation_id = scrub(generation_id)  # it goes to the ledger and logs
-                await self._billing.attach(request, reservation, generation_id)
-            return await read_stream(
-                response,
-                request,
-                attempt,
-                reservation,
-                self._billing,
-                self._stream_idle_timeout,
-                deadline_at=deadline_at,
-            )
 
     async def generation_cost(
         self, generation_id: str, *, attempts: int = 6, delay: float = 0.5

@@ -18,6 +18,7 @@ from provider_router import (
     ConfigurationError,
     RetryPolicy,
     Router,
+    Safeguards,
 )
 from provider_router._http.session import HttpClient
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
@@ -31,7 +32,7 @@ SECRET = "sk-or-v1-0123456789abcdef-never-shown"
 
 async def fixed_endpoints(sim: SimulatorServer, make_router: MakeRouter) -> Any:
     router = await make_router(sim)
-    return await router._catalog.endpoints(KIMI)  # type: ignore[union-attr]
+    return await router._plans.catalog.endpoints(KIMI)  # type: ignore[union-attr]
 
 
 async def test_a_router_sends_attribution_headers_over_a_private_ca(
@@ -49,7 +50,7 @@ async def test_a_router_sends_attribution_headers_over_a_private_ca(
         ssl=trusted,
         headers=ATTRIBUTION,
         # The canned answer bills $0.25 on a hold of cents: taken as it is, not disputed.
-        cost_sanity_factor=10**12,
+        safeguards=Safeguards(cost_sanity_factor=10**12),
     ) as router:
         result = await router.chat(MESSAGES, max_tokens=16)
     assert result.text == "hi"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from _router_helpers import KIMI, MESSAGES, MakeRouter
 
-from provider_router import MemoryLedger, RequestTimeout, RetryPolicy, Router
+from provider_router import MemoryLedger, RequestTimeout, RetryPolicy, Router, Timeouts
 from provider_router._constants import STREAM_DEADLINE_BASE, STREAM_DEADLINE_TOKENS_PER_SECOND
 from provider_router.client.streaming import DEADLINE_FINISH
 from provider_router.testing import SimulatorServer
@@ -26,11 +26,11 @@ async def test_the_default_stream_deadline_scales_with_max_tokens(
     assert short.deadline == STREAM_DEADLINE_BASE + 100 / STREAM_DEADLINE_TOKENS_PER_SECOND
     assert long.deadline == STREAM_DEADLINE_BASE + 8192 / STREAM_DEADLINE_TOKENS_PER_SECOND
     assert long.deadline > 600  # the old fixed deadline cut 8k-token answers
-    assert plain.deadline == router._request_timeout
-    fixed = await make_router(openrouter_sim, stream_deadline=30)
+    assert plain.deadline == router.timeouts.request
+    fixed = await make_router(openrouter_sim, timeouts=Timeouts(stream_deadline=30))
     assert fixed._build_request(MESSAGES, 8192, True, None, None, {}).deadline == 30
     with pytest.raises(ValueError, match="stream_deadline"):
-        Router(KIMI, stream_deadline=0)
+        Router(KIMI, timeouts=Timeouts(stream_deadline=0))
 
 
 class UntilCharged:
@@ -57,7 +57,11 @@ async def test_a_stream_still_delivering_at_its_deadline_ends_as_it_stands(
     ledger = MemoryLedger(Decimal(1))
     sleep = UntilCharged(sim)
     router = await make_router(
-        sim, ledger=ledger, stream_deadline=0.3, sleep=sleep, retry=RetryPolicy(max_attempts=3)
+        sim,
+        ledger=ledger,
+        timeouts=Timeouts(stream_deadline=0.3),
+        sleep=sleep,
+        retry=RetryPolicy(max_attempts=3),
     )
     result = await router.chat(MESSAGES, max_tokens=2000, stream=True)
     assert result.finish_reason == DEADLINE_FINISH
@@ -75,6 +79,8 @@ async def test_a_stream_silent_at_its_deadline_is_a_timeout(
 ) -> None:
     sim = await openrouter_sim_factory(speed=20, completion_tokens=2000)
     sim.add_fault({"kind": "hang", "times": 1, "no_fallback": True})
-    router = await make_router(sim, stream_deadline=0.2, retry=RetryPolicy(max_attempts=1))
+    router = await make_router(
+        sim, timeouts=Timeouts(stream_deadline=0.2), retry=RetryPolicy(max_attempts=1)
+    )
     with pytest.raises(RequestTimeout):
         await router.chat(MESSAGES, max_tokens=2000, stream=True)

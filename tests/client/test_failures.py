@@ -79,7 +79,7 @@ async def test_rate_limit_shrinks_the_concurrency_window(
 ) -> None:
     fault = {"kind": "rate_limit", "times": 1, "no_fallback": True}
     openrouter_sim.add_fault(dict(fault))
-    plain = await make_router(openrouter_sim, limiter=AdaptiveLimiter(100))
+    plain = await make_router(openrouter_sim, max_concurrency=AdaptiveLimiter(100))
     await plain.chat(MESSAGES, max_tokens=20)
     assert plain.limiter.limit == 90  # AIMD: x0.9
     # The default limiter slow-starts from 32; the 429 ends the slow start and, with

@@ -23,6 +23,7 @@ from provider_router._http import session as _http
 from provider_router.catalog._billable import measure
 from provider_router.client._billing import Billing, Charged
 from provider_router.client._completion import parse_completion
+from provider_router.client._live_plan import LivePlan
 from provider_router.client._request import RequestEncoder
 from provider_router.client.health import ProviderHealth
 from provider_router.client.limiter import AdaptiveLimiter
@@ -34,7 +35,7 @@ from provider_router.routing.route_plan import RoutePlan
 HOT_PATH: list[Callable[..., Any]] = [
     Router.chat,
     Router._build_request,
-    Router._current_plan,
+    LivePlan.current,
     Router._attempt,
     Router._exchange,
     Router._finish,

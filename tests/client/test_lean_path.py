@@ -273,11 +273,11 @@ async def test_the_prepared_request_has_each_field_in_place(
     )
     assert request == expected
     assert request.key.startswith("req-") if key is None else request.key == key
-    assert request.deadline == (router._request_timeout if not stream else 120 + 64 / 10)
+    assert request.deadline == (router.timeouts.request if not stream else 120 + 64 / 10)
     assert (request.generation_id, request.attempts, request.sent) == (None, 0, False)
     unopened = Router(router.model, base_url=router.base_url, api_key="k")
     with pytest.raises(ConfigurationError, match="not open"):
-        unopened._current_plan()
+        unopened._plans.current()
 
 
 async def test_a_routed_answer_matches_the_plain_objects(

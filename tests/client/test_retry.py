@@ -404,3 +404,27 @@ async def test_resume_counts_the_deadline_from_the_first_attempt() -> None:
     with pytest.raises(ProviderUnavailableError):
         await policy.resume(_status(503), attempt, started=started, sleep=clock.sleep, clock=clock)
     assert clock.sleeps == []
+
+
+async def test_a_policy_seeded_with_its_own_rng_repeats_its_jittered_schedule() -> None:
+    async def always_failing(n: int) -> str:
+        raise APIConnectionError("reset")
+
+    schedules = []
+    for _ in range(2):
+        clock = FakeClock()
+        policy = RetryPolicy(max_attempts=5, deadline=None, rng=random.Random(7))
+        with pytest.raises(AllAttemptsFailed):
+            await policy.run(always_failing, sleep=clock.sleep, clock=clock)
+        schedules.append(clock.sleeps)
+    assert schedules[0] == schedules[1]
+    assert len(schedules[0]) == 4
+    # The jitter source is not part of the policy's value.
+    assert RetryPolicy(rng=random.Random(1)) == RetryPolicy()
+    # A run's own rng still wins over the policy's.
+    clock = FakeClock()
+    with pytest.raises(AllAttemptsFailed):
+        await RetryPolicy(max_attempts=2, deadline=None, rng=random.Random(7)).run(
+            always_failing, sleep=clock.sleep, clock=clock, rng=MaxRandom()
+        )
+    assert clock.sleeps == [Backoff().ceiling(1)]

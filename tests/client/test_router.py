@@ -12,6 +12,7 @@ from _router_helpers import KIMI, MESSAGES, MakeRouter, RecordingSleep
 
 from provider_router import (
     BudgetExhausted,
+    Catalog,
     ConfigurationError,
     Ledger,
     MemoryLedger,
@@ -19,6 +20,7 @@ from provider_router import (
     Reservation,
     Router,
     SQLiteLedger,
+    Timeouts,
 )
 from provider_router._constants import PER_MILLION
 from provider_router.testing import SimulatorServer
@@ -157,8 +159,8 @@ async def test_router_must_be_open() -> None:
         await router.chat(MESSAGES, max_tokens=5)
     with pytest.raises(ConfigurationError, match="author/slug"):
         Router("kimi")
-    with pytest.raises(ConfigurationError, match="request_timeout"):
-        Router(KIMI, request_timeout=0)
+    with pytest.raises(ConfigurationError, match=r"Timeouts\.request"):
+        Router(KIMI, timeouts=Timeouts(request=0))
 
 
 async def test_budget_exhausted_before_anything_is_sent(
@@ -275,23 +277,25 @@ async def test_catalog_is_refreshed_after_its_ttl(
     openrouter_sim: SimulatorServer, make_router: MakeRouter
 ) -> None:
     now = [0.0]
-    router = await make_router(openrouter_sim, clock=lambda: now[0], catalog_ttl=60)
-    fetches = openrouter_sim.log.counters["route.endpoints"]
-    await router.chat(MESSAGES, max_tokens=5)
-    assert openrouter_sim.log.counters["route.endpoints"] == fetches
-    now[0] = 61.0
-    await router.chat(MESSAGES, max_tokens=5)
-    await asyncio.sleep(0.05)
-    assert router._refresh is not None
-    await router._refresh
-    assert openrouter_sim.log.counters["route.endpoints"] == fetches + 1
+    async with Catalog(openrouter_sim.url, ttl=60) as catalog:
+        router = await make_router(openrouter_sim, clock=lambda: now[0], endpoints=catalog)
+        assert router.catalog_ttl == 60
+        fetches = openrouter_sim.log.counters["route.endpoints"]
+        await router.chat(MESSAGES, max_tokens=5)
+        assert openrouter_sim.log.counters["route.endpoints"] == fetches
+        now[0] = 61.0
+        await router.chat(MESSAGES, max_tokens=5)
+        await asyncio.sleep(0.05)
+        assert router._plans._refresh is not None
+        await router._plans._refresh
+        assert openrouter_sim.log.counters["route.endpoints"] == fetches + 1
 
 
 async def test_fixed_endpoints_listing_needs_no_catalog(
     openrouter_sim: SimulatorServer, make_router: MakeRouter
 ) -> None:
     first = await make_router(openrouter_sim)
-    listing = first._catalog.endpoints  # type: ignore[union-attr]
+    listing = first._plans.catalog.endpoints  # type: ignore[union-attr]
     endpoints = await listing(KIMI)
     fetches = openrouter_sim.log.counters["route.endpoints"]
     router = await make_router(openrouter_sim, endpoints=endpoints)

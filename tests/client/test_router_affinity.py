@@ -14,7 +14,7 @@ import pytest
 from _markets import edited_market
 from _router_helpers import MakeRouter
 
-from provider_router import ConfigurationError, MemoryLedger
+from provider_router import AffinityOptions, ConfigurationError, MemoryLedger
 from provider_router.client.affinity import CacheAffinity, conversation_session
 from provider_router.routing.ranking import Workload
 from provider_router.testing import SimulatorServer
@@ -41,7 +41,7 @@ async def test_a_conversation_is_pinned_where_cache_reads_make_it_cheapest(
     sim = await openrouter_sim_factory(completion_tokens=40)
     ledger = MemoryLedger(Decimal(5))
     router = await make_router(
-        sim, ledger=ledger, workload=LONG, cache_affinity=True, cache_hit_rate="0.9"
+        sim, ledger=ledger, workload=LONG, cache_affinity=AffinityOptions(hit_rate="0.9")
     )
     plan = router.plan
     assert plan.ranked[0].endpoint.slug == "chutes"  # by list price
@@ -174,19 +174,17 @@ async def test_a_conversation_session_id_is_keyed_per_router(
 
 
 def test_a_bad_cache_hit_rate_is_refused_naming_it() -> None:
-    from provider_router import Router
-
-    with pytest.raises(ConfigurationError, match=r"cache_hit_rate='1\.5'"):
-        Router("moonshotai/kimi-k2.5", api_key="sk-x", cache_hit_rate="1.5")
-    with pytest.raises(ConfigurationError, match="cache_hit_rate"):
-        Router("moonshotai/kimi-k2.5", api_key="sk-x", cache_hit_rate="many")
+    with pytest.raises(ConfigurationError, match=r"AffinityOptions\.hit_rate .*'1\.5'"):
+        AffinityOptions(hit_rate="1.5")
+    with pytest.raises(ConfigurationError, match=r"AffinityOptions\.hit_rate"):
+        AffinityOptions(hit_rate="many")
 
 
 async def test_pin_fallbacks_try_the_pin_first_and_fall_back_inside_openrouter(
     openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], make_router: MakeRouter
 ) -> None:
     sim = await openrouter_sim_factory(completion_tokens=10)
-    router = await make_router(sim, cache_affinity=True, pin_fallbacks=True)
+    router = await make_router(sim, cache_affinity=AffinityOptions(pin_fallbacks=True))
     pin = router.plan.cache_ranked[0].endpoint
     sim.add_fault({"kind": "rate_limit", "provider": pin.slug, "times": 1})
     conversation = turns(2)

@@ -83,7 +83,7 @@ async def test_a_refresh_while_set_policy_fails_never_leaves_policy_and_plan_dis
     async with (
         _OutageCatalog(sim.url) as catalog,
         pr.Router(
-            "moonshotai/kimi-k2.5", catalog=catalog, base_url=sim.url, api_key=DEFAULT_TEST_KEY
+            "moonshotai/kimi-k2.5", endpoints=catalog, base_url=sim.url, api_key=DEFAULT_TEST_KEY
         ) as router,
     ):
         kept = router.policy
@@ -92,7 +92,7 @@ async def test_a_refresh_while_set_policy_fails_never_leaves_policy_and_plan_dis
         refused = pr.ProviderPolicy(exclude_providers=["chutes"])
         change = asyncio.ensure_future(router.set_policy(refused))
         await catalog.reading.wait()
-        refresh = asyncio.ensure_future(router._refresh_plan())
+        refresh = asyncio.ensure_future(router._plans._refresh_plan())
         for _ in range(5):  # what a refresh nothing holds needs to finish
             await asyncio.sleep(0)
         outage.set()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from _router_helpers import KIMI, MESSAGES, MakeRouter, served_as
 
-from provider_router import Catalog, ConfigurationError, MemoryLedger, Router
+from provider_router import Catalog, ConfigurationError, MemoryLedger, Router, Safeguards
 from provider_router.catalog.records import ModelEndpoints
 from provider_router.cli._exit_codes import EXIT_CODES
 from provider_router.jobs.runner import JobRunner
@@ -60,7 +60,9 @@ async def test_an_overrun_below_the_factor_is_logged_but_does_not_halt(
     openrouter_sim_factory: Factory, make_router: MakeRouter, log_events: list[dict[str, Any]]
 ) -> None:
     sim = await openrouter_sim_factory(overcharge=20, completion_tokens=50)
-    router = await make_router(sim, ledger=MemoryLedger(Decimal(10)), cost_sanity_factor=1000)
+    router = await make_router(
+        sim, ledger=MemoryLedger(Decimal(10)), safeguards=Safeguards(cost_sanity_factor=1000)
+    )
     await router.chat(MESSAGES, max_tokens=50)
     logs = log_events
     assert [e["event"] for e in logs if e["log_level"] == "error"] == ["route.overrun"]
@@ -90,7 +92,7 @@ async def test_costs_within_the_reservation_are_quiet(
 )
 def test_bad_sanity_options_are_refused(option: str, value: object) -> None:
     with pytest.raises(ConfigurationError, match=option):
-        Router(KIMI, api_key=DEFAULT_TEST_KEY, **{option: value})
+        Router(KIMI, api_key=DEFAULT_TEST_KEY, safeguards=Safeguards(**{option: value}))
 
 
 def plan_of(tmp_path: Path, count: int) -> Plan:

@@ -23,6 +23,7 @@ from provider_router import (
     RequestTimeout,
     RetryPolicy,
     Router,
+    Timeouts,
 )
 from provider_router.client._billing import LEDGER_RETRIES, provably_free
 from provider_router.ledger import Reservation
@@ -61,7 +62,7 @@ async def test_a_timeout_after_send_holds_the_worst_case_until_the_cost_is_known
     )
     ledger = MemoryLedger(Decimal(1))
     router = await make_router(
-        sim, ledger=ledger, retry=ONCE, request_timeout=0.2, stream_deadline=0.2
+        sim, ledger=ledger, retry=ONCE, timeouts=Timeouts(request=0.2, stream_deadline=0.2)
     )
     with pytest.raises(RequestTimeout):
         await router.chat(MESSAGES, max_tokens=100, stream=stream)
@@ -115,7 +116,7 @@ async def unreachable_router(
 ) -> Router:
     """An open Router whose base URL is 127.0.0.1:``port`` (endpoints from ``sim``), no retry."""
     first = await make_router(sim)
-    endpoints = await first._catalog.endpoints(KIMI)  # type: ignore[union-attr]
+    endpoints = await first._plans.catalog.endpoints(KIMI)  # type: ignore[union-attr]
     router = Router(
         KIMI,
         retry=ONCE,
@@ -154,8 +155,7 @@ async def test_a_deadline_while_connecting_is_released_as_never_sent(
             make_router,
             port,
             ledger=ledger,
-            request_timeout=0.2,
-            connect_timeout=30,
+            timeouts=Timeouts(request=0.2, connect=30),
         )
         with pytest.raises(RequestTimeout) as info:
             await router.chat(MESSAGES, max_tokens=100)

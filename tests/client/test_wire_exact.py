@@ -16,7 +16,7 @@ from _router_helpers import KIMI, MESSAGES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from provider_router import ProviderPolicy, Router
+from provider_router import ProviderPolicy, Router, Safeguards
 from provider_router._money import exact_json_number, pin_exact_cost, to_decimal
 
 COST = "98765.432109876543"  # float() keeps 98765.43210987654: 3 picodollars lost
@@ -90,7 +90,8 @@ async def test_usage_cost_is_parsed_exactly_from_the_wire(stream: bool) -> None:
             base_url=server.base_url,
             api_key="sk-or-v1-test",
             policy=ProviderPolicy(exclude_below="int4"),
-            cost_sanity_factor=10**12,  # a $98,765 answer on a hold of cents: not checked
+            # A $98,765 answer on a hold of cents: not checked.
+            safeguards=Safeguards(cost_sanity_factor=10**12),
         ) as router:
             result = await router.chat(MESSAGES, max_tokens=10, stream=stream)
     assert result.text == "hi"

@@ -1,0 +1,219 @@
+"""Preparing one request: checked, encoded, priced and pinned once, before any attempt.
+
+:class:`PrepareMixin` is the part of :class:`~provider_router.Router` that turns a
+call's messages and fields into a
+:class:`~provider_router.client._request.PreparedRequest`: the mistakes said
+before anything is sent (no key, a bad ``max_tokens``, a field the reservation
+cannot price, a prompt no allowed endpoint can hold), the body encoded once, the
+worst case the ledger reserves, the deadline, and with cache affinity the
+session's pinned endpoint spliced into the body.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from provider_router._constants import ENV_API_KEY
+from provider_router._exceptions import ConfigurationError, ContextLengthExceeded
+from provider_router._types import Clock, Message
+from provider_router.catalog._billable import (
+    IMAGE_PROMPT_TOKENS_BOUND,
+    check_fields,
+    completion_cap,
+    measure,
+)
+from provider_router.client._config import RESERVED_PARAMS
+from provider_router.client._live_plan import NOT_OPEN
+from provider_router.client._request import (
+    PreparedRequest,
+    encode_json,
+    messages_problem,
+)
+from provider_router.client.affinity import session_of
+
+if TYPE_CHECKING:
+    from pydantic import SecretStr
+
+    from provider_router._http.session import HttpClient
+    from provider_router.client._billing import Billing
+    from provider_router.client._config import AffinityOptions, Timeouts
+    from provider_router.client._live_plan import LivePlan
+    from provider_router.client._request import RequestEncoder
+    from provider_router.client.affinity import CacheAffinity
+    from provider_router.client.health import ProviderHealth
+    from provider_router.client.results import StreamDelta
+
+__all__ = ["CONTEXT_BYTES_PER_TOKEN", "PrepareMixin"]
+
+_PIN_NEEDS: Final = ("tools", "response_format")
+"""Request fields a pinned endpoint must list: a one-tag pin has no fallback inside
+OpenRouter, and an endpoint without them answers in plain text (paid)."""
+_PIN_PLACEHOLDER: Final = b"{}"
+"""The provider object of a pinned request until its pin is chosen (``Router._build_request``)."""
+_UNSET: Final[Any] = object()
+_CAP_CACHE_SIZE: Final = 256
+
+CONTEXT_BYTES_PER_TOKEN: Final = 32
+"""Bytes of prompt text no token exceeds, for the check before sending: a request is
+refused only when even that few prompt tokens plus its completion cap exceed every
+allowed endpoint's context (an assumption on tokenizers: BPE vocabularies' longest
+tokens are well under 32 bytes for text; the check errs toward sending)."""
+
+
+def _check_fits(context: int, prompt_upper_bound: int, cap: int | None) -> None:
+    """Refuse a request that cannot fit any allowed endpoint's context: it would be a 400.
+
+    ``prompt_upper_bound`` counts UTF-8 bytes (plus template): divided by
+    :data:`CONTEXT_BYTES_PER_TOKEN` it is a lower bound on the prompt's tokens. The
+    prompt is what is judged (:class:`ContextLengthExceeded`: a batch counts the prompt
+    and goes on); a completion cap alone beyond the context is left to the reservation
+    and to OpenRouter's 400 (neither is paid).
+    """
+    least = prompt_upper_bound // CONTEXT_BYTES_PER_TOKEN
+    completion = cap or 0
+    if completion < context and least + completion > context:
+        raise ContextLengthExceeded(
+            context,
+            least + completion,
+            f"the request cannot fit: at least {least:,} prompt tokens plus max_tokens "
+            f"{completion:,} exceed the largest context length of the allowed endpoints "
+            f"({context:,} tokens); nothing was sent",
+        )
+
+
+class PrepareMixin:
+    """Builds the prepared request every attempt sends (mixed into the Router)."""
+
+    # The Router's state preparing reads (set by Router.__init__ and open()).
+    cache_affinity: AffinityOptions | None
+    affinity: CacheAffinity
+    health: ProviderHealth
+    timeouts: Timeouts
+    _http: HttpClient | None
+    _api_key: SecretStr | None
+    _billing: Billing
+    _plans: LivePlan
+    _encoder: RequestEncoder
+    _fields: dict[str, Any]
+    _field_tokens: int
+    _caps: dict[int | None, int | None]
+    _clock: Clock
+    _seq: itertools.count[int]
+    _pin_fallbacks: bool
+
+    def _build_request(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int | None,
+        stream: bool,
+        key: str | None,
+        on_delta: Callable[[StreamDelta], Any] | None,
+        params: Mapping[str, Any],
+    ) -> PreparedRequest:
+        """Check, encode and price one request (and pin its session) before any attempt."""
+        if self._http is None or self._api_key is None:
+            if self._http is None:
+                raise ConfigurationError(NOT_OPEN)
+            # Said before sending: OpenRouter's 401 would not name the variable.
+            raise ConfigurationError(
+                f"no API key: set {ENV_API_KEY} to your OpenRouter key or pass "
+                "Router(api_key=...) (create one at https://openrouter.ai/keys); nothing was sent"
+            )
+        if (
+            max_tokens is not None
+            and not (type(max_tokens) is int and max_tokens >= 1)
+            and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1)
+        ):
+            raise ConfigurationError(f"max_tokens must be a positive int, got {max_tokens!r}")
+        extra_tokens = self._field_tokens
+        if params:
+            for reserved_name in RESERVED_PARAMS:
+                if reserved_name in params:
+                    raise ConfigurationError(
+                        f"{reserved_name!r} is set by the Router, not per call"
+                    )
+            check_fields(params)
+            # The larger cap: a provider may honour either (docs/client.md, "What is reserved").
+            cap = completion_cap(max_tokens, {**self._fields, **params})
+        else:
+            # The router's own fields never change: one cap per max_tokens.
+            cap = self._caps.get(max_tokens, _UNSET)
+            if cap is _UNSET:
+                cap = completion_cap(max_tokens, self._fields)
+                if len(self._caps) < _CAP_CACHE_SIZE:
+                    self._caps[max_tokens] = cap
+        if cap is None and self._billing.ledger is not None:
+            raise ConfigurationError(
+                "max_tokens is required when a ledger is used (max_completion_tokens also counts)"
+            )
+        plan = self._plans.current()
+        encoder = self._encoder
+        session = pinned = None
+        if self.cache_affinity is not None:  # opt-in: a one-tag pin fares badly under 429s
+            try:
+                session = session_of(messages, params, self.affinity.digest_key)
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
+        if session is None:
+            provider = encoder.provider_bytes(plan, self.health.demoted())
+        else:
+            if "session_id" not in params:
+                params = {**params, "session_id": session}
+            needs = tuple(filter(params.__contains__, _PIN_NEEDS))
+            # The pin needs the prompt's size (an endpoint whose window cannot hold
+            # prompt and cap is not pinned): chosen once the body is measured, and
+            # spliced in where the placeholder ends the body, as a re-pin does.
+            provider = _PIN_PLACEHOLDER
+        try:
+            payload = encoder.encode(messages, max_tokens, stream, params, provider)
+            if params:
+                # The fields' JSON, already encoded for the body, bounds what tools and
+                # schemas add to the prompt: no second encoding (docs/performance.md).
+                extra_tokens = encoder.last_fields_bytes
+            text_tokens, images = measure(messages)
+        except (AttributeError, TypeError, KeyError) as exc:
+            # Checked only once it failed: the per-request path pays nothing for it.
+            problem = messages_problem(messages)
+            if problem is None:
+                raise
+            raise ConfigurationError(problem) from exc
+        prompt_tokens = text_tokens + extra_tokens
+        if plan.max_context_length is not None:
+            _check_fits(plan.max_context_length, prompt_tokens, cap)
+        if session is not None:
+            pinned = self.affinity.pin(
+                session,
+                plan,
+                self._clock(),
+                demoted=self.health.demoted(),
+                needs=needs,
+                min_context=prompt_tokens + (cap or 0),
+            )
+            provider = encode_json(
+                plan.pinned_object(pinned, fallbacks=self._pin_fallbacks)
+            ).encode()
+            payload = b"".join((payload[: -len(_PIN_PLACEHOLDER) - 1], provider, b"}"))
+        # The stream deadline scales with the completion cap the provider may honour.
+        timeouts = self.timeouts
+        deadline = timeouts.stream_deadline_for(cap) if stream else timeouts.request
+        # Positional (in PreparedRequest's field order): a keyword call costs more.
+        request = PreparedRequest(
+            payload,
+            stream,
+            key if key is not None else f"req-{next(self._seq)}",
+            plan.worst_case(prompt_tokens, cap or 0, images),
+            prompt_tokens + images * IMAGE_PROMPT_TOKENS_BOUND,
+            plan,
+            on_delta,
+            None,  # generation_id
+            0,  # attempts
+            deadline,
+        )
+        if session is not None:
+            request.session = session
+            request.pinned = pinned
+            request.provider_length = len(provider)
+            request.pin_needs = (needs, prompt_tokens + (cap or 0))
+        return request
