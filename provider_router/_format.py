@@ -86,10 +86,10 @@ def format_usd(amount: Decimal | int | None, *, places: int = 2) -> str:
         # Enough digits for any amount: the default 28 cannot quantize $1E+26 to cents.
         exact.prec = max(exact.prec, amount.adjusted() + places + 2)
         shown = amount.quantize(quantum, rounding=ROUND_HALF_EVEN)
-    if amount != 0 and abs(amount) < quantum:
-        shown = _significant(amount)
-    sign = "-" if shown < 0 else ""
-    return f"{sign}${abs(shown):,f}"
+        if amount != 0 and abs(amount) < quantum:
+            shown = _significant(amount)
+        sign = "-" if shown < 0 else ""
+        return f"{sign}${abs(shown):,f}"
 
 
 def format_price(price_per_token: Decimal | None, *, per: str = "/M") -> str:
