@@ -37,7 +37,6 @@ PENDING = frozenset(
         "cli/run.py",
         "client/router.py",
         "jobs/drift.py",
-        "jobs/runner.py",
         "ray/__init__.py",
     }
 )
