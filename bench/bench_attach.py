@@ -54,7 +54,7 @@ def _plan(paths: list[Path], concurrency: int) -> Any:
 def _child(url: str, directory: str, variant: str, concurrency: int, conn: Any) -> None:
     _uvloop()
     from provider_router.client._billing import Billing
-    from provider_router.jobs import JobRunner
+    from provider_router.jobs import JobRunner, standard_observers
 
     if variant == "stream, no attach":
 
@@ -73,6 +73,7 @@ def _child(url: str, directory: str, variant: str, concurrency: int, conn: Any) 
             base_url=url,
             api_key=KEY,
             stream=variant != "json",
+            observers=standard_observers(),
         )
         cpu0 = time.process_time()
         summary = await runner.run()

@@ -88,13 +88,19 @@ def _run_child(url: str, directory: str, concurrency: int, conn: Any) -> None:
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    from provider_router.jobs import JobRunner
+    from provider_router.jobs import JobRunner, standard_observers
 
     work = Path(directory)
     paths = [work / f"{name}.jsonl" for name in DATASETS]
 
     async def main() -> dict[str, Any]:
-        runner = JobRunner(_plan(paths, concurrency), work / "out", base_url=url, api_key=KEY)
+        runner = JobRunner(
+            _plan(paths, concurrency),
+            work / "out",
+            base_url=url,
+            api_key=KEY,
+            observers=standard_observers(),
+        )
         cpu0 = time.process_time()
         t0 = time.perf_counter()
         summary = await runner.run()
@@ -236,7 +242,7 @@ def _resume_child(url: str, directory: str, done: int, conn: Any) -> None:
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    from provider_router.jobs import FileJournal, JobRunner
+    from provider_router.jobs import FileJournal, JobRunner, standard_observers
 
     work = Path(directory)
     paths = [work / f"{name}.jsonl" for name in DATASETS]
@@ -246,7 +252,13 @@ def _resume_child(url: str, directory: str, done: int, conn: Any) -> None:
         journal = FileJournal.open(work / "out")
         load = time.perf_counter() - t0
         journal.close("bench")
-        runner = JobRunner(_plan(paths, 64), work / "out", base_url=url, api_key=KEY)
+        runner = JobRunner(
+            _plan(paths, 64),
+            work / "out",
+            base_url=url,
+            api_key=KEY,
+            observers=standard_observers(),
+        )
         t0 = time.perf_counter()
         task = asyncio.ensure_future(runner.run())
         for _ in range(10**7):  # until the first completion beyond the journal's

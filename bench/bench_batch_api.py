@@ -33,6 +33,7 @@ from provider_router import ProviderPolicy
 from provider_router.catalog.fetch import Catalog
 from provider_router.jobs.batch_api.journal import BatchJournal
 from provider_router.jobs.batch_api_runner import batch_datasets, run_plan_batches
+from provider_router.jobs.observe.standard import standard_observers
 from provider_router.ledger.sqlite import SQLiteLedger
 from provider_router.planning.compare import compare_routes
 from provider_router.planning.plan import load_plan
@@ -140,6 +141,7 @@ async def projected_vs_actual(tokens: int) -> dict[str, object]:
                 api_key=DEFAULT_TEST_KEY,
                 poll_initial=0.01,
                 poll_max=0.05,
+                observers=standard_observers(),
             )
             wall = time.perf_counter() - started
             sim.simulator.batches.settle_all()

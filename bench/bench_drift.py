@@ -33,6 +33,7 @@ import yaml
 
 from provider_router.checks.verify import DEFAULT_SAMPLES, DEFAULT_TOOL_SAMPLES
 from provider_router.jobs.drift_history import DriftHistory
+from provider_router.jobs.observe.standard import standard_observers
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store.outputs import read_outputs
 from provider_router.planning.plan import Plan
@@ -95,6 +96,7 @@ async def _one(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 api_key=DEFAULT_TEST_KEY,
                 verify=name != "plain",
                 verify_every=args.every,
+                observers=standard_observers(),
             )
             wall, cpu = time.perf_counter(), time.process_time()
             summary = await runner.run()

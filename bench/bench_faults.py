@@ -383,6 +383,7 @@ def _free_port() -> int:
 
 async def ledger_write_error(job: Job, sim: Any, rng: random.Random) -> Outcome:
     """The ledger's settles fail: first for a while (retried), then for good (the run stops)."""
+    from provider_router.jobs.observe.standard import standard_observers
     from provider_router.jobs.runner import JobRunner
     from provider_router.ledger.sqlite import SQLiteLedger
     from provider_router.planning.plan import Plan
@@ -410,7 +411,14 @@ async def ledger_write_error(job: Job, sim: Any, rng: random.Random) -> Outcome:
     job.out.mkdir(parents=True, exist_ok=True)
     ledger = Failing(path, job.budget, flaky=job.prompts // 10, broken=job.prompts // 3, lease=1.0)
     try:
-        runner = JobRunner(plan, job.out, base_url=job.url, api_key=KEY, ledger=ledger)
+        runner = JobRunner(
+            plan,
+            job.out,
+            base_url=job.url,
+            api_key=KEY,
+            ledger=ledger,
+            observers=standard_observers(),
+        )
         summary = await runner.run()
         outcome.notes.append(f"first run: {summary.reason.value}")
         outcome.interruptions = 1

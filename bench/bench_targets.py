@@ -85,7 +85,7 @@ def _run_child(url: str, directory: str, target: int, rule: str, conn: Any) -> N
     import uvloop
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    from provider_router.jobs import JobRunner
+    from provider_router.jobs import JobRunner, standard_observers
     from provider_router.jobs import runner as runner_module
     from provider_router.planning import Plan
 
@@ -105,7 +105,13 @@ def _run_child(url: str, directory: str, target: int, rule: str, conn: Any) -> N
     )
 
     async def main() -> dict[str, Any]:
-        runner = JobRunner(plan, Path(directory) / f"out-{rule}", base_url=url, api_key=KEY)
+        runner = JobRunner(
+            plan,
+            Path(directory) / f"out-{rule}",
+            base_url=url,
+            api_key=KEY,
+            observers=standard_observers(),
+        )
         t0 = time.perf_counter()
         summary = await runner.run()
         (report,) = summary.datasets

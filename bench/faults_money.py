@@ -87,6 +87,7 @@ def _paid_answers(sim: Any) -> int:
 
 
 def _runner(job: Job, *, preflight: bool, stream: bool) -> Any:
+    from provider_router.jobs.observe.standard import standard_observers
     from provider_router.jobs.runner import JobRunner
     from provider_router.planning.plan import Plan
 
@@ -95,7 +96,13 @@ def _runner(job: Job, *, preflight: bool, stream: bool) -> Any:
         concurrency=job.concurrency, exclude_below="int4",
     )  # fmt: skip
     return JobRunner(
-        plan, job.out, base_url=job.url, api_key=KEY, preflight=preflight, stream=stream
+        plan,
+        job.out,
+        base_url=job.url,
+        api_key=KEY,
+        preflight=preflight,
+        stream=stream,
+        observers=standard_observers(),
     )
 
 

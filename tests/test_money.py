@@ -71,7 +71,7 @@ def test_units_equal_the_division_by_a_picodollar_under_any_precision() -> None:
 
 
 # --- the conversions the ledger runs three times per request, against the code they
-# replaced (wave 4, docs/performance.md "#13 wave 4: what a ledger adds") ---------
+# replaced (the slower, plainer way: every check on the Decimal first) -------------
 
 
 def _amounts() -> list[Decimal]:
@@ -153,7 +153,7 @@ def test_units_and_back_equal_the_scaleb_code_they_replace_in_any_context() -> N
 
 
 def _old_amount_units(amount: object, what: str, round_up: bool, capped: bool) -> int:
-    """``ledger._base.amount_units`` before wave 4: every check on the Decimal first."""
+    """``ledger._base.amount_units`` as it was: every check on the Decimal first."""
     from provider_router._money import LEDGER_MAX_UNITS
     from provider_router.ledger._base import ConfigurationError, _checked_amount
 

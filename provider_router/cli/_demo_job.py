@@ -25,6 +25,7 @@ from provider_router.cli._exit_codes import exit_code
 from provider_router.cli._logging import report_events
 from provider_router.cli._project_render import render_projection
 from provider_router.jobs.observe.live import show_progress
+from provider_router.jobs.observe.standard import standard_observers
 from provider_router.jobs.observe.summary_view import render_summary
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import RunSummary, StopReason
@@ -96,7 +97,9 @@ async def _run(
 ) -> list[RunSummary]:
     summaries = []
     for attempt in (1, 2):
-        runner = JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
+        runner = JobRunner(
+            plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, observers=standard_observers()
+        )
         display = asyncio.ensure_future(show_progress(runner, console, "auto", interval=1.0))
         try:
             summary = await runner.run()

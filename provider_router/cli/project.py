@@ -35,6 +35,7 @@ from provider_router.cli._options import (
 )
 from provider_router.cli._project_render import load_batch_listing, render_projection, render_routes
 from provider_router.cli.endpoints import add_verified_arguments, apply_verified
+from provider_router.jobs.observe.standard import standard_observers
 from provider_router.jobs.pilot import pilot_into_job
 from provider_router.planning.compare import RouteComparison, compare_routes
 from provider_router.planning.plan import DEFAULT_BATCH_CONCURRENCY, Plan, load_plan
@@ -268,6 +269,7 @@ async def _pilot(args: argparse.Namespace, job: _Job, n: int) -> PilotResult:
         seed=args.seed,
         concurrency=args.pilot_concurrency,
         base_url=args.base_url,
+        observers=standard_observers(),
     )
     print(
         f"pilot: booked on the job's ledger in {args.out}: spent {format_usd(summary.spent)} "

@@ -9,16 +9,12 @@
         [--ledger redis://HOST:6379/0 --ledger-name NAME]
         [--ray [ADDRESS] [--ray-actors N]]
 
-Outputs (``DIR/<dataset>.jsonl``), the journal, the SQLite ledger and
-``summary.json`` all live in DIR. Running the same command again resumes; running
-it with a higher ``--budget`` continues after a top-up. The API key comes from
-``OPENROUTER_API_KEY`` (never from a flag: flags show up in process listings).
-
-With ``--ledger redis://...`` the budget lives in Redis instead, shared by every
-process using it. With ``--ray [ADDRESS]`` the plan runs as a Ray Data stage on a
-Ray cluster (a local one without ADDRESS), its budget and paid answers in the
-``--ledger`` Redis (:mod:`provider_router.ray.plan_run`, docs/workers.md).
-
+Everything the job leaves lives in DIR (outputs, journal, ledger, ``summary.json``,
+``report.html``); the same command again resumes, with a higher ``--budget`` after a
+top-up. The API key comes from ``OPENROUTER_API_KEY``, never from a flag (flags show up
+in process listings). The command maps its flags onto
+:func:`provider_router.jobs.run_plan` (with ``--ray``, onto
+:class:`provider_router.ray.plan_run.RayPlanRun`, docs/workers.md) and prints.
 Exit codes: 0 done, 1 error, 2 usage, 3 budget used up, 4 OpenRouter credits
 exhausted, 5 finished with failed prompts (re-run to retry them), 130 interrupted.
 """
@@ -240,7 +236,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     shared.add_argument(
         "--ledger-name", metavar="NAME", help="the Redis ledger's name (needed with --ledger)"
     )
-    # Retired with the Redis-streams fleet (#22): refused with what to use instead.
+    # Retired with the Redis-streams fleet: refused, saying what to use instead.
     shared.add_argument("--workers-share", metavar="NAME", help=argparse.SUPPRESS)
     shared.add_argument(
         "--lease",
@@ -381,7 +377,7 @@ async def _watched(
     if own_process:
         # Thousands of requests in flight for hours: the young generation is
         # collected ten times less often, the start-up heap never walked again
-        # (docs/performance.md, "the command line's collector").
+        # (docs/performance.md, "Where a request's CPU goes").
         tune_for_process()
     loop = asyncio.get_running_loop()
     interrupts = 0

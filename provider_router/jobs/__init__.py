@@ -4,7 +4,9 @@
 (docs/batch.md, "From Python") and returns one :class:`RunOutcome`; :class:`JobRunner`
 is its sync route alone. The job directory holds the journal (:class:`FileJournal`) and
 the outputs (:func:`read_outputs`, :func:`merge_outputs`, :func:`export_conversations`;
-docs/output.md). Names load on first use, so ``import provider_router.jobs`` stays cheap.
+docs/output.md); a run's observers (:class:`RunObserver`, :func:`standard_observers`)
+write what an operator reads besides. Names load on first use, so
+``import provider_router.jobs`` stays cheap.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import typing as _typing
 from provider_router import _deprecated
 
 if _typing.TYPE_CHECKING:
+    from provider_router.jobs.events import ObservedRun, RunObserver
+    from provider_router.jobs.observe.standard import standard_observers
     from provider_router.jobs.pilot import pilot_into_job
     from provider_router.jobs.run import (
         BatchOptions,
@@ -54,9 +58,11 @@ _LAZY: dict[str, str] = {
     "Journal": "provider_router.jobs.store.journal",
     "LostRequest": "provider_router.jobs.store.journal",
     "MergeReport": "provider_router.jobs.store.outputs",
+    "ObservedRun": "provider_router.jobs.events",
     "OutputRecord": "provider_router.jobs.store.outputs",
     "OutputUsage": "provider_router.jobs.store.outputs",
     "RunHooks": "provider_router.jobs.run",
+    "RunObserver": "provider_router.jobs.events",
     "RunOutcome": "provider_router.jobs.run",
     "RunProgress": "provider_router.jobs.snapshots",
     "RunSummary": "provider_router.jobs.summary",
@@ -67,6 +73,7 @@ _LAZY: dict[str, str] = {
     "read_outputs": "provider_router.jobs.store.outputs",
     "run_plan": "provider_router.jobs.run",
     "run_plan_sync": "provider_router.jobs.run",
+    "standard_observers": "provider_router.jobs.observe.standard",
 }
 
 # Old names: they resolve for one more release, with a DeprecationWarning.
@@ -87,9 +94,11 @@ __all__ = [
     "Journal",
     "LostRequest",
     "MergeReport",
+    "ObservedRun",
     "OutputRecord",
     "OutputUsage",
     "RunHooks",
+    "RunObserver",
     "RunOutcome",
     "RunProgress",
     "RunSummary",
@@ -100,6 +109,7 @@ __all__ = [
     "read_outputs",
     "run_plan",
     "run_plan_sync",
+    "standard_observers",
 ]
 
 

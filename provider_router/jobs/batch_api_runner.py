@@ -4,15 +4,16 @@
 allowed batch endpoint exists and no deadline is sooner than the window) against the
 model's ``:batch`` listing. :func:`run_plan_batches` runs those datasets through
 :class:`~provider_router.jobs.batch_api.route.BatchRouteRun` with the job's own journal
-and ledger (the same files the sync runner uses, so one budget covers both);
-``provider-router run`` calls it before the sync runner takes the other datasets.
+and ledger (the same files the sync runner uses, so one budget covers both), watched by
+the observers it is given; :func:`~provider_router.jobs.run.run_plan` calls it, with the
+standard ones, before the sync runner takes the other datasets.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from provider_router.catalog.fetch import Catalog
 from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api.route import BatchRouteResult, BatchRouteRun
-from provider_router.jobs.events import RunObserver, default_observers
+from provider_router.jobs.events import RunObserver
 from provider_router.jobs.snapshots import BatchSampled
 from provider_router.jobs.store._layout import NOT_IN_INPUTS_FILE, JobLayout
 from provider_router.jobs.store.job_ledger import open_job_ledger
@@ -107,8 +108,7 @@ async def run_plan_batches(
     api_key: str | None = None,
     api_factory: Callable[[HttpClient], BatchApi] = BatchApi,
     metrics: Metrics | None = None,
-    observers: Iterable[RunObserver] | None = None,
-    timeline_interval: float | None = None,
+    observers: Sequence[RunObserver] = (),
     **options: Any,
 ) -> BatchRouteResult:
     """Run the batch-route datasets of ``plan`` into ``out`` (``options``: see BatchRouteRun;
@@ -116,13 +116,11 @@ async def run_plan_batches(
 
     ``observers`` watch the route (:class:`~provider_router.jobs.snapshots.BatchSampled`)
     from its start to its last collect, and are told after each round of polls, so a
-    collect's spend shows at once; by default
-    (:func:`~provider_router.jobs.events.default_observers`) they sample the ledger into
-    ``DIR/timeline.ndjson`` and ``metrics`` every ``timeline_interval`` seconds and
-    after each round."""
-    watching = tuple(
-        default_observers(timeline_interval=timeline_interval) if observers is None else observers
-    )
+    collect's spend shows at once; none by default.
+    :func:`~provider_router.jobs.observe.standard.standard_observers` (what
+    :func:`~provider_router.jobs.run.run_plan` passes) sample the ledger into
+    ``DIR/timeline.ndjson`` and ``metrics`` every interval and after each round."""
+    watching = tuple(observers)
     if batches.route is None or not batches.names:
         return BatchRouteResult()
     if plan.budget is None:

@@ -1,34 +1,15 @@
 """Drift: the providers verified again during a run; one that changed is excluded, its rows flagged.
 
-``run --verify`` measures every allowed endpoint before the first prompt
-(:func:`provider_router.verify`). A provider may still swap its weights mid-run, so
-:class:`DriftWatch` runs the verification again every ``verify_every`` completed rows
-(and once more at the end of a run that finished its work), on the endpoints that
-served rows since their last passing check, with the job's own canaries, each canary
-reserved and booked on the job's ledger within its budget:
-
-* **Check numbers.** Every check has a number, over the whole job (``DIR/verify.json``
-  keeps the history across resumes). Each output row records in ``drift_check`` the
-  number of the last check *started* before the row was written. A check that passes
-  an endpoint vouches for the rows written before it started; the rows written since
-  wait for the next one.
-* **A failure.** When a check fails an endpoint, it is excluded from then on: the
-  running job's router routes new requests under the policy with the failed verdict
-  (:meth:`provider_router.Router.set_policy`), and a resumed run keeps it excluded. Every
-  row its provider served since its last passing check (``drift_check`` at least that
-  check's number) is flagged: ``"drift_flagged": true`` in the output. Rows already on
-  disk are patched in place (``false}`` and ``true }`` have the same length, so no
-  offset the journal committed moves and exactly-once is untouched); the answers of
-  requests still in flight are written flagged when they land.
-* **Resume.** A resumed run reads the history: failed endpoints stay excluded, check
-  numbers continue, the run's first check judges the rows the last run left
-  unchecked, and a flagging a crash interrupted is done again (it is idempotent).
-
-The history and the in-place flagging are :mod:`provider_router.jobs.drift_history`.
-
-Rows are matched to endpoints by provider name (an answer names its provider, not its
-endpoint), so a provider with two endpoints has the rows of both flagged when one of
-them fails, until the failed one is excluded.
+``run --verify`` measures every allowed endpoint before the first prompt, but a provider
+may still swap its weights mid-run: :class:`DriftWatch` verifies again every
+``verify_every`` completed rows (and at the end of a run that finished its work) the
+endpoints that served rows since their last passing check, its canaries paid from the
+job's ledger. Each row records the last check started before it (``drift_check``); an
+endpoint that fails is excluded from then on, and the rows its provider served since
+its last passing check are flagged in place (``drift_flagged``, rewritten at the same
+length so no offset the journal committed moves). A resumed run keeps the exclusions
+and judges what the last one left unchecked; the history is
+:mod:`~provider_router.jobs.drift_history` (docs/policy.md, "Drift").
 """
 
 from __future__ import annotations
@@ -74,7 +55,7 @@ CHECK_CONCURRENCY: Final = 64
 
 
 class DriftWatch:
-    """Verifies a run's providers before it and every ``every`` rows (module docstring).
+    """Verifies a run's providers before it and every ``every`` rows (docs/policy.md, "Drift").
 
     Args:
         out: the job directory (``verify.json`` and the outputs).

@@ -4,28 +4,25 @@ A run (:class:`~provider_router.jobs.runner.JobRunner`, or the Batch API route o
 :func:`~provider_router.jobs.batch_api_runner.run_plan_batches`) calls each of its
 :class:`RunObserver` objects at a few moments of its life (start, progress, the end of
 dispatch, the summary built, ``summary.json`` written), never per request. An observer
-reads the run through :class:`ObservedRun`. What an operator sees (timeline, report,
-the Batch API route's view) is observers from :mod:`provider_router.jobs.observe`,
-above the runner. Watching must not fail the run: each observer catches what it can.
+reads the run through :class:`ObservedRun`. A run has only the observers it is given:
+what an operator sees (timeline, report, the Batch API route's datasets in the summary)
+is :func:`~provider_router.jobs.observe.standard.standard_observers`, from above the
+runner, which :func:`~provider_router.jobs.run.run_plan` passes. Watching must not fail
+the run: each observer catches what it can.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Protocol
 
 from provider_router.client.metrics import Metrics
 from provider_router.jobs.snapshots import RunProgress
 from provider_router.jobs.summary import RunSummary
 from provider_router.ledger import Ledger, LedgerState
 
-__all__ = ["STANDARD_OBSERVERS", "ObservedRun", "RunObserver", "default_observers"]
-
-STANDARD_OBSERVERS: Final = "provider_router.jobs.observe.standard"
-"""The module whose ``standard_observers()`` a run gets unless it is given its own."""
+__all__ = ["ObservedRun", "RunObserver"]
 
 
 class ObservedRun(Protocol):
@@ -56,7 +53,8 @@ class RunObserver:
             async def on_end(self, run, summary):
                 print("\\a", summary.reason)
 
-        await JobRunner(plan, "runs/b3", observers=[*default_observers(), Bell()]).run()
+        observers = [*standard_observers(), Bell()]
+        await JobRunner(plan, "runs/b3", observers=observers).run()
     """
 
     async def on_start(self, run: ObservedRun) -> None:
@@ -73,16 +71,3 @@ class RunObserver:
 
     async def on_end(self, run: ObservedRun, summary: RunSummary) -> None:
         """``summary.json`` is written."""
-
-
-def default_observers(*, timeline_interval: float | None = None) -> tuple[RunObserver, ...]:
-    """The observers a run gets unless it is given its own: what ``provider-router run``
-    leaves for its operator (``timeline.ndjson``, ``report.html``, the Batch API route's
-    datasets in ``summary.json``), from :data:`STANDARD_OBSERVERS`.
-
-    Args:
-        timeline_interval: seconds between two lines of the timeline (None: its default).
-    """
-    standard = importlib.import_module(STANDARD_OBSERVERS)
-    made: Iterable[RunObserver] = standard.standard_observers(timeline_interval=timeline_interval)
-    return tuple(made)

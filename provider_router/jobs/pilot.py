@@ -12,10 +12,12 @@ nothing paid for is thrown away or sent twice.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 
 from provider_router.client.results import Usage
+from provider_router.jobs.events import RunObserver
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.outputs import read_outputs
@@ -36,11 +38,15 @@ async def pilot_into_job(
     base_url: str | None = None,
     api_key: str | None = None,
     confidence: float = 0.95,
+    observers: Sequence[RunObserver] = (),
 ) -> tuple[PilotResult, RunSummary]:
     """Send a uniform sample of ``n`` of the plan's prompts as the job's first requests.
 
     The same share from every dataset (``ceil(n / datasets)``), sampled within it
     with ``seed + index``; each with its dataset's own ``max_tokens`` and fields.
+    ``observers`` watch its run as the job's runner's
+    (:func:`~provider_router.jobs.observe.standard.standard_observers`: the job
+    directory's timeline and report start with the pilot; none by default).
 
     Returns:
         What the pilot measured (from the answers it wrote) and the runner's
@@ -61,6 +67,7 @@ async def pilot_into_job(
         base_url=base_url,
         api_key=api_key,
         only=only,
+        observers=observers,
     )
     summary = await runner.run()
     usages: list[Usage] = []

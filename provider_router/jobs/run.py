@@ -3,7 +3,8 @@
 The plan's Batch API datasets go first (:mod:`~provider_router.jobs.batch_api_runner`;
 their ``summary.json`` and ``report.html`` written), then the others through one
 :class:`~provider_router.jobs.runner.JobRunner`, on the plan's shared Redis ledger
-when it names one. Both parts end in one :class:`RunOutcome`. The library prints
+when it names one; each part watched by the standard observers (timeline, report).
+Both parts end in one :class:`RunOutcome`. The library prints
 nothing: a caller shows progress, handles Ctrl-C and serves metrics through
 :class:`RunHooks`. The same plan on a Ray cluster is
 :func:`provider_router.ray.plan_run.run_plan_on_ray`, a stage above this one.
@@ -34,6 +35,7 @@ from provider_router.jobs.batch_api_runner import (
 from provider_router.jobs.inputs import check_run
 from provider_router.jobs.observe.batch_summary import write_batch_summary
 from provider_router.jobs.observe.batch_watch import BatchWatch
+from provider_router.jobs.observe.standard import standard_observers
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.summary import RunSummary, StopReason
@@ -252,6 +254,7 @@ async def run_plan(
             preflight=preflight,
             verify=verify,
             verify_every=verify_every,
+            observers=standard_observers(),
         )
 
     summary = await _sync_part(left, runner, hooks, lease=lease, outage_window=outage_window)
@@ -391,6 +394,7 @@ async def _batch_part(
         max_batch_requests=options.size,
         api_factory=watch.api,
         metrics=metrics,
+        observers=standard_observers(),
         progress=watch.reporter(hooks.on_batch_line, metrics),
     )
     # summary.json and report.html of the batch route (a sync part replaces them)

@@ -1,41 +1,15 @@
-"""The batch runner: a plan's datasets through the routed, budgeted client, exactly once.
+"""The job runner: a plan's datasets through the routed, budgeted client, exactly once.
 
-:class:`JobRunner` streams each dataset's prompts, skips what the journal has
-already completed, and keeps up to ``plan.concurrency`` requests in flight on one
-:class:`~provider_router.Router` (datasets interleaved round-robin). Each result
-is committed to the journal and its dataset's output file; the journal is
-flushed once per event-loop turn, so a burst of completions costs two writes.
+:class:`JobRunner` keeps up to ``plan.concurrency`` of the datasets' prompts in flight
+on one :class:`~provider_router.Router`, each reserving its worst case from the job's
+ledger (the budget is its limit) and committed to the journal and its output file once
+answered, so a run stopped in any way resumes with nothing paid for lost or sent twice.
 
-* **Targets.** A dataset's output-token target counts completed tokens. A new
-  request is sent only while ``completed + in_flight × mean tokens per request``
-  is below the target, so dispatch slows as the target nears and the overshoot
-  is at most the tokens of the requests still in flight when it is reached.
-* **Money.** Every request reserves its worst case in a SQLite ledger beside the
-  outputs (``ledger.sqlite``; the budget is its limit). When the ledger cannot
-  cover another request (:class:`~provider_router.BudgetExhausted`) or OpenRouter
-  says the credits are gone (:class:`~provider_router.CreditsExhausted`), the
-  runner stops taking work, lets requests in flight finish, and reports what is
-  left and what finishing would cost at the observed rates.
-* **Stopping.** :meth:`JobRunner.stop` (the first Ctrl-C) stops taking work and
-  lets requests in flight finish; :meth:`JobRunner.abandon` (the second) cancels
-  them, and the client reconciles or counts each at its worst case.
-* **Resuming.** Running the same plan into the same directory again continues:
-  crashed requests are reconciled through the ledger (by generation id where one
-  was known), and done prompts are skipped unparsed while the input files are
-  unchanged.
-
-This module is the orchestration: the order in which a run opens its journal and
-ledger, recovers, starts the router, dispatches and ends. Each step is its own
-module: the datasets' prompts (:mod:`~provider_router.jobs.datasets`), each
-dataset's state (:mod:`~provider_router.jobs.datasets`), the dispatch loop and
-the stop switch (:mod:`~provider_router.jobs.dispatch`), what each request's end
-does (:mod:`~provider_router.jobs.outcomes`), the progress snapshots and the summary
-(:mod:`~provider_router.jobs.snapshots`), what it repairs of earlier runs
-(:mod:`~provider_router.jobs.store.recovery`), the job's ledger
-(:mod:`~provider_router.jobs.store.job_ledger`) and the key's account
-(:mod:`~provider_router.jobs.store.account`). What watches the run (the timeline, the
-report) is its observers (:mod:`~provider_router.jobs.events`): it tells them when it
-starts and ends, never per request, and never imports them.
+This module is the order of a run: open the journal and the ledger, recover, start the
+router, dispatch, end. Each step is a module of its own (``datasets``, ``dispatch``,
+``outcomes``, ``snapshots``, ``store/``). What watches the run is the observers it is
+given (:mod:`~provider_router.jobs.events`), told when it starts and ends, never per
+request: the runner imports none of them.
 """
 
 from __future__ import annotations
@@ -43,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from decimal import Decimal
 from itertools import islice
 from pathlib import Path
@@ -62,7 +36,7 @@ from provider_router.jobs.datasets import DatasetRun, open_file_datasets, valida
 from provider_router.jobs.dispatch import Dispatcher
 from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY, DriftWatch, redo_flagging
 from provider_router.jobs.drift_history import DriftHistory
-from provider_router.jobs.events import RunObserver, default_observers
+from provider_router.jobs.events import RunObserver
 from provider_router.jobs.outcomes import Outcomes
 from provider_router.jobs.snapshots import (
     DatasetProgress,
@@ -111,14 +85,12 @@ class JobRunner:
             cut before their generation id was known) are bounded by the key's usage
             (``GET /key``) this many seconds after each was given up on
             (:mod:`provider_router.jobs.store.account`); negative: the stream deadline.
-        observers: what watches the run (:class:`~provider_router.jobs.events.RunObserver`;
-            default: :func:`~provider_router.jobs.events.default_observers`, which write
-            ``timeline.ndjson`` and ``report.html`` and add the Batch API route's datasets
-            to ``summary.json``); ``()``: none, the run writes its outputs and
-            ``summary.json`` only.
-        timeline_interval: with the default observers, seconds between two lines of
-            ``<out>/timeline.ndjson`` (the time series ``report.html`` and
-            ``provider-router status`` read; default 1).
+        observers: what watches the run (:class:`~provider_router.jobs.events.RunObserver`),
+            told of its start and end in this order; none by default, so the run writes
+            its outputs and ``summary.json`` only.
+            :func:`~provider_router.jobs.observe.standard.standard_observers` are what
+            ``provider-router run`` leaves besides: ``timeline.ndjson`` (the time series
+            ``report.html`` and ``provider-router status`` read) and ``report.html``.
         verify: measure every allowed endpoint against the model's reference before
             any prompt is sent (:func:`provider_router.verify`, canaries from the first
             dataset, paid from the job's ledger), save ``<out>/verify.json``, and send
@@ -132,12 +104,15 @@ class JobRunner:
             :func:`provider_router.jobs.pilot.pilot_into_job`): their spend is the
             job's, their answers its first results; a later run sends the rest.
 
-    Besides the outputs, a run writes ``summary.json``, and its default observers
-    ``timeline.ndjson`` and ``report.html`` (see :mod:`provider_router.jobs.observe.report`).
+    Besides the outputs, a run writes ``summary.json``; its observers write the rest
+    (:func:`~provider_router.jobs.run.run_plan` gives it the standard ones, and runs the
+    plan's Batch API datasets too).
 
     Example::
 
-        runner = JobRunner(load_plan("plan.yaml"), "runs/b3")
+        from provider_router.jobs import JobRunner, standard_observers
+
+        runner = JobRunner(load_plan("plan.yaml"), "runs/b3", observers=standard_observers())
         summary = await runner.run()
         print(summary.reason, summary.spent)
     """
@@ -153,8 +128,7 @@ class JobRunner:
         router_options: Mapping[str, Any] | None = None,
         ledger: Ledger | None = None,
         stream: bool = True,
-        observers: Iterable[RunObserver] | None = None,
-        timeline_interval: float | None = None,
+        observers: Sequence[RunObserver] = (),
         account_horizon: float | None = None,
         preflight: bool = False,
         only: Mapping[str, Collection[str]] | None = None,
@@ -203,11 +177,7 @@ class JobRunner:
         self._api_key = api_key
         self._router_options = dict(router_options or {})
         self._given_ledger = ledger
-        self.observers: tuple[RunObserver, ...] = (
-            default_observers(timeline_interval=timeline_interval)
-            if observers is None
-            else tuple(observers)
-        )
+        self.observers: tuple[RunObserver, ...] = tuple(observers)
         """What watches the run, told of its start and end in this order."""
         self.ledger: Ledger | None = None
         self.router: Router | None = None

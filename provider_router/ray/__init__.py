@@ -1,7 +1,8 @@
 """Ray Data: the routed, budgeted client as a stage, for jobs beyond one machine.
 
 Needs the extras: ``pip install 'provider-router[ray,redis]'``. Importing this
-package does not import Ray; :meth:`RayJob.generate` does.
+package does not import Ray; :meth:`RayJob.generate` does. When to use Ray, and what
+it costs: docs/workers.md.
 
 * :class:`RayJob`: model, policy, generation parameters, the Redis URL and the
   budget; ``job.generate(ds)`` returns a Ray Dataset of answered rows, and
@@ -9,8 +10,6 @@ package does not import Ray; :meth:`RayJob.generate` does.
   ``summary.json`` and raises :class:`JobStopped` on a budget stop.
 * :class:`PromptStage`: the per-row async stage itself, for pipelines that build
   their own ``flat_map``.
-
-See docs/workers.md for when to use Ray and what it costs.
 """
 
 from __future__ import annotations

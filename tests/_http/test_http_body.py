@@ -1,8 +1,8 @@
 """Reading a POST answer's body (``PostResponse.json``) over a real socket.
 
 A body already whole when the headers are parsed is taken from aiohttp's buffer
-without ``ClientResponse.read()`` (its three coroutines cost ~6 µs a request,
-docs/performance.md "#13 wave 4"); a body still arriving, a cut one, or a session
+without ``ClientResponse.read()`` (three coroutines a request saved; docs/performance.md,
+"Where a request's CPU goes"); a body still arriving, a cut one, or a session
 with trace configs goes through ``read()`` as before. These tests hold both ways
 equal: the same value, the same errors, the connection reused after either.
 """

@@ -1,8 +1,8 @@
 """POST deadlines kept by one timer per client (``_http/deadlines.py``), over real sockets.
 
 aiohttp's per-request ``total`` timeout (a timer per request) was replaced by a
-FIFO per timeout value and one loop timer per ``HttpClient``
-(docs/performance.md, "#13 wave 5: deadlines"). These tests hold the new way to
+FIFO per timeout value and one loop timer per ``HttpClient`` (``_http/deadlines.py``
+says why). These tests hold the new way to
 the old one: the same exception, message and ``request_sent`` as aiohttp's own
 total timeout mapped as ``_http`` mapped it before (``reference`` below is the
 old code path), for answers that never come, bodies that stall or trickle after

@@ -6,7 +6,7 @@ same scripted raw server (tests/_wire_server.py) and asserts one expected
 :class:`Outcome`: status, ``complete`` when send() returns, ``json()``, headers
 looked up in any case, the exception class, ``request_sent``, the message's
 ``POST <url>: `` prefix, and which connection carried each request. The owned
-client is the lean HTTP/1.1 path of #13 (docs/performance.md); aiohttp's is
+client is the lean HTTP/1.1 client (``_http/h1/``; docs/client.md, "Connections"); aiohttp's is
 the reference it must match. Failures are in tests/_http/test_http_wire_failures.py.
 """
 

@@ -136,6 +136,20 @@ async def test_a_plan_file_with_a_pilot_that_is_the_jobs_first_requests(
         assert len(ids) == len(set(ids)) == 60
 
 
+async def test_a_pilots_job_directory_has_its_report_and_timeline_as_a_run_leaves_them(
+    openrouter_sim: SimulatorServer,
+    openrouter_api_key: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENROUTER_API_KEY", openrouter_api_key)
+    plan = write_plan(tmp_path, prompts=4)
+    out = tmp_path / "job"
+    argv = ["project", str(plan), "--pilot", "4", "--out", str(out)]
+    assert await run_cli([*argv, "--base-url", openrouter_sim.url, "--json"]) == 0
+    assert {"summary.json", "timeline.ndjson", "report.html"} <= {p.name for p in out.iterdir()}
+
+
 async def test_a_pilot_needs_the_job_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,12 +1,12 @@
-"""The functions every request runs keep no cell variables (#13 wave 5).
+"""The functions every request runs keep no cell variables.
 
 A local that a lambda, a nested function or a generator expression refers to
 becomes a *cell*: a GC-tracked object made on every call of the enclosing
 function, even when the closure itself is never built (the retry lambda of a
 request that never fails). With 2,000 requests in flight their cells live as long
 as the requests, survive collections into the older generations and lengthen
-every collection after (docs/performance.md, "#13 wave 5": six cells a request
-were 11 % of the tracked objects a request keeps alive). Closures that only
+every collection after (docs/performance.md, "Where a request's CPU goes": the
+cyclic garbage collector). Closures that only
 a failure needs are built with ``functools.partial`` or in a function of their
 own; this test keeps it that way.
 """

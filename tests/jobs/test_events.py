@@ -1,4 +1,5 @@
-"""A run's observers: told when it starts and ends, never imported by the runner."""
+"""A run's observers: told when it starts and ends, never imported by the runner; a run
+has only those it is given."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 
 from _job_helpers import small_plan
 
-from provider_router.jobs.events import ObservedRun, RunObserver, default_observers
+from provider_router.jobs.events import ObservedRun, RunObserver
 from provider_router.jobs.observe.batch_summary import BatchesInSummary
 from provider_router.jobs.observe.report import ReportObserver
+from provider_router.jobs.observe.standard import standard_observers
 from provider_router.jobs.observe.timeline import TimelineObserver
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.summary import RunSummary, StopReason
@@ -77,19 +79,37 @@ async def test_a_run_without_observers_writes_its_outputs_and_summary_only(
     assert not (out / "report.html").exists()
 
 
-async def test_a_run_by_default_writes_its_timeline_and_report(
+async def test_a_bare_runner_has_no_observers_and_writes_its_outputs_and_summary_only(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
     sim = await openrouter_sim_factory(seed=3)
     out = tmp_path / "out"
-    await JobRunner(small_plan(tmp_path), out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
+    runner = JobRunner(small_plan(tmp_path), out, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
+    assert runner.observers == ()
+    assert (await runner.run()).reason is StopReason.COMPLETE
+    assert {p.name for p in out.iterdir()} & {"timeline.ndjson", "report.html"} == set()
+    assert (out / "summary.json").is_file()
+
+
+async def test_a_run_with_the_standard_observers_writes_its_timeline_and_report(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim = await openrouter_sim_factory(seed=3)
+    out = tmp_path / "out"
+    await JobRunner(
+        small_plan(tmp_path),
+        out,
+        base_url=sim.url,
+        api_key=DEFAULT_TEST_KEY,
+        observers=standard_observers(),
+    ).run()
     assert {"summary.json", "timeline.ndjson", "report.html"} <= {p.name for p in out.iterdir()}
 
 
-def test_the_default_observers_are_the_timeline_the_batches_and_the_report() -> None:
-    observers = default_observers(timeline_interval=0.25)
+def test_the_standard_observers_are_the_timeline_the_batches_and_the_report() -> None:
+    observers = standard_observers(timeline_interval=0.25)
     assert [type(o) for o in observers] == [TimelineObserver, BatchesInSummary, ReportObserver]
     timeline = observers[0]
     assert isinstance(timeline, TimelineObserver)
     assert timeline.interval == 0.25
-    assert default_observers()[0] is not timeline  # each run its own
+    assert standard_observers()[0] is not timeline  # each run its own

@@ -20,6 +20,7 @@ from provider_router.client.metrics import Metrics
 from provider_router.jobs.finish import finish_words
 from provider_router.jobs.observe.live import progress_lines
 from provider_router.jobs.observe.report import write_report
+from provider_router.jobs.observe.standard import standard_observers
 from provider_router.jobs.observe.status import status_lines
 from provider_router.jobs.observe.timeline import TimelineWriter
 from provider_router.jobs.runner import JobRunner
@@ -124,7 +125,8 @@ async def test_every_view_of_one_run_agrees_while_waiting_for_budget_and_at_its_
         base_url=sim.url,
         api_key=DEFAULT_TEST_KEY,
         router_options={"metrics": metrics},
-        timeline_interval=3600,  # this test writes the lines it reads
+        # This test writes the lines it reads.
+        observers=standard_observers(timeline_interval=3600),
     )
     task = asyncio.ensure_future(runner.run())
     views: dict[str, dict[str, str]] = {}

@@ -28,6 +28,7 @@ from provider_router.jobs import (
     run_plan,
 )
 from provider_router.jobs.observe.status import status_lines
+from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.planning.plan import Plan
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
@@ -148,3 +149,20 @@ async def test_hooks_see_the_start_the_runner_and_the_batch_part(
     assert seen[-3:] == [("batch done", StopReason.COMPLETE), ("sync", ["b"]), "sync done"]
     assert len(read_records(tmp_path / "out" / "a.jsonl")) == 30
     assert len(read_records(tmp_path / "out" / "b.jsonl")) == 20
+
+
+async def test_run_plan_leaves_the_timeline_report_and_batches_of_both_routes(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # The runner and the Batch API route have no observers unless given; run_plan gives
+    # each part the standard ones, so the job directory holds what the command leaves.
+    sim = await openrouter_sim_factory(speed=float("inf"), seed=3)
+    out = tmp_path / "out"
+    fast = BatchOptions(poll=0.02, lost_grace=0.3)
+    outcome = await run(plan(tmp_path, a="batch"), out, sim, batch=fast)
+    assert outcome.reason is StopReason.COMPLETE
+    assert (out / "report.html").is_file()
+    finals = [row for row in read_timeline(out / "timeline.ndjson") if row.get("final")]
+    assert len(finals) == 2, "a last line from the Batch API route, then one from the runner"
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved["batches"], "the sync part's summary says what the Batch API route did"

@@ -1,4 +1,4 @@
-"""The SQLite ledger's per-request path (#13 wave 4): its writer thread and its schema.
+"""The SQLite ledger's per-request path: its writer thread and its schema.
 
 What each test pins down: a commit crosses to the writer thread once per batch,
 never once per request; the thread answers with the job's result or its error and

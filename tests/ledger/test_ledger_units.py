@@ -1,7 +1,7 @@
 """The memory ledger's per-request shortcuts book what the plain conversions book.
 
 ``MemoryLedger.settle`` reuses the cost's units for an estimate equal to the cost
-(#13 wave 4: a comparison instead of a conversion); everything it books must be
+(a comparison instead of a conversion); everything it books must be
 what converting each amount on its own gives, and a bad estimate must still be
 refused with the same error.
 """

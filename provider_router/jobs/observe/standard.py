@@ -1,4 +1,4 @@
-"""The observers a run gets unless it is given its own: what it leaves for its operator.
+"""The standard observers of a run: what it leaves for its operator.
 
 * the timeline (:class:`~provider_router.jobs.observe.timeline.TimelineObserver`):
   ``timeline.ndjson``, a line a second, and the Prometheus gauges it keeps fresh;
@@ -7,8 +7,9 @@
 * the report (:class:`~provider_router.jobs.observe.report.ReportObserver`):
   ``report.html``, once ``summary.json`` is written.
 
-A run finds this module by name (:func:`provider_router.jobs.events.default_observers`):
-the runner sits below what watches it and never imports it.
+A run has only the observers it is given: :func:`~provider_router.jobs.run.run_plan`
+passes these; a bare :class:`~provider_router.jobs.runner.JobRunner` writes its outputs
+and ``summary.json`` only unless it is given ``observers=standard_observers()``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ __all__ = ["standard_observers"]
 
 
 def standard_observers(*, timeline_interval: float | None = None) -> list[RunObserver]:
-    """New standard observers for one run (``timeline_interval``: seconds between two
-    lines of the timeline; None: its default)."""
+    """New standard observers for one run (each run needs its own).
+
+    Args:
+        timeline_interval: seconds between two lines of ``timeline.ndjson`` (None: its
+            default, 1).
+    """
     return [TimelineObserver(timeline_interval), BatchesInSummary(), ReportObserver()]

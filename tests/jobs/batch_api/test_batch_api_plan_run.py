@@ -16,6 +16,7 @@ from _job_helpers import ledger_rows, ledger_spent, read_records, small_plan
 from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api_runner import batch_datasets, run_plan_batches
+from provider_router.jobs.observe.standard import standard_observers
 from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store._layout import TIMELINE_FILE
@@ -63,7 +64,12 @@ async def test_a_batch_only_run_samples_the_ledger_into_the_timeline_and_the_gau
         gauge.append(metrics.registry.get_sample_value("provider_router_spent_usd"))
 
     result = await run_batches(
-        plan(tmp_path, 6), out, sim, metrics=metrics, timeline_interval=3600.0, progress=watch
+        plan(tmp_path, 6),
+        out,
+        sim,
+        metrics=metrics,
+        observers=standard_observers(timeline_interval=3600.0),
+        progress=watch,
     )
     assert result.lines_done == 6
     spent = ledger_spent(out)

@@ -33,6 +33,7 @@ from provider_router.jobs.drift_history import DriftCheck, DriftHistory, verific
 from provider_router.jobs.observe import drift_view
 from provider_router.jobs.observe.drift_view import read_drift_view, verification_lines
 from provider_router.jobs.observe.report import write_report
+from provider_router.jobs.observe.standard import standard_observers
 from provider_router.jobs.observe.status import status_lines
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store._layout import TIMELINE_FILE
@@ -57,6 +58,7 @@ async def _drifted_run(
         verify=True,
         verify_every=40,
         router_options={} if metrics is None else {"metrics": metrics},
+        observers=standard_observers(),
     )
     task = asyncio.create_task(runner.run())
     if watch is not None:

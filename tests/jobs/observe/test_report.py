@@ -22,6 +22,7 @@ from _job_helpers import write_prompts
 from provider_router import ConfigurationError
 from provider_router.cli import main
 from provider_router.jobs.observe.report import CHARTS, load_run, write_report
+from provider_router.jobs.observe.standard import standard_observers
 from provider_router.jobs.observe.status import status_lines
 from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.runner import JobRunner
@@ -300,7 +301,11 @@ async def test_the_report_in_a_real_browser_loads_cleanly_and_every_chart_draws(
     )
     out = tmp_path / "out"
     await JobRunner(
-        plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY, timeline_interval=0.001
+        plan,
+        out,
+        base_url=sim.url,
+        api_key=DEFAULT_TEST_KEY,
+        observers=standard_observers(timeline_interval=0.001),
     ).run()
     view = await view_page((out / REPORT_FILE).as_uri())
     # Kept for a person to look at (CI names a path to keep it).
