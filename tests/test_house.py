@@ -29,10 +29,6 @@ PACKAGE = Path(provider_router.__file__).parent
 MAX_PROSE_LINES = 12
 MAX_LINES = 40
 
-# Being rewritten elsewhere; their history and long docstrings go when they land.
-# Empty this list as they do: a file here that passes both rules fails the last test.
-PENDING = frozenset({"client/router.py"})
-
 # ``#22`` or ``(#13 wave 5)``, not a hex colour (``#111827``), an anchor (``#/$defs``,
 # ``page.md#section``) or an HTML entity (``&#10;``): one to four digits after a ``#``
 # that follows no word character, ``#``, ``&`` or ``/``, and nothing word-like after.
@@ -101,33 +97,18 @@ def _docstring_excess(path: Path) -> str | None:
 
 
 def test_no_issue_history_in_comments_or_docstrings() -> None:
-    found = [hit for path in _modules() if _name(path) not in PENDING for hit in _history(path)]
+    found = [hit for path in _modules() for hit in _history(path)]
     assert not found, "say why, not which issue (history lives in CHANGELOG.md):\n" + "\n".join(
         found
     )
 
 
 def test_module_docstrings_say_what_and_why_in_a_few_lines() -> None:
-    long = [
-        excess
-        for path in _modules()
-        if _name(path) not in PENDING and (excess := _docstring_excess(path))
-    ]
+    long = [excess for path in _modules() if (excess := _docstring_excess(path))]
     assert not long, (
         f"a module docstring has at most {MAX_PROSE_LINES} lines of prose and "
         f"{MAX_LINES} in all; the rest belongs in docs/:\n" + "\n".join(long)
     )
-
-
-def test_pending_files_exist_and_still_break_a_rule() -> None:
-    paths = {_name(path): path for path in _modules()}
-    assert not PENDING - paths.keys(), sorted(PENDING - paths.keys())
-    clean = sorted(
-        name
-        for name in PENDING
-        if not _history(paths[name]) and _docstring_excess(paths[name]) is None
-    )
-    assert not clean, f"these pass now: take them off PENDING: {clean}"
 
 
 def test_the_history_pattern_tells_issues_from_colours_and_anchors() -> None:

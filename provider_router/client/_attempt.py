@@ -1,25 +1,14 @@
 """One attempt of a request (a slot, a reservation, the exchange, the charge), and
 the answer it ends with.
 
-:class:`AttemptMixin` is the part of :class:`~provider_router.Router` that runs
-one attempt of a prepared request, the unit the retry policy repeats:
-
-1. a pinned request that is retried may move to another endpoint (the re-pin);
-2. a slot from the adaptive limiter, then a ledger reservation of the worst case
-   (given back at once when the router stopped meanwhile: nothing was sent);
-3. the request is sent (JSON or a stream); the generation id is attached to the
-   reservation as soon as a response names it; a temporary 402 is waited out;
-4. the answer is charged (settled, released or held by the billing);
-5. the outcome is told to the limiter, the provider health and the metrics, and
-   a failure counts against the pin it blames.
-
-The answer the last attempt charged is then judged (served by a provider the
-policy does not allow: quarantined, and enough such answers in a row halt the
-router's batch) and counted (``route.done``).
-
-The Router holds the state these steps read (its billing, limiter, health, clock
-and counters); a mixin keeps them readable in one place without copying that
-state, which callers may replace while the router runs (``router.budget_wait``).
+:class:`AttemptMixin` is the part of :class:`~provider_router.Router` that runs one
+attempt of a prepared request, the unit the retry policy repeats: a re-pin when a
+pinned request is retried, a limiter slot, a reservation of the worst case, the
+exchange (the generation id attached as soon as a response names it), the charge,
+and the outcome told to the limiter, health and metrics. The last answer is then
+judged (an unallowed provider's is quarantined) and counted (``route.done``). A mixin,
+because it reads state callers may replace while the router runs
+(``router.budget_wait``, the ledger).
 """
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
 """The routed, budgeted async client: :class:`Router`.
 
-One request goes through these steps (``docs/client.md`` tells the whole story):
-
-1. the route plan in force (:mod:`~provider_router.client._live_plan`: policy
-   decisions + ranking, rebuilt on the catalog TTL) gives the ``provider`` object
-   and the price ceilings;
-2. the request is prepared once (:mod:`~provider_router.client._prepare`):
-   checked, encoded, its worst case priced and, with cache affinity, pinned;
-3. each attempt (:mod:`~provider_router.client._attempt`) takes a slot from the
-   adaptive limiter, reserves the worst case in the ledger, sends, and settles
-   to ``usage.cost`` or releases when nothing was charged (the money side is
-   :mod:`~provider_router.client._billing`); the answer is quarantined when an
-   unallowed provider served it;
-4. failures are retried by the :class:`~provider_router.client.retry.RetryPolicy`;
-   a 402 is waited out when it is a temporary in-flight hold, and stops the
-   router (:class:`~provider_router.CreditsExhausted`) when credits or the key
-   limit ran out.
-
-The options (:class:`Timeouts`, :class:`AffinityOptions`, :class:`Safeguards`) are
-:mod:`~provider_router.client._config`'s. Logs (stdlib logger
-``provider_router.client.router``, silent unless the application configures
-logging): ``route.attempt`` (debug) per failed attempt, ``route.done`` (debug) per
-finished request, ``route.failed`` (warning), ``route.policy_violation`` (error),
-``route.credits_exhausted`` (error). The API key never appears in any of them.
+A request takes the route plan in force (:mod:`._live_plan`: policy and ranking,
+rebuilt on the catalog TTL), is prepared once (:mod:`._prepare`: checked, encoded,
+priced, pinned), and each attempt (:mod:`._attempt`) takes a limiter slot, reserves
+its worst case, sends and settles (:mod:`._billing`); failures are retried by the
+:class:`~provider_router.client.retry.RetryPolicy`. Options are :mod:`._config`'s
+value objects. Logs go to the stdlib logger ``provider_router.client.router``
+(silent unless the application configures logging); the key never appears in them.
+docs/client.md tells the whole story.
 """
 
 from __future__ import annotations
@@ -541,7 +526,7 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
                     # A partial, not a lambda: a lambda would make ``request`` and
                     # ``self`` cells of this frame on every call, two GC-tracked
                     # objects alive for the whole request (docs/performance.md,
-                    # "#13 wave 5").
+                    # "Where a request's CPU goes").
                     functools.partial(self._attempt, request),
                     started=start,
                     sleep=self._sleep,
