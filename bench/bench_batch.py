@@ -171,6 +171,7 @@ def _child(target: Any, *args: Any) -> dict[str, Any]:
     parent, child = mp.Pipe()
     process = mp.get_context("fork").Process(target=target, args=(*args, child))
     process.start()
+    child.close()  # so that recv() raises EOFError, not waits forever, if the child dies
     result: dict[str, Any] = parent.recv()
     process.join()
     return result
@@ -276,13 +277,13 @@ def _resume_child(url: str, directory: str, done: int, conn: Any) -> None:
     conn.send(asyncio.run(main()))
 
 
-async def _job_ledger(path: Path) -> None:
-    from decimal import Decimal
-
+async def _job_ledger(path: Path, spent: Decimal) -> None:
     from provider_router import SQLiteLedger
 
     ledger = SQLiteLedger(path, Decimal(100_000))
-    await ledger.snapshot()
+    # It holds what the journal's outputs cost: a ledger behind them is refused.
+    reservation = await ledger.reserve(spent, key="bench")
+    await ledger.settle(reservation, spent)
     await ledger.close()
 
 
@@ -315,10 +316,11 @@ def resume(done: int) -> None:
                 )
                 if n % 500 == 0:
                     journal.flush()
+        spent = journal.committed_cost
         journal.close("bench")
         # The job's own ledger beside its journal: a journal that shows money spent
         # without it is refused (the budget never resets silently).
-        asyncio.run(_job_ledger(work / "out" / "ledger.sqlite"))
+        asyncio.run(_job_ledger(work / "out" / "ledger.sqlite", spent))
         built = time.perf_counter() - t0
         size = (work / "out" / "journal.jsonl").stat().st_size
         sim = Sim(float("inf"))

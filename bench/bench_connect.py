@@ -29,9 +29,9 @@ from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
-from provider_router._http.session.h1 import pool as pool_module
 
 from provider_router import APIError
+from provider_router._http.h1 import pool as pool_module
 from provider_router._http.session import HttpClient
 from provider_router.testing.loopback import answer_every_request, blackhole
 

@@ -24,9 +24,8 @@ import random
 import sys
 from typing import Any
 
-from provider_router._http.session.h1 import pool as pool_module
-
 from provider_router import APIConnectionError
+from provider_router._http.h1 import pool as pool_module
 from provider_router._http.session import HttpClient
 
 BODY = b'{"id":"gen-1"}'

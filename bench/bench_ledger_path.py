@@ -100,9 +100,9 @@ def _store(per_commit: int, requests: int) -> float:
     for _ in range(3):
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "store.ledger"
-            con = s._connect(path, "FULL")
+            con = s._connect(path, "FULL", s._BUSY_TIMEOUT_MS)
             s._open_totals(con, path, Decimal(10**6), keep_limit=False)
-            store = s._Store(con, "bench:1:x", 60.0, time.time)
+            store = s._Store(con, "bench:1:x", 60.0, time.time, s._BUSY_TIMEOUT_MS)
             held: list[list[tuple[str, int]]] = []
             seq = 0
             gc.disable()
@@ -137,11 +137,11 @@ def _wal_pages(per_commit: int, commits: int = 600) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "store.ledger"
         wal = Path(f"{path}-wal")
-        con = s._connect(path, "FULL")
+        con = s._connect(path, "FULL", s._BUSY_TIMEOUT_MS)
         s._open_totals(con, path, Decimal(10**6), keep_limit=False)
         con.execute("PRAGMA wal_autocheckpoint = 0")  # the WAL's size counts the pages
         frame = con.execute("PRAGMA page_size").fetchone()[0] + 24
-        store = s._Store(con, "bench:1:x", 60.0, time.time)
+        store = s._Store(con, "bench:1:x", 60.0, time.time, s._BUSY_TIMEOUT_MS)
         held: list[list[tuple[str, int]]] = []
         pages = 0
         for seq in range(commits):
