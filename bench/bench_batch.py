@@ -289,7 +289,9 @@ async def _job_ledger(path: Path, spent: Decimal) -> None:
 
 def resume(done: int) -> None:
     from provider_router.jobs import FileJournal
-    from provider_router.jobs.datasets import _fingerprint
+    from provider_router.jobs.datasets import input_fingerprint
+    from provider_router.jobs.identity import manifest_of
+    from provider_router.jobs.store.manifest import write_manifest
     from provider_router.planning import PromptReader
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -300,7 +302,10 @@ def resume(done: int) -> None:
         record = b'{"id":"x"}\n'
         per = done // len(DATASETS)
         for name, path in zip(DATASETS, paths, strict=True):
-            journal.record_inputs(name, _fingerprint((path,)))
+            # As a run of this release leaves it: its inputs recorded, its rows checked
+            # against them, and the job's manifest beside them.
+            journal.record_inputs(name, input_fingerprint((path,)))
+            journal.record_checked(name, input_fingerprint((path,)))
             for n, prompt in enumerate(PromptReader([path])):
                 if n >= per:
                     break
@@ -318,6 +323,7 @@ def resume(done: int) -> None:
                     journal.flush()
         spent = journal.committed_cost
         journal.close("bench")
+        write_manifest(work / "out", manifest_of(_plan(paths, 64)))
         # The job's own ledger beside its journal: a journal that shows money spent
         # without it is refused (the budget never resets silently).
         asyncio.run(_job_ledger(work / "out" / "ledger.sqlite", spent))

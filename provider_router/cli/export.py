@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from provider_router.cli._errors import UsageError
-from provider_router.jobs.store._layout import JOURNAL_FILE, OUTPUT_SUFFIX
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.outputs import COMPLETE_FINISHES, export_conversations
 
 __all__ = ["output_files", "register"]
@@ -56,7 +56,7 @@ def output_files(sources: list[str]) -> list[Path]:
     for source in sources:
         path = Path(source)
         if path.is_dir():
-            found = sorted(p for p in path.glob(f"*{OUTPUT_SUFFIX}") if p.name != JOURNAL_FILE)
+            found = JobLayout(path).outputs()
             if not found:
                 raise UsageError(f"{path} holds no output files (<dataset>.jsonl)")
             files += found

@@ -6,7 +6,7 @@
         [--max-tokens N] [--concurrency C] [--exclude-below int4] \\
         [--target-output-tokens N] [--max-requests N] [--temperature T] \\
         [--plan plan.yaml] [--strict] [--base-url URL] [--progress auto|rich|plain|off] \\
-        [--ledger redis://HOST:6379/0 --ledger-name NAME]
+        [--add-inputs] [--ledger redis://HOST:6379/0 --ledger-name NAME]
         [--ray [ADDRESS] [--ray-actors N]]
 
 Everything the job leaves lives in DIR (outputs, journal, ledger, ``summary.json``,
@@ -143,6 +143,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--max-requests", type=positive_count, metavar="N", help="cap per dataset")
     parser.add_argument("--temperature", type=float, metavar="T", help="sampling temperature")
     parser.add_argument("--name", help="dataset name (default: the prompts file's name)")
+    parser.add_argument(
+        "--add-inputs",
+        action="store_true",
+        help="give the job in DIR prompt files it does not have yet (a new dataset, or other "
+        "files for one); without it a job that has outputs refuses them, as a wrong --out",
+    )
     parser.add_argument(
         "--strict", action="store_true", help="any bad input line is fatal before spending"
     )
@@ -346,6 +352,7 @@ def _handle(args: argparse.Namespace) -> int:
                 accept_disputed=args.batch_accept_disputed,
             ),
             metrics=metrics,
+            add_inputs=args.add_inputs,
             hooks=RunHooks(
                 on_start=lambda: _serve_metrics(args, metrics),
                 on_batch_line=None if args.progress == "off" else _say,
@@ -471,7 +478,7 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
             "--verify measures the providers of the sync route before a run on one machine; "
             "with --ray or a batch-route dataset run provider-router verify first instead"
         )
-    check_run(plan, args.out, verify_every=args.verify_every)
+    check_run(plan, args.out, verify_every=args.verify_every, add_inputs=args.add_inputs)
     if plan.ledger is None:
         raise UsageError(
             "--ray needs a Redis ledger: --ledger redis://host:6379/0 --ledger-name NAME "

@@ -3,10 +3,10 @@
 :func:`run_plan` does everything the command does for a plan and a job directory
 (docs/batch.md, "From Python") and returns one :class:`RunOutcome`; :class:`JobRunner`
 is its sync route alone. The job directory holds the journal (:class:`FileJournal`) and
-the outputs (:func:`read_outputs`, :func:`merge_outputs`, :func:`export_conversations`;
-docs/output.md); a run's observers (:class:`RunObserver`, :func:`standard_observers`)
-write what an operator reads besides. Names load on first use, so
-``import provider_router.jobs`` stays cheap.
+the outputs (:func:`read_outputs`, :func:`merge_outputs`, :func:`export_conversations`,
+each row's :func:`request_digest`; docs/output.md); a run's observers
+(:class:`RunObserver`, :func:`standard_observers`) write what an operator reads besides.
+Names load on first use, so ``import provider_router.jobs`` stays cheap.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ if _typing.TYPE_CHECKING:
     )
     from provider_router.jobs.runner import JobRunner
     from provider_router.jobs.snapshots import DatasetProgress, RunProgress
+    from provider_router.jobs.store.digest import request_digest
     from provider_router.jobs.store.journal import DatasetTally, FileJournal, Journal, LostRequest
     from provider_router.jobs.store.outputs import (
         DatasetMerge,
@@ -71,6 +72,7 @@ _LAZY: dict[str, str] = {
     "merge_outputs": "provider_router.jobs.store.outputs",
     "pilot_into_job": "provider_router.jobs.pilot",
     "read_outputs": "provider_router.jobs.store.outputs",
+    "request_digest": "provider_router.jobs.store.digest",
     "run_plan": "provider_router.jobs.run",
     "run_plan_sync": "provider_router.jobs.run",
     "standard_observers": "provider_router.jobs.observe.standard",
@@ -107,6 +109,7 @@ __all__ = [
     "merge_outputs",
     "pilot_into_job",
     "read_outputs",
+    "request_digest",
     "run_plan",
     "run_plan_sync",
     "standard_observers",

@@ -26,6 +26,8 @@ from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api.route import BatchRouteResult, BatchRouteRun
 from provider_router.jobs.events import RunObserver
+from provider_router.jobs.identity import check_identity
+from provider_router.jobs.revisions import revise_plan
 from provider_router.jobs.snapshots import BatchSampled
 from provider_router.jobs.store._layout import NOT_IN_INPUTS_FILE, JobLayout
 from provider_router.jobs.store.job_ledger import open_job_ledger
@@ -132,10 +134,18 @@ async def run_plan_batches(
         )
     directory = Path(out)
     chosen = [d for d in plan.datasets if d.name in batches.names]
-    journal = FileJournal.open(directory)
+    journal = FileJournal.read(directory)
+    try:
+        # Refused before the journal begins, if this run would change what the job answers.
+        identity = check_identity(plan, directory, add_inputs=True)
+        journal.begin()
+    except BaseException:
+        journal.close("refused")
+        raise
     try:
         ledger = await open_job_ledger(JobLayout(directory).ledger, plan.budget, journal, None)
         try:
+            notes = identity.write(directory)
             key = api_key or os.environ.get(ENV_API_KEY)
             async with HttpClient(base_url, key) as http:
                 runner = BatchRouteRun(
@@ -152,6 +162,14 @@ async def run_plan_batches(
                 prompts: dict[str, list[Prompt]] = {
                     d.name: list(PromptReader(list(d.inputs))) for d in chosen
                 }
+                # Done prompts whose content changed under their id: moved aside, sent again.
+                notes += revise_plan(
+                    plan.model_copy(update={"datasets": tuple(chosen)}),
+                    journal,
+                    directory,
+                    prompts=prompts,
+                )
+                runner.result.events.extend(notes)
                 sampled = BatchSampled(
                     directory,
                     budget=plan.budget,
@@ -222,6 +240,12 @@ def describe(result: BatchRouteResult) -> list[str]:
         lines.append(
             f"Batch route: {result.not_in_inputs} paid answers to prompts no longer in the "
             f"inputs were kept in {NOT_IN_INPUTS_FILE} (not in the outputs)."
+        )
+    if result.earlier_content:
+        lines.append(
+            f"Batch route: {result.earlier_content} paid answers to an earlier content of "
+            f"prompts edited while their batch ran were kept in {NOT_IN_INPUTS_FILE} (never "
+            "under the new text); the new text is sent as a new prompt."
         )
     if result.stop is not None:
         lines.append(f"Batch route stopped: {result.stop}.")

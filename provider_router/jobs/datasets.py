@@ -13,18 +13,19 @@ read before anything is spent.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from provider_router.jobs.counter import Counter
+from provider_router.jobs.store.digest import RequestDigest
 from provider_router.jobs.store.journal import DatasetTally, FileJournal
 from provider_router.jobs.targets import InFlightPricer
 from provider_router.planning.plan import DatasetSpec, Plan, reached
 from provider_router.planning.prompts import Prompt, PromptReader, count_lines, first_problem_error
 
-__all__ = ["DatasetRun", "open_file_datasets", "validate_inputs"]
+__all__ = ["DatasetRun", "input_fingerprint", "open_file_datasets", "validate_inputs"]
 
 
 @dataclass(slots=True)
@@ -40,6 +41,8 @@ class DatasetRun:
     counter: Counter
     relocate: bool
     pricer: InFlightPricer
+    digest: RequestDigest
+    """Each prompt's request digest, as its output row carries it."""
     lines: int | None = None
     inflight: int = 0
     exhausted: bool = False
@@ -106,7 +109,7 @@ def open_file_datasets(
     """
     datasets = []
     for spec in plan.datasets:
-        fingerprint = _fingerprint(spec.inputs)
+        fingerprint = input_fingerprint(spec.inputs)
         fast = journal.fast_resume_ok(spec.name, fingerprint)
         if fast:
             reader = PromptReader(
@@ -161,10 +164,12 @@ def _dataset(
         counter=Counter(),
         relocate=relocate,
         pricer=InFlightPricer(max_tokens),
+        digest=RequestDigest(plan.model, {"max_tokens": max_tokens, **params}),
     )
 
 
-def _fingerprint(paths: tuple[Path, ...]) -> list[Any]:
+def input_fingerprint(paths: Sequence[Path]) -> list[Any]:
+    """The input files as the journal records them: each one's path, size and mtime."""
     fingerprint: list[Any] = []
     for path in paths:
         try:

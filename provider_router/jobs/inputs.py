@@ -14,6 +14,7 @@ from pathlib import Path
 
 from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import JobRefused
+from provider_router.jobs.identity import check_identity
 from provider_router.planning.plan import Plan
 from provider_router.planning.prompts import PromptReader
 from provider_router.routing.policy import ProviderPolicy
@@ -28,10 +29,13 @@ def check_run(
     api_key: str | None = None,
     verify: bool = False,
     verify_every: int | None = None,
+    add_inputs: bool = False,
 ) -> None:
     """Everything :func:`~provider_router.jobs.run_plan` checks before it starts, in order:
     the budget, the prompt files, the key (``api_key``, else ``OPENROUTER_API_KEY``), the
-    policy, ``verify`` against the plan's routes, then ``out`` (made if missing).
+    policy, ``verify`` against the plan's routes, ``out`` (made if missing), then the job
+    in it (:func:`~provider_router.jobs.identity.check_identity`: ``add_inputs`` lets the
+    run give a job with outputs new prompt files).
 
     Raises:
         JobRefused: what cannot be used, and what to change.
@@ -54,6 +58,7 @@ def check_run(
     if verify_every is not None and not verify:
         raise JobRefused("--verify-every N re-checks the providers of a run with --verify: add it")
     check_out(Path(out))
+    check_identity(plan, out, add_inputs=add_inputs)
 
 
 def check_inputs(plan: Plan) -> None:

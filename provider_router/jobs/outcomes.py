@@ -231,6 +231,7 @@ class Outcomes:
             finished_at=finished,
             tool_calls=[call.message() for call in result.tool_calls],
             tools=tools,
+            request_digest=ds.digest.of(prompt),
         )
         if self.drift is not None:  # last: a flag is patched in place (jobs/drift.py)
             check, flagged = self.drift.stamp(result.provider, started)

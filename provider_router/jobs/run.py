@@ -197,6 +197,7 @@ async def run_plan(
     batch: BatchOptions | None = None,
     metrics: Metrics | None = None,
     hooks: RunHooks | None = None,
+    add_inputs: bool = False,
 ) -> RunOutcome:
     """Run ``plan`` into the job directory ``out``, as ``provider-router run`` does.
 
@@ -218,9 +219,14 @@ async def run_plan(
         batch: how the Batch API route paces itself.
         metrics: Prometheus metrics to keep current (served by the caller).
         hooks: what the caller sees while it runs.
+        add_inputs: give a job that has outputs prompt files it does not have yet (a
+            new dataset, or other files for one); without it that is refused, as a
+            wrong ``out`` most likely (:mod:`provider_router.jobs.identity`).
 
     Raises:
-        JobRefused: something it was given cannot be used (nothing was sent or written).
+        JobRefused: something it was given cannot be used (nothing was sent or written),
+            or the run would change what the job's outputs answer (its model, policy, a
+            dataset's route or generation parameters).
         PreflightFailed: the preflight found what the run relies on missing.
         ConfigurationError: the plan cannot run as it is (e.g. a ``route: batch``
             dataset without a batch endpoint the policy allows).
@@ -230,7 +236,9 @@ async def run_plan(
     out = Path(out)
     if add_budget is not None:
         plan = plan.with_overrides(budget=await added_budget(plan, out, add_budget))
-    check_run(plan, out, api_key=api_key, verify=verify, verify_every=verify_every)
+    check_run(
+        plan, out, api_key=api_key, verify=verify, verify_every=verify_every, add_inputs=add_inputs
+    )
     if hooks.on_start is not None:
         hooks.on_start()
     left, part = await _batch_part(

@@ -37,7 +37,9 @@ from provider_router.jobs.dispatch import Dispatcher
 from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY, DriftWatch, redo_flagging
 from provider_router.jobs.drift_history import DriftHistory
 from provider_router.jobs.events import RunObserver
+from provider_router.jobs.identity import IdentityCheck, check_identity
 from provider_router.jobs.outcomes import Outcomes
+from provider_router.jobs.revisions import revise_plan
 from provider_router.jobs.snapshots import (
     DatasetProgress,
     RunProgress,
@@ -188,6 +190,7 @@ class JobRunner:
         self._datasets: list[DatasetRun] = self._dispatcher.datasets
         self._started = time.monotonic()
         self._recovered: list[str] = []
+        self._identity: IdentityCheck | None = None
         self.ledger_state: LedgerState | None = None
 
     # --- control ----------------------------------------------------------------------
@@ -230,6 +233,9 @@ class JobRunner:
         journal = self.journal = FileJournal.read(self.out)
         reason = "error"
         try:
+            # What the job is, refused if this run would change what its outputs answer
+            # (written once the journal begins).
+            self._identity = check_identity(self.plan, self.out, add_inputs=True)
             # A damaged verify.json is refused before the journal begins (it keeps exclusions).
             self._history = await asyncio.to_thread(DriftHistory.load, self.layout.verify)
             gone = journal.excluded - set(self._history.failed)
@@ -267,6 +273,8 @@ class JobRunner:
         )
         try:
             journal.begin()
+            if self._identity is not None:
+                self._recovered += self._identity.write(self.out)
             self._recovered += journal_repairs(journal)
             journal.prepare(names)
             self._outcomes.ledger_name = str(getattr(ledger, "path", None) or ledger)
@@ -313,6 +321,8 @@ class JobRunner:
                 )
                 if account is not None:
                     await account.start(report.worst_case)
+                # Done prompts whose content changed under their id: moved aside, sent again.
+                self._recovered += revise_plan(self.plan, journal, self.out)
                 # Paid answers kept aside whose prompts are back: written, not sent again.
                 self._recovered += reuse_kept_for_plan(
                     self.plan, journal, self.out, clock=time.time

@@ -17,6 +17,7 @@ from provider_router._format import decimal_str
 from provider_router.client.results import ChatResult
 
 __all__ = [
+    "DIGEST_COLUMN",
     "EMPTY_ANSWER",
     "REQUEST_COLUMN",
     "answer_fields",
@@ -30,6 +31,11 @@ REQUEST_COLUMN: Final = "request_json"
 """A column holding a prompt's request fields (``tools``, ``tool_choice``) as one JSON
 object text: as a nested column Arrow would unify every row's tool schemas into one
 type (adding null keys to the schemas sent), so ``run --ray`` passes them as text."""
+
+DIGEST_COLUMN: Final = "request_digest"
+"""A column holding the digest of the request a row is sent as
+(:mod:`provider_router.jobs.store.digest`), as the driver of ``run --ray`` computed it:
+a stored answer to another request (the prompt changed under its id) is not the row's."""
 
 _MAX_REQUEST_JSON: Final = 8 * 1024 * 1024  # as one prompt line's bound (prompts.py)
 
@@ -78,8 +84,11 @@ def clean_messages(messages: Any) -> Any:
     ]
 
 
-def answer_fields(result: ChatResult, started: float, finished: float) -> dict[str, Any]:
-    """The columns an answer adds to its row (stored as they are: a replay is identical)."""
+def answer_fields(
+    result: ChatResult, started: float, finished: float, request_digest: str | None = None
+) -> dict[str, Any]:
+    """The columns an answer adds to its row (stored as they are: a replay is identical);
+    ``request_digest``: the request it answers."""
     usage = result.usage
     cost = result.cost if result.cost is not None else Decimal(0)
     return {
@@ -102,6 +111,7 @@ def answer_fields(result: ChatResult, started: float, finished: float) -> dict[s
         "attempts": result.attempts,
         "started_at": started,
         "finished_at": finished,
+        "request_digest": request_digest,
     }
 
 
@@ -121,4 +131,5 @@ EMPTY_ANSWER: Final[dict[str, Any]] = {
     "attempts": 0,
     "started_at": None,
     "finished_at": None,
+    "request_digest": None,
 }

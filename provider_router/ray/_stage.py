@@ -42,11 +42,13 @@ from provider_router._log import get_logger
 from provider_router._types import Sleep
 from provider_router.client.results import ChatResult
 from provider_router.client.router import Router
+from provider_router.jobs.store.digest import RequestDigest
 from provider_router.ledger import RedisLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.planning.prompts import REQUEST_KEYS, _snippet, content_id, parse_prompt_line
 from provider_router.ray._control import StageControl
 from provider_router.ray._rows import (
+    DIGEST_COLUMN,
     EMPTY_ANSWER,
     REQUEST_COLUMN,
     answer_fields,
@@ -77,6 +79,10 @@ FAILED: Final = "failed"
 QUARANTINED: Final = "quarantined"
 BAD_INPUT: Final = "bad_input"
 PARTIAL: Final = "a billed partial answer (a charged error finish): kept, the prompt retried"
+_NOT_ASIDE: Final = (
+    "error: its stored answer to an earlier content could not be kept aside (Redis); "
+    "the next run sends it"
+)
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,7 @@ class PromptStage:
         replayed from here, spilled to ``_spill`` and stored again by the background
         task (their sending leases held until then)."""
         self._spill = SpillFile(spill_dir(config.spill_dir, config.name), self._token)
+        self._digest: RequestDigest | None = None
 
     def __repr__(self) -> str:
         return f"PromptStage(name={self.config.name!r}, dataset={self.config.dataset!r})"
@@ -314,6 +321,7 @@ class PromptStage:
         if "messages" in data:
             data["messages"] = clean_messages(data["messages"])
         dataset = str(data.get("dataset") or config.dataset)
+        given = data.pop(DIGEST_COLUMN, None)
         try:
             # A null column is an absent key: Arrow gives every row every column.
             present = {k: v for k, v in data.items() if v is not None and k != REQUEST_COLUMN}
@@ -327,12 +335,25 @@ class PromptStage:
             return [self._row(data, dataset, ident, BAD_INPUT, f"bad input row: {exc}")]
         prompt_id = explicit_id if explicit_id is not None else content_id(messages)
         digest = hashlib.blake2b(line.encode(), digest_size=16).hexdigest()
+        request = given if isinstance(given, str) else self._request_digest(messages, metadata)
         try:
-            return [await self._answer(data, dataset, prompt_id, digest, messages, metadata)]
+            return [
+                await self._answer(data, dataset, prompt_id, digest, messages, metadata, request)
+            ]
         except Exception as exc:  # never out of the UDF: Ray would fail the whole job
             log.error("ray.unexpected_error", dataset=dataset, error=repr(exc))
             kind = type(exc).__name__
             return [self._row(data, dataset, prompt_id, FAILED, f"{kind}: {exc}")]
+
+    def _request_digest(self, messages: Any, metadata: Mapping[str, Any]) -> str:
+        """The digest of the request a row is sent as (a row the driver gave none)."""
+        if self._digest is None:
+            config = self.config
+            self._digest = RequestDigest(
+                config.model, {**config.params, "max_tokens": config.max_tokens}
+            )
+        own = {key: metadata[key] for key in REQUEST_KEYS if key in metadata}
+        return self._digest(messages, own)
 
     async def _answer(
         self,
@@ -342,6 +363,7 @@ class PromptStage:
         digest: str,
         messages: Any,
         metadata: dict[str, Any],
+        request: str,
     ) -> dict[str, Any]:
         key = row_key(dataset, prompt_id)
         unstored = self._unstored.get(key)
@@ -367,7 +389,13 @@ class PromptStage:
                 log.warning("ray.note_failed", error=repr(exc))
             return self._row(data, dataset, prompt_id, BAD_INPUT, why)
         if stored.answer is not None:
-            return {**self._base(data, dataset, prompt_id), **stored.answer, "status": ANSWERED}
+            if _answers(stored.answer, request):
+                return {**self._base(data, dataset, prompt_id), **stored.answer,
+                        "status": ANSWERED}  # fmt: skip
+            # Paid for another request (the prompt changed under its id): kept aside in
+            # the store, never emitted for this one, which is sent as new.
+            if not await self._set_aside(store, key, stored.answer):
+                return self._row(data, dataset, prompt_id, NOT_SENT, _NOT_ASIDE)
         replay = self._replay(data, dataset, prompt_id, stored)
         if replay is not None:
             return replay
@@ -379,11 +407,11 @@ class PromptStage:
         row: dict[str, Any] | None = None
         held = False
         try:
-            row = await self._wait_for_holder(store, data, dataset, prompt_id)
+            row = await self._wait_for_holder(store, data, dataset, prompt_id, request)
             if row is None:  # this actor holds the sending lease now
                 held = True
                 self._held.add(key)
-                row = await self._send(data, dataset, prompt_id, messages, metadata)
+                row = await self._send(data, dataset, prompt_id, messages, metadata, request)
         except LedgerUnavailableError as exc:  # at the lease: unknown, never sent blind
             row = self._row(data, dataset, prompt_id, NOT_SENT, f"error: {exc}")
         except Exception as exc:
@@ -402,7 +430,7 @@ class PromptStage:
         return row
 
     async def _wait_for_holder(
-        self, store: AnswerStore, data: dict[str, Any], dataset: str, prompt_id: str
+        self, store: AnswerStore, data: dict[str, Any], dataset: str, prompt_id: str, request: str
     ) -> dict[str, Any] | None:
         """Take the row's sending lease (None), or the row another actor's send stored.
 
@@ -416,6 +444,12 @@ class PromptStage:
         adopted = False
         while True:
             holder, stored = await store.hold(key, self._token, config.lease)
+            if stored.answer is not None and not _answers(stored.answer, request):
+                if not await self._set_aside(store, key, stored.answer):
+                    if holder == self._token:
+                        await self._let_go(store, key)
+                    return self._row(data, dataset, prompt_id, NOT_SENT, _NOT_ASIDE)
+                stored = Stored(None, stored.unsent, stored.failed)
             if stored.answer is not None:
                 if holder == self._token:
                     await self._let_go(store, key)
@@ -464,6 +498,7 @@ class PromptStage:
         prompt_id: str,
         messages: Any,
         metadata: dict[str, Any],
+        request: str,
     ) -> dict[str, Any]:
         config = self.config
         key = row_key(dataset, prompt_id)
@@ -494,7 +529,7 @@ class PromptStage:
                 stream=True,
                 # A partial of a method, not a nested function: no cells made per row
                 # and kept alive through the request.
-                on_paid=functools.partial(self._keep_into, kept, key, started),
+                on_paid=functools.partial(self._keep_into, kept, key, started, request),
                 **params,
             )
         except LedgerWriteError as exc:  # paid and whole: kept like any answer
@@ -526,7 +561,7 @@ class PromptStage:
             self._partials.pop(key, None)
             await self._control.landed(dataset, result)
         # The fields as stored, when they were: a replay then emits the very same row.
-        fields = kept[0][1] if kept else answer_fields(result, started, time.time())
+        fields = kept[0][1] if kept else answer_fields(result, started, time.time(), request)
         if result.quarantined:
             # Never accepted as data (as the batch runner): the next run sends it again.
             reason = result.quarantine_reason or "served by a provider the policy forbids"
@@ -540,23 +575,28 @@ class PromptStage:
         return row
 
     async def _keep_into(
-        self, kept: list[tuple[bool, dict[str, Any]]], key: str, started: float, paid: ChatResult
+        self,
+        kept: list[tuple[bool, dict[str, Any]]],
+        key: str,
+        started: float,
+        request: str,
+        paid: ChatResult,
     ) -> None:
         if paid.finish_reason == "error":
             # A billed partial answer (an error finish that was charged), retried now:
             # never the row's answer, but kept as its failure until the answer comes.
-            fields = answer_fields(paid, started, time.time())
+            fields = answer_fields(paid, started, time.time(), request)
             self._partials[key] = fields
             await self._note_failed(key, FAILED, "ChargedErrorFinish", PARTIAL, fields)
             return
         # Before the settle: a kill after it finds the answer stored, free.
-        kept.append(await self._keep(key, paid, started))
+        kept.append(await self._keep(key, paid, started, request))
 
     async def _keep(
-        self, key: str, paid: ChatResult, started: float
+        self, key: str, paid: ChatResult, started: float, request: str
     ) -> tuple[bool, dict[str, Any]]:
         """Store a paid answer before its settle: (stored or noted, its fields)."""
-        fields = answer_fields(paid, started, time.time())
+        fields = answer_fields(paid, started, time.time(), request)
         if paid.quarantined:
             reason = paid.quarantine_reason or "served by a provider the policy forbids"
             noted = await self._note_failed(key, QUARANTINED, "PolicyViolation", reason, fields)
@@ -577,6 +617,17 @@ class PromptStage:
                 log.error("ray.spill_failed", path=str(self._spill.path), error=repr(spill_exc))
             return False
         self._unstored.pop(key, None)
+        return True
+
+    async def _set_aside(self, store: AnswerStore, key: str, answer: Mapping[str, Any]) -> bool:
+        """Move a stored answer to another request out of the answers (kept, counted);
+        False when the store could not: the row is not sent (its answer would replace it)."""
+        digest = answer.get("request_digest")
+        try:
+            await store.set_aside(key, digest if isinstance(digest, str) else None)
+        except Exception as exc:
+            log.warning("ray.set_aside_failed", key=key, error=repr(exc))
+            return False
         return True
 
     def _replay(
@@ -662,3 +713,9 @@ class PromptStage:
             "status": status,
             "error": error,
         }
+
+
+def _answers(answer: Mapping[str, Any], request: str) -> bool:
+    """Whether a stored answer answers ``request`` (one stored before digests never
+    can be shown to: it is kept aside and the row sent again)."""
+    return answer.get("request_digest") == request

@@ -65,6 +65,19 @@ redis.call('hdel', KEYS[2], ARGV[1])
 redis.call('hdel', KEYS[3], ARGV[1])
 return 1
 """
+_SET_ASIDE: Final = """
+local current = redis.call('hget', KEYS[1], ARGV[1])
+if not current then return 0 end
+local ok, answer = pcall(cjson.decode, current)
+local digest = ''
+if ok and type(answer) == 'table' and type(answer['request_digest']) == 'string' then
+  digest = answer['request_digest']
+end
+if digest ~= ARGV[2] then return 0 end
+redis.call('hset', KEYS[2], ARGV[1] .. '#' .. ARGV[3], current)
+redis.call('hdel', KEYS[1], ARGV[1])
+return 1
+"""
 _RELEASE: Final = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
@@ -155,6 +168,7 @@ class AnswerStore:
         self.unsent_key = base + "unsent"
         self.failed_key = base + "failed"
         self.manifest_key = base + "manifest"
+        self.moved_aside_key = base + "moved_aside"
         self.duplicates_key = base + "duplicates"
         self._base = base
         self._pending: dict[tuple[str, str | None], _Waiting] = {}
@@ -274,6 +288,20 @@ class AnswerStore:
         keys = (self.answers_key, self.unsent_key, self.failed_key)
         put = functools.partial(self._client.eval, _PUT_IF_ABSENT, 3, *keys, key, body)
         return bool(await self._call(put))
+
+    async def set_aside(self, key: str, digest: str | None) -> bool:
+        """Move ``key``'s stored answer, if it is still the one to the request ``digest``
+        (None: one stored before digests), out of the answers into the ``moved_aside``
+        hash (field ``<key>#<digest or time>``): paid for another request, so kept, never
+        emitted again for ``key``. True if this call moved it."""
+        tag = digest or f"before-digests-{time.time_ns()}"
+        keys = (self.answers_key, self.moved_aside_key)
+        move = functools.partial(self._client.eval, _SET_ASIDE, 2, *keys, key, digest or "", tag)
+        return bool(await self._call(move))
+
+    async def moved_aside(self) -> int:
+        """How many answers were moved aside (:meth:`set_aside`), over every run."""
+        return int(await self._call(lambda: self._client.hlen(self.moved_aside_key)))
 
     async def not_sent(self, key: str, note: str | dict[str, Any]) -> None:
         """Note that ``key`` was not sent, and why (``reason``: a budget stop, 402...)."""
@@ -412,6 +440,7 @@ class AnswerStore:
             self.failed_key,
             self.manifest_key,
             self.duplicates_key,
+            self.moved_aside_key,
         )
         await self._call(lambda: self._client.delete(*keys))
 

@@ -15,7 +15,9 @@ route runs on one machine.
 from __future__ import annotations
 
 import json
+import os
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -26,18 +28,28 @@ from rich.console import Console
 
 from provider_router._exceptions import ConfigurationError
 from provider_router._log import get_logger
+from provider_router._money import from_units
 from provider_router._types import JSONObject, Message
 from provider_router.client.metrics import Metrics
+from provider_router.jobs.identity import settle_identity
 from provider_router.jobs.observe.report import write_report
+from provider_router.jobs.revisions import Revision, RowCheck, read_row_requests
 from provider_router.jobs.store._journal_file import lock_directory, unlock
 from provider_router.jobs.store._layout import JobLayout
+from provider_router.jobs.store.aside import (
+    ASIDE_SUFFIX,
+    AsideFile,
+    fsync_directory,
+    rewrite_without,
+)
+from provider_router.jobs.store.digest import RequestDigest, request_fields
 from provider_router.jobs.store.outputs import encode_record, make_record, read_outputs
 from provider_router.jobs.summary import RunSummary, StopReason
 from provider_router.planning.plan import DatasetSpec, Plan
 from provider_router.planning.prompts import PromptReader
 from provider_router.ray._control import CONTROL_UNREACHABLE, INTERRUPTED
 from provider_router.ray._driver import DriverLoop
-from provider_router.ray._rows import REQUEST_COLUMN
+from provider_router.ray._rows import DIGEST_COLUMN, REQUEST_COLUMN
 from provider_router.ray._stage import ANSWERED, NOT_SENT
 from provider_router.ray.job import RayJob
 from provider_router.ray.job import _import_ray_data as import_ray_data
@@ -59,16 +71,21 @@ class Written:
     cost: Decimal = Decimal(0)
 
 
+_Item = tuple[list[Message], JSONObject, list[JSONObject] | None, JSONObject, str]
+"""A prompt to send: its messages, metadata, the tools sent, its own request fields, and
+the digest of its request."""
+
+
 @dataclass
 class _Dataset:
     spec: DatasetSpec
     reader: PromptReader
     written: Written
-    prompts: dict[str, tuple[list[Message], JSONObject, list[JSONObject] | None, JSONObject]] = (
-        field(default_factory=dict)
-    )
+    prompts: dict[str, _Item] = field(default_factory=dict)
     total: int = 0
     finished: bool = False
+    revision: Revision | None = None
+    """What checking its written rows against its prompts moved aside and found gone."""
 
     @property
     def cap(self) -> int:
@@ -132,9 +149,43 @@ def _check_plan(plan: Plan) -> None:
             )
 
 
-def _open_dataset(spec: DatasetSpec, out: Path, strict: bool) -> _Dataset:
+def _revise(spec: DatasetSpec, out: Path, digest: RequestDigest) -> Revision:
+    """Move aside the written rows that no longer answer the dataset's prompts (their
+    content changed under their id), as a journaled job does
+    (:mod:`provider_router.jobs.revisions`); the output is swapped atomically."""
+    path = JobLayout(out).output(spec.name)
+    for stray in out.glob(f".{path.name}.*{ASIDE_SUFFIX}"):
+        stray.unlink(missing_ok=True)  # a swap a kill cut short: the output is whole
+    revision = Revision(spec.name)
+    if not path.is_file() or path.stat().st_size == 0:
+        return revision
+    _cut_torn_tail(path)
+    check = RowCheck(read_row_requests(path), digest)
+    seen: set[str] = set()
+    for prompt in PromptReader(list(spec.inputs)):
+        if prompt.id not in check.rows:
+            continue
+        seen.add(prompt.id)
+        why = check.why_not(prompt)
+        if why is not None:
+            revision.moved.setdefault(why, []).append(prompt.id)
+    revision.gone = sorted(set(check.rows) - seen)
+    for why, ids in revision.moved.items():
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}{ASIDE_SUFFIX}")
+        rewrite = rewrite_without(path, path.stat().st_size, set(ids), tmp)
+        AsideFile(out).keep(rewrite.moved, why)
+        os.replace(tmp, path)
+        fsync_directory(out)
+        revision.moved_cost += from_units(sum(rewrite.cost))
+    return revision
+
+
+def _open_dataset(spec: DatasetSpec, out: Path, strict: bool, plan: Plan) -> _Dataset:
+    params = plan.params_for(spec).request_params()
+    digest = RequestDigest(plan.model, params)
+    revision = _revise(spec, out, digest)
     reader = PromptReader(list(spec.inputs), strict=strict)
-    ds = _Dataset(spec, reader, read_written(JobLayout(out).output(spec.name)))
+    ds = _Dataset(spec, reader, read_written(JobLayout(out).output(spec.name)), revision=revision)
     written = ds.written.ids
     room = None if spec.max_requests is None else max(spec.max_requests - len(written), 0)
     for prompt in reader:
@@ -142,12 +193,14 @@ def _open_dataset(spec: DatasetSpec, out: Path, strict: bool) -> _Dataset:
         if prompt.id in written or (room is not None and len(ds.prompts) >= room):
             continue
         request = dict(prompt.request_fields)  # its own tools / tool_choice, sent as given
-        ds.prompts[prompt.id] = (prompt.messages, prompt.metadata, request.get("tools"), request)
+        tools = request_fields(params, request).get("tools")
+        item = (prompt.messages, prompt.metadata, tools, request, digest.of(prompt))
+        ds.prompts[prompt.id] = item
     return ds
 
 
 def _record(ds: _Dataset, row: Mapping[str, Any], model: str) -> bytes:
-    messages, metadata, tools, _ = ds.prompts[str(row["id"])]
+    messages, metadata, tools, _, request_digest = ds.prompts[str(row["id"])]
     calls = json.loads(row["tool_calls"]) if row.get("tool_calls") else []
     return encode_record(
         make_record(
@@ -171,6 +224,7 @@ def _record(ds: _Dataset, row: Mapping[str, Any], model: str) -> bytes:
             finished_at=float(row["finished_at"]),
             tool_calls=calls,
             tools=tools,
+            request_digest=request_digest,
         )
     )
 
@@ -282,7 +336,14 @@ class RayPlanRun:
             unlock(lock)
 
     def _run_locked(self) -> RunSummary:
-        self.datasets = [_open_dataset(spec, self.out, self.strict) for spec in self.plan.datasets]
+        # What the job is, refused if this run would change what its outputs answer.
+        self.job.recovered += settle_identity(self.plan, self.out)
+        self.datasets = [
+            _open_dataset(spec, self.out, self.strict, self.plan) for spec in self.plan.datasets
+        ]
+        for ds in self.datasets:
+            if ds.revision is not None:
+                self.job.recovered += ds.revision.sentences()
         ray_data = import_ray_data()
         import ray
 
@@ -328,8 +389,9 @@ class RayPlanRun:
                 "dataset": ds.spec.name,
                 "messages": messages,
                 REQUEST_COLUMN: json.dumps(request) if request else None,
+                DIGEST_COLUMN: request_digest,
             }
-            for prompt_id, (messages, _, _, request) in ds.prompts.items()
+            for prompt_id, (messages, _, _, request, request_digest) in ds.prompts.items()
         ]
         if items and not self.interrupted:
             params = self.plan.params_for(ds.spec).request_params()

@@ -157,3 +157,34 @@ def test_ray_needs_a_redis_ledger(
     plan = _plan(tmp_path, "5")
     assert main(["run", "--plan", str(plan), "--out", str(tmp_path / "o"), "--ray"]) == 2
     assert "--ray needs a Redis ledger: --ledger redis://" in capsys.readouterr().err
+
+
+def test_prompts_edited_under_their_ids_are_sent_again_on_ray_their_old_rows_aside(
+    ray_run: Callable[[str], tuple[list[str], Path]],
+    sim: SimulatorThread,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv, out = ray_run("5")
+    assert main(argv) == 0
+    before = {r["id"]: r for _, r in read_outputs(out / "a.jsonl")}
+    inputs = tmp_path / "a.jsonl"
+    lines = inputs.read_text().splitlines()
+    for n in (3, 7):
+        lines[n] = json.dumps({"id": f"a{n}", "prompt": f"q {n}, edited at much greater length"})
+    inputs.write_text("\n".join(lines) + "\n")
+    sent = _prompts_sent(sim)
+    capsys.readouterr()
+
+    assert main(argv) == 0
+
+    assert _prompts_sent(sim) == sent + 2, "the two edited prompts, once each"
+    assert _ids(out / "a.jsonl") == Counter({f"a{i}": 1 for i in range(30)})
+    rows = {r["id"]: r for _, r in read_outputs(out / "a.jsonl")}
+    for n in (3, 7):
+        assert rows[f"a{n}"]["messages"][0]["content"] == f"q {n}, edited at much greater length"
+        assert rows[f"a{n}"]["generation_id"] != before[f"a{n}"]["generation_id"]
+    assert rows["a4"] == before["a4"]
+    aside = [json.loads(line) for line in (out / "moved_aside.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in aside) == ["a3", "a7"]
+    assert "2 answers of dataset a no longer answer its inputs" in capsys.readouterr().err

@@ -503,3 +503,50 @@ async def test_on_paid_sees_the_answer_before_its_settle_and_a_failing_hook_sett
     assert state.reserved == 0
     [failed] = [e for e in log_events if e["event"] == "route.on_paid_failed"]
     assert "the caller's store is down" in failed["error"]
+
+
+async def test_a_stored_answer_to_an_earlier_content_is_kept_aside_and_the_new_text_sent(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> None:
+    name = fresh_name()
+    first = await one_row(redis_server.url, name, simulator.url, FIRST, run="run-1")
+    assert first["status"] == "answered"
+    # The prompt gets new text under its id; a later run (or a driver that never wrote
+    # the first answer) must not emit the old text's answer for it.
+    edited = {"id": "p1", "prompt": "question 1, edited at much greater length"}
+    row = await one_row(redis_server.url, name, simulator.url, edited, run="run-2")
+    assert row["status"] == "answered"
+    assert len(simulator.requests) == 2, "the new text was sent"
+    assert row["generation_id"] != first["generation_id"]
+    assert row["prompt_tokens"] > first["prompt_tokens"]
+    assert row["request_digest"] != first["request_digest"]
+    store = AnswerStore(redis_server.url, name)
+    try:
+        assert await store.moved_aside() == 1, "the old answer is kept, not overwritten"
+        assert (await store.get("default/p1") or {})["generation_id"] == row["generation_id"]
+    finally:
+        await store.close()
+    # The new text's answer is now the row's: a retried task replays it free.
+    again = await one_row(redis_server.url, name, simulator.url, edited, run="run-3")
+    assert again["generation_id"] == row["generation_id"]
+    assert len(simulator.requests) == 2
+
+
+async def test_a_stored_answer_from_before_digests_is_kept_aside_and_the_row_sent(
+    redis_server: RedisServer, simulator: SimulatorServer
+) -> None:
+    name = fresh_name()
+    store = AnswerStore(redis_server.url, name)
+    try:  # as an older stage stored it: no request digest
+        await store.put("default/p1", {"answer": "old", "generation_id": "gen-old", "cost": "0"})
+    finally:
+        await store.close()
+    row = await one_row(redis_server.url, name, simulator.url, FIRST, run="run-2")
+    assert row["status"] == "answered"
+    assert row["generation_id"] != "gen-old"
+    assert len(simulator.requests) == 1
+    store = AnswerStore(redis_server.url, name)
+    try:
+        assert await store.moved_aside() == 1
+    finally:
+        await store.close()

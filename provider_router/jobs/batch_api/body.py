@@ -16,6 +16,7 @@ from typing import Any, Final
 from provider_router._exceptions import ConfigurationError
 from provider_router.catalog.records import Endpoint
 from provider_router.jobs.batch_api.journal import BatchIntent
+from provider_router.jobs.store.digest import RequestDigest, request_fields
 from provider_router.planning.prompts import Prompt
 from provider_router.routing.batch_endpoints import BatchRoute
 from provider_router.routing.route_plan import estimate_prompt_tokens
@@ -66,6 +67,8 @@ class BatchBody:
         route.prices()  # refuse what cannot be priced: no endpoint, or no fixed price
         assert route.endpoint is not None  # prices() raised otherwise (for mypy)
         self.endpoint: Endpoint = route.endpoint
+        self.model = route.model_id
+        self._digests: dict[str, RequestDigest] = {}
         self.dataset_params = {
             name: _checked_params({**params, **own}) for name, own in dataset_params.items()
         }
@@ -78,9 +81,19 @@ class BatchBody:
         """The generation fields of ``dataset``'s lines."""
         return self.dataset_params.get(dataset, self.default)
 
+    def digest(self, dataset: str) -> RequestDigest:
+        """The request digests of ``dataset``'s lines (what their output rows carry)."""
+        digest = self._digests.get(dataset)
+        if digest is None:
+            digest = self._digests[dataset] = RequestDigest(self.model, self.params(dataset))
+        return digest
+
     def line(self, dataset: str, intent: str, line: int, prompt: Prompt) -> dict[str, Any]:
-        """One request of a submit: ``custom_id`` ``<intent>-<line>``, and its body."""
-        body = {**prompt.request_fields, **self.params(dataset), "messages": prompt.messages}
+        """One request of a submit: ``custom_id`` ``<intent>-<line>``, and its body (a
+        prompt line's own ``tools`` / ``tool_choice`` over its dataset's, as on the sync
+        route)."""
+        body = request_fields(self.params(dataset), prompt.request_fields)
+        body["messages"] = prompt.messages
         body.pop("model", None)
         body.pop("stream", None)
         return {"custom_id": f"{intent}-{line}", "body": body}
@@ -90,7 +103,9 @@ class BatchBody:
         params = self.params(dataset)
         # Tools and response_format are rendered into the prompt: a byte a token bounds them.
         extra = {
-            k: v for k, v in {**prompt.request_fields, **params}.items() if k in _PROMPT_FIELDS
+            k: v
+            for k, v in request_fields(params, prompt.request_fields).items()
+            if k in _PROMPT_FIELDS
         }
         bound = estimate_prompt_tokens(prompt.messages) + len(json.dumps(extra).encode())
         return self.endpoint.pricing.cost(bound, params["max_tokens"])

@@ -34,7 +34,8 @@ from provider_router.jobs.batch_api.results import (
     read_result,
     result_record,
 )
-from provider_router.jobs.batch_api.unmatched import UnmatchedAnswers
+from provider_router.jobs.batch_api.unmatched import UnmatchedAnswers, prompt_digest
+from provider_router.jobs.store.digest import request_fields
 from provider_router.planning.prompts import Prompt
 
 __all__ = ["BatchCollector"]
@@ -164,16 +165,21 @@ class BatchCollector(RoutePart):
                 gen_id = gen[:200] if isinstance(gen, str) else None
                 self.money.dispute(intent, key, note, cost, worst, gen_id)
             cost = worst
-        if prompt is None:
-            # Paid, and never thrown away: kept beside the outputs, once, and counted.
+        if prompt is None or not _asked(intent, prompt):
+            # Paid, and never thrown away: kept beside the outputs, once, and counted. An
+            # answer to an earlier content of a prompt (edited while its batch ran) is
+            # never written under the new text: the new text is sent as a new prompt.
             if not self.journal.is_done(intent.dataset, line.prompt_id) and self.unmatched.keep(
                 intent, line, cost
             ):
-                self.result.not_in_inputs += 1
+                if prompt is None:
+                    self.result.not_in_inputs += 1
+                else:
+                    self.result.earlier_content += 1
             return cost
         if not self.journal.claim(intent.dataset, line.prompt_id):
             return cost  # already written (a collect cut short)
-        tools = {**prompt.request_fields, **self.body.params(intent.dataset)}.get("tools")
+        tools = request_fields(self.body.params(intent.dataset), prompt.request_fields).get("tools")
         record = result_record(
             line,
             prompt,
@@ -184,7 +190,15 @@ class BatchCollector(RoutePart):
             finished_at=float(self.clock()),
             cost=cost,
             tools=tools,
+            request_digest=self.body.digest(intent.dataset).of(prompt),
         )
         complete_result(self.journal, intent.dataset, line, prompt, record, cost)
         self.result.lines_done += 1
         return cost
+
+
+def _asked(intent: BatchIntent, prompt: Prompt) -> bool:
+    """Whether ``intent``'s batch asked what ``prompt`` asks now (its content as the intent
+    recorded it; an intent from before contents were recorded is taken at its word)."""
+    sent = intent.digest_for(prompt.id)
+    return sent is None or sent == prompt_digest(prompt)

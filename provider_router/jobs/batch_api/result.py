@@ -33,6 +33,10 @@ class BatchRouteResult:
     not_in_inputs: int = 0
     """Paid answers to prompts no longer in the inputs, written to
     ``DIR/not_in_inputs.jsonl`` by this run."""
+    earlier_content: int = 0
+    """Paid answers to an earlier content of prompts still in the inputs (edited while
+    their batch ran), written to ``DIR/not_in_inputs.jsonl`` by this run: never under the
+    new text, which is sent as a new prompt."""
     reused: int = 0
     """Kept answers written to the outputs by this run, their prompts back in the inputs
     (not sent or paid again)."""
@@ -61,6 +65,7 @@ class BatchRouteResult:
             "cost_usd": str(self.cost),
             "found_after_lost_202": self.found_after_lost_202,
             "not_in_inputs": self.not_in_inputs,
+            "earlier_content": self.earlier_content,
             "reused": self.reused,
             "stop": self.stop,
             "stopped_by": self.stopped_by,

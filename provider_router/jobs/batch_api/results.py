@@ -127,9 +127,11 @@ def result_record(
     finished_at: float,
     cost: Decimal,
     tools: Sequence[JSONObject] | None = None,
+    request_digest: str | None = None,
 ) -> bytes:
     """The output line of a successful result (as a sync answer's, plus its batch id),
-    with ``cost`` as booked (``started_at``: when its batch was submitted)."""
+    with ``cost`` as booked (``started_at``: when its batch was submitted;
+    ``request_digest``: the request it answers)."""
     body = line.body or {}
     usage = line.usage
     choice = (body.get("choices") or [{}])[0]
@@ -163,6 +165,7 @@ def result_record(
         finished_at=finished_at,
         tool_calls=[call.message() for call in calls if call is not None],
         tools=tools,
+        request_digest=request_digest,
     )
     return encode_record(record)
 

@@ -19,7 +19,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from provider_router._types import JSONObject
 from provider_router.jobs.batch_api.results import (
     ResultLine,
     complete_result,
@@ -28,6 +27,7 @@ from provider_router.jobs.batch_api.results import (
 )
 from provider_router.jobs.batch_api.unmatched import UnmatchedAnswers, prompt_digest
 from provider_router.jobs.store._layout import NOT_IN_INPUTS_FILE
+from provider_router.jobs.store.digest import RequestDigest, request_fields
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.planning.plan import Plan
 from provider_router.planning.prompts import Prompt, PromptReader
@@ -90,14 +90,15 @@ def reuse_kept(
     *,
     model: str,
     clock: Callable[[], float],
-    tools: Sequence[JSONObject] | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> Reused:
     """Write each prompt of ``dataset`` whose answer is kept (same id and content, not
     done) from that answer, through ``journal`` (flushed before it returns).
 
-    ``tools``: the dataset's own ``tools`` (over a prompt line's, as a collect keeps
-    them), kept in the record.
+    ``params``: the dataset's generation fields (``max_tokens`` included): the record
+    keeps the ``tools`` sent (a prompt line's own over them) and the request's digest.
     """
+    asked = RequestDigest(model, params or {})
     reused = Reused(dataset)
     waiting = kept.kept_ids(dataset) - journal.done_ids(dataset) if kept.path.exists() else set()
     if not waiting:
@@ -128,7 +129,8 @@ def reuse_kept(
             started_at=float(after) if isinstance(after, int | float) else float(clock()),
             finished_at=float(clock()),
             cost=cost,
-            tools=tools if tools is not None else prompt.request_fields.get("tools"),
+            tools=request_fields(asked.params, prompt.request_fields).get("tools"),
+            request_digest=asked.of(prompt),
         )
         complete_result(journal, dataset, line, prompt, record, cost)
         reused.written += 1
@@ -155,7 +157,6 @@ def reuse_kept_for_plan(
     for spec in plan.datasets:
         if not kept.kept_ids(spec.name) - journal.done_ids(spec.name):
             continue
-        tools = plan.params_for(spec).request_params().get("tools")
         reused = reuse_kept(
             journal,
             kept,
@@ -163,7 +164,7 @@ def reuse_kept_for_plan(
             PromptReader(list(spec.inputs)),
             model=plan.model,
             clock=clock,
-            tools=tools,
+            params=plan.params_for(spec).request_params(),
         )
         lines += reused.sentences()
     return lines

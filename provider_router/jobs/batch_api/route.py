@@ -267,7 +267,7 @@ class BatchRouteRun:
                 items.values(),
                 model=self.route.model_id,
                 clock=self.clock,
-                tools=self.body.params(name).get("tools"),
+                params=self.body.params(name),
             )
             self.result.reused += reused.written
             self.result.events.extend(reused.sentences())

@@ -35,7 +35,7 @@ from provider_router.jobs.observe.batch_words import batch_table
 from provider_router.jobs.observe.drift_view import DriftView, drift_section, read_drift_view
 from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.store._journal_file import lock_held
-from provider_router.jobs.store._layout import JOURNAL_FILE, OUTPUT_SUFFIX, JobLayout
+from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.summary import RunSummary
 
 __all__ = [
@@ -59,7 +59,6 @@ CHARTS: Final = (
     "projection",
 )
 """The ``data-chart`` names of the report's charts, in page order."""
-_SKIP = {JOURNAL_FILE}
 _BINS: Final = 40
 _TAIL_BYTES: Final = 8 << 20
 """Of each output file only the last 8 MiB is read (the latency sample): a report of a
@@ -131,7 +130,7 @@ class RunData:
 def _datasets(directory: Path, summary: Mapping[str, Any] | None) -> list[str]:
     if summary is not None and isinstance(summary.get("datasets"), dict):
         return list(summary["datasets"])
-    return sorted(p.stem for p in directory.glob(f"*{OUTPUT_SUFFIX}") if p.name not in _SKIP)
+    return [p.stem for p in JobLayout(directory).outputs()]
 
 
 def _when(value: Any) -> float:

@@ -28,9 +28,11 @@ from typing import IO, Any, Final
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._money import to_units
 from provider_router.jobs.store._layout import JobLayout
+from provider_router.jobs.store.aside import ASIDE_SUFFIX, fsync_directory
 
 __all__ = [
     "COLUMNS",
+    "committed_rows",
     "FORMAT_VERSION",
     "NO_LOCATION",
     "LineGroup",
@@ -115,13 +117,16 @@ class LineGroup:
 class DatasetState:
     """What the journal knows of one dataset: done ids, their input locations, totals."""
 
-    __slots__ = ("done", "inputs", "locations", "tally")
+    __slots__ = ("checked", "done", "inputs", "locations", "tally")
 
     def __init__(self) -> None:
         self.done: set[str] = set()
         self.locations: set[int] = set()
         self.tally = DatasetTally()
         self.inputs: list[Any] | None = None
+        self.checked: list[Any] | None = None
+        """The input files (path, size, mtime) every done prompt's output was last checked
+        against (a ``checked`` entry): its request digest against what they ask now."""
 
 
 def _paid_row(ds: str, line: bytes, done: set[str]) -> tuple[str, int, int, int] | None:
@@ -149,6 +154,21 @@ def _has_generation_id(line: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(record, dict) and bool(record.get("generation_id"))
+
+
+def _without(rows: dict[str, tuple[Any, ...]], gone: set[str]) -> dict[str, tuple[Any, ...]]:
+    """The committed rows (``COLUMNS``, by id) once ``gone`` were moved aside: the others
+    keep their order, each ending where the rewritten output puts it (rows lie end to end
+    from byte 0)."""
+    kept: dict[str, tuple[Any, ...]] = {}
+    end = previous = 0
+    for row in sorted(rows.values(), key=lambda r: int(r[1])):
+        length, previous = row[1] - previous, row[1]
+        if row[0] in gone:
+            continue
+        end += length
+        kept[str(row[0])] = (row[0], end, *row[2:])
+    return kept
 
 
 def lock_directory(directory: Path) -> int:
@@ -224,6 +244,13 @@ def unlock(fd: int) -> None:
     os.close(fd)
 
 
+def committed_rows(directory: Path, ds: str) -> dict[str, tuple[Any, ...]]:
+    """Every committed row of dataset ``ds`` as the journal file of ``directory`` records
+    it: its columns (``COLUMNS``), by id (read only; a torn last line is left out)."""
+    reader = Replay(directory)
+    return reader.committed_rows(ds, reader._read_lines())
+
+
 def replay(directory: Path) -> Replay:
     """Read ``directory``'s journal, repairing what a crash left behind.
 
@@ -276,6 +303,11 @@ class Replay:
         self.excluded: set[str] = set()
         self._journal_keep: int | None = None
         self._cuts: list[tuple[Path, int]] = []
+        self._asides: dict[str, str] = {}
+        """Each dataset's last move aside: the temporary output it swaps in."""
+        self._renames: list[tuple[Path, Path]] = []
+        """Swaps a move aside journaled and a crash left undone: done on :meth:`apply`."""
+        self._stray: list[Path] = []
 
     @property
     def spent_before(self) -> bool:
@@ -292,6 +324,13 @@ class Replay:
             with self.path.open("r+b") as fh:
                 fh.truncate(self._journal_keep)
             self._journal_keep = None
+        for tmp, path in self._renames:
+            os.replace(tmp, path)  # the journal committed it: rolled forward
+            fsync_directory(self.directory)
+        self._renames.clear()
+        for stray in self._stray:
+            stray.unlink(missing_ok=True)  # a move aside the journal never committed
+        self._stray.clear()
         for path, size in self._cuts:
             with path.open("r+b") as fh:
                 fh.truncate(size)
@@ -351,6 +390,7 @@ class Replay:
                 raise
             raise DataFileError(self.path, f"journal entry is malformed: {exc!r}") from None
         repairs: list[dict[str, Any]] = []
+        self._find_asides()
         for ds in sorted(ends):
             repairs += self._repair_output(ds, ends[ds], lines)
         for ds, state in self.states.items():
@@ -428,6 +468,32 @@ class Replay:
             self.verify_units += entry["cost"]
         elif op == "verify":
             self.excluded.update(str(tag) for tag in entry.get("failed", ()))
+        elif op == "aside":
+            # Records moved out of the output: their prompts are not done any more.
+            state = self.states[entry["ds"]]
+            state.done.difference_update(entry["ids"])
+            state.locations.difference_update(entry["loc"])
+            self._count(state, entry, -1)
+            ends[entry["ds"]] = entry["size"]
+            self._asides[entry["ds"]] = entry["tmp"]
+        elif op == "checked":
+            self.states[entry["ds"]].checked = entry["files"]
+
+    def _find_asides(self) -> None:
+        """A move aside the journal committed but a crash left unswapped is rolled forward;
+        a temporary output the journal never committed is deleted (on :meth:`apply`)."""
+        pending = {name for name in self._asides.values()}
+        for tmp in self.directory.glob(f".*{ASIDE_SUFFIX}"):
+            if tmp.name not in pending:
+                self._stray.append(tmp)
+        for ds, name in self._asides.items():
+            tmp = self.directory / name
+            if tmp.exists():
+                self._renames.append((tmp, JobLayout(self.directory).output(ds)))
+                self.repairs.append(
+                    f"finished moving records of {ds} aside (a run stopped between "
+                    "journaling it and swapping the output)"
+                )
 
     @staticmethod
     def _count(state: DatasetState, entry: dict[str, Any], sign: int) -> None:
@@ -439,15 +505,17 @@ class Replay:
 
     def _repair_output(self, ds: str, committed: int, lines: list[bytes]) -> list[dict[str, Any]]:
         path = JobLayout(self.directory).output(ds)
+        # The output a pending move aside swaps in is the one the journal speaks of.
+        source = next((tmp for tmp, final in self._renames if final == path), path)
         try:
-            size = path.stat().st_size
+            size = source.stat().st_size
         except FileNotFoundError:
             size = 0
         repairs: list[dict[str, Any]] = []
         if size < committed:
             committed, repairs = self._revoke_past(ds, size, lines)
         if size > committed:
-            adopted, committed, cut_paid = self._adopt_paid(ds, path, committed)
+            adopted, committed, cut_paid = self._adopt_paid(ds, source, committed)
             if adopted.columns["ids"]:
                 repairs.append({"op": "done", "ds": ds, **adopted.columns})
                 self.adopted[ds] = len(adopted.columns["ids"])
@@ -503,11 +571,9 @@ class Replay:
             self._count(state, group.columns, 1)
         return group, end, cut_paid
 
-    def _revoke_past(
-        self, ds: str, size: int, lines: list[bytes]
-    ) -> tuple[int, list[dict[str, Any]]]:
-        """Revoke the completions whose record lies past ``size`` (rare: a lost output)."""
-        current: dict[str, tuple[int, ...]] = {}
+    def committed_rows(self, ds: str, lines: list[bytes]) -> dict[str, tuple[Any, ...]]:
+        """Every committed row of ``ds`` in ``lines``: its columns (``COLUMNS``), by id."""
+        current: dict[str, tuple[Any, ...]] = {}
         for _, entry in self._entries(lines):
             if entry.get("ds") != ds:
                 continue
@@ -517,6 +583,15 @@ class Replay:
             elif entry["op"] == "revoke":
                 for pid in entry["ids"]:
                     current.pop(pid, None)
+            elif entry["op"] == "aside":
+                current = _without(current, set(entry["ids"]))
+        return current
+
+    def _revoke_past(
+        self, ds: str, size: int, lines: list[bytes]
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """Revoke the completions whose record lies past ``size`` (rare: a lost output)."""
+        current = self.committed_rows(ds, lines)
         gone = [row for row in current.values() if row[1] > size]
         revoke = LineGroup("revoke", ds)
         revoke.columns = {name: [row[i] for row in gone] for i, name in enumerate(COLUMNS)}

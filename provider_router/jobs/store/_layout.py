@@ -22,8 +22,11 @@ __all__ = [
     "BATCH_STATUS_FILE",
     "JOURNAL_FILE",
     "LEDGER_FILE",
+    "MANIFEST_FILE",
     "MERGE_REPORT_FILE",
+    "MOVED_ASIDE_FILE",
     "NOT_IN_INPUTS_FILE",
+    "NOT_OUTPUTS",
     "OUTPUT_SUFFIX",
     "REPORT_FILE",
     "SUMMARY_FILE",
@@ -37,6 +40,12 @@ OUTPUT_SUFFIX: Final = ".jsonl"
 """A dataset's output records are ``<dataset>.jsonl``."""
 JOURNAL_FILE: Final = "journal.jsonl"
 LEDGER_FILE: Final = "ledger.sqlite"
+MANIFEST_FILE: Final = "job.json"
+"""What the job is: its model, policy, and each dataset's route, generation parameters and
+input files (:mod:`provider_router.jobs.store.manifest`); written atomically."""
+MOVED_ASIDE_FILE: Final = "moved_aside.jsonl"
+"""Output records moved out of their dataset's output: they answer a request no longer
+asked (their prompt changed under its id). Kept, never deleted."""
 ACCOUNT_FILE: Final = "account.json"
 """Worst cases bounded by the key's usage (:mod:`provider_router.jobs.store.account`)."""
 MERGE_REPORT_FILE: Final = "merge.json"
@@ -53,6 +62,11 @@ BATCHES_REPORT_FILE: Final = "batches.json"
 """What the last run of the route did."""
 NOT_IN_INPUTS_FILE: Final = "not_in_inputs.jsonl"
 """Paid answers to prompts no longer in the inputs, kept aside."""
+
+NOT_OUTPUTS: Final = frozenset(
+    {JOURNAL_FILE, BATCH_JOURNAL_FILE, NOT_IN_INPUTS_FILE, MOVED_ASIDE_FILE}
+)
+"""Files of the job directory named ``*.jsonl`` that are not a dataset's output."""
 
 # What a run leaves for its operator.
 SUMMARY_FILE: Final = "summary.json"
@@ -76,6 +90,19 @@ class JobLayout:
     def output(self, dataset: str) -> Path:
         """Where a dataset's output records go."""
         return self.out / f"{dataset}{OUTPUT_SUFFIX}"
+
+    def outputs(self) -> list[Path]:
+        """Every dataset's output file in the directory, by name."""
+        found = self.out.glob(f"*{OUTPUT_SUFFIX}")
+        return sorted(p for p in found if p.name not in NOT_OUTPUTS and not p.name.startswith("."))
+
+    @property
+    def manifest(self) -> Path:
+        return self.out / MANIFEST_FILE
+
+    @property
+    def moved_aside(self) -> Path:
+        return self.out / MOVED_ASIDE_FILE
 
     @property
     def journal(self) -> Path:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from collections import defaultdict
-from collections.abc import Set
+from collections.abc import Collection, Set
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -32,12 +33,20 @@ from provider_router.jobs.store._journal_file import (
     LostRequest,
     OutputFile,
     Replay,
+    committed_rows,
     dumps,
     lock_directory,
     replay,
     unlock,
 )
 from provider_router.jobs.store._layout import JobLayout
+from provider_router.jobs.store.aside import (
+    ASIDE_SUFFIX,
+    AsideFile,
+    Rewrite,
+    fsync_directory,
+    rewrite_without,
+)
 
 __all__ = ["DatasetTally", "FileJournal", "Journal", "LostRequest"]
 
@@ -238,6 +247,11 @@ class FileJournal:
     def tally(self, dataset: str) -> DatasetTally:
         return self._state[dataset].tally
 
+    def output_size(self, dataset: str) -> int | None:
+        """The committed length of ``dataset``'s output (None: the journal has none)."""
+        output = self._outputs.get(dataset)
+        return None if output is None else output.size - sum(map(len, output.pending))
+
     @property
     def committed_cost(self) -> Decimal:
         """What the journal's completions, preflights and verification checks cost, over
@@ -266,6 +280,75 @@ class FileJournal:
         return NO_LOCATION not in state.locations and len(state.locations) == len(state.done)
 
     # --- writing ------------------------------------------------------------------------
+
+    def checked(self, dataset: str) -> list[Any] | None:
+        """The input files (path, size, mtime) every done prompt's output of ``dataset`` was
+        last checked against (:meth:`record_checked`), or None."""
+        return self._state[dataset].checked
+
+    def record_checked(self, dataset: str, fingerprint: list[Any]) -> None:
+        """Record (durably, at once) that every done prompt's output of ``dataset`` answers
+        what the input files ``fingerprint`` ask (their request digests were checked)."""
+        self._state[dataset].checked = fingerprint
+        self._note({"op": "checked", "ds": dataset, "files": fingerprint})
+        self.flush()
+
+    def move_aside(self, dataset: str, ids: Collection[str], why: str) -> Rewrite | None:
+        """Move the output records of the done prompts ``ids`` out of ``dataset``'s output
+        into ``DIR/moved_aside.jsonl`` (:mod:`~provider_router.jobs.store.aside`): they
+        answer requests no longer asked, and their prompts are not done any more.
+
+        The output without them is written beside it and fsynced, the records appended to
+        the side file and fsynced, an ``aside`` entry journaled and fsynced, and only then
+        is the output swapped: a crash before the entry leaves the job as it was (the side
+        file takes each record once), one after it is rolled forward on the next open.
+        Returns what was moved (None: nothing was).
+        """
+        wanted = {pid for pid in ids if self.is_done(dataset, pid)}
+        output = self._outputs.get(dataset)
+        if not wanted or output is None or self._fh is None:
+            return None
+        if any((dataset, pid) in self._inflight for pid in wanted):
+            raise RuntimeError("a prompt in flight cannot be moved aside")
+        self.flush()
+        if output.fh is not None:  # the swap puts another file under its name
+            output.fh.close()
+            output.fh = None
+        tmp = self.directory / f".{output.path.name}.{uuid.uuid4().hex[:12]}{ASIDE_SUFFIX}"
+        try:
+            rewrite = rewrite_without(output.path, output.size, wanted, tmp)
+            AsideFile(self.directory).keep(rewrite.moved, why)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        # The journal's own columns of each (what its tally counted), not the records'.
+        rows = committed_rows(self.directory, dataset)
+        columns: dict[str, list[Any]] = {"ids": [], "out": [], "in": [], "cost": [], "loc": []}
+        for n, pid in enumerate(rewrite.ids):
+            row = rows.get(pid)
+            found = (
+                row[2:]
+                if row is not None
+                else (rewrite.out[n], rewrite.prompt[n], rewrite.cost[n], NO_LOCATION)
+            )
+            for name, value in zip(("ids", "out", "in", "cost", "loc"), (pid, *found), strict=True):
+                columns[name].append(value)
+        entry = {"op": "aside", "ds": dataset, **columns, "size": rewrite.size, "tmp": tmp.name}
+        self._note({**entry, "why": why})
+        self.sync()
+        os.replace(tmp, output.path)
+        fsync_directory(self.directory)
+        output.size = rewrite.size
+        state = self._state[dataset]
+        state.done.difference_update(columns["ids"])
+        state.locations.difference_update(columns["loc"])
+        tally = state.tally
+        tally.completed -= len(columns["ids"])
+        tally.output_tokens -= sum(columns["out"])
+        tally.prompt_tokens -= sum(columns["in"])
+        tally.cost_units -= sum(columns["cost"])
+        rewrite.cost = columns["cost"]
+        return rewrite
 
     def record_inputs(self, dataset: str, fingerprint: list[Any]) -> None:
         """Record which input files (path, size, mtime) a dataset reads from now on.

@@ -26,6 +26,7 @@ from provider_router._money import to_decimal
 from provider_router._types import JSONObject, Message
 from provider_router.jobs.store._layout import JOURNAL_FILE, MERGE_REPORT_FILE, JobLayout
 from provider_router.jobs.store.journal import FileJournal
+from provider_router.jobs.store.manifest import JobManifest, read_manifest
 
 __all__ = [
     "COMPLETE_FINISHES",
@@ -62,6 +63,7 @@ class OutputRecord(TypedDict):
 
     id: str
     dataset: str
+    request_digest: str | None
     messages: list[Message]
     reasoning: str | None
     finish_reason: str | None
@@ -126,14 +128,18 @@ def make_record(
     finished_at: float,
     tool_calls: Sequence[JSONObject] = (),
     tools: Sequence[JSONObject] | None = None,
+    request_digest: str | None = None,
 ) -> OutputRecord:
-    """Assemble one output record (times are Unix seconds)."""
+    """Assemble one output record (times are Unix seconds; ``request_digest``: the
+    digest of the request it answers, :mod:`~provider_router.jobs.store.digest`)."""
     reply: Message = {"role": "assistant", "content": text or ""}
     if tool_calls:
         reply["tool_calls"] = list(tool_calls)
     record: OutputRecord = {
         "id": prompt_id,
         "dataset": dataset,
+        # Third, before any text of the prompt's: a resume reads it without parsing the row.
+        "request_digest": request_digest,
         "messages": [*messages, reply],
         "reasoning": reasoning or None,
         "finish_reason": finish_reason,
@@ -281,44 +287,109 @@ def merge_outputs(inputs: Sequence[str | Path], out: str | Path) -> MergeReport:
     if len({d.resolve() for d in dirs}) != len(dirs):
         raise ConfigurationError("a directory is given twice")
     out_dir = Path(out)
+    _check_same_job(dirs)
     committed = {directory: _committed_ids(directory) for directory in dirs}
     datasets = sorted({ds for done in committed.values() for ds in done})
     _check_out(out_dir, dirs, datasets)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = MergeReport(out_dir, dirs)
-    for ds in datasets:
-        report.datasets[ds] = _merge_dataset(ds, dirs, committed, out_dir)
+    written: list[tuple[Path, Path]] = []
+    try:
+        for ds in datasets:
+            report.datasets[ds], tmp, final = _merge_dataset(ds, dirs, committed, out_dir)
+            written.append((tmp, final))
+    except BaseException:
+        for tmp, _ in written:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, final in written:  # every dataset merged: only then is any output replaced
+        os.replace(tmp, final)
     tmp = out_dir / f".{MERGE_REPORT_FILE}.tmp"
     tmp.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     os.replace(tmp, JobLayout(out_dir).merge_report)
     return report
 
 
+def _check_same_job(dirs: Sequence[Path]) -> None:
+    """Refuse to merge directories whose manifests say different jobs: their rows answer
+    another model, policy or generation parameters (docs/workers.md, "Merging")."""
+    first: tuple[Path, JobManifest] | None = None
+    for directory in dirs:
+        try:
+            manifest = read_manifest(directory)
+        except DataFileError as exc:
+            raise ConfigurationError(str(exc)) from None
+        if manifest is None:
+            continue  # a directory from before manifests: its rows say their model
+        if first is None:
+            first = (directory, manifest)
+            continue
+        where, other = first
+        said = _job_difference(other, manifest)
+        if said:
+            raise ConfigurationError(
+                f"{where} and {directory} are not shares of one job ({said}): their rows "
+                "answer different requests; nothing was merged"
+            )
+
+
+def _job_difference(a: JobManifest, b: JobManifest) -> str | None:
+    if a.model != b.model:
+        return f"model {a.model} and {b.model}"
+    if dict(a.policy) != dict(b.policy):
+        return f"policy {json.dumps(dict(a.policy))} and {json.dumps(dict(b.policy))}"
+    for name in sorted(set(a.datasets) & set(b.datasets)):
+        if dict(a.datasets[name].generation) != dict(b.datasets[name].generation):
+            return f"dataset {name}'s generation parameters differ"
+    return None
+
+
+def _asked(record: OutputRecord) -> str:
+    """What a record answers: its request digest, or (a record from before digests) its
+    model, messages and tools."""
+    digest = record.get("request_digest")
+    if isinstance(digest, str):
+        return digest
+    asked = {
+        "model": record.get("model"),
+        "messages": record["messages"][:-1],
+        "tools": record.get("tools") or None,
+    }
+    return json.dumps(asked, sort_keys=True, ensure_ascii=False)
+
+
 def _merge_dataset(
     ds: str, dirs: Sequence[Path], committed: dict[Path, dict[str, frozenset[str]]], out: Path
-) -> DatasetMerge:
+) -> tuple[DatasetMerge, Path, Path]:
     merged = DatasetMerge()
-    seen: set[str] = set()
+    seen: dict[str, tuple[str, Path]] = {}
+    models: dict[str, Path] = {}
     final = JobLayout(out).output(ds)
     tmp = final.with_name(f".{final.name}.tmp")
-    with tmp.open("wb") as fh:
-        for directory in dirs:
-            done = committed[directory].get(ds)
-            if not done:
-                continue
-            taken = _copy_records(JobLayout(directory).output(ds), ds, done, seen, merged, fh)
-            merged.sources[str(directory)] = taken
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
-    return merged
+    try:
+        with tmp.open("wb") as fh:
+            for directory in dirs:
+                done = committed[directory].get(ds)
+                if not done:
+                    continue
+                taken = _copy_records(
+                    JobLayout(directory).output(ds), ds, done, seen, models, merged, fh
+                )
+                merged.sources[str(directory)] = taken
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return merged, tmp, final
 
 
 def _copy_records(
     path: Path,
     ds: str,
     done: frozenset[str],
-    seen: set[str],
+    seen: dict[str, tuple[str, Path]],
+    models: dict[str, Path],
     merged: DatasetMerge,
     fh: IO[bytes],
 ) -> int:
@@ -333,12 +404,26 @@ def _copy_records(
             )
         if prompt_id not in done:
             continue  # never committed by its journal
+        models.setdefault(str(record.get("model")), path)
+        if len(models) > 1:
+            named = " and ".join(f"{m} ({p})" for m, p in models.items())
+            raise ConfigurationError(
+                f"dataset {ds!r} holds rows of {named}: one dataset answers one model, so "
+                "they are not merged; merge each model's directories apart"
+            )
         cost = to_decimal(record["cost"], what="cost")
-        if prompt_id in seen:
+        asked = _asked(record)
+        earlier = seen.get(prompt_id)
+        if earlier is not None:
+            if earlier[0] != asked:
+                raise ConfigurationError(
+                    f"prompt {prompt_id!r} of dataset {ds!r} answers different requests in "
+                    f"{earlier[1]} and {path} (its content or parameters differ): not merged"
+                )
             merged.duplicates += 1
             merged.duplicate_cost += cost
             continue
-        seen.add(prompt_id)
+        seen[prompt_id] = (asked, path)
         fh.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
         merged.records += 1
         merged.output_tokens += record["usage"]["completion_tokens"]

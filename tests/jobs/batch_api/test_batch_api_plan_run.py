@@ -94,7 +94,7 @@ async def test_a_sync_run_writes_a_kept_answer_whose_prompt_returns_and_sends_it
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
     sim = await openrouter_sim_factory(speed=float("inf"), seed=5)
-    batched, synced = plan(tmp_path, 5), plan(tmp_path, 5, route="sync")
+    batched = plan(tmp_path, 5)
     inputs = tmp_path / "p.jsonl"
     full = inputs.read_text()
     out = tmp_path / "out"
@@ -110,7 +110,8 @@ async def test_a_sync_run_writes_a_kept_answer_whose_prompt_returns_and_sends_it
     lines[3] = json.dumps({"id": "q3", "prompt": "another question", "n": 3})
     inputs.write_text("\n".join(lines) + "\n")
     charged = sim.simulator.usage
-    summary = await JobRunner(synced, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
+    # The job's own plan (its route is part of it), through the sync runner.
+    summary = await JobRunner(batched, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     records = {r["id"]: r for r in read_records(out / "p.jsonl")}
     assert sorted(records) == [f"q{n}" for n in range(5)]
     assert records["q1"]["generation_id"] == kept["q1"]["answer"]["id"]
@@ -125,3 +126,31 @@ async def test_a_sync_run_writes_a_kept_answer_whose_prompt_returns_and_sends_it
     assert "1 paid answers kept in not_in_inputs.jsonl were written to the outputs of p" in said
     assert "back in the inputs of p with different content (q3)" in said
     assert summary.datasets[0].completed == 5
+
+
+async def test_done_prompts_edited_under_their_ids_go_in_a_new_batch_their_old_rows_aside(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    sim = await openrouter_sim_factory(speed=float("inf"), seed=5)
+    batched = plan(tmp_path, 6)
+    out = tmp_path / "out"
+    first = await run_batches(batched, out, sim)
+    assert first.lines_done == 6
+    before = {r["id"]: r for r in read_records(out / "p.jsonl")}
+    inputs = tmp_path / "p.jsonl"
+    lines = inputs.read_text().splitlines()
+    for n in (2, 5):
+        lines[n] = json.dumps({"id": f"q{n}", "prompt": f"question {n}, edited at length"})
+    inputs.write_text("\n".join(lines) + "\n")
+
+    result = await run_batches(batched, out, sim)
+
+    assert (result.submitted, result.lines_done) == (1, 2), "the two edited prompts, once"
+    rows = {r["id"]: r for r in read_records(out / "p.jsonl")}
+    assert len(rows) == len(read_records(out / "p.jsonl")) == 6
+    for n in (2, 5):
+        assert rows[f"q{n}"]["messages"][0]["content"] == f"question {n}, edited at length"
+        assert rows[f"q{n}"]["request_digest"] != before[f"q{n}"]["request_digest"]
+    assert {r["id"] for r in read_records(out / "moved_aside.jsonl")} == {"q2", "q5"}
+    assert any("2 answers of dataset p no longer answer its inputs" in e for e in result.events)
+    assert ledger_spent(out) == sim.simulator.usage

@@ -41,6 +41,9 @@ from provider_router.jobs.batch_api.journal import BatchIntent, BatchJournal
 from provider_router.jobs.batch_api.lost import LIST_LAG_SECONDS, LOST_GRACE_SECONDS
 from provider_router.jobs.batch_api.route import BatchRouteRun
 from provider_router.jobs.batch_api.submit import MAX_UNSENT_SUBMITS
+from provider_router.jobs.batch_api.unmatched import prompt_digest
+from provider_router.jobs.batch_api_runner import describe
+from provider_router.jobs.store.digest import RequestDigest
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.planning.prompts import Prompt
 
@@ -575,6 +578,58 @@ async def test_a_kept_answer_whose_id_returns_with_other_content_is_not_used(job
         for e in result.events
     ), result.events
     await job.money_agrees()
+
+
+def edited(items: list[Prompt], *ids: str) -> list[Prompt]:
+    """``items`` with the prompts ``ids`` given another, longer text under the same id."""
+    text = "an edited question, asked at much greater length than the one it replaces"
+    return [
+        dataclasses.replace(p, messages=[{"role": "user", "content": f"{text} ({p.id})"}])
+        if p.id in ids
+        else p
+        for p in items
+    ]
+
+
+async def test_a_prompt_edited_while_its_batch_runs_gets_an_answer_to_its_new_text(
+    job: Job,
+) -> None:
+    # Submitted, killed; p1 and p3 then get new text under the same ids while the batch
+    # runs. Its answers to the old text are paid: kept aside, never written under the new.
+    with pytest.raises(Killed):
+        await job.go(prompts(5), KillOnPoll(job.http))
+    now = edited(prompts(5), "p1", "p3")
+    result = await job.go(now)
+    assert sorted(job.outputs()) == [f"p{i}" for i in range(5)]
+    records = {r["id"]: r for r in map(json.loads, job.output_lines())}
+    first = {p.id: p for p in prompts(5)}
+    asked = {p.id: p.messages[0]["content"] for p in now}
+    for pid in ("p1", "p3"):
+        assert records[pid]["messages"][0]["content"] == asked[pid]
+        # Its usage is the new (longer) text's: the old text's answer is not under it.
+        unchanged = records["p0"]["usage"]["prompt_tokens"]
+        assert records[pid]["usage"]["prompt_tokens"] > unchanged, "an answer to the new text"
+    assert job.submitted() == {"p0": 1, "p1": 2, "p2": 1, "p3": 2, "p4": 1}, (
+        "the new texts were sent, once"
+    )
+    assert result.earlier_content == 2
+    assert result.to_json()["earlier_content"] == 2
+    kept = {entry["id"]: entry for entry in kept_aside(job)}
+    assert sorted(kept) == ["p1", "p3"]
+    for pid in ("p1", "p3"):
+        answer = kept[pid]["answer"]
+        assert records[pid]["generation_id"] != answer["id"], "not the old text's answer"
+        assert records[pid]["usage"]["prompt_tokens"] > answer["usage"]["prompt_tokens"]
+        assert kept[pid]["digest"] == prompt_digest(first[pid]), "kept as the old text's"
+    digest = RequestDigest(job.route.model_id, {"max_tokens": MAX_TOKENS})
+    assert [records[p.id]["request_digest"] for p in now] == [digest.of(p) for p in now]
+    assert any("earlier content" in line for line in describe(result)), describe(result)
+    await job.money_agrees()
+    # Done: a resume sends nothing, and keeps nothing aside again.
+    charged = job.sim.simulator.usage
+    again = await job.go(now)
+    assert (again.submitted, again.reused, again.earlier_content) == (0, 0, 0)
+    assert job.sim.simulator.usage == charged
 
 
 @pytest.mark.parametrize("torn", [False, True], ids=["outputs-written", "output-torn"])

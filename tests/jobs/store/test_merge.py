@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,9 @@ from provider_router import ConfigurationError, DataFileError
 from provider_router._money import to_units
 from provider_router.cli import main
 from provider_router.jobs.store._layout import MERGE_REPORT_FILE
+from provider_router.jobs.store.digest import RequestDigest
 from provider_router.jobs.store.journal import FileJournal
+from provider_router.jobs.store.manifest import JobManifest, write_manifest
 from provider_router.jobs.store.outputs import (
     encode_record,
     make_record,
@@ -21,17 +24,26 @@ from provider_router.jobs.store.outputs import (
 )
 
 
-def _record(ds: str, prompt_id: str, cost: str, tokens: int = 10) -> bytes:
+def _record(
+    ds: str,
+    prompt_id: str,
+    cost: str,
+    tokens: int = 10,
+    *,
+    model: str = "moonshotai/kimi-k2.5",
+    text: str | None = None,
+) -> bytes:
+    messages = [{"role": "user", "content": text or f"q {prompt_id}"}]
     return encode_record(
         make_record(
             prompt_id=prompt_id,
             dataset=ds,
-            messages=[{"role": "user", "content": f"q {prompt_id}"}],
+            messages=messages,
             text=f"answer to {prompt_id}",
             reasoning=None,
             finish_reason="stop",
             provider="Chutes",
-            model="moonshotai/kimi-k2.5",
+            model=model,
             served_model=None,
             generation_id=f"gen-{prompt_id}",
             prompt_tokens=5,
@@ -42,11 +54,12 @@ def _record(ds: str, prompt_id: str, cost: str, tokens: int = 10) -> bytes:
             metadata={},
             started_at=0.0,
             finished_at=1.0,
+            request_digest=RequestDigest(model, {"max_tokens": 10})(messages),
         )
     )
 
 
-def _worker_dir(path: Path, done: dict[str, list[tuple[str, str]]]) -> Path:
+def _worker_dir(path: Path, done: dict[str, list[tuple[str, str]]], **record: Any) -> Path:
     journal = FileJournal.open(path)
     for ds, entries in done.items():
         for prompt_id, cost in entries:
@@ -54,7 +67,7 @@ def _worker_dir(path: Path, done: dict[str, list[tuple[str, str]]]) -> Path:
             journal.complete(
                 ds,
                 prompt_id,
-                _record(ds, prompt_id, cost),
+                _record(ds, prompt_id, cost, **record),
                 output_tokens=10,
                 prompt_tokens=5,
                 cost_units=to_units(Decimal(cost)),
@@ -146,3 +159,34 @@ def test_the_merge_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert data["datasets"]["a"]["duplicates"] == 1
     assert main(["merge", str(tmp_path / "nope"), "--out", str(out)]) == 1
     assert "not a job directory" in capsys.readouterr().err
+
+
+def test_rows_of_another_model_are_never_merged_into_one_dataset(tmp_path: Path) -> None:
+    w1 = _worker_dir(tmp_path / "w1", {"a": [("p1", "0.1")]})
+    w2 = _worker_dir(tmp_path / "w2", {"a": [("p2", "0.1")]}, model="moonshotai/kimi-k3")
+    out = tmp_path / "merged"
+    with pytest.raises(ConfigurationError, match=r"holds rows of moonshotai/kimi-k2\.5 .* and "
+                       r"moonshotai/kimi-k3"):  # fmt: skip
+        merge_outputs([w1, w2], out)
+    assert not list(out.glob("*.jsonl")), "nothing merged, nothing left behind"
+
+
+def test_one_id_answering_different_requests_is_not_taken_as_a_duplicate(tmp_path: Path) -> None:
+    w1 = _worker_dir(tmp_path / "w1", {"a": [("p1", "0.1")], "b": [("q1", "1")]})
+    w2 = _worker_dir(tmp_path / "w2", {"a": [("p1", "0.1")]}, text="another question")
+    out = tmp_path / "merged"
+    with pytest.raises(ConfigurationError, match="prompt 'p1' of dataset 'a' answers different"):
+        merge_outputs([w1, w2], out)
+    assert not list(out.glob("*.jsonl"))
+
+
+def test_directories_of_different_jobs_are_refused_by_their_manifests(tmp_path: Path) -> None:
+    w1 = _worker_dir(tmp_path / "w1", {"a": [("p1", "0.1")]})
+    w2 = _worker_dir(tmp_path / "w2", {"a": [("p2", "0.1")]})
+    write_manifest(w1, JobManifest("moonshotai/kimi-k2.5", {"exclude_below": "int4"}))
+    write_manifest(w2, JobManifest("moonshotai/kimi-k2.5", {}))
+    with pytest.raises(ConfigurationError, match=r"are not shares of one job .*policy"):
+        merge_outputs([w1, w2], tmp_path / "merged")
+    write_manifest(w2, JobManifest("moonshotai/kimi-k2.5", {"exclude_below": "int4"}))
+    report = merge_outputs([w1, w2], tmp_path / "merged")
+    assert report.datasets["a"].records == 2
