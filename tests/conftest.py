@@ -49,6 +49,8 @@ def _no_real_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket, "getaddrinfo", _loopback_only_getaddrinfo)
     monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
     monkeypatch.delenv("OPENROUTER_BASE_URL", raising=False)
+    # Piped output is as wide as $COLUMNS says: the tests read it at its own width.
+    monkeypatch.delenv("COLUMNS", raising=False)
     # A developer's proxy settings never route the tests (which set their own: test_h1_proxy).
     for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
         monkeypatch.delenv(name, raising=False)

@@ -12,8 +12,9 @@ bundled market snapshot is one).
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from ssl import SSLContext
 from typing import Any, Final, TypeVar
@@ -27,6 +28,7 @@ from provider_router._exceptions import (
     DataFileError,
     InvalidResponseError,
     NotFoundError,
+    ProviderRouterError,
 )
 from provider_router._http.options import check_headers, check_ssl
 from provider_router._http.session import HttpClient
@@ -59,6 +61,19 @@ def _endpoints_path(model_id: str) -> str:
             f"model id must look like 'author/slug' (e.g. 'moonshotai/kimi-k2.5'), got {model_id!r}"
         )
     return f"/models/{author}/{slug}/endpoints"
+
+
+def _did_you_mean(model_id: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'a/b'?"`` for the known ids closest to ``model_id`` ("" if none):
+    a mistyped id, or the right slug under another author."""
+    ids = list(dict.fromkeys(known))
+    slug = model_id.partition("/")[2]
+    near = [i for i in ids if slug and i.partition("/")[2] == slug and i != model_id]
+    near += difflib.get_close_matches(model_id, ids, n=1, cutoff=0.6)
+    near = list(dict.fromkeys(near))[:3]
+    if not near:
+        return ""
+    return f"; did you mean {' or '.join(repr(i) for i in near)}?"
 
 
 class Catalog(AsyncResource):
@@ -156,28 +171,44 @@ class Catalog(AsyncResource):
         if self._offline is not None:
             raw = self._offline["endpoints"].get(key)
             if raw is None:
-                known = ", ".join(sorted(self._offline["endpoints"])) or "none"
+                listed = sorted(self._offline["endpoints"])
+                known = ", ".join(listed) or "none"
                 raise NotFoundError(
-                    404, f"snapshot {self._source} has no listing for {key!r} (it has: {known})"
+                    404,
+                    f"snapshot {self._source} has no listing for {key!r} (it has: {known})"
+                    + _did_you_mean(key, listed),
                 )
             return self._remember(key, parse_endpoints_response(raw, source=str(self._source)), raw)
         http = self._client()
         try:
             raw = await http.get_json(path, expect="an endpoints listing")
         except NotFoundError as exc:
-            # Either the model is unknown there, or the URL is not OpenRouter's API:
-            # a 404 without the URL leaves the reader no way to tell which.
             raise NotFoundError(
-                404,
-                f"GET {http.url(path)}: {exc.message}: no model {key!r} there, or "
-                f"{http.base_url} is not OpenRouter's API (its base URL ends in /api/v1, "
-                "e.g. https://openrouter.ai/api/v1)",
-                body=exc.body,
+                404, await self._unknown_model(key, http, path, exc), body=exc.body,
                 headers=exc.headers,
-            ) from exc
+            ) from exc  # fmt: skip
         record = parse_endpoints_response(raw, source=f"GET {http.url(path)}")
         log.debug("catalog.fetched", model=key, endpoints=len(record.endpoints))
         return self._remember(key, record, raw)
+
+    async def _unknown_model(
+        self, key: str, http: HttpClient, path: str, exc: NotFoundError
+    ) -> str:
+        """Why ``key`` has no endpoints listing: the model is unknown there (and which
+        listed ids are close), or the URL is not OpenRouter's API (no models list either).
+        """
+        said = f"GET {http.url(path)}: {exc.message.rstrip('. ')}"
+        try:
+            listed = [m.id for m in await self.models()]
+        except ProviderRouterError:
+            # A 404 without the URL would leave the reader no way to tell which.
+            return (
+                f"{said}: no model {key!r} there, or {http.base_url} is not OpenRouter's API "
+                "(its base URL ends in /api/v1, e.g. https://openrouter.ai/api/v1)"
+            )
+        if key in listed:
+            return f"{said}: {key!r} is listed in /models but has no endpoints listing"
+        return f"{said}: no model {key!r} there{_did_you_mean(key, listed)}"
 
     async def batch_endpoints(self, model_id: ModelId, *, refresh: bool = False) -> ModelEndpoints:
         """The Batch API's endpoints of ``model_id``: the ``{model}:batch`` listing.

@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import importlib
 import os
-import re
 import sys
 from collections.abc import Sequence
 
@@ -21,6 +20,7 @@ from provider_router import __version__
 from provider_router._exceptions import JobRefused, ProviderRouterError
 from provider_router.cli._errors import UsageError, describe_failure
 from provider_router.cli._logging import configure_logging, report_events
+from provider_router.cli._parser import HelpFormatter, Parser, finish_parsers
 
 # One module per sub-command, in the order `--help` lists them.
 _COMMAND_MODULES: tuple[str, ...] = (
@@ -43,46 +43,8 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default once, except where there is none to show, and
-    the docstrings' reStructuredText as plain text (``x`` and `x` read as x)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default in (None, False, argparse.SUPPRESS) or action.default == []:
-            return action.help
-        if action.help and "default" in action.help:  # it says its default itself
-            return action.help
-        return super()._get_help_string(action)
-
-    def format_help(self) -> str:
-        return _RST_LITERAL.sub(r"\1", super().format_help())
-
-
-_RST_LITERAL = re.compile(r"``?([^`\n]+?)``?")
-
-
-class RawTextHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
-    """:class:`HelpFormatter` that keeps a command's own line breaks in its description
-    and epilog (``simulate`` lists its routes as a table)."""
-
-
-def _finish_parsers(parser: argparse.ArgumentParser) -> None:
-    """Every command shows its defaults and has a description (its one-line help at least)."""
-    for action in parser._actions:
-        if not isinstance(action, argparse._SubParsersAction):
-            continue
-        helps = {choice.dest: choice.help for choice in action._choices_actions}
-        for name, sub in action.choices.items():
-            raw = issubclass(sub.formatter_class, argparse.RawDescriptionHelpFormatter)
-            sub.formatter_class = RawTextHelpFormatter if raw else HelpFormatter
-            if not sub.description and helps.get(name):
-                text = str(helps[name])
-                sub.description = text[0].upper() + text[1:] + "."
-            _finish_parsers(sub)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="provider-router",
         description="Cost-aware, policy-routed, budget-capped inference through OpenRouter.",
         formatter_class=HelpFormatter,
@@ -105,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in _COMMAND_MODULES:
         module = importlib.import_module(f"provider_router.cli.{name}")
         module.register(subparsers)
-    _finish_parsers(parser)
+    finish_parsers(parser)
     return parser
 
 

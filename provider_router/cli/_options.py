@@ -95,7 +95,11 @@ def add_market_arguments(group: argparse._ActionsContainer) -> None:
     group.add_argument(
         "--base-url", metavar="URL", help="API root (default: $OPENROUTER_BASE_URL or OpenRouter)"
     )
-    group.add_argument("--snapshot", metavar="FILE", help="read the market from a snapshot file")
+    group.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="read the market from a snapshot file, offline (default: fetch it)",
+    )
 
 
 async def load_listing(

@@ -11,12 +11,13 @@ from decimal import Decimal
 from typing import TextIO
 
 from rich.console import Console
-from rich.table import Table
 
 from provider_router._exceptions import NotFoundError
 from provider_router._format import format_percent, format_price, format_usd
+from provider_router._table import Column, FitTable
 from provider_router.catalog.fetch import Catalog
 from provider_router.catalog.records import ModelEndpoints
+from provider_router.cli._render import make_console
 from provider_router.planning.compare import RouteChoice, RouteComparison, RouteOption
 from provider_router.planning.projection_result import (
     BudgetFit,
@@ -55,10 +56,18 @@ def _range(cost: CostRange) -> str:
     return f"{format_usd(cost.expected)} ({format_usd(cost.low)}–{format_usd(cost.high)})"
 
 
-def _market_table(projection: Projection) -> Table:
-    table = Table(title=f"Routing for {projection.model_id}", title_justify="left")
-    for column in ("rank", "provider", "$/M in", "$/M out", "uptime", "share"):
-        table.add_column(column, justify="left" if column == "provider" else "right")
+def _market_table(projection: Projection) -> FitTable:
+    rejected = len(projection.decisions.rejected)
+    table = FitTable(
+        Column("rank", "right", key=True),
+        Column("provider", key=True),
+        Column("$/M in", "right", drop=1),
+        Column("$/M out", "right"),
+        Column("uptime", "right", drop=0),
+        Column("share", "right"),
+        title=f"Routing for {projection.model_id}",
+        caption=f"{rejected} endpoint(s) rejected by the policy" if rejected else None,
+    )
     shares = {s.endpoint.slug: s.share for s in projection.mix}
     for entry in projection.ranked:
         endpoint = entry.endpoint
@@ -73,34 +82,27 @@ def _market_table(projection: Projection) -> Table:
             format_percent(endpoint.uptime),
             f"{share:.2%}",
         )
-    rejected = len(projection.decisions.rejected)
-    if rejected:
-        table.caption = f"{rejected} endpoint(s) rejected by the policy"
     return table
 
 
-def _dataset_table(projection: Projection) -> Table:
+def _dataset_table(projection: Projection) -> FitTable:
     workload = projection.workload
-    table = Table(
+    table = FitTable(
+        Column("dataset", key=True),
+        Column("target", "right"),
+        Column("requests", "right"),
+        Column("prompt", "right", drop=2),
+        Column("cached", "right", drop=0),
+        Column("output", "right", drop=3),
+        Column("reasoning", "right", drop=1),
+        Column("cost, cheapest", "right"),
+        Column("cost, routing mix", "right"),
         title=(
             f"Projection: {workload.prompt_tokens:.0f} prompt tokens, "
             f"{workload.completion_tokens:.0f} output tokens per response "
             f"({workload.low:.0f}–{workload.high:.0f}; {workload.source})"
         ),
-        title_justify="left",
     )
-    for column in (
-        "dataset",
-        "target",
-        "requests",
-        "prompt",
-        "cached",
-        "output",
-        "reasoning",
-        "cost, cheapest",
-        "cost, routing mix",
-    ):
-        table.add_column(column, justify="left" if column == "dataset" else "right")
     for row in (*projection.datasets, projection.total):
         tokens = row.expected.tokens
         target = format_tokens(row.target_output_tokens)
@@ -155,9 +157,12 @@ def _fit_lines(fit: BudgetFit) -> list[str]:
     return lines
 
 
-def render_projection(projection: Projection, *, file: TextIO) -> None:
-    """Print ``projection`` as tables (and the budget fit as sentences) to ``file``."""
-    console = Console(file=file, width=None if file.isatty() else 140, soft_wrap=False)
+def render_projection(
+    projection: Projection, *, file: TextIO, console: Console | None = None
+) -> None:
+    """Print ``projection`` as tables (and the budget fit as sentences) to ``file``
+    (through ``console`` when given: its width, a terminal's or a pipe's)."""
+    console = console if console is not None else make_console(file)
     console.print(_market_table(projection))
     console.print(_dataset_table(projection))
     for fit in projection.budget_fits:
@@ -218,15 +223,6 @@ def _row(option: RouteOption) -> list[str]:
     return [option.route, _money(option.expected_cost), _money(high), when, worst, _fit(option)]
 
 
-def _table(rows: Sequence[Sequence[str]], file: TextIO) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print(
-            "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(),
-            file=file,
-        )
-
-
 def _routes_line(choices: Sequence[RouteChoice]) -> str:
     parts = [f"{c.dataset} {c.route}" for c in choices]
     reasons = sorted({c.reason for c in choices})
@@ -247,8 +243,17 @@ def render_routes(comparison: RouteComparison, *, file: TextIO) -> None:
         f"{pin}: {batch.reason}):",
         file=file,
     )
-    header = ["route", "expected cost", "high cost", "expected time", "worst time", "fits budget"]
-    _table([header, _row(comparison.sync), _row(batch)], file)
+    table = FitTable(
+        Column("route", key=True),
+        Column("expected cost", "right"),
+        Column("high cost", "right", drop=1),
+        Column("expected time", "right"),
+        Column("worst time", "right", drop=0),
+        Column("fits budget", below=True, labelled=True),
+    )
+    table.add_row(*_row(comparison.sync))
+    table.add_row(*_row(batch))
+    make_console(file).print(table)
     saving = comparison.saving
     sync_cost = comparison.sync.expected_cost
     if saving is not None and sync_cost:

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from provider_router._exceptions import ConfigurationError
+from provider_router._table import Column, FitTable
 from provider_router.catalog.records import EndpointHealth, ModelEndpoints, Quantization
 from provider_router.catalog.verdicts import VerificationReport
 from provider_router.cli._options import PRECISIONS, add_market_arguments, load_listing
@@ -84,7 +85,7 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
         "--exclude-below",
         choices=PRECISIONS,
         metavar="PRECISION",
-        help=f"reject endpoints below this precision ({', '.join(PRECISIONS)})",
+        help=f"reject endpoints below this precision: {', '.join(PRECISIONS)} (default: no floor)",
     )
     parser.add_argument(
         "--unknown",
@@ -103,13 +104,19 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="reject a provider by name, slug or tag (repeatable)",
+        help="reject a provider by name, slug or tag (repeatable; default: none)",
     )
     parser.add_argument(
-        "--only", action="append", metavar="NAME", help="allow only these providers (repeatable)"
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="allow only these providers (repeatable; default: every provider)",
     )
     parser.add_argument(
-        "--min-uptime", type=_percent, metavar="PCT", help="reject endpoints below this uptime"
+        "--min-uptime",
+        type=_percent,
+        metavar="PCT",
+        help="reject endpoints below this uptime (default: no minimum)",
     )
     parser.add_argument(
         "--allow-down", action="store_true", help="keep endpoints whose status means down"
@@ -266,28 +273,35 @@ def render_report(report: EndpointReport, console: Console) -> None:
             "; $/1k accepted = the same ÷ the pass rate (canaries that passed every "
             "check), the ranking's key; unverified endpoints rank after verified ones"
         )
-    table = Table(
+    columns = [
+        Column("#", "right", key=True),
+        Column("provider", key=True),
+        Column("tag", drop=2),
+        Column("quant"),
+        Column("prompt $/M", "right", drop=4),
+        Column("compl. $/M", "right", drop=5),
+        Column("uptime", "right", drop=3),
+        Column("status", drop=1),
+        Column("verdict"),
+        Column("$/1k ok req", "right"),
+    ]
+    if verified:
+        columns.append(Column("pass", "right"))
+    if per_accepted:
+        columns.append(Column("$/1k accepted", "right"))
+    columns.append(Column("reason", below=True))
+    table = FitTable(
+        *columns,
         title=f"{report.listing.id}: {len(report.decisions)} endpoints, "
         f"{len(report.ranked)} allowed",
         caption=caption,
-        title_justify="left",
-        caption_justify="left",
     )
-    columns = [
-        ("#", "right"), ("provider", "left"), ("tag", "left"), ("quant", "left"),
-        ("prompt $/M", "right"), ("compl. $/M", "right"), ("uptime", "right"),
-        ("status", "left"), ("verdict", "left"), ("$/1k ok req", "right"),
-    ]  # fmt: skip
-    if verified:
-        columns.append(("pass", "right"))
-    if per_accepted:
-        columns.append(("$/1k accepted", "right"))
-    for header, justify in [*columns, ("reason", "left")]:
-        table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for decision, ranked in report.rows():
         endpoint = decision.endpoint
-        verdict = "[green]allowed[/]" if decision.allowed else "[red]rejected[/]"
-        cells = [
+        verdict = (
+            Text("allowed", style="green") if decision.allowed else Text("rejected", style="red")
+        )
+        cells: list[str | Text] = [
             "" if ranked is None else str(ranked.rank),
             endpoint.provider_name,
             endpoint.slug,

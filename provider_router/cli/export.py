@@ -2,11 +2,12 @@
 
 ::
 
-    provider-router export DIR [DIR/b3.jsonl ...] --to train.jsonl [--reasoning] [--all-finishes]
+    provider-router export DIR [DIR/b3.jsonl ...] --to train.jsonl [--force] [--reasoning]
+        [--all-finishes]
 
 Each argument is a job directory (every ``<dataset>.jsonl`` in it) or an output
 file. Writes ``{"id": "<dataset>/<id>", "conversations": [...]}`` lines; see
-docs/output.md.
+docs/output.md. An existing ``--to`` file is kept unless ``--force`` says to overwrite it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("sources", nargs="+", metavar="DIR|FILE", help="job dirs or outputs")
     parser.add_argument("--to", required=True, metavar="FILE", help="where to write ('-': stdout)")
+    parser.add_argument(
+        "--force", action="store_true", help="overwrite --to if it exists (default: refuse)"
+    )
     parser.add_argument(
         "--reasoning", action="store_true", help="keep reasoning as `reasoning_content`"
     )
@@ -79,14 +83,21 @@ def _handle(args: argparse.Namespace) -> int:
             flagged=args.keep_flagged,
         )
     else:
-        with open(args.to, "w", encoding="utf-8") as out:
-            report = export_conversations(
-                files,
-                out,
-                reasoning=args.reasoning,
-                finish_reasons=finishes,
-                flagged=args.keep_flagged,
-            )
+        # Exclusive creation: refused at once if the file is there, even one made
+        # since we looked.
+        try:
+            with open(args.to, "w" if args.force else "x", encoding="utf-8") as out:
+                report = export_conversations(
+                    files,
+                    out,
+                    reasoning=args.reasoning,
+                    finish_reasons=finishes,
+                    flagged=args.keep_flagged,
+                )
+        except FileExistsError:
+            raise UsageError(
+                f"--to {args.to} exists: give --force to overwrite it, or another file"
+            ) from None
     skipped = ", ".join(f"{reason}: {n}" for reason, n in sorted(report.skipped.items()))
     print(
         f"exported {report.written} conversation(s) from {len(files)} file(s)"

@@ -3,6 +3,7 @@
 ::
 
     provider-router ledger show runs/b3.ledger [--json]
+    provider-router ledger show runs/b3                       (a job directory: its ledger.sqlite)
     provider-router ledger show redis://host:6379/0 --name b3
     provider-router ledger topup runs/b3.ledger --limit 150     (or --add 50)
 
@@ -24,7 +25,7 @@ from provider_router._constants import REDIS_URL_SCHEMES
 from provider_router._format import decimal_str, format_usd
 from provider_router.cli._errors import UsageError
 from provider_router.cli._options import non_negative_usd
-from provider_router.cli._render import print_json
+from provider_router.cli._render import make_console, print_json, print_wrapped
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.summary import disputed_line
 from provider_router.ledger import LedgerState, RedisLedger, Reservation, SQLiteLedger
@@ -38,7 +39,7 @@ def register(subparsers: Any) -> None:
     commands = parser.add_subparsers(dest="ledger_command", metavar="ACTION", required=True)
 
     show = commands.add_parser("show", help="limit, spent, reserved and open reservations")
-    _add_target(show)
+    _add_target(show, job_directory=True)
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(handler=_show)
 
@@ -50,8 +51,9 @@ def register(subparsers: Any) -> None:
     topup.set_defaults(handler=_topup)
 
 
-def _add_target(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", help="a SQLite ledger file, or a redis:// URL")
+def _add_target(parser: argparse.ArgumentParser, *, job_directory: bool = False) -> None:
+    directory = " a job directory (its ledger.sqlite)," if job_directory else ""
+    parser.add_argument("target", help=f"a SQLite ledger file,{directory} or a redis:// URL")
     parser.add_argument("--name", default=None, help="the ledger's name (Redis only)")
 
 
@@ -68,7 +70,22 @@ def _open(args: argparse.Namespace) -> DurableLedger:
     return SQLiteLedger(target)
 
 
+def _job_ledger(target: str) -> str:
+    """``target``, or the ledger of the job directory ``target`` names."""
+    if target.startswith(REDIS_URL_SCHEMES) or not Path(target).is_dir():
+        return target
+    ledger = JobLayout(Path(target)).ledger
+    if not ledger.is_file():
+        raise UsageError(
+            f"{target} is a directory without a job ledger ({ledger.name}): give a ledger "
+            "file or a run's --out directory"
+        )
+    return str(ledger)
+
+
 def _show(args: argparse.Namespace) -> int:
+    args.target = _job_ledger(args.target)
+
     async def read() -> tuple[LedgerState, list[Reservation]]:
         async with _open(args) as ledger:
             return await ledger.snapshot(), await ledger.open_reservations()
@@ -84,23 +101,43 @@ def _show(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(f"limit      ${decimal_str(state.limit)}")
-    print(f"spent      ${decimal_str(state.spent)}")
-    print(f"reserved   ${decimal_str(state.reserved)}  ({state.open} open)")
-    print(f"available  ${decimal_str(state.available)}")
-    print(
-        f"settled {state.settled}, released {state.released}, recovered {state.recovered};"
-        f" drift ${decimal_str(state.drift)} over ${decimal_str(state.estimated)} estimated;"
-        f" overrun ${decimal_str(state.overrun)}"
-    )
-    for res in open_:
-        print(
+    console = make_console()
+    lines = [
+        f"limit      ${decimal_str(state.limit)}",
+        f"spent      ${decimal_str(state.spent)}",
+        f"reserved   ${decimal_str(state.reserved)}  ({state.open} open)",
+        f"available  ${decimal_str(state.available)}",
+        *_history_lines(state),
+        *(
             f"  open {res.id}  ${decimal_str(res.amount)}  key={res.key}"
             f"  generation={res.generation_id or '-'}  owner={res.owner}"
-        )
-    for line in disputed:
-        print(f"  disputed {line}")
+            for res in open_
+        ),
+        *(f"  disputed {line}" for line in disputed),
+    ]
+    for line in lines:
+        print_wrapped(console, line, hang=None if line.startswith(" ") else len("available  "))
     return 0
+
+
+def _history_lines(state: LedgerState) -> list[str]:
+    """What the ledger's counters mean, in words; a line that would say "0" is left out."""
+    requests = f"requests   {state.settled:,} charged, {state.released:,} released free"
+    if state.recovered:
+        requests += f", {state.recovered:,} closed by recovery after a crash"
+    lines = [requests]
+    if state.drift:
+        more = "more" if state.drift > 0 else "less"
+        lines.append(
+            f"charged    ${decimal_str(abs(state.drift))} {more} than estimated from usage and "
+            f"listed prices (${decimal_str(state.estimated)} estimated)"
+        )
+    if state.overrun:
+        lines.append(
+            f"overrun    ${decimal_str(state.overrun)}: answers that cost more than they had "
+            "reserved (the only way spending passes the limit)"
+        )
+    return lines
 
 
 def _disputed(target: str) -> list[str]:

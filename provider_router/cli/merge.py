@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from rich.table import Table
-
+from provider_router._table import Column, FitTable
 from provider_router.cli._render import format_usd, make_console, print_json
 from provider_router.jobs.store.outputs import merge_outputs
 
@@ -45,16 +44,15 @@ def _handle(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.to_json())
         return 0
-    table = Table(title=f"Merged into {report.out}")
-    for column in (
-        "dataset",
-        "records",
-        "duplicates dropped",
-        "output tokens",
-        "cost",
-        "spent twice",
-    ):
-        table.add_column(column, justify="left" if column == "dataset" else "right")
+    table = FitTable(
+        Column("dataset", key=True),
+        Column("records", "right"),
+        Column("duplicates dropped", "right"),
+        Column("output tokens", "right", drop=0),
+        Column("cost", "right"),
+        Column("spent twice", "right"),
+        title=f"Merged into {report.out}",
+    )
     for name, merged in report.datasets.items():
         table.add_row(
             name,

@@ -16,12 +16,16 @@ import argparse
 import time
 from pathlib import Path
 
+from rich.console import Console
+
+from provider_router._table import Column, FitTable
 from provider_router.cli._errors import UsageError
+from provider_router.cli._render import make_console, print_wrapped
 from provider_router.jobs.observe.report import write_report
-from provider_router.jobs.observe.status import status_lines
+from provider_router.jobs.observe.status import RunStatus, run_status
 from provider_router.jobs.store._layout import BATCH_JOURNAL_FILE, SUMMARY_FILE, TIMELINE_FILE
 
-__all__ = ["register"]
+__all__ = ["print_status", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,6 +72,23 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    for line in status_lines(_run_dir(args.directory), now=time.time()):
-        print(line)
+    print_status(run_status(_run_dir(args.directory), now=time.time()), make_console())
     return 0
+
+
+def print_status(status: RunStatus, console: Console) -> None:
+    """A run's status: its sentences wrapped to ``console``, its datasets as a table."""
+    for line in status.head:
+        print_wrapped(console, line)
+    if status.datasets:
+        table = FitTable(
+            Column("dataset", key=True),
+            Column("done", "right"),
+            Column("output tokens", "right"),
+            Column("cost", "right"),
+        )
+        for d in status.datasets:
+            table.add_row(d.name, d.done, d.output_tokens, d.cost)
+        console.print(table)
+    for line in status.tail:
+        print_wrapped(console, line)

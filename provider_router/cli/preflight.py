@@ -20,7 +20,7 @@ from typing import Any
 
 from provider_router.catalog.fetch import Catalog
 from provider_router.checks.preflight import PreflightReport, preflight
-from provider_router.cli._render import print_json
+from provider_router.cli._render import make_console, print_json, print_wrapped
 from provider_router.cli.endpoints import add_policy_arguments, policy_from_args
 from provider_router.routing.policy import ProviderPolicy
 
@@ -68,14 +68,16 @@ def run_preflight(
 
 def print_report(report: PreflightReport, *, file: Any = None) -> None:
     """One line per check, then a verdict line."""
-    out = file if file is not None else sys.stdout
+    console = make_console(file if file is not None else sys.stdout)
     for check in report.checks:
-        print(f"  {_MARKS[check.ok]} {check.name:<11} {check.detail}", file=out)
+        # A long detail breaks at a space on a terminal, under the details above it.
+        line = f"  {_MARKS[check.ok]} {check.name:<11} {check.detail}"
+        print_wrapped(console, line, hang=len(line) - len(check.detail))
     if report.ok:
-        print(f"preflight: {report.model}: every check held", file=out)
+        print_wrapped(console, f"preflight: {report.model}: every check held")
     else:
         names = ", ".join(c.name for c in report.failures)
-        print(f"preflight: {report.model}: FAILED ({names})", file=out)
+        print_wrapped(console, f"preflight: {report.model}: FAILED ({names})")
 
 
 def _handle(args: argparse.Namespace) -> int:

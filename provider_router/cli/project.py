@@ -35,6 +35,7 @@ from provider_router.cli._options import (
 )
 from provider_router.cli._project_render import load_batch_listing, render_projection, render_routes
 from provider_router.cli.endpoints import add_verified_arguments, apply_verified
+from provider_router.jobs.inputs import check_run
 from provider_router.jobs.observe.standard import standard_observers
 from provider_router.jobs.pilot import pilot_into_job
 from provider_router.planning.compare import RouteComparison, compare_routes
@@ -148,12 +149,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the pilot's requests in flight",
     )
     workload.add_argument("--seed", type=int, default=0, help="pilot sampling seed (default 0)")
-    parser.add_argument("--budget", type=budget_usd, metavar="USD", help="fit the plan into this")
+    parser.add_argument(
+        "--budget",
+        type=budget_usd,
+        metavar="USD",
+        help="fit the plan into this (default: the plan's budget, else none)",
+    )
     parser.add_argument(
         "--exclude-below",
         choices=PRECISIONS,
         metavar="PRECISION",
-        help=f"reject endpoints below this ({', '.join(PRECISIONS)})",
+        help=f"reject endpoints below this: {', '.join(PRECISIONS)} (default: no floor, or "
+        "the plan's policy)",
     )
     add_verified_arguments(parser)
     add_market_arguments(parser.add_argument_group("the market"))
@@ -183,14 +190,24 @@ def _policy(args: argparse.Namespace, plan: Plan | None, model: str) -> Provider
     return apply_verified(policy, args, model)
 
 
-def _flag_workload(args: argparse.Namespace, prompt_tokens: Decimal | None) -> WorkloadEstimate:
+def _missing_workload(args: argparse.Namespace, prompt_tokens: Decimal | None) -> list[str]:
+    """The workload flags still needed, named together (one mistake, one message)."""
+    missing = []
     if prompt_tokens is None:
-        raise UsageError("give --prompt-tokens N (prompt tokens per request)")
+        missing.append("--prompt-tokens N (prompt tokens per request)")
     if args.completion_tokens is None:
-        raise UsageError(
-            "give --completion-tokens N (expected output tokens per response)"
+        missing.append(
+            "--completion-tokens N (expected output tokens per response)"
             + (", or --pilot N to measure them" if args.plan else "")
         )
+    return [f"give {' and '.join(missing)}"] if missing else []
+
+
+def _flag_workload(args: argparse.Namespace, prompt_tokens: Decimal | None) -> WorkloadEstimate:
+    missing = _missing_workload(args, prompt_tokens)
+    if missing:
+        raise UsageError("; ".join(missing))
+    assert prompt_tokens is not None
     return WorkloadEstimate(
         prompt_tokens,
         args.completion_tokens,
@@ -206,10 +223,14 @@ def _uniform_job(args: argparse.Namespace) -> tuple[_Job, WorkloadEstimate]:
         raise ConfigurationError("give a PLAN file, or --model M for a uniform plan")
     if args.pilot is not None:
         raise ConfigurationError("--pilot needs a PLAN file: it samples the plan's prompts")
+    missing = []
     if args.target_output_tokens is None and args.max_requests is None:
-        raise ConfigurationError(
+        missing.append(
             "a uniform plan needs --target-output-tokens N or --max-requests N per dataset"
         )
+    missing += _missing_workload(args, args.prompt_tokens)
+    if missing:
+        raise UsageError("; ".join(missing))
     count = args.datasets or 1
     width = len(str(count))
     demands = tuple(
@@ -256,12 +277,16 @@ def _plan_job(
     return _Job(plan.model, plan, demands, _policy(args, plan, plan.model), budget), files
 
 
-async def _pilot(args: argparse.Namespace, job: _Job, n: int) -> PilotResult:
-    plan = job.plan
-    assert plan is not None  # _uniform_job refuses --pilot
+def _pilot_plan(args: argparse.Namespace, job: _Job) -> Plan:
+    """The plan the pilot runs: the job's, with its budget and policy flags."""
+    assert job.plan is not None  # _uniform_job refuses --pilot
     assert job.budget is not None  # _plan_job checked
+    return job.plan.with_overrides(budget=job.budget, exclude_below=args.exclude_below)
+
+
+async def _pilot(args: argparse.Namespace, job: _Job, n: int) -> PilotResult:
     assert args.out is not None
-    plan = plan.with_overrides(budget=job.budget, exclude_below=args.exclude_below)
+    plan = _pilot_plan(args, job)
     result, summary = await pilot_into_job(
         plan,
         args.out,
@@ -344,6 +369,9 @@ async def _gather(
             files: dict[str, PromptFileStats] = {}
         else:
             job, files = _plan_job(args)
+        if args.pilot is not None:
+            # What a run refuses (no API key above all), refused before anything is fetched.
+            check_run(_pilot_plan(args, job), args.out)
     listing = await load_listing(job.model, base_url=args.base_url, snapshot=args.snapshot)
     pilot = None
     if args.pilot is not None:

@@ -98,6 +98,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "run",
         help="generate responses for prompt files within a budget (resumable)",
+        usage="%(prog)s [PROMPTS.jsonl ...] --out DIR (--model M --budget USD | --plan FILE) "
+        "[options]",
         description=(
             "Send every prompt of one or more datasets through the routed, budgeted client, "
             "writing DIR/<dataset>.jsonl. Re-running the same command resumes; a higher "
@@ -106,16 +108,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "130 interrupted."
         ),
     )
+    # The everyday flags first (argparse's own group); the rest in named groups below.
     parser.add_argument("prompts", nargs="*", metavar="PROMPTS.jsonl", help="prompt files")
-    parser.add_argument("--out", required=True, metavar="DIR", help="job directory")
-    parser.add_argument("--plan", metavar="FILE", help="plan file (.yaml/.yml/.toml)")
-    parser.add_argument("--model", help="OpenRouter model id, e.g. moonshotai/kimi-k2.5")
-    parser.add_argument("--budget", type=budget_usd, metavar="USD", help="hard spending cap")
+    parser.add_argument("--out", required=True, metavar="DIR", help="job directory (required)")
+    parser.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="plan file: .yaml, .yml or .toml (default: none: the prompt files and these flags)",
+    )
+    parser.add_argument(
+        "--model",
+        metavar="M",
+        help="OpenRouter model id, e.g. moonshotai/kimi-k2.5 (default: the plan's; "
+        "required without --plan)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=budget_usd,
+        metavar="USD",
+        help="hard spending cap (default: the plan's budget; required without --plan)",
+    )
     parser.add_argument(
         "--add-budget",
         type=budget_usd,
         metavar="USD",
-        help="raise the job's budget by USD: its ledger's current limit plus USD (to resume)",
+        help="raise the job's budget by USD: its ledger's current limit plus USD, to resume "
+        "(default: the budget as given)",
     )
     # No argparse default: a plan file's own value wins over one the flag never gave.
     parser.add_argument(
@@ -135,13 +153,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--exclude-below",
         choices=PRECISIONS,
         metavar="Q",
-        help=f"lowest precision allowed ({', '.join(PRECISIONS)})",
+        help=f"lowest precision allowed: {', '.join(PRECISIONS)} (default: no floor, or "
+        "the plan's policy)",
     )
     parser.add_argument(
-        "--target-output-tokens", type=positive_count, metavar="N", help="stop each dataset at N"
+        "--target-output-tokens",
+        type=positive_count,
+        metavar="N",
+        help="stop each dataset at N output tokens (default: no target: every prompt)",
     )
-    parser.add_argument("--max-requests", type=positive_count, metavar="N", help="cap per dataset")
-    parser.add_argument("--temperature", type=float, metavar="T", help="sampling temperature")
+    parser.add_argument(
+        "--max-requests",
+        type=positive_count,
+        metavar="N",
+        help="requests per dataset at most (default: no cap)",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        metavar="T",
+        help="sampling temperature (default: the plan's generation.temperature, else the "
+        "model's own)",
+    )
     parser.add_argument("--name", help="dataset name (default: the prompts file's name)")
     parser.add_argument(
         "--add-inputs",
@@ -153,13 +186,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--strict", action="store_true", help="any bad input line is fatal before spending"
     )
     parser.add_argument(
+        "--progress",
+        choices=["auto", "rich", "plain", "off"],
+        default="auto",
+        help="live table on a terminal (auto), plain log lines, or nothing",
+    )
+    parser.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="OpenRouter API root (default: $OPENROUTER_BASE_URL, else OpenRouter)",
+    )
+    checks = parser.add_argument_group("checks before and during the run")
+    checks.add_argument(
         "--no-preflight",
         action="store_true",
         help="skip the preflight (key valid and not used up, credits, model exists, policy "
         "allows an endpoint, one 1-token request pinned to the top-ranked provider, paid from "
         "the job's budget)",
     )
-    parser.add_argument(
+    checks.add_argument(
         "--verify",
         action="store_true",
         help="before any prompt, measure each allowed provider against the model's reference "
@@ -168,51 +213,48 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "every --verify-every rows: one that fails is excluded from then on and the rows it "
         "served since its last passing check are flagged (drift_flagged in the outputs)",
     )
-    parser.add_argument(
+    checks.add_argument(
         "--verify-every",
         type=parse_count,
         metavar="N",
         help=f"with --verify: rows between two checks during the run (default: the plan's "
         f"verify_every, else {DEFAULT_VERIFY_EVERY:,}; 0: only before the run)",
     )
-    parser.add_argument("--base-url", help="OpenRouter API root (default: OPENROUTER_BASE_URL)")
-    parser.add_argument(
+    batch = parser.add_argument_group(
+        "the Batch API route (datasets with route: batch; docs/batch.md)"
+    )
+    batch.add_argument(
         "--batch-poll",
         type=_seconds,
         default=_BATCH.poll,
         metavar="S",
-        help="route: batch datasets: seconds before the first poll of a batch (doubles up "
-        "to 300 while nothing changes; default 5)",
+        help="seconds before the first poll of a batch (doubles up to 300 while nothing "
+        "changes; default 5)",
     )
-    parser.add_argument(
+    batch.add_argument(
         "--batch-size",
         type=positive_count,
         default=_BATCH.size,
         metavar="N",
-        help="route: batch datasets: requests per batch (at most 5,000, the Batch API's limit)",
+        help="requests per batch (at most 5,000, the Batch API's limit)",
     )
-    parser.add_argument(
+    batch.add_argument(
         "--batch-lost-grace",
         type=_seconds,
         default=_BATCH.lost_grace,
         metavar="S",
-        help="route: batch datasets: seconds after a submit whose answer was lost (and "
-        "that may have reached OpenRouter) before its prompts go again if no listed batch "
-        "carries them (default 86520: the 24 h window and 2 min; less may pay twice)",
+        help="seconds after a submit whose answer was lost (and that may have reached "
+        "OpenRouter) before its prompts go again if no listed batch carries them (default "
+        "86520: the 24 h window and 2 min; less may pay twice)",
     )
-    parser.add_argument(
+    batch.add_argument(
         "--batch-accept-disputed",
         action="store_true",
-        help="route: batch datasets: the disputed batch bills on record were checked on "
-        "the dashboard and their booked worst cases stand: send batches again",
+        help="the disputed batch bills on record were checked on the dashboard and their "
+        "booked worst cases stand: send batches again",
     )
-    parser.add_argument(
-        "--progress",
-        choices=["auto", "rich", "plain", "off"],
-        default="auto",
-        help="live table on a terminal (auto), plain log lines, or nothing",
-    )
-    parser.add_argument(
+    own = parser.add_argument_group("a key of the job's own, and metrics")
+    own.add_argument(
         "--own-key",
         nargs="?",
         const=-1.0,
@@ -220,16 +262,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="S",
         help="the API key is this job's own (nothing else spends through it): bound "
         "worst-case charges of cut requests by the key's usage (GET /key), S seconds "
-        "after each was given up on (default: its stream deadline; docs/ledger.md)",
+        "after each was given up on (default: off; S: its stream deadline; docs/ledger.md)",
     )
-    parser.add_argument(
+    own.add_argument(
         "--metrics-port",
         type=_port,
         metavar="N",
         help="serve Prometheus metrics on http://ADDR:N/metrics while running "
-        "(needs the metrics extra; docs/observability.md)",
+        "(needs the metrics extra; docs/observability.md) (default: no metrics)",
     )
-    parser.add_argument(
+    own.add_argument(
         "--metrics-addr",
         default="127.0.0.1",
         metavar="ADDR",
@@ -237,10 +279,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     shared = parser.add_argument_group("one budget in Redis (docs/workers.md)")
     shared.add_argument(
-        "--ledger", metavar="URL", help="keep the budget in Redis (redis://host:6379/0)"
+        "--ledger",
+        metavar="URL",
+        help="keep the budget in Redis, redis://host:6379/0 (default: DIR/ledger.sqlite)",
     )
     shared.add_argument(
-        "--ledger-name", metavar="NAME", help="the Redis ledger's name (needed with --ledger)"
+        "--ledger-name",
+        metavar="NAME",
+        help="the Redis ledger's name (default: none; needed with --ledger)",
     )
     # Retired with the Redis-streams fleet: refused, saying what to use instead.
     shared.add_argument("--workers-share", metavar="NAME", help=argparse.SUPPRESS)
@@ -266,7 +312,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         const="",
         metavar="ADDRESS",
         help="run the plan on a Ray cluster (ADDRESS, e.g. ray://head:10001 or auto; a local "
-        "cluster without it); needs the ray extra and --ledger redis://...",
+        "cluster without it); needs the ray extra and --ledger redis://... (default: one "
+        "machine, no Ray)",
     )
     on_ray.add_argument(
         "--ray-actors",
@@ -314,12 +361,29 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     return plan
 
 
+def _missing(args: argparse.Namespace) -> list[str]:
+    """What a run without a plan file still needs, every one named at once."""
+    if args.plan:
+        return []
+    missing = []
+    if not args.prompts:
+        missing.append("give a prompts file (PROMPTS.jsonl) or --plan FILE")
+    if not args.model:
+        missing.append("--model is required without --plan")
+    if args.budget is None and args.add_budget is None:
+        missing.append("--budget USD is required")
+    return missing
+
+
 def _handle(args: argparse.Namespace) -> int:
     if args.workers_share is not None:
         raise UsageError(
             "--workers-share was removed with the Redis-streams fleet: run the plan on Ray "
             "with --ray [ADDRESS] --ledger URL --ledger-name NAME (docs/workers.md)"
         )
+    missing = _missing(args)
+    if missing:
+        raise UsageError("; ".join(missing))
     with as_usage():
         plan = plan_from_args(args)
     if args.add_budget is not None and args.budget is not None:

@@ -20,8 +20,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.text import Text
+
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import format_usd
+from provider_router._table import Column, FitTable
 from provider_router.catalog.verdicts import EndpointVerdict, VerificationReport, VerifyThresholds
 from provider_router.checks.verify import (
     DEFAULT_SAMPLES,
@@ -37,7 +41,7 @@ from provider_router.cli.endpoints import add_policy_arguments, policy_from_args
 from provider_router.ledger import SQLiteLedger
 from provider_router.planning.prompts import PromptReader
 
-__all__ = ["register"]
+__all__ = ["print_verification", "register"]
 
 _VERDICTS = {True: "pass", False: "FAIL", None: "?"}
 
@@ -157,41 +161,51 @@ async def _verify(args: argparse.Namespace) -> VerificationReport:
         return await verify(args.model, ledger=ledger, **kwargs)
 
 
-def _measure(verdict: EndpointVerdict) -> str:
-    parts = []
-    if verdict.agreement is not None:
-        parts.append(f"agreement {verdict.agreement.value:.2f}")
-    if verdict.divergence is not None:
-        parts.append(f"divergence {verdict.divergence.value:.3f}")
-    if verdict.tool_validity is not None:
-        parts.append(f"tools {verdict.tool_validity.value:.0%}")
-    if verdict.prompt_token_ratio is not None:
-        parts.append(f"prompt ×{verdict.prompt_token_ratio.value:.3f}")
-    if verdict.judged:
-        parts.append(f"passed {verdict.accepted}/{verdict.judged} canaries")
-    return ", ".join(parts)
+def _measures(verdict: EndpointVerdict) -> list[str]:
+    """The row's measured cells: agreement, divergence, tools, prompt ratio, canaries."""
+    agreement, divergence = verdict.agreement, verdict.divergence
+    tools, ratio = verdict.tool_validity, verdict.prompt_token_ratio
+    return [
+        "-" if agreement is None else f"{agreement.value:.2f}",
+        "-" if divergence is None else f"{divergence.value:.3f}",
+        "-" if tools is None else f"{tools.value:.0%}",
+        "-" if ratio is None else f"×{ratio.value:.3f}",
+        f"{verdict.accepted}/{verdict.judged}" if verdict.judged else "-",
+    ]
 
 
-def _print(report: VerificationReport) -> None:
-    console = make_console()
+def print_verification(report: VerificationReport, console: Console) -> None:
+    """The verdicts as a table that fits ``console``, each failure's why under its row."""
     baseline = []
     if report.self_agreement is not None:
         baseline.append(f"self-agreement {report.self_agreement.value:.2f}")
     if report.self_divergence is not None:
         baseline.append(f"self-divergence {report.self_divergence.value:.3f}")
-    console.print(
-        f"verify: {report.model} against {report.reference}"
+    table = FitTable(
+        Column("verdict", key=True),
+        Column("endpoint", key=True),
+        Column("agreement", "right"),
+        Column("divergence", "right"),
+        Column("tools", "right", drop=1),
+        Column("prompt", "right", drop=0),
+        Column("canaries passed", "right"),
+        Column("why", below=True),
+        title=f"verify: {report.model} against {report.reference}"
         + (f" ({', '.join(baseline)})" if baseline else ""),
-        highlight=False,
-        markup=False,
+        caption="agreement: tokens matching the reference's, in order; divergence: top-k "
+        "divergence from the reference's (its own run's as the baseline); prompt: prompt "
+        "tokens ÷ the reference's",
     )
     for v in report.endpoints:
-        line = f"  {_VERDICTS[v.passed]:<4} {v.tag:<22} {_measure(v)}"
-        if v.passed is not True:
-            line += f"\n       {v.reason}"
-        for note in v.unmeasured:
-            line += f"\n       {note}"
-        console.print(line, highlight=False, markup=False)
+        notes = [] if v.passed is True else [v.reason]
+        style = {True: "green", False: "red", None: "yellow"}[v.passed]
+        table.add_row(
+            Text(_VERDICTS[v.passed], style=style),
+            v.tag,
+            *_measures(v),
+            "\n".join([*notes, *v.unmeasured]),
+        )
+    console.print(table)
     failed = ", ".join(report.failed) or "none"
     console.print(
         f"verify: {len(report.endpoints)} endpoints measured for {format_usd(report.cost)}; "
@@ -212,5 +226,5 @@ def _handle(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report.to_json())
     else:
-        _print(report)
+        print_verification(report, make_console())
     return 1 if report.failed else 0

@@ -13,10 +13,12 @@ token, or the whole job's before it has any completion.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from decimal import Decimal
 from typing import Protocol
 
+from provider_router._exceptions import CreditsExhausted, PaymentRequiredError
 from provider_router._format import CENT, format_usd, round_up_to_cent
 from provider_router.jobs.summary import StopReason
 
@@ -24,6 +26,7 @@ __all__ = [
     "FINISH_MARGIN",
     "Finishable",
     "budget_to_finish",
+    "credits_words",
     "finish_hint",
     "finish_words",
     "money_to_finish",
@@ -122,7 +125,13 @@ def finish_hint(
     needed: Decimal | None,
     largest_request: Decimal,
 ) -> str:
-    """The message tail after a money stop: what finishes the plan, and how to resume."""
+    """The message tail after a money stop: what finishes the plan, and how to resume.
+
+    After OpenRouter's credits ran out (:func:`credits_words` says so), short
+    sentences: what the job has spent, what finishing takes, what to do.
+    """
+    if reason is StopReason.CREDITS:
+        return _credits_hint(budget, spent, to_finish, needed, largest_request)
     if needed is None or to_finish is None:
         hint = (
             "; how much more finishes the plan is unknown until an answer shows the cost per token"
@@ -141,13 +150,55 @@ def finish_hint(
             "max_tokens at the highest allowed price): shorten it or lower max_tokens"
         )
     more = format_usd(max(to_finish, CENT))
-    if reason is StopReason.CREDITS:
-        return (
-            f"; about {more} more finishes the plan at the observed rates (a budget of "
-            f"{format_usd(needed)}): top up the OpenRouter credits, then run the same command "
-            "again to resume" + tail
-        )
     return (
         f"; about {more} more finishes the plan at the observed rates: run again with a "
         f"budget of {format_usd(needed)} to resume" + tail
     )
+
+
+def _credits_hint(
+    budget: Decimal,
+    spent: Decimal,
+    to_finish: Decimal | None,
+    needed: Decimal | None,
+    largest_request: Decimal,
+) -> str:
+    cost = f"The job has spent {format_usd(spent)} of its {format_usd(budget)} budget"
+    if needed is None or to_finish is None:
+        cost += "; how much more finishes the plan is unknown until an answer shows its cost"
+    else:
+        more = format_usd(max(to_finish, CENT))
+        cost += (
+            f"; about {more} more finishes the plan at the observed rates (a budget of "
+            f"{format_usd(needed)})"
+        )
+    if largest_request > budget:
+        cost += (
+            f". One request alone reserves up to {format_usd(largest_request)} (its prompt and "
+            "max_tokens at the highest allowed price): shorten it or lower max_tokens"
+        )
+    return (
+        f". {cost}. Add OpenRouter credits (or raise the key's limit), then run the same "
+        "command again to resume."
+    )
+
+
+def credits_words(exc: CreditsExhausted) -> str:
+    """What happened when OpenRouter's credits ran out, in one clause: the 402, which
+    limit it named, and OpenRouter's own words (of the refusal that stopped the router)."""
+    source = f", {exc.limit_source}" if exc.limit_source else ""
+    cause = exc.__cause__
+    if isinstance(cause, PaymentRequiredError):
+        words = cause.message
+    else:
+        # The router's later refusals carry no cause, only its stop message.
+        found = _REFUSED.match(str(exc))
+        words = found["words"] if found else ""
+    said = f': "{words.strip().rstrip(".")}"' if words.strip() else ""
+    return f"OpenRouter's credits ran out (402{source}){said}"
+
+
+_REFUSED = re.compile(
+    r"OpenRouter refused with 402 \((?P<words>.*)\); the router takes no new work"
+)
+"""The router's stop message (client/_billing.py), whose parentheses hold OpenRouter's words."""

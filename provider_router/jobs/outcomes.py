@@ -38,6 +38,7 @@ from provider_router.client.results import ChatResult
 from provider_router.jobs.counter import Counter
 from provider_router.jobs.datasets import DatasetRun
 from provider_router.jobs.drift import DriftWatch
+from provider_router.jobs.finish import credits_words
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.journal import Journal
 from provider_router.jobs.store.outputs import encode_record, make_record
@@ -157,7 +158,7 @@ class Outcomes:
             self._control.stop(StopReason.BUDGET, f"{used_up}: {exc}")
             return
         if isinstance(exc, CreditsExhausted):
-            self._control.stop(StopReason.CREDITS, f"OpenRouter's credits ran out: {exc}")
+            self._control.stop(StopReason.CREDITS, credits_words(exc))
             return
         if self.ledger_full(exc):  # nothing was sent, or its reservation stays held
             return

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 
+from provider_router._exceptions import ConfigurationError
 from provider_router.client.results import Usage
 from provider_router.jobs.events import RunObserver
+from provider_router.jobs.inputs import check_run
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.outputs import read_outputs
@@ -53,8 +55,13 @@ async def pilot_into_job(
         summary (its spend is in ``summary.spent``, on the job's ledger).
 
     Raises:
-        ConfigurationError: the plan has no budget, or fewer than two answers came back.
+        JobRefused: what :func:`~provider_router.jobs.run_plan` refuses before it starts
+            (no budget, a prompt file without a usable line, no API key, ``out`` not
+            writable), checked before anything is sent.
+        ConfigurationError: fewer than two answers came back (the message says why
+            the others did not).
     """
+    check_run(plan, out, api_key=api_key)
     out = Path(out)
     share = math.ceil(n / len(plan.datasets))
     only: dict[str, set[str]] = {}
@@ -88,7 +95,22 @@ async def pilot_into_job(
             providers[provider] = providers.get(provider, 0) + 1
             cost += Decimal(record["cost"])
     sent = sum(len(ids) for ids in only.values())
-    result = pilot_result(
-        usages, providers, cost, max(sent - len(usages), 0), confidence=confidence
-    )
+    try:
+        result = pilot_result(
+            usages, providers, cost, max(sent - len(usages), 0), confidence=confidence
+        )
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{_why_failed(summary)}{exc}") from None
     return result, summary
+
+
+def _why_failed(summary: RunSummary) -> str:
+    """The cause of a pilot's failures, first: the run's stop, or its failures by kind."""
+    kinds: dict[str, int] = {}
+    for dataset in summary.datasets:
+        for kind, count in dataset.run.failures_by_kind.items():
+            kinds[kind] = kinds.get(kind, 0) + count
+    causes = [summary.message.rstrip(".")] if summary.message else []
+    if kinds:
+        causes.append(", ".join(f"{n} × {kind}" for kind, n in sorted(kinds.items())))
+    return f"{'; '.join(causes)}: " if causes else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,11 +38,15 @@ def test_table_shows_every_endpoint_with_verdict_and_rank(
         capsys, "endpoints", KIMI, "--exclude-below", "int4", "--base-url", server.base_url
     )
     assert code == 0
-    lines = {line.split("│")[2].strip(): line for line in out.splitlines() if line.count("│") > 5}
+    # Piped, the table is plain: one line per endpoint, cells two spaces apart, its
+    # reason on the line below.
+    rows = out.splitlines()
+    cells = {tuple(re.split(r"\s{2,}", line.strip())): i for i, line in enumerate(rows)}
+    lines = {c[1] if c[0].isdigit() else c[0]: i for c, i in cells.items() if len(c) >= 8}
     assert set(lines) >= {"Chutes", "Fireworks", "BaseTen", "Moonshot AI", "Venice"}
-    chutes = [cell.strip() for cell in lines["Chutes"].split("│")]
+    chutes = re.split(r"\s{2,}", rows[lines["Chutes"]].strip())
     # rank, provider, tag, quant, $/M in, $/M out, uptime, status, verdict, $/1k req
-    assert chutes[1:11] == [
+    assert chutes == [
         "1",
         "Chutes",
         "chutes",
@@ -53,9 +58,9 @@ def test_table_shows_every_endpoint_with_verdict_and_rank(
         "allowed",
         "$4.54",
     ]
-    assert "rejected" in lines["Fireworks"]
-    assert "nvfp4 is below the int4 floor" in lines["Fireworks"]
-    assert "-5 down" in lines["BaseTen"]
+    assert "rejected" in rows[lines["Fireworks"]]
+    assert "nvfp4 is below the int4 floor" in rows[lines["Fireworks"] + 1]
+    assert "-5 down" in rows[lines["BaseTen"]]
     assert "best: Chutes (chutes) at $0.004490 per request" in out
 
 
@@ -220,7 +225,7 @@ def test_the_tables_cost_column_is_the_attribute_of_the_same_name(
     listing = asyncio.run(_listing(server))
     decisions = ProviderPolicy(exclude_below="int4").evaluate(listing)
     best = rank(decisions.allowed, workload=Workload(prompt_tokens=200, completion_tokens=2000))[0]
-    chutes = next(line for line in out.splitlines() if "│ Chutes" in line)
+    chutes = next(line for line in out.splitlines() if line.split()[1:2] == ["Chutes"])
     assert format_usd(best.effective_cost_per_1k_requests) in chutes  # $4.54
     assert str(best.cost_per_1k_requests) == "4.49"  # not 4.49000000
     readme = (Path(__file__).parents[2] / "README.md").read_text()

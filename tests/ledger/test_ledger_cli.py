@@ -36,7 +36,8 @@ def test_show_prints_totals_and_open_reservations(
     assert "spent      $0.25\n" in out
     assert "reserved   $2  (1 open)" in out
     assert "available  $97.75" in out
-    assert "drift $0.05 over $0.2 estimated" in out
+    charged = "charged    $0.05 more than estimated from usage and listed prices ($0.2 estimated)"
+    assert charged in out
     assert "key=p1  generation=gen-p1" in out
 
     assert main(["ledger", "show", str(path), "--json"]) == 0

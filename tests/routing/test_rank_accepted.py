@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from pathlib import Path
@@ -192,7 +193,9 @@ def test_endpoints_ranks_per_accepted_sample_from_a_saved_report(
     code, out, _ = _endpoints(capsys, *ranked)
     assert code == 0
     assert "$/1k accepted" in out
-    rows = {line.split("│")[2].strip(): line for line in out.splitlines() if line.count("│") > 5}
+    # Piped: one plain line per endpoint, cells two spaces apart, the rank first.
+    cells = [re.split(r"\s{2,}", line.strip()) for line in out.splitlines()]
+    rows = {c[1]: "  ".join(c) for c in cells if len(c) > 5 and c[0].isdigit()}
     assert "1/4" in rows["Chutes"]
     assert "not verified" in rows["Together"]
     assert "none accepted" in rows["Novita"]

@@ -18,10 +18,10 @@ from typing import Literal
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
 from provider_router._format import format_usd
+from provider_router._table import Column, FitTable
 from provider_router.jobs.counter import per_million
 from provider_router.jobs.finish import finish_words, money_to_finish, plan_to_finish
 from provider_router.jobs.runner import JobRunner
@@ -116,27 +116,25 @@ def _row(d: DatasetProgress, elapsed: float, money: Decimal | None) -> list[str]
 
 
 _COLUMNS = (
-    "dataset",
-    "done",
-    "output tokens",
-    "spent",
-    "$/M out",
-    "req/s",
-    "tok/s",
+    Column("dataset", key=True),
+    Column("done", "right"),
+    Column("output tokens", "right"),
+    Column("spent", "right"),
+    Column("$/M out", "right", drop=3),
+    Column("req/s", "right", drop=1),
+    Column("tok/s", "right", drop=2),
     # Sent or waiting for budget: the ledger does not say which dataset a waiting
     # request is of, so the header's "in flight" and "waiting for budget" stay apart
     # there, and this column does not claim to be either.
-    "started",
-    "failed",
-    "ETA time / money",
+    Column("started", "right", drop=0),
+    Column("failed", "right"),
+    Column("ETA time / money", "right"),
 )
 
 
 def progress_table(p: RunProgress) -> Group:
     """The live display for one snapshot."""
-    table = Table(expand=False)
-    for name in _COLUMNS:
-        table.add_column(name, justify="left" if name == "dataset" else "right")
+    table = FitTable(*_COLUMNS)
     each, _ = plan_to_finish(p.datasets)
     for d, money in zip(p.datasets, each, strict=True):
         table.add_row(*_row(d, p.elapsed, money))
@@ -149,7 +147,8 @@ def progress_lines(p: RunProgress) -> Sequence[str]:
     each, _ = plan_to_finish(p.datasets)
     for d, money in zip(p.datasets, each, strict=True):
         cells = _row(d, p.elapsed, money)
-        lines.append("  " + ", ".join(f"{k}={v}" for k, v in zip(_COLUMNS, cells, strict=True)))
+        pairs = zip((c.header for c in _COLUMNS), cells, strict=True)
+        lines.append("  " + ", ".join(f"{k}={v}" for k, v in pairs))
     return lines
 
 
@@ -181,4 +180,4 @@ async def show_progress(
         await asyncio.sleep(interval or _PLAIN_INTERVAL)
         await _refresh_ledger(runner)
         for line in progress_lines(runner.progress()):
-            console.print(line, markup=False, highlight=False)
+            console.print(line, markup=False, highlight=False, soft_wrap=True)  # a log line whole

@@ -17,6 +17,7 @@ import json
 import os
 import socket
 from collections import deque
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from provider_router.jobs.store._layout import (
     JobLayout,
 )
 
-__all__ = ["status_lines"]
+__all__ = ["DatasetStatus", "RunStatus", "run_status", "status_lines"]
 
 _STALE_SECONDS = 120.0
 """A running job writes its timeline every second; this long without a line is suspicious
@@ -97,8 +98,43 @@ def _process_alive(directory: Path, row: dict[str, Any] | None) -> bool | None:
     return lock_held(directory)
 
 
+@dataclass(frozen=True, slots=True)
+class DatasetStatus:
+    """One dataset's line of a run's status, as its figures (text as shown)."""
+
+    name: str
+    done: str  # completed, or completed/total
+    output_tokens: str  # output tokens, or output tokens/target
+    cost: str
+
+    def line(self) -> str:
+        return f"  {self.name}: {self.done} done, {self.output_tokens} output tokens, {self.cost}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatus:
+    """A run's status: sentences, its datasets' figures, then more sentences."""
+
+    head: list[str]
+    datasets: list[DatasetStatus]
+    tail: list[str]
+
+    def lines(self) -> list[str]:
+        return [*self.head, *(d.line() for d in self.datasets), *self.tail]
+
+
 def status_lines(directory: str | Path, *, now: float) -> list[str]:
-    """The status of the run in ``directory`` as lines of text.
+    """The status of the run in ``directory`` as lines of text (:func:`run_status`).
+
+    Raises:
+        ConfigurationError: ``directory`` holds no run (no timeline, no summary).
+    """
+    return run_status(directory, now=now).lines()
+
+
+def run_status(directory: str | Path, *, now: float) -> RunStatus:
+    """The status of the run in ``directory``: whether it runs, its money and counts,
+    each dataset's figures, and what its Batch API route and verification say.
 
     Raises:
         ConfigurationError: ``directory`` holds no run (no timeline, no summary).
@@ -173,20 +209,24 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
             }
             for name, d in summary["datasets"].items()
         }
+    rows = []
     for name, d in datasets.items():
         total = d.get("total")
         target = d.get("target")
-        lines.append(
-            f"  {name}: {int(d.get('completed') or 0):,}"
-            + ("" if total is None else f"/{total:,}")
-            + f" done, {int(d.get('output_tokens') or 0):,}"
-            + ("" if target is None else f"/{target:,}")
-            + f" output tokens, {_usd(d.get('cost') or 0)}"
+        rows.append(
+            DatasetStatus(
+                name,
+                f"{int(d.get('completed') or 0):,}" + ("" if total is None else f"/{total:,}"),
+                f"{int(d.get('output_tokens') or 0):,}"
+                + ("" if target is None else f"/{target:,}"),
+                _usd(d.get("cost") or 0),
+            )
         )
+    tail = []
     if batches is not None:
-        lines.extend(batch_sentences(batches, now))
-    lines.extend(drift_status_lines(read_drift_view(directory)))
-    return lines
+        tail.extend(batch_sentences(batches, now))
+    tail.extend(drift_status_lines(read_drift_view(directory)))
+    return RunStatus(lines, rows, tail)
 
 
 def _batch_update(directory: Path) -> float:

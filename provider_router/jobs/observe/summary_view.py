@@ -9,9 +9,9 @@ same figures are ``summary.json`` (:class:`~provider_router.jobs.summary.RunSumm
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from provider_router._format import format_usd
+from provider_router._table import Column, FitTable
 from provider_router.jobs.counter import Counter, per_million
 from provider_router.jobs.finish import finish_words
 from provider_router.jobs.summary import RunSummary
@@ -21,21 +21,20 @@ __all__ = ["render_summary"]
 
 def render_summary(summary: RunSummary, console: Console) -> None:
     """Print the summary's tables and sentences on ``console``."""
-    datasets = Table(title="Datasets", title_justify="left")
-    for column in (
-        "dataset",
-        "done",
-        "output tokens",
-        "target",
-        "cost",
-        "$/M out",
-        "run req",
-        "failures",
-        "retries",
-        "wall",
-        "to finish",
-    ):
-        datasets.add_column(column, justify="left" if column == "dataset" else "right")
+    datasets = FitTable(
+        Column("dataset", key=True),
+        Column("done", "right"),
+        Column("output tokens", "right"),
+        Column("target", "right", drop=4),
+        Column("cost", "right"),
+        Column("$/M out", "right", drop=3),
+        Column("run req", "right", drop=2),
+        Column("failures", "right"),
+        Column("retries", "right", drop=1),
+        Column("wall", "right", drop=0),
+        Column("to finish", "right"),
+        title="Datasets",
+    )
     for d in summary.datasets:
         done = f"{d.completed:,}" + (f"/{d.prompts:,}" if d.prompts is not None else "")
         datasets.add_row(
@@ -52,20 +51,19 @@ def render_summary(summary: RunSummary, console: Console) -> None:
             format_usd(d.to_finish),
         )
     console.print(datasets)
-    providers = Table(title="Providers (this run)", title_justify="left")
-    for column in (
-        "provider",
-        "requests",
-        "output tokens",
-        "cost",
-        "$/M out",
-        "failures",
-        "errors",
-        "429s",
-        "retries",
-        "wall",
-    ):
-        providers.add_column(column, justify="left" if column == "provider" else "right")
+    providers = FitTable(
+        Column("provider", key=True),
+        Column("requests", "right"),
+        Column("output tokens", "right"),
+        Column("cost", "right"),
+        Column("$/M out", "right", drop=3),
+        Column("failures", "right"),
+        Column("errors", "right", drop=2),
+        Column("429s", "right", drop=2),
+        Column("retries", "right", drop=1),
+        Column("wall", "right", drop=0),
+        title="Providers (this run)",
+    )
     for name, c in sorted(summary.providers.items()):
         health = summary.provider_health.get(name, {})
         providers.add_row(

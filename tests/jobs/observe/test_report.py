@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -174,7 +175,8 @@ async def test_status_while_another_process_runs_then_finished(
     assert main(["status", str(out)]) == 0
     text = capsys.readouterr().out
     assert "finished: complete (exit code 0)" in text
-    assert "  p: 120/120 done" in text
+    # The datasets as a table: dataset, done, output tokens, cost.
+    assert re.search(r"^p +120/120 +2,400 +\$", text, re.MULTILINE), text
 
 
 def test_status_and_report_of_a_directory_without_a_run(
