@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from provider_router._constants import ENV_API_KEY
-from provider_router._exceptions import ConfigurationError
+from provider_router._exceptions import ConfigurationError, JobRefused
 from provider_router._http.session import HttpClient
 from provider_router.catalog.fetch import Catalog
 from provider_router.client.metrics import Metrics
@@ -59,8 +59,9 @@ async def batch_datasets(plan: Plan, *, base_url: str | None = None) -> PlanBatc
     """Which datasets take the batch route.
 
     Raises:
-        ConfigurationError: a dataset asks for ``batch`` and the model has no batch
-            endpoint the plan's policy allows (the message says why).
+        JobRefused: a dataset asks for ``batch`` and the model has no batch endpoint the
+            plan's policy allows (the message names the plan file and line, and why;
+            nothing is sent).
     """
     asking = [d for d in plan.datasets if d.route != "sync"]
     if not asking:
@@ -78,8 +79,12 @@ async def batch_datasets(plan: Plan, *, base_url: str | None = None) -> PlanBatc
     for dataset in asking:
         if not route.available:
             if dataset.route == "batch":
-                raise ConfigurationError(
-                    f"dataset {dataset.name!r} asks for route batch, but {route.reason}"
+                where = plan.where(dataset.name, "route")
+                raise JobRefused(
+                    ("" if where is None else f"{where}: ")
+                    + f"dataset {dataset.name!r} asks for route: batch, but {route.reason}. "
+                    "Give it route: sync, or route: auto (batch only where the policy allows "
+                    "a batch endpoint); nothing was sent"
                 )
             continue
         deadline = dataset.deadline_hours

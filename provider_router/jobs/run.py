@@ -220,10 +220,11 @@ async def run_plan(
         hooks: what the caller sees while it runs.
 
     Raises:
-        JobRefused: something it was given cannot be used (nothing was sent or written).
+        JobRefused: something it was given cannot be used, e.g. a ``route: batch``
+            dataset without a batch endpoint the policy allows (nothing was sent or
+            written).
         PreflightFailed: the preflight found what the run relies on missing.
-        ConfigurationError: the plan cannot run as it is (e.g. a ``route: batch``
-            dataset without a batch endpoint the policy allows).
+        ConfigurationError: the plan cannot run as it is.
         ProviderRouterError: the run could not start (e.g. a rejected key).
     """
     hooks = hooks or RunHooks()

@@ -125,8 +125,10 @@ def _check_plan(plan: Plan) -> None:
         )
     for spec in plan.datasets:
         if spec.route != "sync":
+            where = plan.where(spec.name, "route")
             raise ConfigurationError(
-                f"dataset {spec.name!r} has route: {spec.route}: the Batch API route runs on "
+                ("" if where is None else f"{where}: ")
+                + f"dataset {spec.name!r} has route: {spec.route}: the Batch API route runs on "
                 "one machine (provider-router run without --ray); give it route: sync to send "
                 "its prompts on Ray"
             )
