@@ -30,7 +30,8 @@ _WHY: Final = {
     "PermissionDeniedError": "were forbidden (403) by OpenRouter",
     "AuthenticationError": "were refused: the API key was rejected (401); check OPENROUTER_API_KEY",
     "PaymentRequiredError": "were refused: payment required (402)",
-    "InvalidResponseError": "got an answer that could not be read",
+    "InvalidResponseError": "got an answer that could not be read (not a chat completion, "
+    "or a 200 to a streaming request that is not an event stream: see the error)",
     "ResponseCarriedError": "got an answer carrying an error",
     "APIStatusError": "failed with an HTTP error from OpenRouter",
     "PolicyViolationError": "were served by a provider the policy excludes",
