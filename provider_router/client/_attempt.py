@@ -298,6 +298,7 @@ class AttemptMixin:
                 output_tokens=usage.completion_tokens if usage else 0,
                 cost=charged.cost,
                 latency=latency,
+                finish_reason=completion.finish_reason,
             )
         if log.isEnabledFor(DEBUG):
             self._log_done(request, charged, latency, quarantined)

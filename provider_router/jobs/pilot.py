@@ -20,7 +20,7 @@ from provider_router.client.results import Usage
 from provider_router.jobs.events import RunObserver
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store._layout import JobLayout
-from provider_router.jobs.store.outputs import read_outputs
+from provider_router.jobs.store.outputs import TRUNCATED_FINISH, read_outputs
 from provider_router.jobs.summary import RunSummary
 from provider_router.planning.plan import Plan
 from provider_router.planning.workload_stats import PilotResult, pilot_result, sample_prompts
@@ -73,6 +73,7 @@ async def pilot_into_job(
     usages: list[Usage] = []
     providers: dict[str, int] = {}
     cost = Decimal(0)
+    truncated = 0
     for name, ids in only.items():
         path = JobLayout(out).output(name)
         if not path.exists():
@@ -87,8 +88,14 @@ async def pilot_into_job(
             provider = record["provider"] or "unknown"
             providers[provider] = providers.get(provider, 0) + 1
             cost += Decimal(record["cost"])
+            truncated += record.get("finish_reason") == TRUNCATED_FINISH
     sent = sum(len(ids) for ids in only.values())
     result = pilot_result(
-        usages, providers, cost, max(sent - len(usages), 0), confidence=confidence
+        usages,
+        providers,
+        cost,
+        max(sent - len(usages), 0),
+        confidence=confidence,
+        truncated=truncated,
     )
     return result, summary

@@ -148,7 +148,7 @@ def _open_dataset(spec: DatasetSpec, out: Path, strict: bool) -> _Dataset:
     return ds
 
 
-def _record(ds: _Dataset, row: Mapping[str, Any], model: str) -> bytes:
+def _record(ds: _Dataset, row: Mapping[str, Any], model: str, max_tokens: int | None) -> bytes:
     messages, metadata, tools, _ = ds.prompts[str(row["id"])]
     calls = json.loads(row["tool_calls"]) if row.get("tool_calls") else []
     return encode_record(
@@ -173,6 +173,7 @@ def _record(ds: _Dataset, row: Mapping[str, Any], model: str) -> bytes:
             finished_at=float(row["finished_at"]),
             tool_calls=calls,
             tools=tools,
+            max_tokens=max_tokens,
         )
     )
 
@@ -348,6 +349,7 @@ class RayPlanRun:
     def _write_outputs(self, ds: _Dataset, rows: Any) -> None:
         """Every answered row once, in arrival order; flushed about once a second."""
         last_flush = time.monotonic()
+        max_tokens = self.plan.params_for(ds.spec).max_tokens
         with JobLayout(self.out).output(ds.spec.name).open("ab") as fh:
             for row in rows:
                 prompt_id, status = str(row["id"]), row["status"]
@@ -359,7 +361,7 @@ class RayPlanRun:
                     continue
                 if prompt_id in ds.written.ids:
                     continue
-                fh.write(_record(ds, row, self.plan.model))
+                fh.write(_record(ds, row, self.plan.model, max_tokens))
                 ds.written.ids.add(prompt_id)
                 if time.monotonic() - last_flush >= FLUSH_INTERVAL:
                     fh.flush()

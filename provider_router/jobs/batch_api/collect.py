@@ -173,7 +173,7 @@ class BatchCollector(RoutePart):
             return cost
         if not self.journal.claim(intent.dataset, line.prompt_id):
             return cost  # already written (a collect cut short)
-        tools = {**prompt.request_fields, **self.body.params(intent.dataset)}.get("tools")
+        params = {**prompt.request_fields, **self.body.params(intent.dataset)}
         record = result_record(
             line,
             prompt,
@@ -183,7 +183,8 @@ class BatchCollector(RoutePart):
             started_at=float(intent.created_after),
             finished_at=float(self.clock()),
             cost=cost,
-            tools=tools,
+            tools=params.get("tools"),
+            max_tokens=params.get("max_tokens"),
         )
         complete_result(self.journal, intent.dataset, line, prompt, record, cost)
         self.result.lines_done += 1

@@ -35,6 +35,7 @@ from provider_router.jobs.store._layout import (
     TIMELINE_FILE,
     JobLayout,
 )
+from provider_router.jobs.summary import truncation_line
 
 __all__ = ["status_lines"]
 
@@ -154,6 +155,8 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
             f"429s {row.get('rate_limited', 0):,}"
             + ("" if row.get("projected") is None else f", projected {_usd(row['projected'])}")
         )
+        if not finished:
+            lines += _cut_line(row.get("datasets"))
         if "to_finish" in row and not finished:
             lines.append(f"to finish: {finish_words(_decimal(row['to_finish']), None)}")
     elif summary is not None:
@@ -170,9 +173,12 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
                 "output_tokens": d.get("output_tokens"),
                 "target": d.get("target_output_tokens"),
                 "cost": d.get("cost"),
+                "truncated": d.get("truncated"),
+                "truncated_cost": d.get("truncated_cost_usd"),
             }
             for name, d in summary["datasets"].items()
         }
+        lines += _cut_line(datasets)
     for name, d in datasets.items():
         total = d.get("total")
         target = d.get("target")
@@ -182,11 +188,38 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
             + f" done, {int(d.get('output_tokens') or 0):,}"
             + ("" if target is None else f"/{target:,}")
             + f" output tokens, {_usd(d.get('cost') or 0)}"
+            + (
+                f", {int(d['truncated']):,} cut at max_tokens ({_usd(d.get('truncated_cost'))})"
+                if _count(d.get("truncated"))
+                else ""
+            )
         )
     if batches is not None:
         lines.extend(batch_sentences(batches, now))
     lines.extend(drift_status_lines(read_drift_view(directory)))
     return lines
+
+
+def _count(value: Any) -> int:
+    """A count a file says, 0 for what is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _cut_line(datasets: Any) -> list[str]:
+    """The sentence about answers cut at ``max_tokens`` over the job's datasets (none: [])."""
+    if not isinstance(datasets, dict):
+        return []
+    answers = truncated = 0
+    cost = cut_cost = Decimal(0)
+    for d in datasets.values():
+        if not isinstance(d, dict):
+            continue
+        answers += _count(d.get("completed"))
+        truncated += _count(d.get("truncated"))
+        cost += _decimal(d.get("cost")) or Decimal(0)
+        cut_cost += _decimal(d.get("truncated_cost")) or Decimal(0)
+    line = truncation_line(answers, truncated, cost, cut_cost)
+    return [line] if line else []
 
 
 def _batch_update(directory: Path) -> float:

@@ -1,12 +1,16 @@
 """A run's summary as the terminal shows it at the end: the tables and the sentences.
 
-Per dataset and per provider (requests, tokens, cost, $/M, failures by kind, errors
-and 429s, retries, wall time), then why it stopped, the money, what finishing takes
-(:func:`~provider_router.jobs.finish.finish_words`) and the run's notes. The
-same figures are ``summary.json`` (:class:`~provider_router.jobs.summary.RunSummary`).
+Per dataset and per provider (requests, tokens, cost, $/M, answers cut at
+``max_tokens``, failures by kind, errors and 429s, retries, wall time), then why it
+stopped, the money, what finishing takes
+(:func:`~provider_router.jobs.finish.finish_words`), the answers cut at ``max_tokens``
+and the run's notes. The same figures are ``summary.json``
+(:class:`~provider_router.jobs.summary.RunSummary`).
 """
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 from rich.console import Console
 from rich.table import Table
@@ -14,7 +18,7 @@ from rich.table import Table
 from provider_router._format import format_usd
 from provider_router.jobs.counter import Counter, per_million
 from provider_router.jobs.finish import finish_words
-from provider_router.jobs.summary import RunSummary
+from provider_router.jobs.summary import RunSummary, truncation_line
 
 __all__ = ["render_summary"]
 
@@ -30,6 +34,7 @@ def render_summary(summary: RunSummary, console: Console) -> None:
         "cost",
         "$/M out",
         "run req",
+        "cut",
         "failures",
         "retries",
         "wall",
@@ -46,6 +51,7 @@ def render_summary(summary: RunSummary, console: Console) -> None:
             format_usd(d.cost),
             format_usd(per_million(d.cost, d.output_tokens)),
             f"{d.run.requests:,}",
+            _cut(d.truncated, d.truncated_cost),
             _failures(d.run),
             f"{d.run.retries:,}",
             f"{d.run.wall_time:.1f}s",
@@ -59,6 +65,7 @@ def render_summary(summary: RunSummary, console: Console) -> None:
         "output tokens",
         "cost",
         "$/M out",
+        "cut",
         "failures",
         "errors",
         "429s",
@@ -74,6 +81,7 @@ def render_summary(summary: RunSummary, console: Console) -> None:
             f"{c.output_tokens:,}",
             format_usd(c.cost),
             format_usd(per_million(c.cost, c.output_tokens)),
+            _cut(c.truncated, c.truncated_cost),
             _failures(c),
             str(health.get("errors", 0)),
             str(health.get("rate_limited", 0)),
@@ -87,6 +95,14 @@ def render_summary(summary: RunSummary, console: Console) -> None:
         f"{format_usd(summary.budget)} (reserved {format_usd(summary.reserved)}); "
         f"to finish the plan: {to_finish}; wall time {summary.wall_time:.1f}s"
     )
+    cut = truncation_line(
+        sum(d.completed for d in summary.datasets),
+        summary.truncated,
+        sum((d.cost for d in summary.datasets), Decimal(0)),
+        summary.truncated_cost,
+    )
+    if cut:
+        console.print(f"{cut}.", markup=False, highlight=False)
     if summary.cache_saved > 0:
         console.print(f"Prompt caching saved {format_usd(summary.cache_saved)} in this run.")
     if summary.message:
@@ -101,6 +117,10 @@ def render_summary(summary: RunSummary, console: Console) -> None:
             console.print(f"  {line}", markup=False, highlight=False)
         if len(summary.bad_lines) > 20:
             console.print(f"  … and {len(summary.bad_lines) - 20} more (see summary.json)")
+
+
+def _cut(truncated: int, cost: Decimal) -> str:
+    return f"{truncated:,} ({format_usd(cost)})" if truncated else "0"
 
 
 def _failures(counter: Counter) -> str:

@@ -27,7 +27,8 @@ from typing import IO, Any, Final
 
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._money import to_units
-from provider_router.jobs.store._layout import JobLayout
+from provider_router.jobs.store._layout import SET_ASIDE_DIR, JobLayout
+from provider_router.jobs.store.aside import finish_move, staged_file
 
 __all__ = [
     "COLUMNS",
@@ -39,6 +40,7 @@ __all__ = [
     "LostRequest",
     "OutputFile",
     "Replay",
+    "apply_aside",
     "dumps",
     "lock_directory",
     "lock_held",
@@ -48,7 +50,13 @@ __all__ = [
 
 FORMAT_VERSION: Final = 1
 NO_LOCATION: Final = -1
-COLUMNS: Final = ("ids", "end", "out", "in", "cost", "loc")
+COLUMNS: Final = ("ids", "end", "out", "in", "cost", "loc", "cut")
+"""A ``done`` line's columns; ``cut`` (1: the answer was cut at ``max_tokens``,
+``finish_reason: length``) is missing from lines an earlier release wrote."""
+_CUT_MARK: Final = b'"finish_reason":"length"'
+"""How a cut answer's output record says so (records are compact JSON)."""
+_STAGED_MARK: Final = ".aside-"
+"""In the name of a temporary file of a move of rows set aside (:mod:`.aside`)."""
 dumps: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _LOAD_CHUNK_LINES: Final = 20_000
 
@@ -64,6 +72,13 @@ class DatasetTally:
         cost_units: their authoritative cost, in integer picodollars.
         failed: failures recorded (a failed prompt is retried on the next run).
         lost: requests that were in flight when a run died.
+        truncated: completions cut at ``max_tokens`` (``finish_reason: length``):
+            paid for, and in the outputs, but not whole answers.
+        truncated_units: their cost, in integer picodollars (in ``cost_units``).
+        set_aside: completions moved out of the outputs (``run --redo-truncated``):
+            kept in their own file, no longer done; their prompts run again.
+        set_aside_units: their cost, in integer picodollars (spent: in the ledger,
+            no longer in ``cost_units``).
     """
 
     completed: int = 0
@@ -72,6 +87,10 @@ class DatasetTally:
     cost_units: int = 0
     failed: int = 0
     lost: int = 0
+    truncated: int = 0
+    truncated_units: int = 0
+    set_aside: int = 0
+    set_aside_units: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +143,9 @@ class DatasetState:
         self.inputs: list[Any] | None = None
 
 
-def _paid_row(ds: str, line: bytes, done: set[str]) -> tuple[str, int, int, int] | None:
-    """``line`` as a paid completion of ``ds`` (id, tokens out and in, cost units), or None."""
+def _paid_row(ds: str, line: bytes, done: set[str]) -> tuple[str, int, int, int, int] | None:
+    """``line`` as a paid completion of ``ds`` (id, tokens out and in, cost units, cut), or
+    None."""
     if not line.endswith(b"\n"):
         return None  # torn by a kill mid-write: not a whole record
     try:
@@ -140,7 +160,7 @@ def _paid_row(ds: str, line: bytes, done: set[str]) -> tuple[str, int, int, int]
         return None
     if record.get("dataset") != ds or pid in done:
         return None
-    return (*row, cost)
+    return (*row, cost, int(record.get("finish_reason") == "length"))
 
 
 def _has_generation_id(line: bytes) -> bool:
@@ -276,6 +296,15 @@ class Replay:
         self.excluded: set[str] = set()
         self._journal_keep: int | None = None
         self._cuts: list[tuple[Path, int]] = []
+        self._moves: dict[str, dict[str, Any]] = {}
+        """Per dataset, its last ``aside`` entry (a move of rows out of its outputs)."""
+        self._staged: dict[str, Path] = {}
+        """Per dataset, the new output of a committed move not yet renamed into place."""
+        self._renames: list[tuple[Path, Path]] = []
+        self._stale: list[Path] = []
+        self._uncounted: dict[str, set[str]] = {}
+        """Per dataset, done ids of ``done`` lines without a ``cut`` column (an earlier
+        release's), not yet counted by a ``cut`` entry."""
 
     @property
     def spent_before(self) -> bool:
@@ -287,11 +316,17 @@ class Replay:
         )
 
     def apply(self) -> None:
-        """Write the repairs :func:`replay` found: the torn line and uncommitted bytes cut."""
+        """Write the repairs :func:`replay` found: the torn line and uncommitted bytes cut,
+        a committed move of rows set aside finished, a move that never committed undone."""
         if self._journal_keep is not None:
             with self.path.open("r+b") as fh:
                 fh.truncate(self._journal_keep)
             self._journal_keep = None
+        finish_move(self._renames)
+        self._renames.clear()
+        for stale in self._stale:
+            stale.unlink(missing_ok=True)
+        self._stale.clear()
         for path, size in self._cuts:
             with path.open("r+b") as fh:
                 fh.truncate(size)
@@ -351,6 +386,7 @@ class Replay:
                 raise
             raise DataFileError(self.path, f"journal entry is malformed: {exc!r}") from None
         repairs: list[dict[str, Any]] = []
+        self._find_moves()
         for ds in sorted(ends):
             repairs += self._repair_output(ds, ends[ds], lines)
         for ds, state in self.states.items():
@@ -359,7 +395,65 @@ class Replay:
         self.lost = [LostRequest(ds, pid, gen) for (ds, pid), gen in open_claims.items()]
         for request in self.lost:
             self.states[request.dataset].tally.lost += 1
+        for ds in sorted(self._uncounted):
+            repairs.append(self._count_uncounted_cuts(ds))
         return repairs
+
+    def _find_moves(self) -> None:
+        """The files of moves of rows set aside: a committed move's still under their
+        temporary names (finished by :meth:`apply`), and any other move's (removed)."""
+        layout = JobLayout(self.directory)
+        staged = set()
+        for ds, entry in self._moves.items():
+            output = layout.output(ds)
+            new = staged_file(output, entry["nonce"])
+            if new.exists():
+                self._staged[ds] = new
+                aside = layout.set_aside(entry["why"], ds)
+                self._renames += [(staged_file(aside, entry["nonce"]), aside), (new, output)]
+                staged |= {new, staged_file(aside, entry["nonce"])}
+        temporary = f".*{_STAGED_MARK}*"
+        found = [*self.directory.glob(temporary)]
+        found += (self.directory / SET_ASIDE_DIR).glob(f"*/{temporary}")
+        self._stale = sorted(p for p in found if p not in staged)
+
+    def _count_uncounted_cuts(self, ds: str) -> dict[str, Any]:
+        """Count the cut answers among rows an earlier release committed (without a
+        ``cut`` column): one read of the output, once; the ``cut`` entry returned records
+        them, so a later open need not read it again."""
+        ids = self._uncounted.pop(ds)
+        output = self.outputs.get(ds)
+        found: list[tuple[str, int]] = []
+        if output is not None:
+            try:
+                with self._staged.get(ds, output.path).open("rb") as fh:
+                    data = fh.read(output.size)
+            except OSError:
+                data = b""
+            for line in data.splitlines():
+                if _CUT_MARK not in line:
+                    continue
+                try:
+                    record = json.loads(line)
+                    pid, units = record["id"], to_units(Decimal(record["cost"]))
+                except (ValueError, TypeError, KeyError, ArithmeticError):
+                    continue
+                if pid in ids and record.get("finish_reason") == "length":
+                    found.append((pid, units))
+        entry: dict[str, Any] = {
+            "op": "cut",
+            "ds": ds,
+            "ids": [pid for pid, _ in found],
+            "cost": [units for _, units in found],
+        }
+        self._count_cut(self.states[ds], entry)
+        return entry
+
+    @staticmethod
+    def _count_cut(state: DatasetState, entry: dict[str, Any]) -> None:
+        tally = state.tally
+        tally.truncated += len(entry["ids"])
+        tally.truncated_units += sum(entry["cost"])
 
     def _replay(
         self,
@@ -381,6 +475,8 @@ class Replay:
                 raise DataFileError(self.path, f"an id of {ds!r} is done twice", line=lineno)
             state.locations.update(entry["loc"])
             self._count(state, entry, 1)
+            if "cut" not in entry:
+                self._uncounted.setdefault(ds, set()).update(ids)
             if entry["end"]:
                 ends[ds] = entry["end"][-1]
         elif op == "claim":
@@ -403,6 +499,17 @@ class Replay:
             state.done.difference_update(entry["ids"])
             state.locations.difference_update(entry["loc"])
             self._count(state, entry, -1)
+            self._uncounted.get(entry["ds"], set()).difference_update(entry["ids"])
+        elif op == "cut":
+            # The cut answers among an earlier release's rows, counted once.
+            self._uncounted.pop(entry["ds"], None)
+            self._count_cut(self.states[entry["ds"]], entry)
+        elif op == "aside":
+            ds = entry["ds"]
+            apply_aside(self.states[ds], entry)
+            self._uncounted.get(ds, set()).difference_update(entry["ids"])
+            self._moves[ds] = entry
+            ends[ds] = entry["size"]
         elif op == "truncate":
             ends[entry["ds"]] = entry["size"]
         elif op == "output":
@@ -436,18 +543,25 @@ class Replay:
         tally.output_tokens += sign * sum(entry["out"])
         tally.prompt_tokens += sign * sum(entry["in"])
         tally.cost_units += sign * sum(entry["cost"])
+        cut = entry.get("cut")
+        if cut and any(cut):
+            tally.truncated += sign * sum(cut)
+            tally.truncated_units += sign * sum(
+                units for units, was in zip(entry["cost"], cut, strict=True) if was
+            )
 
     def _repair_output(self, ds: str, committed: int, lines: list[bytes]) -> list[dict[str, Any]]:
         path = JobLayout(self.directory).output(ds)
+        readable = self._staged.get(ds, path)  # a committed move's new output, staged
         try:
-            size = path.stat().st_size
+            size = readable.stat().st_size
         except FileNotFoundError:
             size = 0
         repairs: list[dict[str, Any]] = []
         if size < committed:
             committed, repairs = self._revoke_past(ds, size, lines)
         if size > committed:
-            adopted, committed, cut_paid = self._adopt_paid(ds, path, committed)
+            adopted, committed, cut_paid = self._adopt_paid(ds, readable, committed)
             if adopted.columns["ids"]:
                 repairs.append({"op": "done", "ds": ds, **adopted.columns})
                 self.adopted[ds] = len(adopted.columns["ids"])
@@ -492,10 +606,10 @@ class Replay:
                     cut_paid += _has_generation_id(line)
                     continue
                 end += len(line)
-                pid, out, prompt, cost = row
+                pid, out, prompt, cost, cut = row
                 state.done.add(pid)
                 for name, value in zip(
-                    COLUMNS, (pid, end, out, prompt, cost, NO_LOCATION), strict=True
+                    COLUMNS, (pid, end, out, prompt, cost, NO_LOCATION, cut), strict=True
                 ):
                     group.columns[name].append(value)
         if group.columns["ids"]:
@@ -512,11 +626,17 @@ class Replay:
             if entry.get("ds") != ds:
                 continue
             if entry["op"] == "done":
-                for row in zip(*(entry[c] for c in COLUMNS), strict=True):
+                for row in zip(*_columns(entry), strict=True):
                     current[row[0]] = row
             elif entry["op"] == "revoke":
                 for pid in entry["ids"]:
                     current.pop(pid, None)
+            elif entry["op"] == "aside":
+                for pid in entry["ids"]:
+                    current.pop(pid, None)
+                for pid, end in zip(entry["kept"], entry["end"], strict=True):
+                    if pid in current:
+                        current[pid] = (pid, end, *current[pid][2:])
         gone = [row for row in current.values() if row[1] > size]
         revoke = LineGroup("revoke", ds)
         revoke.columns = {name: [row[i] for row in gone] for i, name in enumerate(COLUMNS)}
@@ -533,3 +653,34 @@ class Replay:
             {"op": "revoke", "ds": ds, **revoke.columns},
             {"op": "truncate", "ds": ds, "size": committed},
         ]
+
+
+def _columns(entry: dict[str, Any]) -> list[list[Any]]:
+    """A ``done`` line's :data:`COLUMNS` (``cut`` as zeros where an earlier release
+    wrote none)."""
+    columns = [entry[c] for c in COLUMNS[:-1]]
+    columns.append(entry.get("cut") or [0] * len(entry["ids"]))
+    return columns
+
+
+def apply_aside(state: DatasetState, entry: dict[str, Any]) -> None:
+    """What an ``aside`` entry does to a dataset: its moved rows are no longer done, their
+    tally is taken off (and counted as set aside), and input locations are forgotten (the
+    next run reads the inputs whole and records each done prompt's again)."""
+    ids = entry["ids"]
+    state.done.difference_update(ids)
+    state.locations.clear()
+    if state.done:
+        state.locations.add(NO_LOCATION)
+    tally = state.tally
+    tally.completed -= len(ids)
+    tally.output_tokens -= sum(entry["out"])
+    tally.prompt_tokens -= sum(entry["in"])
+    moved_units = sum(entry["cost"])
+    tally.cost_units -= moved_units
+    tally.truncated -= sum(entry["cut"])
+    tally.truncated_units -= sum(
+        units for units, cut in zip(entry["cost"], entry["cut"], strict=True) if cut
+    )
+    tally.set_aside += len(ids)
+    tally.set_aside_units += moved_units

@@ -26,6 +26,7 @@ __all__ = [
     "NOT_IN_INPUTS_FILE",
     "OUTPUT_SUFFIX",
     "REPORT_FILE",
+    "SET_ASIDE_DIR",
     "SUMMARY_FILE",
     "TIMELINE_FILE",
     "VERIFY_FILE",
@@ -43,6 +44,9 @@ MERGE_REPORT_FILE: Final = "merge.json"
 """What ``merge`` joined into this directory."""
 VERIFY_FILE: Final = "verify.json"
 """``--verify``'s checks over the job (:mod:`provider_router.jobs.drift_history`)."""
+SET_ASIDE_DIR: Final = "set_aside"
+"""Rows moved out of the outputs (kept, never deleted): ``set_aside/<why>/<dataset>.jsonl``
+(:mod:`provider_router.jobs.store.aside`)."""
 
 # The Batch API route.
 BATCH_JOURNAL_FILE: Final = "batches.jsonl"
@@ -76,6 +80,10 @@ class JobLayout:
     def output(self, dataset: str) -> Path:
         """Where a dataset's output records go."""
         return self.out / f"{dataset}{OUTPUT_SUFFIX}"
+
+    def set_aside(self, why: str, dataset: str) -> Path:
+        """Where a dataset's rows moved out of its outputs for ``why`` are kept."""
+        return self.out / SET_ASIDE_DIR / why / f"{dataset}{OUTPUT_SUFFIX}"
 
     @property
     def journal(self) -> Path:

@@ -16,12 +16,12 @@ import json
 import os
 import time
 from collections import defaultdict
-from collections.abc import Set
+from collections.abc import Callable, Set
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from provider_router._exceptions import ConfigurationError
+from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._money import from_units, to_units
 from provider_router.jobs.store._journal_file import (
     FORMAT_VERSION,
@@ -32,12 +32,14 @@ from provider_router.jobs.store._journal_file import (
     LostRequest,
     OutputFile,
     Replay,
+    apply_aside,
     dumps,
     lock_directory,
     replay,
     unlock,
 )
 from provider_router.jobs.store._layout import JobLayout
+from provider_router.jobs.store.aside import Move, finish_move, plan_move, stage_move
 
 __all__ = ["DatasetTally", "FileJournal", "Journal", "LostRequest"]
 
@@ -67,8 +69,10 @@ class Journal(Protocol):
         prompt_tokens: int,
         cost_units: int,
         location: int | None = None,
+        truncated: bool = False,
     ) -> None:
-        """Commit a claimed prompt's output ``record`` (one JSON line); it is done."""
+        """Commit a claimed prompt's output ``record`` (one JSON line); it is done.
+        ``truncated``: the answer was cut at ``max_tokens`` (counted apart)."""
         ...
 
     def release(self, dataset: str, prompt_id: str, *, reason: str) -> None:
@@ -240,9 +244,11 @@ class FileJournal:
 
     @property
     def committed_cost(self) -> Decimal:
-        """What the journal's completions, preflights and verification checks cost, over
-        every run: what the job's ledger holds at least."""
-        units = sum(state.tally.cost_units for state in self._state.values())
+        """What the journal's completions (those set aside too), preflights and
+        verification checks cost, over every run: what the job's ledger holds at least."""
+        units = sum(
+            state.tally.cost_units + state.tally.set_aside_units for state in self._state.values()
+        )
         return from_units(units + self.preflight_units + self.verify_units)
 
     def datasets(self) -> list[str]:
@@ -367,6 +373,7 @@ class FileJournal:
         prompt_tokens: int,
         cost_units: int,
         location: int | None = None,
+        truncated: bool = False,
     ) -> None:
         key = (dataset, prompt_id)
         if key not in self._inflight:
@@ -388,6 +395,7 @@ class FileJournal:
         columns["in"].append(prompt_tokens)
         columns["cost"].append(cost_units)
         columns["loc"].append(loc)
+        columns["cut"].append(1 if truncated else 0)
         state = self._state[dataset]
         state.done.add(prompt_id)
         state.locations.add(loc)
@@ -396,6 +404,9 @@ class FileJournal:
         tally.output_tokens += output_tokens
         tally.prompt_tokens += prompt_tokens
         tally.cost_units += cost_units
+        if truncated:
+            tally.truncated += 1
+            tally.truncated_units += cost_units
         if self.autoflush:
             self.flush()
 
@@ -410,6 +421,49 @@ class FileJournal:
 
     def _note(self, entry: dict[str, Any]) -> None:
         self._pending.append(dumps(entry).encode())
+
+    def set_aside(self, dataset: str, pick: Callable[[dict[str, Any]], bool], *, why: str) -> Move:
+        """Move the committed output rows of ``dataset`` that ``pick`` selects out of its
+        outputs, into ``set_aside/<why>/<dataset>.jsonl`` (appended, never deleted).
+
+        They are no longer done (their prompts run again), and the dataset's tally no
+        longer counts them but their cost is kept as set aside: the ledger spent it
+        (:attr:`committed_cost`). Durable when it returns, and whole across a crash at any
+        point (:mod:`provider_router.jobs.store.aside`). Call it with none of the
+        dataset's prompts in flight.
+
+        Raises:
+            DataFileError: a committed row is not an output record (the file was edited).
+        """
+        if self._fh is None:
+            raise RuntimeError("set_aside() follows begin()")
+        if any(ds == dataset for ds, _ in self._inflight):
+            raise RuntimeError(f"{dataset} has prompts in flight")
+        self.flush()
+        output = self._outputs.get(dataset)
+        if output is None or output.size == 0:
+            return Move()
+        with output.path.open("rb") as fh:
+            data = fh.read(output.size)
+        try:
+            move = plan_move(data, pick)
+        except ValueError as exc:
+            raise DataFileError(output.path, str(exc)) from None
+        if not move.ids:
+            return move
+        nonce = os.urandom(6).hex()
+        aside = JobLayout(self.directory).set_aside(why, dataset)
+        renames = stage_move(move, output.path, aside, nonce)
+        entry = move.entry(dataset, why, nonce, aside.relative_to(self.directory))
+        _write_all(self._fh, dumps(entry).encode() + b"\n")
+        os.fsync(self._fh.fileno())  # committed: a crash from here on finishes the move
+        if output.fh is not None:
+            output.fh.close()  # the file it writes is about to be replaced
+            output.fh = None
+        finish_move(renames)
+        output.size = move.size
+        apply_aside(self._state[dataset], entry)
+        return move
 
     def record_ledger(self, identity: str) -> None:
         """Record (durably, at once) which ledger holds this job's money."""

@@ -29,6 +29,7 @@ from provider_router.jobs.store.journal import FileJournal
 
 __all__ = [
     "COMPLETE_FINISHES",
+    "TRUNCATED_FINISH",
     "DatasetMerge",
     "ExportReport",
     "MergeReport",
@@ -75,6 +76,7 @@ class OutputRecord(TypedDict):
     started_at: str
     finished_at: str
     latency_s: float
+    max_tokens: NotRequired[int]
     tools: NotRequired[list[JSONObject]]
     drift_check: NotRequired[int]
     drift_flagged: NotRequired[bool]
@@ -126,8 +128,10 @@ def make_record(
     finished_at: float,
     tool_calls: Sequence[JSONObject] = (),
     tools: Sequence[JSONObject] | None = None,
+    max_tokens: int | None = None,
 ) -> OutputRecord:
-    """Assemble one output record (times are Unix seconds)."""
+    """Assemble one output record (times are Unix seconds; ``max_tokens``: the completion
+    cap the request was sent with, so an answer cut at it says at what)."""
     reply: Message = {"role": "assistant", "content": text or ""}
     if tool_calls:
         reply["tool_calls"] = list(tool_calls)
@@ -154,6 +158,8 @@ def make_record(
         "finished_at": _iso(finished_at),
         "latency_s": round(finished_at - started_at, 3),
     }
+    if max_tokens is not None:
+        record["max_tokens"] = max_tokens
     if tools:
         record["tools"] = list(tools)
     return record
@@ -349,6 +355,8 @@ def _copy_records(
 
 COMPLETE_FINISHES = ("stop", "tool_calls")
 """Finish reasons of replies that ended on their own: text, or tool calls to run."""
+TRUNCATED_FINISH = "length"
+"""The finish reason of a reply cut at ``max_tokens``: paid for, not whole."""
 
 
 @dataclass
