@@ -26,6 +26,7 @@ from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api.route import BatchRouteResult, BatchRouteRun
 from provider_router.jobs.events import RunObserver
+from provider_router.jobs.redo import redo_truncated as set_aside_truncated
 from provider_router.jobs.snapshots import BatchSampled
 from provider_router.jobs.store._layout import NOT_IN_INPUTS_FILE, JobLayout
 from provider_router.jobs.store.job_ledger import open_job_ledger
@@ -114,6 +115,7 @@ async def run_plan_batches(
     api_factory: Callable[[HttpClient], BatchApi] = BatchApi,
     metrics: Metrics | None = None,
     observers: Sequence[RunObserver] = (),
+    redo_truncated: bool = False,
     **options: Any,
 ) -> BatchRouteResult:
     """Run the batch-route datasets of ``plan`` into ``out`` (``options``: see BatchRouteRun;
@@ -121,7 +123,9 @@ async def run_plan_batches(
 
     ``observers`` watch the route (:class:`~provider_router.jobs.snapshots.BatchSampled`)
     from its start to its last collect, and are told after each round of polls, so a
-    collect's spend shows at once; none by default.
+    collect's spend shows at once; none by default. ``redo_truncated``: first move the
+    answers of every dataset of ``plan`` cut at a ``max_tokens`` below the plan's out of
+    the outputs, so they are sent again (:mod:`provider_router.jobs.redo`).
     :func:`~provider_router.jobs.observe.standard.standard_observers` (what
     :func:`~provider_router.jobs.run.run_plan` passes) sample the ledger into
     ``DIR/timeline.ndjson`` and ``metrics`` every interval and after each round."""
@@ -141,6 +145,7 @@ async def run_plan_batches(
     try:
         ledger = await open_job_ledger(JobLayout(directory).ledger, plan.budget, journal, None)
         try:
+            moved = set_aside_truncated(journal, plan, directory) if redo_truncated else []
             key = api_key or os.environ.get(ENV_API_KEY)
             async with HttpClient(base_url, key) as http:
                 runner = BatchRouteRun(
@@ -154,6 +159,7 @@ async def run_plan_batches(
                     limits={d.name: (d.target_output_tokens, d.max_requests) for d in chosen},
                     **options,
                 )
+                runner.result.events += moved
                 prompts: dict[str, list[Prompt]] = {
                     d.name: list(PromptReader(list(d.inputs))) for d in chosen
                 }

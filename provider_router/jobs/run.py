@@ -197,6 +197,7 @@ async def run_plan(
     batch: BatchOptions | None = None,
     metrics: Metrics | None = None,
     hooks: RunHooks | None = None,
+    redo_truncated: bool = False,
 ) -> RunOutcome:
     """Run ``plan`` into the job directory ``out``, as ``provider-router run`` does.
 
@@ -218,6 +219,11 @@ async def run_plan(
         batch: how the Batch API route paces itself.
         metrics: Prometheus metrics to keep current (served by the caller).
         hooks: what the caller sees while it runs.
+        redo_truncated: before anything is sent, move the answers cut at a
+            ``max_tokens`` below the plan's out of the outputs (kept in
+            ``DIR/set_aside/truncated/``), so this run sends them again with the plan's
+            cap (:mod:`provider_router.jobs.redo`; docs/batch.md, "Answers cut at
+            max_tokens").
 
     Raises:
         JobRefused: something it was given cannot be used, e.g. a ``route: batch``
@@ -235,7 +241,7 @@ async def run_plan(
     if hooks.on_start is not None:
         hooks.on_start()
     left, part = await _batch_part(
-        plan, out, api_key, base_url, batch or BatchOptions(), metrics, hooks
+        plan, out, api_key, base_url, batch or BatchOptions(), metrics, hooks, redo_truncated
     )
     if part is not None and hooks.on_batch_done is not None:
         hooks.on_batch_done(part)
@@ -256,6 +262,7 @@ async def run_plan(
             verify=verify,
             verify_every=verify_every,
             observers=standard_observers(),
+            redo_truncated=redo_truncated,
         )
 
     summary = await _sync_part(left, runner, hooks, lease=lease, outage_window=outage_window)
@@ -371,6 +378,7 @@ async def _batch_part(
     options: BatchOptions,
     metrics: Metrics | None,
     hooks: RunHooks,
+    redo_truncated: bool = False,
 ) -> tuple[Plan | None, BatchPart | None]:
     """The plan's Batch API datasets (docs/batch.md, "The Batch API route"): the plan
     left for the sync route (None: nothing), and what the route did (None: no dataset
@@ -397,6 +405,7 @@ async def _batch_part(
         metrics=metrics,
         observers=standard_observers(),
         progress=watch.reporter(hooks.on_batch_line, metrics),
+        redo_truncated=redo_truncated,
     )
     # summary.json and report.html of the batch route (a sync part replaces them)
     summary = await write_batch_summary(

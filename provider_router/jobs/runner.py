@@ -38,6 +38,7 @@ from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY, DriftWatch, redo_fl
 from provider_router.jobs.drift_history import DriftHistory
 from provider_router.jobs.events import RunObserver
 from provider_router.jobs.outcomes import Outcomes
+from provider_router.jobs.redo import redo_truncated
 from provider_router.jobs.snapshots import (
     DatasetProgress,
     RunProgress,
@@ -103,6 +104,10 @@ class JobRunner:
         only: send just these prompt ids of each dataset (a pilot:
             :func:`provider_router.jobs.pilot.pilot_into_job`): their spend is the
             job's, their answers its first results; a later run sends the rest.
+        redo_truncated: before anything is sent, move the answers cut at a
+            ``max_tokens`` below the plan's out of the outputs (kept in
+            ``set_aside/truncated/``), so this run sends them again with the plan's cap
+            (:mod:`provider_router.jobs.redo`; ``run --redo-truncated``).
 
     Besides the outputs, a run writes ``summary.json``; its observers write the rest
     (:func:`~provider_router.jobs.run.run_plan` gives it the standard ones, and runs the
@@ -134,10 +139,12 @@ class JobRunner:
         only: Mapping[str, Collection[str]] | None = None,
         verify: bool = False,
         verify_every: int | None = None,
+        redo_truncated: bool = False,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
         self._only = only
+        self.redo_truncated = redo_truncated
         self.plan = plan
         self.budget: Decimal = plan.budget
         self.out = Path(out)
@@ -269,6 +276,8 @@ class JobRunner:
             journal.begin()
             self._recovered += journal_repairs(journal)
             journal.prepare(names)
+            if self.redo_truncated:
+                self._recovered += redo_truncated(journal, self.plan, self.out)
             self._outcomes.ledger_name = str(getattr(ledger, "path", None) or ledger)
             self._recovered += await apply_budget(ledger, self.budget, self.journal)
         except BaseException:

@@ -103,6 +103,15 @@ def render_summary(summary: RunSummary, console: Console) -> None:
     )
     if cut:
         console.print(f"{cut}.", markup=False, highlight=False)
+    aside = sum(d.set_aside for d in summary.datasets)
+    if aside:
+        spent = sum((d.set_aside_cost for d in summary.datasets), Decimal(0))
+        console.print(
+            f"{aside:,} answers cut at max_tokens were set aside and sent again with a larger "
+            f"cap over the job ({format_usd(spent)} spent on them; kept in set_aside/).",
+            markup=False,
+            highlight=False,
+        )
     if summary.cache_saved > 0:
         console.print(f"Prompt caching saved {format_usd(summary.cache_saved)} in this run.")
     if summary.message:

@@ -632,11 +632,7 @@ class Replay:
                 for pid in entry["ids"]:
                     current.pop(pid, None)
             elif entry["op"] == "aside":
-                for pid in entry["ids"]:
-                    current.pop(pid, None)
-                for pid, end in zip(entry["kept"], entry["end"], strict=True):
-                    if pid in current:
-                        current[pid] = (pid, end, *current[pid][2:])
+                current = _after_move(current, set(entry["ids"]))
         gone = [row for row in current.values() if row[1] > size]
         revoke = LineGroup("revoke", ds)
         revoke.columns = {name: [row[i] for row in gone] for i, name in enumerate(COLUMNS)}
@@ -684,3 +680,18 @@ def apply_aside(state: DatasetState, entry: dict[str, Any]) -> None:
     )
     tally.set_aside += len(ids)
     tally.set_aside_units += moved_units
+
+
+def _after_move(current: dict[str, tuple[Any, ...]], moved: set[str]) -> dict[str, tuple[Any, ...]]:
+    """The committed rows once ``moved`` left the output: the others keep their order, each
+    end offset less the moved rows before it (the output is its rows end to end)."""
+    rows: dict[str, tuple[Any, ...]] = {}
+    start = shift = 0
+    for row in sorted(current.values(), key=lambda r: r[1]):
+        length = row[1] - start
+        start = row[1]
+        if row[0] in moved:
+            shift += length
+        else:
+            rows[row[0]] = (row[0], row[1] - shift, *row[2:])
+    return rows

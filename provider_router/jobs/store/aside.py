@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from provider_router._money import to_units
 
-__all__ = ["Move", "finish_move", "plan_move", "stage_move", "stale_files", "staged_file"]
+__all__ = ["Move", "finish_move", "stage_move", "staged_file"]
 
 _TMP: Final = ".aside-"
 """What a temporary file of a move has in its name (``.<name>.aside-<nonce>``)."""
@@ -34,43 +34,27 @@ def staged_file(path: Path, nonce: str) -> Path:
     return path.with_name(f".{path.name}{_TMP}{nonce}")
 
 
-def stale_files(path: Path) -> list[Path]:
-    """Every temporary file of a move of ``path``, whatever its nonce."""
-    if not path.parent.is_dir():
-        return []
-    return sorted(path.parent.glob(f".{path.name}{_TMP}*"))
-
-
 @dataclass
 class Move:
-    """One dataset's rows split into those kept and those set aside.
+    """The rows of one dataset set aside by a move, and the new output's length.
 
     Attributes:
-        kept: the kept rows' bytes, in order (the new output).
-        moved: the rows set aside, in order.
-        kept_ids, kept_ends: each kept row's id and its end offset in the new output.
+        size: the new output's length (the rows kept, in their order).
         ids, out, prompt, cost, cut: the moved rows' ids, tokens out and in, cost
             (picodollars) and whether each was cut at ``max_tokens``: what the journal
             takes off the dataset's tally.
     """
 
-    kept: list[bytes] = field(default_factory=list)
-    moved: list[bytes] = field(default_factory=list)
-    kept_ids: list[str] = field(default_factory=list)
-    kept_ends: list[int] = field(default_factory=list)
+    size: int = 0
     ids: list[str] = field(default_factory=list)
     out: list[int] = field(default_factory=list)
     prompt: list[int] = field(default_factory=list)
     cost: list[int] = field(default_factory=list)
     cut: list[int] = field(default_factory=list)
 
-    @property
-    def size(self) -> int:
-        """The new output's length."""
-        return self.kept_ends[-1] if self.kept_ends else 0
-
     def entry(self, dataset: str, why: str, nonce: str, aside: Path) -> dict[str, Any]:
-        """The journal's ``aside`` entry that commits this move."""
+        """The journal's ``aside`` entry that commits this move (the rows kept keep their
+        order, so their new offsets follow from the moved rows' old ones)."""
         return {
             "op": "aside",
             "ds": dataset,
@@ -83,58 +67,77 @@ class Move:
             "in": self.prompt,
             "cost": self.cost,
             "cut": self.cut,
-            "kept": self.kept_ids,
-            "end": self.kept_ends,
         }
 
 
-def plan_move(data: bytes, pick: Callable[[dict[str, Any]], bool]) -> Move:
-    """Split the committed output ``data`` into the rows ``pick`` sets aside and the rest.
+def stage_move(
+    source: Path,
+    committed: int,
+    pick: Callable[[dict[str, Any]], bool],
+    aside: Path,
+    nonce: str,
+) -> tuple[Move, list[tuple[Path, Path]]]:
+    """Split the first ``committed`` bytes of the output ``source`` into the rows ``pick``
+    sets aside and the rest, written (one pass, synced) as the grown aside file and the
+    new output under their temporary names. Returns the move and the renames that finish
+    it, ``(temporary, target)``; nothing is staged when no row is picked.
 
     Raises:
         ValueError: a committed row is not an output record (the file was edited).
     """
     move = Move()
-    end = 0
-    for number, line in enumerate(data.splitlines(keepends=True), start=1):
-        try:
-            record = json.loads(line)
-            pid = record["id"]
-            usage = record["usage"]
-            row = (int(usage["completion_tokens"]), int(usage["prompt_tokens"]))
-            cost = to_units(Decimal(str(record["cost"])))
-        except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
-            raise ValueError(f"line {number} is not an output record ({exc!r})") from None
-        if pick(record):
-            move.moved.append(line)
-            move.ids.append(str(pid))
-            move.out.append(row[0])
-            move.prompt.append(row[1])
-            move.cost.append(cost)
-            move.cut.append(int(record.get("finish_reason") == "length"))
-        else:
-            end += len(line)
-            move.kept.append(line)
-            move.kept_ids.append(str(pid))
-            move.kept_ends.append(end)
-    return move
-
-
-def stage_move(move: Move, output: Path, aside: Path, nonce: str) -> list[tuple[Path, Path]]:
-    """Write the new output and the grown aside file under their temporary names, synced;
-    the renames that finish the move, ``(temporary, target)``."""
     aside.parent.mkdir(parents=True, exist_ok=True)
-    grown = staged_file(aside, nonce)
-    with grown.open("wb") as fh:
-        if aside.exists():
-            with aside.open("rb") as before:
-                while chunk := before.read(1 << 20):
-                    fh.write(chunk)
-        _write(fh, move.moved)
-    kept = staged_file(output, nonce)
-    with kept.open("wb") as fh:
-        _write(fh, move.kept)
-    return [(grown, aside), (kept, output)]
+    grown, kept = staged_file(aside, nonce), staged_file(source, nonce)
+    try:
+        with source.open("rb") as rows, grown.open("wb") as moved, kept.open("wb") as out:
+            if aside.exists():
+                with aside.open("rb") as before:
+                    while chunk := before.read(1 << 20):
+                        moved.write(chunk)
+            read = 0
+            number = 0
+            while read < committed:
+                line = rows.readline(committed - read)
+                if not line:
+                    break
+                read += len(line)
+                number += 1
+                if _pick_row(line, number, pick, move):
+                    moved.write(line)
+                else:
+                    out.write(line)
+                    move.size += len(line)
+            for fh in (moved, out):
+                fh.flush()
+                os.fsync(fh.fileno())
+    except BaseException:
+        grown.unlink(missing_ok=True)
+        kept.unlink(missing_ok=True)
+        raise
+    if not move.ids:
+        grown.unlink(missing_ok=True)
+        kept.unlink(missing_ok=True)
+        return move, []
+    return move, [(grown, aside), (kept, source)]
+
+
+def _pick_row(line: bytes, number: int, pick: Callable[[dict[str, Any]], bool], move: Move) -> bool:
+    try:
+        record = json.loads(line)
+        pid = record["id"]
+        usage = record["usage"]
+        row = (int(usage["completion_tokens"]), int(usage["prompt_tokens"]))
+        cost = to_units(Decimal(str(record["cost"])))
+    except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
+        raise ValueError(f"line {number} is not an output record ({exc!r})") from None
+    if not pick(record):
+        return False
+    move.ids.append(str(pid))
+    move.out.append(row[0])
+    move.prompt.append(row[1])
+    move.cost.append(cost)
+    move.cut.append(int(record.get("finish_reason") == "length"))
+    return True
 
 
 def finish_move(renames: Iterable[tuple[Path, Path]]) -> None:
@@ -143,12 +146,6 @@ def finish_move(renames: Iterable[tuple[Path, Path]]) -> None:
         if staged.exists():
             os.replace(staged, target)
             _sync_directory(target.parent)
-
-
-def _write(fh: Any, lines: list[bytes]) -> None:
-    fh.write(b"".join(lines))
-    fh.flush()
-    os.fsync(fh.fileno())
 
 
 def _sync_directory(directory: Path) -> None:

@@ -39,7 +39,7 @@ from provider_router.jobs.store._journal_file import (
     unlock,
 )
 from provider_router.jobs.store._layout import JobLayout
-from provider_router.jobs.store.aside import Move, finish_move, plan_move, stage_move
+from provider_router.jobs.store.aside import Move, finish_move, stage_move
 
 __all__ = ["DatasetTally", "FileJournal", "Journal", "LostRequest"]
 
@@ -443,17 +443,14 @@ class FileJournal:
         output = self._outputs.get(dataset)
         if output is None or output.size == 0:
             return Move()
-        with output.path.open("rb") as fh:
-            data = fh.read(output.size)
+        nonce = os.urandom(6).hex()
+        aside = JobLayout(self.directory).set_aside(why, dataset)
         try:
-            move = plan_move(data, pick)
+            move, renames = stage_move(output.path, output.size, pick, aside, nonce)
         except ValueError as exc:
             raise DataFileError(output.path, str(exc)) from None
         if not move.ids:
             return move
-        nonce = os.urandom(6).hex()
-        aside = JobLayout(self.directory).set_aside(why, dataset)
-        renames = stage_move(move, output.path, aside, nonce)
         entry = move.entry(dataset, why, nonce, aside.relative_to(self.directory))
         _write_all(self._fh, dumps(entry).encode() + b"\n")
         os.fsync(self._fh.fileno())  # committed: a crash from here on finishes the move
