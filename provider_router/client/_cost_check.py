@@ -2,16 +2,13 @@
 
 A ``usage.cost`` from a tenth of what its tokens cost at the serving endpoint's listed
 prices (:data:`LOW_COST_SHARE`) to ``cost_sanity_factor`` times its reservation is
-booked as the answer says. One above that, or a negative one, is checked against
-OpenRouter's own records first (:func:`check_cost`): **confirmed** when ``GET
-/generation?id=`` records the same ``total_cost`` (that money is gone: it is booked,
-and the batch halts); otherwise **disputed**: the worst case is booked (or the
-record's figure when larger), the answer's figure kept beside it, and the batch halts
-naming the generation id to check. One below it (``0`` for thousands of paid tokens)
-is checked the same way (:func:`check_low_cost`): confirmed, it is booked; otherwise
-the record's figure is booked, or without one the worst case (unknown is not free),
-and it is disputed; the batch goes on, since what is booked is never below what was
-charged. docs/ledger.md, "What proves a payment".
+booked as the answer says. Above that, or negative (:func:`check_cost`), ``GET
+/generation?id=`` is asked first: the same ``total_cost`` **confirms** it (booked, and
+the batch halts); otherwise it is **disputed**: the worst case (or the larger record)
+is booked, the figure kept beside it, and the batch halts naming the generation id.
+Below it (``0`` for thousands of paid tokens, :func:`check_low_cost`): confirmed, it is
+booked; else the record (or, without one, the worst case) is booked and disputed, and
+nothing halts: what is booked is never below what was charged (docs/ledger.md).
 """
 
 from __future__ import annotations
