@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
+from provider_router import _shape
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
 
@@ -273,20 +274,25 @@ class VerificationReport:
         try:
             if data.get("version") != REPORT_VERSION:
                 raise ValueError(f"version {data.get('version')!r}, expected {REPORT_VERSION}")
+            endpoints = _shape.items(_shape.member(data, "endpoints"), "endpoints")
+            thresholds = _shape.obj(data.get("thresholds", {}), "thresholds")
             return cls(
-                model=str(data["model"]),
-                reference=str(data["reference"]),
-                self_agreement=_estimate(data.get("self_agreement")),
-                endpoints=tuple(_verdict(v) for v in data["endpoints"]),
-                thresholds=VerifyThresholds(**data.get("thresholds", {})),
+                model=_shape.text(_shape.member(data, "model"), "model"),
+                reference=_shape.text(_shape.member(data, "reference"), "reference"),
+                self_agreement=_estimate(data.get("self_agreement"), "self_agreement"),
+                endpoints=tuple(
+                    _verdict(_shape.obj(v, f"endpoints[{i}]"), f"endpoints[{i}]")
+                    for i, v in enumerate(endpoints)
+                ),
+                thresholds=VerifyThresholds(**thresholds),
                 tokens=int(data.get("tokens", 64)),
                 cost=Decimal(str(data.get("cost", "0"))),
                 created=float(data.get("created", 0.0)),
-                self_divergence=_estimate(data.get("self_divergence")),
+                self_divergence=_estimate(data.get("self_divergence"), "self_divergence"),
                 top_logprobs=_optional_int(data.get("top_logprobs")),
             )
         except (AttributeError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
-            # AttributeError: an object where a list is expected, or the reverse
+            # A ShapeError names the field; the rest say what was wrong with a value.
             raise ConfigurationError(f"{where} is not a verification report: {exc}") from None
 
     @classmethod
@@ -305,12 +311,16 @@ class VerificationReport:
         return cls.from_json(data, where=str(path))
 
 
-def _estimate(raw: object) -> Estimate | None:
+def _estimate(raw: object, where: str) -> Estimate | None:
     if raw is None:
         return None
-    if not isinstance(raw, Mapping):
-        raise TypeError(f"an estimate must be an object, got {raw!r}")
-    return Estimate(float(raw["value"]), float(raw["low"]), float(raw["high"]), int(raw["n"]))
+    found = _shape.obj(raw, where)
+    return Estimate(
+        float(_shape.member(found, "value", where)),
+        float(_shape.member(found, "low", where)),
+        float(_shape.member(found, "high", where)),
+        int(_shape.member(found, "n", where)),
+    )
 
 
 def _optional_int(raw: object) -> int | None:
@@ -328,29 +338,33 @@ def _count(raw: Mapping[str, Any], name: str) -> int:
     return value
 
 
-def _verdict(raw: Mapping[str, Any]) -> EndpointVerdict:
+def _verdict(raw: Mapping[str, Any], where: str) -> EndpointVerdict:
     passed = raw.get("passed")
     if passed is not None and not isinstance(passed, bool):
-        raise TypeError(f"passed must be true, false or null, got {passed!r}")
-    reasons: Iterable[Any] = raw.get("reasons", ())
+        raise TypeError(f"{where}.passed must be true, false or null, got {passed!r}")
+    tag = _shape.text(_shape.member(raw, "tag", where), f"{where}.tag")
     accepted, judged = _count(raw, "accepted"), _count(raw, "judged")
     if accepted > judged:
-        raise ValueError(f"{raw['tag']}: accepted {accepted} of only {judged} judged canaries")
+        raise ValueError(f"{tag}: accepted {accepted} of only {judged} judged canaries")
     return EndpointVerdict(
-        tag=str(raw["tag"]),
-        provider_name=str(raw["provider_name"]),
+        tag=tag,
+        provider_name=_shape.text(
+            _shape.member(raw, "provider_name", where), f"{where}.provider_name"
+        ),
         passed=passed,
-        reasons=tuple(str(r) for r in reasons),
-        agreement=_estimate(raw.get("agreement")),
-        tool_validity=_estimate(raw.get("tool_validity")),
-        prompt_token_ratio=_estimate(raw.get("prompt_token_ratio")),
+        reasons=tuple(str(r) for r in _shape.items(raw.get("reasons", []), f"{where}.reasons")),
+        agreement=_estimate(raw.get("agreement"), f"{where}.agreement"),
+        tool_validity=_estimate(raw.get("tool_validity"), f"{where}.tool_validity"),
+        prompt_token_ratio=_estimate(raw.get("prompt_token_ratio"), f"{where}.prompt_token_ratio"),
         think_leaks=int(raw.get("think_leaks", 0)),
         cost_mismatches=int(raw.get("cost_mismatches", 0)),
         answers=int(raw.get("answers", 0)),
         failures=int(raw.get("failures", 0)),
         cost=Decimal(str(raw.get("cost", "0"))),
-        divergence=_estimate(raw.get("divergence")),
-        unmeasured=tuple(str(u) for u in raw.get("unmeasured", ())),
+        divergence=_estimate(raw.get("divergence"), f"{where}.divergence"),
+        unmeasured=tuple(
+            str(u) for u in _shape.items(raw.get("unmeasured", []), f"{where}.unmeasured")
+        ),
         accepted=accepted,
         judged=judged,
     )

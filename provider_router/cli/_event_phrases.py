@@ -30,7 +30,8 @@ _WHY: Final = {
     "PermissionDeniedError": "were forbidden (403) by OpenRouter",
     "AuthenticationError": "were refused: the API key was rejected (401); check OPENROUTER_API_KEY",
     "PaymentRequiredError": "were refused: payment required (402)",
-    "InvalidResponseError": "got an answer that could not be read",
+    "InvalidResponseError": "got an answer that could not be read (not a chat completion, "
+    "or a 200 to a streaming request that is not an event stream: see the error)",
     "ResponseCarriedError": "got an answer carrying an error",
     "APIStatusError": "failed with an HTTP error from OpenRouter",
     "PolicyViolationError": "were served by a provider the policy excludes",
@@ -108,7 +109,8 @@ _SENTENCES: Final = {
     "time{s}: prompts of datasets with a target were held back, unsent (run again to send "
     "them)",
     ("ray.progress_failed", None): "the live progress display failed {n} time{s} (the run went on)",
-    ("ledger.late_close", None): "{n} ledger operation{s} finished after the ledger closed",
+    ("ledger.late_close", None): "{n} settle{s} found the reservation already closed by a "
+    "recovery: its worst case was corrected to the true cost",
     ("ledger.closed_with_open", None): "the ledger closed with reservations still open {n} "
     "time{s}: the next run recovers them",
     ("ledger.write_failed", None): "{n} ledger write{s} failed",

@@ -1,8 +1,10 @@
 """Option types and option groups that several sub-commands share.
 
 Counts are read as people write them (``"10M"``, ``"250k"``, ``"2,000"``) and
-amounts in USD with or without a dollar sign (``"5"``, ``"$5"``); a bad value
-is an ``argparse.ArgumentTypeError``, so argparse names the flag and exits 2.
+amounts in USD by one strict reader for every USD flag (``"5"``, ``"$5"``,
+``"1,000.50"``: ASCII digits, one dollar sign, no exponent, no finer than the
+ledger's picodollar, no more than a ledger holds); a bad value is an
+``argparse.ArgumentTypeError``, so argparse names the flag and exits 2.
 The market flags (``--base-url``, ``--snapshot``) and :func:`load_listing` serve
 every command that looks at a model's endpoints.
 """
@@ -11,9 +13,10 @@ from __future__ import annotations
 
 import argparse
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Final
 
+from provider_router._money import LEDGER_MAX_USD, UNITS_PER_USD
 from provider_router.catalog.fetch import Catalog
 from provider_router.catalog.records import ModelEndpoints, Quantization
 
@@ -25,6 +28,7 @@ __all__ = [
     "non_negative_usd",
     "parse_count",
     "positive_count",
+    "positive_usd",
     "usd",
 ]
 
@@ -60,15 +64,61 @@ def positive_count(text: str) -> int:
     return value
 
 
+_AMOUNT: Final = re.compile(
+    r"^(?P<sign>-?)(?P<dollar>\$?)(?P<inner>-?)(?P<whole>[0-9][0-9,_]*|)(?:\.(?P<frac>[0-9]+))?$",
+    re.ASCII,
+)
+_DECIMALS: Final = len(str(UNITS_PER_USD)) - 1
+"""Decimals of a picodollar, the ledger's unit (an amount finer than it is refused)."""
+
+
 def usd(text: str) -> Decimal:
-    """Any finite amount in USD, exact (``"5"``, ``"$5"``, ``"0.25"``)."""
-    try:
-        value = Decimal(text.strip().lstrip("$"))
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"not an amount in USD: {text!r}") from None
-    if not value.is_finite():
-        raise argparse.ArgumentTypeError(f"not an amount in USD: {text!r}")
+    """An amount in USD, exact, as people write it (``"5"``, ``"$5"``, ``"0.25"``,
+    ``"1,000.50"``): ASCII digits, at most one dollar sign, no exponent, at most
+    12 decimals (the ledger's unit is a picodollar) and at most what a ledger holds
+    exactly (:data:`~provider_router._money.LEDGER_MAX_USD`).
+    """
+    read = _amount(text.strip())
+    if read is None:
+        raise argparse.ArgumentTypeError(f"not an amount in USD: {text!r} ({_why(text)})")
+    value, decimals = read
+    if abs(value) > LEDGER_MAX_USD:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is above the largest amount a ledger holds exactly (${LEDGER_MAX_USD:,})"
+        )
+    if decimals > _DECIMALS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is finer than a picodollar ($0.000000000001), the ledger's unit"
+        )
     return value
+
+
+def _amount(text: str) -> tuple[Decimal, int] | None:
+    """``text`` as an amount and its significant decimals, or None."""
+    match = _AMOUNT.match(text)
+    if match is None or (match["sign"] and match["inner"]):
+        return None
+    whole, frac = match["whole"], match["frac"]
+    if not whole and frac is None:
+        return None
+    if whole.endswith((",", "_")) or ",," in whole or "__" in whole:
+        return None
+    digits = (whole.replace(",", "").replace("_", "") or "0") + (f".{frac}" if frac else "")
+    value = Decimal(digits)
+    decimals = len((frac or "").rstrip("0"))
+    return (-value if match["sign"] or match["inner"] else value), decimals
+
+
+def _why(text: str) -> str:
+    """What makes ``text`` unreadable as an amount, in a few words."""
+    body = text.strip()
+    if body.count("$") > 1:
+        return "one dollar sign at most"
+    if any(c.isdigit() and not c.isascii() for c in body):
+        return "ASCII digits 0-9 only"
+    if re.search(r"[0-9.][eE][+-]?[0-9]", body):
+        return "no exponent: write the digits, e.g. 0.25"
+    return "write digits, e.g. 5, $5 or 0.25"
 
 
 def non_negative_usd(text: str) -> Decimal:
@@ -76,6 +126,14 @@ def non_negative_usd(text: str) -> Decimal:
     value = usd(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"not a non-negative amount in USD: {text!r}")
+    return value
+
+
+def positive_usd(text: str) -> Decimal:
+    """A :func:`usd` amount ``> 0`` (an amount added to a limit: zero adds nothing)."""
+    value = usd(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than $0, got {text!r}")
     return value
 
 

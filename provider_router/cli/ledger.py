@@ -23,8 +23,9 @@ from typing import Any
 
 from provider_router._constants import REDIS_URL_SCHEMES
 from provider_router._format import decimal_str, format_usd
+from provider_router._money import LEDGER_MAX_USD
 from provider_router.cli._errors import UsageError
-from provider_router.cli._options import non_negative_usd
+from provider_router.cli._options import non_negative_usd, positive_usd
 from provider_router.cli._render import make_console, print_json, print_wrapped
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.summary import disputed_line
@@ -47,7 +48,7 @@ def register(subparsers: Any) -> None:
     _add_target(topup)
     amount = topup.add_mutually_exclusive_group(required=True)
     amount.add_argument("--limit", type=non_negative_usd, help="the new limit in USD")
-    amount.add_argument("--add", type=non_negative_usd, help="USD to add to the current limit")
+    amount.add_argument("--add", type=positive_usd, help="USD to add to the current limit")
     topup.set_defaults(handler=_topup)
 
 
@@ -170,6 +171,11 @@ def _topup(args: argparse.Namespace) -> int:
         async with _open(args) as ledger:
             before = await ledger.snapshot()
             limit = before.limit + args.add if args.limit is None else args.limit
+            if limit > LEDGER_MAX_USD:
+                raise UsageError(
+                    f"a limit of {format_usd(limit)} is above the largest amount a ledger "
+                    f"holds exactly (${LEDGER_MAX_USD:,}); nothing changed"
+                )
             if limit < before.spent:
                 # Never what anyone means: every request would be refused, and the
                 # figure reads as a budget while the money is already gone.

@@ -86,9 +86,21 @@ def print_status(status: RunStatus, console: Console) -> None:
             Column("done", "right"),
             Column("output tokens", "right"),
             Column("cost", "right"),
+            *(
+                [Column("cut at max_tokens", "right")]
+                if any(d.cut for d in status.datasets)
+                else []
+            ),
         )
+        cut = any(d.cut for d in status.datasets)
         for d in status.datasets:
-            table.add_row(d.name, d.done, d.output_tokens, d.cost)
+            table.add_row(
+                d.name,
+                d.done,
+                d.output_tokens,
+                d.cost,
+                *([f"{d.cut} ({d.cut_cost})" if d.cut else "0"] if cut else []),
+            )
         console.print(table)
     for line in status.tail:
         print_wrapped(console, line)

@@ -362,7 +362,7 @@ async def _routes(
 
 async def _gather(
     args: argparse.Namespace,
-) -> tuple[Projection, PilotResult | None, RouteComparison | None]:
+) -> tuple[Projection, PilotResult | None, RouteComparison | None, tuple[int, ...]]:
     with as_usage():
         if args.plan is None:
             job, _ = _uniform_job(args)
@@ -374,20 +374,27 @@ async def _gather(
             check_run(_pilot_plan(args, job), args.out)
     listing = await load_listing(job.model, base_url=args.base_url, snapshot=args.snapshot)
     pilot = None
+    caps: tuple[int, ...] = ()
     if args.pilot is not None:
         pilot = await _pilot(args, job, args.pilot)
+        assert job.plan is not None  # _uniform_job refuses --pilot
+        caps = tuple(sorted({job.plan.params_for(d).max_tokens or 0 for d in job.plan.datasets}))
     workload, demands = _workloads(args, job, files, pilot)
     projection = project(demands, listing, job.policy, workload, budget=job.budget)
-    return projection, pilot, await _routes(args, job, listing, workload, demands)
+    return projection, pilot, await _routes(args, job, listing, workload, demands), caps
 
 
-def _pilot_dict(pilot: PilotResult) -> dict[str, Any]:
+def _pilot_dict(pilot: PilotResult, caps: tuple[int, ...]) -> dict[str, Any]:
     stats = pilot.completion
+    share = pilot.truncated_share
     return {
         "requests": pilot.requests,
         "failures": pilot.failures,
         "cost": decimal_str(pilot.cost),
         "providers": dict(pilot.providers),
+        "max_tokens": list(caps),
+        "truncated": pilot.truncated,
+        "truncated_share": {"value": share.value, "low": share.low, "high": share.high},
         "completion_tokens": {
             "mean": stats.mean,
             "mean_low": stats.mean_low,
@@ -401,11 +408,29 @@ def _pilot_dict(pilot: PilotResult) -> dict[str, Any]:
     }
 
 
+def _truncation_words(pilot: PilotResult, caps: tuple[int, ...]) -> str:
+    """What the pilot says of the chosen ``max_tokens``: the share of answers it cuts."""
+    cap = "/".join(f"{c:,}" for c in caps) or "?"
+    share = pilot.truncated_share
+    said = (
+        f"pilot: {pilot.truncated} of {pilot.requests} answers ({share.value:.0%}, 95% CI "
+        f"{share.low:.0%}–{share.high:.0%}) were cut at max_tokens {cap} (finish_reason: "
+        "length)"
+    )
+    if not pilot.truncated:
+        return f"{said}: that cap cuts few or none of the job's answers"
+    return (
+        f"{said}: at that cap the job would cut about {share.value:.0%} of its answers, paid "
+        "for and not whole; raise generation.max_tokens, or re-run the cut ones later with "
+        "run --max-tokens N --redo-truncated (docs/batch.md)"
+    )
+
+
 def _handle(args: argparse.Namespace) -> int:
-    projection, pilot, routes = asyncio.run(_gather(args))
+    projection, pilot, routes, caps = asyncio.run(_gather(args))
     if args.json:
         data = projection.to_dict()
-        data["pilot"] = None if pilot is None else _pilot_dict(pilot)
+        data["pilot"] = None if pilot is None else _pilot_dict(pilot, caps)
         data["routes"] = None if routes is None else routes.to_dict()
         json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -418,6 +443,7 @@ def _handle(args: argparse.Namespace) -> int:
             f"(95% CI {stats.mean_low:.0f}–{stats.mean_high:.0f}, p10 {stats.p10:.0f}, "
             f"p90 {stats.p90:.0f})"
         )
+        print(_truncation_words(pilot, caps))
     render_projection(projection, file=sys.stdout)
     if routes is not None:
         render_routes(routes, file=sys.stdout)

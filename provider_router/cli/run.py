@@ -59,7 +59,7 @@ from provider_router.jobs.observe.drift_view import verification_lines
 from provider_router.jobs.observe.live import ProgressMode, show_progress
 from provider_router.jobs.observe.summary_view import render_summary
 from provider_router.jobs.run import added_budget
-from provider_router.jobs.store._layout import JobLayout
+from provider_router.jobs.store._layout import SET_ASIDE_DIR, JobLayout
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ledger.redis import DEFAULT_LEASE
 from provider_router.planning.plan import (
@@ -184,6 +184,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--strict", action="store_true", help="any bad input line is fatal before spending"
+    )
+    parser.add_argument(
+        "--redo-truncated",
+        action="store_true",
+        help="send again the answers cut at a max_tokens below this run's (finish_reason "
+        "length), and only those besides prompts never done: they are moved out of the "
+        "outputs first, kept in DIR/set_aside/truncated/ (give a larger --max-tokens; "
+        "docs/batch.md)",
     )
     parser.add_argument(
         "--progress",
@@ -393,6 +401,11 @@ def _handle(args: argparse.Namespace) -> int:
     # The library checks the rest before --out is made (jobs/inputs.py): what it
     # refuses (JobRefused) is a usage error, exit 2, as these are.
     if args.ray is not None:
+        if args.redo_truncated:
+            raise UsageError(
+                "--redo-truncated runs on one machine (it sends again only the answers cut at "
+                "max_tokens): run it without --ray"
+            )
         return _handle_ray(args, plan)
     console = make_console(sys.stderr)
     metrics = None if args.metrics_port is None else Metrics()
@@ -417,6 +430,7 @@ def _handle(args: argparse.Namespace) -> int:
             ),
             metrics=metrics,
             add_inputs=args.add_inputs,
+            redo_truncated=args.redo_truncated,
             hooks=RunHooks(
                 on_start=lambda: _serve_metrics(args, metrics),
                 on_batch_line=None if args.progress == "off" else _say,
@@ -435,7 +449,7 @@ def _handle(args: argparse.Namespace) -> int:
     if last is not None:
         note_exit_code(JobLayout(Path(args.out)).summary)
     if outcome.summary is not None:
-        _report(args, outcome.summary, make_console())
+        _report(args, outcome.summary, make_console(), plan)
     return exit_code(outcome.reason)
 
 
@@ -515,8 +529,9 @@ def _preflight_failed(exc: PreflightFailed) -> int:
     return 1
 
 
-def _report(args: argparse.Namespace, summary: RunSummary, out: Console) -> None:
-    """The end of a run: counted events, the tables, the hints."""
+def _report(args: argparse.Namespace, summary: RunSummary, out: Console, plan: Plan | None) -> None:
+    """The end of a run: counted events, the tables, the hints (``plan``: None on Ray,
+    where ``--redo-truncated`` does not run)."""
     # Counted events first (one line per kind), then the tables and the hints.
     report_events()
     render_summary(summary, out)
@@ -528,7 +543,24 @@ def _report(args: argparse.Namespace, summary: RunSummary, out: Console) -> None
             print(line, file=sys.stderr)
     if summary.reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
         print(f"To resume: {resume_command(args.argv, summary.budget_to_resume)}", file=sys.stderr)
+    if summary.truncated:
+        print(_redo_hint(args, summary, plan), file=sys.stderr)
     print(f"Summary: {JobLayout(Path(args.out)).summary}", file=sys.stderr)
+
+
+def _redo_hint(args: argparse.Namespace, summary: RunSummary, plan: Plan | None) -> str:
+    """How to send the cut answers again with a larger cap, and only them."""
+    what = f"To send the {summary.truncated:,} cut answers again with a larger cap"
+    if plan is None:
+        return f"{what}: run the plan without --ray, with --max-tokens N --redo-truncated"
+    cap = 2 * max(plan.params_for(d).max_tokens or 0 for d in plan.datasets)
+    again = [a for a in args.argv if a != "--redo-truncated"]
+    again = [*_with_option(again, "--max-tokens", str(cap)), "--redo-truncated"]
+    kept = Path(args.out) / SET_ASIDE_DIR
+    return (
+        f"{what} (the others are kept and not paid again; the cut ones move to {kept}): "
+        f"{shlex.join(['provider-router', *again])}"
+    )
 
 
 def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
@@ -542,7 +574,13 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
             "--verify measures the providers of the sync route before a run on one machine; "
             "with --ray or a batch-route dataset run provider-router verify first instead"
         )
-    check_run(plan, args.out, verify_every=args.verify_every, add_inputs=args.add_inputs)
+    check_run(
+        plan,
+        args.out,
+        verify_every=args.verify_every,
+        add_inputs=args.add_inputs,
+        redo_truncated=args.redo_truncated,
+    )
     if plan.ledger is None:
         raise UsageError(
             "--ray needs a Redis ledger: --ledger redis://host:6379/0 --ledger-name NAME "
@@ -583,7 +621,7 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
         if metrics is not None:
             metrics.close()
     note_exit_code(JobLayout(Path(args.out)).summary)
-    _report(args, summary, make_console())
+    _report(args, summary, make_console(), None)
     return exit_code(summary.reason)
 
 

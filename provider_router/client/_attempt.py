@@ -30,7 +30,7 @@ from provider_router.client._billing import unallowed_reason
 from provider_router.client._completion import Completion, parse_completion
 from provider_router.client._request import PreparedRequest, encode_json
 from provider_router.client.affinity import blames_pin
-from provider_router.client.streaming import read_stream
+from provider_router.client.streaming import not_a_stream, read_stream
 from provider_router.routing.route_plan import cache_saving
 
 if TYPE_CHECKING:
@@ -229,6 +229,9 @@ class AttemptMixin:
             if generation_id:
                 generation_id = scrub(generation_id)  # it goes to the ledger and logs
                 await self._billing.attach(request, reservation, generation_id)
+            content_type = response.headers.get("content-type", "")
+            if content_type and "text/event-stream" not in content_type.lower():
+                return await not_a_stream(response, content_type)
             return await read_stream(
                 response,
                 request,
@@ -295,6 +298,7 @@ class AttemptMixin:
                 output_tokens=usage.completion_tokens if usage else 0,
                 cost=charged.cost,
                 latency=latency,
+                finish_reason=completion.finish_reason,
             )
         if log.isEnabledFor(DEBUG):
             self._log_done(request, charged, latency, quarantined)

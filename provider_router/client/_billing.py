@@ -39,7 +39,12 @@ from provider_router._log import get_logger
 from provider_router._money import from_units, reported_cost
 from provider_router._types import Clock, Sleep
 from provider_router.client._completion import Completion
-from provider_router.client._cost_check import CostVerdict, check_cost
+from provider_router.client._cost_check import (
+    LOW_COST_SHARE,
+    CostVerdict,
+    check_cost,
+    check_low_cost,
+)
 from provider_router.client._request import PreparedRequest
 from provider_router.client.results import ChatResult, chat_result
 from provider_router.client.retry import sleep_unless_stopping
@@ -308,6 +313,13 @@ class Billing:
         if cost < _ZERO or cost > basis * self.sanity_factor:
             verdict = await self._check(request.key, cost, basis, generation_id)
             cost, disputed, confirmed = verdict.booked, verdict.disputed, verdict.disputed is None
+        elif (
+            estimate is not None
+            and cost < estimate * LOW_COST_SHARE  # too_low, inlined
+            and completion.error is None  # an error finish is free: zero-completion insurance
+        ):
+            verdict = await self._check_low(request.key, cost, estimate, basis, generation_id)
+            cost, disputed = verdict.booked, verdict.disputed
         if request.on_paid is not None and (completion.error is None or cost > _ZERO):
             # A charged error finish too (a billed partial answer, retried after this):
             # what was paid for is handed over, with ``finish_reason="error"``.
@@ -413,6 +425,47 @@ class Billing:
             )
         if self.halted is None:
             self.halted = verdict.reason
+        return verdict
+
+    async def _check_low(
+        self,
+        key: str,
+        reported: Decimal,
+        estimate: Decimal,
+        held: Decimal,
+        generation_id: str | None,
+    ) -> CostVerdict:
+        """Ask OpenRouter's records about a cost far below its tokens' price; what is
+        booked is never below what was charged, so nothing halts."""
+        verdict = await check_low_cost(
+            reported,
+            estimate,
+            held,
+            key=key,
+            generation_id=generation_id,
+            generation_cost=self.generation_cost,
+        )
+        if verdict.disputed is not None:
+            self.disputes.append(verdict)
+            log.error(
+                "route.cost_disputed",
+                model=self.model,
+                key=key,
+                generation_id=generation_id,
+                reported=str(verdict.disputed),
+                record=None if verdict.record is None else str(verdict.record),
+                booked=str(verdict.booked),
+            )
+        else:
+            log.warning(
+                "route.cost_anomaly",
+                model=self.model,
+                key=key,
+                generation_id=generation_id,
+                cost=str(reported),
+                estimate=str(estimate),
+                confirmed=True,
+            )
         return verdict
 
     async def close_failed(

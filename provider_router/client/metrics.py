@@ -136,6 +136,15 @@ class Metrics:
         self.cost = prom.Counter(
             "cost_usd", "USD charged for answers (usage.cost)", ["provider"], **kw
         )
+        self.truncated = prom.Counter(
+            "truncated",
+            "Answers cut at max_tokens (finish_reason length): paid for, not whole",
+            ["provider"],
+            **kw,
+        )
+        self.truncated_cost = prom.Counter(
+            "truncated_cost_usd", "USD charged for answers cut at max_tokens", ["provider"], **kw
+        )
         self.latency = prom.Histogram(
             "request_latency_seconds",
             "Whole-request latency, retries included",
@@ -266,8 +275,10 @@ class Metrics:
         output_tokens: int,
         cost: Decimal | None,
         latency: float,
+        finish_reason: str | None = None,
     ) -> None:
-        """A request finished with an answer."""
+        """A request finished with an answer (``finish_reason: length``: cut at
+        ``max_tokens``, counted apart too)."""
         name = provider or _NO_PROVIDER
         self.requests.labels(name, "quarantined" if quarantined else "success").inc()
         if attempts > 1:
@@ -276,6 +287,10 @@ class Metrics:
         self.output_tokens.labels(name).inc(output_tokens)
         if cost is not None:
             self.cost.labels(name).inc(float(cost))
+        if finish_reason == "length":
+            self.truncated.labels(name).inc()
+            if cost is not None:
+                self.truncated_cost.labels(name).inc(float(cost))
         self.latency.labels(name).observe(latency)
 
     def failed(self, exc: BaseException, attempts: int) -> None:

@@ -21,12 +21,12 @@ from provider_router._http.sse import DONE
 from provider_router._money import pin_exact_cost
 from provider_router._resource import AsyncResource
 from provider_router.client._billing import Billing
-from provider_router.client._completion import Completion, StreamAccumulator
+from provider_router.client._completion import Completion, StreamAccumulator, parse_completion
 from provider_router.client._request import PreparedRequest
 from provider_router.client.results import ChatResult, StreamDelta
 from provider_router.ledger import Reservation
 
-__all__ = ["DEADLINE_FINISH", "ChatStream", "read_stream"]
+__all__ = ["DEADLINE_FINISH", "ChatStream", "not_a_stream", "read_stream"]
 
 DEADLINE_FINISH: Final = "deadline"
 """The ``finish_reason`` of a stream cut by its deadline while still delivering tokens."""
@@ -102,6 +102,28 @@ async def read_stream(
     if not done and completion.error is None and not _paid_and_whole(completion):
         raise APIConnectionError("the stream ended before its [DONE] event")
     return completion
+
+
+async def not_a_stream(response: _http.PostResponse, content_type: str) -> Completion:
+    """A streaming request answered 200 with ``content_type``, not ``text/event-stream``.
+
+    A whole JSON chat completion (a server that ignored ``stream: true``) is the answer:
+    it was paid for, and sending it again would pay twice. Anything else (an HTML page
+    from a proxy, plain text) fails as :class:`InvalidResponseError` saying what came:
+    its type and first bytes. The request was sent, so it stays held until OpenRouter's
+    records price it.
+
+    Raises:
+        InvalidResponseError: the body is not a chat completion.
+        APIConnectionError: the body was cut.
+    """
+    try:
+        return parse_completion(await response.json(expect="a chat completion"))
+    except InvalidResponseError as exc:
+        raise InvalidResponseError(
+            f"a streaming request was answered 200 with {content_type}, not an event "
+            f"stream (text/event-stream), nor a chat completion: {exc}"
+        ) from exc
 
 
 def _paid_and_whole(completion: Completion) -> bool:

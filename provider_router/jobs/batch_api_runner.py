@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from provider_router._constants import ENV_API_KEY
-from provider_router._exceptions import ConfigurationError
+from provider_router._exceptions import ConfigurationError, JobRefused
 from provider_router._http.session import HttpClient
 from provider_router.catalog.fetch import Catalog
 from provider_router.client.metrics import Metrics
@@ -27,6 +27,7 @@ from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api.route import BatchRouteResult, BatchRouteRun
 from provider_router.jobs.events import RunObserver
 from provider_router.jobs.identity import check_identity
+from provider_router.jobs.redo import redo_truncated as set_aside_truncated
 from provider_router.jobs.revisions import revise_plan
 from provider_router.jobs.snapshots import BatchSampled
 from provider_router.jobs.store._layout import NOT_IN_INPUTS_FILE, JobLayout
@@ -61,8 +62,9 @@ async def batch_datasets(plan: Plan, *, base_url: str | None = None) -> PlanBatc
     """Which datasets take the batch route.
 
     Raises:
-        ConfigurationError: a dataset asks for ``batch`` and the model has no batch
-            endpoint the plan's policy allows (the message says why).
+        JobRefused: a dataset asks for ``batch`` and the model has no batch endpoint the
+            plan's policy allows (the message names the plan file and line, and why;
+            nothing is sent).
     """
     asking = [d for d in plan.datasets if d.route != "sync"]
     if not asking:
@@ -80,8 +82,12 @@ async def batch_datasets(plan: Plan, *, base_url: str | None = None) -> PlanBatc
     for dataset in asking:
         if not route.available:
             if dataset.route == "batch":
-                raise ConfigurationError(
-                    f"dataset {dataset.name!r} asks for route batch, but {route.reason}"
+                where = plan.where(dataset.name, "route")
+                raise JobRefused(
+                    ("" if where is None else f"{where}: ")
+                    + f"dataset {dataset.name!r} asks for route: batch, but {route.reason}. "
+                    "Give it route: sync, or route: auto (batch only where the policy allows "
+                    "a batch endpoint); nothing was sent"
                 )
             continue
         deadline = dataset.deadline_hours
@@ -111,6 +117,7 @@ async def run_plan_batches(
     api_factory: Callable[[HttpClient], BatchApi] = BatchApi,
     metrics: Metrics | None = None,
     observers: Sequence[RunObserver] = (),
+    redo_truncated: bool = False,
     **options: Any,
 ) -> BatchRouteResult:
     """Run the batch-route datasets of ``plan`` into ``out`` (``options``: see BatchRouteRun;
@@ -118,7 +125,9 @@ async def run_plan_batches(
 
     ``observers`` watch the route (:class:`~provider_router.jobs.snapshots.BatchSampled`)
     from its start to its last collect, and are told after each round of polls, so a
-    collect's spend shows at once; none by default.
+    collect's spend shows at once; none by default. ``redo_truncated``: first move the
+    answers of every dataset of ``plan`` cut at a ``max_tokens`` below the plan's out of
+    the outputs, so they are sent again (:mod:`provider_router.jobs.redo`).
     :func:`~provider_router.jobs.observe.standard.standard_observers` (what
     :func:`~provider_router.jobs.run.run_plan` passes) sample the ledger into
     ``DIR/timeline.ndjson`` and ``metrics`` every interval and after each round."""
@@ -137,7 +146,7 @@ async def run_plan_batches(
     journal = FileJournal.read(directory)
     try:
         # Refused before the journal begins, if this run would change what the job answers.
-        identity = check_identity(plan, directory, add_inputs=True)
+        identity = check_identity(plan, directory, add_inputs=True, redo_truncated=redo_truncated)
         journal.begin()
     except BaseException:
         journal.close("refused")
@@ -146,6 +155,7 @@ async def run_plan_batches(
         ledger = await open_job_ledger(JobLayout(directory).ledger, plan.budget, journal, None)
         try:
             notes = identity.write(directory)
+            moved = set_aside_truncated(journal, plan, directory) if redo_truncated else []
             key = api_key or os.environ.get(ENV_API_KEY)
             async with HttpClient(base_url, key) as http:
                 runner = BatchRouteRun(
@@ -159,6 +169,7 @@ async def run_plan_batches(
                     limits={d.name: (d.target_output_tokens, d.max_requests) for d in chosen},
                     **options,
                 )
+                runner.result.events += moved
                 prompts: dict[str, list[Prompt]] = {
                     d.name: list(PromptReader(list(d.inputs))) for d in chosen
                 }

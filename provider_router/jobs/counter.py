@@ -32,6 +32,10 @@ class Counter:
     failures_by_kind: dict[str, int] = field(default_factory=dict)
     first_start: float | None = None
     last_end: float | None = None
+    truncated: int = 0
+    """Answers cut at ``max_tokens`` (``finish_reason: length``): in ``requests``."""
+    truncated_cost: Decimal = Decimal(0)
+    """What they cost (in ``cost``)."""
 
     def started(self, now: float) -> None:
         """Note a request start at wall-clock ``now``."""
@@ -65,6 +69,8 @@ class Counter:
             "reasoning_tokens": self.reasoning_tokens,
             "cost": decimal_str(self.cost),
             "usd_per_million_output": None if rate is None else decimal_str(rate),
+            "truncated": self.truncated,
+            "truncated_cost": decimal_str(self.truncated_cost),
             "failures": self.failures,
             "failures_by_kind": dict(sorted(self.failures_by_kind.items())),
             "retries": self.retries,

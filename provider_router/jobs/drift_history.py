@@ -21,6 +21,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
+from provider_router import _shape
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str
 from provider_router.catalog.verdicts import EndpointVerdict, VerificationReport
@@ -230,14 +231,24 @@ class DriftHistory:
             history.failed = dict.fromkeys(history.report.failed, -1)
             return history
         try:
+            drift = _shape.obj(drift, "drift")
             if drift.get("version") != HISTORY_VERSION:
                 raise ValueError(f"version {drift.get('version')!r}, expected {HISTORY_VERSION}")
-            history.checks = [DriftCheck.from_json(c) for c in drift["checks"]]
-            history.last_pass = {str(k): int(v) for k, v in drift.get("last_pass", {}).items()}
-            history.failed = {str(k): int(v) for k, v in drift.get("failed", {}).items()}
+            checks = _shape.items(_shape.member(drift, "checks", "drift"), "drift.checks")
+            history.checks = [
+                DriftCheck.from_json(_shape.obj(c, f"drift.checks[{i}]"))
+                for i, c in enumerate(checks)
+            ]
+            history.last_pass = _numbers(drift.get("last_pass", {}), "drift.last_pass")
+            history.failed = _numbers(drift.get("failed", {}), "drift.failed")
         except (AttributeError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise ConfigurationError(f"{path}: its drift history is damaged: {exc}") from None
         return history
+
+
+def _numbers(raw: object, where: str) -> dict[str, int]:
+    """A ``{tag: check number}`` object of the history."""
+    return {str(k): _shape.integer(v, f"{where}[{k!r}]") for k, v in _shape.obj(raw, where).items()}
 
 
 def flag_rows(path: Path, size: int, since: Mapping[str, int]) -> int:

@@ -162,7 +162,14 @@ class _Difference:
         return f"{key} unset" if self.job is None else f"{key}: {_show(self.job)}"
 
 
-def _differences(job: JobManifest, run: JobManifest, outputs: set[str]) -> list[_Difference]:
+def _larger_cap(key: str, job: Any, run: Any) -> bool:
+    """Whether ``run`` raises the ``max_tokens`` cap ``job`` had (``--redo-truncated``)."""
+    return key == "max_tokens" and isinstance(job, int) and isinstance(run, int) and run > job
+
+
+def _differences(
+    job: JobManifest, run: JobManifest, outputs: set[str], *, cap_may_grow: bool = False
+) -> list[_Difference]:
     found: list[_Difference] = []
     if outputs and job.model != run.model:
         found.append(_Difference(("model",), job.model, run.model))
@@ -177,7 +184,8 @@ def _differences(job: JobManifest, run: JobManifest, outputs: set[str]) -> list[
         if had.route != dataset.route:
             found.append(_Difference(("route",), had.route, dataset.route, name))
         for key in sorted(set(had.generation) | set(dataset.generation)):
-            if had.generation.get(key) != dataset.generation.get(key):
+            before, now = had.generation.get(key), dataset.generation.get(key)
+            if before != now and not (cap_may_grow and _larger_cap(key, before, now)):
                 found.append(
                     _Difference(
                         ("generation", key),
@@ -187,6 +195,22 @@ def _differences(job: JobManifest, run: JobManifest, outputs: set[str]) -> list[
                     )
                 )
     return found
+
+
+def _check_cap_grows(job: JobManifest, run: JobManifest, outputs: set[str]) -> None:
+    """``--redo-truncated`` with a cap no larger than a dataset's: refused, said plainly."""
+    for name, dataset in run.datasets.items():
+        had = job.datasets.get(name)
+        if had is None or name not in outputs:
+            continue
+        before, now = had.generation.get("max_tokens"), dataset.generation.get("max_tokens")
+        if isinstance(before, int) and isinstance(now, int) and now <= before:
+            raise JobRefused(
+                f"--redo-truncated sends the answers of dataset {name} cut at its "
+                f"max_tokens {before:,} again with a larger cap; this run's {now:,} is not "
+                f"larger: they would be cut again. Give a larger --max-tokens, e.g. "
+                f"--max-tokens {2 * before}; nothing was sent"
+            )
 
 
 def _files(paths: Iterable[str]) -> str:
@@ -209,8 +233,13 @@ def _new_inputs(job: JobManifest, run: JobManifest) -> list[str]:
     return said
 
 
-def check_identity(plan: Plan, out: str | Path, *, add_inputs: bool = False) -> IdentityCheck:
+def check_identity(
+    plan: Plan, out: str | Path, *, add_inputs: bool = False, redo_truncated: bool = False
+) -> IdentityCheck:
     """Compare ``plan`` with the job in ``out`` before anything is sent (module docstring).
+    ``redo_truncated``: a larger ``max_tokens`` is allowed (the answers cut at the job's
+    cap are sent again with it: :mod:`provider_router.jobs.redo`; the others stand, an
+    answer that ended on its own being one a larger cap also allows).
 
     Raises:
         JobRefused: the run would change what the job's outputs answer (its model, policy,
@@ -227,13 +256,22 @@ def check_identity(plan: Plan, out: str | Path, *, add_inputs: bool = False) -> 
     outputs = _with_outputs(layout, names)
     if job is None:
         return _adopt(layout, run, outputs)
-    differences = _differences(job, run, outputs)
+    if redo_truncated:
+        _check_cap_grows(job, run, outputs)
+    differences = _differences(job, run, outputs, cap_may_grow=redo_truncated)
     if differences:
+        raised = any(_larger_cap(d.where[-1], d.job, d.run) for d in differences)
+        redo = (
+            " (to send again only the answers cut at the job's max_tokens, with the larger "
+            "one, add --redo-truncated)"
+            if raised
+            else ""
+        )
         raise JobRefused(
             f"{layout.out} holds a job with outputs, and this run would change what they "
             f"answer: {'; '.join(d.said() for d in differences)}. Run it with the job's "
-            f"values ({', '.join(d.way_back() for d in differences)}), or give this run "
-            "another --out for a new job; nothing was sent"
+            f"values ({', '.join(d.way_back() for d in differences)}){redo}, or give this "
+            "run another --out for a new job; nothing was sent"
         )
     sentences = []
     added = _new_inputs(job, run)
@@ -279,11 +317,14 @@ def _adopt(layout: JobLayout, run: JobManifest, outputs: set[str]) -> IdentityCh
     )
 
 
-def settle_identity(plan: Plan, out: str | Path, *, add_inputs: bool = True) -> list[str]:
+def settle_identity(
+    plan: Plan, out: str | Path, *, add_inputs: bool = True, redo_truncated: bool = False
+) -> list[str]:
     """:func:`check_identity`, then write the manifest (call it holding the job directory's
     lock, before anything is sent); what to tell the operator.
 
     Raises:
         JobRefused: as :func:`check_identity`.
     """
-    return check_identity(plan, out, add_inputs=add_inputs).write(out)
+    check = check_identity(plan, out, add_inputs=add_inputs, redo_truncated=redo_truncated)
+    return check.write(out)

@@ -30,12 +30,14 @@ def check_run(
     verify: bool = False,
     verify_every: int | None = None,
     add_inputs: bool = False,
+    redo_truncated: bool = False,
 ) -> None:
     """Everything :func:`~provider_router.jobs.run_plan` checks before it starts, in order:
     the budget, the prompt files, the key (``api_key``, else ``OPENROUTER_API_KEY``), the
     policy, ``verify`` against the plan's routes, ``out`` (made if missing), then the job
     in it (:func:`~provider_router.jobs.identity.check_identity`: ``add_inputs`` lets the
-    run give a job with outputs new prompt files).
+    run give a job with outputs new prompt files, ``redo_truncated`` a larger
+    ``max_tokens``).
 
     Raises:
         JobRefused: what cannot be used, and what to change.
@@ -58,7 +60,7 @@ def check_run(
     if verify_every is not None and not verify:
         raise JobRefused("--verify-every N re-checks the providers of a run with --verify: add it")
     check_out(Path(out))
-    check_identity(plan, out, add_inputs=add_inputs)
+    check_identity(plan, out, add_inputs=add_inputs, redo_truncated=redo_truncated)
 
 
 def check_inputs(plan: Plan) -> None:

@@ -41,7 +41,7 @@ from provider_router.jobs.drift import DriftWatch
 from provider_router.jobs.finish import credits_words
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.journal import Journal
-from provider_router.jobs.store.outputs import encode_record, make_record
+from provider_router.jobs.store.outputs import TRUNCATED_FINISH, encode_record, make_record
 from provider_router.jobs.summary import StopReason
 from provider_router.planning.prompts import Prompt
 
@@ -211,6 +211,7 @@ class Outcomes:
             provider.failed("PolicyViolation", result.attempts - 1)
             provider.cost += cost
             return None
+        truncated = result.finish_reason == TRUNCATED_FINISH
         record = make_record(
             prompt_id=prompt.id,
             dataset=ds.spec.name,
@@ -233,6 +234,7 @@ class Outcomes:
             tool_calls=[call.message() for call in result.tool_calls],
             tools=tools,
             request_digest=ds.digest.of(prompt),
+            max_tokens=ds.max_tokens,
         )
         if self.drift is not None:  # last: a flag is patched in place (jobs/drift.py)
             check, flagged = self.drift.stamp(result.provider, started)
@@ -246,6 +248,7 @@ class Outcomes:
             prompt_tokens=prompt_tokens,
             cost_units=to_units(cost),
             location=prompt.location,
+            truncated=truncated,
         )
         if not self._flush_pending:
             self._flush_pending = True
@@ -258,6 +261,9 @@ class Outcomes:
             counter.reasoning_tokens += reasoning_tokens
             counter.cost += cost
             counter.retries += retries
+            if truncated:
+                counter.truncated += 1
+                counter.truncated_cost += cost
         return output_tokens
 
     def _flush(self, journal: Journal) -> None:

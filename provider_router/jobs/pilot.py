@@ -22,7 +22,7 @@ from provider_router.jobs.events import RunObserver
 from provider_router.jobs.inputs import check_run
 from provider_router.jobs.runner import JobRunner
 from provider_router.jobs.store._layout import JobLayout
-from provider_router.jobs.store.outputs import read_outputs
+from provider_router.jobs.store.outputs import TRUNCATED_FINISH, read_outputs
 from provider_router.jobs.summary import RunSummary
 from provider_router.planning.plan import Plan
 from provider_router.planning.workload_stats import PilotResult, pilot_result, sample_prompts
@@ -80,6 +80,7 @@ async def pilot_into_job(
     usages: list[Usage] = []
     providers: dict[str, int] = {}
     cost = Decimal(0)
+    truncated = 0
     for name, ids in only.items():
         path = JobLayout(out).output(name)
         if not path.exists():
@@ -94,10 +95,16 @@ async def pilot_into_job(
             provider = record["provider"] or "unknown"
             providers[provider] = providers.get(provider, 0) + 1
             cost += Decimal(record["cost"])
+            truncated += record.get("finish_reason") == TRUNCATED_FINISH
     sent = sum(len(ids) for ids in only.values())
     try:
         result = pilot_result(
-            usages, providers, cost, max(sent - len(usages), 0), confidence=confidence
+            usages,
+            providers,
+            cost,
+            max(sent - len(usages), 0),
+            confidence=confidence,
+            truncated=truncated,
         )
     except ConfigurationError as exc:
         raise ConfigurationError(f"{_why_failed(summary)}{exc}") from None

@@ -4,7 +4,8 @@ Each output row carries the digest of the request it answers (``request_digest``
 dataset's input files are not the ones its outputs were last checked against (the
 journal's ``checked`` entry), every prompt is read before anything is sent and each done
 one's row checked against the request it would be sent as now: a row that answers
-another is moved aside (``DIR/moved_aside.jsonl``, kept) and its prompt sent as new; a
+another is set aside (``DIR/set_aside/<why>/<dataset>.jsonl``, kept) and its prompt sent
+as new; a
 done id no longer in the inputs is counted and said (its row stays). A row from before
 digests is checked by what it records: its model, messages and tools (a line's own
 ``tool_choice`` is not in it: such a row stands only if the journal shows it done under
@@ -25,7 +26,8 @@ from typing import Any, Final
 from provider_router._money import from_units
 from provider_router._types import Message
 from provider_router.jobs.datasets import input_fingerprint
-from provider_router.jobs.store._layout import MOVED_ASIDE_FILE, JobLayout
+from provider_router.jobs.store._layout import SET_ASIDE_DIR, JobLayout
+from provider_router.jobs.store.aside import rows_of
 from provider_router.jobs.store.digest import RequestDigest, request_fields
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.planning.plan import Plan
@@ -41,8 +43,14 @@ __all__ = [
     "revise_plan",
 ]
 
-CHANGED: Final = "its prompt changed under its id"
-OTHER_MODEL: Final = "it answers another model than the job's"
+CHANGED: Final = "edited"
+"""Why a row is set aside when its prompt changed under its id (its folder's name)."""
+OTHER_MODEL: Final = "other_model"
+"""Why a row from before digests is set aside when it answers another model."""
+_SAID: Final = {
+    CHANGED: "their prompt changed under its id",
+    OTHER_MODEL: "they answer another model than the job's",
+}
 _IDS_NAMED: Final = 5
 # The head of a record as `make_record` writes it: its id, dataset and digest come first.
 _HEAD: Final = re.compile(
@@ -165,11 +173,12 @@ class Revision:
         count = sum(len(ids) for ids in self.moved.values())
         if count:
             whys = "; ".join(
-                f"{len(ids)} because {why} ({_named(ids)})" for why, ids in self.moved.items()
+                f"{len(ids)} because {_SAID[why]} ({_named(ids)})"
+                for why, ids in self.moved.items()
             )
             lines.append(
                 f"{count} answers of dataset {self.dataset} no longer answer its inputs ({whys}): "
-                f"they were moved to {MOVED_ASIDE_FILE} (${self.moved_cost}, paid before, kept) "
+                f"they were set aside in {SET_ASIDE_DIR}/ (${self.moved_cost}, paid before, kept) "
                 "and their prompts are sent again"
             )
         if self.gone:
@@ -242,9 +251,8 @@ def revise_dataset(
                 revision.moved.setdefault(why, []).append(prompt.id)
         revision.gone = sorted(done - seen)
         for why, ids in revision.moved.items():
-            moved = journal.move_aside(dataset, ids, why)
-            if moved is not None:
-                revision.moved_cost += from_units(sum(moved.cost))
+            moved = journal.set_aside(dataset, rows_of(ids), why=why)
+            revision.moved_cost += from_units(sum(moved.cost))
     journal.record_checked(dataset, fingerprint)
     return revision
 

@@ -198,6 +198,7 @@ async def run_plan(
     metrics: Metrics | None = None,
     hooks: RunHooks | None = None,
     add_inputs: bool = False,
+    redo_truncated: bool = False,
 ) -> RunOutcome:
     """Run ``plan`` into the job directory ``out``, as ``provider-router run`` does.
 
@@ -222,14 +223,19 @@ async def run_plan(
         add_inputs: give a job that has outputs prompt files it does not have yet (a
             new dataset, or other files for one); without it that is refused, as a
             wrong ``out`` most likely (:mod:`provider_router.jobs.identity`).
+        redo_truncated: before anything is sent, move the answers cut at a
+            ``max_tokens`` below the plan's out of the outputs (kept in
+            ``DIR/set_aside/truncated/``), so this run sends them again with the plan's
+            cap (:mod:`provider_router.jobs.redo`; docs/batch.md, "Answers cut at
+            max_tokens"); the job's ``max_tokens`` may then grow.
 
     Raises:
-        JobRefused: something it was given cannot be used (nothing was sent or written),
-            or the run would change what the job's outputs answer (its model, policy, a
-            dataset's route or generation parameters).
+        JobRefused: something it was given cannot be used, e.g. a ``route: batch``
+            dataset without a batch endpoint the policy allows (nothing was sent or
+            written), or the run would change what the job's outputs answer (its model,
+            policy, a dataset's route or generation parameters).
         PreflightFailed: the preflight found what the run relies on missing.
-        ConfigurationError: the plan cannot run as it is (e.g. a ``route: batch``
-            dataset without a batch endpoint the policy allows).
+        ConfigurationError: the plan cannot run as it is.
         ProviderRouterError: the run could not start (e.g. a rejected key).
     """
     hooks = hooks or RunHooks()
@@ -237,12 +243,18 @@ async def run_plan(
     if add_budget is not None:
         plan = plan.with_overrides(budget=await added_budget(plan, out, add_budget))
     check_run(
-        plan, out, api_key=api_key, verify=verify, verify_every=verify_every, add_inputs=add_inputs
+        plan,
+        out,
+        api_key=api_key,
+        verify=verify,
+        verify_every=verify_every,
+        add_inputs=add_inputs,
+        redo_truncated=redo_truncated,
     )
     if hooks.on_start is not None:
         hooks.on_start()
     left, part = await _batch_part(
-        plan, out, api_key, base_url, batch or BatchOptions(), metrics, hooks
+        plan, out, api_key, base_url, batch or BatchOptions(), metrics, hooks, redo_truncated
     )
     if part is not None and hooks.on_batch_done is not None:
         hooks.on_batch_done(part)
@@ -263,6 +275,7 @@ async def run_plan(
             verify=verify,
             verify_every=verify_every,
             observers=standard_observers(),
+            redo_truncated=redo_truncated,
         )
 
     summary = await _sync_part(left, runner, hooks, lease=lease, outage_window=outage_window)
@@ -378,6 +391,7 @@ async def _batch_part(
     options: BatchOptions,
     metrics: Metrics | None,
     hooks: RunHooks,
+    redo_truncated: bool = False,
 ) -> tuple[Plan | None, BatchPart | None]:
     """The plan's Batch API datasets (docs/batch.md, "The Batch API route"): the plan
     left for the sync route (None: nothing), and what the route did (None: no dataset
@@ -404,6 +418,7 @@ async def _batch_part(
         metrics=metrics,
         observers=standard_observers(),
         progress=watch.reporter(hooks.on_batch_line, metrics),
+        redo_truncated=redo_truncated,
     )
     # summary.json and report.html of the batch route (a sync part replaces them)
     summary = await write_batch_summary(

@@ -39,6 +39,7 @@ from provider_router.jobs.drift_history import DriftHistory
 from provider_router.jobs.events import RunObserver
 from provider_router.jobs.identity import IdentityCheck, check_identity
 from provider_router.jobs.outcomes import Outcomes
+from provider_router.jobs.redo import redo_truncated
 from provider_router.jobs.revisions import revise_plan
 from provider_router.jobs.snapshots import (
     DatasetProgress,
@@ -105,6 +106,10 @@ class JobRunner:
         only: send just these prompt ids of each dataset (a pilot:
             :func:`provider_router.jobs.pilot.pilot_into_job`): their spend is the
             job's, their answers its first results; a later run sends the rest.
+        redo_truncated: before anything is sent, move the answers cut at a
+            ``max_tokens`` below the plan's out of the outputs (kept in
+            ``set_aside/truncated/``), so this run sends them again with the plan's cap
+            (:mod:`provider_router.jobs.redo`; ``run --redo-truncated``).
 
     Besides the outputs, a run writes ``summary.json``; its observers write the rest
     (:func:`~provider_router.jobs.run.run_plan` gives it the standard ones, and runs the
@@ -136,10 +141,12 @@ class JobRunner:
         only: Mapping[str, Collection[str]] | None = None,
         verify: bool = False,
         verify_every: int | None = None,
+        redo_truncated: bool = False,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
         self._only = only
+        self.redo_truncated = redo_truncated
         self.plan = plan
         self.budget: Decimal = plan.budget
         self.out = Path(out)
@@ -235,7 +242,9 @@ class JobRunner:
         try:
             # What the job is, refused if this run would change what its outputs answer
             # (written once the journal begins).
-            self._identity = check_identity(self.plan, self.out, add_inputs=True)
+            self._identity = check_identity(
+                self.plan, self.out, add_inputs=True, redo_truncated=self.redo_truncated
+            )
             # A damaged verify.json is refused before the journal begins (it keeps exclusions).
             self._history = await asyncio.to_thread(DriftHistory.load, self.layout.verify)
             gone = journal.excluded - set(self._history.failed)
@@ -277,6 +286,8 @@ class JobRunner:
                 self._recovered += self._identity.write(self.out)
             self._recovered += journal_repairs(journal)
             journal.prepare(names)
+            if self.redo_truncated:
+                self._recovered += redo_truncated(journal, self.plan, self.out)
             self._outcomes.ledger_name = str(getattr(ledger, "path", None) or ledger)
             self._recovered += await apply_budget(ledger, self.budget, self.journal)
         except BaseException:

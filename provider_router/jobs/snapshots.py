@@ -51,6 +51,8 @@ class DatasetProgress:
         cost: USD of its completions over every run.
         run: this run's counter.
         finished: nothing more will be sent for it.
+        truncated: completions cut at ``max_tokens`` over every run (in ``completed``).
+        truncated_cost: what they cost (USD, in ``cost``).
     """
 
     name: str
@@ -62,6 +64,8 @@ class DatasetProgress:
     cost: Decimal
     run: Counter
     finished: bool
+    truncated: int = 0
+    truncated_cost: Decimal = Decimal(0)
 
     @property
     def request_cap(self) -> int | None:
@@ -119,6 +123,8 @@ def progress_snapshot(
                 cost=from_units(tally.cost_units),
                 run=ds.counter,
                 finished=ds.done() or (ds.exhausted and ds.inflight == 0),
+                truncated=tally.truncated,
+                truncated_cost=from_units(tally.truncated_units),
             )
         )
     errors = rate_limited = 0
@@ -172,6 +178,10 @@ def summarize(
                 bad_lines=ds.reader.bad_lines,
                 lost=ds.tally.lost,
                 run=ds.counter,
+                truncated=ds.tally.truncated,
+                truncated_cost=from_units(ds.tally.truncated_units),
+                set_aside=ds.tally.set_aside,
+                set_aside_cost=from_units(ds.tally.set_aside_units),
             )
         )
     each, to_finish = plan_to_finish(reports)
@@ -282,6 +292,8 @@ class BatchSampled:
                     cost=from_units(tally.cost_units),
                     run=Counter(),
                     finished=not in_flight and total is not None and tally.completed >= total,
+                    truncated=tally.truncated,
+                    truncated_cost=from_units(tally.truncated_units),
                 )
             )
         return RunProgress(

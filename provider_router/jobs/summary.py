@@ -15,12 +15,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from provider_router._format import decimal_str
+from provider_router._format import decimal_str, format_usd
 from provider_router._money import from_units
 from provider_router.client._cost_check import ACTIVITY_URL
 from provider_router.jobs.counter import Counter
 
-__all__ = ["DatasetReport", "RunSummary", "StopReason", "disputed_line"]
+__all__ = ["DatasetReport", "RunSummary", "StopReason", "disputed_line", "truncation_line"]
 
 
 class StopReason(StrEnum):
@@ -64,6 +64,13 @@ class DatasetReport:
         lost: requests found lost after a crash (all runs).
         run: what this run did.
         to_finish: USD needed to finish it at observed rates (None: unknown).
+        truncated: completions cut at ``max_tokens`` (``finish_reason: length``), over
+            every run: in ``completed`` and the outputs, paid for, not whole answers.
+        truncated_cost: what they cost (USD, in ``cost``).
+        set_aside: completions moved out of the outputs, over every run (kept in
+            ``DIR/set_aside/<why>/``: cut ones by ``run --redo-truncated``, answers to a
+            prompt edited under its id); their prompts ran again.
+        set_aside_cost: what they cost (USD: spent, in no dataset's ``cost``).
     """
 
     name: str
@@ -77,6 +84,10 @@ class DatasetReport:
     lost: int
     run: Counter
     to_finish: Decimal | None = None
+    truncated: int = 0
+    truncated_cost: Decimal = Decimal(0)
+    set_aside: int = 0
+    set_aside_cost: Decimal = Decimal(0)
 
     @property
     def finished(self) -> bool:
@@ -108,6 +119,10 @@ class DatasetReport:
             "finished": self.finished,
             "bad_lines": self.bad_lines,
             "lost_in_crashes": self.lost,
+            "truncated": self.truncated,
+            "truncated_cost_usd": decimal_str(self.truncated_cost),
+            "set_aside": self.set_aside,
+            "set_aside_cost_usd": decimal_str(self.set_aside_cost),
             "to_finish_usd": _str(self.to_finish),
             "this_run": self.run.to_json(),
         }
@@ -172,6 +187,16 @@ class RunSummary:
     verification: dict[str, Any] | None = None
 
     @property
+    def truncated(self) -> int:
+        """Completions cut at ``max_tokens``, over every run (every dataset's)."""
+        return sum(d.truncated for d in self.datasets)
+
+    @property
+    def truncated_cost(self) -> Decimal:
+        """What they cost (USD)."""
+        return sum((d.truncated_cost for d in self.datasets), Decimal(0))
+
+    @property
     def budget_to_resume(self) -> Decimal | None:
         """After a budget stop, the budget that finishes the plan when it is above this
         run's (None: running again with the same budget will do)."""
@@ -194,6 +219,8 @@ class RunSummary:
             "budget_to_finish_usd": _str(self.budget_to_finish),
             "in_flight": self.in_flight,
             "waiting_for_budget": self.waiting_for_budget,
+            "truncated": self.truncated,
+            "truncated_cost_usd": decimal_str(self.truncated_cost),
             "wall_time_s": round(self.wall_time, 3),
             "datasets": {d.name: d.to_json() for d in self.datasets},
             "providers": {
@@ -222,4 +249,19 @@ def disputed_line(entry: Mapping[str, Any]) -> str:
         f"{entry.get('key')} (generation {gen}): the answer's usage.cost "
         f"${entry.get('reported')} was not booked; ${decimal_str(booked)} (its worst "
         f"case) was: check generation {gen} at {ACTIVITY_URL}"
+    )
+
+
+def truncation_line(answers: int, truncated: int, cost: Decimal, truncated_cost: Decimal) -> str:
+    """The sentence every view says about answers cut at ``max_tokens`` ("" when none).
+
+    ``answers`` and ``cost``: every completion of the job and what they cost.
+    """
+    if not truncated:
+        return ""
+    share = f" ({truncated / answers:.0%})" if answers else ""
+    return (
+        f"{truncated:,} of {answers:,} answers{share} were cut at max_tokens "
+        f"(finish_reason: length): {format_usd(truncated_cost)} of the {format_usd(cost)} "
+        "they cost; they are in the outputs (export skips them)"
     )

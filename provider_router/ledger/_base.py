@@ -147,12 +147,15 @@ class RecoveryReport:
         worst_case: reservations counted at their full reserved amount.
         reconciled_cost: the sum charged for the reconciled ones (USD).
         worst_case_cost: the sum charged for the worst-case ones (USD).
+        kept: reservations the caller closes itself (``keep``): taken over (this
+            instance holds them now, their leases renewed) and left open.
     """
 
     reconciled: tuple[Reservation, ...] = ()
     worst_case: tuple[Reservation, ...] = ()
     reconciled_cost: Decimal = Decimal(0)
     worst_case_cost: Decimal = Decimal(0)
+    kept: tuple[Reservation, ...] = ()
 
     __repr__ = readable_repr
 
@@ -223,13 +226,20 @@ class Ledger(Protocol):
         """Every open reservation, of every owner, with its generation id if known."""
         ...
 
-    async def recover(self, resolve: CostResolver | None = None) -> RecoveryReport:
+    async def recover(
+        self,
+        resolve: CostResolver | None = None,
+        *,
+        keep: Callable[[Reservation], bool] | None = None,
+    ) -> RecoveryReport:
         """Close the open reservations of owners that died (crashed runs).
 
         Each is settled at the cost ``resolve`` returns, or, when it returns ``None``
         (or fails, or is not given), counted at its full reserved amount. A late
         settle by an owner that was only slow corrects a worst-case charge to the
-        true cost; nothing is ever counted twice.
+        true cost; nothing is ever counted twice. One that ``keep`` answers True for
+        is the caller's to close (a batch it will collect): it is taken over, its
+        lease renewed from now on, and left open (:attr:`RecoveryReport.kept`).
         """
         ...
 

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import itertools
 import os
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -182,16 +183,25 @@ class DurableLedger(AsyncResource):
         await self._call(b.Op(b.SET_LIMIT, units=units))
         log.info("ledger.set_limit", limit=str(limit))
 
-    async def recover(self, resolve: CostResolver | None = None) -> RecoveryReport:
+    async def recover(
+        self,
+        resolve: CostResolver | None = None,
+        *,
+        keep: Callable[[Reservation], bool] | None = None,
+    ) -> RecoveryReport:
         claim = b.Op(b.CLAIM)
         claim.value = self._clock()
-        orphans: list[Reservation] = await self._call(claim)
-        if not orphans:
+        claimed: list[Reservation] = await self._call(claim)
+        if not claimed:
             return RecoveryReport()
-        for res in orphans:
+        for res in claimed:
             self._batcher.mine[res.id] = None  # not ours from the start: no hold time
         if self._renew_timer is None:
             self._arm_renewal()
+        kept = tuple(res for res in claimed if keep is not None and keep(res))
+        orphans = [res for res in claimed if res not in kept]
+        if not orphans:
+            return RecoveryReport(kept=kept)
         log.warning("ledger.recover", orphans=len(orphans))
         gate = asyncio.Semaphore(_RESOLVE_CONCURRENCY)
 
@@ -221,6 +231,7 @@ class DurableLedger(AsyncResource):
             worst_case=tuple(worst),
             reconciled_cost=from_units(sum(u for _, u in reconciled if u is not None)),
             worst_case_cost=from_units(sum(r.units for r in worst)),
+            kept=kept,
         )
         log.warning(
             "ledger.recovered",

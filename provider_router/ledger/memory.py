@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import itertools
 from collections import deque
+from collections.abc import Callable
 from decimal import Decimal
 
 from provider_router._exceptions import ConfigurationError
@@ -215,7 +216,12 @@ class MemoryLedger(AsyncResource):
             for r in self._open.values()
         ]
 
-    async def recover(self, resolve: CostResolver | None = None) -> RecoveryReport:
+    async def recover(
+        self,
+        resolve: CostResolver | None = None,
+        *,
+        keep: Callable[[Reservation], bool] | None = None,
+    ) -> RecoveryReport:
         # Every open reservation belongs to this live instance: none is orphaned.
         return RecoveryReport()
 

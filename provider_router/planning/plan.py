@@ -24,7 +24,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from provider_router._constants import REDIS_URL_SCHEMES
 from provider_router._exceptions import ConfigurationError, DataFileError
@@ -33,6 +41,7 @@ from provider_router._money import LEDGER_MAX_USD, to_decimal
 __all__ = [
     "DEFAULT_BATCH_CONCURRENCY",
     "DEFAULT_BATCH_MAX_TOKENS",
+    "MAX_CONCURRENCY",
     "DatasetSpec",
     "GenerationParams",
     "Plan",
@@ -44,6 +53,9 @@ DEFAULT_BATCH_CONCURRENCY = 256
 """Requests in flight when neither the plan nor a flag says (the reference job uses 2,000)."""
 DEFAULT_BATCH_MAX_TOKENS = 8192
 """Completion-token cap per request when neither the plan nor a flag says."""
+MAX_CONCURRENCY = 20_000
+"""Requests in flight one process keeps at most: each holds a connection of its own, and
+Linux gives a host about 28,000 ports towards one address (``run --ray`` goes wider)."""
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SHARED_NAME = re.compile(r"^[^{}\s]{1,128}$")
@@ -123,7 +135,7 @@ class DatasetSpec(_Frozen):
     """
 
     name: str
-    inputs: tuple[Path, ...] = Field(min_length=1)
+    inputs: tuple[Path, ...]
     target_output_tokens: int | None = Field(default=None, gt=0)
     max_requests: int | None = Field(default=None, gt=0)
     generation: GenerationParams = GenerationParams()
@@ -141,6 +153,13 @@ class DatasetSpec(_Frozen):
                 raise ValueError("give `input` or `inputs`, not both")
             data["inputs"] = [data.pop("input")]
         return data
+
+    @field_validator("inputs")
+    @classmethod
+    def _some_inputs(cls, value: tuple[Path, ...]) -> tuple[Path, ...]:
+        if not value:
+            raise ValueError("give at least one prompt file (input: FILE or inputs: [FILE, ...])")
+        return value
 
     @field_validator("name")
     @classmethod
@@ -179,11 +198,34 @@ class Plan(_Frozen):
     concurrency: int = Field(default=DEFAULT_BATCH_CONCURRENCY, gt=0)
     policy: dict[str, Any] = Field(default_factory=dict)
     generation: GenerationParams = GenerationParams(max_tokens=DEFAULT_BATCH_MAX_TOKENS)
-    datasets: tuple[DatasetSpec, ...] = Field(min_length=1)
+    datasets: tuple[DatasetSpec, ...]
     ledger: str | None = None
     ledger_name: str | None = None
     cache_affinity: bool = False
     verify_every: int | None = Field(default=None, ge=0)
+    _source: Path | None = PrivateAttr(default=None)
+    _lines: dict[tuple[Any, ...], int] = PrivateAttr(default_factory=dict)
+    _entries: dict[str, int] = PrivateAttr(default_factory=dict)
+
+    @field_validator("datasets")
+    @classmethod
+    def _some_datasets(cls, value: tuple[DatasetSpec, ...]) -> tuple[DatasetSpec, ...]:
+        # A validator, not min_length: pydantic would say "should have at least 1
+        # item" of a list whose one entry is invalid, beside that entry's own problem.
+        if not value:
+            raise ValueError("a plan needs at least one dataset")
+        return value
+
+    @field_validator("concurrency")
+    @classmethod
+    def _bounded_concurrency(cls, value: int) -> int:
+        if value > MAX_CONCURRENCY:
+            raise ValueError(
+                f"{value:,} requests in flight is more than one process keeps (at most "
+                f"{MAX_CONCURRENCY:,}: each holds a connection of its own); run the plan on "
+                "Ray (--ray) to go wider"
+            )
+        return value
 
     @field_validator("ledger")
     @classmethod
@@ -237,6 +279,39 @@ class Plan(_Frozen):
             seen.add(dataset.name)
         return self
 
+    def where(self, dataset: str | None, *keys: str) -> str | None:
+        """``FILE:LINE`` of a value in the plan file it was read from (None: not read from
+        a file, or the line is unknown): of ``keys`` in dataset ``dataset``, or at the top
+        level when ``dataset`` is None. The deepest part the file has is named (a dataset
+        entry without ``route`` is named by the entry's own line)."""
+        if self._source is None:
+            return None
+        loc: tuple[Any, ...] = keys
+        if dataset is not None:
+            index = self._entries.get(dataset)
+            if index is None:
+                return None
+            loc = ("datasets", index, *keys)
+        line = _line_for(loc, self._lines)
+        return None if line is None else f"{self._source}:{line}"
+
+    def _located(self, source: Path | None, lines: Mapping[tuple[Any, ...], int]) -> Plan:
+        """Remember where this plan was read from (:meth:`where`); by dataset name, so a
+        copy without some datasets (a route took them) still names the right lines."""
+        self._source = source
+        self._lines = dict(lines)
+        self._entries = {}
+        for index, dataset in enumerate(self.datasets):
+            self._entries[dataset.name] = index
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        # Where a plan was read from is not what it is: a plan from flags equals the
+        # same plan from a file.
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
     def params_for(self, dataset: DatasetSpec) -> GenerationParams:
         """The generation parameters one dataset actually uses."""
         params = self.generation.merged(dataset.generation)
@@ -285,7 +360,9 @@ class Plan(_Frozen):
             )
         data = self.model_dump()
         data.update(update)
-        return _validate(data, source=None)
+        plan = _validate(data, source=None)
+        plan._source, plan._lines, plan._entries = self._source, self._lines, self._entries
+        return plan
 
     @classmethod
     def single(
@@ -458,4 +535,4 @@ def load_plan(path: str | Path) -> Plan:
                         entry[key] = str(base / value)
                     elif isinstance(value, list):
                         entry[key] = [str(base / v) if isinstance(v, str) else v for v in value]
-    return _validate(data, source=path, lines=lines)
+    return _validate(data, source=path, lines=lines)._located(path, lines)

@@ -26,6 +26,7 @@ from typing import Any, Final
 from provider_router._exceptions import ConfigurationError, DataFileError, ProviderRouterError
 from provider_router._log import get_logger
 from provider_router._types import Message
+from provider_router.catalog.verdicts import Estimate, share_estimate
 from provider_router.client.results import Usage
 from provider_router.client.router import Router
 from provider_router.planning.prompts import Prompt, PromptReader
@@ -200,6 +201,8 @@ class PilotResult:
         providers: completed requests per serving provider.
         completion: statistics of output tokens per response (reasoning included).
         estimate: the workload it implies, with the CI of the mean response length.
+        truncated: completed answers cut at ``max_tokens`` (``finish_reason: length``):
+            the share the chosen ``max_tokens`` would cut of the job's answers.
     """
 
     usages: tuple[Usage, ...]
@@ -208,11 +211,17 @@ class PilotResult:
     providers: Mapping[str, int]
     completion: SampleStats
     estimate: WorkloadEstimate
+    truncated: int = 0
 
     @property
     def requests(self) -> int:
         """Requests that completed."""
         return len(self.usages)
+
+    @property
+    def truncated_share(self) -> Estimate:
+        """The share of answers cut at ``max_tokens``, with its Wilson 95 % interval."""
+        return share_estimate(self.truncated, self.requests)
 
 
 async def run_pilot(
@@ -250,10 +259,10 @@ async def run_pilot(
     usages: list[Usage] = []
     providers: Counter[str] = Counter()
     cost = Decimal(0)
-    failures = 0
+    failures = truncated = 0
 
     async def one(prompt: Prompt | Sequence[Message]) -> None:
-        nonlocal cost, failures
+        nonlocal cost, failures, truncated
         messages = prompt.messages if isinstance(prompt, Prompt) else prompt
         key = prompt.id if isinstance(prompt, Prompt) else None
         # A line's own tools / tool_choice are sent with it, as the run will.
@@ -275,10 +284,13 @@ async def run_pilot(
         usages.append(result.usage)
         providers[result.provider or "unknown"] += 1
         cost += result.cost or Decimal(0)
+        truncated += result.finish_reason == "length"
 
     await asyncio.gather(*(one(p) for p in prompts))
     log.info("pilot.done", requests=len(usages), failures=failures, cost=str(cost))
-    return pilot_result(usages, providers, cost, failures, confidence=confidence)
+    return pilot_result(
+        usages, providers, cost, failures, confidence=confidence, truncated=truncated
+    )
 
 
 def pilot_result(
@@ -288,8 +300,10 @@ def pilot_result(
     failures: int,
     *,
     confidence: float = 0.95,
+    truncated: int = 0,
 ) -> PilotResult:
-    """What a pilot's answers measure (``usages``: each completed request's ``usage``).
+    """What a pilot's answers measure (``usages``: each completed request's ``usage``;
+    ``truncated``: how many of those answers were cut at ``max_tokens``).
 
     Raises:
         ConfigurationError: fewer than two requests completed (no interval).
@@ -313,6 +327,7 @@ def pilot_result(
         providers=dict(providers),
         completion=SampleStats.of([u.completion_tokens for u in usages], confidence=confidence),
         estimate=estimate,
+        truncated=truncated,
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from provider_router.jobs.counter import Counter
 from provider_router.jobs.finish import budget_to_finish, finish_hint, plan_to_finish
+from provider_router.jobs.store.outputs import TRUNCATED_FINISH
 from provider_router.jobs.summary import DatasetReport, RunSummary, StopReason
 from provider_router.ledger import LedgerState
 from provider_router.ray._store import AnswerStore
@@ -94,6 +95,7 @@ async def tally(
     completed: dict[str, int] = {}
     output: dict[str, int] = {}
     cost: dict[str, Decimal] = {}
+    cut: dict[str, tuple[int, Decimal]] = {}
     runs: dict[str, Counter] = {}
     providers: dict[str, Counter] = {}
     # Prompts by dataset: the answers and the two notes never hold the same key.
@@ -105,6 +107,10 @@ async def tally(
         completed[name] = completed.get(name, 0) + 1
         output[name] = output.get(name, 0) + tokens
         cost[name] = cost.get(name, Decimal(0)) + price
+        truncated = fields.get("finish_reason") == TRUNCATED_FINISH
+        if truncated:
+            n, spent = cut.get(name, (0, Decimal(0)))
+            cut[name] = (n + 1, spent + price)
         if float(fields.get("started_at") or 0) < since:
             continue
         provider = _counter(providers, fields.get("provider") or "unknown")
@@ -117,6 +123,9 @@ async def tally(
             counter.reasoning_tokens += int(fields["reasoning_tokens"])
             counter.cost += price
             counter.retries += max(int(fields.get("attempts") or 1) - 1, 0)
+            if truncated:
+                counter.truncated += 1
+                counter.truncated_cost += price
     unsent, failed = _Unsent(), 0
     async for key, note in store.notes("unsent"):
         unsent.add(note)
@@ -148,6 +157,8 @@ async def tally(
                 bad_lines=bad.get(name, 0),
                 lost=0,
                 run=runs.get(name, Counter()),
+                truncated=cut.get(name, (0, Decimal(0)))[0],
+                truncated_cost=cut.get(name, (0, Decimal(0)))[1],
             )
         )
     each, to_finish = plan_to_finish(reports)

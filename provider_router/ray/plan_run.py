@@ -15,7 +15,6 @@ route runs on one machine.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -35,13 +34,8 @@ from provider_router.jobs.identity import settle_identity
 from provider_router.jobs.observe.report import write_report
 from provider_router.jobs.revisions import Revision, RowCheck, read_row_requests
 from provider_router.jobs.store._journal_file import lock_directory, unlock
-from provider_router.jobs.store._layout import JobLayout
-from provider_router.jobs.store.aside import (
-    ASIDE_SUFFIX,
-    AsideFile,
-    fsync_directory,
-    rewrite_without,
-)
+from provider_router.jobs.store._layout import SET_ASIDE_DIR, JobLayout
+from provider_router.jobs.store.aside import finish_move, rows_of, stage_move, staged_file
 from provider_router.jobs.store.digest import RequestDigest, request_fields
 from provider_router.jobs.store.outputs import encode_record, make_record, read_outputs
 from provider_router.jobs.summary import RunSummary, StopReason
@@ -142,20 +136,28 @@ def _check_plan(plan: Plan) -> None:
         )
     for spec in plan.datasets:
         if spec.route != "sync":
+            where = plan.where(spec.name, "route")
             raise ConfigurationError(
-                f"dataset {spec.name!r} has route: {spec.route}: the Batch API route runs on "
+                ("" if where is None else f"{where}: ")
+                + f"dataset {spec.name!r} has route: {spec.route}: the Batch API route runs on "
                 "one machine (provider-router run without --ray); give it route: sync to send "
                 "its prompts on Ray"
             )
 
 
 def _revise(spec: DatasetSpec, out: Path, digest: RequestDigest) -> Revision:
-    """Move aside the written rows that no longer answer the dataset's prompts (their
+    """Set aside the written rows that no longer answer the dataset's prompts (their
     content changed under their id), as a journaled job does
     (:mod:`provider_router.jobs.revisions`); the output is swapped atomically."""
-    path = JobLayout(out).output(spec.name)
-    for stray in out.glob(f".{path.name}.*{ASIDE_SUFFIX}"):
-        stray.unlink(missing_ok=True)  # a swap a kill cut short: the output is whole
+    layout = JobLayout(out)
+    path = layout.output(spec.name)
+    # A move a kill cut short: its staged files go (the output is whole; a set-aside file
+    # renamed just before the kill keeps its rows, which the next move may append again).
+    for stray in [
+        *out.glob(staged_file(path, "*").name),
+        *layout.out.glob(f"{SET_ASIDE_DIR}/*/{staged_file(path, '*').name}"),
+    ]:
+        stray.unlink(missing_ok=True)
     revision = Revision(spec.name)
     if not path.is_file() or path.stat().st_size == 0:
         return revision
@@ -171,12 +173,15 @@ def _revise(spec: DatasetSpec, out: Path, digest: RequestDigest) -> Revision:
             revision.moved.setdefault(why, []).append(prompt.id)
     revision.gone = sorted(set(check.rows) - seen)
     for why, ids in revision.moved.items():
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}{ASIDE_SUFFIX}")
-        rewrite = rewrite_without(path, path.stat().st_size, set(ids), tmp)
-        AsideFile(out).keep(rewrite.moved, why)
-        os.replace(tmp, path)
-        fsync_directory(out)
-        revision.moved_cost += from_units(sum(rewrite.cost))
+        move, renames = stage_move(
+            path,
+            path.stat().st_size,
+            rows_of(ids),
+            layout.set_aside(why, spec.name),
+            uuid.uuid4().hex[:12],
+        )
+        finish_move(renames)
+        revision.moved_cost += from_units(sum(move.cost))
     return revision
 
 
@@ -199,7 +204,7 @@ def _open_dataset(spec: DatasetSpec, out: Path, strict: bool, plan: Plan) -> _Da
     return ds
 
 
-def _record(ds: _Dataset, row: Mapping[str, Any], model: str) -> bytes:
+def _record(ds: _Dataset, row: Mapping[str, Any], model: str, max_tokens: int | None) -> bytes:
     messages, metadata, tools, _, request_digest = ds.prompts[str(row["id"])]
     calls = json.loads(row["tool_calls"]) if row.get("tool_calls") else []
     return encode_record(
@@ -225,6 +230,7 @@ def _record(ds: _Dataset, row: Mapping[str, Any], model: str) -> bytes:
             tool_calls=calls,
             tools=tools,
             request_digest=request_digest,
+            max_tokens=max_tokens,
         )
     )
 
@@ -408,6 +414,7 @@ class RayPlanRun:
     def _write_outputs(self, ds: _Dataset, rows: Any) -> None:
         """Every answered row once, in arrival order; flushed about once a second."""
         last_flush = time.monotonic()
+        max_tokens = self.plan.params_for(ds.spec).max_tokens
         with JobLayout(self.out).output(ds.spec.name).open("ab") as fh:
             for row in rows:
                 prompt_id, status = str(row["id"]), row["status"]
@@ -419,7 +426,7 @@ class RayPlanRun:
                     continue
                 if prompt_id in ds.written.ids:
                     continue
-                fh.write(_record(ds, row, self.plan.model))
+                fh.write(_record(ds, row, self.plan.model, max_tokens))
                 ds.written.ids.add(prompt_id)
                 if time.monotonic() - last_flush >= FLUSH_INTERVAL:
                     fh.flush()

@@ -13,6 +13,7 @@ from provider_router.cli._options import (
     budget_usd,
     non_negative_usd,
     positive_count,
+    positive_usd,
     usd,
 )
 
@@ -67,3 +68,51 @@ def test_market_flags_go_into_the_given_group() -> None:
     assert (args.base_url, args.snapshot) == (None, "market.json")
     with pytest.raises(argparse.ArgumentError, match="not allowed with argument"):
         parser.parse_args(["--snapshot", "market.json", "--base-url", "http://127.0.0.1:1"])
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("1E+999999999", "no exponent"),
+        ("1e-30", "no exponent"),
+        ("5e2", "no exponent"),
+        ("$$5", "one dollar sign"),
+        ("５", "ASCII digits"),
+        ("٣", "ASCII digits"),
+        ("1.2.3", "digits"),
+        ("0.0000000000001", "finer than a picodollar"),
+        ("4000000.01", "above the largest amount a ledger holds exactly ($4,000,000)"),
+        ("99999999999999999999", "above the largest amount a ledger holds exactly"),
+    ],
+)
+def test_one_strict_amount_parser_for_every_usd_flag(text: str, why: str) -> None:
+    """No exponent, one dollar sign, ASCII digits, a picodollar at most fine and a
+    ledger's largest amount at most: every USD flag reads amounts the same way."""
+    for parse in (usd, non_negative_usd, budget_usd, positive_usd):
+        with pytest.raises(argparse.ArgumentTypeError) as exc:
+            parse(text)
+        assert why in str(exc.value), (parse, text, str(exc.value))
+        assert repr(text) in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1,000", Decimal(1000)),
+        ("$1,000.50", Decimal("1000.50")),
+        ("0.000000000001", Decimal("0.000000000001")),
+        ("4000000", Decimal(4_000_000)),
+        ("  $ 5 ", None),
+    ],
+)
+def test_amounts_as_people_write_them(text: str, value: Decimal | None) -> None:
+    if value is None:
+        with pytest.raises(argparse.ArgumentTypeError):
+            usd(text)
+        return
+    assert usd(text) == value
+
+
+def test_an_addition_must_add_something() -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must be more than \$0, got '0'"):
+        positive_usd("0")

@@ -270,3 +270,38 @@ def test_the_example_plans_chat_dataset_is_projected_at_its_own_max_tokens(
     code = next(d for d in data["datasets"] if d["name"] == "code")
     assert chat["expected"]["completion_tokens_per_response"] == "256"  # its cap, not 600
     assert code["expected"]["completion_tokens_per_response"] == "600"
+
+
+async def test_a_pilot_says_the_share_its_max_tokens_would_cut(
+    openrouter_sim: SimulatorServer,
+    openrouter_api_key: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``max_tokens`` below what many answers run to, the pilot counts the answers it
+    cut (``finish_reason: length``) and says the share, with its interval, in the text and
+    the JSON: what the chosen cap would cut of the whole job."""
+    monkeypatch.setenv("OPENROUTER_API_KEY", openrouter_api_key)
+    plan = write_plan(tmp_path)
+    plan.write_text(plan.read_text().replace("max_tokens: 4096", "max_tokens: 300"))
+    out = tmp_path / "job"
+    argv = ["project", str(plan), "--pilot", "40", "--out", str(out)]
+    assert await run_cli([*argv, "--base-url", openrouter_sim.url]) == 0
+    text = capsys.readouterr().out
+    records = [
+        json.loads(line)
+        for name in ("b3", "b4")
+        for line in (out / f"{name}.jsonl").read_text().splitlines()
+    ]
+    cut = sum(1 for r in records if r["finish_reason"] == "length")
+    assert 0 < cut < 40
+    assert f"pilot: {cut} of 40 answers ({cut / 40:.0%}, 95% CI " in text
+    assert "were cut at max_tokens 300 (finish_reason: length)" in text
+    assert f"the job would cut about {cut / 40:.0%} of its answers" in text
+    assert await run_cli([*argv, "--pilot", "2", "--base-url", openrouter_sim.url, "--json"]) == 0
+    pilot = json.loads(capsys.readouterr().out)["pilot"]
+    assert pilot["max_tokens"] == [300]
+    assert 0 <= pilot["truncated"] <= pilot["requests"]
+    share = pilot["truncated_share"]
+    assert share["low"] <= share["value"] <= share["high"]

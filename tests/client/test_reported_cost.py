@@ -19,7 +19,7 @@ from _router_helpers import MESSAGES, MakeRouter
 
 from provider_router import MemoryLedger
 from provider_router._format import decimal_str
-from provider_router.client._cost_check import CostVerdict, check_cost
+from provider_router.client._cost_check import CostVerdict, check_cost, check_low_cost
 from provider_router.testing import SimulatorServer
 
 Factory = Any
@@ -116,11 +116,86 @@ async def test_an_absurd_cost_the_record_confirms_is_booked_and_halts(
 async def test_a_sane_cost_is_booked_on_the_answers_word(
     openrouter_sim_factory: Factory, make_router: MakeRouter, stream: bool
 ) -> None:
-    # A small lie within the factor is taken (no /generation round trip per answer).
-    _, router, ledger, result = await _one(openrouter_sim_factory, make_router, 0, stream)
+    # A lie within bounds (here half the price, above a tenth of what the tokens cost
+    # and below twice the hold) is taken: no /generation round trip per answer.
+    honest = await openrouter_sim_factory(completion_tokens=50)
+    plain = await make_router(honest, ledger=MemoryLedger(Decimal(1)))
+    await plain.chat(MESSAGES, max_tokens=50, stream=stream)
+    half = honest.requests[-1].cost / 2
+    sim, router, ledger, result = await _one(
+        openrouter_sim_factory, make_router, float(half), stream
+    )
+    assert result.cost == half < sim.requests[-1].cost
+    assert (await ledger.snapshot()).spent == half
+    assert router.halted is None
+    assert router.disputes == []
+
+
+@STREAMS
+@pytest.mark.parametrize("reported", [0, 1e-30])
+async def test_an_absurdly_low_cost_is_checked_and_the_record_booked(
+    openrouter_sim_factory: Factory,
+    make_router: MakeRouter,
+    stream: bool,
+    reported: float,
+    log_events: list[dict[str, Any]],
+) -> None:
+    """``usage.cost`` 0 (or 1e-30) for paid tokens: OpenRouter's /generation record says
+    what it cost, and that is booked: the ledger is never below what was charged. The
+    run goes on (what is booked is the charge), the answer's figure disputed beside it."""
+    sim, router, ledger, result = await _one(openrouter_sim_factory, make_router, reported, stream)
+    truth = sim.requests[-1].cost
+    assert truth > 0
+    assert result.text  # the paid answer is kept
+    assert result.cost == truth
+    assert result.disputed_cost == Decimal(str(reported))
+    state = await ledger.snapshot()
+    assert (state.spent, state.open) == (truth, 0)
+    assert router.halted is None
+    [dispute] = router.disputes
+    assert (dispute.record, dispute.booked) == (truth, truth)
+    assert "less than 10% of the $" in dispute.reason
+    assert f"/generation record says ${decimal_str(truth)}" in dispute.reason
+    events = [e for e in log_events if e["event"] == "route.cost_disputed"]
+    assert [e["generation_id"] for e in events] == [result.generation_id]
+
+
+@STREAMS
+async def test_a_low_cost_the_record_confirms_is_booked_and_the_run_goes_on(
+    openrouter_sim_factory: Factory,
+    make_router: MakeRouter,
+    stream: bool,
+    log_events: list[dict[str, Any]],
+) -> None:
+    sim, router, ledger, result = await _one(
+        openrouter_sim_factory, make_router, 0, stream, confirm=True
+    )
+    assert sim.requests[-1].cost == 0  # it really billed nothing
     assert result.cost == 0
+    assert result.disputed_cost is None
     assert (await ledger.snapshot()).spent == 0
     assert router.halted is None
+    assert router.disputes == []
+    [event] = [e for e in log_events if e["event"] == "route.cost_anomaly"]
+    assert event["confirmed"] is True
+
+
+async def test_a_low_cost_without_a_record_books_the_worst_case() -> None:
+    async def no_record(_: str) -> Decimal | None:
+        return None
+
+    verdict = await check_low_cost(
+        Decimal(0),
+        Decimal("0.004"),
+        Decimal("0.01"),
+        key="d/q1",
+        generation_id="gen-1",
+        generation_cost=no_record,
+    )
+    assert (verdict.booked, verdict.disputed, verdict.record) == (Decimal("0.01"), 0, None)
+    assert "has no record of it" in verdict.reason
+    assert "booked $0.01 (its worst case)" in verdict.reason
+    assert "check generation gen-1" in verdict.reason
 
 
 async def verdict_of(record: Decimal | None, usage: Decimal | None) -> CostVerdict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -229,3 +230,61 @@ def test_the_last_sentences_of_a_run() -> None:
     assert verification_lines(honest, Path("d"))[1:] == [
         "No row is flagged: every provider passed every check."
     ]
+
+
+def _report_json() -> dict[str, Any]:
+    report = pr.VerificationReport(
+        model="m",
+        reference="moonshotai",
+        self_agreement=None,
+        endpoints=(pr.EndpointVerdict(tag="chutes", provider_name="Chutes", passed=True),),
+    )
+    history = DriftHistory()
+    history.merge(report)
+    data: dict[str, Any] = history.to_json()
+    return data
+
+
+def _set(path: tuple[Any, ...], value: object) -> Callable[[dict[str, Any]], None]:
+    def change(data: dict[str, Any]) -> None:
+        target: Any = data
+        for part in path[:-1]:
+            target = target[part]
+        target[path[-1]] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (_set(("endpoints",), ["chutes"]), "endpoints[0] must be an object, got str 'chutes'"),
+        (_set(("endpoints",), "chutes"), "endpoints must be a list, got str 'chutes'"),
+        (_set(("endpoints", 0, "reasons"), "bad"), "endpoints[0].reasons must be a list"),
+        (_set(("endpoints", 0, "agreement"), [1]), "endpoints[0].agreement must be an object"),
+        (_set(("thresholds",), [1]), "thresholds must be an object, got an array of 1 items"),
+        (_set(("endpoints", 0, "tag"), None), "endpoints[0].tag must be a string, got NoneType"),
+        (lambda d: d["endpoints"][0].pop("provider_name"), "endpoints[0].provider_name is missing"),
+        (lambda d: d.pop("model"), "model is missing"),
+        (_set(("drift",), "x"), "drift must be an object, got str 'x'"),
+        (_set(("drift", "checks"), ["x"]), "drift.checks[0] must be an object, got str 'x'"),
+        (_set(("drift", "last_pass"), ["x"]), "drift.last_pass must be an object"),
+        (_set(("drift", "failed"), {"chutes": "x"}), "drift.failed['chutes'] must be an integer"),
+    ],
+)
+def test_a_verify_json_of_the_wrong_shape_is_named_field_by_field(
+    tmp_path: Path, change: Callable[[dict[str, Any]], None], said: str
+) -> None:
+    """Which field is wrong and what it should be; never Python's own words about it
+    (``'str' object has no attribute 'get'``)."""
+    path = tmp_path / "verify.json"
+    data = _report_json()
+    change(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(pr.ConfigurationError) as info:
+        DriftHistory.load(path)
+    message = str(info.value)
+    assert message.startswith(str(path))
+    assert said in message
+    assert "object has no attribute" not in message
+    assert "argument after **" not in message

@@ -105,14 +105,13 @@ async def test_prompts_edited_under_their_ids_are_sent_again_and_their_old_answe
         else:
             assert row == old, "an unchanged prompt keeps its answer"
     # The 50 old answers are kept, never deleted, and counted in one sentence.
-    aside = read_records(out / "moved_aside.jsonl")
+    aside = read_records(out / "set_aside" / "edited" / "p.jsonl")
     assert sorted(r["id"] for r in aside) == sorted(f"q{n}" for n in edited)
     for kept in aside:
-        assert kept["moved_aside"]["why"] == "its prompt changed under its id"
-        assert {k: v for k, v in kept.items() if k != "moved_aside"} == before[kept["id"]]
+        assert kept == before[kept["id"]], "kept whole, as it was"
     said = " ".join(second.summary.recovered)
     assert "50 answers of dataset p no longer answer its inputs" in said, said
-    assert "moved to moved_aside.jsonl" in said
+    assert "set aside in set_aside/" in said
     assert second.summary.datasets[0].completed == 300
     assert_consistent(out, ["p"])
     assert ledger_spent(out) == sim.simulator.usage
@@ -121,7 +120,7 @@ async def test_prompts_edited_under_their_ids_are_sent_again_and_their_old_answe
     third = await run(plan, out, sim)
     assert chats(sim) == sent
     assert not third.summary.recovered
-    assert len(read_records(out / "moved_aside.jsonl")) == 50
+    assert len(read_records(out / "set_aside" / "edited" / "p.jsonl")) == 50
 
 
 async def test_outputs_for_ids_no_longer_in_the_inputs_are_counted_and_said(
@@ -198,7 +197,10 @@ async def test_a_resume_that_changes_what_the_outputs_answer_is_refused_before_a
 
     assert code == 2, err
     assert said in err, err
-    assert f"Run it with the job's values ({way_back}), or give this run another --out" in err
+    assert f"Run it with the job's values ({way_back})" in err
+    assert "or give this run another --out" in err
+    # A larger cap has a third way: send again only the answers cut at the job's.
+    assert ("add --redo-truncated" in err) == (change[0] == "--max-tokens"), err
     assert "nothing was sent" in err
     assert len(sim.requests) == requests, "nothing was sent, not even a preflight"
     assert (out / "p.jsonl").read_bytes() == rows
@@ -298,13 +300,17 @@ async def test_a_job_from_before_manifests_is_adopted_and_its_stale_rows_found(
     assert chats(sim) - sent == 5, "3 edited, 2 of another model; the 15 others kept"
     said = " ".join(outcome.summary.recovered)
     assert "was written before jobs kept a job.json: it is now the job of" in said, said
-    assert "3 because its prompt changed under its id (q1, q2, q3)" in said, said
-    assert "2 because it answers another model than the job's (q4, q9)" in said, said
+    assert "3 because their prompt changed under its id (q1, q2, q3)" in said, said
+    assert "2 because they answer another model than the job's (q4, q9)" in said, said
     rows = read_records(out / "p.jsonl")
     assert len(rows) == 20
     assert {r["model"] for r in rows} == {MODEL}
-    assert sorted(r["id"] for r in read_records(out / "moved_aside.jsonl")) == [
-        "q1", "q2", "q3", "q4", "q9",
+    aside = out / "set_aside"
+    assert sorted(r["id"] for r in read_records(aside / "edited" / "p.jsonl")) == [
+        "q1", "q2", "q3",
+    ]  # fmt: skip
+    assert sorted(r["id"] for r in read_records(aside / "other_model" / "p.jsonl")) == [
+        "q4", "q9",
     ]  # fmt: skip
     assert json.loads((out / "job.json").read_text())["model"] == MODEL
     sent = chats(sim)
@@ -326,3 +332,46 @@ async def test_a_job_from_before_manifests_answering_one_other_model_is_refused(
         await run(single(inputs, model=OTHER), out, sim)
     assert chats(sim) == sent
     assert not (out / "job.json").exists()
+
+
+async def test_redo_truncated_raises_the_jobs_cap_and_keeps_every_answer_that_ended_on_its_own(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    # The identity check and --redo-truncated together: a larger --max-tokens is the one
+    # change of what the job asks that a resume allows, and only with the flag; the
+    # answers that were not cut keep their rows (the digest leaves max_tokens out).
+    sim = await openrouter_sim_factory(speed=float("inf"), median_completion_tokens=100.0, seed=11)
+    inputs = write_questions(tmp_path / "p.jsonl", 40)
+    out = tmp_path / "out"
+    argv = cli(out, sim, str(inputs), "--model", MODEL, "--max-tokens", "100", "--budget", "5")
+    code, _, err = await run_cli(*argv)
+    assert code == 0, err
+    before = {r["id"]: r for r in read_records(out / "p.jsonl")}
+    cut = {pid for pid, r in before.items() if r["finish_reason"] == "length"}
+    assert cut, "the seed cuts some answers"
+    assert len(cut) < len(before), "and not others"
+    at = argv.index("--max-tokens")
+    larger = [*argv[: at + 1], "4000", *argv[at + 2 :]]
+
+    code, _, err = await run_cli(*larger)
+    assert code == 2, err
+    assert "add --redo-truncated" in err, err
+
+    sent = chats(sim)
+    code, _, err = await run_cli(*larger, "--redo-truncated")
+    assert code == 0, err
+    assert chats(sim) - sent == len(cut), "only the cut answers are sent again"
+    after = {r["id"]: r for r in read_records(out / "p.jsonl")}
+    assert set(after) == set(before)
+    for pid, row in after.items():
+        if pid in cut:
+            assert row["max_tokens"] == 4000
+            assert row["generation_id"] != before[pid]["generation_id"]
+        else:
+            assert row == before[pid], "an answer that ended on its own stays as it was"
+    kept = read_records(out / "set_aside" / "truncated" / "p.jsonl")
+    assert sorted(r["id"] for r in kept) == sorted(cut)
+    assert (
+        json.loads((out / "job.json").read_text())["datasets"]["p"]["generation"]["max_tokens"]
+        == 4000
+    )

@@ -120,3 +120,45 @@ def test_show_of_a_redis_ledger_never_created_logs_no_failed_write(
     assert "is new: give it a limit" in err
     assert "write_failed" not in err
     assert "write(s) failed" not in err
+
+
+@pytest.mark.parametrize(
+    ("flag", "amount", "message"),
+    [
+        ("--limit", "1E+999999999", "no exponent"),
+        ("--add", "1e-30", "no exponent"),
+        ("--add", "$$5", "one dollar sign"),
+        ("--limit", "５", "ASCII digits"),
+        ("--add", "0", "must be more than $0"),
+        ("--add", "0.0000000000001", "finer than a picodollar"),
+    ],
+)
+def test_topup_refuses_amounts_it_cannot_mean(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, amount: str, message: str
+) -> None:
+    """One line naming the flag and what is wrong (never a decimal.Overflow traceback),
+    exit 2, and the ledger unchanged."""
+    path = tmp_path / "run.ledger"
+    asyncio.run(_ledger_with_history(path))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(["ledger", "topup", str(path), flag, amount])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}" in err
+    assert message in err
+    assert "Traceback" not in err
+    assert main(["ledger", "show", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["limit"] == "100"
+
+
+def test_topup_past_the_largest_limit_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "run.ledger"
+    asyncio.run(_ledger_with_history(path))  # limit $100
+    capsys.readouterr()
+    assert main(["ledger", "topup", str(path), "--add", "3999950"]) == 2
+    assert "above the largest amount a ledger holds exactly ($4,000,000)" in (
+        capsys.readouterr().err
+    )

@@ -369,6 +369,26 @@ async def test_recovery_reconciles_or_counts_at_worst_case(persistent: Backend) 
 
 
 @persistent_only
+async def test_a_recovery_leaves_open_what_the_caller_closes_itself(persistent: Backend) -> None:
+    """``keep``: a dead run's hold the caller knows (a live batch it will collect) is taken
+    over and left open, settled once by the caller at its cost; the rest is recovered."""
+    crashed = persistent.make(D("10"), lease=30)
+    batch = await crashed.reserve(D("2"), key="batch:live")
+    await crashed.reserve(D("3"), key="batch:unknown")
+    await crashed.close()  # stops renewing, as a crash would
+    survivor = persistent.make(None, lease=30, clock=lambda: _later(31))
+    report = await survivor.recover(keep=lambda res: res.id == batch.id)
+    assert [r.key for r in report.worst_case] == ["batch:unknown"]
+    assert [r.id for r in report.kept] == [batch.id]
+    assert [r.id for r in await survivor.open_reservations()] == [batch.id]
+    later = persistent.make(None, lease=30, clock=lambda: _later(40))
+    assert (await later.recover()).worst_case == ()  # the survivor holds it now
+    await survivor.settle(batch, D("0.5"))
+    state = await survivor.snapshot()
+    assert (state.spent, state.reserved, state.open, state.recovered) == (D("3.5"), 0, 0, 1)
+
+
+@persistent_only
 async def test_a_late_settle_corrects_a_worst_case_charge(persistent: Backend) -> None:
     slow = persistent.make(D("10"), lease=30)
     res = await slow.reserve(D("2"), key="slow")

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from provider_router import ConfigurationError, DataFileError
-from provider_router.planning.plan import DEFAULT_BATCH_MAX_TOKENS, Plan, load_plan
+from provider_router.planning.plan import (
+    DEFAULT_BATCH_MAX_TOKENS,
+    MAX_CONCURRENCY,
+    Plan,
+    load_plan,
+)
 
 YAML_PLAN = """\
 model: moonshotai/kimi-k2.5
@@ -169,3 +174,72 @@ def test_flags_without_a_prompts_file() -> None:
 def test_dataset_name_from_an_awkward_file_name(tmp_path: Path) -> None:
     plan = Plan.single([tmp_path / "my prompts (v2).jsonl"], model="m", budget=None)
     assert plan.datasets[0].name == "my-prompts-v2"
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("{name: a, inputs: []}", "inputs: give at least one prompt file"),
+        ("{name: a, input: x, max_requests: -3}", "max_requests: Input should be greater than 0"),
+        ("p.jsonl", "datasets.0: Input should be a valid dictionary"),
+        ("{name: a}", "datasets.0.inputs: Field required"),
+    ],
+)
+def test_an_invalid_dataset_entry_is_the_one_problem_said(
+    tmp_path: Path, entry: str, message: str
+) -> None:
+    """The entry's own problem, and no "Tuple should have at least 1 item" about the
+    datasets list, which is not empty."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(f"model: m\nbudget: 1\ndatasets:\n  - {entry}\n")
+    with pytest.raises(DataFileError) as info:
+        load_plan(path)
+    said = str(info.value)
+    assert message in said
+    assert "Tuple should have" not in said
+    assert "problems" not in said  # one problem, said once
+    assert info.value.line == 4
+
+
+def test_a_plan_without_datasets_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text("model: m\ndatasets: []\n")
+    with pytest.raises(DataFileError, match="datasets: a plan needs at least one dataset"):
+        load_plan(path)
+
+
+@pytest.mark.parametrize("concurrency", [99_999_999_999, MAX_CONCURRENCY + 1])
+def test_concurrency_is_bounded(tmp_path: Path, concurrency: int) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text(f"model: m\nconcurrency: {concurrency}\ndatasets:\n  - {{name: a, input: x}}\n")
+    with pytest.raises(DataFileError) as info:
+        load_plan(path)
+    assert f"concurrency: {concurrency:,} requests in flight is more than" in str(info.value)
+    assert f"{MAX_CONCURRENCY:,}" in str(info.value)
+    assert info.value.line == 2
+    with pytest.raises(ConfigurationError, match="requests in flight is more than"):
+        Plan.single([tmp_path / "x.jsonl"], model="m", budget=None, concurrency=concurrency)
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(
+        f"model: m\nconcurrency: {MAX_CONCURRENCY}\ndatasets:\n  - {{name: a, input: x}}\n"
+    )
+    assert load_plan(ok).concurrency == MAX_CONCURRENCY
+
+
+def test_a_plan_remembers_where_each_dataset_is(tmp_path: Path) -> None:
+    """So a refusal found later (a ``route: batch`` without a Batch API endpoint) can
+    name the file and the line, as a refusal while reading it does."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(
+        "model: m\nbudget: 1\ndatasets:\n  - {name: a, input: x}\n  - name: b\n"
+        "    input: y\n    route: batch\n"
+    )
+    plan = load_plan(path)
+    assert plan.where("b", "route") == f"{path}:7"
+    assert plan.where("a", "route") == f"{path}:4"  # the entry itself
+    assert plan.where(None, "budget") == f"{path}:2"
+    again = plan.with_overrides(budget=Decimal(2))
+    assert again.where("b", "route") == f"{path}:7"
+    left = plan.model_copy(update={"datasets": plan.datasets[1:]})  # a route took `a`
+    assert left.where("b", "route") == f"{path}:7"
+    assert Plan.single([tmp_path / "x.jsonl"], model="m", budget=None).where("x") is None

@@ -185,6 +185,9 @@ def test_prompts_edited_under_their_ids_are_sent_again_on_ray_their_old_rows_asi
         assert rows[f"a{n}"]["messages"][0]["content"] == f"q {n}, edited at much greater length"
         assert rows[f"a{n}"]["generation_id"] != before[f"a{n}"]["generation_id"]
     assert rows["a4"] == before["a4"]
-    aside = [json.loads(line) for line in (out / "moved_aside.jsonl").read_text().splitlines()]
+    aside = [
+        json.loads(line)
+        for line in (out / "set_aside" / "edited" / "a.jsonl").read_text().splitlines()
+    ]
     assert sorted(r["id"] for r in aside) == ["a3", "a7"]
     assert "2 answers of dataset a no longer answer its inputs" in capsys.readouterr().err

@@ -203,6 +203,7 @@ def test_a_batch_route_dataset_is_refused_before_anything_is_sent(
     assert main(setup.argv(plan, sim)) == 2  # was: run sync on Ray, silently
     err = capsys.readouterr().err
     assert f"dataset 'a' has route: {route}: the Batch API route runs on one machine" in err
+    assert f"{plan}:6: dataset 'a'" in err  # the plan file and the dataset's line
     assert _prompts_sent(sim) == 0
     assert not (setup.out / "a.jsonl").exists()
 

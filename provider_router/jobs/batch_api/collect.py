@@ -179,7 +179,7 @@ class BatchCollector(RoutePart):
             return cost
         if not self.journal.claim(intent.dataset, line.prompt_id):
             return cost  # already written (a collect cut short)
-        tools = request_fields(self.body.params(intent.dataset), prompt.request_fields).get("tools")
+        params = request_fields(self.body.params(intent.dataset), prompt.request_fields)
         record = result_record(
             line,
             prompt,
@@ -189,8 +189,9 @@ class BatchCollector(RoutePart):
             started_at=float(intent.created_after),
             finished_at=float(self.clock()),
             cost=cost,
-            tools=tools,
+            tools=params.get("tools"),
             request_digest=self.body.digest(intent.dataset).of(prompt),
+            max_tokens=params.get("max_tokens"),
         )
         complete_result(self.journal, intent.dataset, line, prompt, record, cost)
         self.result.lines_done += 1

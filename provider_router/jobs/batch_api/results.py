@@ -18,7 +18,7 @@ from provider_router._types import JSONObject
 from provider_router.client.results import ToolCall
 from provider_router.jobs.batch_api.journal import BatchIntent
 from provider_router.jobs.store.journal import FileJournal
-from provider_router.jobs.store.outputs import encode_record, make_record
+from provider_router.jobs.store.outputs import TRUNCATED_FINISH, encode_record, make_record
 from provider_router.planning.prompts import Prompt
 
 __all__ = [
@@ -128,10 +128,12 @@ def result_record(
     cost: Decimal,
     tools: Sequence[JSONObject] | None = None,
     request_digest: str | None = None,
+    max_tokens: int | None = None,
 ) -> bytes:
     """The output line of a successful result (as a sync answer's, plus its batch id),
     with ``cost`` as booked (``started_at``: when its batch was submitted;
-    ``request_digest``: the request it answers)."""
+    ``request_digest``: the request it answers; ``max_tokens``: the cap its line was sent
+    with)."""
     body = line.body or {}
     usage = line.usage
     choice = (body.get("choices") or [{}])[0]
@@ -166,6 +168,7 @@ def result_record(
         tool_calls=[call.message() for call in calls if call is not None],
         tools=tools,
         request_digest=request_digest,
+        max_tokens=max_tokens,
     )
     return encode_record(record)
 
@@ -180,6 +183,9 @@ def complete_result(
 ) -> None:
     """Commit a successful result's ``record`` (:func:`result_record`) as done through
     ``journal`` (the prompt claimed), at ``cost`` as booked."""
+    choices = (line.body or {}).get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    finish = first.get("finish_reason") if isinstance(first, Mapping) else None
     journal.complete(
         dataset,
         line.prompt_id,
@@ -188,4 +194,5 @@ def complete_result(
         prompt_tokens=line.prompt_tokens,
         cost_units=to_units(cost),
         location=prompt.location,
+        truncated=finish == TRUNCATED_FINISH,
     )

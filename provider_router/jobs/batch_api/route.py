@@ -192,10 +192,13 @@ class BatchRouteRun:
         self.journal.prepare(list(prompts))
         await self._check_journal()
         self._reuse_kept(prompts)
-        # A kill between a reserve and its intent left a hold nobody knows: a recovery
-        # counts it at its worst case (never below what may have been spent); a batch
-        # this run then collects corrects its own to the true cost.
-        await self.ledger.recover()
+        # The holds of this job's live batches (a dead run's, in the job's ledger) are
+        # taken back first: this run collects and settles each once, at what it cost.
+        # A kill between a reserve and its intent left a hold nobody knows: the
+        # recovery counts only such a hold, at its worst case (never below what may
+        # have been spent).
+        held = {str(i.reservation["id"]) for i in self.batches if i.live and not i.settled}
+        await self.ledger.recover(keep=lambda res: res.id in held)
         self._check_disputes()
         delay = self.poll_initial
         while True:

@@ -130,6 +130,10 @@ async def _write(
                 bad_lines=reader.bad_lines,
                 lost=tally.lost,
                 run=Counter(),
+                truncated=tally.truncated,
+                truncated_cost=from_units(tally.truncated_units),
+                set_aside=tally.set_aside,
+                set_aside_cost=from_units(tally.set_aside_units),
             )
         )
     each, to_finish = plan_to_finish(reports)

@@ -3,9 +3,9 @@
 The display polls :meth:`JobRunner.progress` a few times a second; nothing
 here runs on the per-request path. Per dataset it shows requests done / total,
 output tokens toward the target, spend, effective $ per million output tokens,
-requests/s and tokens/s (this run), and an ETA in time and money; the header
-shows the ledger's spend and what is left of the budget, requests in flight,
-and errors and retries by kind.
+requests/s and tokens/s (this run), answers cut at ``max_tokens`` and what they cost,
+and an ETA in time and money; the header shows the ledger's spend and what is left
+of the budget, requests in flight, and errors and retries by kind.
 """
 
 from __future__ import annotations
@@ -109,6 +109,7 @@ def _row(d: DatasetProgress, elapsed: float, money: Decimal | None) -> list[str]
         f"{tok_s:,.0f}",
         str(d.in_flight),
         str(d.run.failures),
+        _cut(d),
         "done"
         if d.finished
         else f"{_duration(seconds)} / " + ("?" if money is None else format_usd(money)),
@@ -128,8 +129,16 @@ _COLUMNS = (
     # there, and this column does not claim to be either.
     Column("started", "right", drop=0),
     Column("failed", "right"),
+    Column("cut", "right", drop=1),
     Column("ETA time / money", "right"),
 )
+
+
+def _cut(d: DatasetProgress) -> str:
+    """Answers cut at ``max_tokens`` over every run, with what they cost."""
+    if not d.truncated:
+        return "0"
+    return f"{d.truncated:,} ({format_usd(d.truncated_cost)})"
 
 
 def progress_table(p: RunProgress) -> Group:

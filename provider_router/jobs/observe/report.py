@@ -36,7 +36,7 @@ from provider_router.jobs.observe.drift_view import DriftView, drift_section, re
 from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.store._journal_file import lock_held
 from provider_router.jobs.store._layout import JobLayout
-from provider_router.jobs.summary import RunSummary
+from provider_router.jobs.summary import RunSummary, truncation_line
 
 __all__ = [
     "CHARTS",
@@ -492,6 +492,8 @@ def _dataset_table(data: RunData) -> str:
         target = d.get("target_output_tokens", d.get("target"))
         prompts = d.get("prompts", d.get("total"))
         done = f"{int(d.get('completed') or 0):,}" + ("" if prompts is None else f" / {prompts:,}")
+        cut = _int(d.get("truncated"))
+        cut_cost = d.get("truncated_cost_usd", d.get("truncated_cost"))
         rows.append(
             "<tr>"
             f"<td>{escape(name)}</td>"
@@ -499,12 +501,35 @@ def _dataset_table(data: RunData) -> str:
             f"<td>{int(d.get('output_tokens') or 0):,}</td>"
             f"<td>{'-' if target is None else f'{target:,}'}</td>"
             f"<td>{escape(_money_text(d.get('cost') or '0'))}</td>"
+            f'<td data-cell="truncated">'
+            f"{cut:,}{f' ({escape(_money_text(cut_cost))})' if cut else ''}</td>"
             "</tr>"
         )
     return (
         "<h2>Datasets</h2><table><tr><th>dataset</th><th>done</th><th>output tokens</th>"
-        "<th>target</th><th>cost</th></tr>" + "".join(rows) + "</table>"
+        "<th>target</th><th>cost</th><th>cut at max_tokens</th></tr>"
+        + "".join(rows)
+        + "</table>"
+        + _truncation_note(datasets)
     )
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _truncation_note(datasets: Mapping[str, Any]) -> str:
+    """The sentence every view says about answers cut at ``max_tokens`` (none: "")."""
+    answers = cut = 0
+    cost = cut_cost = Decimal(0)
+    for d in datasets.values():
+        if isinstance(d, Mapping):
+            answers += _int(d.get("completed"))
+            cut += _int(d.get("truncated"))
+            cost += _dec(d.get("cost")) or Decimal(0)
+            cut_cost += _dec(d.get("truncated_cost_usd", d.get("truncated_cost"))) or Decimal(0)
+    line = truncation_line(answers, cut, cost, cut_cost)
+    return f'<p class="meta" data-note="truncated">{escape(line)}.</p>' if line else ""
 
 
 def _headline(data: RunData) -> str:

@@ -36,6 +36,7 @@ from provider_router.jobs.store._layout import (
     TIMELINE_FILE,
     JobLayout,
 )
+from provider_router.jobs.summary import truncation_line
 
 __all__ = ["DatasetStatus", "RunStatus", "run_status", "status_lines"]
 
@@ -106,9 +107,14 @@ class DatasetStatus:
     done: str  # completed, or completed/total
     output_tokens: str  # output tokens, or output tokens/target
     cost: str
+    cut: str = ""  # answers cut at max_tokens ("" for none)
+    cut_cost: str = ""  # what they cost
 
     def line(self) -> str:
-        return f"  {self.name}: {self.done} done, {self.output_tokens} output tokens, {self.cost}"
+        cut = f", {self.cut} cut at max_tokens ({self.cut_cost})" if self.cut else ""
+        return (
+            f"  {self.name}: {self.done} done, {self.output_tokens} output tokens, {self.cost}{cut}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +196,8 @@ def run_status(directory: str | Path, *, now: float) -> RunStatus:
             f"429s {row.get('rate_limited', 0):,}"
             + ("" if row.get("projected") is None else f", projected {_usd(row['projected'])}")
         )
+        if not finished:
+            lines += _cut_line(row.get("datasets"))
         if "to_finish" in row and not finished:
             lines.append(f"to finish: {finish_words(_decimal(row['to_finish']), None)}")
     elif summary is not None:
@@ -206,9 +214,12 @@ def run_status(directory: str | Path, *, now: float) -> RunStatus:
                 "output_tokens": d.get("output_tokens"),
                 "target": d.get("target_output_tokens"),
                 "cost": d.get("cost"),
+                "truncated": d.get("truncated"),
+                "truncated_cost": d.get("truncated_cost_usd"),
             }
             for name, d in summary["datasets"].items()
         }
+        lines += _cut_line(datasets)
     rows = []
     for name, d in datasets.items():
         total = d.get("total")
@@ -220,6 +231,8 @@ def run_status(directory: str | Path, *, now: float) -> RunStatus:
                 f"{int(d.get('output_tokens') or 0):,}"
                 + ("" if target is None else f"/{target:,}"),
                 _usd(d.get("cost") or 0),
+                f"{_count(d.get('truncated')):,}" if _count(d.get("truncated")) else "",
+                _usd(d.get("truncated_cost")) if _count(d.get("truncated")) else "",
             )
         )
     tail = []
@@ -227,6 +240,28 @@ def run_status(directory: str | Path, *, now: float) -> RunStatus:
         tail.extend(batch_sentences(batches, now))
     tail.extend(drift_status_lines(read_drift_view(directory)))
     return RunStatus(lines, rows, tail)
+
+
+def _count(value: Any) -> int:
+    """A count a file says, 0 for what is not one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _cut_line(datasets: Any) -> list[str]:
+    """The sentence about answers cut at ``max_tokens`` over the job's datasets (none: [])."""
+    if not isinstance(datasets, dict):
+        return []
+    answers = truncated = 0
+    cost = cut_cost = Decimal(0)
+    for d in datasets.values():
+        if not isinstance(d, dict):
+            continue
+        answers += _count(d.get("completed"))
+        truncated += _count(d.get("truncated"))
+        cost += _decimal(d.get("cost")) or Decimal(0)
+        cut_cost += _decimal(d.get("truncated_cost")) or Decimal(0)
+    line = truncation_line(answers, truncated, cost, cut_cost)
+    return [line] if line else []
 
 
 def _batch_update(directory: Path) -> float:

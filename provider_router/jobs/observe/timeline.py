@@ -56,11 +56,14 @@ def timeline_row(
     datasets: dict[str, Any] = {}
     to_finish = progress.to_finish
     projected = None if state is None or to_finish is None else state.spent + to_finish
-    completed = output_tokens = failures = 0
+    completed = output_tokens = failures = truncated = 0
+    truncated_cost = Decimal(0)
     for d in progress.datasets:
         completed += d.completed
         output_tokens += d.output_tokens
         failures += d.run.failures
+        truncated += d.truncated
+        truncated_cost += d.truncated_cost
         datasets[d.name] = {
             "completed": d.completed,
             "total": d.total,
@@ -68,6 +71,8 @@ def timeline_row(
             "target": d.target_output_tokens,
             "in_flight": d.in_flight,
             "cost": _money(d.cost),
+            "truncated": d.truncated,
+            "truncated_cost": _money(d.truncated_cost),
             "finished": d.finished,
         }
     return {
@@ -79,6 +84,8 @@ def timeline_row(
         "completed": completed,
         "output_tokens": output_tokens,
         "failures": failures,
+        "truncated": truncated,
+        "truncated_cost": _money(truncated_cost),
         "retries": progress.retries,
         "rate_limited": progress.rate_limited,
         "errors": progress.errors,

@@ -27,12 +27,11 @@ from typing import IO, Any, Final
 
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._money import to_units
-from provider_router.jobs.store._layout import JobLayout
-from provider_router.jobs.store.aside import ASIDE_SUFFIX, fsync_directory
+from provider_router.jobs.store._layout import SET_ASIDE_DIR, JobLayout
+from provider_router.jobs.store.aside import finish_move, staged_file
 
 __all__ = [
     "COLUMNS",
-    "committed_rows",
     "FORMAT_VERSION",
     "NO_LOCATION",
     "LineGroup",
@@ -41,6 +40,7 @@ __all__ = [
     "LostRequest",
     "OutputFile",
     "Replay",
+    "apply_aside",
     "dumps",
     "lock_directory",
     "lock_held",
@@ -50,7 +50,13 @@ __all__ = [
 
 FORMAT_VERSION: Final = 1
 NO_LOCATION: Final = -1
-COLUMNS: Final = ("ids", "end", "out", "in", "cost", "loc")
+COLUMNS: Final = ("ids", "end", "out", "in", "cost", "loc", "cut")
+"""A ``done`` line's columns; ``cut`` (1: the answer was cut at ``max_tokens``,
+``finish_reason: length``) is missing from lines an earlier release wrote."""
+_CUT_MARK: Final = b'"finish_reason":"length"'
+"""How a cut answer's output record says so (records are compact JSON)."""
+_STAGED_MARK: Final = ".aside-"
+"""In the name of a temporary file of a move of rows set aside (:mod:`.aside`)."""
 dumps: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _LOAD_CHUNK_LINES: Final = 20_000
 
@@ -66,6 +72,13 @@ class DatasetTally:
         cost_units: their authoritative cost, in integer picodollars.
         failed: failures recorded (a failed prompt is retried on the next run).
         lost: requests that were in flight when a run died.
+        truncated: completions cut at ``max_tokens`` (``finish_reason: length``):
+            paid for, and in the outputs, but not whole answers.
+        truncated_units: their cost, in integer picodollars (in ``cost_units``).
+        set_aside: completions moved out of the outputs (``run --redo-truncated``):
+            kept in their own file, no longer done; their prompts run again.
+        set_aside_units: their cost, in integer picodollars (spent: in the ledger,
+            no longer in ``cost_units``).
     """
 
     completed: int = 0
@@ -74,6 +87,10 @@ class DatasetTally:
     cost_units: int = 0
     failed: int = 0
     lost: int = 0
+    truncated: int = 0
+    truncated_units: int = 0
+    set_aside: int = 0
+    set_aside_units: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +146,9 @@ class DatasetState:
         against (a ``checked`` entry): its request digest against what they ask now."""
 
 
-def _paid_row(ds: str, line: bytes, done: set[str]) -> tuple[str, int, int, int] | None:
-    """``line`` as a paid completion of ``ds`` (id, tokens out and in, cost units), or None."""
+def _paid_row(ds: str, line: bytes, done: set[str]) -> tuple[str, int, int, int, int] | None:
+    """``line`` as a paid completion of ``ds`` (id, tokens out and in, cost units, cut), or
+    None."""
     if not line.endswith(b"\n"):
         return None  # torn by a kill mid-write: not a whole record
     try:
@@ -145,7 +163,7 @@ def _paid_row(ds: str, line: bytes, done: set[str]) -> tuple[str, int, int, int]
         return None
     if record.get("dataset") != ds or pid in done:
         return None
-    return (*row, cost)
+    return (*row, cost, int(record.get("finish_reason") == "length"))
 
 
 def _has_generation_id(line: bytes) -> bool:
@@ -154,21 +172,6 @@ def _has_generation_id(line: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(record, dict) and bool(record.get("generation_id"))
-
-
-def _without(rows: dict[str, tuple[Any, ...]], gone: set[str]) -> dict[str, tuple[Any, ...]]:
-    """The committed rows (``COLUMNS``, by id) once ``gone`` were moved aside: the others
-    keep their order, each ending where the rewritten output puts it (rows lie end to end
-    from byte 0)."""
-    kept: dict[str, tuple[Any, ...]] = {}
-    end = previous = 0
-    for row in sorted(rows.values(), key=lambda r: int(r[1])):
-        length, previous = row[1] - previous, row[1]
-        if row[0] in gone:
-            continue
-        end += length
-        kept[str(row[0])] = (row[0], end, *row[2:])
-    return kept
 
 
 def lock_directory(directory: Path) -> int:
@@ -244,13 +247,6 @@ def unlock(fd: int) -> None:
     os.close(fd)
 
 
-def committed_rows(directory: Path, ds: str) -> dict[str, tuple[Any, ...]]:
-    """Every committed row of dataset ``ds`` as the journal file of ``directory`` records
-    it: its columns (``COLUMNS``), by id (read only; a torn last line is left out)."""
-    reader = Replay(directory)
-    return reader.committed_rows(ds, reader._read_lines())
-
-
 def replay(directory: Path) -> Replay:
     """Read ``directory``'s journal, repairing what a crash left behind.
 
@@ -303,11 +299,15 @@ class Replay:
         self.excluded: set[str] = set()
         self._journal_keep: int | None = None
         self._cuts: list[tuple[Path, int]] = []
-        self._asides: dict[str, str] = {}
-        """Each dataset's last move aside: the temporary output it swaps in."""
+        self._moves: dict[str, dict[str, Any]] = {}
+        """Per dataset, its last ``aside`` entry (a move of rows out of its outputs)."""
+        self._staged: dict[str, Path] = {}
+        """Per dataset, the new output of a committed move not yet renamed into place."""
         self._renames: list[tuple[Path, Path]] = []
-        """Swaps a move aside journaled and a crash left undone: done on :meth:`apply`."""
-        self._stray: list[Path] = []
+        self._stale: list[Path] = []
+        self._uncounted: dict[str, set[str]] = {}
+        """Per dataset, done ids of ``done`` lines without a ``cut`` column (an earlier
+        release's), not yet counted by a ``cut`` entry."""
 
     @property
     def spent_before(self) -> bool:
@@ -319,18 +319,17 @@ class Replay:
         )
 
     def apply(self) -> None:
-        """Write the repairs :func:`replay` found: the torn line and uncommitted bytes cut."""
+        """Write the repairs :func:`replay` found: the torn line and uncommitted bytes cut,
+        a committed move of rows set aside finished, a move that never committed undone."""
         if self._journal_keep is not None:
             with self.path.open("r+b") as fh:
                 fh.truncate(self._journal_keep)
             self._journal_keep = None
-        for tmp, path in self._renames:
-            os.replace(tmp, path)  # the journal committed it: rolled forward
-            fsync_directory(self.directory)
+        finish_move(self._renames)
         self._renames.clear()
-        for stray in self._stray:
-            stray.unlink(missing_ok=True)  # a move aside the journal never committed
-        self._stray.clear()
+        for stale in self._stale:
+            stale.unlink(missing_ok=True)
+        self._stale.clear()
         for path, size in self._cuts:
             with path.open("r+b") as fh:
                 fh.truncate(size)
@@ -390,7 +389,7 @@ class Replay:
                 raise
             raise DataFileError(self.path, f"journal entry is malformed: {exc!r}") from None
         repairs: list[dict[str, Any]] = []
-        self._find_asides()
+        self._find_moves()
         for ds in sorted(ends):
             repairs += self._repair_output(ds, ends[ds], lines)
         for ds, state in self.states.items():
@@ -399,7 +398,65 @@ class Replay:
         self.lost = [LostRequest(ds, pid, gen) for (ds, pid), gen in open_claims.items()]
         for request in self.lost:
             self.states[request.dataset].tally.lost += 1
+        for ds in sorted(self._uncounted):
+            repairs.append(self._count_uncounted_cuts(ds))
         return repairs
+
+    def _find_moves(self) -> None:
+        """The files of moves of rows set aside: a committed move's still under their
+        temporary names (finished by :meth:`apply`), and any other move's (removed)."""
+        layout = JobLayout(self.directory)
+        staged = set()
+        for ds, entry in self._moves.items():
+            output = layout.output(ds)
+            new = staged_file(output, entry["nonce"])
+            if new.exists():
+                self._staged[ds] = new
+                aside = layout.set_aside(entry["why"], ds)
+                self._renames += [(staged_file(aside, entry["nonce"]), aside), (new, output)]
+                staged |= {new, staged_file(aside, entry["nonce"])}
+        temporary = f".*{_STAGED_MARK}*"
+        found = [*self.directory.glob(temporary)]
+        found += (self.directory / SET_ASIDE_DIR).glob(f"*/{temporary}")
+        self._stale = sorted(p for p in found if p not in staged)
+
+    def _count_uncounted_cuts(self, ds: str) -> dict[str, Any]:
+        """Count the cut answers among rows an earlier release committed (without a
+        ``cut`` column): one read of the output, once; the ``cut`` entry returned records
+        them, so a later open need not read it again."""
+        ids = self._uncounted.pop(ds)
+        output = self.outputs.get(ds)
+        found: list[tuple[str, int]] = []
+        if output is not None:
+            try:
+                with self._staged.get(ds, output.path).open("rb") as fh:
+                    data = fh.read(output.size)
+            except OSError:
+                data = b""
+            for line in data.splitlines():
+                if _CUT_MARK not in line:
+                    continue
+                try:
+                    record = json.loads(line)
+                    pid, units = record["id"], to_units(Decimal(record["cost"]))
+                except (ValueError, TypeError, KeyError, ArithmeticError):
+                    continue
+                if pid in ids and record.get("finish_reason") == "length":
+                    found.append((pid, units))
+        entry: dict[str, Any] = {
+            "op": "cut",
+            "ds": ds,
+            "ids": [pid for pid, _ in found],
+            "cost": [units for _, units in found],
+        }
+        self._count_cut(self.states[ds], entry)
+        return entry
+
+    @staticmethod
+    def _count_cut(state: DatasetState, entry: dict[str, Any]) -> None:
+        tally = state.tally
+        tally.truncated += len(entry["ids"])
+        tally.truncated_units += sum(entry["cost"])
 
     def _replay(
         self,
@@ -421,6 +478,8 @@ class Replay:
                 raise DataFileError(self.path, f"an id of {ds!r} is done twice", line=lineno)
             state.locations.update(entry["loc"])
             self._count(state, entry, 1)
+            if "cut" not in entry:
+                self._uncounted.setdefault(ds, set()).update(ids)
             if entry["end"]:
                 ends[ds] = entry["end"][-1]
         elif op == "claim":
@@ -443,6 +502,17 @@ class Replay:
             state.done.difference_update(entry["ids"])
             state.locations.difference_update(entry["loc"])
             self._count(state, entry, -1)
+            self._uncounted.get(entry["ds"], set()).difference_update(entry["ids"])
+        elif op == "cut":
+            # The cut answers among an earlier release's rows, counted once.
+            self._uncounted.pop(entry["ds"], None)
+            self._count_cut(self.states[entry["ds"]], entry)
+        elif op == "aside":
+            ds = entry["ds"]
+            apply_aside(self.states[ds], entry)
+            self._uncounted.get(ds, set()).difference_update(entry["ids"])
+            self._moves[ds] = entry
+            ends[ds] = entry["size"]
         elif op == "truncate":
             ends[entry["ds"]] = entry["size"]
         elif op == "output":
@@ -468,32 +538,8 @@ class Replay:
             self.verify_units += entry["cost"]
         elif op == "verify":
             self.excluded.update(str(tag) for tag in entry.get("failed", ()))
-        elif op == "aside":
-            # Records moved out of the output: their prompts are not done any more.
-            state = self.states[entry["ds"]]
-            state.done.difference_update(entry["ids"])
-            state.locations.difference_update(entry["loc"])
-            self._count(state, entry, -1)
-            ends[entry["ds"]] = entry["size"]
-            self._asides[entry["ds"]] = entry["tmp"]
         elif op == "checked":
             self.states[entry["ds"]].checked = entry["files"]
-
-    def _find_asides(self) -> None:
-        """A move aside the journal committed but a crash left unswapped is rolled forward;
-        a temporary output the journal never committed is deleted (on :meth:`apply`)."""
-        pending = {name for name in self._asides.values()}
-        for tmp in self.directory.glob(f".*{ASIDE_SUFFIX}"):
-            if tmp.name not in pending:
-                self._stray.append(tmp)
-        for ds, name in self._asides.items():
-            tmp = self.directory / name
-            if tmp.exists():
-                self._renames.append((tmp, JobLayout(self.directory).output(ds)))
-                self.repairs.append(
-                    f"finished moving records of {ds} aside (a run stopped between "
-                    "journaling it and swapping the output)"
-                )
 
     @staticmethod
     def _count(state: DatasetState, entry: dict[str, Any], sign: int) -> None:
@@ -502,20 +548,25 @@ class Replay:
         tally.output_tokens += sign * sum(entry["out"])
         tally.prompt_tokens += sign * sum(entry["in"])
         tally.cost_units += sign * sum(entry["cost"])
+        cut = entry.get("cut")
+        if cut and any(cut):
+            tally.truncated += sign * sum(cut)
+            tally.truncated_units += sign * sum(
+                units for units, was in zip(entry["cost"], cut, strict=True) if was
+            )
 
     def _repair_output(self, ds: str, committed: int, lines: list[bytes]) -> list[dict[str, Any]]:
         path = JobLayout(self.directory).output(ds)
-        # The output a pending move aside swaps in is the one the journal speaks of.
-        source = next((tmp for tmp, final in self._renames if final == path), path)
+        readable = self._staged.get(ds, path)  # a committed move's new output, staged
         try:
-            size = source.stat().st_size
+            size = readable.stat().st_size
         except FileNotFoundError:
             size = 0
         repairs: list[dict[str, Any]] = []
         if size < committed:
             committed, repairs = self._revoke_past(ds, size, lines)
         if size > committed:
-            adopted, committed, cut_paid = self._adopt_paid(ds, source, committed)
+            adopted, committed, cut_paid = self._adopt_paid(ds, readable, committed)
             if adopted.columns["ids"]:
                 repairs.append({"op": "done", "ds": ds, **adopted.columns})
                 self.adopted[ds] = len(adopted.columns["ids"])
@@ -560,10 +611,10 @@ class Replay:
                     cut_paid += _has_generation_id(line)
                     continue
                 end += len(line)
-                pid, out, prompt, cost = row
+                pid, out, prompt, cost, cut = row
                 state.done.add(pid)
                 for name, value in zip(
-                    COLUMNS, (pid, end, out, prompt, cost, NO_LOCATION), strict=True
+                    COLUMNS, (pid, end, out, prompt, cost, NO_LOCATION, cut), strict=True
                 ):
                     group.columns[name].append(value)
         if group.columns["ids"]:
@@ -571,27 +622,22 @@ class Replay:
             self._count(state, group.columns, 1)
         return group, end, cut_paid
 
-    def committed_rows(self, ds: str, lines: list[bytes]) -> dict[str, tuple[Any, ...]]:
-        """Every committed row of ``ds`` in ``lines``: its columns (``COLUMNS``), by id."""
-        current: dict[str, tuple[Any, ...]] = {}
+    def _revoke_past(
+        self, ds: str, size: int, lines: list[bytes]
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """Revoke the completions whose record lies past ``size`` (rare: a lost output)."""
+        current: dict[str, tuple[int, ...]] = {}
         for _, entry in self._entries(lines):
             if entry.get("ds") != ds:
                 continue
             if entry["op"] == "done":
-                for row in zip(*(entry[c] for c in COLUMNS), strict=True):
+                for row in zip(*_columns(entry), strict=True):
                     current[row[0]] = row
             elif entry["op"] == "revoke":
                 for pid in entry["ids"]:
                     current.pop(pid, None)
             elif entry["op"] == "aside":
-                current = _without(current, set(entry["ids"]))
-        return current
-
-    def _revoke_past(
-        self, ds: str, size: int, lines: list[bytes]
-    ) -> tuple[int, list[dict[str, Any]]]:
-        """Revoke the completions whose record lies past ``size`` (rare: a lost output)."""
-        current = self.committed_rows(ds, lines)
+                current = _after_move(current, set(entry["ids"]))
         gone = [row for row in current.values() if row[1] > size]
         revoke = LineGroup("revoke", ds)
         revoke.columns = {name: [row[i] for row in gone] for i, name in enumerate(COLUMNS)}
@@ -608,3 +654,49 @@ class Replay:
             {"op": "revoke", "ds": ds, **revoke.columns},
             {"op": "truncate", "ds": ds, "size": committed},
         ]
+
+
+def _columns(entry: dict[str, Any]) -> list[list[Any]]:
+    """A ``done`` line's :data:`COLUMNS` (``cut`` as zeros where an earlier release
+    wrote none)."""
+    columns = [entry[c] for c in COLUMNS[:-1]]
+    columns.append(entry.get("cut") or [0] * len(entry["ids"]))
+    return columns
+
+
+def apply_aside(state: DatasetState, entry: dict[str, Any]) -> None:
+    """What an ``aside`` entry does to a dataset: its moved rows are no longer done, their
+    tally is taken off (and counted as set aside), and input locations are forgotten (the
+    next run reads the inputs whole and records each done prompt's again)."""
+    ids = entry["ids"]
+    state.done.difference_update(ids)
+    state.locations.clear()
+    if state.done:
+        state.locations.add(NO_LOCATION)
+    tally = state.tally
+    tally.completed -= len(ids)
+    tally.output_tokens -= sum(entry["out"])
+    tally.prompt_tokens -= sum(entry["in"])
+    moved_units = sum(entry["cost"])
+    tally.cost_units -= moved_units
+    tally.truncated -= sum(entry["cut"])
+    tally.truncated_units -= sum(
+        units for units, cut in zip(entry["cost"], entry["cut"], strict=True) if cut
+    )
+    tally.set_aside += len(ids)
+    tally.set_aside_units += moved_units
+
+
+def _after_move(current: dict[str, tuple[Any, ...]], moved: set[str]) -> dict[str, tuple[Any, ...]]:
+    """The committed rows once ``moved`` left the output: the others keep their order, each
+    end offset less the moved rows before it (the output is its rows end to end)."""
+    rows: dict[str, tuple[Any, ...]] = {}
+    start = shift = 0
+    for row in sorted(current.values(), key=lambda r: r[1]):
+        length = row[1] - start
+        start = row[1]
+        if row[0] in moved:
+            shift += length
+        else:
+            rows[row[0]] = (row[0], row[1] - shift, *row[2:])
+    return rows

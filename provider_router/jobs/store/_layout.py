@@ -24,11 +24,11 @@ __all__ = [
     "LEDGER_FILE",
     "MANIFEST_FILE",
     "MERGE_REPORT_FILE",
-    "MOVED_ASIDE_FILE",
     "NOT_IN_INPUTS_FILE",
     "NOT_OUTPUTS",
     "OUTPUT_SUFFIX",
     "REPORT_FILE",
+    "SET_ASIDE_DIR",
     "SUMMARY_FILE",
     "TIMELINE_FILE",
     "VERIFY_FILE",
@@ -43,15 +43,15 @@ LEDGER_FILE: Final = "ledger.sqlite"
 MANIFEST_FILE: Final = "job.json"
 """What the job is: its model, policy, and each dataset's route, generation parameters and
 input files (:mod:`provider_router.jobs.store.manifest`); written atomically."""
-MOVED_ASIDE_FILE: Final = "moved_aside.jsonl"
-"""Output records moved out of their dataset's output: they answer a request no longer
-asked (their prompt changed under its id). Kept, never deleted."""
 ACCOUNT_FILE: Final = "account.json"
 """Worst cases bounded by the key's usage (:mod:`provider_router.jobs.store.account`)."""
 MERGE_REPORT_FILE: Final = "merge.json"
 """What ``merge`` joined into this directory."""
 VERIFY_FILE: Final = "verify.json"
 """``--verify``'s checks over the job (:mod:`provider_router.jobs.drift_history`)."""
+SET_ASIDE_DIR: Final = "set_aside"
+"""Rows moved out of the outputs (kept, never deleted): ``set_aside/<why>/<dataset>.jsonl``
+(:mod:`provider_router.jobs.store.aside`)."""
 
 # The Batch API route.
 BATCH_JOURNAL_FILE: Final = "batches.jsonl"
@@ -63,9 +63,7 @@ BATCHES_REPORT_FILE: Final = "batches.json"
 NOT_IN_INPUTS_FILE: Final = "not_in_inputs.jsonl"
 """Paid answers to prompts no longer in the inputs, kept aside."""
 
-NOT_OUTPUTS: Final = frozenset(
-    {JOURNAL_FILE, BATCH_JOURNAL_FILE, NOT_IN_INPUTS_FILE, MOVED_ASIDE_FILE}
-)
+NOT_OUTPUTS: Final = frozenset({JOURNAL_FILE, BATCH_JOURNAL_FILE, NOT_IN_INPUTS_FILE})
 """Files of the job directory named ``*.jsonl`` that are not a dataset's output."""
 
 # What a run leaves for its operator.
@@ -100,9 +98,9 @@ class JobLayout:
     def manifest(self) -> Path:
         return self.out / MANIFEST_FILE
 
-    @property
-    def moved_aside(self) -> Path:
-        return self.out / MOVED_ASIDE_FILE
+    def set_aside(self, why: str, dataset: str) -> Path:
+        """Where a dataset's rows moved out of its outputs for ``why`` are kept."""
+        return self.out / SET_ASIDE_DIR / why / f"{dataset}{OUTPUT_SUFFIX}"
 
     @property
     def journal(self) -> Path:

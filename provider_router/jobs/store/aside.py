@@ -1,168 +1,168 @@
-"""Moving output records aside: out of a dataset's output, into ``moved_aside.jsonl``.
+"""Rows moved out of a dataset's outputs, kept beside them: ``set_aside/<why>/<dataset>.jsonl``.
 
-A record answers the request it was made for (its ``request_digest``). When its prompt's
-content changed under the same id, the record no longer answers the dataset's inputs:
-it leaves the dataset's output so that every row there answers the text it stands
-beside, and it is kept, whole, in ``DIR/moved_aside.jsonl`` (paid for: never deleted).
-:func:`rewrite_without` writes the output without those records to a temporary file
-beside it (fsynced); :class:`AsideFile` appends them to the side file (fsynced, each
-once however often a crash makes it try). The journal commits the swap
-(:meth:`~provider_router.jobs.store.journal.FileJournal.move_aside`).
+A row set aside (an answer cut at ``max_tokens``, for ``run --redo-truncated``) stops
+being done: its prompt runs again, and the new answer takes its place in the outputs,
+where each id stays once. The old row is paid for, so it is never deleted: it is
+appended to its own file, and counted. The move survives a crash at any point: the new
+output and the grown aside file are written whole under temporary names beside their
+targets and synced; the journal's ``aside`` entry
+(:meth:`~provider_router.jobs.store.journal.FileJournal.set_aside`) then commits the
+move, and only then are both renamed into place. A journal replay finishes the renames
+an entry committed and removes the files of a move that never did.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
 from provider_router._money import to_units
-from provider_router.jobs.store._layout import JobLayout
 
-__all__ = ["ASIDE_SUFFIX", "AsideFile", "Rewrite", "fsync_directory", "rewrite_without"]
+__all__ = ["Move", "finish_move", "rows_of", "stage_move", "staged_file", "sync_directory"]
 
-ASIDE_SUFFIX: Final = ".aside"
-"""The temporary output a move aside writes: ``.<dataset>.jsonl.<token>.aside``."""
+_TMP: Final = ".aside-"
+"""What a temporary file of a move has in its name (``.<name>.aside-<nonce>``)."""
 
 
-@dataclass(slots=True)
-class Rewrite:
-    """An output written again without some records (see :func:`rewrite_without`).
+def rows_of(ids: Collection[str]) -> Callable[[Mapping[str, Any]], bool]:
+    """Picks the rows of the prompt ids ``ids``."""
+    wanted = set(ids)
+    return lambda record: record.get("id") in wanted
+
+
+def staged_file(path: Path, nonce: str) -> Path:
+    """The temporary name of ``path``'s new content in the move ``nonce``."""
+    return path.with_name(f".{path.name}{_TMP}{nonce}")
+
+
+@dataclass
+class Move:
+    """The rows of one dataset set aside by a move, and the new output's length.
 
     Attributes:
-        tmp: the new output, fsynced, not yet in place.
-        size: its length.
-        moved: the records left out (each a whole line), in file order.
-        ids, out, prompt, cost: each moved record's prompt id, completion and prompt
-            tokens, and cost (picodollars): the journal's columns of it.
+        size: the new output's length (the rows kept, in their order).
+        ids, out, prompt, cost, cut: the moved rows' ids, tokens out and in, cost
+            (picodollars) and whether each was cut at ``max_tokens``: what the journal
+            takes off the dataset's tally.
     """
 
-    tmp: Path
     size: int = 0
-    moved: list[bytes] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
     out: list[int] = field(default_factory=list)
     prompt: list[int] = field(default_factory=list)
     cost: list[int] = field(default_factory=list)
+    cut: list[int] = field(default_factory=list)
+
+    def entry(self, dataset: str, why: str, nonce: str, aside: Path) -> dict[str, Any]:
+        """The journal's ``aside`` entry that commits this move (the rows kept keep their
+        order, so their new offsets follow from the moved rows' old ones)."""
+        return {
+            "op": "aside",
+            "ds": dataset,
+            "why": why,
+            "file": str(aside),
+            "nonce": nonce,
+            "size": self.size,
+            "ids": self.ids,
+            "out": self.out,
+            "in": self.prompt,
+            "cost": self.cost,
+            "cut": self.cut,
+        }
 
 
-def rewrite_without(path: Path, size: int, ids: Collection[str], tmp: Path) -> Rewrite:
-    """Copy the first ``size`` bytes of the output ``path`` to ``tmp``, leaving out the
-    records of ``ids`` (each whole line is a record, as committed); ``tmp`` is fsynced."""
-    rewrite = Rewrite(tmp)
-    with path.open("rb") as source, tmp.open("wb") as target:
-        left = size
-        for line in source:
-            if left <= 0:
-                break
-            line = line[:left]
-            left -= len(line)
-            record = _record(line) if line.endswith(b"\n") else None
-            if record is not None and str(record.get("id")) in ids:
-                usage = record.get("usage") or {}
-                rewrite.moved.append(line)
-                rewrite.ids.append(str(record["id"]))
-                rewrite.out.append(int(usage.get("completion_tokens") or 0))
-                rewrite.prompt.append(int(usage.get("prompt_tokens") or 0))
-                rewrite.cost.append(to_units(Decimal(str(record.get("cost") or 0))))
-                continue
-            target.write(line)
-            rewrite.size += len(line)
-        target.flush()
-        os.fsync(target.fileno())
-    return rewrite
+def stage_move(
+    source: Path,
+    committed: int,
+    pick: Callable[[dict[str, Any]], bool],
+    aside: Path,
+    nonce: str,
+) -> tuple[Move, list[tuple[Path, Path]]]:
+    """Split the first ``committed`` bytes of the output ``source`` into the rows ``pick``
+    sets aside and the rest, written (one pass, synced) as the grown aside file and the
+    new output under their temporary names. Returns the move and the renames that finish
+    it, ``(temporary, target)``; nothing is staged when no row is picked.
+
+    Raises:
+        ValueError: a committed row is not an output record (the file was edited).
+    """
+    move = Move()
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    grown, kept = staged_file(aside, nonce), staged_file(source, nonce)
+    try:
+        with source.open("rb") as rows, grown.open("wb") as moved, kept.open("wb") as out:
+            if aside.exists():
+                with aside.open("rb") as before:
+                    while chunk := before.read(1 << 20):
+                        moved.write(chunk)
+            read = 0
+            number = 0
+            while read < committed:
+                line = rows.readline(committed - read)
+                if not line:
+                    break
+                read += len(line)
+                number += 1
+                if _pick_row(line, number, pick, move):
+                    moved.write(line)
+                else:
+                    out.write(line)
+                    move.size += len(line)
+            for fh in (moved, out):
+                fh.flush()
+                os.fsync(fh.fileno())
+    except BaseException:
+        grown.unlink(missing_ok=True)
+        kept.unlink(missing_ok=True)
+        raise
+    if not move.ids:
+        grown.unlink(missing_ok=True)
+        kept.unlink(missing_ok=True)
+        return move, []
+    return move, [(grown, aside), (kept, source)]
 
 
-def _record(line: bytes) -> dict[str, Any] | None:
+def _pick_row(line: bytes, number: int, pick: Callable[[dict[str, Any]], bool], move: Move) -> bool:
     try:
         record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+        pid = record["id"]
+        usage = record["usage"]
+        row = (int(usage["completion_tokens"]), int(usage["prompt_tokens"]))
+        cost = to_units(Decimal(str(record["cost"])))
+    except (ValueError, TypeError, KeyError, ArithmeticError) as exc:
+        raise ValueError(f"line {number} is not an output record ({exc!r})") from None
+    if not pick(record):
+        return False
+    move.ids.append(str(pid))
+    move.out.append(row[0])
+    move.prompt.append(row[1])
+    move.cost.append(cost)
+    move.cut.append(int(record.get("finish_reason") == "length"))
+    return True
 
 
-def fsync_directory(directory: Path) -> None:
-    """Make a rename in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+def finish_move(renames: Iterable[tuple[Path, Path]]) -> None:
+    """Put a committed move's files in place (each directory synced after)."""
+    for staged, target in renames:
+        if staged.exists():
+            os.replace(staged, target)
+            sync_directory(target.parent)
+
+
+def sync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (a file system that cannot sync one: as is)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # a file system that cannot open a directory: the rename stands as it is
     try:
         os.fsync(fd)
-    except OSError:  # some file systems cannot sync a directory: the rename stands
+    except OSError:
         pass
     finally:
         os.close(fd)
-
-
-class AsideFile:
-    """``DIR/moved_aside.jsonl``: records moved out of their dataset's output.
-
-    Each line is the record as it was, with ``moved_aside`` added last (when and why).
-    A record is written once: one of the same dataset, id, generation id and digest
-    already there (a crash between this write and the swap, then a second try) is not
-    written again.
-    """
-
-    def __init__(self, directory: Path) -> None:
-        self.path = JobLayout(directory).moved_aside
-
-    def _written(self) -> set[tuple[Any, ...]]:
-        keys: set[tuple[Any, ...]] = set()
-        if not self.path.exists():
-            return keys
-        with self.path.open("rb") as fh:
-            for line in fh:
-                record = _record(line)
-                if record is not None:
-                    keys.add(_key(record))
-        return keys
-
-    def keep(self, lines: Iterable[bytes], why: str, *, now: float | None = None) -> int:
-        """Append the records ``lines`` (whole output lines), fsynced; how many were new."""
-        lines = list(lines)
-        if not lines:
-            return 0
-        _cut_torn_tail(self.path)  # a kill mid-write: that record comes again below
-        written = self._written()
-        when = datetime.fromtimestamp(time.time() if now is None else now, UTC)
-        note = json.dumps(
-            {"at": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"), "why": why},
-            ensure_ascii=False,
-            separators=(",", ":"),
-        ).encode()
-        new = 0
-        with self.path.open("ab") as fh:
-            for line in lines:
-                record = _record(line)
-                if record is None or _key(record) in written:
-                    continue
-                written.add(_key(record))
-                fh.write(line.rstrip(b"\n")[:-1] + b',"moved_aside":' + note + b"}\n")
-                new += 1
-            fh.flush()
-            os.fsync(fh.fileno())
-        return new
-
-
-def _key(record: dict[str, Any]) -> tuple[Any, ...]:
-    return (
-        record.get("dataset"),
-        record.get("id"),
-        record.get("generation_id"),
-        record.get("request_digest"),
-    )
-
-
-def _cut_torn_tail(path: Path) -> None:
-    """Cut a last line without its newline (a write a kill cut short)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return
-    if data and not data.endswith(b"\n"):
-        with path.open("r+b") as fh:
-            fh.truncate(data.rfind(b"\n") + 1)

@@ -3,12 +3,13 @@
 Every output row carries the digest of the request it answers (``request_digest``,
 docs/output.md): the first 32 hex digits of the SHA-256 of the canonical JSON (keys
 sorted, no whitespace, UTF-8 as is) of what is sent that decides the answer: the
-``model``, the ``messages``, and every generation field sent with them (``max_tokens``,
-``temperature``, ``top_p``, ``reasoning``, ``tools``, ``tool_choice``,
-``response_format``...; a prompt line's own ``tools`` / ``tool_choice`` over its
-dataset's). Left out: ``stream`` and the ``provider`` routing object, which choose how
-and by whom the answer comes, not what is asked. A prompt whose content changed under its
-id has another digest: a resume tells an answer to the old text from one to the new.
+``model``, the ``messages``, and every generation field sent with them (``temperature``,
+``top_p``, ``reasoning``, ``tools``, ``tool_choice``, ``response_format``...; a prompt
+line's own ``tools`` / ``tool_choice`` over its dataset's). Left out: ``stream`` and the
+``provider`` routing object (how and by whom the answer comes), and ``max_tokens``
+(where it is cut: each row records its own; ``run --redo-truncated`` sends the cut ones
+again with a larger cap). A prompt whose content changed under its id has another
+digest: a resume tells an answer to the old text from one to the new.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ __all__ = ["DIGEST_HEX", "NOT_DIGESTED", "RequestDigest", "request_digest", "req
 
 DIGEST_HEX: Final = 32
 """Hex digits of the SHA-256 kept (128 bits: no two requests of a job share one)."""
-NOT_DIGESTED: Final = frozenset({"stream", "stream_options", "provider", "usage"})
-"""Request fields that decide how or by whom an answer comes, not what it answers."""
+NOT_DIGESTED: Final = frozenset({"stream", "stream_options", "provider", "usage", "max_tokens"})
+"""Request fields that decide how or by whom an answer comes, or where it is cut, not
+what it answers."""
 
 _canonical: Final = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False
@@ -47,7 +49,7 @@ def _hexdigest(text: str) -> str:
 
 def request_digest(model: str, messages: Sequence[Message], params: Mapping[str, Any]) -> str:
     """The digest of a request for ``model`` of ``messages`` with the generation fields
-    ``params`` (``max_tokens`` included; see the module docstring)."""
+    ``params`` (see the module docstring)."""
     body = {k: v for k, v in params.items() if k not in NOT_DIGESTED}
     body["model"] = model
     body["messages"] = messages

@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from collections import defaultdict
-from collections.abc import Collection, Set
+from collections.abc import Callable, Set
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from provider_router._exceptions import ConfigurationError
+from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._money import from_units, to_units
 from provider_router.jobs.store._journal_file import (
     FORMAT_VERSION,
@@ -33,20 +32,14 @@ from provider_router.jobs.store._journal_file import (
     LostRequest,
     OutputFile,
     Replay,
-    committed_rows,
+    apply_aside,
     dumps,
     lock_directory,
     replay,
     unlock,
 )
 from provider_router.jobs.store._layout import JobLayout
-from provider_router.jobs.store.aside import (
-    ASIDE_SUFFIX,
-    AsideFile,
-    Rewrite,
-    fsync_directory,
-    rewrite_without,
-)
+from provider_router.jobs.store.aside import Move, finish_move, stage_move
 
 __all__ = ["DatasetTally", "FileJournal", "Journal", "LostRequest"]
 
@@ -76,8 +69,10 @@ class Journal(Protocol):
         prompt_tokens: int,
         cost_units: int,
         location: int | None = None,
+        truncated: bool = False,
     ) -> None:
-        """Commit a claimed prompt's output ``record`` (one JSON line); it is done."""
+        """Commit a claimed prompt's output ``record`` (one JSON line); it is done.
+        ``truncated``: the answer was cut at ``max_tokens`` (counted apart)."""
         ...
 
     def release(self, dataset: str, prompt_id: str, *, reason: str) -> None:
@@ -254,9 +249,11 @@ class FileJournal:
 
     @property
     def committed_cost(self) -> Decimal:
-        """What the journal's completions, preflights and verification checks cost, over
-        every run: what the job's ledger holds at least."""
-        units = sum(state.tally.cost_units for state in self._state.values())
+        """What the journal's completions (those set aside too), preflights and
+        verification checks cost, over every run: what the job's ledger holds at least."""
+        units = sum(
+            state.tally.cost_units + state.tally.set_aside_units for state in self._state.values()
+        )
         return from_units(units + self.preflight_units + self.verify_units)
 
     def datasets(self) -> list[str]:
@@ -280,75 +277,6 @@ class FileJournal:
         return NO_LOCATION not in state.locations and len(state.locations) == len(state.done)
 
     # --- writing ------------------------------------------------------------------------
-
-    def checked(self, dataset: str) -> list[Any] | None:
-        """The input files (path, size, mtime) every done prompt's output of ``dataset`` was
-        last checked against (:meth:`record_checked`), or None."""
-        return self._state[dataset].checked
-
-    def record_checked(self, dataset: str, fingerprint: list[Any]) -> None:
-        """Record (durably, at once) that every done prompt's output of ``dataset`` answers
-        what the input files ``fingerprint`` ask (their request digests were checked)."""
-        self._state[dataset].checked = fingerprint
-        self._note({"op": "checked", "ds": dataset, "files": fingerprint})
-        self.flush()
-
-    def move_aside(self, dataset: str, ids: Collection[str], why: str) -> Rewrite | None:
-        """Move the output records of the done prompts ``ids`` out of ``dataset``'s output
-        into ``DIR/moved_aside.jsonl`` (:mod:`~provider_router.jobs.store.aside`): they
-        answer requests no longer asked, and their prompts are not done any more.
-
-        The output without them is written beside it and fsynced, the records appended to
-        the side file and fsynced, an ``aside`` entry journaled and fsynced, and only then
-        is the output swapped: a crash before the entry leaves the job as it was (the side
-        file takes each record once), one after it is rolled forward on the next open.
-        Returns what was moved (None: nothing was).
-        """
-        wanted = {pid for pid in ids if self.is_done(dataset, pid)}
-        output = self._outputs.get(dataset)
-        if not wanted or output is None or self._fh is None:
-            return None
-        if any((dataset, pid) in self._inflight for pid in wanted):
-            raise RuntimeError("a prompt in flight cannot be moved aside")
-        self.flush()
-        if output.fh is not None:  # the swap puts another file under its name
-            output.fh.close()
-            output.fh = None
-        tmp = self.directory / f".{output.path.name}.{uuid.uuid4().hex[:12]}{ASIDE_SUFFIX}"
-        try:
-            rewrite = rewrite_without(output.path, output.size, wanted, tmp)
-            AsideFile(self.directory).keep(rewrite.moved, why)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        # The journal's own columns of each (what its tally counted), not the records'.
-        rows = committed_rows(self.directory, dataset)
-        columns: dict[str, list[Any]] = {"ids": [], "out": [], "in": [], "cost": [], "loc": []}
-        for n, pid in enumerate(rewrite.ids):
-            row = rows.get(pid)
-            found = (
-                row[2:]
-                if row is not None
-                else (rewrite.out[n], rewrite.prompt[n], rewrite.cost[n], NO_LOCATION)
-            )
-            for name, value in zip(("ids", "out", "in", "cost", "loc"), (pid, *found), strict=True):
-                columns[name].append(value)
-        entry = {"op": "aside", "ds": dataset, **columns, "size": rewrite.size, "tmp": tmp.name}
-        self._note({**entry, "why": why})
-        self.sync()
-        os.replace(tmp, output.path)
-        fsync_directory(self.directory)
-        output.size = rewrite.size
-        state = self._state[dataset]
-        state.done.difference_update(columns["ids"])
-        state.locations.difference_update(columns["loc"])
-        tally = state.tally
-        tally.completed -= len(columns["ids"])
-        tally.output_tokens -= sum(columns["out"])
-        tally.prompt_tokens -= sum(columns["in"])
-        tally.cost_units -= sum(columns["cost"])
-        rewrite.cost = columns["cost"]
-        return rewrite
 
     def record_inputs(self, dataset: str, fingerprint: list[Any]) -> None:
         """Record which input files (path, size, mtime) a dataset reads from now on.
@@ -450,6 +378,7 @@ class FileJournal:
         prompt_tokens: int,
         cost_units: int,
         location: int | None = None,
+        truncated: bool = False,
     ) -> None:
         key = (dataset, prompt_id)
         if key not in self._inflight:
@@ -471,6 +400,7 @@ class FileJournal:
         columns["in"].append(prompt_tokens)
         columns["cost"].append(cost_units)
         columns["loc"].append(loc)
+        columns["cut"].append(1 if truncated else 0)
         state = self._state[dataset]
         state.done.add(prompt_id)
         state.locations.add(loc)
@@ -479,6 +409,9 @@ class FileJournal:
         tally.output_tokens += output_tokens
         tally.prompt_tokens += prompt_tokens
         tally.cost_units += cost_units
+        if truncated:
+            tally.truncated += 1
+            tally.truncated_units += cost_units
         if self.autoflush:
             self.flush()
 
@@ -493,6 +426,58 @@ class FileJournal:
 
     def _note(self, entry: dict[str, Any]) -> None:
         self._pending.append(dumps(entry).encode())
+
+    def checked(self, dataset: str) -> list[Any] | None:
+        """The input files (path, size, mtime) every done prompt's output of ``dataset`` was
+        last checked against (:meth:`record_checked`), or None."""
+        return self._state[dataset].checked
+
+    def record_checked(self, dataset: str, fingerprint: list[Any]) -> None:
+        """Record (durably, at once) that every done prompt's output of ``dataset`` answers
+        what the input files ``fingerprint`` ask (their request digests were checked)."""
+        self._state[dataset].checked = fingerprint
+        self._note({"op": "checked", "ds": dataset, "files": fingerprint})
+        self.flush()
+
+    def set_aside(self, dataset: str, pick: Callable[[dict[str, Any]], bool], *, why: str) -> Move:
+        """Move the committed output rows of ``dataset`` that ``pick`` selects out of its
+        outputs, into ``set_aside/<why>/<dataset>.jsonl`` (appended, never deleted).
+
+        They are no longer done (their prompts run again), and the dataset's tally no
+        longer counts them but their cost is kept as set aside: the ledger spent it
+        (:attr:`committed_cost`). Durable when it returns, and whole across a crash at any
+        point (:mod:`provider_router.jobs.store.aside`). Call it with none of the
+        dataset's prompts in flight.
+
+        Raises:
+            DataFileError: a committed row is not an output record (the file was edited).
+        """
+        if self._fh is None:
+            raise RuntimeError("set_aside() follows begin()")
+        if any(ds == dataset for ds, _ in self._inflight):
+            raise RuntimeError(f"{dataset} has prompts in flight")
+        self.flush()
+        output = self._outputs.get(dataset)
+        if output is None or output.size == 0:
+            return Move()
+        nonce = os.urandom(6).hex()
+        aside = JobLayout(self.directory).set_aside(why, dataset)
+        try:
+            move, renames = stage_move(output.path, output.size, pick, aside, nonce)
+        except ValueError as exc:
+            raise DataFileError(output.path, str(exc)) from None
+        if not move.ids:
+            return move
+        entry = move.entry(dataset, why, nonce, aside.relative_to(self.directory))
+        _write_all(self._fh, dumps(entry).encode() + b"\n")
+        os.fsync(self._fh.fileno())  # committed: a crash from here on finishes the move
+        if output.fh is not None:
+            output.fh.close()  # the file it writes is about to be replaced
+            output.fh = None
+        finish_move(renames)
+        output.size = move.size
+        apply_aside(self._state[dataset], entry)
+        return move
 
     def record_ledger(self, identity: str) -> None:
         """Record (durably, at once) which ledger holds this job's money."""

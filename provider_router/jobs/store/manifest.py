@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from provider_router._exceptions import DataFileError
 from provider_router.jobs.store._layout import JobLayout
-from provider_router.jobs.store.aside import fsync_directory
+from provider_router.jobs.store.aside import sync_directory
 
 __all__ = ["MANIFEST_VERSION", "DatasetManifest", "JobManifest", "read_manifest", "write_manifest"]
 
@@ -118,4 +118,4 @@ def write_manifest(directory: Path, manifest: JobManifest) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    fsync_directory(directory)
+    sync_directory(directory)

@@ -30,6 +30,7 @@ from provider_router.jobs.store.manifest import JobManifest, read_manifest
 
 __all__ = [
     "COMPLETE_FINISHES",
+    "TRUNCATED_FINISH",
     "DatasetMerge",
     "ExportReport",
     "MergeReport",
@@ -77,6 +78,7 @@ class OutputRecord(TypedDict):
     started_at: str
     finished_at: str
     latency_s: float
+    max_tokens: NotRequired[int]
     tools: NotRequired[list[JSONObject]]
     drift_check: NotRequired[int]
     drift_flagged: NotRequired[bool]
@@ -129,9 +131,12 @@ def make_record(
     tool_calls: Sequence[JSONObject] = (),
     tools: Sequence[JSONObject] | None = None,
     request_digest: str | None = None,
+    max_tokens: int | None = None,
 ) -> OutputRecord:
     """Assemble one output record (times are Unix seconds; ``request_digest``: the
-    digest of the request it answers, :mod:`~provider_router.jobs.store.digest`)."""
+    digest of the request it answers, :mod:`~provider_router.jobs.store.digest`;
+    ``max_tokens``: the completion cap the request was sent with, so an answer cut at it
+    says at what)."""
     reply: Message = {"role": "assistant", "content": text or ""}
     if tool_calls:
         reply["tool_calls"] = list(tool_calls)
@@ -160,6 +165,8 @@ def make_record(
         "finished_at": _iso(finished_at),
         "latency_s": round(finished_at - started_at, 3),
     }
+    if max_tokens is not None:
+        record["max_tokens"] = max_tokens
     if tools:
         record["tools"] = list(tools)
     return record
@@ -434,6 +441,8 @@ def _copy_records(
 
 COMPLETE_FINISHES = ("stop", "tool_calls")
 """Finish reasons of replies that ended on their own: text, or tool calls to run."""
+TRUNCATED_FINISH = "length"
+"""The finish reason of a reply cut at ``max_tokens``: paid for, not whole."""
 
 
 @dataclass

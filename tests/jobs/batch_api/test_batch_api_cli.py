@@ -102,9 +102,12 @@ async def test_a_batch_route_on_a_model_without_one_is_refused(
     plan = make_plan(tmp_path)
     plan.write_text(plan.read_text().replace("kimi-k3", "kimi-k2.5"))
     code, _, err = await run_cli(*run_args(plan, tmp_path / "out", sim))
-    assert code != 0
-    assert "asks for route batch, but moonshotai/kimi-k2.5 has no Batch API endpoint" in err
+    # A usage error (exit 2) naming the plan file and the dataset's line, nothing sent.
+    assert code == 2, err
+    assert f"{plan}:6: dataset 'a' asks for route: batch, but moonshotai/kimi-k2.5 has no " in err
+    assert "Batch API endpoint" in err
     assert len(sim.simulator.batches) == 0
+    assert not sim.requests
 
 
 async def test_results_402_stops_with_the_top_up_then_resume_collects(

@@ -151,6 +151,6 @@ async def test_done_prompts_edited_under_their_ids_go_in_a_new_batch_their_old_r
     for n in (2, 5):
         assert rows[f"q{n}"]["messages"][0]["content"] == f"question {n}, edited at length"
         assert rows[f"q{n}"]["request_digest"] != before[f"q{n}"]["request_digest"]
-    assert {r["id"] for r in read_records(out / "moved_aside.jsonl")} == {"q2", "q5"}
+    assert {r["id"] for r in read_records(out / "set_aside" / "edited" / "p.jsonl")} == {"q2", "q5"}
     assert any("2 answers of dataset p no longer answer its inputs" in e for e in result.events)
     assert ledger_spent(out) == sim.simulator.usage

@@ -25,7 +25,7 @@ from _batch_api_helpers import (
 )
 from _job_helpers import simulate_crash
 
-from provider_router import MemoryLedger
+from provider_router import MemoryLedger, SQLiteLedger
 from provider_router._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -1116,3 +1116,41 @@ def test_a_torn_last_line_of_the_answers_kept_aside_is_cut_and_written_again(
         ("p0", intent.custom_id(0), "0.1"),
         ("p1", intent.custom_id(1), "0.2"),
     ]
+
+
+async def test_a_resume_takes_its_live_batches_back_before_recovering_the_rest(
+    job: Job, log_events: list[dict[str, Any]]
+) -> None:
+    """A resume found batches still running, held in the job's SQLite ledger by a dead
+    run. Its recovery used to count them at their worst case first, and the collect then
+    settled reservations already closed (``N ledger operations finished after the ledger
+    closed``). Now the route takes its own batches' holds back before the recovery, which
+    counts only a hold no batch journal line knows (a kill between a reserve and its
+    intent), and each batch is settled once, at what it cost."""
+    items = prompts(7)
+    path = job.directory / "ledger.sqlite"
+    first = SQLiteLedger(path, Decimal(10), clock=job.time)
+    job.ledger = first  # type: ignore[assignment]
+    with pytest.raises(Killed):
+        await job.go(items, KillOnPoll(job.http))  # batches submitted, then the kill
+    unknown = await first.reserve(Decimal("0.25"), key="batch:never-journaled")
+    await first.close()  # a dead run: its reservations stay open in the file
+    job.time.t += 3600  # its leases long run out
+    second = SQLiteLedger(path, clock=job.time)
+    job.ledger = second  # type: ignore[assignment]
+    try:
+        result = await job.go(items)
+        assert result.stop is None
+        assert sorted(job.outputs()) == sorted(p.id for p in items)
+        state = await second.snapshot()
+        assert state.recovered == 1  # the hold no intent knows, at its worst case
+        open_ids = {r.id for r in await second.open_reservations()}
+        assert unknown.id not in open_ids
+        late = [e for e in log_events if e["event"] == "ledger.late_close"]
+        assert late == []
+        job.sim.simulator.batches.settle_all()
+        charged = job.sim.simulator.usage
+        assert state.reserved == 0
+        assert state.spent == charged + Decimal("0.25"), "each batch at its cost, once"
+    finally:
+        await second.close()

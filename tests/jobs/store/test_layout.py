@@ -27,7 +27,6 @@ OUT = Path("runs/b3")
         ("timeline", "timeline.ndjson"),
         ("report", "report.html"),
         ("manifest", "job.json"),
-        ("moved_aside", "moved_aside.jsonl"),
     ],
 )
 def test_each_file_keeps_its_name(where: str, name: str) -> None:
@@ -45,13 +44,13 @@ def test_no_two_files_share_a_name() -> None:
         for attr in dir(JobLayout)
         if isinstance(getattr(JobLayout, attr), property)
     ]
-    assert len(names) == len(set(names)) == 14
+    assert len(names) == len(set(names)) == 13
 
 
 def test_files_named_like_outputs_that_are_not_a_datasets_are_not_listed_as_outputs(
     tmp_path: Path,
 ) -> None:
     for name in ("a.jsonl", "journal.jsonl", "batches.jsonl", "not_in_inputs.jsonl",
-                 "moved_aside.jsonl", ".a.jsonl.tmp", "summary.json"):  # fmt: skip
+                 ".a.jsonl.tmp", "summary.json"):  # fmt: skip
         (tmp_path / name).write_text("")
     assert JobLayout(tmp_path).outputs() == [tmp_path / "a.jsonl"]
