@@ -25,6 +25,7 @@ from provider_router.catalog.fetch import Catalog
 from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api.route import BatchRouteResult, BatchRouteRun
+from provider_router.jobs.budget import apply_choice, choose_limit
 from provider_router.jobs.events import RunObserver
 from provider_router.jobs.snapshots import BatchSampled
 from provider_router.jobs.store._layout import NOT_IN_INPUTS_FILE, JobLayout
@@ -109,6 +110,7 @@ async def run_plan_batches(
     api_factory: Callable[[HttpClient], BatchApi] = BatchApi,
     metrics: Metrics | None = None,
     observers: Sequence[RunObserver] = (),
+    raise_budget: bool = False,
     **options: Any,
 ) -> BatchRouteResult:
     """Run the batch-route datasets of ``plan`` into ``out`` (``options``: see BatchRouteRun;
@@ -119,7 +121,14 @@ async def run_plan_batches(
     collect's spend shows at once; none by default.
     :func:`~provider_router.jobs.observe.standard.standard_observers` (what
     :func:`~provider_router.jobs.run.run_plan` passes) sample the ledger into
-    ``DIR/timeline.ndjson`` and ``metrics`` every interval and after each round."""
+    ``DIR/timeline.ndjson`` and ``metrics`` every interval and after each round.
+    The plan's budget is the job's as on the sync route (:mod:`provider_router.jobs.budget`;
+    ``raise_budget``: it may raise a limit set by ``ledger topup``).
+
+    Raises:
+        JobRefused: the plan's budget is below what the job spent, or raises a limit
+            set outside its runs without ``raise_budget`` (nothing was changed or sent).
+    """
     watching = tuple(observers)
     if batches.route is None or not batches.names:
         return BatchRouteResult()
@@ -132,10 +141,21 @@ async def run_plan_batches(
         )
     directory = Path(out)
     chosen = [d for d in plan.datasets if d.name in batches.names]
-    journal = FileJournal.open(directory)
+    journal = FileJournal.read(directory)
     try:
-        ledger = await open_job_ledger(JobLayout(directory).ledger, plan.budget, journal, None)
+        path = JobLayout(directory).ledger
+        ledger = await open_job_ledger(path, plan.budget, journal, None)
         try:
+            # Chosen before the journal begins: a refusal leaves every file as it was.
+            choice = choose_limit(
+                plan.budget,
+                await ledger.snapshot(),
+                journal.budget,
+                raise_limit=raise_budget,
+                where=str(path),
+            )
+            journal.begin()
+            said = await apply_choice(ledger, choice, journal)
             key = api_key or os.environ.get(ENV_API_KEY)
             async with HttpClient(base_url, key) as http:
                 runner = BatchRouteRun(
@@ -154,7 +174,7 @@ async def run_plan_batches(
                 }
                 sampled = BatchSampled(
                     directory,
-                    budget=plan.budget,
+                    budget=choice.budget,
                     ledger=ledger,
                     journal=journal,
                     batches=runner.batches,
@@ -173,6 +193,7 @@ async def run_plan_batches(
                     for observer in watching:
                         await observer.on_start(sampled)
                     result = await runner.run(prompts)
+                    result.events[:0] = said
                 finally:
                     try:
                         for observer in watching:

@@ -6,28 +6,33 @@ at the rates observed so far, on the work the plan still asks for
 (:func:`plan_to_finish`), and the budget that allows it: what is spent, plus that work
 with a margin, plus room for the largest reservation the budget refused
 (:func:`budget_to_finish`). A dataset's remaining work is the smaller of what its
-target still needs and what its prompts still allow, priced at its own cost per output
-token, or the whole job's before it has any completion.
+target still needs and what its prompts still allow (every prompt of its files not yet
+completed, sent in this run or not), priced at its own cost per output token, or the
+whole job's before it has any completion. After a stop, :func:`resume_budget` is the
+budget a run again takes, which the stop message and the ``To resume:`` line carry.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
 from provider_router._format import CENT, format_usd, round_up_to_cent
-from provider_router.jobs.summary import StopReason
+from provider_router.jobs.summary import RunSummary, StopReason
 
 __all__ = [
     "FINISH_MARGIN",
     "Finishable",
+    "Resume",
     "budget_to_finish",
     "finish_hint",
     "finish_words",
     "money_to_finish",
     "plan_to_finish",
+    "resume_budget",
 ]
 
 FINISH_MARGIN = Decimal("1.25")
@@ -121,8 +126,11 @@ def finish_hint(
     to_finish: Decimal | None,
     needed: Decimal | None,
     largest_request: Decimal,
+    resume: Resume | None = None,
 ) -> str:
-    """The message tail after a money stop: what finishes the plan, and how to resume."""
+    """The message tail after a money stop: what finishes the plan, and how to resume
+    (``resume``: :func:`resume_budget`, when a run again needs more than ``needed``'s
+    plain ``--budget``)."""
     if needed is None or to_finish is None:
         hint = (
             "; how much more finishes the plan is unknown until an answer shows the cost per token"
@@ -144,10 +152,61 @@ def finish_hint(
     if reason is StopReason.CREDITS:
         return (
             f"; about {more} more finishes the plan at the observed rates (a budget of "
-            f"{format_usd(needed)}): top up the OpenRouter credits, then run the same command "
-            "again to resume" + tail
+            f"{format_usd(needed)}): top up the OpenRouter credits, then run again "
+            + ("" if resume is None else resume_words(resume))
+            + "to resume"
+            + tail
         )
+    how = resume_words(resume or Resume(needed))
     return (
-        f"; about {more} more finishes the plan at the observed rates: run again with a "
-        f"budget of {format_usd(needed)} to resume" + tail
+        f"; about {more} more finishes the plan at the observed rates: run again {how}to resume"
+        + tail
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """What running a stopped job again takes (its ``To resume:`` line).
+
+    Attributes:
+        budget: the ``--budget`` that resumes: after a budget stop, the one that
+            finishes the plan (or, its cost per token unknown, that admits the request
+            the budget refused); else the budget in force.
+        raise_limit: it raises a limit set outside the job's runs: ``--raise-budget``.
+        shared_limit: the shared ledger's limit must first be raised to this
+            (``ledger topup``; None: no need).
+    """
+
+    budget: Decimal
+    raise_limit: bool = False
+    shared_limit: Decimal | None = None
+
+
+def resume_budget(summary: RunSummary) -> Resume:
+    """What a run again takes, from the summary of the run that stopped."""
+    budget = summary.budget
+    if summary.reason is StopReason.BUDGET:
+        needed = summary.budget_to_finish
+        if needed is None and summary.refused:
+            needed = round_up_to_cent(summary.spent + summary.refused)
+        if needed is not None and needed > budget:
+            budget = needed
+    shared = summary.shared
+    if shared is None:
+        return Resume(budget, raise_limit=budget > summary.budget and summary.limit_outside)
+    # The shared limit must hold what every run spent and holds, and this job's rest.
+    want = max(round_up_to_cent(shared.spent + shared.reserved + budget - summary.spent), budget)
+    return Resume(budget, shared_limit=want if want > shared.limit else None)
+
+
+def resume_words(resume: Resume) -> str:
+    """``with a budget of $1.34 `` as the stop message says it (with what else it takes)."""
+    words = f"with a budget of {format_usd(resume.budget)} "
+    if resume.raise_limit:
+        words += "and --raise-budget (the ledger's limit was set by `ledger topup`) "
+    if resume.shared_limit is not None:
+        words += (
+            f"once the shared ledger's limit is raised to {format_usd(resume.shared_limit)} "
+            "(`provider-router ledger topup`) "
+        )
+    return words

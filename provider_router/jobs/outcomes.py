@@ -109,7 +109,10 @@ class Outcomes:
     def __init__(self, control: Control, *, model: str, budget: Decimal, out: Path) -> None:
         self._control = control
         self._model = model
-        self._budget = budget
+        self.budget = budget
+        """The run's budget (named when it is used up; the runner sets the one in force)."""
+        self.shared: str | None = None
+        """The name of the ledger the run shares with others, if it does."""
         self._out = out
         self.providers: dict[str, Counter] = {}
         """This run's counter of each provider that answered or failed."""
@@ -153,8 +156,7 @@ class Outcomes:
         # Out of money is not a failure of the prompt: it was never sent.
         if isinstance(exc, BudgetExhausted):
             self.refused = max(self.refused, exc.requested)
-            used_up = f"the budget of {format_usd(self._budget)} is used up"
-            self._control.stop(StopReason.BUDGET, f"{used_up}: {exc}")
+            self._control.stop(StopReason.BUDGET, f"{self._used_up(exc.limit)}: {exc}")
             return
         if isinstance(exc, CreditsExhausted):
             self._control.stop(StopReason.CREDITS, f"OpenRouter's credits ran out: {exc}")
@@ -183,6 +185,21 @@ class Outcomes:
             self._control.stop(StopReason.ERROR, f"stopped: {exc}")
         elif not isinstance(exc, ProviderRouterError):
             log.error("batch.unexpected_error", dataset=ds.spec.name, error=repr(exc))
+
+    def _used_up(self, limit: Decimal) -> str:
+        """Which budget ran out: the run's, a shared ledger's, or a limit set meanwhile."""
+        if limit == self.budget:
+            return f"the budget of {format_usd(self.budget)} is used up"
+        if self.shared is not None:
+            return (
+                f"the shared ledger {self.shared!r} is used up (its limit of "
+                f"{format_usd(limit)} is what every run on it may spend together)"
+            )
+        return (
+            f"the ledger's limit is {format_usd(limit)}, not this run's budget of "
+            f"{format_usd(self.budget)}: it was changed during the run (by "
+            "`provider-router ledger topup`), and it is used up"
+        )
 
     def completed(
         self,
