@@ -110,9 +110,10 @@ def budget_to_finish(
     """The budget that allows finishing the plan: None when the cost per token is unknown.
 
     What is spent, plus the remaining work at the observed rates with a margin,
-    plus room for the largest reservation the budget refused (every request
-    reserves its worst case before it is sent, so the last one needs that room
-    even when the plan's real remaining cost is a few cents). Whole cents, rounded up.
+    plus room for the largest reservation the budget refused, or after a stop the
+    budget did not make, the largest one reserved (every request reserves its worst
+    case before it is sent, so the last one needs that room even when the plan's real
+    remaining cost is a few cents). Whole cents, rounded up.
     """
     if to_finish is None:
         return None
@@ -169,8 +170,9 @@ class Resume:
     """What running a stopped job again takes (its ``To resume:`` line).
 
     Attributes:
-        budget: the ``--budget`` that resumes: after a budget stop, the one that
-            finishes the plan (or, its cost per token unknown, that admits the request
+        budget: the ``--budget`` that resumes: after a budget or credits stop, the
+            one that finishes the plan when the budget in force would not (or, after a
+            budget stop with the cost per token unknown, one that admits the request
             the budget refused); else the budget in force.
         raise_limit: it raises a limit set outside the job's runs: ``--raise-budget``.
         shared_limit: the shared ledger's limit must first be raised to this
@@ -185,9 +187,11 @@ class Resume:
 def resume_budget(summary: RunSummary) -> Resume:
     """What a run again takes, from the summary of the run that stopped."""
     budget = summary.budget
-    if summary.reason is StopReason.BUDGET:
+    if summary.reason in (StopReason.BUDGET, StopReason.CREDITS):
+        # After a credits stop too: once the credits are topped up, the command as
+        # printed should finish the plan, not stop again on the budget.
         needed = summary.budget_to_finish
-        if needed is None and summary.refused:
+        if needed is None and summary.refused and summary.reason is StopReason.BUDGET:
             needed = round_up_to_cent(summary.spent + summary.refused)
         if needed is not None and needed > budget:
             budget = needed

@@ -118,6 +118,9 @@ class Outcomes:
         """This run's counter of each provider that answered or failed."""
         self.refused = Decimal(0)
         """The largest reservation the budget refused: a resume needs room for it."""
+        self.largest_reserved = Decimal(0)
+        """The largest worst case reserved for an answer of this run: a resume after a
+        stop the budget did not make (OpenRouter's credits) needs room for one too."""
         self.ledger_name = str(JobLayout(out).ledger)
         """The ledger's file (the runner sets it once the ledger is open)."""
         self.disk_error: OSError | None = None
@@ -212,6 +215,8 @@ class Outcomes:
     ) -> int | None:
         """Journal and count an answer; its output tokens, or None if it was not accepted."""
         finished = time.time()
+        if result.reserved is not None:
+            self.largest_reserved = max(self.largest_reserved, result.reserved)
         usage = result.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         output_tokens = usage.completion_tokens if usage else 0

@@ -197,7 +197,10 @@ def summarize(
     message = dispatcher.message
     spent = state.spent if state else Decimal(0)
     limit = state.limit if state else budget  # changed during the run by `ledger topup`?
-    needed = budget_to_finish(spent, to_finish, outcomes.refused)
+    # Room for the last request's worst case: the one the budget refused, else the
+    # largest one reserved (after a credits stop the budget refused none).
+    room = outcomes.refused or outcomes.largest_reserved
+    needed = budget_to_finish(spent, to_finish, room)
     bad = [str(p) for ds in dispatcher.datasets for p in ds.reader.problems]
     summary = RunSummary(
         reason=reason,

@@ -217,10 +217,11 @@ class RunSummary:
 
     @property
     def budget_to_resume(self) -> Decimal | None:
-        """After a budget stop, the budget that finishes the plan when it is above this
-        run's (None: running again with the same budget will do)."""
+        """After a budget or credits stop, the budget that finishes the plan when it is
+        above this run's (None: running again with the same budget will do)."""
         needed = self.budget_to_finish
-        if self.reason is StopReason.BUDGET and needed is not None and needed > self.budget:
+        money = self.reason in (StopReason.BUDGET, StopReason.CREDITS)
+        if money and needed is not None and needed > self.budget:
             return needed
         return None
 

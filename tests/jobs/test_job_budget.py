@@ -301,6 +301,28 @@ async def test_the_resume_line_after_add_budget_carries_the_budget_not_another_a
     assert len(assert_consistent(out, ["p"])) == 60
 
 
+async def test_after_a_credits_stop_the_printed_command_finishes_the_job(
+    tmp_path: Path, openrouter_sim_factory: Factory
+) -> None:
+    """Once the credits are topped up, the command as printed does not stop again on a
+    budget that could never finish the plan: it carries the budget that does."""
+    sim = await openrouter_sim_factory(seed=4, credits="0.05")
+    prompts = write_prompts(tmp_path / "p.jsonl", 150)
+    out = tmp_path / "out"
+    code, _, err = await run_cli(*job_argv(prompts, out, sim, "0.08"))
+    assert code == 4, err[-2000:]  # OpenRouter's credits ran out first
+    summary = json.loads((out / "summary.json").read_text())
+    needed = Decimal(summary["budget_to_finish_usd"])
+    assert needed > D("0.08"), "the old budget would stop the resume again"
+    assert f"then run again with a budget of {format_usd(needed)} to resume" in (summary["message"])
+    again = resume_argv(err)
+    assert Decimal(option(again, "--budget")) == needed
+    sim.top_up(5)
+    code, _, err = await run_cli(*again)
+    assert code == 0, err[-2000:]
+    assert len(assert_consistent(out, ["p"])) == 150
+
+
 # --- the rules, as a table --------------------------------------------------------------
 
 
