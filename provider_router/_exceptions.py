@@ -384,7 +384,8 @@ class BudgetExhausted(BudgetError):
         if spent > limit:
             message += (
                 f"; spent is {format_usd(spent - limit)} above the limit (a settle overran its "
-                "reservation): nothing is admitted until the limit covers it"
+                "reservation, or the limit was lowered below what requests in flight held): "
+                "nothing is admitted until the limit covers it"
             )
         super().__init__(message)
 

@@ -54,12 +54,14 @@ from provider_router.jobs import (
     run_plan_sync,
 )
 from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY
+from provider_router.jobs.finish import Resume, resume_budget
 from provider_router.jobs.inputs import check_run
 from provider_router.jobs.observe.drift_view import verification_lines
 from provider_router.jobs.observe.live import ProgressMode, show_progress
 from provider_router.jobs.observe.summary_view import render_summary
 from provider_router.jobs.run import added_budget
 from provider_router.jobs.store._layout import SET_ASIDE_DIR, JobLayout
+from provider_router.jobs.summary import SharedLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
 from provider_router.ledger.redis import DEFAULT_LEASE
 from provider_router.planning.plan import (
@@ -134,6 +136,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="USD",
         help="raise the job's budget by USD: its ledger's current limit plus USD, to resume "
         "(default: the budget as given)",
+    )
+    parser.add_argument(
+        "--raise-budget",
+        action="store_true",
+        help="let --budget raise a limit set outside this job's runs (by `provider-router "
+        "ledger topup`): without it such a raise is refused (docs/ledger.md, \"A job's "
+        'budget")',
     )
     # No argparse default: a plan file's own value wins over one the flag never gave.
     parser.add_argument(
@@ -415,6 +424,7 @@ def _handle(args: argparse.Namespace) -> int:
             args.out,
             base_url=args.base_url,
             add_budget=args.add_budget,
+            raise_budget=args.raise_budget,
             strict=args.strict,
             preflight=not args.no_preflight,
             verify=args.verify,
@@ -434,7 +444,7 @@ def _handle(args: argparse.Namespace) -> int:
             hooks=RunHooks(
                 on_start=lambda: _serve_metrics(args, metrics),
                 on_batch_line=None if args.progress == "off" else _say,
-                on_batch_done=lambda part: _batch_done(args, part),
+                on_batch_done=lambda part: _batch_done(args, plan, part),
                 around_sync=lambda runner: _watched(
                     runner, console, args.progress, own_process=args.own_process
                 ),
@@ -449,7 +459,7 @@ def _handle(args: argparse.Namespace) -> int:
     if last is not None:
         note_exit_code(JobLayout(Path(args.out)).summary)
     if outcome.summary is not None:
-        _report(args, outcome.summary, make_console(), plan)
+        _report(args, plan, outcome.summary, make_console())
     return exit_code(outcome.reason)
 
 
@@ -505,14 +515,20 @@ def _serve_metrics(args: argparse.Namespace, metrics: Metrics | None) -> None:
     print(f"Metrics: http://{host}:{port}/metrics", file=sys.stderr)
 
 
-def _batch_done(args: argparse.Namespace, part: BatchPart) -> None:
+def _batch_done(args: argparse.Namespace, plan: Plan, part: BatchPart) -> None:
     """The end of the Batch API route's part: what it did, and what to do next."""
     for line in part.lines:
         print(line, file=sys.stderr)
     if part.summary is not None:
         print(f"Summary: {JobLayout(Path(args.out)).summary}", file=sys.stderr)
+    summary = part.summary
     if part.needs_credits:
-        print(f"To resume after adding credits: {' '.join(args.argv)}", file=sys.stderr)
+        again = resume_command(args.argv, _resume(args, plan, summary))
+        print(f"To resume after adding credits: {again}", file=sys.stderr)
+    elif part.reason is StopReason.BUDGET and summary is not None:
+        print(
+            f"To resume: {resume_command(args.argv, _resume(args, plan, summary))}", file=sys.stderr
+        )
     elif part.stuck:
         # The sync part (if any) still runs; these prompts keep the exit code incomplete.
         print(
@@ -529,9 +545,27 @@ def _preflight_failed(exc: PreflightFailed) -> int:
     return 1
 
 
-def _report(args: argparse.Namespace, summary: RunSummary, out: Console, plan: Plan | None) -> None:
-    """The end of a run: counted events, the tables, the hints (``plan``: None on Ray,
-    where ``--redo-truncated`` does not run)."""
+def _resume(args: argparse.Namespace, plan: Plan, summary: RunSummary | None) -> Resume | None:
+    """What the ``To resume:`` line carries: None when the command as given resumes."""
+    if summary is None:
+        return None
+    resume = resume_budget(summary)
+    same = args.add_budget is None and resume.budget == plan.budget
+    if same and not resume.raise_limit and resume.shared_limit is None:
+        return None
+    return resume
+
+
+def _report(
+    args: argparse.Namespace,
+    plan: Plan,
+    summary: RunSummary,
+    out: Console,
+    *,
+    on_ray: bool = False,
+) -> None:
+    """The end of a run: counted events, the tables, the hints (``on_ray``: where
+    ``--redo-truncated`` does not run)."""
     # Counted events first (one line per kind), then the tables and the hints.
     report_events()
     render_summary(summary, out)
@@ -542,9 +576,10 @@ def _report(args: argparse.Namespace, summary: RunSummary, out: Console, plan: P
         for line in verification_lines(summary.verification, Path(args.out)):
             print(line, file=sys.stderr)
     if summary.reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
-        print(f"To resume: {resume_command(args.argv, summary.budget_to_resume)}", file=sys.stderr)
+        again = resume_command(args.argv, _resume(args, plan, summary), summary.shared)
+        print(f"To resume: {again}", file=sys.stderr)
     if summary.truncated:
-        print(_redo_hint(args, summary, plan), file=sys.stderr)
+        print(_redo_hint(args, summary, None if on_ray else plan), file=sys.stderr)
     print(f"Summary: {JobLayout(Path(args.out)).summary}", file=sys.stderr)
 
 
@@ -606,6 +641,7 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
                 console=console,
                 progress=args.progress,
                 lease=args.lease,
+                raise_budget=args.raise_budget,
             )
         with _ray_interrupts(ray_run, console):
             summary = ray_run.run()
@@ -613,7 +649,7 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
         # The second Ctrl-C: the paid answers already written stay; Ray's actors died
         # with the requests in flight, which the next run recovers from the ledger.
         print("provider-router: interrupted", file=sys.stderr)
-        print(f"To resume: {shlex.join(['provider-router', *args.argv])}", file=sys.stderr)
+        print(f"To resume: {resume_command(args.argv)}", file=sys.stderr)
         return exit_code(StopReason.INTERRUPTED)
     except PreflightFailed as exc:
         return _preflight_failed(exc)
@@ -621,7 +657,7 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
         if metrics is not None:
             metrics.close()
     note_exit_code(JobLayout(Path(args.out)).summary)
-    _report(args, summary, make_console(), None)
+    _report(args, plan, summary, make_console(), on_ray=True)
     return exit_code(summary.reason)
 
 
@@ -651,13 +687,46 @@ def _ray_interrupts(ray_run: Any, console: Console) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def resume_command(argv: Sequence[str], budget: Decimal | None = None) -> str:
-    """The command to run again; with ``budget`` (after a budget stop, the budget that
-    finishes the plan) it carries that ``--budget``."""
+def resume_command(
+    argv: Sequence[str],
+    resume: Resume | Decimal | None = None,
+    shared: SharedLedger | None = None,
+) -> str:
+    """The command to run again: ``argv`` with the budget that resumes.
+
+    ``resume`` (:func:`~provider_router.jobs.finish.resume_budget`; a plain amount is
+    its ``budget``) puts its ``--budget`` in place of the one given and of any
+    ``--add-budget`` (which would add again), adds ``--raise-budget`` when the raise
+    needs it, and, when a shared ledger's limit must rise first, the ``ledger topup``
+    of ``shared`` before it.
+    """
     args = list(argv)
-    if budget is not None:
-        args = _with_option(args, "--budget", decimal_str(budget))
-    return shlex.join(["provider-router", *args])
+    if isinstance(resume, Decimal):
+        resume = Resume(resume)
+    if resume is None:
+        return shlex.join(["provider-router", *args])
+    args = _without_option(args, "--add-budget")
+    args = _with_option(args, "--budget", decimal_str(resume.budget))
+    if resume.raise_limit and "--raise-budget" not in args:
+        args.append("--raise-budget")
+    command = shlex.join(["provider-router", *args])
+    if resume.shared_limit is not None and shared is not None:
+        command = f"{shared.topup(resume.shared_limit)} && {command}"
+    return command
+
+
+def _without_option(argv: list[str], flag: str) -> list[str]:
+    """``argv`` without ``flag`` and its value (``--flag V`` or ``--flag=V``)."""
+    out: list[str] = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == flag:
+            skip = True
+        elif not item.startswith(flag + "="):
+            out.append(item)
+    return out
 
 
 def _with_option(argv: list[str], flag: str, value: str) -> list[str]:

@@ -25,6 +25,7 @@ from provider_router.catalog.fetch import Catalog
 from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api.route import BatchRouteResult, BatchRouteRun
+from provider_router.jobs.budget import apply_choice, choose_limit
 from provider_router.jobs.events import RunObserver
 from provider_router.jobs.identity import check_identity
 from provider_router.jobs.redo import redo_truncated as set_aside_truncated
@@ -118,6 +119,7 @@ async def run_plan_batches(
     metrics: Metrics | None = None,
     observers: Sequence[RunObserver] = (),
     redo_truncated: bool = False,
+    raise_budget: bool = False,
     **options: Any,
 ) -> BatchRouteResult:
     """Run the batch-route datasets of ``plan`` into ``out`` (``options``: see BatchRouteRun;
@@ -130,7 +132,14 @@ async def run_plan_batches(
     the outputs, so they are sent again (:mod:`provider_router.jobs.redo`).
     :func:`~provider_router.jobs.observe.standard.standard_observers` (what
     :func:`~provider_router.jobs.run.run_plan` passes) sample the ledger into
-    ``DIR/timeline.ndjson`` and ``metrics`` every interval and after each round."""
+    ``DIR/timeline.ndjson`` and ``metrics`` every interval and after each round.
+    The plan's budget is the job's as on the sync route (:mod:`provider_router.jobs.budget`;
+    ``raise_budget``: it may raise a limit set by ``ledger topup``).
+
+    Raises:
+        JobRefused: the plan's budget is below what the job spent, or raises a limit
+            set outside its runs without ``raise_budget`` (nothing was changed or sent).
+    """
     watching = tuple(observers)
     if batches.route is None or not batches.names:
         return BatchRouteResult()
@@ -145,15 +154,21 @@ async def run_plan_batches(
     chosen = [d for d in plan.datasets if d.name in batches.names]
     journal = FileJournal.read(directory)
     try:
-        # Refused before the journal begins, if this run would change what the job answers.
+        # Refused before anything is written, if this run would change what the job answers.
         identity = check_identity(plan, directory, add_inputs=True, redo_truncated=redo_truncated)
-        journal.begin()
-    except BaseException:
-        journal.close("refused")
-        raise
-    try:
-        ledger = await open_job_ledger(JobLayout(directory).ledger, plan.budget, journal, None)
+        path = JobLayout(directory).ledger
+        ledger = await open_job_ledger(path, plan.budget, journal, None)
         try:
+            # Chosen before the journal begins: a refusal leaves every file as it was.
+            choice = choose_limit(
+                plan.budget,
+                await ledger.snapshot(),
+                journal.budget,
+                raise_limit=raise_budget,
+                where=str(path),
+            )
+            journal.begin()
+            said = await apply_choice(ledger, choice, journal)
             notes = identity.write(directory)
             moved = set_aside_truncated(journal, plan, directory) if redo_truncated else []
             key = api_key or os.environ.get(ENV_API_KEY)
@@ -183,7 +198,7 @@ async def run_plan_batches(
                 runner.result.events.extend(notes)
                 sampled = BatchSampled(
                     directory,
-                    budget=plan.budget,
+                    budget=choice.budget,
                     ledger=ledger,
                     journal=journal,
                     batches=runner.batches,
@@ -202,6 +217,7 @@ async def run_plan_batches(
                     for observer in watching:
                         await observer.on_start(sampled)
                     result = await runner.run(prompts)
+                    result.events[:0] = said
                 finally:
                     try:
                         for observer in watching:

@@ -5,9 +5,10 @@ parameters of its model and its ``max_tokens`` apart (the target's in-flight pri
 capped by it), its prompts read from its input files (:func:`open_file_datasets`). On
 a resume whose input files are unchanged, done prompts are skipped unparsed by their
 location; otherwise every line is read again, and a done prompt found at a new place is
-relocated in the journal. Lines are counted in the background, for the progress
-display's totals only. :func:`validate_inputs` is the ``strict`` check: every line
-read before anything is spent.
+relocated in the journal. Lines are counted in the background: a dataset's total
+(what "to finish" prices) is its files' good prompts, known once they are counted or
+read to their end, whatever this run sent of them. :func:`validate_inputs` is the
+``strict`` check: every line read before anything is spent.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class DatasetRun:
     lines: int | None = None
     inflight: int = 0
     exhausted: bool = False
+    counting: asyncio.Future[None] | None = None
+    """The background count of its files' lines (:meth:`counted` awaits it)."""
 
     def can_send(self) -> bool:
         """Another prompt may go out: no cap reached, and the target not yet covered."""
@@ -69,10 +72,12 @@ class DatasetRun:
         return cap is None or self.tally.completed < cap
 
     def total(self) -> int | None:
-        """Prompts it will complete at most, if known."""
+        """Prompts it will complete at most (its files' good prompts, capped by
+        ``max_requests``), if known: every prompt counts, sent in this run or not."""
         total: int | None
         if self.exhausted:
-            total = self.tally.completed + self.inflight + self.counter.failures
+            # Every line read: the good prompts, done ones passed over unparsed included.
+            total = self.reader.skipped + self.reader.read
         elif self.lines is not None:
             total = self.lines - self.reader.bad_lines
         else:
@@ -82,10 +87,19 @@ class DatasetRun:
         return total
 
     def done(self) -> bool:
-        """Nothing is left to do for it."""
+        """Nothing is left to do for it: its target or cap reached, or every prompt
+        completed (a prompt the budget or a stop kept back is left to do)."""
         if reached(self.spec, self.tally.completed, self.tally.output_tokens):
             return True
-        return self.exhausted and not self.counter.failures and self.inflight == 0
+        if not self.exhausted or self.counter.failures or self.inflight:
+            return False
+        total = self.total()
+        return total is not None and self.tally.completed >= total
+
+    async def counted(self) -> None:
+        """Wait for the count of its files' lines (started by :func:`open_file_datasets`)."""
+        if self.counting is not None:
+            await asyncio.gather(self.counting, return_exceptions=True)
 
 
 def validate_inputs(plan: Plan) -> None:
@@ -134,7 +148,7 @@ def open_file_datasets(
             )
         )
     for dataset in datasets:
-        _background(asyncio.ensure_future(_count_lines(dataset)))
+        dataset.counting = _background(asyncio.ensure_future(_count_lines(dataset)))
     return datasets
 
 
@@ -189,6 +203,7 @@ async def _count_lines(dataset: DatasetRun) -> None:
     dataset.lines = sum(counts)
 
 
-def _background(task: asyncio.Future[None]) -> None:
-    # Progress counting only: never awaited, never allowed to fail the run.
+def _background(task: asyncio.Future[None]) -> asyncio.Future[None]:
+    # Counting never fails the run: an unreadable file leaves the total unknown.
     task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return task

@@ -6,8 +6,10 @@ at the rates observed so far, on the work the plan still asks for
 (:func:`plan_to_finish`), and the budget that allows it: what is spent, plus that work
 with a margin, plus room for the largest reservation the budget refused
 (:func:`budget_to_finish`). A dataset's remaining work is the smaller of what its
-target still needs and what its prompts still allow, priced at its own cost per output
-token, or the whole job's before it has any completion.
+target still needs and what its prompts still allow (every prompt of its files not yet
+completed, sent in this run or not), priced at its own cost per output token, or the
+whole job's before it has any completion. After a stop, :func:`resume_budget` is the
+budget a run again takes, which the stop message and the ``To resume:`` line carry.
 """
 
 from __future__ import annotations
@@ -15,22 +17,25 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
 from provider_router._exceptions import CreditsExhausted, PaymentRequiredError
 from provider_router._format import CENT, format_usd, round_up_to_cent
-from provider_router.jobs.summary import StopReason
+from provider_router.jobs.summary import RunSummary, StopReason
 
 __all__ = [
     "FINISH_MARGIN",
     "Finishable",
+    "Resume",
     "budget_to_finish",
     "credits_words",
     "finish_hint",
     "finish_words",
     "money_to_finish",
     "plan_to_finish",
+    "resume_budget",
 ]
 
 FINISH_MARGIN = Decimal("1.25")
@@ -108,9 +113,10 @@ def budget_to_finish(
     """The budget that allows finishing the plan: None when the cost per token is unknown.
 
     What is spent, plus the remaining work at the observed rates with a margin,
-    plus room for the largest reservation the budget refused (every request
-    reserves its worst case before it is sent, so the last one needs that room
-    even when the plan's real remaining cost is a few cents). Whole cents, rounded up.
+    plus room for the largest reservation the budget refused, or after a stop the
+    budget did not make, the largest one reserved (every request reserves its worst
+    case before it is sent, so the last one needs that room even when the plan's real
+    remaining cost is a few cents). Whole cents, rounded up.
     """
     if to_finish is None:
         return None
@@ -124,14 +130,17 @@ def finish_hint(
     to_finish: Decimal | None,
     needed: Decimal | None,
     largest_request: Decimal,
+    resume: Resume | None = None,
 ) -> str:
-    """The message tail after a money stop: what finishes the plan, and how to resume.
+    """The message tail after a money stop: what finishes the plan, and how to resume
+    (``resume``: :func:`resume_budget`, when a run again needs more than ``needed``'s
+    plain ``--budget``).
 
     After OpenRouter's credits ran out (:func:`credits_words` says so), short
     sentences: what the job has spent, what finishing takes, what to do.
     """
     if reason is StopReason.CREDITS:
-        return _credits_hint(budget, spent, to_finish, needed, largest_request)
+        return _credits_hint(budget, spent, to_finish, needed, largest_request, resume)
     if needed is None or to_finish is None:
         hint = (
             "; how much more finishes the plan is unknown until an answer shows the cost per token"
@@ -150,9 +159,10 @@ def finish_hint(
             "max_tokens at the highest allowed price): shorten it or lower max_tokens"
         )
     more = format_usd(max(to_finish, CENT))
+    how = resume_words(resume or Resume(needed))
     return (
-        f"; about {more} more finishes the plan at the observed rates: run again with a "
-        f"budget of {format_usd(needed)} to resume" + tail
+        f"; about {more} more finishes the plan at the observed rates: run again {how}to resume"
+        + tail
     )
 
 
@@ -162,6 +172,7 @@ def _credits_hint(
     to_finish: Decimal | None,
     needed: Decimal | None,
     largest_request: Decimal,
+    resume: Resume | None,
 ) -> str:
     cost = f"The job has spent {format_usd(spent)} of its {format_usd(budget)} budget"
     if needed is None or to_finish is None:
@@ -177,9 +188,9 @@ def _credits_hint(
             f". One request alone reserves up to {format_usd(largest_request)} (its prompt and "
             "max_tokens at the highest allowed price): shorten it or lower max_tokens"
         )
+    again = "the same command again " if resume is None else f"again {resume_words(resume)}"
     return (
-        f". {cost}. Add OpenRouter credits (or raise the key's limit), then run the same "
-        "command again to resume."
+        f". {cost}. Add OpenRouter credits (or raise the key's limit), then run {again}to resume."
     )
 
 
@@ -202,3 +213,54 @@ _REFUSED = re.compile(
     r"OpenRouter refused with 402 \((?P<words>.*)\); the router takes no new work"
 )
 """The router's stop message (client/_billing.py), whose parentheses hold OpenRouter's words."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """What running a stopped job again takes (its ``To resume:`` line).
+
+    Attributes:
+        budget: the ``--budget`` that resumes: after a budget or credits stop, the
+            one that finishes the plan when the budget in force would not (or, after a
+            budget stop with the cost per token unknown, one that admits the request
+            the budget refused); else the budget in force.
+        raise_limit: it raises a limit set outside the job's runs: ``--raise-budget``.
+        shared_limit: the shared ledger's limit must first be raised to this
+            (``ledger topup``; None: no need).
+    """
+
+    budget: Decimal
+    raise_limit: bool = False
+    shared_limit: Decimal | None = None
+
+
+def resume_budget(summary: RunSummary) -> Resume:
+    """What a run again takes, from the summary of the run that stopped."""
+    budget = summary.budget
+    if summary.reason in (StopReason.BUDGET, StopReason.CREDITS):
+        # After a credits stop too: once the credits are topped up, the command as
+        # printed should finish the plan, not stop again on the budget.
+        needed = summary.budget_to_finish
+        if needed is None and summary.refused and summary.reason is StopReason.BUDGET:
+            needed = round_up_to_cent(summary.spent + summary.refused)
+        if needed is not None and needed > budget:
+            budget = needed
+    shared = summary.shared
+    if shared is None:
+        return Resume(budget, raise_limit=budget > summary.budget and summary.limit_outside)
+    # The shared limit must hold what every run spent and holds, and this job's rest.
+    want = max(round_up_to_cent(shared.spent + shared.reserved + budget - summary.spent), budget)
+    return Resume(budget, shared_limit=want if want > shared.limit else None)
+
+
+def resume_words(resume: Resume) -> str:
+    """``with a budget of $1.34 `` as the stop message says it (with what else it takes)."""
+    words = f"with a budget of {format_usd(resume.budget)} "
+    if resume.raise_limit:
+        words += "and --raise-budget (the ledger's limit was set by `ledger topup`) "
+    if resume.shared_limit is not None:
+        words += (
+            f"once the shared ledger's limit is raised to {format_usd(resume.shared_limit)} "
+            "(`provider-router ledger topup`) "
+        )
+    return words

@@ -110,12 +110,18 @@ class Outcomes:
     def __init__(self, control: Control, *, model: str, budget: Decimal, out: Path) -> None:
         self._control = control
         self._model = model
-        self._budget = budget
+        self.budget = budget
+        """The run's budget (named when it is used up; the runner sets the one in force)."""
+        self.shared: str | None = None
+        """The name of the ledger the run shares with others, if it does."""
         self._out = out
         self.providers: dict[str, Counter] = {}
         """This run's counter of each provider that answered or failed."""
         self.refused = Decimal(0)
         """The largest reservation the budget refused: a resume needs room for it."""
+        self.largest_reserved = Decimal(0)
+        """The largest worst case reserved for an answer of this run: a resume after a
+        stop the budget did not make (OpenRouter's credits) needs room for one too."""
         self.ledger_name = str(JobLayout(out).ledger)
         """The ledger's file (the runner sets it once the ledger is open)."""
         self.disk_error: OSError | None = None
@@ -154,8 +160,7 @@ class Outcomes:
         # Out of money is not a failure of the prompt: it was never sent.
         if isinstance(exc, BudgetExhausted):
             self.refused = max(self.refused, exc.requested)
-            used_up = f"the budget of {format_usd(self._budget)} is used up"
-            self._control.stop(StopReason.BUDGET, f"{used_up}: {exc}")
+            self._control.stop(StopReason.BUDGET, f"{self._used_up(exc.limit)}: {exc}")
             return
         if isinstance(exc, CreditsExhausted):
             self._control.stop(StopReason.CREDITS, credits_words(exc))
@@ -185,6 +190,21 @@ class Outcomes:
         elif not isinstance(exc, ProviderRouterError):
             log.error("batch.unexpected_error", dataset=ds.spec.name, error=repr(exc))
 
+    def _used_up(self, limit: Decimal) -> str:
+        """Which budget ran out: the run's, a shared ledger's, or a limit set meanwhile."""
+        if limit == self.budget:
+            return f"the budget of {format_usd(self.budget)} is used up"
+        if self.shared is not None:
+            return (
+                f"the shared ledger {self.shared!r} is used up (its limit of "
+                f"{format_usd(limit)} is what every run on it may spend together)"
+            )
+        return (
+            f"the ledger's limit is {format_usd(limit)}, not this run's budget of "
+            f"{format_usd(self.budget)}: it was changed during the run (by "
+            "`provider-router ledger topup`), and it is used up"
+        )
+
     def completed(
         self,
         journal: Journal,
@@ -196,6 +216,8 @@ class Outcomes:
     ) -> int | None:
         """Journal and count an answer; its output tokens, or None if it was not accepted."""
         finished = time.time()
+        if result.reserved is not None:
+            self.largest_reserved = max(self.largest_reserved, result.reserved)
         usage = result.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         output_tokens = usage.completion_tokens if usage else 0

@@ -32,6 +32,7 @@ from provider_router.jobs.batch_api_runner import (
     run_plan_batches,
     without_datasets,
 )
+from provider_router.jobs.finish import Resume, resume_budget
 from provider_router.jobs.inputs import check_run
 from provider_router.jobs.observe.batch_summary import write_batch_summary
 from provider_router.jobs.observe.batch_watch import BatchWatch
@@ -169,6 +170,15 @@ class RunOutcome:
         one short of it (None: the same budget will do)."""
         return None if self.summary is None else self.summary.budget_to_resume
 
+    @property
+    def resume(self) -> Resume | None:
+        """What running the job again takes (the ``To resume:`` line; None: it finished,
+        or the Batch API route ended it without a summary)."""
+        if self.reason in _FINISHED:
+            return None
+        last = self.summary or (self.batch.summary if self.batch is not None else None)
+        return None if last is None else resume_budget(last)
+
 
 def combined_reason(batch: StopReason, sync: StopReason) -> StopReason:
     """Why a run ended whose batch part ended with ``batch`` and then its sync part with
@@ -187,6 +197,7 @@ async def run_plan(
     api_key: str | None = None,
     base_url: str | None = None,
     add_budget: Decimal | None = None,
+    raise_budget: bool = False,
     strict: bool = False,
     preflight: bool = True,
     verify: bool = False,
@@ -209,7 +220,10 @@ async def run_plan(
         out: the job directory (outputs, journal, ledger, ``summary.json``).
         api_key, base_url: OpenRouter's (defaults from the environment).
         add_budget: raise the job's budget by this much: its own ledger's current
-            limit plus it (to resume after a budget stop).
+            limit plus it (to resume after a budget stop; an explicit raise).
+        raise_budget: the plan's budget may raise a limit set outside the job's runs
+            (by ``ledger topup``); without it such a raise is refused
+            (:mod:`provider_router.jobs.budget`: the rules of a job's budget).
         strict: the first bad input line is fatal before anything is spent.
         preflight: check the key, credits, model and policy first, with one 1-token
             request paid from the job's budget (:mod:`provider_router.checks.preflight`).
@@ -230,9 +244,11 @@ async def run_plan(
             max_tokens"); the job's ``max_tokens`` may then grow.
 
     Raises:
-        JobRefused: something it was given cannot be used, e.g. a ``route: batch``
-            dataset without a batch endpoint the policy allows (nothing was sent or
-            written), or the run would change what the job's outputs answer (its model,
+        JobRefused: something it was given cannot be used (nothing was sent or written),
+            such as a ``route: batch`` dataset without a batch endpoint the policy
+            allows, a budget below what the job spent, a raise of a limit set by
+            ``ledger topup`` without ``raise_budget``, on a shared ledger a budget above
+            its limit; or the run would change what the job's outputs answer (its model,
             policy, a dataset's route or generation parameters).
         PreflightFailed: the preflight found what the run relies on missing.
         ConfigurationError: the plan cannot run as it is.
@@ -242,6 +258,7 @@ async def run_plan(
     out = Path(out)
     if add_budget is not None:
         plan = plan.with_overrides(budget=await added_budget(plan, out, add_budget))
+        raise_budget = True  # the amount is added to the limit, whoever set it
     check_run(
         plan,
         out,
@@ -254,7 +271,15 @@ async def run_plan(
     if hooks.on_start is not None:
         hooks.on_start()
     left, part = await _batch_part(
-        plan, out, api_key, base_url, batch or BatchOptions(), metrics, hooks, redo_truncated
+        plan,
+        out,
+        api_key,
+        base_url,
+        batch or BatchOptions(),
+        metrics,
+        hooks,
+        redo_truncated=redo_truncated,
+        raise_budget=raise_budget,
     )
     if part is not None and hooks.on_batch_done is not None:
         hooks.on_batch_done(part)
@@ -276,6 +301,7 @@ async def run_plan(
             verify_every=verify_every,
             observers=standard_observers(),
             redo_truncated=redo_truncated,
+            raise_budget=raise_budget,
         )
 
     summary = await _sync_part(left, runner, hooks, lease=lease, outage_window=outage_window)
@@ -333,9 +359,9 @@ async def open_shared_ledger(
 ) -> RedisLedger:
     """The Redis ledger ``name``: created with ``budget`` as its limit if it is new.
 
-    An existing ledger keeps its limit here; the runner then raises or lowers it
-    to the plan's budget (as a resume with another ``--budget`` does), so every
-    process sharing it should be given the same budget.
+    An existing ledger keeps its limit: it is what every run on it may spend together,
+    changed only by ``provider-router ledger topup``. Each run's budget is its own cap
+    inside it (:class:`~provider_router.jobs.ledger_share.LedgerShare`), never above it.
     """
     ledger = RedisLedger(url, name, lease=lease, outage_window=outage_window)
     try:
@@ -391,7 +417,9 @@ async def _batch_part(
     options: BatchOptions,
     metrics: Metrics | None,
     hooks: RunHooks,
-    redo_truncated: bool = False,
+    *,
+    redo_truncated: bool,
+    raise_budget: bool,
 ) -> tuple[Plan | None, BatchPart | None]:
     """The plan's Batch API datasets (docs/batch.md, "The Batch API route"): the plan
     left for the sync route (None: nothing), and what the route did (None: no dataset
@@ -419,6 +447,7 @@ async def _batch_part(
         observers=standard_observers(),
         progress=watch.reporter(hooks.on_batch_line, metrics),
         redo_truncated=redo_truncated,
+        raise_budget=raise_budget,
     )
     # summary.json and report.html of the batch route (a sync part replaces them)
     summary = await write_batch_summary(

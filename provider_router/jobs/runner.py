@@ -32,12 +32,14 @@ from provider_router.checks.verify import DEFAULT_SAMPLES
 from provider_router.client.metrics import Metrics
 from provider_router.client.router import Router
 from provider_router.jobs.batch_api.reuse import reuse_kept_for_plan
+from provider_router.jobs.budget import apply_choice, choose_limit, choose_share, public_url
 from provider_router.jobs.datasets import DatasetRun, open_file_datasets, validate_inputs
 from provider_router.jobs.dispatch import Dispatcher
 from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY, DriftWatch, redo_flagging
 from provider_router.jobs.drift_history import DriftHistory
 from provider_router.jobs.events import RunObserver
 from provider_router.jobs.identity import IdentityCheck, check_identity
+from provider_router.jobs.ledger_share import LedgerShare
 from provider_router.jobs.outcomes import Outcomes
 from provider_router.jobs.redo import redo_truncated
 from provider_router.jobs.revisions import revise_plan
@@ -52,12 +54,11 @@ from provider_router.jobs.store.job_ledger import check_not_behind, open_job_led
 from provider_router.jobs.store.journal import FileJournal, Journal
 from provider_router.jobs.store.recovery import (
     account_check,
-    apply_budget,
     correct_account,
     journal_repairs,
     reconcile_crashed,
 )
-from provider_router.jobs.summary import RunSummary, StopReason
+from provider_router.jobs.summary import RunSummary, SharedLedger, StopReason
 from provider_router.ledger import Ledger, LedgerState
 from provider_router.planning.plan import Plan
 from provider_router.planning.prompts import PromptReader
@@ -76,9 +77,12 @@ class JobRunner:
             first bad one (default: skip bad lines and report them).
         base_url, api_key: OpenRouter's (defaults from the environment).
         router_options: further :class:`~provider_router.Router` keyword arguments.
-        ledger: a ledger to use instead of ``<out>/ledger.sqlite`` (its limit is
-            set to the plan's budget), e.g. a shared
-            :class:`~provider_router.RedisLedger`. The caller closes it.
+        ledger: a ledger to use instead of ``<out>/ledger.sqlite`` (given the plan's
+            budget by the rules of :mod:`provider_router.jobs.budget`), e.g. a shared
+            :class:`~provider_router.RedisLedger`: when the plan names it (``ledger:``)
+            its limit is left as it is and the run keeps to its own budget inside it
+            (:class:`~provider_router.jobs.ledger_share.LedgerShare`). The caller
+            closes it.
         stream: send streaming requests (default). Each answer's generation id is
             then durable on its reservation within one ledger commit of its first
             byte, so recovery after a crash settles it at its real cost; ``False``
@@ -110,6 +114,9 @@ class JobRunner:
             ``max_tokens`` below the plan's out of the outputs (kept in
             ``set_aside/truncated/``), so this run sends them again with the plan's cap
             (:mod:`provider_router.jobs.redo`; ``run --redo-truncated``).
+        raise_budget: the plan's budget may raise a limit set outside the job's runs
+            (``ledger topup``); without it such a raise is refused
+            (:mod:`provider_router.jobs.budget`, ``run --raise-budget``).
 
     Besides the outputs, a run writes ``summary.json``; its observers write the rest
     (:func:`~provider_router.jobs.run.run_plan` gives it the standard ones, and runs the
@@ -142,6 +149,7 @@ class JobRunner:
         verify: bool = False,
         verify_every: int | None = None,
         redo_truncated: bool = False,
+        raise_budget: bool = False,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
@@ -149,6 +157,9 @@ class JobRunner:
         self.redo_truncated = redo_truncated
         self.plan = plan
         self.budget: Decimal = plan.budget
+        """What the run spends within: the plan's budget, or the limit that stands
+        (:mod:`provider_router.jobs.budget`) once the ledger is open."""
+        self.raise_budget = raise_budget
         self.out = Path(out)
         self.layout = JobLayout(self.out)
         """Where each file of the job directory is."""
@@ -276,11 +287,23 @@ class JobRunner:
                 raise OSError(exc.errno, exc.strerror, str(self.out)) from exc
 
     async def _open_ledger(self, journal: FileJournal, names: list[str]) -> Ledger:
-        """The job's ledger, matched to its journal; then the journal begins."""
+        """The job's ledger, matched to its journal, its budget chosen (a refusal leaves
+        every file as it was); then the journal begins. On a ledger other runs share,
+        the run spends through its job's own cap (:class:`LedgerShare`)."""
         ledger = await open_job_ledger(
             self.layout.ledger, self.budget, self.journal, self._given_ledger
         )
         try:
+            where = str(getattr(ledger, "path", None) or ledger)
+            state = await ledger.snapshot()
+            shared = self._shared_ledger()
+            if shared is None:
+                choice = choose_limit(
+                    self.budget, state, journal.budget, raise_limit=self.raise_budget, where=where
+                )
+            else:
+                spent = journal.committed_cost
+                choice = choose_share(self.budget, state, spent, journal.budget, shared=shared)
             journal.begin()
             if self._identity is not None:
                 self._recovered += self._identity.write(self.out)
@@ -288,13 +311,25 @@ class JobRunner:
             journal.prepare(names)
             if self.redo_truncated:
                 self._recovered += redo_truncated(journal, self.plan, self.out)
-            self._outcomes.ledger_name = str(getattr(ledger, "path", None) or ledger)
-            self._recovered += await apply_budget(ledger, self.budget, self.journal)
+            self._outcomes.ledger_name = where
+            self._recovered += await apply_choice(ledger, choice, journal)
+            self.budget = self._outcomes.budget = choice.budget
+            if shared is not None:
+                self._outcomes.shared = shared.name
+                share = LedgerShare(ledger, cap=choice.budget, spent=journal.committed_cost)
+                return await share.__aenter__()
         except BaseException:
             if self._given_ledger is None:
                 await ledger.close()
             raise
         return ledger
+
+    def _shared_ledger(self) -> SharedLedger | None:
+        """The ledger other runs share, when the plan names one and the run was given it."""
+        name = self.plan.shared_ledger_name
+        if self.plan.ledger is None or self._given_ledger is None or name is None:
+            return None
+        return SharedLedger(name, public_url(self.plan.ledger))
 
     async def _run_with_ledger(self, journal: FileJournal, names: list[str]) -> RunSummary:
         ledger = self.ledger = await self._open_ledger(journal, names)
@@ -326,7 +361,8 @@ class JobRunner:
                     self.drift.publish()  # the check before the run, on Prometheus
                 report, notes = await reconcile_crashed(ledger, router, self.journal)
                 self._recovered += notes
-                check_not_behind(ledger, journal, await ledger.snapshot())
+                book = ledger.shared if isinstance(ledger, LedgerShare) else ledger
+                check_not_behind(book, journal, await book.snapshot())
                 account = account_check(
                     self.plan, self.out, router, ledger, horizon=self.account_horizon
                 )
@@ -350,6 +386,8 @@ class JobRunner:
                 if account is not None:
                     self._recovered += await correct_account(account)
             self._money_certain(ledger)
+            for dataset in self._datasets:  # every prompt counts in what is left to do
+                await dataset.counted()
             try:
                 self.ledger_state = await ledger.snapshot()
             except LedgerUnavailableError as exc:  # the run stops on it; say so once
@@ -365,8 +403,8 @@ class JobRunner:
                 await observer.on_end(self, summary)
             return summary
         finally:
-            if self._given_ledger is None:
-                await ledger.close()
+            if self._given_ledger is None or isinstance(ledger, LedgerShare):
+                await ledger.close()  # a share closes its own book, not the shared ledger
 
     def _money_certain(self, ledger: Ledger) -> None:
         """A run whose ledger failed to record money does not end as a clean one."""
@@ -498,10 +536,31 @@ class JobRunner:
             recovered=self._recovered,
             preflight=from_units(self.journal.preflight_units) if self.journal else Decimal(0),
             disputes=self.journal.disputes if self.journal else [],
+            limit_outside=self._limit_outside(),
+            shared=self._shared_at_end(),
         )
         if self.drift is not None:
             summary.verification = self.drift.summary()
         return summary
+
+    def _limit_outside(self) -> bool:
+        """The job's own ledger ends with a limit its runs did not give it."""
+        state, journal = self.ledger_state, self.journal
+        if state is None or journal is None or isinstance(self.ledger, LedgerShare):
+            return False
+        return journal.budget is not None and state.limit != journal.budget
+
+    def _shared_at_end(self) -> SharedLedger | None:
+        shared = self._shared_ledger()
+        ledger = self.ledger
+        if shared is None or not isinstance(ledger, LedgerShare):
+            return None
+        state = ledger.shared_state
+        if state is None:
+            return shared
+        return dataclasses.replace(
+            shared, limit=state.limit, spent=state.spent, reserved=state.reserved
+        )
 
 
 if not TYPE_CHECKING:  # a type checker sees no old name, and says so

@@ -23,12 +23,18 @@ from provider_router.client.router import Router
 from provider_router.jobs.batch_api.journal import BatchJournal
 from provider_router.jobs.counter import Counter
 from provider_router.jobs.dispatch import Dispatcher
-from provider_router.jobs.finish import budget_to_finish, finish_hint, plan_to_finish
+from provider_router.jobs.finish import (
+    budget_to_finish,
+    finish_hint,
+    plan_to_finish,
+    resume_budget,
+)
 from provider_router.jobs.outcomes import Outcomes
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.jobs.summary import (
     DatasetReport,
     RunSummary,
+    SharedLedger,
     StopReason,
     disputed_line,
 )
@@ -122,7 +128,7 @@ def progress_snapshot(
                 in_flight=ds.inflight,
                 cost=from_units(tally.cost_units),
                 run=ds.counter,
-                finished=ds.done() or (ds.exhausted and ds.inflight == 0),
+                finished=ds.done(),
                 truncated=tally.truncated,
                 truncated_cost=from_units(tally.truncated_units),
             )
@@ -162,8 +168,12 @@ def summarize(
     recovered: list[str],
     preflight: Decimal,
     disputes: list[dict[str, Any]] | None = None,
+    limit_outside: bool = False,
+    shared: SharedLedger | None = None,
 ) -> RunSummary:
-    """The run's summary (``started``: its monotonic start; ``preflight``: USD it cost)."""
+    """The run's summary (``started``: its monotonic start; ``preflight``: USD it cost;
+    ``limit_outside``: the ledger's limit at the end was set outside the job's runs;
+    ``shared``: the ledger other runs share, as it stands at the end)."""
     reports = []
     for ds in dispatcher.datasets:
         reports.append(
@@ -196,18 +206,18 @@ def summarize(
     reason = dispatcher.reason or StopReason.COMPLETE
     message = dispatcher.message
     spent = state.spent if state else Decimal(0)
-    needed = budget_to_finish(spent, to_finish, outcomes.refused)
-    if reason in (StopReason.BUDGET, StopReason.CREDITS):
-        message += finish_hint(reason, budget, spent, to_finish, needed, outcomes.refused)
-    elif reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
-        message += "; run the same command again to resume"
+    limit = state.limit if state else budget  # changed during the run by `ledger topup`?
+    # Room for the last request's worst case: the one the budget refused, else the
+    # largest one reserved (after a credits stop the budget refused none).
+    room = outcomes.refused or outcomes.largest_reserved
+    needed = budget_to_finish(spent, to_finish, room)
     bad = [str(p) for ds in dispatcher.datasets for p in ds.reader.problems]
-    return RunSummary(
+    summary = RunSummary(
         reason=reason,
         datasets=reports,
         providers=dict(outcomes.providers),
         provider_health=health,
-        budget=budget,
+        budget=limit,
         spent=spent,
         reserved=state.reserved if state else Decimal(0),
         to_finish=to_finish,
@@ -215,13 +225,24 @@ def summarize(
         wall_time=time.monotonic() - started,
         bad_lines=bad,
         recovered=list(recovered),
-        message=message.lstrip("; "),
         preflight=preflight,
         disputed=[disputed_line(entry) for entry in disputes or ()],
         in_flight=len(dispatcher.tasks) - waiting,
         waiting_for_budget=waiting,
         cache_saved=router.cache_saved if router is not None else Decimal(0),
+        refused=outcomes.refused,
+        limit_outside=limit_outside,
+        shared=shared,
     )
+    if reason in (StopReason.BUDGET, StopReason.CREDITS):
+        resume = resume_budget(summary)
+        message += finish_hint(
+            reason, limit, spent, to_finish, needed, outcomes.refused, resume=resume
+        )
+    elif reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
+        message += "; run the same command again to resume"
+    summary.message = message.lstrip("; ")
+    return summary
 
 
 class BatchSampled:

@@ -20,7 +20,14 @@ from provider_router._money import from_units
 from provider_router.client._cost_check import ACTIVITY_URL
 from provider_router.jobs.counter import Counter
 
-__all__ = ["DatasetReport", "RunSummary", "StopReason", "disputed_line", "truncation_line"]
+__all__ = [
+    "DatasetReport",
+    "RunSummary",
+    "SharedLedger",
+    "StopReason",
+    "disputed_line",
+    "truncation_line",
+]
 
 
 class StopReason(StrEnum):
@@ -46,6 +53,41 @@ class StopReason(StrEnum):
 
 def _str(value: Decimal | None) -> str | None:
     return None if value is None else decimal_str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedLedger:
+    """A ledger other runs share (``run --ledger``), as a run saw it at its end.
+
+    Attributes:
+        name: its name (``--ledger-name``).
+        url: its Redis URL, without credentials.
+        limit: what every run on it may spend together (changed by ``ledger topup`` only).
+        spent: what every run on it spent.
+        reserved: what every run on it holds for requests in flight.
+    """
+
+    name: str
+    url: str
+    limit: Decimal = Decimal(0)
+    spent: Decimal = Decimal(0)
+    reserved: Decimal = Decimal(0)
+
+    def topup(self, limit: Decimal) -> str:
+        """The command that sets its limit to ``limit``."""
+        return (
+            f"provider-router ledger topup {self.url} --name {self.name} "
+            f"--limit {decimal_str(limit)}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (money as exact decimal strings; no URL)."""
+        return {
+            "name": self.name,
+            "limit_usd": decimal_str(self.limit),
+            "spent_usd": decimal_str(self.spent),
+            "reserved_usd": decimal_str(self.reserved),
+        }
 
 
 @dataclass
@@ -137,8 +179,10 @@ class RunSummary:
         datasets: per-dataset reports, in plan order.
         providers: this run's counters per serving provider.
         provider_health: errors and 429s per provider as the client observed them.
-        budget: the ledger's limit (USD).
-        spent: the ledger's spent total over every run (USD).
+        budget: the budget in force at the end: the job's ledger's limit, or on a
+            shared ledger the job's own cap (USD).
+        spent: the job's spend over every run (USD): its ledger's spent total, or on
+            a shared ledger what its journal records it paid and this run spent.
         reserved: still reserved at the end (USD; 0 after a clean stop).
         to_finish: USD still to spend to finish the plan at observed rates (None:
             unknown; see :mod:`provider_router.jobs.finish`).
@@ -162,6 +206,10 @@ class RunSummary:
         verification: with ``run --verify``, the job's checks, what they excluded, the
             rows flagged and what the checks cost (:meth:`provider_router.jobs.drift.
             DriftWatch.summary`; None without it).
+        refused: the largest reservation the budget refused (room a resume needs).
+        limit_outside: the ledger's limit at the end is not one the job's runs gave
+            it (``ledger topup`` changed it): raising it takes ``--raise-budget``.
+        shared: the ledger other runs share, when the job spends from one.
     """
 
     reason: StopReason
@@ -185,6 +233,9 @@ class RunSummary:
     batches: dict[str, Any] | None = None
     batch_sentences: list[str] = field(default_factory=list)
     verification: dict[str, Any] | None = None
+    refused: Decimal = Decimal(0)
+    limit_outside: bool = False
+    shared: SharedLedger | None = None
 
     @property
     def truncated(self) -> int:
@@ -198,10 +249,11 @@ class RunSummary:
 
     @property
     def budget_to_resume(self) -> Decimal | None:
-        """After a budget stop, the budget that finishes the plan when it is above this
-        run's (None: running again with the same budget will do)."""
+        """After a budget or credits stop, the budget that finishes the plan when it is
+        above this run's (None: running again with the same budget will do)."""
         needed = self.budget_to_finish
-        if self.reason is StopReason.BUDGET and needed is not None and needed > self.budget:
+        money = self.reason in (StopReason.BUDGET, StopReason.CREDITS)
+        if money and needed is not None and needed > self.budget:
             return needed
         return None
 
@@ -232,6 +284,8 @@ class RunSummary:
             "recovered": self.recovered,
             "disputed": self.disputed,
             **({"batches": self.batches} if self.batches is not None else {}),
+            **({"limit_set_outside": True} if self.limit_outside else {}),
+            **({"shared_ledger": self.shared.to_json()} if self.shared is not None else {}),
         }
 
     def write(self, path: Path) -> None:

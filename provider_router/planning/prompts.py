@@ -262,6 +262,9 @@ class PromptReader:
     taken: Container[str] = frozenset()
     problems: list[DataFileError] = field(default_factory=list, init=False)
     skipped: int = field(default=0, init=False)
+    read: int = field(default=0, init=False)
+    """Good prompts yielded so far (with :attr:`skipped`, every good prompt once the
+    files are read to their end)."""
     _seen: set[str] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -305,6 +308,7 @@ class PromptReader:
                         continue
                     prompt = self._parse(path, lineno, raw, here)
                     if prompt is not None:
+                        self.read += 1
                         yield prompt
             except OSError as exc:
                 self._problem(path, f"reading failed: {exc.strerror or exc}", lineno + 1)

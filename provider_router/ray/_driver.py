@@ -34,7 +34,7 @@ from provider_router.jobs.observe.live import show_progress
 from provider_router.jobs.snapshots import DatasetProgress, RunProgress
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.account import AccountCheck
-from provider_router.jobs.store.recovery import account_check, apply_budget, correct_account
+from provider_router.jobs.store.recovery import account_check, correct_account
 from provider_router.jobs.summary import RunSummary, StopReason
 from provider_router.ledger import LedgerState, RedisLedger
 from provider_router.planning.plan import Plan
@@ -180,7 +180,7 @@ class DriverLoop:
             await ledger.close()
             ledger = RedisLedger(job.redis_url, job.name, job.budget, lease=job.lease)
         self._redis_ledger = ledger
-        job.recovered += await apply_budget(ledger, job.budget, None)
+        await job.settle_budget(ledger)
         if self.preflight:
             report = self.preflight_report = await preflight(
                 plan.model,

@@ -17,7 +17,12 @@ from decimal import Decimal
 from typing import Any
 
 from provider_router.jobs.counter import Counter
-from provider_router.jobs.finish import budget_to_finish, finish_hint, plan_to_finish
+from provider_router.jobs.finish import (
+    budget_to_finish,
+    finish_hint,
+    plan_to_finish,
+    resume_budget,
+)
 from provider_router.jobs.store.outputs import TRUNCATED_FINISH
 from provider_router.jobs.summary import DatasetReport, RunSummary, StopReason
 from provider_router.ledger import LedgerState
@@ -80,6 +85,7 @@ async def tally(
     started: float,
     recovered: list[str],
     targets: Mapping[str, tuple[int | None, int | None]] | None = None,
+    last_budget: Decimal | None = None,
 ) -> RunSummary:
     """The summary of a job.
 
@@ -91,6 +97,8 @@ async def tally(
         started: the run's monotonic start (its wall time).
         recovered: notes on what the final recovery settled.
         targets: per dataset, ``(target_output_tokens, max_requests)``.
+        last_budget: the budget the job's runs last gave its ledger (a limit that
+            differs was set outside them, by ``ledger topup``).
     """
     completed: dict[str, int] = {}
     output: dict[str, int] = {}
@@ -167,11 +175,7 @@ async def tally(
     requested = unsent.requested
     reason, message = _reason(unsent, failed)
     needed = budget_to_finish(state.spent, to_finish, requested)
-    if reason in (StopReason.BUDGET, StopReason.CREDITS):
-        message += finish_hint(reason, state.limit, state.spent, to_finish, needed, requested)
-    elif reason is not StopReason.COMPLETE:
-        message += "; run the job again to resume"
-    return RunSummary(
+    summary = RunSummary(
         reason=reason,
         datasets=reports,
         providers=providers,
@@ -184,5 +188,15 @@ async def tally(
         wall_time=time.monotonic() - started,
         bad_lines=[f"{_dataset_of(k)}: {why}" for k, why in sorted(refused.items())],
         recovered=recovered,
-        message=message,
+        refused=requested,
+        limit_outside=last_budget is not None and state.limit != last_budget,
     )
+    if reason in (StopReason.BUDGET, StopReason.CREDITS):
+        resume = resume_budget(summary)
+        message += finish_hint(
+            reason, state.limit, state.spent, to_finish, needed, requested, resume=resume
+        )
+    elif reason is not StopReason.COMPLETE:
+        message += "; run the job again to resume"
+    summary.message = message
+    return summary

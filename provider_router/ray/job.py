@@ -38,8 +38,9 @@ from provider_router._format import format_usd
 from provider_router._http import session as _http
 from provider_router._money import to_decimal
 from provider_router.client.router import Router
+from provider_router.jobs.budget import choose_limit
+from provider_router.jobs.finish import resume_budget
 from provider_router.jobs.store._layout import JobLayout
-from provider_router.jobs.store.recovery import apply_budget
 from provider_router.jobs.summary import RunSummary, StopReason
 from provider_router.ledger import RedisLedger, Reservation
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
@@ -149,6 +150,13 @@ class RayJob:
         store_prefix: the Redis key prefix of the answer store.
         outage_window: seconds a Redis outage is waited out (by the ledger and the
             answer store) before a row comes out ``not_sent`` naming it.
+        raise_budget: ``budget`` may raise a limit set outside the job's runs (by
+            ``provider-router ledger topup``); without it such a raise is refused.
+
+    ``budget`` follows the rules of a job's budget (:mod:`provider_router.jobs.budget`,
+    ``run``'s): below what the job spent it is refused, and a limit set by ``ledger
+    topup`` stands unless the raise is explicit. The budget the job's runs gave is
+    kept in its store's manifest.
 
     A job's store records what it was started with (the model, and each dataset's
     ``max_tokens`` and ``params``): a resume with others is refused, since the paid
@@ -178,8 +186,12 @@ class RayJob:
         router_options: Mapping[str, Any] | None = None,
         store_prefix: str = DEFAULT_STORE_PREFIX,
         outage_window: float = DEFAULT_OUTAGE_WINDOW,
+        raise_budget: bool = False,
     ) -> None:
         self.budget = to_decimal(budget, what="budget")
+        """The job's budget: as given, then the limit that stands (:meth:`settle_budget`)."""
+        self._asked = self.budget
+        self.raise_budget = raise_budget
         if self.budget <= 0:
             raise ConfigurationError(f"budget must be more than $0, got {budget!r}")
         counts = (("concurrency", concurrency), ("calls_per_actor", calls_per_actor))
@@ -277,9 +289,10 @@ class RayJob:
     ) -> Dataset:
         """``ds`` with every prompt answered (lazy: Ray runs it when it is consumed).
 
-        Sets the job's ledger limit to ``budget`` (creating the ledger if new) and
-        stores a new pad for the key. Rows need ``messages`` or ``prompt``, and
-        should have an ``id`` (without one, an id derived from the messages).
+        Makes ``budget`` the job's ledger limit (creating the ledger if new; the
+        rules of :meth:`settle_budget`) and stores a new pad for the key. Rows need
+        ``messages`` or ``prompt``, and should have an ``id`` (without one, an id
+        derived from the messages).
         One job may generate several datasets (``dataset``, ``max_tokens`` and
         ``params`` override the job's for this one); :meth:`finish` tallies them all.
 
@@ -287,6 +300,8 @@ class RayJob:
             ConfigurationError: ``DataContext.max_errored_blocks`` is not 0 (Ray would
                 drop failed blocks, paid answers with them), or the job's store was
                 started with another model, ``max_tokens`` or ``params``.
+            JobRefused: ``budget`` is below what the job spent, or raises a limit set
+                by ``ledger topup`` without ``raise_budget``.
         """
         ray_data = _import_ray_data()
         context = ray_data.DataContext.get_current()
@@ -364,7 +379,7 @@ class RayJob:
             if not await ledger.exists():
                 await ledger.close()
                 ledger = RedisLedger(self.redis_url, self.name, self.budget, lease=self.lease)
-            self.recovered += await apply_budget(ledger, self.budget, None)
+            await self.settle_budget(ledger)
         finally:
             await ledger.close()
         store = self._store()
@@ -372,6 +387,47 @@ class RayJob:
             await store.put_pad(pad_name, pad, PAD_TTL)
         finally:
             await store.close()
+
+    async def settle_budget(self, ledger: RedisLedger) -> None:
+        """Give the job's ``ledger`` its budget, by the rules of a job's budget
+        (:func:`provider_router.jobs.budget.choose_limit`): the budget the job's runs
+        last gave it is in the store's manifest; what changed is said in
+        :attr:`recovered`, and :attr:`budget` becomes the limit that stands.
+
+        Raises:
+            JobRefused: the budget is below what the job spent, or raises a limit set
+                outside the job's runs without ``raise_budget`` (nothing was changed).
+        """
+        store = self._store()
+        try:
+            manifest = await store.manifest() or {"model": self.model, "datasets": {}}
+            last = manifest.get("budget")
+            choice = choose_limit(
+                self._asked,
+                await ledger.snapshot(),
+                None if last is None else Decimal(str(last)),
+                raise_limit=self.raise_budget,
+                where=f"the job's Redis ledger {self.name!r}",
+            )
+            if choice.set_limit:
+                await ledger.set_limit(choice.budget)
+            if choice.record:
+                manifest["budget"] = str(choice.budget)
+                await store.put_manifest(manifest)
+        finally:
+            await store.close()
+        self.budget = choice.budget
+        if choice.note is not None and choice.note not in self.recovered:
+            self.recovered.append(choice.note)
+
+    async def last_budget(self) -> Decimal | None:
+        """The budget the job's runs last gave its ledger (None: never recorded)."""
+        store = self._store()
+        try:
+            last = (await store.manifest() or {}).get("budget")
+        finally:
+            await store.close()
+        return None if last is None else Decimal(str(last))
 
     def _store(self) -> AnswerStore:
         return AnswerStore(
@@ -431,10 +487,11 @@ class RayJob:
             path.mkdir(parents=True, exist_ok=True)
             summary.write(JobLayout(path).summary)
         if raise_on_stop and summary.reason in (StopReason.BUDGET, StopReason.CREDITS):
-            needed = summary.budget_to_finish
+            resume = resume_budget(summary)
+            raising = ", raise_budget=True" if resume.raise_limit else ""
             how = (
-                f"RayJob(..., budget={str(needed)!r}).generate(ds) resumes it"
-                if needed is not None and needed > summary.budget
+                f"RayJob(..., budget={str(resume.budget)!r}{raising}).generate(ds) resumes it"
+                if resume.budget > summary.budget
                 else "top up, then run the job again to resume it"
             )
             raise JobStopped(
@@ -474,6 +531,8 @@ class RayJob:
             # then). A dataset consumed again after this needs generate() again.
             pads, self._pads = self._pads, []
             await store.delete_pads(*pads)
+            manifest = await store.manifest() or {}
+            last = manifest.get("budget")
             return await tally(
                 store,
                 state,
@@ -482,6 +541,7 @@ class RayJob:
                 started=self._started,
                 recovered=list(self.recovered),
                 targets=targets,
+                last_budget=None if last is None else Decimal(str(last)),
             )
         finally:
             await store.close()

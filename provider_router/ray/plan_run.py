@@ -254,6 +254,8 @@ class RayPlanRun:
         console, progress: where and how to show live progress (``run --progress``).
         lease: seconds a dead actor's reservations stay held before recovery
             (``run --lease``).
+        raise_budget: the plan's budget may raise a limit set by ``ledger topup``
+            (``run --raise-budget``; :meth:`RayJob.settle_budget`).
         init_options: further ``ray.init`` keyword arguments.
 
     Raises:
@@ -278,6 +280,7 @@ class RayPlanRun:
         progress: str = "off",
         lease: float = 60.0,
         init_options: Mapping[str, Any] | None = None,
+        raise_budget: bool = False,
     ) -> None:
         _check_plan(plan)
         assert plan.budget is not None
@@ -298,6 +301,7 @@ class RayPlanRun:
             base_url=base_url,
             actors=actors,
             lease=lease,
+            raise_budget=raise_budget,
         )
         self.driver = DriverLoop(
             self,

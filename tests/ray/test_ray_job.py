@@ -97,6 +97,45 @@ def test_a_budget_stop_keeps_every_paid_answer_and_a_top_up_pays_only_the_rest(
     assert final.budget == Decimal(5)
 
 
+def test_the_budget_is_the_jobs_below_what_it_spent_or_over_a_topup_is_refused(
+    ray_session: Path,
+    redis_server: RedisServer,
+    sim: SimulatorThread,
+    job_name: str,
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    import ray
+
+    from provider_router import JobRefused, LedgerState, RedisLedger
+    from provider_router.ray import JobStopped
+
+    first = make_job(sim, redis_server, job_name, budget="0.02", concurrency=8)
+    _run(first, prompts(60))
+    with pytest.raises(JobStopped):
+        first.finish(tmp_path)
+
+    async def ledger(limit: Decimal | None = None) -> LedgerState:
+        async with RedisLedger(redis_server.url, job_name) as book:
+            if limit is not None:
+                await book.set_limit(limit)
+            return await book.snapshot()
+
+    spent = asyncio.run(ledger()).spent
+    ds = ray.data.from_items(prompts(60))
+    with pytest.raises(JobRefused, match=r"is below the .* this job already spent"):
+        make_job(sim, redis_server, job_name, budget="0.001").generate(ds)
+    # The operator stops the job at what it spent: the old budget no longer raises it.
+    assert asyncio.run(ledger(spent)).limit == spent
+    with pytest.raises(JobRefused, match=r"set outside this job's runs.*--raise-budget"):
+        make_job(sim, redis_server, job_name, budget="0.02").generate(ds)
+    assert asyncio.run(ledger()).limit == spent, "nothing changed"
+    resumed = make_job(sim, redis_server, job_name, budget="5", raise_budget=True)
+    assert Counter(row["status"] for row in _run(resumed, prompts(60))) == {"answered": 60}
+    assert resumed.finish(tmp_path).budget == Decimal(5)
+
+
 def test_a_job_refuses_what_would_lose_paid_answers_or_leak_nothing_to_send_with(
     ray_session: Path,
     redis_server: RedisServer,

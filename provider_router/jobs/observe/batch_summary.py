@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 
 from provider_router._log import get_logger
@@ -22,7 +23,7 @@ from provider_router._money import from_units
 from provider_router.jobs.batch_api.result import BatchRouteResult
 from provider_router.jobs.counter import Counter
 from provider_router.jobs.events import ObservedRun, RunObserver
-from provider_router.jobs.finish import plan_to_finish
+from provider_router.jobs.finish import budget_to_finish, plan_to_finish
 from provider_router.jobs.observe.batch_view import read_batch_view
 from provider_router.jobs.observe.batch_words import batch_sentences
 from provider_router.jobs.observe.report import write_report
@@ -107,6 +108,7 @@ async def _write(
     journal = FileJournal.read(directory)  # reads and locks; writes nothing
     try:
         tallies = {name: journal.tally(name) for name in names}
+        given = journal.budget  # the budget the job's runs last gave its ledger
     finally:
         journal.close("batch summary")
     reports = []
@@ -152,10 +154,12 @@ async def _write(
         spent=state.spent,
         reserved=state.reserved,
         to_finish=to_finish,
+        budget_to_finish=budget_to_finish(state.spent, to_finish, Decimal(0)),
         wall_time=wall_time,
         bad_lines=bad,
         recovered=[],
         message="" if result.stop is None else f"batch route stopped: {result.stop}",
+        limit_outside=given is not None and state.limit != given,
     )
     add_batches(summary, directory, now)
     summary.write(layout.summary)

@@ -268,6 +268,8 @@ class Replay:
         repairs: human-readable notes on what had to be repaired.
         repair_entries: journal entries recording those repairs (to append).
         ledger: the identity of the ledger the job's money is in (last recorded).
+        budget: the budget this job's runs last gave its ledger (``budget`` and
+            ``job_budget`` entries; None before one was recorded).
         claimed: whether any request was ever sent (money may have been spent).
         preflight_units: what every run's preflight request cost (picodollars).
         verify_units: what every run's verification checks cost (picodollars).
@@ -290,6 +292,7 @@ class Replay:
         self.repairs: list[str] = []
         self.repair_entries: list[dict[str, Any]] = []
         self.ledger: str | None = None
+        self.budget: Decimal | None = None
         self.claimed = False
         self.preflight_units = 0
         self.verify_units = 0
@@ -526,6 +529,10 @@ class Replay:
             self.states[entry["ds"]].locations.update(entry["loc"])
         elif op == "ledger":
             self.ledger = entry["id"]
+        elif op == "budget":
+            self.budget = Decimal(entry["new"])
+        elif op == "job_budget":
+            self.budget = Decimal(entry["budget"])
         elif op == "preflight":
             self.preflight_units += entry["cost"]
         elif op == "unsettled":

@@ -102,6 +102,8 @@ class FileJournal:
         lost: requests found in flight from a previous run.
         repairs: human-readable notes on what opening had to repair.
         ledger: the identity of the ledger this job's money is in, once recorded.
+        budget: the budget this job's runs last gave its ledger (:meth:`note_budget`;
+            None before one was recorded): a limit that differs was set outside them.
         spent_before: whether an earlier run sent requests (so a ledger must exist).
     """
 
@@ -112,6 +114,7 @@ class FileJournal:
         self.lost: list[LostRequest] = []
         self.repairs: list[str] = []
         self.ledger: str | None = None
+        self.budget: Decimal | None = None
         self.spent_before = False
         self.preflight_units = 0
         """What every run's preflight request cost (picodollars, in the ledger's spent)."""
@@ -186,6 +189,7 @@ class FileJournal:
             journal.lost = found.lost
             journal.repairs = found.repairs
             journal.ledger = found.ledger
+            journal.budget = found.budget
             journal.preflight_units = found.preflight_units
             journal.verify_units = found.verify_units
             journal.excluded = found.excluded
@@ -483,6 +487,17 @@ class FileJournal:
         """Record (durably, at once) which ledger holds this job's money."""
         self.ledger = identity
         self.note("ledger", id=identity)
+        self.flush()
+
+    def note_budget(self, budget: Decimal, old: Decimal | None = None) -> None:
+        """Record (durably, once the journal has begun) the budget a run gave the job's
+        ledger: a change of its limit from ``old`` (a ``budget`` entry), or, without
+        ``old``, the limit it found and kept (``job_budget``)."""
+        self.budget = budget
+        if old is None:
+            self.note("job_budget", budget=str(budget))
+        else:
+            self.note("budget", old=str(old), new=str(budget))
         self.flush()
 
     def note_preflight(self, cost: Decimal) -> None:
