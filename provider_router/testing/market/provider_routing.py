@@ -6,7 +6,8 @@ an endpoint by tag, base slug or display name; ``quantizations``, ``max_price`` 
 ``require_parameters`` filter (nothing left: 404); ``sort`` orders by price,
 throughput or latency (load balancing off: no breaker), else the first endpoint is
 drawn among the stable ones weighted by its traffic share (:func:`traffic_weights`) and
-the rest follow by price, unstable ones last; ``order`` goes first, and ``allow_fallbacks: false`` tries only those.
+the rest follow by price, unstable ones last; ``order`` goes first, and
+``allow_fallbacks: false`` tries only those.
 Service-tier endpoints serve only when asked for, by tag or by the request's
 ``service_tier``. Billing follows the endpoint that served.
 """
