@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Final
+from typing import Final, Literal
 
 from provider_router.catalog.fetch import Catalog
 from provider_router.catalog.records import ModelEndpoints, Quantization
@@ -21,6 +21,7 @@ __all__ = [
     "PRECISIONS",
     "add_market_arguments",
     "budget_usd",
+    "max_premium",
     "load_listing",
     "non_negative_usd",
     "parse_count",
@@ -84,6 +85,21 @@ def budget_usd(text: str) -> Decimal:
     value = usd(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"a budget must be more than $0, got {text!r}")
+    return value
+
+
+def max_premium(text: str) -> Decimal | Literal["none"]:
+    """``--max-premium``: a share of the floor ``>= 0`` (``0.02`` is 2 %), or ``none``."""
+    if text.strip().lower() == "none":
+        return "none"
+    try:
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        value = Decimal("NaN")
+    if not value.is_finite() or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"a share of the floor >= 0 (0.02 is 2 %) or none, got {text!r}"
+        )
     return value
 
 

@@ -72,7 +72,7 @@ async def pilot_into_job(
     summary = await runner.run()
     usages: list[Usage] = []
     providers: dict[str, int] = {}
-    cost = Decimal(0)
+    cost = floor = Decimal(0)
     for name, ids in only.items():
         path = JobLayout(out).output(name)
         if not path.exists():
@@ -87,8 +87,14 @@ async def pilot_into_job(
             provider = record["provider"] or "unknown"
             providers[provider] = providers.get(provider, 0) + 1
             cost += Decimal(record["cost"])
+            floor += Decimal(record.get("floor_cost") or record["cost"])
     sent = sum(len(ids) for ids in only.values())
     result = pilot_result(
-        usages, providers, cost, max(sent - len(usages), 0), confidence=confidence
+        usages,
+        providers,
+        cost,
+        max(sent - len(usages), 0),
+        confidence=confidence,
+        floor_cost=floor,
     )
     return result, summary

@@ -20,7 +20,7 @@ from provider_router._money import from_units
 from provider_router.client._cost_check import ACTIVITY_URL
 from provider_router.jobs.counter import Counter
 
-__all__ = ["DatasetReport", "RunSummary", "StopReason", "disputed_line"]
+__all__ = ["DatasetReport", "RunSummary", "StopReason", "disputed_line", "floor_sentence"]
 
 
 class StopReason(StrEnum):
@@ -147,6 +147,12 @@ class RunSummary:
         verification: with ``run --verify``, the job's checks, what they excluded, the
             rows flagged and what the checks cost (:meth:`provider_router.jobs.drift.
             DriftWatch.summary`; None without it).
+        price_vs_floor: what this run's answers cost against the same tokens at the
+            floor's prices (the cheapest allowed endpoint's): ``paid_usd``,
+            ``floor_usd``, ``ratio``, ``floor_endpoint``, ``floor_provider``,
+            ``max_premium`` (None: no answer, or no router).
+        admission: per endpoint tag, what admission saw (``LaneStats.to_json``:
+            admitted, served, refused, learned capacity, waits, rests).
     """
 
     reason: StopReason
@@ -170,6 +176,13 @@ class RunSummary:
     batches: dict[str, Any] | None = None
     batch_sentences: list[str] = field(default_factory=list)
     verification: dict[str, Any] | None = None
+    price_vs_floor: dict[str, Any] | None = None
+    admission: dict[str, Any] | None = None
+
+    def floor_sentence(self) -> str | None:
+        """One sentence on the price paid against the floor and where requests waited
+        (None: nothing to say)."""
+        return floor_sentence(self.price_vs_floor, self.admission)
 
     @property
     def budget_to_resume(self) -> Decimal | None:
@@ -200,6 +213,8 @@ class RunSummary:
                 name: {**counter.to_json(), **self.provider_health.get(name, {})}
                 for name, counter in sorted(self.providers.items())
             },
+            **({"price_vs_floor": self.price_vs_floor} if self.price_vs_floor else {}),
+            **({"admission": self.admission} if self.admission else {}),
             **({"verification": self.verification} if self.verification is not None else {}),
             "bad_lines": self.bad_lines,
             "recovered": self.recovered,
@@ -212,6 +227,31 @@ class RunSummary:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         tmp.replace(path)
+
+
+def floor_sentence(
+    figures: Mapping[str, Any] | None, lanes: Mapping[str, Mapping[str, Any]] | None
+) -> str | None:
+    """The price paid against the floor and where requests waited, in one sentence, from
+    ``summary.json``'s ``price_vs_floor`` and ``admission`` (None: nothing to say)."""
+    if not figures:
+        return None
+    premium = figures.get("max_premium")
+    cap = "no cap" if premium is None else f"max_premium {premium}"
+    sentence = (
+        f"Paid ${figures['paid_usd']}, {figures['ratio']}× the floor "
+        f"(${figures['floor_usd']} at {figures['floor_provider']}'s prices; {cap})"
+    )
+    lanes = lanes or {}
+    waited = sum(float(lane.get("wait_s_total", 0)) for lane in lanes.values())
+    if waited > 0:
+        most = max(lanes.items(), key=lambda item: float(item[1].get("wait_s_total", 0)))
+        requests = sum(int(lane.get("waited_requests", 0)) for lane in lanes.values())
+        sentence += (
+            f"; {requests:,} requests waited {waited:,.1f} s in all for an endpoint with "
+            f"room, most for {most[1].get('provider', most[0])}"
+        )
+    return sentence + "."
 
 
 def disputed_line(entry: Mapping[str, Any]) -> str:

@@ -200,6 +200,8 @@ class PilotResult:
         providers: completed requests per serving provider.
         completion: statistics of output tokens per response (reasoning included).
         estimate: the workload it implies, with the CI of the mean response length.
+        floor_cost: what its answers' tokens cost at the floor's prices (the cheapest
+            allowed endpoint's).
     """
 
     usages: tuple[Usage, ...]
@@ -208,6 +210,16 @@ class PilotResult:
     providers: Mapping[str, int]
     completion: SampleStats
     estimate: WorkloadEstimate
+    floor_cost: Decimal = Decimal(0)
+
+    @property
+    def price_vs_floor(self) -> Decimal | None:
+        """``cost / floor_cost``: the premium the pilot paid over the floor. A pilot runs
+        few requests at once, so little spills: a lower bound for a loaded run (whose
+        bound above is ``1 + max_premium``)."""
+        if not self.floor_cost:
+            return None
+        return (self.cost / self.floor_cost).quantize(Decimal("0.0001"))
 
     @property
     def requests(self) -> int:
@@ -249,11 +261,11 @@ async def run_pilot(
     gate = asyncio.Semaphore(concurrency)
     usages: list[Usage] = []
     providers: Counter[str] = Counter()
-    cost = Decimal(0)
+    cost = floor = Decimal(0)
     failures = 0
 
     async def one(prompt: Prompt | Sequence[Message]) -> None:
-        nonlocal cost, failures
+        nonlocal cost, floor, failures
         messages = prompt.messages if isinstance(prompt, Prompt) else prompt
         key = prompt.id if isinstance(prompt, Prompt) else None
         # A line's own tools / tool_choice are sent with it, as the run will.
@@ -275,10 +287,11 @@ async def run_pilot(
         usages.append(result.usage)
         providers[result.provider or "unknown"] += 1
         cost += result.cost or Decimal(0)
+        floor += result.floor_cost or result.cost or Decimal(0)
 
     await asyncio.gather(*(one(p) for p in prompts))
     log.info("pilot.done", requests=len(usages), failures=failures, cost=str(cost))
-    return pilot_result(usages, providers, cost, failures, confidence=confidence)
+    return pilot_result(usages, providers, cost, failures, confidence=confidence, floor_cost=floor)
 
 
 def pilot_result(
@@ -288,8 +301,10 @@ def pilot_result(
     failures: int,
     *,
     confidence: float = 0.95,
+    floor_cost: Decimal = Decimal(0),
 ) -> PilotResult:
-    """What a pilot's answers measure (``usages``: each completed request's ``usage``).
+    """What a pilot's answers measure (``usages``: each completed request's ``usage``;
+    ``floor_cost``: their tokens at the floor's prices).
 
     Raises:
         ConfigurationError: fewer than two requests completed (no interval).
@@ -313,6 +328,7 @@ def pilot_result(
         providers=dict(providers),
         completion=SampleStats.of([u.completion_tokens for u in usages], confidence=confidence),
         estimate=estimate,
+        floor_cost=floor_cost,
     )
 
 

@@ -238,6 +238,7 @@ class RayPlanRun:
             base_url=base_url,
             actors=actors,
             lease=lease,
+            router_options={"max_premium": plan.max_premium},
         )
         self.driver = DriverLoop(
             self,

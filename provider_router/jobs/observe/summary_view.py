@@ -87,6 +87,9 @@ def render_summary(summary: RunSummary, console: Console) -> None:
         f"{format_usd(summary.budget)} (reserved {format_usd(summary.reserved)}); "
         f"to finish the plan: {to_finish}; wall time {summary.wall_time:.1f}s"
     )
+    floor = summary.floor_sentence()
+    if floor is not None:
+        console.print(floor, markup=False, highlight=False)
     if summary.cache_saved > 0:
         console.print(f"Prompt caching saved {format_usd(summary.cache_saved)} in this run.")
     if summary.message:

@@ -76,6 +76,10 @@ class OutputRecord(TypedDict):
     finished_at: str
     latency_s: float
     tools: NotRequired[list[JSONObject]]
+    floor_cost: NotRequired[str]
+    waited_s: NotRequired[float]
+    refusals: NotRequired[int]
+    endpoint: NotRequired[str | None]
     drift_check: NotRequired[int]
     drift_flagged: NotRequired[bool]
 
@@ -126,8 +130,14 @@ def make_record(
     finished_at: float,
     tool_calls: Sequence[JSONObject] = (),
     tools: Sequence[JSONObject] | None = None,
+    floor_cost: Decimal | None = None,
+    waited_s: float = 0.0,
+    refusals: int = 0,
+    endpoint: str | None = None,
 ) -> OutputRecord:
-    """Assemble one output record (times are Unix seconds)."""
+    """Assemble one output record (times are Unix seconds). ``floor_cost`` (the answer's
+    tokens at the floor's prices), ``waited_s``, ``refusals`` and ``endpoint`` are the
+    Router's admission figures, written when ``floor_cost`` is known."""
     reply: Message = {"role": "assistant", "content": text or ""}
     if tool_calls:
         reply["tool_calls"] = list(tool_calls)
@@ -156,6 +166,11 @@ def make_record(
     }
     if tools:
         record["tools"] = list(tools)
+    if floor_cost is not None:
+        record["floor_cost"] = decimal_str(floor_cost)
+        record["waited_s"] = round(waited_s, 3)
+        record["refusals"] = refusals
+        record["endpoint"] = endpoint
     return record
 
 
