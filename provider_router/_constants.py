@@ -67,3 +67,10 @@ COST_TOLERANCE: Final = Decimal("1e-10")
 that differ by less than this are the same figure, rounded."""
 DEFAULT_MAX_VIOLATIONS_IN_A_ROW: Final = 3
 """Policy violations in a row (unallowed providers serving) that halt a batch."""
+
+DEFAULT_MAX_PREMIUM: Final = Decimal("0.02")
+"""The most a Router pays above the floor (every token at the cheapest allowed
+endpoint's price), averaged over its requests: 2 %. Cost first, for budgeted jobs."""
+REFUSAL_LIMIT: Final = 50
+"""Refusals (an endpoint's 429) one attempt takes back to admission before its 429 goes
+to the retry policy like any other failure."""

@@ -220,7 +220,6 @@ async def verify(
             base_url=base_url,
             api_key=api_key,
             endpoints=listing,
-            allow_fallbacks=False,
         ) as router:
             jobs = [_ask(router, canaries, gate, answers, text_params, tokens)]
             if again is not None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from decimal import Decimal
-from typing import Final
+from decimal import Decimal, InvalidOperation
+from typing import Final, Literal
 
 from provider_router._money import LEDGER_MAX_USD, UNITS_PER_USD
 from provider_router.catalog.fetch import Catalog
@@ -24,6 +24,7 @@ __all__ = [
     "PRECISIONS",
     "add_market_arguments",
     "budget_usd",
+    "max_premium",
     "load_listing",
     "non_negative_usd",
     "parse_count",
@@ -142,6 +143,21 @@ def budget_usd(text: str) -> Decimal:
     value = usd(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"a budget must be more than $0, got {text!r}")
+    return value
+
+
+def max_premium(text: str) -> Decimal | Literal["none"]:
+    """``--max-premium``: a share of the floor ``>= 0`` (``0.02`` is 2 %), or ``none``."""
+    if text.strip().lower() == "none":
+        return "none"
+    try:
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        value = Decimal("NaN")
+    if not value.is_finite() or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"a share of the floor >= 0 (0.02 is 2 %) or none, got {text!r}"
+        )
     return value
 
 

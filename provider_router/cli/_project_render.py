@@ -168,6 +168,20 @@ def render_projection(
     for fit in projection.budget_fits:
         for line in _fit_lines(fit):
             console.print(line, highlight=False, markup=False)
+    capacity = projection.capacity_limited
+    if capacity is not None:
+        premium = projection.max_premium
+        how = (
+            "no cap on the premium: every token at the dearest allowed endpoint's price"
+            if premium is None
+            else f"max_premium {premium}: the cheapest endpoint's cost × {1 + premium}"
+        )
+        console.print(
+            f"when the cheapest endpoints are full: at most {_range(capacity)} ({how}; "
+            "the routing mix assumes room everywhere)",
+            highlight=False,
+            markup=False,
+        )
 
 
 async def load_batch_listing(

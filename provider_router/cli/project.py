@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from provider_router._constants import DEFAULT_MAX_PREMIUM
 from provider_router._exceptions import ConfigurationError
 from provider_router._format import decimal_str, format_usd
 from provider_router.catalog.records import ModelEndpoints
@@ -31,6 +32,7 @@ from provider_router.cli._options import (
     add_market_arguments,
     budget_usd,
     load_listing,
+    max_premium,
     positive_count,
 )
 from provider_router.cli._project_render import load_batch_listing, render_projection, render_routes
@@ -154,6 +156,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=budget_usd,
         metavar="USD",
         help="fit the plan into this (default: the plan's budget, else none)",
+    )
+    parser.add_argument(
+        "--max-premium",
+        type=max_premium,
+        metavar="SHARE|none",
+        help="the run's cap on the premium over the floor, for the cost when the cheapest "
+        "endpoints are full (default: the plan's, else 0.02)",
     )
     parser.add_argument(
         "--exclude-below",
@@ -380,17 +389,30 @@ async def _gather(
         assert job.plan is not None  # _uniform_job refuses --pilot
         caps = tuple(sorted({job.plan.params_for(d).max_tokens or 0 for d in job.plan.datasets}))
     workload, demands = _workloads(args, job, files, pilot)
-    projection = project(demands, listing, job.policy, workload, budget=job.budget)
+    premium = args.max_premium
+    if premium is None:
+        premium = job.plan.max_premium if job.plan is not None else DEFAULT_MAX_PREMIUM
+    projection = project(
+        demands,
+        listing,
+        job.policy,
+        workload,
+        budget=job.budget,
+        max_premium=None if premium == "none" else premium,
+    )
     return projection, pilot, await _routes(args, job, listing, workload, demands), caps
 
 
 def _pilot_dict(pilot: PilotResult, caps: tuple[int, ...]) -> dict[str, Any]:
     stats = pilot.completion
     share = pilot.truncated_share
+    vs_floor = pilot.price_vs_floor
     return {
         "requests": pilot.requests,
         "failures": pilot.failures,
         "cost": decimal_str(pilot.cost),
+        "floor_cost": decimal_str(pilot.floor_cost),
+        "price_vs_floor": None if vs_floor is None else str(vs_floor),
         "providers": dict(pilot.providers),
         "max_tokens": list(caps),
         "truncated": pilot.truncated,
@@ -444,6 +466,11 @@ def _handle(args: argparse.Namespace) -> int:
             f"p90 {stats.p90:.0f})"
         )
         print(_truncation_words(pilot, caps))
+        if pilot.price_vs_floor is not None:
+            print(
+                f"pilot: paid {pilot.price_vs_floor}× the floor at {args.pilot_concurrency} in "
+                "flight (a lower bound: a loaded run spills more, up to 1 + max_premium)"
+            )
     render_projection(projection, file=sys.stdout)
     if routes is not None:
         render_routes(routes, file=sys.stdout)

@@ -3,7 +3,7 @@
 ::
 
     provider-router run PROMPTS.jsonl --out DIR --model M (--budget USD | --add-budget USD) \\
-        [--max-tokens N] [--concurrency C] [--exclude-below int4] \\
+        [--max-tokens N] [--concurrency C] [--exclude-below int4] [--max-premium 0.02|none] \\
         [--target-output-tokens N] [--max-requests N] [--temperature T] \\
         [--plan plan.yaml] [--strict] [--base-url URL] [--progress auto|rich|plain|off] \\
         [--add-inputs] [--ledger redis://HOST:6379/0 --ledger-name NAME]
@@ -40,7 +40,13 @@ from provider_router._format import decimal_str
 from provider_router.cli._errors import UsageError, as_usage
 from provider_router.cli._exit_codes import exit_code, note_exit_code
 from provider_router.cli._logging import report_events
-from provider_router.cli._options import PRECISIONS, budget_usd, parse_count, positive_count
+from provider_router.cli._options import (
+    PRECISIONS,
+    budget_usd,
+    max_premium,
+    parse_count,
+    positive_count,
+)
 from provider_router.cli._render import make_console
 from provider_router.cli.preflight import print_report
 from provider_router.client.metrics import Metrics
@@ -157,6 +163,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=positive_count,
         metavar="C",
         help=f"requests in flight (default: {DEFAULT_BATCH_CONCURRENCY}, or the plan's)",
+    )
+    parser.add_argument(
+        "--max-premium",
+        type=max_premium,
+        metavar="SHARE|none",
+        help="the most paid above the floor, averaged over the run (default 0.02: 2 %%, "
+        "waiting for the cheapest endpoints when they are full; 0: the floor only; none: "
+        "latency first, the cheapest endpoint with room)",
     )
     parser.add_argument(
         "--exclude-below",
@@ -356,6 +370,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             target_output_tokens=args.target_output_tokens,
             ledger=args.ledger,
             ledger_name=args.ledger_name,
+            max_premium=args.max_premium,
         )
     if not args.prompts:
         raise ConfigurationError("give a prompts file (PROMPTS.jsonl) or --plan FILE")
@@ -372,6 +387,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         exclude_below=args.exclude_below,
         target_output_tokens=args.target_output_tokens,
         max_requests=args.max_requests,
+        max_premium=args.max_premium,
     )
     if args.ledger or args.ledger_name:
         plan = plan.with_overrides(ledger=args.ledger, ledger_name=args.ledger_name)

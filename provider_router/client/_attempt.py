@@ -15,21 +15,26 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Final
 
+from provider_router._constants import REFUSAL_LIMIT
 from provider_router._exceptions import (
     ConfigurationError,
+    NotFoundError,
     PaymentRequiredError,
     RateLimitError,
     RouterStopping,
 )
 from provider_router._log import DEBUG, get_logger
+from provider_router._money import to_units
 from provider_router._secrets import scrub
 from provider_router.client._billing import unallowed_reason
 from provider_router.client._completion import Completion, parse_completion
-from provider_router.client._request import PreparedRequest, encode_json
+from provider_router.client._request import PreparedRequest
 from provider_router.client.affinity import blames_pin
+from provider_router.client.results import routed
 from provider_router.client.streaming import not_a_stream, read_stream
 from provider_router.routing.route_plan import cache_saving
 
@@ -38,6 +43,8 @@ if TYPE_CHECKING:
     from provider_router._types import Clock
     from provider_router.client._billing import Billing, Charged
     from provider_router.client._config import Safeguards, Timeouts
+    from provider_router.client._live_plan import LivePlan
+    from provider_router.client.admission import Admission, AdmissionTicket
     from provider_router.client.affinity import CacheAffinity
     from provider_router.client.health import ProviderHealth
     from provider_router.client.limiter import AdaptiveLimiter, Outcome
@@ -45,12 +52,43 @@ if TYPE_CHECKING:
     from provider_router.client.results import ChatResult
     from provider_router.ledger import Reservation
 
-__all__ = ["CHAT_PATH", "AttemptMixin"]
+__all__ = ["CHAT_PATH", "AttemptMixin", "route_gone"]
 
 # The Router's logger: one attempt's lines are the router's lines.
 log = get_logger("provider_router.client.router")
 
 CHAT_PATH: Final = "/chat/completions"
+
+_GONE_BY: Final = frozenset({"max_price", "quantization", "allowed_providers"})
+
+
+def route_gone(exc: NotFoundError) -> bool:
+    """Whether a 404 says the one endpoint an attempt was sent to is filtered out
+    (``constraint_filtered`` by its own ``max_price``, quantization or allow-list):
+    repriced or re-quantized since the listing was read. Nothing ran: it is free."""
+    body = exc.body
+    error = body.get("error") if isinstance(body, Mapping) else None
+    availability = error.get("availability") if isinstance(error, Mapping) else None
+    if not isinstance(availability, Mapping):
+        return False
+    excluded = availability.get("excluded_by")
+    return (
+        availability.get("code") == "constraint_filtered"
+        and isinstance(excluded, list)
+        and any(reason in _GONE_BY for reason in excluded)
+    )
+
+
+def _sent_to(request: PreparedRequest, named: str) -> str:
+    """The provider an attempt's failure counts against: the listing's name of the one
+    endpoint it was sent to (what admission demotes by), whatever name the error
+    carries; ``named`` when it was not sent to one."""
+    tag = request.endpoint
+    if tag is not None and request.sent:
+        for route in request.plan.routes:
+            if route.tag == tag:
+                return route.provider_name
+    return named
 
 
 class AttemptMixin:
@@ -77,14 +115,14 @@ class AttemptMixin:
     _http: HttpClient | None
     _in_flight: int
     _pin_fallbacks: bool
+    _admission: Admission | None
+    _plans: LivePlan
 
     async def _attempt(self, request: PreparedRequest, attempt: int) -> Charged:
         billing = self._billing
         if billing.stopped is not None:
             raise billing.stopped_error()
         request.attempts = attempt
-        request.generation_id = None
-        request.sent = False
         if request.session is not None and attempt > 1:
             self._repin(request)
         limiter = self.limiter
@@ -94,59 +132,105 @@ class AttemptMixin:
         outcome: Outcome = "neutral"
         started = self._clock()
         reservation: Reservation | None = None
+        admitted: AdmissionTicket | None = None
+        admission = self._admission
+        assert admission is not None  # set by open(), which _build_request checked
+        refusals = 0
         try:
-            if self._stopping.is_set():
-                raise self._not_started(request, attempt)
-            ledger = billing.ledger
-            if ledger is not None:  # Billing.reserve, inlined: one coroutine less
-                reservation = await ledger.reserve(
-                    request.worst_case, key=request.key, wait=self.budget_wait
-                )
+            while True:
+                request.generation_id = None
+                request.sent = False
                 if self._stopping.is_set():
-                    # Stopped while it waited for room or a slot: nothing was sent.
-                    await ledger.release(reservation)
-                    reservation = None
                     raise self._not_started(request, attempt)
-            try:
-                completion = await self._exchange(request, attempt, reservation)
-            except PaymentRequiredError as exc:
-                completion = await billing.hold_402(
-                    exc,
-                    functools.partial(self._exchange, request, attempt, reservation),
-                    key=request.key,
-                    in_flight=self._in_flight,
-                )
-            charged = await billing.charge(request, completion, reservation)
-            reservation = None
-            if completion.error is not None:
-                raise completion.error
-            outcome = "success"
-            if completion.provider is not None:
-                usage = completion.usage
-                self.health.record_success(
-                    completion.provider,
-                    latency=self._clock() - started,
-                    completion_tokens=usage.completion_tokens if usage else 0,
-                )
-            return charged
+                # One endpoint, chosen here: no coroutine when one has room (the usual case).
+                admitted = self._admit_now(request, admission)
+                if admitted is None:
+                    admitted = await self._admit_waiting(request, admission, attempt)
+                self._route(request, admitted, admission)
+                ledger = billing.ledger
+                if ledger is not None:  # Billing.reserve, inlined: one coroutine less
+                    # After admission: the admitted endpoint's own worst case, and nothing
+                    # held while a request waits for an endpoint.
+                    reservation = await ledger.reserve(
+                        request.worst_case, key=request.key, wait=self.budget_wait
+                    )
+                    if self._stopping.is_set():
+                        # Stopped while it waited for room or a slot: nothing was sent.
+                        await ledger.release(reservation)
+                        reservation = None
+                        raise self._not_started(request, attempt)
+                try:
+                    try:
+                        completion = await self._exchange(request, attempt, reservation)
+                    except PaymentRequiredError as exc:
+                        completion = await billing.hold_402(
+                            exc,
+                            functools.partial(self._exchange, request, attempt, reservation),
+                            key=request.key,
+                            in_flight=self._in_flight,
+                        )
+                except RateLimitError as exc:
+                    # The endpoint's own 429 (it names its provider; the platform's does
+                    # not) while others of ours are in flight there: it is full, not
+                    # failing. Back to admission, not a retry.
+                    if not exc.provider_name or refusals >= REFUSAL_LIMIT:
+                        raise
+                    idle = admission.release(admitted, "refused", retry_after=exc.retry_after)
+                    admitted = None
+                    if idle:
+                        raise  # nothing of ours there: a failure, retried with backoff
+                    refusals += 1
+                    if reservation is not None:
+                        await billing.close_failed(reservation, request, exc)  # a 429 is free
+                        reservation = None
+                    self._refused(request, exc)
+                    continue
+                except NotFoundError as exc:
+                    # The endpoint's route is gone (repriced above its max_price since
+                    # the listing, re-quantized): free; go elsewhere, and re-read prices.
+                    if not route_gone(exc) or not admission.retire(admitted.tag):
+                        raise
+                    if reservation is not None:
+                        await billing.close_failed(reservation, request, exc)
+                        reservation = None
+                    admission.release(admitted, "neutral")
+                    admitted = None
+                    self._plans.expire()
+                    log.warning("route.endpoint_gone", model=self.model, error=str(exc))
+                    continue
+                charged = await billing.charge(request, completion, reservation)
+                reservation = None
+                if completion.error is not None:
+                    raise completion.error
+                outcome = "success"
+                self._served(request, admitted, admission, completion, charged, started)
+                admitted = None
+                return charged
         except BaseException as exc:
-            if isinstance(exc, RateLimitError):
-                outcome = "rate_limited"
+            if isinstance(exc, RateLimitError) and not exc.provider_name:
+                outcome = "rate_limited"  # OpenRouter's own limit: the key's window shrinks
             provider = getattr(exc, "provider_name", None)
             if provider:
-                self.health.record_failure(provider, rate_limited=outcome == "rate_limited")
+                self.health.record_failure(
+                    _sent_to(request, provider), rate_limited=isinstance(exc, RateLimitError)
+                )
             if request.pinned is not None and blames_pin(request, exc, provider):
                 request.failed_pins = (*request.failed_pins, request.pinned)
             if self.metrics is not None and isinstance(exc, Exception):
-                self.metrics.attempt_failed(provider, type(exc).__name__, outcome == "rate_limited")
+                self.metrics.attempt_failed(
+                    provider, type(exc).__name__, isinstance(exc, RateLimitError)
+                )
             if reservation is not None:
                 await billing.close_failed(reservation, request, exc)
+            if admitted is not None:
+                admission.release(admitted, "neutral")
             if isinstance(exc, Exception) and log.isEnabledFor(DEBUG):
                 log.debug(
                     "route.attempt",
                     model=self.model,
                     key=request.key,
                     attempt=attempt,
+                    endpoint=request.endpoint,
                     error_type=type(exc).__name__,
                     status=getattr(exc, "status", None),
                     provider=provider,
@@ -154,14 +238,104 @@ class AttemptMixin:
                 )
             raise
         finally:
+            request.refusals += refusals
             limiter.release(ticket, outcome)
+
+    # --- admission: which endpoint this attempt goes to -----------------------------
+
+    def _admit_now(self, request: PreparedRequest, admission: Admission) -> AdmissionTicket | None:
+        if not request.seq:
+            request.seq = admission.next_seq()
+        needs, min_context = request.pin_needs
+        pinned = request.pinned
+        queue = admission.queue(needs, min_context, pinned)
+        admitted = admission.try_admit(queue, request.seq)
+        if admitted is None and pinned is not None and self._pin_fallbacks:
+            # pin_fallbacks: a full pin does not hold its request (one cache miss).
+            admitted = admission.try_admit(admission.queue(needs, min_context), request.seq)
+        return admitted
+
+    async def _admit_waiting(
+        self, request: PreparedRequest, admission: Admission, attempt: int
+    ) -> AdmissionTicket:
+        needs, min_context = request.pin_needs
+        pinned = None if self._pin_fallbacks else request.pinned
+        try:
+            return await admission.admit(admission.queue(needs, min_context, pinned), request.seq)
+        except RouterStopping:
+            raise self._not_started(request, attempt) from None
+
+    def _route(
+        self, request: PreparedRequest, admitted: AdmissionTicket, admission: Admission
+    ) -> None:
+        """Send this attempt to the admitted endpoint alone, at its own ceilings."""
+        request.plan = admission.plan  # the plan in force: exclusions reach queued requests
+        request.endpoint = admitted.tag
+        request.payload = b"".join((request.head, admitted.body, b"}"))
+        request.worst_case = admitted.route.worst_case(
+            request.prompt_tokens, request.cap, request.images
+        )
+        request.waited += admitted.waited
+
+    def _refused(self, request: PreparedRequest, exc: RateLimitError) -> None:
+        provider = exc.provider_name
+        assert provider is not None
+        self.health.record_refused(_sent_to(request, provider))  # full, not failing
+        if self.metrics is not None:
+            self.metrics.refused(request.endpoint or "", provider)
+        if log.isEnabledFor(DEBUG):
+            log.debug(
+                "route.refused",
+                model=self.model,
+                key=request.key,
+                endpoint=request.endpoint,
+                provider=provider,
+                retry_after=exc.retry_after,
+            )
+
+    def _served(
+        self,
+        request: PreparedRequest,
+        admitted: AdmissionTicket,
+        admission: Admission,
+        completion: Completion,
+        charged: Charged,
+        started: float,
+    ) -> None:
+        usage = completion.usage
+        floor = None
+        if usage is not None:
+            floor = request.plan.floor_cost(
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                cached_tokens=usage.cached_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+            )
+            if completion.provider is not None:
+                self.health.record_success(
+                    completion.provider,
+                    latency=self._clock() - started,
+                    completion_tokens=usage.completion_tokens,
+                )
+        elif completion.provider is not None:
+            self.health.record_success(completion.provider, latency=self._clock() - started)
+        request.floor_cost = floor
+        cost = charged.cost
+        if floor is not None and cost is not None and admission.max_premium is not None:
+            admission.release(
+                admitted, "served", paid_units=to_units(cost), floor_units=to_units(floor)
+            )
+        else:
+            admission.release(admitted, "served")
 
     def _repin(self, request: PreparedRequest) -> None:
         """A retry of a pinned request: the session moves off the endpoint that failed."""
         session = request.session
+        admission = self._admission
         assert session is not None
-        plan = request.plan
-        tag = self.affinity.pin(
+        assert admission is not None
+        plan = admission.plan
+        request.pinned = self.affinity.pin(
             session,
             plan,
             self._clock(),
@@ -169,13 +343,8 @@ class AttemptMixin:
             failed=request.failed_pins,
             needs=request.pin_needs[0],
             min_context=request.pin_needs[1],
+            prefer=functools.partial(admission.open_lanes, plan.order),
         )
-        if tag != request.pinned:
-            request.pinned = tag
-            provider = encode_json(plan.pinned_object(tag, fallbacks=self._pin_fallbacks)).encode()
-            head = request.payload[: -request.provider_length - 1]
-            request.payload = b"".join((head, provider, b"}"))
-            request.provider_length = len(provider)
 
     def _not_started(self, request: PreparedRequest, attempt: int) -> RouterStopping:
         what = "not sent" if attempt == 1 else f"attempt {attempt} not started"
@@ -288,6 +457,7 @@ class AttemptMixin:
                 plan, provider, usage.prompt_tokens, usage.cached_tokens
             )
         result = charged.result(request.attempts, latency, reason)
+        routed(result, request.floor_cost, request.waited, request.refusals, request.endpoint)
         if self.metrics is not None:
             usage = completion.usage
             self.metrics.answered(
@@ -299,6 +469,8 @@ class AttemptMixin:
                 cost=charged.cost,
                 latency=latency,
                 finish_reason=completion.finish_reason,
+                floor_cost=request.floor_cost,
+                waited=request.waited,
             )
         if log.isEnabledFor(DEBUG):
             self._log_done(request, charged, latency, quarantined)

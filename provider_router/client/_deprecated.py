@@ -3,7 +3,9 @@
 Four timeout floats became :class:`~provider_router.Timeouts`, the pinning knobs
 :class:`~provider_router.AffinityOptions`, the money-side knobs
 :class:`~provider_router.Safeguards`; ``catalog`` and ``catalog_ttl`` are said by
-``endpoints``, ``limiter`` by ``max_concurrency`` and ``rng`` by ``RetryPolicy(rng=)``.
+``endpoints``, ``limiter`` by ``max_concurrency`` and ``rng`` by ``RetryPolicy(rng=)``;
+``allow_fallbacks`` no longer has an effect on requests (cost-first admission sends
+each attempt to one endpoint, with no fallback).
 An old keyword still works for one release, with a ``DeprecationWarning`` pointing
 at the caller; given together with the argument that replaces it, it is a
 :class:`~provider_router.ConfigurationError`. This module goes with them.
@@ -46,8 +48,16 @@ _OTHERS: Final = {
     "limiter": "max_concurrency=<the AdaptiveLimiter>",
     "rng": "retry=RetryPolicy(rng=...)",
 }
+_NO_EFFECT: Final = {
+    "allow_fallbacks": (
+        "it no longer affects requests: each attempt goes to one endpoint admission "
+        "chose, with allow_fallbacks: false (max_premium= says when a dearer one may serve)"
+    ),
+}
 
-DEPRECATED_KEYWORDS: Final = frozenset([*_TIMEOUTS, *_SAFEGUARDS, *_AFFINITY, *_OTHERS])
+DEPRECATED_KEYWORDS: Final = frozenset(
+    [*_TIMEOUTS, *_SAFEGUARDS, *_AFFINITY, *_OTHERS, *_NO_EFFECT]
+)
 """Every keyword ``Router()`` still takes for one release."""
 
 _STACKLEVEL: Final = 4
@@ -65,6 +75,8 @@ class Given(NamedTuple):
     retry: RetryPolicy | None
     catalog_ttl: float | None = None
     """``catalog_ttl=`` as given: the plan's refresh and the own catalog's TTL."""
+    allow_fallbacks: bool = True
+    """``allow_fallbacks=`` as given: the route plan's (its ``provider_object``)."""
 
 
 def _new_spelling(old: str) -> str:
@@ -78,9 +90,9 @@ def _new_spelling(old: str) -> str:
 
 
 def _warn(old: str) -> None:
+    instead = _NO_EFFECT[old] if old in _NO_EFFECT else f"pass {_new_spelling(old)}"
     warnings.warn(
-        f"Router({old}=...) is deprecated and will be removed in the next release: "
-        f"pass {_new_spelling(old)}",
+        f"Router({old}=...) is deprecated and will be removed in the next release: {instead}",
         DeprecationWarning,
         stacklevel=_STACKLEVEL,
     )
@@ -144,6 +156,8 @@ def fold_deprecated(given: Given, old: dict[str, Any]) -> Given:
         if isinstance(given.max_concurrency, AdaptiveLimiter):
             raise _mixed("limiter", "max_concurrency")
         folded = folded._replace(max_concurrency=old["limiter"])
+    if "allow_fallbacks" in old:
+        folded = folded._replace(allow_fallbacks=bool(old["allow_fallbacks"]))
     if "rng" in old and old["rng"] is not None:
         retry = given.retry if given.retry is not None else RetryPolicy()
         if retry.rng is not None:

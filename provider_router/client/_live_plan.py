@@ -12,6 +12,7 @@ policy is published only with its plan, so the two never disagree.
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Final
 
 from provider_router._exceptions import ConfigurationError
@@ -119,6 +120,10 @@ class LivePlan:
             await self.catalog.aclose()
             self.catalog = None
             self._own_catalog = False
+
+    def expire(self) -> None:
+        """Rebuild the plan at the next request (an endpoint's route turned out gone)."""
+        self._time = -math.inf
 
     def current(self) -> RoutePlan:
         """The plan for a request now; starts a background rebuild when it is ``ttl`` old."""

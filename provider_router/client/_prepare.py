@@ -5,14 +5,17 @@ call's messages and fields into a
 :class:`~provider_router.client._request.PreparedRequest`: the mistakes said
 before anything is sent (no key, a bad ``max_tokens``, a field the reservation
 cannot price, a prompt no allowed endpoint can hold), the body encoded once, the
-worst case the ledger reserves, the deadline, and with cache affinity the
-session's pinned endpoint spliced into the body.
+deadline, what the endpoint it goes to must offer, and with cache affinity the
+session's pinned endpoint. Which endpoint each attempt goes to (and so the body's
+``provider`` object and the worst case reserved) is admission's choice, per attempt.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from provider_router._constants import ENV_API_KEY
@@ -26,11 +29,7 @@ from provider_router.catalog._billable import (
 )
 from provider_router.client._config import RESERVED_PARAMS
 from provider_router.client._live_plan import NOT_OPEN
-from provider_router.client._request import (
-    PreparedRequest,
-    encode_json,
-    messages_problem,
-)
+from provider_router.client._request import PreparedRequest, messages_problem
 from provider_router.client.affinity import session_of
 
 if TYPE_CHECKING:
@@ -41,17 +40,17 @@ if TYPE_CHECKING:
     from provider_router.client._config import AffinityOptions, Timeouts
     from provider_router.client._live_plan import LivePlan
     from provider_router.client._request import RequestEncoder
+    from provider_router.client.admission import Admission
     from provider_router.client.affinity import CacheAffinity
     from provider_router.client.health import ProviderHealth
     from provider_router.client.results import StreamDelta
 
 __all__ = ["CONTEXT_BYTES_PER_TOKEN", "PrepareMixin"]
 
-_PIN_NEEDS: Final = ("tools", "response_format")
-"""Request fields a pinned endpoint must list: a one-tag pin has no fallback inside
-OpenRouter, and an endpoint without them answers in plain text (paid)."""
-_PIN_PLACEHOLDER: Final = b"{}"
-"""The provider object of a pinned request until its pin is chosen (``Router._build_request``)."""
+_FIT_NEEDS: Final = ("tools", "response_format")
+"""Request fields the endpoint an attempt is admitted to must list: it is sent there
+alone, and an endpoint without them answers in plain text (paid)."""
+_ZERO: Final = Decimal(0)
 _UNSET: Final[Any] = object()
 _CAP_CACHE_SIZE: Final = 256
 
@@ -101,7 +100,7 @@ class PrepareMixin:
     _caps: dict[int | None, int | None]
     _clock: Clock
     _seq: itertools.count[int]
-    _pin_fallbacks: bool
+    _admission: Admission | None
 
     def _build_request(
         self,
@@ -149,25 +148,25 @@ class PrepareMixin:
                 "max_tokens is required when a ledger is used (max_completion_tokens also counts)"
             )
         plan = self._plans.current()
+        admission = self._admission
+        if admission is None:
+            raise ConfigurationError(NOT_OPEN)
+        if plan is not admission.plan:
+            admission.update(plan)  # a refreshed plan: lanes keep what they learned
         encoder = self._encoder
         session = pinned = None
-        if self.cache_affinity is not None:  # opt-in: a one-tag pin fares badly under 429s
+        if self.cache_affinity is not None:  # opt-in: a session waits for its own endpoint
             try:
                 session = session_of(messages, params, self.affinity.digest_key)
             except ValueError as exc:
                 raise ConfigurationError(str(exc)) from None
-        if session is None:
-            provider = encoder.provider_bytes(plan, self.health.demoted())
-        else:
-            if "session_id" not in params:
+            if session is not None and "session_id" not in params:
                 params = {**params, "session_id": session}
-            needs = tuple(filter(params.__contains__, _PIN_NEEDS))
-            # The pin needs the prompt's size (an endpoint whose window cannot hold
-            # prompt and cap is not pinned): chosen once the body is measured, and
-            # spliced in where the placeholder ends the body, as a re-pin does.
-            provider = _PIN_PLACEHOLDER
+        # What the endpoint must list: an attempt goes to one endpoint, with no fallback
+        # inside OpenRouter, and one without them answers in plain text (paid).
+        needs = tuple(filter(params.__contains__, _FIT_NEEDS)) if params else ()
         try:
-            payload = encoder.encode(messages, max_tokens, stream, params, provider)
+            head = encoder.encode_head(messages, max_tokens, stream, params)
             if params:
                 # The fields' JSON, already encoded for the body, bounds what tools and
                 # schemas add to the prompt: no second encoding (docs/performance.md).
@@ -182,6 +181,7 @@ class PrepareMixin:
         prompt_tokens = text_tokens + extra_tokens
         if plan.max_context_length is not None:
             _check_fits(plan.max_context_length, prompt_tokens, cap)
+        min_context = prompt_tokens + (cap or 0)
         if session is not None:
             pinned = self.affinity.pin(
                 session,
@@ -189,21 +189,19 @@ class PrepareMixin:
                 self._clock(),
                 demoted=self.health.demoted(),
                 needs=needs,
-                min_context=prompt_tokens + (cap or 0),
+                min_context=min_context,
+                prefer=functools.partial(admission.open_lanes, plan.order),
             )
-            provider = encode_json(
-                plan.pinned_object(pinned, fallbacks=self._pin_fallbacks)
-            ).encode()
-            payload = b"".join((payload[: -len(_PIN_PLACEHOLDER) - 1], provider, b"}"))
         # The stream deadline scales with the completion cap the provider may honour.
         timeouts = self.timeouts
         deadline = timeouts.stream_deadline_for(cap) if stream else timeouts.request
-        # Positional (in PreparedRequest's field order): a keyword call costs more.
+        # Positional (in PreparedRequest's field order): a keyword call costs more. The
+        # payload and worst case are the admitted endpoint's (_attempt._route).
         request = PreparedRequest(
-            payload,
+            b"",
             stream,
             key if key is not None else f"req-{next(self._seq)}",
-            plan.worst_case(prompt_tokens, cap or 0, images),
+            _ZERO,
             prompt_tokens + images * IMAGE_PROMPT_TOKENS_BOUND,
             plan,
             on_delta,
@@ -211,9 +209,12 @@ class PrepareMixin:
             0,  # attempts
             deadline,
         )
+        request.head = head
+        request.prompt_tokens = prompt_tokens
+        request.images = images
+        request.cap = cap or 0
+        request.pin_needs = (needs, min_context)
         if session is not None:
             request.session = session
             request.pinned = pinned
-            request.provider_length = len(provider)
-            request.pin_needs = (needs, prompt_tokens + (cap or 0))
         return request

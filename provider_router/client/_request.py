@@ -1,9 +1,10 @@
 """One chat request, prepared once and shared by its attempts; its JSON encoded cheaply.
 
 The per-request path encodes only what varies: the messages and the per-call
-fields. The model prefix is encoded when the router is built, the ``provider``
-object once per route plan and demoted set, and the tail for the common call
-shape (no extra parameters) once per ``(max_tokens, stream)`` pair.
+fields. The model prefix is encoded when the router is built, each endpoint's
+``provider`` object once per route plan (the attempt admitted there appends it), and
+the tail for the common call shape (no extra parameters) once per
+``(max_tokens, stream)`` pair.
 """
 
 from __future__ import annotations
@@ -85,6 +86,25 @@ class PreparedRequest:
     a retry: the body before it is sliced then, not kept twice for every request)."""
     on_paid: Callable[[ChatResult], Awaitable[None]] | None = None
     """Awaited with a paid answer before its reservation is settled (``Router.chat``)."""
+    head: bytes = b""
+    """The body up to its ``provider`` object, which each attempt's admitted endpoint
+    completes (``payload`` is ``head`` + that endpoint's object + ``}``)."""
+    prompt_tokens: int = 0
+    """The prompt's token bound (text, fields and template), images aside."""
+    images: int = 0
+    """Image parts in the prompt."""
+    cap: int = 0
+    """The completion cap a provider may honour (0: none given)."""
+    endpoint: str | None = None
+    """The tag of the endpoint the last attempt was admitted to."""
+    seq: int = 0
+    """Its place in line for an endpoint (kept across refusals: first in, first out)."""
+    refusals: int = 0
+    """Refusals (an endpoint's 429) taken back to admission in this attempt."""
+    waited: float = 0.0
+    """Seconds it waited for an endpoint, over all its attempts."""
+    floor_cost: Decimal | None = None
+    """Its answer's tokens at the floor's prices (set when answered)."""
 
 
 class RequestEncoder:
@@ -124,6 +144,17 @@ class RequestEncoder:
         provider: bytes,
     ) -> bytes:
         """The body: model, messages, defaults under ``params``, then the rest."""
+        return b"".join((self.encode_head(messages, max_tokens, stream, params), provider, b"}"))
+
+    def encode_head(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int | None,
+        stream: bool,
+        params: Mapping[str, Any],
+    ) -> bytes:
+        """The body up to its ``provider`` object (``..."provider":``), which the
+        endpoint an attempt is admitted to completes."""
         if params:
             tail = self._tail_of({**self._defaults, **params}, max_tokens, stream)
         else:
@@ -135,7 +166,7 @@ class RequestEncoder:
                     self._tails[key] = cached
             tail = cached
         self.last_fields_bytes = len(tail)
-        return b"".join((self._head, encode_json(messages).encode(), tail, provider, b"}"))
+        return b"".join((self._head, encode_json(messages).encode(), tail))
 
     @staticmethod
     def _tail_of(fields: Mapping[str, Any], max_tokens: int | None, stream: bool) -> bytes:

@@ -8,8 +8,8 @@ OpenRouter's own sticky routing off. So a request with a *session* (its
 pinned to one endpoint chosen once from the plan's cache-aware ranking, sent with a
 one-tag ``only``, no ``order`` and the session as ``session_id``; it moves on after
 :data:`MOVE_AFTER_FAILURES` failures, a demotion or :data:`SESSION_IDLE_SECONDS` idle
-(docs/client.md). Money is unchanged: the price ceilings and the reservation are the
-plan's, whichever allowed endpoint a session is pinned to.
+(docs/client.md). A pinned request waits for its own endpoint's room (admission), and
+a new session goes to the best endpoint with room then.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import hashlib
 import json
 import secrets
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
@@ -128,6 +128,7 @@ class CacheAffinity:
         failed: Sequence[str] = (),
         needs: Collection[str] = (),
         min_context: int = 0,
+        prefer: Callable[[], Collection[str]] | None = None,
     ) -> str:
         """The endpoint tag ``session`` goes to now.
 
@@ -145,6 +146,10 @@ class CacheAffinity:
                 with them is allowed).
             min_context: the context the request needs at least (its completion
                 cap): an endpoint whose window is smaller is not pinned either.
+            prefer: called only when the session needs a new endpoint: the tags
+                where a request could go now (room, within the premium); the best of
+                them is chosen, so new sessions spread over the endpoints with room
+                as requests do, then stay.
         """
         pins = self._pins
         entry = pins.get(session)
@@ -160,7 +165,7 @@ class CacheAffinity:
                 return tag
             if tag in excluded:
                 self.moves += 1
-        tag = _choose(plan, demoted, excluded)
+        tag = _choose(plan, demoted, excluded, prefer() if prefer is not None else None)
         pins[session] = (tag, now)
         pins.move_to_end(session)
         self.pinned += 1
@@ -189,9 +194,19 @@ def _unfit(plan: RoutePlan, needs: Collection[str], min_context: int) -> frozens
     return frozenset() if len(unfit) == len(plan.ranked) else unfit
 
 
-def _choose(plan: RoutePlan, demoted: Collection[str], failed: Collection[str]) -> str:
+def _choose(
+    plan: RoutePlan,
+    demoted: Collection[str],
+    failed: Collection[str],
+    open_now: Collection[str] | None = None,
+) -> str:
     ranked = plan.cache_ranked or plan.ranked
     fallback: str | None = None
+    if open_now:
+        for entry in ranked:
+            tag = entry.endpoint.slug
+            if tag in open_now and tag not in failed:
+                return tag
     for entry in ranked:
         tag = entry.endpoint.slug
         if tag in failed:

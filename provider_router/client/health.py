@@ -140,6 +140,14 @@ class ProviderHealth:
                     else stats.throughput + alpha * (rate - stats.throughput)
                 )
 
+    def record_refused(self, provider: str) -> None:
+        """Count a 429 from ``provider`` while other requests of ours were in flight
+        there: it is full, not failing, so it never counts toward a demotion
+        (OpenRouter's uptime leaves rate-limited requests out too)."""
+        stats = self._get(provider)
+        stats.requests += 1
+        stats.rate_limited += 1
+
     def record_failure(self, provider: str, *, rate_limited: bool = False) -> None:
         """Count a failed attempt attributed to ``provider``; may demote it."""
         stats = self._get(provider)

@@ -81,6 +81,55 @@ class BatchViewed(Protocol):
     def datasets(self) -> Sequence[BatchFigures]: ...
 
 
+class LaneRead(Protocol):
+    """One lane's figures (``client.admission.LaneStats``, read by shape)."""
+
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def capacity(self) -> int | None: ...
+
+
+class AdmissionRead(Protocol):
+    """What the metrics read of admission (``client.admission.Admission``)."""
+
+    def snapshot(self) -> Mapping[str, LaneRead]: ...
+    def waiting_by_lane(self) -> Mapping[str, int]: ...
+
+
+class _AdmissionCollector:
+    """Admission's per-endpoint gauges, read at scrape time (a custom collector: the
+    endpoints are known only once the router is open)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.prefix = f"{namespace}_" if namespace else ""
+        self.admission: AdmissionRead | None = None
+
+    def describe(self) -> list[Any]:
+        return []  # read at scrape time only: nothing to check at registration
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        admission = self.admission
+        if admission is None:
+            return
+        lanes = admission.snapshot()
+        waiting = admission.waiting_by_lane()
+        families = (
+            ("admission_waiting", "Requests waiting for an endpoint, by the one they wait for"),
+            ("admission_in_flight", "Attempts in flight at each endpoint"),
+            ("admission_capacity", "Requests in flight each endpoint takes, as learned"),
+        )
+        made = [GaugeMetricFamily(self.prefix + n, h, labels=["endpoint"]) for n, h in families]
+        for tag, lane in lanes.items():
+            made[0].add_metric([tag], waiting.get(tag, 0))
+            made[1].add_metric([tag], lane.in_flight)
+            capacity = lane.capacity
+            made[2].add_metric([tag], float("nan") if capacity is None else capacity)
+        yield from made
+
+
 def _import_prometheus() -> Any:
     try:
         import prometheus_client
@@ -203,7 +252,27 @@ class Metrics:
             ["provider"],
             **kw,
         )
+        self.floor_cost = prom.Counter(
+            "floor_cost_usd",
+            "USD the answers would have cost at the floor (the cheapest allowed endpoint)",
+            ["provider"],
+            **kw,
+        )
+        self.refusals = prom.Counter(
+            "admission_refused",
+            "Endpoint refusals (429) taken back to admission",
+            ["endpoint", "provider"],
+            **kw,
+        )
+        self.admission_wait = prom.Histogram(
+            "admission_wait_seconds",
+            "Seconds a request waited for an endpoint (only requests that waited)",
+            buckets=LATENCY_BUCKETS,
+            **kw,
+        )
         self._waiting = 0
+        self._namespace = namespace
+        self._admission: Any = None
 
     def __repr__(self) -> str:
         where = "not served" if self._server is None else f"serving on {self.address}"
@@ -217,6 +286,21 @@ class Metrics:
         # The Router counts a request from its reservation on; one waiting for room
         # in the budget is not in flight (the ledger's sampled count of those).
         self.in_flight.set_function(lambda: max(in_flight() - self._waiting, 0))
+
+    def watch_admission(self, admission: AdmissionRead) -> None:
+        """Read each endpoint's waiting requests, attempts in flight and learned capacity
+        at each scrape (``admission_waiting``, ``admission_in_flight``,
+        ``admission_capacity``, by ``endpoint``)."""
+        if self._admission is None:
+            self._admission = _AdmissionCollector(self._namespace)
+            self.registry.register(self._admission)
+        self._admission.admission = admission
+
+    def refused(self, endpoint: str, provider: str) -> None:
+        """An endpoint refused an attempt (its 429): the request went back to admission
+        (a 429 answer, not a failed attempt)."""
+        self.refusals.labels(endpoint, provider).inc()
+        self.rate_limited.labels(provider).inc()
 
     def plan_to_finish(self, amount: Decimal | None) -> None:
         """Record a batch run's to-finish (None: not known yet)."""
@@ -276,10 +360,16 @@ class Metrics:
         cost: Decimal | None,
         latency: float,
         finish_reason: str | None = None,
+        floor_cost: Decimal | None = None,
+        waited: float = 0.0,
     ) -> None:
         """A request finished with an answer (``finish_reason: length``: cut at
         ``max_tokens``, counted apart too)."""
         name = provider or _NO_PROVIDER
+        if floor_cost is not None:
+            self.floor_cost.labels(name).inc(float(floor_cost))
+        if waited > 0:
+            self.admission_wait.observe(waited)
         self.requests.labels(name, "quarantined" if quarantined else "success").inc()
         if attempts > 1:
             self.retries.inc(attempts - 1)

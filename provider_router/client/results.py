@@ -288,6 +288,12 @@ class ChatResult:
             booked instead, the reservation's worst case (docs/ledger.md, "Disputed").
         logprobs: the content tokens with their log probabilities, when asked for
             (``logprobs=True``) and the provider returned them; ``None`` otherwise.
+        floor_cost: the answer's tokens at the floor's prices (the cheapest allowed
+            endpoint for the router's workload): what :attr:`cost` is compared with.
+        waited: seconds the request waited for an endpoint with room (admission).
+        refusals: 429s of full endpoints it went back to admission after.
+        endpoint: the tag of the endpoint its answer was admitted to (a response
+            names only the provider, and two endpoints of one provider share it).
     """
 
     text: str
@@ -309,8 +315,19 @@ class ChatResult:
     tool_calls: tuple[ToolCall, ...] = ()
     disputed_cost: Decimal | None = None
     logprobs: tuple[TokenLogprob, ...] | None = field(default=None, repr=False)
+    floor_cost: Decimal | None = None
+    waited: float = 0.0
+    refusals: int = 0
+    endpoint: str | None = None
 
     __repr__ = readable_repr
+
+    @property
+    def price_vs_floor(self) -> Decimal | None:
+        """``cost / floor_cost``: 1 when the floor served it (``None``: unknown)."""
+        if self.cost is None or not self.floor_cost:
+            return None
+        return self.cost / self.floor_cost
 
     @property
     def drift(self) -> Decimal | None:
@@ -341,6 +358,10 @@ def chat_result(
     tool_calls: tuple[ToolCall, ...],
     disputed_cost: Decimal | None = None,
     logprobs: tuple[TokenLogprob, ...] | None = None,
+    floor_cost: Decimal | None = None,
+    waited: float = 0.0,
+    refusals: int = 0,
+    endpoint: str | None = None,
 ) -> ChatResult:
     """A :class:`ChatResult` with every field given, its ``__dict__`` filled in one step.
 
@@ -371,9 +392,29 @@ def chat_result(
             "tool_calls": tool_calls,
             "disputed_cost": disputed_cost,
             "logprobs": logprobs,
+            "floor_cost": floor_cost,
+            "waited": waited,
+            "refusals": refusals,
+            "endpoint": endpoint,
         },
     )
     return result
+
+
+def routed(
+    result: ChatResult,
+    floor_cost: Decimal | None,
+    waited: float,
+    refusals: int,
+    endpoint: str | None,
+) -> None:
+    """Fill the admission fields of a result :func:`chat_result` just built (before
+    anyone else sees it: the result is frozen for its users)."""
+    fields = result.__dict__
+    fields["floor_cost"] = floor_cost
+    fields["waited"] = waited
+    fields["refusals"] = refusals
+    fields["endpoint"] = endpoint
 
 
 @dataclass(frozen=True, slots=True)

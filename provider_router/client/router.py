@@ -2,8 +2,10 @@
 
 A request takes the route plan in force (:mod:`._live_plan`: policy and ranking,
 rebuilt on the catalog TTL), is prepared once (:mod:`._prepare`: checked, encoded,
-priced, pinned), and each attempt (:mod:`._attempt`) takes a limiter slot, reserves
-its worst case, sends and settles (:mod:`._billing`); failures are retried by the
+measured, pinned), and each attempt (:mod:`._attempt`) takes a limiter slot, is
+admitted to one endpoint (:mod:`.admission`: the best with room within
+``max_premium``), reserves that endpoint's worst case, sends there alone and settles
+(:mod:`._billing`); failures are retried by the
 :class:`~provider_router.client.retry.RetryPolicy`. Options are :mod:`._config`'s
 value objects. Logs go to the stdlib logger ``provider_router.client.router``
 (silent unless the application configures logging); the key never appears in them.
@@ -29,6 +31,7 @@ from provider_router._constants import (
     DEFAULT_BUDGET_WAIT,
     DEFAULT_CATALOG_TTL,
     DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_PREMIUM,
 )
 from provider_router._exceptions import ConfigurationError, CreditsExhausted, LedgerWriteError
 from provider_router._http import session as _http
@@ -58,7 +61,8 @@ from provider_router.client._cost_check import CostVerdict
 from provider_router.client._deprecated import Given, fold_deprecated
 from provider_router.client._live_plan import NOT_OPEN, LivePlan
 from provider_router.client._prepare import PrepareMixin
-from provider_router.client._request import RequestEncoder
+from provider_router.client._request import PreparedRequest, RequestEncoder
+from provider_router.client.admission import Admission, check_max_premium
 from provider_router.client.affinity import CacheAffinity
 from provider_router.client.health import ProviderHealth
 from provider_router.client.limiter import AdaptiveLimiter
@@ -74,6 +78,10 @@ from provider_router.routing.route_plan import RoutePlan
 __all__ = ["AffinityOptions", "ChatStream", "Router", "Safeguards", "Timeouts"]
 
 log = get_logger(__name__)
+
+
+def _less_waited(clock: Clock, request: PreparedRequest) -> float:
+    return clock() - request.waited
 
 
 class Router(PrepareMixin, AttemptMixin, AsyncResource):
@@ -121,7 +129,15 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
             router's own on its base URL, key and connection, refreshed every 300 s
             (OpenRouter's own max-age).
         workload: the request shape endpoints are ranked for.
-        allow_fallbacks: let OpenRouter fall back inside the allowed set.
+        max_premium: the most this router pays above the floor, averaged over its
+            requests, as a share of the floor (``0.02``, the default: 2 %). The
+            floor is every token at the cheapest allowed endpoint's price (for the
+            router's workload). The best endpoint with room always serves; a dearer
+            one serves only while the requests so far leave room in the average;
+            otherwise a request waits, first in first out, for an endpoint it may
+            use. ``0``: the floor alone, waits as long as its capacity makes them;
+            ``None``: latency first, the cheapest endpoint with room, waiting only
+            when every allowed endpoint is full.
         cache_affinity: pin every session to one allowed endpoint, sent as
             ``session_id`` with a one-tag ``only`` (docs/client.md, "Cache-aware
             pinning"): a call's own ``session_id``, else the conversation (the
@@ -146,7 +162,9 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
             ``connect_timeout``, ``stream_idle_timeout``, ``stream_deadline``,
             ``credits_hold_timeout``, ``cost_sanity_factor``,
             ``max_violations_in_a_row``, ``pin_fallbacks``, ``cache_hit_rate``,
-            ``catalog``, ``catalog_ttl``, ``limiter``, ``rng``), still taken with a
+            ``catalog``, ``catalog_ttl``, ``limiter``, ``rng``; ``allow_fallbacks``,
+            which no longer affects requests: each attempt goes to one endpoint
+            admission chose, with ``allow_fallbacks: false``), still taken with a
             ``DeprecationWarning`` naming the new spelling; one given with the
             argument that replaces it is a :class:`~provider_router.ConfigurationError`.
     """
@@ -165,7 +183,7 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
         headers: Mapping[str, str] | None = None,
         endpoints: ModelEndpoints | Catalog | None = None,
         workload: Workload | None = None,
-        allow_fallbacks: bool = True,
+        max_premium: Decimal | float | str | None = DEFAULT_MAX_PREMIUM,
         cache_affinity: bool | AffinityOptions = False,
         params: Mapping[str, Any] | None = None,
         retry: RetryPolicy | None = None,
@@ -178,6 +196,7 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
         **deprecated: Any,
     ) -> None:
         catalog_ttl: float | None = None
+        allow_fallbacks = True
         if deprecated:
             given = Given(timeouts, cache_affinity, safeguards, endpoints, max_concurrency, retry)
             (
@@ -188,8 +207,11 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
                 max_concurrency,
                 retry,
                 catalog_ttl,
+                allow_fallbacks,
             ) = fold_deprecated(given, deprecated)
         self.model = check_model(model)
+        self.max_premium = check_max_premium(max_premium)
+        """The most paid above the floor, averaged, as a share (``None``: no cap)."""
         check_params(params)
         check_ledger(ledger)
         self.timeouts = option("timeouts", timeouts, Timeouts)
@@ -250,6 +272,7 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
             clock=clock,
             cost_sanity_factor=Decimal(self.safeguards.cost_sanity_factor),
         )
+        self._admission: Admission | None = None
         self._violations_in_a_row = 0
         self._violations_halt: str | None = None
         self._seq = itertools.count(1)
@@ -283,6 +306,8 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
         if not self._stopping.is_set():
             log.info("route.stopping", model=self.model, in_flight=self._in_flight)
             self._stopping.set()
+            if self._admission is not None:
+                self._admission.stop()  # requests waiting for an endpoint: not sent
 
     @property
     def stopping(self) -> bool:
@@ -338,6 +363,18 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
         except BaseException:
             await self.close()
             raise
+        self._admission = Admission(
+            self._plans.plan,
+            max_premium=self.max_premium,
+            max_concurrency=self.limiter.max_concurrency,
+            clock=self._clock,
+            demoted=self.health.demoted,
+            max_rest=self.retry.max_retry_after,
+        )
+        if self._stopping.is_set():
+            self._admission.stop()
+        if self.metrics is not None:
+            self.metrics.watch_admission(self._admission)
         if self.metrics is not None:
             self._metrics_task = asyncio.ensure_future(self._sample_ledger(self.metrics))
 
@@ -359,6 +396,8 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
         the next recovery to settle through ``/generation``.
         """
         await self._plans.close()
+        if self._admission is not None:
+            self._admission.stop("not sent: the router was closed")
         if self._metrics_task is not None:
             self._metrics_task.cancel()
             await asyncio.gather(self._metrics_task, return_exceptions=True)
@@ -388,7 +427,8 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
 
     @property
     def allow_fallbacks(self) -> bool:
-        """Whether OpenRouter may fall back inside the allowed set."""
+        """The route plan's ``allow_fallbacks`` (its ``provider_object``; requests go to
+        one endpoint each, with no fallback)."""
         return self._plans.allow_fallbacks
 
     @property
@@ -397,15 +437,26 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
         return self._plans.ttl
 
     async def set_policy(self, policy: ProviderPolicy) -> None:
-        """Route new requests under ``policy`` from now on (e.g. a provider that failed a
-        re-verification excluded mid-run); requests already prepared keep their plan. A
-        plan refresh under way is let finish first; policy and plan change together.
+        """Route requests under ``policy`` from now on (e.g. a provider that failed a
+        re-verification excluded mid-run): new ones, and those waiting for an endpoint
+        (an attempt under way finishes where it was sent). A plan refresh under way is
+        let finish first; policy and plan change together.
 
         Raises:
             ProviderRouterError: it could not be applied (the listing could not be read,
                 or it allows no endpoint): the router keeps its policy and plan.
         """
         await self._plans.rebuild(policy)
+        if self._admission is not None:
+            self._admission.update(self._plans.plan)
+
+    @property
+    def admission(self) -> Admission:
+        """Where each attempt goes: every allowed endpoint's learned capacity, waits and
+        refusals (:meth:`Admission.snapshot`; raises if the router is not open)."""
+        if self._admission is None:
+            raise ConfigurationError(NOT_OPEN)
+        return self._admission
 
     # --- requests -------------------------------------------------------------------
 
@@ -530,7 +581,9 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
                     functools.partial(self._attempt, request),
                     started=start,
                     sleep=self._sleep,
-                    clock=self._clock,
+                    # The deadline counts time not spent waiting for an endpoint: a
+                    # job queued for the cheap ones is not failing.
+                    clock=functools.partial(_less_waited, self._clock, request),
                     rng=self._rng,
                     stopping=self._stopping,
                 )

@@ -36,6 +36,10 @@ class Counter:
     """Answers cut at ``max_tokens`` (``finish_reason: length``): in ``requests``."""
     truncated_cost: Decimal = Decimal(0)
     """What they cost (in ``cost``)."""
+    floor_cost: Decimal = Decimal(0)
+    """What the answers whose floor is known would have cost at the floor's prices."""
+    floored_cost: Decimal = Decimal(0)
+    """What those same answers cost (``floored_cost / floor_cost``: price vs the floor)."""
 
     def started(self, now: float) -> None:
         """Note a request start at wall-clock ``now``."""
@@ -62,6 +66,7 @@ class Counter:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (money as exact decimal strings)."""
         rate = per_million(self.cost, self.output_tokens)
+        vs_floor = self.price_vs_floor
         return {
             "requests": self.requests,
             "prompt_tokens": self.prompt_tokens,
@@ -75,7 +80,17 @@ class Counter:
             "failures_by_kind": dict(sorted(self.failures_by_kind.items())),
             "retries": self.retries,
             "wall_time_s": round(self.wall_time, 3),
+            "floor_usd": decimal_str(self.floor_cost),
+            "price_vs_floor": None if vs_floor is None else str(vs_floor),
         }
+
+    @property
+    def price_vs_floor(self) -> Decimal | None:
+        """What the answers cost ÷ the same tokens at the floor's prices (``None``: no
+        answer with a known floor)."""
+        if not self.floor_cost:
+            return None
+        return (self.floored_cost / self.floor_cost).quantize(Decimal("0.0001"))
 
 
 def per_million(cost: Decimal, tokens: int) -> Decimal | None:

@@ -257,6 +257,10 @@ class Outcomes:
             tools=tools,
             request_digest=ds.digest.of(prompt),
             max_tokens=ds.max_tokens,
+            floor_cost=result.floor_cost,
+            waited_s=result.waited,
+            refusals=result.refusals,
+            endpoint=result.endpoint,
         )
         if self.drift is not None:  # last: a flag is patched in place (jobs/drift.py)
             check, flagged = self.drift.stamp(result.provider, started)
@@ -276,7 +280,11 @@ class Outcomes:
             self._flush_pending = True
             asyncio.get_running_loop().call_soon(self._flush, journal)
         retries = result.attempts - 1
+        floor = result.floor_cost
         for counter in (ds.counter, provider):
+            if floor is not None:
+                counter.floor_cost += floor
+                counter.floored_cost += cost
             counter.requests += 1
             counter.prompt_tokens += prompt_tokens
             counter.output_tokens += output_tokens

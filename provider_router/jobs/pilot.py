@@ -79,7 +79,7 @@ async def pilot_into_job(
     summary = await runner.run()
     usages: list[Usage] = []
     providers: dict[str, int] = {}
-    cost = Decimal(0)
+    cost = floor = Decimal(0)
     truncated = 0
     for name, ids in only.items():
         path = JobLayout(out).output(name)
@@ -96,6 +96,7 @@ async def pilot_into_job(
             providers[provider] = providers.get(provider, 0) + 1
             cost += Decimal(record["cost"])
             truncated += record.get("finish_reason") == TRUNCATED_FINISH
+            floor += Decimal(record.get("floor_cost") or record["cost"])
     sent = sum(len(ids) for ids in only.values())
     try:
         result = pilot_result(
@@ -105,6 +106,7 @@ async def pilot_into_job(
             max(sent - len(usages), 0),
             confidence=confidence,
             truncated=truncated,
+            floor_cost=floor,
         )
     except ConfigurationError as exc:
         raise ConfigurationError(f"{_why_failed(summary)}{exc}") from None

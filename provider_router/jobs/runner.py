@@ -348,6 +348,7 @@ class JobRunner:
                 max_concurrency=self.plan.concurrency,
                 base_url=self._base_url,
                 api_key=self._api_key,
+                max_premium=self.plan.max_premium,
                 **{
                     "budget_wait": True,
                     "cache_affinity": self.plan.cache_affinity,

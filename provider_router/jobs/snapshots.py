@@ -10,6 +10,7 @@ budget covers it); observers add their views before it is written.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from provider_router._exceptions import ConfigurationError
+from provider_router._format import decimal_str
 from provider_router._money import from_units
 from provider_router.client.metrics import Metrics
 from provider_router.client.router import Router
@@ -100,6 +103,10 @@ class RunProgress:
     waiting_for_budget: int = 0
     to_finish: Decimal | None = None
     """USD still to spend to finish the plan (:mod:`provider_router.jobs.finish`)."""
+    waiting_for_endpoint: int = 0
+    """Requests waiting for an endpoint with room (cost-first admission; not sent)."""
+    price_vs_floor: Decimal | None = None
+    """This run's answers' cost ÷ the same tokens at the floor's prices, so far."""
 
 
 def progress_snapshot(
@@ -142,12 +149,22 @@ def progress_snapshot(
     # ledger's count of those waiting for room is sampled: never more than started.
     started_requests = router.in_flight if router is not None else len(dispatcher.tasks)
     waiting = min(ledger_state.waiting if ledger_state is not None else 0, started_requests)
+    for_endpoint = 0
+    floor = paid = Decimal(0)
+    for ds in dispatcher.datasets:
+        floor += ds.counter.floor_cost
+        paid += ds.counter.floored_cost
+    if router is not None:
+        with contextlib.suppress(ConfigurationError):  # not open yet
+            for_endpoint = min(router.admission.waiting, started_requests - waiting)
     return RunProgress(
         datasets=tuple(datasets),
         elapsed=time.monotonic() - started,
         ledger=ledger_state,
-        in_flight=started_requests - waiting,
+        in_flight=started_requests - waiting - for_endpoint,
         waiting_for_budget=waiting,
+        waiting_for_endpoint=for_endpoint,
+        price_vs_floor=(paid / floor).quantize(Decimal("0.0001")) if floor else None,
         to_finish=plan_to_finish(datasets)[1],
         stopping=dispatcher.reason,
         failures_by_kind=failures,
@@ -233,6 +250,7 @@ def summarize(
         refused=outcomes.refused,
         limit_outside=limit_outside,
         shared=shared,
+        **_vs_floor(router, outcomes),
     )
     if reason in (StopReason.BUDGET, StopReason.CREDITS):
         resume = resume_budget(summary)
@@ -243,6 +261,32 @@ def summarize(
         message += "; run the same command again to resume"
     summary.message = message.lstrip("; ")
     return summary
+
+
+def _vs_floor(router: Router | None, outcomes: Outcomes) -> dict[str, Any]:
+    """``price_vs_floor`` and ``admission`` of a run's summary (empty without a router
+    that opened)."""
+    if router is None:
+        return {}
+    try:
+        plan, admission = router.plan, router.admission
+    except ConfigurationError:  # never opened
+        return {}
+    lanes = {tag: lane.to_json() for tag, lane in admission.snapshot().items() if lane.admitted}
+    floor = sum((c.floor_cost for c in outcomes.providers.values()), Decimal(0))
+    paid = sum((c.floored_cost for c in outcomes.providers.values()), Decimal(0))
+    figures: dict[str, Any] | None = None
+    if floor > 0 and plan.floor is not None:
+        premium = router.max_premium
+        figures = {
+            "paid_usd": decimal_str(paid),
+            "floor_usd": decimal_str(floor),
+            "ratio": str((paid / floor).quantize(Decimal("0.0001"))),
+            "floor_endpoint": plan.floor.tag,
+            "floor_provider": plan.floor.provider_name,
+            "max_premium": None if premium is None else decimal_str(premium),
+        }
+    return {"price_vs_floor": figures, "admission": lanes or None}
 
 
 class BatchSampled:

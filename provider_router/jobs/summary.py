@@ -26,6 +26,7 @@ __all__ = [
     "SharedLedger",
     "StopReason",
     "disputed_line",
+    "floor_sentence",
     "truncation_line",
 ]
 
@@ -210,6 +211,12 @@ class RunSummary:
         limit_outside: the ledger's limit at the end is not one the job's runs gave
             it (``ledger topup`` changed it): raising it takes ``--raise-budget``.
         shared: the ledger other runs share, when the job spends from one.
+        price_vs_floor: what this run's answers cost against the same tokens at the
+            floor's prices (the cheapest allowed endpoint's): ``paid_usd``,
+            ``floor_usd``, ``ratio``, ``floor_endpoint``, ``floor_provider``,
+            ``max_premium`` (None: no answer, or no router).
+        admission: per endpoint tag, what admission saw (``LaneStats.to_json``:
+            admitted, served, refused, learned capacity, waits, rests).
     """
 
     reason: StopReason
@@ -236,6 +243,8 @@ class RunSummary:
     refused: Decimal = Decimal(0)
     limit_outside: bool = False
     shared: SharedLedger | None = None
+    price_vs_floor: dict[str, Any] | None = None
+    admission: dict[str, Any] | None = None
 
     @property
     def truncated(self) -> int:
@@ -246,6 +255,11 @@ class RunSummary:
     def truncated_cost(self) -> Decimal:
         """What they cost (USD)."""
         return sum((d.truncated_cost for d in self.datasets), Decimal(0))
+
+    def floor_sentence(self) -> str | None:
+        """One sentence on the price paid against the floor and where requests waited
+        (None: nothing to say)."""
+        return floor_sentence(self.price_vs_floor, self.admission)
 
     @property
     def budget_to_resume(self) -> Decimal | None:
@@ -279,6 +293,8 @@ class RunSummary:
                 name: {**counter.to_json(), **self.provider_health.get(name, {})}
                 for name, counter in sorted(self.providers.items())
             },
+            **({"price_vs_floor": self.price_vs_floor} if self.price_vs_floor else {}),
+            **({"admission": self.admission} if self.admission else {}),
             **({"verification": self.verification} if self.verification is not None else {}),
             "bad_lines": self.bad_lines,
             "recovered": self.recovered,
@@ -293,6 +309,31 @@ class RunSummary:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         tmp.replace(path)
+
+
+def floor_sentence(
+    figures: Mapping[str, Any] | None, lanes: Mapping[str, Mapping[str, Any]] | None
+) -> str | None:
+    """The price paid against the floor and where requests waited, in one sentence, from
+    ``summary.json``'s ``price_vs_floor`` and ``admission`` (None: nothing to say)."""
+    if not figures:
+        return None
+    premium = figures.get("max_premium")
+    cap = "no cap" if premium is None else f"max_premium {premium}"
+    sentence = (
+        f"Paid ${figures['paid_usd']}, {figures['ratio']}× the floor "
+        f"(${figures['floor_usd']} at {figures['floor_provider']}'s prices; {cap})"
+    )
+    lanes = lanes or {}
+    waited = sum(float(lane.get("wait_s_total", 0)) for lane in lanes.values())
+    if waited > 0:
+        most = max(lanes.items(), key=lambda item: float(item[1].get("wait_s_total", 0)))
+        requests = sum(int(lane.get("waited_requests", 0)) for lane in lanes.values())
+        sentence += (
+            f"; {requests:,} requests waited {waited:,.1f} s in all for an endpoint with "
+            f"room, most for {most[1].get('provider', most[0])}"
+        )
+    return sentence + "."
 
 
 def disputed_line(entry: Mapping[str, Any]) -> str:

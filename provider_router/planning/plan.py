@@ -34,9 +34,10 @@ from pydantic import (
     model_validator,
 )
 
-from provider_router._constants import REDIS_URL_SCHEMES
+from provider_router._constants import DEFAULT_MAX_PREMIUM, REDIS_URL_SCHEMES
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._money import LEDGER_MAX_USD, to_decimal
+from provider_router.client.admission import check_max_premium
 
 __all__ = [
     "DEFAULT_BATCH_CONCURRENCY",
@@ -191,6 +192,12 @@ class Plan(_Frozen):
         cache_affinity: pin each conversation (its messages up to the first user
             message) to one endpoint so its turns read the provider's prompt cache
             (``Router(cache_affinity=True)``, docs/client.md "Cache-aware pinning").
+        max_premium: the most paid above the floor (every token at the cheapest
+            allowed endpoint's price), averaged over the run, as a share: ``0.02``
+            (the default: cost first, waiting for the cheap endpoints when they are
+            full), ``0`` (the floor only) or ``null`` (latency first: the cheapest
+            endpoint with room). ``Router(max_premium=...)``, docs/client.md,
+            "Cost-first admission".
     """
 
     model: str = Field(min_length=1)
@@ -226,6 +233,18 @@ class Plan(_Frozen):
                 "Ray (--ray) to go wider"
             )
         return value
+
+    max_premium: Decimal | None = DEFAULT_MAX_PREMIUM
+
+    @field_validator("max_premium", mode="before")
+    @classmethod
+    def _max_premium(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() == "none":
+            return None
+        try:
+            return check_max_premium(value)  # type: ignore[arg-type]
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("ledger")
     @classmethod
@@ -337,9 +356,13 @@ class Plan(_Frozen):
         target_output_tokens: int | None = None,
         ledger: str | None = None,
         ledger_name: str | None = None,
+        max_premium: Decimal | Literal["none"] | None = None,
     ) -> Plan:
-        """This plan with the given command-line values replacing the file's."""
+        """This plan with the given command-line values replacing the file's
+        (``max_premium="none"``: no cap; ``None``: the file's)."""
         update: dict[str, Any] = {}
+        if max_premium is not None:
+            update["max_premium"] = None if max_premium == "none" else max_premium
         for key, value in (("ledger", ledger), ("ledger_name", ledger_name)):
             if value is not None:
                 update[key] = value
@@ -379,8 +402,10 @@ class Plan(_Frozen):
         exclude_below: str | None = None,
         target_output_tokens: int | None = None,
         max_requests: int | None = None,
+        max_premium: Decimal | Literal["none"] | None = None,
     ) -> Plan:
-        """A one-dataset plan from command-line values (the dataset is named after the file)."""
+        """A one-dataset plan from command-line values (the dataset is named after the file;
+        ``max_premium="none"``: no cap; ``None``: the default)."""
         paths = [Path(p) for p in inputs]
         if not paths:
             raise ConfigurationError("give a prompts file (PROMPTS.jsonl) or --plan")
@@ -404,6 +429,8 @@ class Plan(_Frozen):
         }
         if concurrency is not None:
             data["concurrency"] = concurrency
+        if max_premium is not None:
+            data["max_premium"] = None if max_premium == "none" else max_premium
         return _validate(data, source=None)
 
 

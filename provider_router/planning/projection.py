@@ -6,8 +6,9 @@ Pure: no I/O, no clock. Token totals are integers and every dollar figure is an 
 priced exactly as OpenRouter bills them. Per dataset, the requests a target needs at
 each of the workload's three response lengths give a low, expected and high scenario,
 each priced under the cheapest allowed endpoint and under the routing mix (the
-router falls through endpoints in rank order by uptime). docs/projection.md gives the
-model, its assumptions and error bounds.
+router falls through endpoints in rank order by uptime), and the total when the
+cheapest endpoints are full (within the Router's ``max_premium``). docs/projection.md
+gives the model, its assumptions and error bounds.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import Final, Literal
 
+from provider_router._constants import DEFAULT_MAX_PREMIUM
 from provider_router._exceptions import ConfigurationError
 from provider_router.catalog.records import Endpoint, ModelEndpoints, Pricing
 from provider_router.catalog.verdicts import VerificationReport
@@ -310,6 +312,30 @@ def _sum(name: str, parts: Sequence[DatasetProjection]) -> DatasetProjection:
     )
 
 
+def _capacity_limited(
+    priced: Sequence[_Priced], total: DatasetProjection, max_premium: Decimal | None
+) -> CostRange:
+    """What the plan costs when the cheapest endpoints are full: cost-first admission
+    holds the average premium within ``max_premium``, so at most the cheapest cost ×
+    (1 + premium); with no cap, requests spill anywhere: at most every token at the
+    dearest allowed endpoint's price."""
+    cheapest = total.cost("cheapest")
+    if max_premium is not None:
+        factor = _ONE + max_premium
+        return CostRange(cheapest.low * factor, cheapest.expected * factor, cheapest.high * factor)
+    costs = []
+    for which in ("low", "expected", "high"):
+        cost = _ZERO
+        for item in priced:
+            tokens = getattr(item.projection(), which).tokens
+            prompt = item.workload.prompt_tokens
+            cost += max(
+                tokens.cost_at(flat_pricing(r.endpoint, prompt)) for r in item.market.ranked
+            )
+        costs.append(cost)
+    return CostRange(*costs)
+
+
 def project(
     plan: Plan | Sequence[DatasetDemand],
     endpoints: ModelEndpoints | Iterable[Endpoint],
@@ -320,6 +346,7 @@ def project(
     model_id: str | None = None,
     prompt_counts: Mapping[str, int] | None = None,
     assumed_uptime: Decimal | float | int = DEFAULT_ASSUMED_UPTIME,
+    max_premium: Decimal | None = DEFAULT_MAX_PREMIUM,
 ) -> Projection:
     """Project what ``plan`` costs on the endpoints ``policy`` allows.
 
@@ -337,6 +364,10 @@ def project(
         model_id: the model, when ``endpoints`` is a bare iterable.
         prompt_counts: prompts per dataset of a ``Plan`` (caps its requests).
         assumed_uptime: percent used for endpoints that report no uptime.
+        max_premium: the Router's cap on the premium over the floor (``None``: no
+            cap; default: a ``Plan``'s own, else the Router's): prices
+            :attr:`Projection.capacity_limited`, the cost when the cheapest endpoints
+            are full.
 
     Raises:
         ConfigurationError: the policy allows no endpoint, a dataset is unbounded,
@@ -348,6 +379,8 @@ def project(
             policy = ProviderPolicy(**plan.policy)
         if budget is None:
             budget = plan.budget
+        if max_premium is DEFAULT_MAX_PREMIUM:
+            max_premium = plan.max_premium
         model_id = model_id or plan.model
     else:
         demands = tuple(plan)
@@ -381,6 +414,8 @@ def project(
         fits = tuple(_budget_fit(priced, total, amount, basis) for basis in _BASES)
     first = priced[0].market
     return Projection(
+        max_premium=max_premium,
+        capacity_limited=_capacity_limited(priced, total, max_premium),
         model_id=decisions.model_id,
         decisions=decisions,
         ranked=first.ranked,

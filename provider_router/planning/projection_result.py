@@ -207,6 +207,12 @@ class Projection:
         total: the sum over datasets.
         budget_fits: what the budget buys, one per basis (cheapest, mix);
             empty when no budget was given.
+        max_premium: the Router's cap on the premium over the floor (``None``: none).
+        capacity_limited: the total when the cheapest endpoints are full and requests
+            spill to dearer ones: the cheapest endpoint's cost × (1 + ``max_premium``),
+            the most cost-first admission pays on average; with no cap, every token at
+            the dearest allowed endpoint's price. ``None`` for a projection made
+            without it.
     """
 
     model_id: str
@@ -218,6 +224,8 @@ class Projection:
     datasets: tuple[DatasetProjection, ...]
     total: DatasetProjection
     budget_fits: tuple[BudgetFit, ...] = field(default=())
+    max_premium: Decimal | None = None
+    capacity_limited: CostRange | None = None
 
     def budget_fit(self, basis: CostBasis = "mix") -> BudgetFit | None:
         """The budget fit on ``basis`` (``None`` without a budget)."""
@@ -247,6 +255,20 @@ def projection_to_dict(projection: Projection) -> dict[str, Any]:
         "datasets": [_dataset_dict(d) for d in projection.datasets],
         "total": _dataset_dict(projection.total),
         "budget": [_fit_dict(f) for f in projection.budget_fits],
+        "capacity_limited": _capacity_dict(projection),
+    }
+
+
+def _capacity_dict(projection: Projection) -> dict[str, Any] | None:
+    cost = projection.capacity_limited
+    if cost is None:
+        return None
+    premium = projection.max_premium
+    return {
+        "max_premium": None if premium is None else decimal_str(premium),
+        "low": decimal_str(cost.low),
+        "expected": decimal_str(cost.expected),
+        "high": decimal_str(cost.high),
     }
 
 

@@ -203,6 +203,8 @@ class PilotResult:
         estimate: the workload it implies, with the CI of the mean response length.
         truncated: completed answers cut at ``max_tokens`` (``finish_reason: length``):
             the share the chosen ``max_tokens`` would cut of the job's answers.
+        floor_cost: what its answers' tokens cost at the floor's prices (the cheapest
+            allowed endpoint's).
     """
 
     usages: tuple[Usage, ...]
@@ -212,6 +214,16 @@ class PilotResult:
     completion: SampleStats
     estimate: WorkloadEstimate
     truncated: int = 0
+    floor_cost: Decimal = Decimal(0)
+
+    @property
+    def price_vs_floor(self) -> Decimal | None:
+        """``cost / floor_cost``: the premium the pilot paid over the floor. A pilot runs
+        few requests at once, so little spills: a lower bound for a loaded run (whose
+        bound above is ``1 + max_premium``)."""
+        if not self.floor_cost:
+            return None
+        return (self.cost / self.floor_cost).quantize(Decimal("0.0001"))
 
     @property
     def requests(self) -> int:
@@ -258,11 +270,11 @@ async def run_pilot(
     gate = asyncio.Semaphore(concurrency)
     usages: list[Usage] = []
     providers: Counter[str] = Counter()
-    cost = Decimal(0)
+    cost = floor = Decimal(0)
     failures = truncated = 0
 
     async def one(prompt: Prompt | Sequence[Message]) -> None:
-        nonlocal cost, failures, truncated
+        nonlocal cost, floor, failures, truncated
         messages = prompt.messages if isinstance(prompt, Prompt) else prompt
         key = prompt.id if isinstance(prompt, Prompt) else None
         # A line's own tools / tool_choice are sent with it, as the run will.
@@ -285,11 +297,18 @@ async def run_pilot(
         providers[result.provider or "unknown"] += 1
         cost += result.cost or Decimal(0)
         truncated += result.finish_reason == "length"
+        floor += result.floor_cost or result.cost or Decimal(0)
 
     await asyncio.gather(*(one(p) for p in prompts))
     log.info("pilot.done", requests=len(usages), failures=failures, cost=str(cost))
     return pilot_result(
-        usages, providers, cost, failures, confidence=confidence, truncated=truncated
+        usages,
+        providers,
+        cost,
+        failures,
+        confidence=confidence,
+        truncated=truncated,
+        floor_cost=floor,
     )
 
 
@@ -301,9 +320,11 @@ def pilot_result(
     *,
     confidence: float = 0.95,
     truncated: int = 0,
+    floor_cost: Decimal = Decimal(0),
 ) -> PilotResult:
     """What a pilot's answers measure (``usages``: each completed request's ``usage``;
-    ``truncated``: how many of those answers were cut at ``max_tokens``).
+    ``truncated``: how many of those answers were cut at ``max_tokens``; ``floor_cost``:
+    their tokens at the floor's prices).
 
     Raises:
         ConfigurationError: fewer than two requests completed (no interval).
@@ -328,6 +349,7 @@ def pilot_result(
         completion=SampleStats.of([u.completion_tokens for u in usages], confidence=confidence),
         estimate=estimate,
         truncated=truncated,
+        floor_cost=floor_cost,
     )
 
 

@@ -302,6 +302,7 @@ class RayPlanRun:
             actors=actors,
             lease=lease,
             raise_budget=raise_budget,
+            router_options={"max_premium": plan.max_premium},
         )
         self.driver = DriverLoop(
             self,

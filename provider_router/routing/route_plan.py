@@ -27,6 +27,7 @@ from provider_router.catalog._billable import (
 )
 from provider_router.catalog.records import Endpoint, Pricing, Quantization
 from provider_router.catalog.verdicts import VerificationReport
+from provider_router.routing.endpoint_route import EndpointRoute, endpoint_routes
 from provider_router.routing.policy import STANDARD_TIERS
 from provider_router.routing.ranking import RankedEndpoint, Workload, rank
 
@@ -167,6 +168,11 @@ class RoutePlan:
             the workload expects no hits.
         max_context_length: the largest ``context_length`` among the allowed
             endpoints (``None`` when one does not list it: no bound is known).
+        routes: each allowed endpoint as a route of its own (its one-tag ``provider``
+            object and its own ceilings), in rank order: what cost-first admission
+            sends each attempt with.
+        floor: the route with the lowest cost per request of the workload (rank
+            breaks ties): the price every token is compared with ("the floor").
     """
 
     model: str
@@ -183,6 +189,8 @@ class RoutePlan:
     quantizations: tuple[str, ...] | None = None
     cache_ranked: tuple[RankedEndpoint, ...] = ()
     max_context_length: int | None = None
+    routes: tuple[EndpointRoute, ...] = ()
+    floor: EndpointRoute | None = None
     _pricing_by_provider: Mapping[str, tuple[Pricing, ...]] = field(default_factory=dict)
     _cache: dict[frozenset[str], dict[str, Any]] = field(default_factory=dict)
     _pinned: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -262,6 +270,40 @@ class RoutePlan:
             obj["only"] = [tag]
         self._pinned[key] = obj
         return obj
+
+    def route(self, tag: str) -> EndpointRoute:
+        """The route of the allowed endpoint ``tag``.
+
+        Raises:
+            KeyError: ``tag`` is not an allowed endpoint of this plan.
+        """
+        for route in self.routes:
+            if route.tag == tag:
+                return route
+        raise KeyError(tag)
+
+    def floor_cost(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        *,
+        cached_tokens: int = 0,
+        cache_write_tokens: int = 0,
+    ) -> Decimal | None:
+        """What these tokens cost at the floor's prices (USD, exact; ``None`` without
+        a floor or for inconsistent counts): what an answer is compared with."""
+        floor = self.floor
+        if floor is None:
+            return None
+        try:
+            return floor.endpoint.pricing.cost(
+                prompt_tokens,
+                completion_tokens,
+                cached_tokens=cached_tokens,
+                cache_write_tokens=cache_write_tokens,
+            )
+        except ValueError:
+            return None
 
     def worst_case(self, prompt_tokens: int, max_tokens: int, images: int = 0) -> Decimal:
         """The most a request can cost on any allowed endpoint (USD, exact).
@@ -417,6 +459,14 @@ def build_route_plan(
     pricing_by_provider: dict[str, list[Pricing]] = {}
     for endpoint in allowed:
         pricing_by_provider.setdefault(endpoint.provider_name, []).append(endpoint.pricing)
+    quantizations = _quantizations(allowed)
+    routes = endpoint_routes(
+        [(r.rank, r.endpoint, r.cost_per_request) for r in ranked],
+        priced[len(allowed) :],
+        ignore=ignore,
+        quantizations=quantizations,
+    )
+    floor = min(routes, key=lambda r: (r.cost_per_request, r.rank))
     return RoutePlan(
         model=model,
         ranked=ranked,
@@ -429,8 +479,10 @@ def build_route_plan(
         max_image_price=max((e.pricing.image or _ZERO) for e in priced),
         max_image_token_price=max((e.pricing.image_token or _ZERO) for e in priced),
         allow_fallbacks=allow_fallbacks,
-        quantizations=_quantizations(allowed),
+        quantizations=quantizations,
         cache_ranked=cache_ranked,
         max_context_length=_max_context(allowed),
+        routes=routes,
+        floor=floor,
         _pricing_by_provider={k: tuple(v) for k, v in pricing_by_provider.items()},
     )

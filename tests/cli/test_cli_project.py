@@ -106,6 +106,9 @@ async def test_a_plan_file_with_a_pilot_that_is_the_jobs_first_requests(
     assert pilot["failures"] == 0
     paid = before - openrouter_sim.balance
     assert Decimal(pilot["cost"]) == paid  # what the pilot really spent
+    # On a market with room the pilot paid the floor, and says so.
+    assert Decimal(pilot["floor_cost"]) == paid
+    assert Decimal(pilot["price_vs_floor"]) == 1
     chats = [r for r in openrouter_sim.requests if r.route == "chat"]
     assert len(chats) == 40
     length = pilot["completion_tokens"]
@@ -305,3 +308,51 @@ async def test_a_pilot_says_the_share_its_max_tokens_would_cut(
     assert 0 <= pilot["truncated"] <= pilot["requests"]
     share = pilot["truncated_share"]
     assert share["low"] <= share["value"] <= share["high"]
+
+
+def test_the_capacity_limited_cost_follows_max_premium_from_flag_or_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Full cheap endpoints spill within ``max_premium``: the projection prices that
+    case at the cheapest cost × (1 + the cap); the flag wins over the plan file, and a
+    plan's ``max_premium: null`` (no cap) prices it at the dearest allowed endpoint."""
+    snapshot = ["--snapshot", str(BUNDLED_SNAPSHOT), "--json"]
+
+    def capacity(argv: list[str]) -> dict[str, str]:
+        assert main([*argv, *snapshot]) == 0
+        data = json.loads(capsys.readouterr().out)
+        cheapest = Decimal(data["total"]["expected"]["cost_cheapest"])
+        limited = data["capacity_limited"]
+        limited["ratio"] = str(Decimal(limited["expected"]) / cheapest)
+        return limited  # type: ignore[no-any-return]
+
+    default = capacity(REFERENCE)
+    assert default["max_premium"] == "0.02"
+    assert Decimal(default["ratio"]) == Decimal("1.02")
+    flagged = capacity([*REFERENCE, "--max-premium", "0.05"])
+    assert flagged["max_premium"] == "0.05"
+    assert Decimal(flagged["ratio"]) == Decimal("1.05")
+    plan = write_plan(tmp_path, extra="max_premium: null\n")
+    lengths = ["--prompt-tokens", "200", "--completion-tokens", "2000"]
+    uncapped = capacity(["project", str(plan), *lengths])
+    assert uncapped["max_premium"] is None
+    assert Decimal(uncapped["ratio"]) > Decimal("1.25"), "the dearest allowed endpoint's price"
+    overridden = capacity(["project", str(plan), *lengths, "--max-premium", "0"])
+    assert overridden["max_premium"] == "0"
+    assert Decimal(overridden["ratio"]) == 1
+
+
+@pytest.mark.parametrize("value", ["-0.01", "lots", "nan"])
+@pytest.mark.parametrize("command", ["project", "run"])
+def test_a_bad_max_premium_is_a_usage_error(
+    command: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = (
+        REFERENCE
+        if command == "project"
+        else ["run", str(write_prompts(tmp_path / "p.jsonl", 2)), "--out", str(tmp_path / "o")]
+    )
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--model", MODEL, "--budget", "1", "--max-premium", value])
+    assert exc.value.code == 2
+    assert "--max-premium" in capsys.readouterr().err

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Container
 from pathlib import Path
 
 from provider_router import Router
+from provider_router.client._request import PreparedRequest
 from provider_router.testing import Market
 
 KIMI = "moonshotai/kimi-k2.5"
@@ -37,3 +38,13 @@ def served_as(name: str, tags: Container[str] | None = None) -> Market:
         for e in model.endpoints
     )
     return Market([dataclasses.replace(model, endpoints=endpoints)], market.providers)
+
+
+def route_first(router: Router, request: PreparedRequest) -> None:
+    """Admit a prepared request as its first attempt does and route it (its payload and
+    worst case become the admitted endpoint's), then give the place back."""
+    admission = router.admission
+    ticket = admission.try_admit(admission.queue(*request.pin_needs, request.pinned))
+    assert ticket is not None
+    router._route(request, ticket, admission)
+    admission.release(ticket, "neutral")

@@ -61,7 +61,9 @@ async def test_the_larger_completion_cap_is_reserved(
     request = router._build_request(
         MESSAGES, 4000, False, None, None, {"max_completion_tokens": 10}
     )
-    assert request.worst_case == result.reserved
+    # Reserved at the admitted endpoint's own ceilings.
+    route = router.plan.route(result.endpoint or "")
+    assert route.worst_case(request.prompt_tokens, request.cap, request.images) == result.reserved
 
 
 async def test_max_completion_tokens_alone_satisfies_a_ledger(

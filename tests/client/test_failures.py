@@ -77,7 +77,9 @@ async def test_each_fault_kind_is_retried_and_money_is_exact(
 async def test_rate_limit_shrinks_the_concurrency_window(
     openrouter_sim: SimulatorServer, make_router: MakeRouter
 ) -> None:
-    fault = {"kind": "rate_limit", "times": 1, "no_fallback": True}
+    # OpenRouter's own 429 (the key's limit): the key-wide window. An endpoint's 429 is
+    # its lane's (admission), never the key's: tests/client/test_router_admission.py.
+    fault = {"kind": "rate_limit", "scope": "platform", "times": 1}
     openrouter_sim.add_fault(dict(fault))
     plain = await make_router(openrouter_sim, max_concurrency=AdaptiveLimiter(100))
     await plain.chat(MESSAGES, max_tokens=20)
@@ -139,8 +141,8 @@ async def test_provider_that_keeps_failing_is_demoted_to_the_end(
     assert router.health.is_demoted("Chutes")
     result = await router.chat(MESSAGES, max_tokens=20)
     routing = openrouter_sim.requests[-1].routing
-    assert routing["order"][-1] == "chutes"
-    assert "chutes" in routing["only"]  # demoted, still allowed
+    assert routing["only"] == ["novita"]  # the best endpoint not demoted
+    assert "chutes" in router.admission.lanes()  # demoted, still allowed (used last)
     assert result.provider != "Chutes"
 
 

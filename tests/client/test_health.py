@@ -37,6 +37,26 @@ def test_consecutive_failures_demote_for_the_cooldown() -> None:
     assert not health.is_demoted("Chutes")
 
 
+def test_a_full_endpoints_refusals_never_demote_it() -> None:
+    """A 429 while others of ours are in flight there says the endpoint is full, not
+    failing: counted, never toward a demotion, nor does it break a run of failures'
+    count (a refusal is no success either)."""
+    health = ProviderHealth(failure_threshold=3, min_samples=5, error_rate_threshold=0.1)
+    version = health.version
+    for _ in range(100):
+        health.record_refused("Chutes")
+    assert not health.is_demoted("Chutes")
+    assert health.version == version
+    stats = health.stats("Chutes")
+    assert stats is not None
+    assert (stats.requests, stats.rate_limited, stats.errors, stats.demotions) == (100, 100, 0, 0)
+    health.record_failure("Chutes")
+    health.record_failure("Chutes")
+    health.record_refused("Chutes")
+    health.record_failure("Chutes")
+    assert health.is_demoted("Chutes")
+
+
 def test_success_resets_the_run_of_failures() -> None:
     health = ProviderHealth(failure_threshold=2, clock=Clock())
     health.record_failure("A")

@@ -50,6 +50,10 @@ FIELDS = {
     "tool_calls": (ToolCall("call_1", "f", "{}"),),
     "disputed_cost": Decimal("5"),
     "logprobs": (TokenLogprob("hi", -0.1, (("hi", -0.1), ("ho", -2.5))),),
+    "floor_cost": Decimal("0.000010"),
+    "waited": 0.5,
+    "refusals": 1,
+    "endpoint": "chutes",
 }
 
 
@@ -260,18 +264,27 @@ async def test_the_prepared_request_has_each_field_in_place(
     plan = router.plan
     prompt_tokens, images = measure(MESSAGES)
     encoder = router._encoder
-    provider = encoder.provider_bytes(plan, router.health.demoted())
+    # The payload and the worst case are the admitted endpoint's, set per attempt.
     expected = PreparedRequest(
-        payload=encoder.encode(MESSAGES, 64, stream, {}, provider),
+        payload=b"",
         stream=stream,
         key=key if key is not None else request.key,
-        worst_case=plan.worst_case(prompt_tokens, 64, images),
+        worst_case=Decimal(0),
         prompt_estimate=prompt_tokens,
         plan=plan,
         on_delta=on_delta,
         deadline=request.deadline,
+        pin_needs=((), prompt_tokens + 64),
+        head=encoder.encode_head(MESSAGES, 64, stream, {}),
+        prompt_tokens=prompt_tokens,
+        images=images,
+        cap=64,
     )
     assert request == expected
+    route = plan.route("chutes")
+    assert route.worst_case(request.prompt_tokens, request.cap, request.images) == (
+        prompt_tokens * route.prompt_price + 64 * route.completion_price + route.request_price
+    )
     assert request.key.startswith("req-") if key is None else request.key == key
     assert request.deadline == (router.timeouts.request if not stream else 120 + 64 / 10)
     assert (request.generation_id, request.attempts, request.sent) == (None, 0, False)

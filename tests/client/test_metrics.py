@@ -81,18 +81,20 @@ async def test_a_router_serves_its_metrics_and_they_match_what_happened(
         )
         cost = sum(v for (n, _), v in samples.items() if n == prefix + "cost_usd_total")
         assert cost == pytest.approx(float(spent))
-        # The one 429 (Chutes, no fallback) was counted and retried.
+        # The one 429 (Chutes, no fallback) came while others were in flight there: a
+        # full endpoint's refusal, counted as a 429 and taken back to admission (no retry,
+        # no failed attempt).
         assert samples[(prefix + "rate_limited_total", (("provider", "Chutes"),))] == 1
-        assert samples[(prefix + "retries_total", ())] == 1
-        assert (
-            samples[
-                (
-                    prefix + "attempt_failures_total",
-                    (("kind", "RateLimitError"), ("provider", "Chutes")),
-                )
-            ]
-            == 1
-        )
+        refused = (("endpoint", "chutes"), ("provider", "Chutes"))
+        assert samples[(prefix + "admission_refused_total", refused)] == 1
+        assert samples[(prefix + "retries_total", ())] == 0
+        assert not any(n == prefix + "attempt_failures_total" for n, _ in samples)
+        # Admission's gauges, read at the scrape; the floor's cost beside the cost.
+        assert samples[(prefix + "admission_in_flight", (("endpoint", "chutes"),))] == 0
+        assert samples[(prefix + "admission_waiting", (("endpoint", "chutes"),))] == 0
+        assert samples[(prefix + "admission_capacity", (("endpoint", "chutes"),))] >= 1
+        floor = sum(v for (n, _), v in samples.items() if n == prefix + "floor_cost_usd_total")
+        assert floor == pytest.approx(float(sum(r.floor_cost or 0 for r in results)))
         latency = sum(
             v for (n, _), v in samples.items() if n == prefix + "request_latency_seconds_count"
         )

@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from _router_helpers import KIMI, MESSAGES, MakeRouter
+from _router_helpers import KIMI, MESSAGES, MakeRouter, route_first
 
 from provider_router import ConfigurationError, MemoryLedger, Reservation, Router
 from provider_router.client._request import RequestEncoder
@@ -17,7 +17,9 @@ pytestmark = pytest.mark.openrouter_sim(completion_tokens=20)
 
 
 def _body(router: Router, stream: bool = False, **params: Any) -> dict[str, Any]:
+    """The body of a request's first attempt: prepared, admitted and routed."""
     request = router._build_request(MESSAGES, 64, stream, None, None, params)
+    route_first(router, request)
     decoded: dict[str, Any] = json.loads(request.payload)
     return decoded
 
@@ -26,7 +28,7 @@ async def test_body_is_the_same_json_as_a_dict_built_per_call(
     openrouter_sim: SimulatorServer, make_router: MakeRouter
 ) -> None:
     router = await make_router(openrouter_sim, params={"temperature": 0.5, "top_p": 0.9})
-    provider = router.plan.provider_object()
+    provider = dict(router.plan.route("chutes").object)  # the best endpoint, alone
     assert _body(router) == {
         "model": KIMI,
         "messages": MESSAGES,
@@ -54,13 +56,14 @@ async def test_demotion_changes_the_encoded_provider_object(
     openrouter_sim: SimulatorServer, make_router: MakeRouter
 ) -> None:
     router = await make_router(openrouter_sim)
-    first = _body(router)["provider"]["order"][0]
+    first = _body(router)["provider"]["only"]
     for _ in range(5):
         router.health.record_failure("Chutes")
     assert router.health.is_demoted("Chutes")
-    order = _body(router)["provider"]["order"]
-    assert order[0] != first
-    assert order[-1] == first == "chutes"
+    routed = _body(router)["provider"]
+    assert first == ["chutes"]
+    assert routed["only"] == ["novita"]  # the best endpoint not demoted
+    assert routed["allow_fallbacks"] is False
 
 
 def test_encoder_handles_no_fields_besides_messages() -> None:

@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from _router_helpers import KIMI, MESSAGES, MakeRouter, RecordingSleep
+from _router_helpers import KIMI, MESSAGES, MakeRouter, RecordingSleep, route_first
 
 from provider_router import (
     BudgetExhausted,
@@ -63,18 +63,29 @@ async def test_routing_object_follows_policy_and_ranking(
     await router.chat(MESSAGES, max_tokens=64)
     routing = openrouter_sim.requests[-1].routing
     plan = router.plan
-    assert routing == plan.provider_object()
+    # The plan's whole routing object (what the Batch API route sends)...
+    whole = plan.provider_object()
     allowed = {r.endpoint.slug for r in plan.ranked}
-    assert set(routing["only"]) == allowed
-    assert routing["order"] == [r.endpoint.slug for r in plan.ranked]
-    assert {"fireworks", "baseten"} <= set(routing["ignore"])
-    assert not {"fireworks", "baseten"} & set(routing["only"])
-    assert routing["allow_fallbacks"] is True
+    assert set(whole["only"]) == allowed
+    assert whole["order"] == [r.endpoint.slug for r in plan.ranked]
+    assert {"fireworks", "baseten"} <= set(whole["ignore"])
+    assert not {"fireworks", "baseten"} & set(whole["only"])
+    assert whole["allow_fallbacks"] is True
     prices = [r.endpoint.pricing for r in plan.ranked]
-    assert Decimal(routing["max_price"]["completion"]) == max(p.completion for p in prices) * (
+    assert Decimal(whole["max_price"]["completion"]) == max(p.completion for p in prices) * (
         PER_MILLION
     )
-    assert Decimal(routing["max_price"]["prompt"]) == max(p.prompt for p in prices) * PER_MILLION
+    assert Decimal(whole["max_price"]["prompt"]) == max(p.prompt for p in prices) * PER_MILLION
+    # ... and what a chat attempt sends: the admitted endpoint alone, at its own prices,
+    # with no fallback (and no order: sticky routing stays on).
+    best = plan.ranked[0].endpoint
+    assert routing == plan.route(best.slug).object
+    assert routing["only"] == [best.slug]
+    assert routing["allow_fallbacks"] is False
+    assert "order" not in routing
+    assert routing["ignore"] == whole["ignore"]
+    assert Decimal(routing["max_price"]["completion"]) == best.pricing.completion * PER_MILLION
+    assert Decimal(routing["max_price"]["prompt"]) == best.pricing.prompt * PER_MILLION
     # ranked by cost: the first is the cheapest per request of the workload
     costs = [r.expected_cost_per_success for r in plan.ranked]
     assert costs[0] == min(costs)
@@ -88,6 +99,7 @@ async def test_request_body_validates_against_the_openapi_schema(
         request = router._build_request(
             MESSAGES, 256, stream, None, None, {"temperature": 0.2, "reasoning": {"effort": "low"}}
         )
+        route_first(router, request)
         body = json.loads(request.payload)
         openapi_validator("ChatRequest", body)
         assert body["provider"]["max_price"]["completion"]
@@ -101,11 +113,13 @@ async def test_worst_case_reservation_covers_the_real_cost(
     long = [{"role": "user", "content": "héllo wörld " * 200}]
     request = router._build_request(long, 50, False, None, None, {})
     assert request.prompt_estimate >= count_prompt_tokens(long)
+    route_first(router, request)  # the worst case is the admitted endpoint's
     result = await router.chat(long, max_tokens=50)
     assert result.reserved is not None
     assert result.cost is not None
     assert result.cost <= result.reserved
     assert result.reserved == request.worst_case
+    assert request.worst_case < request.plan.worst_case(request.prompt_tokens, 50)
 
 
 async def test_streaming_collects_text_usage_and_deltas(
@@ -189,7 +203,9 @@ async def test_budget_never_exceeded_under_concurrency(
         router = await make_router(
             openrouter_sim, ledger=ledger, max_concurrency=64, budget_wait=True
         )
-        worst = router._build_request(MESSAGES, 60, False, None, None, {}).worst_case
+        first = router._build_request(MESSAGES, 60, False, None, None, {})
+        route_first(router, first)  # the worst case of the endpoint it is admitted to
+        worst = first.worst_case
 
         async def one(i: int) -> str:
             try:
@@ -224,7 +240,9 @@ async def test_default_settings_use_the_whole_budget(
     )
     async with ledger:
         router = await make_router(openrouter_sim, ledger=ledger, max_concurrency=64)
-        worst = router._build_request(MESSAGES, 60, False, None, None, {}).worst_case
+        first = router._build_request(MESSAGES, 60, False, None, None, {})
+        route_first(router, first)  # the worst case of the endpoint it is admitted to
+        worst = first.worst_case
         outcomes = await asyncio.gather(
             *(router.chat(MESSAGES, max_tokens=60) for _ in range(300)), return_exceptions=True
         )

@@ -4,6 +4,7 @@ chosen at the expected cache hit rate, with a one-tag ``only``, no ``order`` and
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
@@ -54,8 +55,8 @@ async def test_a_conversation_is_pinned_where_cache_reads_make_it_cheapest(
         assert record.routing is not None
         assert record.routing["only"] == ["deepinfra"]
         assert "order" not in record.routing, "order turns OpenRouter's sticky routing off"
-        # The price ceilings are the plan's: the reservation covers the request as before.
-        assert record.routing["max_price"] == plan.provider_object()["max_price"]
+        # The pinned endpoint's own ceilings, the very ones its reservation assumed.
+        assert record.routing == plan.route("deepinfra").object
     assert session is not None
     assert any(session in key for key in sim.simulator.sticky._routes), "sent as session_id"
     assert router.affinity.pinned == 1
@@ -72,7 +73,9 @@ async def test_an_explicit_session_id_is_pinned_only_when_asked(
     sim = await openrouter_sim_factory(completion_tokens=10)
     plain = await make_router(sim)
     await plain.chat(turns(1, 1)[0], max_tokens=50, session_id="job-7")
-    assert "order" in (sim.requests[-1].routing or {}), "not asked: today's order"
+    not_asked = sim.requests[-1].routing
+    assert not_asked == plain.plan.route("chutes").object, "not asked: admission's choice"
+    assert plain.affinity.pinned == 0
     router = await make_router(sim, cache_affinity=True)
     await router.chat(turns(1, 1)[0], max_tokens=50, session_id="job-7")
     await router.chat(turns(1, 2)[0], max_tokens=50, session_id="job-7")
@@ -180,35 +183,43 @@ def test_a_bad_cache_hit_rate_is_refused_naming_it() -> None:
         AffinityOptions(hit_rate="many")
 
 
-async def test_pin_fallbacks_try_the_pin_first_and_fall_back_inside_openrouter(
+async def test_pin_fallbacks_send_a_request_elsewhere_when_its_pin_is_full(
     openrouter_sim_factory: Callable[..., Awaitable[SimulatorServer]], make_router: MakeRouter
 ) -> None:
+    """A pinned request waits for its own endpoint's room; with ``pin_fallbacks`` a full
+    pin does not hold it: admission sends it where there is room (one cache miss, our
+    choice, not OpenRouter's), and the session stays pinned."""
     sim = await openrouter_sim_factory(completion_tokens=10)
-    router = await make_router(sim, cache_affinity=AffinityOptions(pin_fallbacks=True))
-    pin = router.plan.cache_ranked[0].endpoint
-    sim.add_fault({"kind": "rate_limit", "provider": pin.slug, "times": 1})
-    conversation = turns(2)
-    first = await router.chat(conversation[0], max_tokens=50)
-    assert first.attempts == 1, "the 429 never reached the client"
-    assert first.provider != pin.provider_name
-    second = await router.chat(conversation[1], max_tokens=50)
-    assert second.provider == pin.provider_name, "the session stayed on its pin"
-    routing = sim.requests[-1].routing
-    assert routing is not None
-    assert routing["order"] == [pin.slug]
-    assert set(routing["only"]) == set(router.plan.order)
-    assert router.affinity.moves == 0
-    # When every fallback then fails too, the error names another provider: not the
-    # pin's failure, and the session stays however often it happens.
-    sim.add_fault({"kind": "rate_limit", "provider": pin.slug, "times": 2})
-    for ranked in router.plan.ranked:
-        if ranked.endpoint.slug != pin.slug:
-            sim.add_fault({"kind": "provider_error", "provider": ranked.endpoint.slug, "times": 2})
-    result = await router.chat(turns(1, 4)[0], max_tokens=50)
-    assert result.attempts == 3
-    assert result.provider == pin.provider_name, "the session stayed on its pin"
-    assert router.affinity.moves == 0
-    assert sim.requests[-1].routing["order"] == [pin.slug]
+    conversation = turns(3)
+    for fallbacks in (False, True):
+        router = await make_router(
+            sim,
+            max_concurrency=2,
+            workload=LONG,  # pinned to DeepInfra (its cache reads), Chutes first otherwise
+            cache_affinity=AffinityOptions(hit_rate="0.9", pin_fallbacks=fallbacks),
+        )
+        pin = router.plan.cache_ranked[0].endpoint
+        assert pin.slug == "deepinfra"
+        first = await router.chat(conversation[0], max_tokens=50)
+        assert first.endpoint == pin.slug
+        admission = router.admission
+        held = [admission.try_admit(admission.queue(pin=pin.slug)) for _ in range(2)]
+        assert all(held), "the pin's two places, taken"
+        second = asyncio.ensure_future(router.chat(conversation[1], max_tokens=50))
+        for _ in range(20):
+            await asyncio.sleep(0)  # it is prepared and admitted, or waits
+        if not fallbacks:
+            assert not second.done(), "a full pin holds its request"
+            assert admission.waiting == 1
+        for ticket in held:
+            assert ticket is not None
+            admission.release(ticket, "neutral")
+        result = await second
+        assert (result.endpoint == pin.slug) is not fallbacks
+        assert sim.requests[-1].routing == router.plan.route(result.endpoint or "").object
+        third = await router.chat(conversation[2], max_tokens=50)
+        assert third.endpoint == pin.slug, "the session stayed on its pin"
+        assert router.affinity.moves == 0
 
 
 async def test_a_pin_keeps_to_endpoints_that_list_what_the_request_uses(

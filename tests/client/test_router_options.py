@@ -195,7 +195,20 @@ OLD_AND_NEW: list[tuple[str, Any, dict[str, Any], Callable[[Router], object]]] =
 
 
 def test_every_old_keyword_is_covered() -> None:
-    assert {case[0] for case in OLD_AND_NEW} | {"catalog_ttl"} == DEPRECATED_KEYWORDS
+    covered = {case[0] for case in OLD_AND_NEW} | {"catalog_ttl", "allow_fallbacks"}
+    assert covered == DEPRECATED_KEYWORDS
+
+
+def test_allow_fallbacks_is_deprecated_and_still_reaches_the_plan() -> None:
+    """Requests go to one endpoint each (cost-first admission): the keyword only sets
+    the route plan's whole routing object, which the Batch API route reads."""
+    with pytest.warns(DeprecationWarning, match=r"no longer affects requests") as seen:
+        router = Router(KIMI, api_key=KEY, allow_fallbacks=False)
+    assert seen.list[0].filename == __file__, "the warning points at the caller"
+    assert router.allow_fallbacks is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Router(KIMI, api_key=KEY).allow_fallbacks is True
 
 
 @pytest.mark.parametrize(

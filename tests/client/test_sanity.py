@@ -149,17 +149,22 @@ async def test_violations_in_a_row_halt_and_an_allowed_answer_resets_the_count(
     openrouter_sim_factory: Factory, make_router: MakeRouter
 ) -> None:
     # The router's listing is honest; the live market serves tag "chutes" (ranked
-    # first) as "Impostor AI". While chutes is down, Novita serves: an allowed answer.
+    # first) as "Impostor AI". While chutes is down (demoted after its failures),
+    # Novita serves: an allowed answer.
     stale = await stale_listing(openrouter_sim_factory)
     live = served_as("Impostor AI", {"chutes"})
     sim = await openrouter_sim_factory(market=live, completion_tokens=30)
-    router = await make_router(sim, endpoints=stale, ledger=MemoryLedger(Decimal(1)))
+    now = [0.0]
+    router = await make_router(
+        sim, endpoints=stale, ledger=MemoryLedger(Decimal(1)), clock=lambda: now[0]
+    )
     for _ in range(2):
         assert (await router.chat(MESSAGES, max_tokens=50)).quarantined
     assert router.halted is None
     sim.set_down("chutes")
     assert not (await router.chat(MESSAGES, max_tokens=50)).quarantined
     sim.set_down("chutes", False)
+    now[0] += 61  # the demotion's cool-down ends: chutes is first again
     for _ in range(2):
         assert (await router.chat(MESSAGES, max_tokens=50)).quarantined
     assert router.halted is None

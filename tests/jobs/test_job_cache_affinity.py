@@ -73,4 +73,6 @@ async def test_a_plan_with_cache_affinity_pins_each_conversation(
 
     plain = await openrouter_sim_factory(completion_tokens=20)
     await _run(tmp_path, plain, affinity=False)
-    assert all("order" in (r.routing or {}) for r in plain.log.chat() if r.max_tokens == 50)
+    # Unpinned: each attempt goes where admission sends it (the best endpoint with room).
+    unpinned = [r for r in plain.log.chat() if r.max_tokens == 50]
+    assert all((r.routing or {}).get("only") == ["chutes"] for r in unpinned)

@@ -184,3 +184,32 @@ async def test_a_down_provider_falls_back_unless_fallbacks_are_off(
     openrouter_sim.set_down("deepinfra", False)
     reply = await client.chat(max_tokens=5, provider={"only": ["deepinfra"]})
     assert reply.json["provider"] == "DeepInfra"
+
+
+def test_a_sort_tries_endpoints_in_its_order_whatever_failed_recently() -> None:
+    """A sort turns load balancing off (provider-selection guide): no breaker moves a
+    recently failed endpoint back; default routing still keeps it as a fallback."""
+    prefs = parse_preferences({"sort": "price", "only": ["chutes", "novita", "deepinfra"]})
+    tags = [e.tag for e in plan_route(KIMI, prefs, (), random.Random(0), {"chutes"})]
+    assert tags == ["chutes", "novita", "deepinfra"]
+    default = [e.tag for e in plan_route(KIMI, None, (), random.Random(0), {"chutes"})]
+    assert default[0] != "chutes"
+
+
+async def test_a_429_is_no_outage_but_an_error_trips_the_breaker(start_sim: Any) -> None:
+    """Uptime leaves rate-limited requests out: a full endpoint's 429 falls back inside
+    the request and the next request under ``sort: price`` tries it first again; a 502
+    makes it unstable for default routing's 30 seconds."""
+    sim, client = await start_sim(
+        faults=[
+            {"kind": "rate_limit", "provider": "chutes", "times": 1},
+            {"kind": "provider_error", "provider": "novita", "status": 502, "times": 1},
+        ]
+    )
+    provider = {"sort": "price", "only": ["chutes", "novita", "deepinfra"]}
+    first = await client.chat(max_tokens=5, provider=provider)
+    assert first.json["provider"] == "DeepInfra"
+    assert sim.requests[-1].attempts == [("chutes", 429), ("novita", 502), ("deepinfra", 200)]
+    assert sim.simulator.unstable_tags() == {"novita"}
+    second = await client.chat(max_tokens=5, provider=provider)
+    assert second.json["provider"] == "Chutes"

@@ -82,6 +82,10 @@ def _header(p: RunProgress) -> str:
     parts.append(f"in flight {p.in_flight}")
     if p.waiting_for_budget:
         parts.append(f"waiting for budget {p.waiting_for_budget}")
+    if p.waiting_for_endpoint:
+        parts.append(f"waiting for an endpoint {p.waiting_for_endpoint}")
+    if p.price_vs_floor is not None:
+        parts.append(f"{p.price_vs_floor}× the floor")
     parts.append(f"to finish {finish_words(p.to_finish, None)}")
     parts.append(f"retries {p.retries}, errors {p.errors}, 429s {p.rate_limited}")
     if p.failures_by_kind:

@@ -36,7 +36,7 @@ from provider_router.jobs.observe.drift_view import DriftView, drift_section, re
 from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.store._journal_file import lock_held
 from provider_router.jobs.store._layout import JobLayout
-from provider_router.jobs.summary import RunSummary, truncation_line
+from provider_router.jobs.summary import RunSummary, floor_sentence, truncation_line
 
 __all__ = [
     "CHARTS",
@@ -571,6 +571,42 @@ def _headline(data: RunData) -> str:
     )
 
 
+def _floor_section(data: RunData) -> str:
+    """The price paid against the floor, and where requests waited for an endpoint."""
+    summary = data.summary or {}
+    lanes = summary.get("admission")
+    sentence = floor_sentence(summary.get("price_vs_floor"), lanes)
+    if sentence is None:
+        return ""
+    rows = []
+    for tag, lane in (lanes or {}).items():
+        capacity = lane.get("capacity_estimate")
+        rows.append(
+            "<tr>"
+            f"<td>{escape(str(tag))}</td>"
+            f"<td>{escape(str(lane.get('provider', '')))}</td>"
+            f"<td>{escape(str(lane.get('premium', '')))}</td>"
+            f"<td>{int(lane.get('served') or 0):,}</td>"
+            f"<td>{int(lane.get('waited_requests') or 0):,}</td>"
+            f"<td>{float(lane.get('wait_s_mean') or 0):.2f} / "
+            f"{float(lane.get('wait_s_p95') or 0):g} / "
+            f"{float(lane.get('wait_s_max') or 0):.2f}</td>"
+            f"<td>{int(lane.get('refused') or 0):,}</td>"
+            f"<td>{'-' if capacity is None else escape(str(capacity))}</td>"
+            f"<td>{float(lane.get('cooldown_s') or 0):.1f}</td>"
+            "</tr>"
+        )
+    table = (
+        "<h2>Where requests waited</h2><table><tr><th>endpoint</th><th>provider</th>"
+        "<th>premium over the floor</th><th>served</th><th>waited</th>"
+        "<th>wait s: mean / p95 bound / max</th><th>refused (429)</th>"
+        "<th>capacity learned</th><th>rested s</th></tr>" + "".join(rows) + "</table>"
+        if rows
+        else ""
+    )
+    return f'<p class="meta">{escape(sentence)}</p>{table}'
+
+
 def render_report(data: RunData) -> str:
     """The report page for ``data`` (a complete HTML document)."""
     charts = [
@@ -589,6 +625,7 @@ def render_report(data: RunData) -> str:
         f"<style>{_CSS}</style></head><body>"
         f"<h1>Run report: {escape(str(data.directory))}</h1>"
         f"{_headline(data)}"
+        f"{_floor_section(data)}"
         f'<div class="grid2">{figures}</div>'
         f"{_dataset_table(data)}"
         f"{'' if data.batches is None else batch_table(data.batches, data.read_at)}"

@@ -111,6 +111,9 @@ def render_summary(summary: RunSummary, console: Console) -> None:
             markup=False,
             highlight=False,
         )
+    floor = summary.floor_sentence()
+    if floor is not None:
+        console.print(floor, markup=False, highlight=False)
     if summary.cache_saved > 0:
         console.print(f"Prompt caching saved {format_usd(summary.cache_saved)} in this run.")
     if summary.message:

@@ -80,6 +80,10 @@ class OutputRecord(TypedDict):
     latency_s: float
     max_tokens: NotRequired[int]
     tools: NotRequired[list[JSONObject]]
+    floor_cost: NotRequired[str]
+    waited_s: NotRequired[float]
+    refusals: NotRequired[int]
+    endpoint: NotRequired[str | None]
     drift_check: NotRequired[int]
     drift_flagged: NotRequired[bool]
 
@@ -132,11 +136,17 @@ def make_record(
     tools: Sequence[JSONObject] | None = None,
     request_digest: str | None = None,
     max_tokens: int | None = None,
+    floor_cost: Decimal | None = None,
+    waited_s: float = 0.0,
+    refusals: int = 0,
+    endpoint: str | None = None,
 ) -> OutputRecord:
     """Assemble one output record (times are Unix seconds; ``request_digest``: the
     digest of the request it answers, :mod:`~provider_router.jobs.store.digest`;
     ``max_tokens``: the completion cap the request was sent with, so an answer cut at it
-    says at what)."""
+    says at what). ``floor_cost`` (the answer's tokens at the floor's prices),
+    ``waited_s``, ``refusals`` and ``endpoint`` are the Router's admission figures,
+    written when ``floor_cost`` is known."""
     reply: Message = {"role": "assistant", "content": text or ""}
     if tool_calls:
         reply["tool_calls"] = list(tool_calls)
@@ -169,6 +179,11 @@ def make_record(
         record["max_tokens"] = max_tokens
     if tools:
         record["tools"] = list(tools)
+    if floor_cost is not None:
+        record["floor_cost"] = decimal_str(floor_cost)
+        record["waited_s"] = round(waited_s, 3)
+        record["refusals"] = refusals
+        record["endpoint"] = endpoint
     return record
 
 

@@ -478,7 +478,10 @@ def _attempts(
             failure, failure_kind = _attempt_failure(sim, fault, endpoint, model)
             record.attempts.append((tag, failure.status))
             sim.log.counters["fault." + failure_kind] += 1
-            sim.failed_at[tag] = sim.now()
+            if failure_kind != "rate_limit":
+                # A 429 is no outage: uptime leaves rate-limited requests out, and the
+                # traffic-routing guide meets them with a traffic cap (the fallback here).
+                sim.failed_at[tag] = sim.now()
             if fault is not None and fault.no_fallback:
                 break
             continue

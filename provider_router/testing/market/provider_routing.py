@@ -4,9 +4,10 @@ Given a model and the request's ``provider`` object, decide which endpoints to t
 in what order (docs/simulator.md, "Routing"): ``only`` / ``ignore`` / ``order`` match
 an endpoint by tag, base slug or display name; ``quantizations``, ``max_price`` and
 ``require_parameters`` filter (nothing left: 404); ``sort`` orders by price,
-throughput or latency, else the first endpoint is drawn among the stable ones weighted
-by its traffic share (:func:`traffic_weights`) and the rest follow by price, unstable
-ones last; ``order`` goes first, and ``allow_fallbacks: false`` tries only those.
+throughput or latency (load balancing off: no breaker), else the first endpoint is
+drawn among the stable ones weighted by its traffic share (:func:`traffic_weights`) and
+the rest follow by price, unstable ones last; ``order`` goes first, and
+``allow_fallbacks: false`` tries only those.
 Service-tier endpoints serve only when asked for, by tag or by the request's
 ``service_tier``. Billing follows the endpoint that served.
 """
@@ -381,19 +382,17 @@ def _default_order(
     return stable + unstable
 
 
-def _sorted(
-    endpoints: list[EndpointSpec], sort: str, unstable_tags: frozenset[str] | set[str]
-) -> list[EndpointSpec]:
-    # Sorting replaces load balancing, not the outage check: unstable endpoints stay last.
-    def unstable(e: EndpointSpec) -> bool:
-        return e.status < 0 or e.tag in unstable_tags
-
+def _sorted(endpoints: list[EndpointSpec], sort: str) -> list[EndpointSpec]:
+    # A sort disables load balancing and "the router will try providers in order"
+    # (provider-selection guide): no 30-second breaker reorders them. An endpoint whose
+    # listed status is degraded or down still goes last (an assumption: the status is
+    # the listing's, not load balancing's).
     if sort == "price":
-        return sorted(endpoints, key=lambda e: (unstable(e), *_price_key(e)))
+        return sorted(endpoints, key=lambda e: (e.status < 0, *_price_key(e)))
     if sort == "latency":
-        return sorted(endpoints, key=lambda e: (unstable(e), e.latency_ms, e.tag))
+        return sorted(endpoints, key=lambda e: (e.status < 0, e.latency_ms, e.tag))
     # throughput, and exacto (which OpenRouter ranks on throughput and quality signals).
-    return sorted(endpoints, key=lambda e: (unstable(e), -e.throughput, e.tag))
+    return sorted(endpoints, key=lambda e: (e.status < 0, -e.throughput, e.tag))
 
 
 def _filter(
@@ -514,7 +513,7 @@ def _plan_route(
     if prefs is None:
         return _default_order(endpoints, rng, unstable_tags)
     ordered = (
-        _sorted(endpoints, prefs.sort, unstable_tags)
+        _sorted(endpoints, prefs.sort)
         if prefs.sort
         else _default_order(endpoints, rng, unstable_tags)
     )
