@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from provider_router._format import CENT, format_usd, round_up_to_cent
+from provider_router._spend_limits import SpendLimit, SpendLimitKind
 from provider_router.jobs.summary import StopReason
 
 __all__ = [
@@ -121,8 +122,22 @@ def finish_hint(
     to_finish: Decimal | None,
     needed: Decimal | None,
     largest_request: Decimal,
+    *,
+    limit: SpendLimit | None = None,
 ) -> str:
-    """The message tail after a money stop: what finishes the plan, and how to resume."""
+    """The message tail after a money stop: what finishes the plan, and how to resume.
+
+    ``limit``: the spend limit OpenRouter keeps that stopped the run, when one did (a
+    key's limit, a workspace or guardrail budget, or the in-flight budget one request
+    is too large for): what lifts it is said instead of a budget or a top-up."""
+    if limit is not None and limit.kind is not SpendLimitKind.CREDITS:
+        more = ""
+        if needed is not None and to_finish is not None:
+            more = (
+                f"; about {format_usd(max(to_finish, CENT))} more finishes the plan at the "
+                f"observed rates (a budget of {format_usd(needed)})"
+            )
+        return f"{more}; {limit.remedy}, then run the same command again to resume"
     if needed is None or to_finish is None:
         hint = (
             "; how much more finishes the plan is unknown until an answer shows the cost per token"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from provider_router._constants import ENV_API_KEY
+from provider_router._constants import ENV_API_KEY, ENV_MANAGEMENT_KEY
 from provider_router._exceptions import JobRefused
 from provider_router.planning.plan import Plan
 from provider_router.planning.prompts import PromptReader
@@ -28,10 +28,13 @@ def check_run(
     api_key: str | None = None,
     verify: bool = False,
     verify_every: int | None = None,
+    job_key: bool = False,
+    own_key: bool = False,
 ) -> None:
     """Everything :func:`~provider_router.jobs.run_plan` checks before it starts, in order:
-    the budget, the prompt files, the key (``api_key``, else ``OPENROUTER_API_KEY``), the
-    policy, ``verify`` against the plan's routes, then ``out`` (made if missing).
+    the budget, the prompt files, the key (``api_key``, else ``OPENROUTER_API_KEY``; with
+    ``job_key``, a management key in ``OPENROUTER_MANAGEMENT_KEY`` instead), the policy,
+    ``verify`` against the plan's routes, then ``out`` (made if missing).
 
     Raises:
         JobRefused: what cannot be used, and what to change.
@@ -40,7 +43,9 @@ def check_run(
     if plan.budget is None:
         raise JobRefused("a run needs a budget (--budget USD or `budget:` in the plan)")
     check_inputs(plan)
-    if not (api_key or os.environ.get(ENV_API_KEY)):
+    if job_key:
+        _check_job_key(plan, own_key=own_key)
+    elif not (api_key or os.environ.get(ENV_API_KEY)):
         raise JobRefused(
             f"no API key: set {ENV_API_KEY} to your OpenRouter key "
             f"(export {ENV_API_KEY}=sk-or-...; create one at https://openrouter.ai/keys)"
@@ -54,6 +59,25 @@ def check_run(
     if verify_every is not None and not verify:
         raise JobRefused("--verify-every N re-checks the providers of a run with --verify: add it")
     check_out(Path(out))
+
+
+def _check_job_key(plan: Plan, *, own_key: bool) -> None:
+    """``--job-key``: a management key, and a run its per-run key can serve whole."""
+    if not os.environ.get(ENV_MANAGEMENT_KEY, "").strip():
+        raise JobRefused(
+            f"--job-key makes a key for the run with a management key: set "
+            f"{ENV_MANAGEMENT_KEY} (create one at https://openrouter.ai/settings/management-keys)"
+        )
+    if any(d.route != "sync" for d in plan.datasets):
+        raise JobRefused(
+            "--job-key: a batch outlives the run that sent it and is read back with the key "
+            "that made it; run route: batch and route: auto datasets without --job-key"
+        )
+    if own_key:
+        raise JobRefused(
+            "--own-key bounds worst cases by one key's usage across runs, and --job-key makes "
+            "a new key for each run: use one or the other"
+        )
 
 
 def check_inputs(plan: Plan) -> None:

@@ -23,6 +23,8 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import SecretStr
+
 from provider_router._deprecated import resolve_old_name
 from provider_router._exceptions import ConfigurationError, LedgerUnavailableError, PreflightFailed
 from provider_router._money import from_units
@@ -37,6 +39,7 @@ from provider_router.jobs.dispatch import Dispatcher
 from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY, DriftWatch, redo_flagging
 from provider_router.jobs.drift_history import DriftHistory
 from provider_router.jobs.events import RunObserver
+from provider_router.jobs.job_key import JobKey
 from provider_router.jobs.outcomes import Outcomes
 from provider_router.jobs.snapshots import (
     DatasetProgress,
@@ -103,6 +106,10 @@ class JobRunner:
         only: send just these prompt ids of each dataset (a pilot:
             :func:`provider_router.jobs.pilot.pilot_into_job`): their spend is the
             job's, their answers its first results; a later run sends the rest.
+        job_key: the key made for this run (``run --job-key``,
+            :class:`~provider_router.jobs.job_key.JobKeyLease`): requests go with it
+            instead of ``api_key``, and its limit, what the budget had left, used up
+            is the budget's stop.
 
     Besides the outputs, a run writes ``summary.json``; its observers write the rest
     (:func:`~provider_router.jobs.run.run_plan` gives it the standard ones, and runs the
@@ -134,6 +141,7 @@ class JobRunner:
         only: Mapping[str, Collection[str]] | None = None,
         verify: bool = False,
         verify_every: int | None = None,
+        job_key: JobKey | None = None,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
@@ -174,7 +182,7 @@ class JobRunner:
         self.drift: DriftWatch | None = None
         self._history = DriftHistory()
         self._base_url = base_url
-        self._api_key = api_key
+        self._api_key: str | SecretStr | None = api_key if job_key is None else job_key.secret
         self._router_options = dict(router_options or {})
         self._given_ledger = ledger
         self.observers: tuple[RunObserver, ...] = tuple(observers)
@@ -183,6 +191,7 @@ class JobRunner:
         self.router: Router | None = None
         self.journal: FileJournal | None = None
         self._outcomes = Outcomes(self, model=plan.model, budget=self.budget, out=self.out)
+        self._outcomes.job_key = job_key is not None
         self._dispatcher = Dispatcher(self._outcomes)
         # The dispatcher's own list, under the name tests and bench/ read it by.
         self._datasets: list[DatasetRun] = self._dispatcher.datasets

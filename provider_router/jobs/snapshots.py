@@ -187,8 +187,11 @@ def summarize(
     message = dispatcher.message
     spent = state.spent if state else Decimal(0)
     needed = budget_to_finish(spent, to_finish, outcomes.refused)
+    limit = outcomes.spend_limit if reason in (StopReason.BUDGET, StopReason.CREDITS) else None
     if reason in (StopReason.BUDGET, StopReason.CREDITS):
-        message += finish_hint(reason, budget, spent, to_finish, needed, outcomes.refused)
+        message += finish_hint(
+            reason, budget, spent, to_finish, needed, outcomes.refused, limit=limit
+        )
     elif reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
         message += "; run the same command again to resume"
     bad = [str(p) for ds in dispatcher.datasets for p in ds.reader.problems]
@@ -211,6 +214,7 @@ def summarize(
         in_flight=len(dispatcher.tasks) - waiting,
         waiting_for_budget=waiting,
         cache_saved=router.cache_saved if router is not None else Decimal(0),
+        spend_limit=limit,
     )
 
 

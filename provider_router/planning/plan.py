@@ -26,7 +26,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from provider_router._constants import REDIS_URL_SCHEMES
+from provider_router._constants import DEFAULT_JOB_KEY_HOURS, REDIS_URL_SCHEMES
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._money import LEDGER_MAX_USD, to_decimal
 
@@ -172,6 +172,10 @@ class Plan(_Frozen):
         cache_affinity: pin each conversation (its messages up to the first user
             message) to one endpoint so its turns read the provider's prompt cache
             (``Router(cache_affinity=True)``, docs/client.md "Cache-aware pinning").
+        job_key: each run makes its own OpenRouter key with what the budget has left as
+            its limit, sends with it and disables it at its end (``run --job-key``; needs
+            ``OPENROUTER_MANAGEMENT_KEY``; docs/ledger.md, "A key for the job").
+        job_key_hours: how long such a key is accepted before it expires.
     """
 
     model: str = Field(min_length=1)
@@ -184,6 +188,8 @@ class Plan(_Frozen):
     ledger_name: str | None = None
     cache_affinity: bool = False
     verify_every: int | None = Field(default=None, ge=0)
+    job_key: bool = False
+    job_key_hours: float = Field(default=DEFAULT_JOB_KEY_HOURS, gt=0)
 
     @field_validator("ledger")
     @classmethod

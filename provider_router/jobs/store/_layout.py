@@ -20,6 +20,7 @@ __all__ = [
     "BATCHES_REPORT_FILE",
     "BATCH_JOURNAL_FILE",
     "BATCH_STATUS_FILE",
+    "JOB_KEYS_FILE",
     "JOURNAL_FILE",
     "LEDGER_FILE",
     "MERGE_REPORT_FILE",
@@ -43,6 +44,9 @@ MERGE_REPORT_FILE: Final = "merge.json"
 """What ``merge`` joined into this directory."""
 VERIFY_FILE: Final = "verify.json"
 """``--verify``'s checks over the job (:mod:`provider_router.jobs.drift_history`)."""
+JOB_KEYS_FILE: Final = "job_keys.json"
+"""The keys ``--job-key`` made for the job's runs: hashes only, never a key
+(:mod:`provider_router.jobs.store.job_keys`)."""
 
 # The Batch API route.
 BATCH_JOURNAL_FILE: Final = "batches.jsonl"
@@ -96,6 +100,10 @@ class JobLayout:
     @property
     def verify(self) -> Path:
         return self.out / VERIFY_FILE
+
+    @property
+    def job_keys(self) -> Path:
+        return self.out / JOB_KEYS_FILE
 
     @property
     def batch_journal(self) -> Path:
