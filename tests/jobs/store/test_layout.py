@@ -26,6 +26,7 @@ OUT = Path("runs/b3")
         ("summary", "summary.json"),
         ("timeline", "timeline.ndjson"),
         ("report", "report.html"),
+        ("job_keys", "job_keys.json"),
     ],
 )
 def test_each_file_keeps_its_name(where: str, name: str) -> None:
@@ -43,4 +44,4 @@ def test_no_two_files_share_a_name() -> None:
         for attr in dir(JobLayout)
         if isinstance(getattr(JobLayout, attr), property)
     ]
-    assert len(names) == len(set(names)) == 12
+    assert len(names) == len(set(names)) == 13  # job_keys.json joined the twelve
