@@ -538,6 +538,7 @@ async def campaign(args: argparse.Namespace) -> list[Outcome]:
         ("fields", {}, lambda j, s: request_fields(j, s, rng)),
     ]
     scenarios += _money_scenarios()
+    scenarios += _limit_scenarios(args.seed)
     for key, sim_options, run in scenarios:
         if only is not None and not any(key == o or key.startswith(f"{o}-") for o in only):
             continue
@@ -579,6 +580,13 @@ def _money_scenarios() -> list[tuple[str, dict[str, Any], Any]]:
     return list(money_scenarios())
 
 
+def _limit_scenarios(seed: int) -> list[tuple[str, dict[str, Any], Any]]:
+    # A key's limit met mid-run, as the docs and as the field answer it.
+    from bench.faults_limits import limit_scenarios
+
+    return list(limit_scenarios(seed))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench faults", description=__doc__)
     p.add_argument("--quick", action="store_true", help="the small version (CI's slow test)")
@@ -593,7 +601,7 @@ def parser() -> argparse.ArgumentParser:
         "--only",
         default="",
         help="comma list: kill9,disk,cut,timeout,ledger,redis,fields,cost,stop,preflight,"
-        "files,locked (a group picks its rows: cost-absurd-json...)",
+        "limit,files,locked (a group picks its rows: cost-absurd-json...)",
     )
     p.add_argument(
         "--horizon",

@@ -8,6 +8,10 @@ from typing import Final
 DEFAULT_BASE_URL: Final = "https://openrouter.ai/api/v1"
 ENV_BASE_URL: Final = "OPENROUTER_BASE_URL"
 ENV_API_KEY: Final = "OPENROUTER_API_KEY"
+ENV_MANAGEMENT_KEY: Final = "OPENROUTER_MANAGEMENT_KEY"
+"""A management key: lets ``run --job-key`` make (and disable) a key for each run."""
+DEFAULT_JOB_KEY_HOURS: Final = 168.0
+"""Hours a key made for a run (``run --job-key``) is accepted: a week, then it expires."""
 
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 """Seconds to open a connection."""

@@ -26,7 +26,7 @@ catch "my mistake" apart from "the world's"::
     │       └── ProviderUnavailableError     5xx: 500, 502, 503, 524, 529
     ├── BudgetError                          the money side said no
     │   ├── BudgetExhausted                  the ledger cannot cover a reservation
-    │   ├── CreditsExhausted                 OpenRouter's balance or key limit ran out
+    │   ├── CreditsExhausted                 a spend limit OpenRouter keeps ran out (402 or 403)
     │   ├── LedgerWriteError                 a paid answer the ledger could not record
     │   ├── LedgerUnavailableError           the ledger's store was gone past its outage window
     │   └── JobStopped                       a job (on Ray) ended with prompts not sent
@@ -49,6 +49,7 @@ from typing import Any
 
 from provider_router._format import format_usd
 from provider_router._secrets import scrub, scrub_json
+from provider_router._spend_limits import SpendLimit, classify
 
 __all__ = [
     "APIConnectionError",
@@ -229,6 +230,12 @@ class APIStatusError(APIError):
         where = f" from {provider_name}" if provider_name else ""
         super().__init__(f"HTTP {status}{where}: {message}")
 
+    @property
+    def spend_limit(self) -> SpendLimit | None:
+        """The spend limit this answer means (a 402, or a 403 naming a key limit, a
+        workspace or guardrail budget), or ``None`` (docs/errors.md, "Spend limits")."""
+        return classify(self.status, self.message, self.body)
+
 
 class BadRequestError(APIStatusError):
     """400 or 422: the request itself is wrong; retrying will not help.
@@ -308,7 +315,9 @@ class PaymentRequiredError(APIStatusError):
 
 
 class PermissionDeniedError(APIStatusError):
-    """403: the key may not do this, or moderation refused the input."""
+    """403: the key may not do this, a guardrail or moderation refused the input, or a
+    spend limit is used up (a key past its limit, a workspace or guardrail budget:
+    :attr:`spend_limit` says which; the router then raises :class:`CreditsExhausted`)."""
 
 
 class NotFoundError(APIStatusError):
@@ -391,7 +400,8 @@ class BudgetExhausted(BudgetError):
 
 
 class CreditsExhausted(BudgetError):
-    """OpenRouter's balance or the key's limit ran out (a 402 that will not pass).
+    """A spend limit OpenRouter keeps ran out: the account's balance, the key's limit, a
+    workspace or guardrail budget (a 402 or 403 that will not pass).
 
     Attributes:
         limit_source: which limit OpenRouter named, when it did.
@@ -399,6 +409,8 @@ class CreditsExhausted(BudgetError):
         remaining: what this client's ledger still allows, when it has one. The
             ledger's budget may outlast OpenRouter's balance: that is why this
             error exists.
+        limit: the limit as classified (``limit.kind``, ``limit.what``,
+            ``limit.remedy``: what lifts it), when the answer was read.
     """
 
     def __init__(
@@ -408,10 +420,12 @@ class CreditsExhausted(BudgetError):
         limit_source: str | None = None,
         spent: Decimal | None = None,
         remaining: Decimal | None = None,
+        limit: SpendLimit | None = None,
     ) -> None:
         self.limit_source = limit_source
         self.spent = spent
         self.remaining = remaining
+        self.limit = limit
         parts = [message]
         if limit_source:
             parts.append(f"limit_source={limit_source}")

@@ -463,6 +463,53 @@ class HttpClient(AsyncResource):
             raise error_from_response(status, headers, body, what=what)
         return decode_json(body, what=what, expect=expect)
 
+    async def call_json(
+        self,
+        method: str,
+        path: str,
+        payload: bytes | None = None,
+        *,
+        expect: str = "a JSON object",
+        request_timeout: float | None = None,
+    ) -> Any:
+        """``method`` (``POST``, ``PATCH``, ``DELETE``...) ``path`` with an encoded JSON
+        ``payload`` (or none), and the decoded JSON answer: the account's own calls (the
+        management API's keys), on the session :meth:`get_json` uses, never the lean
+        completion path.
+
+        Raises:
+            APIStatusError: a non-2xx answer (the subclass says which).
+            RequestTimeout: no complete answer in time (or HTTP 408).
+            APIConnectionError: the connection failed.
+            InvalidResponseError: the body is not JSON.
+        """
+        url = self.url(path)
+        what = f"{method} {url}"
+        session = self.session()
+        headers = dict(self._get_headers) if self._owns_session else {}
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            async with session.request(
+                method,
+                url,
+                data=payload,
+                timeout=self.timeout_for(request_timeout),
+                headers=headers or None,
+                proxy=self._proxy_url,
+                proxy_headers=self._proxy_headers,
+            ) as response:
+                body = await response.read()
+                status = response.status
+                response_headers = response.headers
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise connection_error(
+                exc, what=what, timeout=self.timeout if request_timeout is None else request_timeout
+            ) from exc
+        if not 200 <= status < 300:
+            raise error_from_response(status, response_headers, body, what=what)
+        return decode_json(body, what=what, expect=expect)
+
     def post(
         self,
         path: str,

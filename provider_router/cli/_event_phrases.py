@@ -39,7 +39,8 @@ _WHY: Final = {
     "LedgerUnavailableError": "stopped: the ledger could not be reached",
     "AllAttemptsFailed": "failed after every retry",
     "BudgetExhausted": "not sent: budget exhausted",
-    "CreditsExhausted": "not sent: OpenRouter credits exhausted",
+    "CreditsExhausted": "not sent: a spend limit OpenRouter keeps ran out (the credits, the "
+    "key's limit or a budget)",
     "CancelledError": "abandoned",
 }
 
@@ -47,7 +48,8 @@ _WHY: Final = {
 # ``{s}`` (a plural "s") and ``{why}`` (the words for the kind).
 _SENTENCES: Final = {
     ("route.failed", "BudgetExhausted"): "{n} prompt{s} not sent: budget exhausted",
-    ("route.failed", "CreditsExhausted"): "{n} prompt{s} not sent: OpenRouter credits exhausted",
+    ("route.failed", "CreditsExhausted"): "{n} prompt{s} not sent: a spend limit OpenRouter "
+    "keeps ran out (the summary says which, and what lifts it)",
     ("route.failed", "CancelledError"): "{n} request{s} abandoned",
     ("route.failed", None): "{n} request{s} {why}",
     ("pilot.failed", None): "{n} pilot request{s} {why}",
@@ -62,6 +64,22 @@ _SENTENCES: Final = {
     ("route.policy_violation", None): "{n} answer{s} served by a provider the policy excludes",
     ("route.credits_exhausted", None): "OpenRouter's credits ran out (402) {n} time{s}: top up, "
     "then run the same command again",
+    # The same stop for each other limit, by its kind (``_spend_limits.SpendLimitKind``).
+    ("route.credits_exhausted", "key_limit"): "the API key's limit was used up (OpenRouter "
+    "refused) {n} time{s}: raise it on OpenRouter's keys page or use another key, then run "
+    "the same command again",
+    ("route.credits_exhausted", "workspace_budget"): "the workspace's budget was used up "
+    "(OpenRouter refused) {n} time{s}: ask the workspace admin to raise it, then run the same "
+    "command again",
+    ("route.credits_exhausted", "guardrail_budget"): "a guardrail's budget was used up "
+    "(OpenRouter refused) {n} time{s}: ask its admin to raise it, then run the same command "
+    "again",
+    ("route.credits_exhausted", "request_too_large"): "a request was above the account's "
+    "in-flight budget (OpenRouter refused) {n} time{s}: lower max_tokens or add credits, then "
+    "run the same command again",
+    ("route.credits_exhausted", "other"): "a spend limit OpenRouter keeps was used up {n} "
+    "time{s}: check the key's limits and the account's budgets, then run the same command "
+    "again",
     ("route.generation_lookup_failed", None): "{n} cost lookup{s} in OpenRouter's records "
     "failed (retried later; the money stays held meanwhile)",
     ("route.reconcile_failed", None): "{n} cost lookup{s} failed for good: those requests stay "

@@ -12,11 +12,13 @@
 Everything the job leaves lives in DIR (outputs, journal, ledger, ``summary.json``,
 ``report.html``); the same command again resumes, with a higher ``--budget`` after a
 top-up. The API key comes from ``OPENROUTER_API_KEY``, never from a flag (flags show up
-in process listings). The command maps its flags onto
+in process listings); with ``--job-key`` each run makes its own key with the management
+key in ``OPENROUTER_MANAGEMENT_KEY`` instead. The command maps its flags onto
 :func:`provider_router.jobs.run_plan` (with ``--ray``, onto
 :class:`provider_router.ray.plan_run.RayPlanRun`, docs/workers.md) and prints.
-Exit codes: 0 done, 1 error, 2 usage, 3 budget used up, 4 OpenRouter credits
-exhausted, 5 finished with failed prompts (re-run to retry them), 130 interrupted.
+Exit codes: 0 done, 1 error, 2 usage, 3 a budget used up (the job's, or one OpenRouter
+keeps: the key's limit, a workspace or guardrail budget), 4 OpenRouter credits exhausted,
+5 finished with failed prompts (re-run to retry them), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
 from rich.console import Console
 
 from provider_router._collector import tune_for_process
+from provider_router._constants import DEFAULT_JOB_KEY_HOURS, ENV_MANAGEMENT_KEY
 from provider_router._exceptions import ConfigurationError, PreflightFailed
 from provider_router._format import decimal_str
 from provider_router.cli._errors import UsageError, as_usage
@@ -62,10 +66,11 @@ from provider_router.jobs import (
 from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY
 from provider_router.jobs.finish import Resume, resume_budget
 from provider_router.jobs.inputs import check_run
+from provider_router.jobs.job_key import JobKeyLease
 from provider_router.jobs.observe.drift_view import verification_lines
 from provider_router.jobs.observe.live import ProgressMode, show_progress
 from provider_router.jobs.observe.summary_view import render_summary
-from provider_router.jobs.run import added_budget
+from provider_router.jobs.run import added_budget, budget_left
 from provider_router.jobs.store._layout import SET_ASIDE_DIR, JobLayout
 from provider_router.jobs.summary import SharedLedger
 from provider_router.ledger._outage import DEFAULT_OUTAGE_WINDOW
@@ -80,6 +85,16 @@ from provider_router.planning.plan import (
 __all__ = ["plan_from_args", "register", "resume_command"]
 
 _BATCH = BatchOptions()
+
+
+def _hours(value: str) -> float:
+    try:
+        hours = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of hours: {value!r}") from None
+    if not 0 < hours < float("inf"):
+        raise argparse.ArgumentTypeError(f"hours must be more than 0, got {value!r}")
+    return hours
 
 
 def _seconds(value: str) -> float:
@@ -111,9 +126,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Send every prompt of one or more datasets through the routed, budgeted client, "
             "writing DIR/<dataset>.jsonl. Re-running the same command resumes; a higher "
-            "--budget continues after a top-up. Exit codes: 0 done, 3 budget used up, "
-            "4 credits exhausted, 5 some prompts failed, 6 a target not reached (too few prompts), "
-            "130 interrupted."
+            "--budget continues after a top-up. Exit codes: 0 done, 3 a budget used up (the "
+            "job's, the key's limit, a workspace's), 4 credits exhausted, 5 some prompts "
+            "failed, 6 a target not reached (too few prompts), 130 interrupted."
         ),
     )
     # The everyday flags first (argparse's own group); the rest in named groups below.
@@ -296,6 +311,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "after each was given up on (default: off; S: its stream deadline; docs/ledger.md)",
     )
     own.add_argument(
+        "--job-key",
+        action="store_true",
+        default=None,
+        help="make an OpenRouter key for this run, with what the budget has left as its "
+        "limit, send with it and disable it when the run ends (needs a management key in "
+        f"{ENV_MANAGEMENT_KEY}; docs/ledger.md): OpenRouter then refuses anything past the "
+        "budget, even spending outside this run (default: off, or the plan's job_key)",
+    )
+    own.add_argument(
+        "--job-key-hours",
+        type=_hours,
+        metavar="H",
+        help=f"with --job-key: hours the key is accepted (default: the plan's "
+        f"job_key_hours, else {DEFAULT_JOB_KEY_HOURS:g})",
+    )
+    own.add_argument(
         "--metrics-port",
         type=_port,
         metavar="N",
@@ -457,6 +488,8 @@ def _handle(args: argparse.Namespace) -> int:
             metrics=metrics,
             add_inputs=args.add_inputs,
             redo_truncated=args.redo_truncated,
+            job_key=args.job_key,
+            job_key_hours=args.job_key_hours,
             hooks=RunHooks(
                 on_start=lambda: _serve_metrics(args, metrics),
                 on_batch_line=None if args.progress == "off" else _say,
@@ -593,6 +626,13 @@ def _report(
             print(line, file=sys.stderr)
     if summary.reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
         again = resume_command(args.argv, _resume(args, plan, summary), summary.shared)
+        limit = summary.spend_limit
+        if limit is not None:
+            # Which cap stopped it and what lifts it, then the command on its own line.
+            print(
+                f"Stopped by {limit.what} (HTTP {limit.status}): {limit.remedy}; then resume.",
+                file=sys.stderr,
+            )
         print(f"To resume: {again}", file=sys.stderr)
     if summary.truncated:
         print(_redo_hint(args, summary, None if on_ray else plan), file=sys.stderr)
@@ -625,18 +665,36 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
             "--verify measures the providers of the sync route before a run on one machine; "
             "with --ray or a batch-route dataset run provider-router verify first instead"
         )
+    own_job_key = plan.job_key if args.job_key is None else args.job_key
     check_run(
         plan,
         args.out,
         verify_every=args.verify_every,
         add_inputs=args.add_inputs,
         redo_truncated=args.redo_truncated,
+        job_key=own_job_key,
+        own_key=args.own_key is not None,
     )
     if plan.ledger is None:
         raise UsageError(
             "--ray needs a Redis ledger: --ledger redis://host:6379/0 --ledger-name NAME "
             "(the budget and the paid answers live there, shared by every actor)"
         )
+    if own_job_key:
+        # The key is made before Ray starts and disabled after it is gone; Ray's actors
+        # get it split in two (ray/_secret.py), as any key.
+        room = asyncio.run(
+            budget_left(plan, args.out, lease=args.lease, outage_window=args.outage_window)
+        )
+        hours = plan.job_key_hours if args.job_key_hours is None else args.job_key_hours
+        lease = JobKeyLease(args.out, budget_left=room, base_url=args.base_url, hours=hours)
+        with lease.held() as key:
+            return _run_on_ray(args, plan, key.secret)
+    return _run_on_ray(args, plan, None)
+
+
+def _run_on_ray(args: argparse.Namespace, plan: Plan, api_key: SecretStr | None) -> int:
+    """``--ray``'s run itself (with the run's own key when it has one)."""
     from provider_router.ray.plan_run import RayPlanRun
 
     metrics = None if args.metrics_port is None else Metrics()
@@ -648,6 +706,7 @@ def _handle_ray(args: argparse.Namespace, plan: Plan) -> int:
                 plan,
                 Path(args.out),
                 address=args.ray or None,
+                api_key=api_key,
                 base_url=args.base_url,
                 actors=args.ray_actors,
                 strict=args.strict,

@@ -73,6 +73,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=1.0,
         help="time compression: 1000 runs a 2-minute generation in 120 ms; inf never waits",
     )
+    parser.add_argument(
+        "--management-key",
+        action="append",
+        dest="management_keys",
+        default=[],
+        metavar="KEY",
+        help="a management key: may make, disable and delete keys (/keys), not chat (repeatable)",
+    )
+    parser.add_argument(
+        "--key-limit-status",
+        type=int,
+        choices=(402, 403),
+        default=402,
+        help="how a key past its limit is refused: 402 as documented (default) or the "
+        "field's bare 403 'Key limit exceeded (total limit)'",
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.set_defaults(handler=_handle)
 
@@ -112,6 +128,8 @@ async def serve(
         speed=args.speed,
         host=args.host,
         port=args.port,
+        management_keys=args.management_keys,
+        key_limit_status=args.key_limit_status,
     )
     try:
         await sim.start()

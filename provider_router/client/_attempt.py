@@ -24,6 +24,7 @@ from provider_router._exceptions import (
     ConfigurationError,
     NotFoundError,
     PaymentRequiredError,
+    PermissionDeniedError,
     RateLimitError,
     RouterStopping,
 )
@@ -162,9 +163,13 @@ class AttemptMixin:
                 try:
                     try:
                         completion = await self._exchange(request, attempt, reservation)
-                    except PaymentRequiredError as exc:
-                        completion = await billing.hold_402(
+                    except (PaymentRequiredError, PermissionDeniedError) as exc:
+                        limit = exc.spend_limit  # every 402; a 403 only when it names a limit
+                        if limit is None:
+                            raise
+                        completion = await billing.hold_spend_limit(
                             exc,
+                            limit,
                             functools.partial(self._exchange, request, attempt, reservation),
                             key=request.key,
                             in_flight=self._in_flight,

@@ -2,8 +2,9 @@
 
 :class:`Billing` owns what the :class:`~provider_router.Router` charged
 (:attr:`Billing.spent`), the background reconciliations of cut responses, and the
-router's reaction to a 402 (:meth:`Billing.hold_402`: a temporary in-flight hold is
-waited out; an exhausted balance or key limit stops the router). One attempt's
+router's reaction to a spend limit, a 402 or 403 (:meth:`Billing.hold_spend_limit`: the
+temporary in-flight hold is waited out; the balance, a key limit, a workspace or
+guardrail budget stops the router). One attempt's
 reservation is **settled** when an answer came, **released** only when OpenRouter
 provably did not bill it, **reconciled** through ``/generation`` when it may have
 been billed and its generation id is known, or **held** at its worst case until
@@ -33,10 +34,12 @@ from provider_router._exceptions import (
     LedgerUnavailableError,
     NotFoundError,
     PaymentRequiredError,
+    PermissionDeniedError,
 )
 from provider_router._http import session as _http
 from provider_router._log import get_logger
 from provider_router._money import from_units, reported_cost
+from provider_router._spend_limits import SpendLimit, SpendLimitKind
 from provider_router._types import Clock, Sleep
 from provider_router.client._completion import Completion
 from provider_router.client._cost_check import (
@@ -60,9 +63,6 @@ _GENERATION_PATH: Final = "/generation"
 _ZERO: Final = Decimal(0)
 _KEY_PATH: Final = "/key"
 
-TRANSIENT_402_SOURCES: Final = frozenset({"openrouter_in_flight_budget"})
-"""``limit_source`` values of a 402 that clears by itself as requests in flight settle."""
-
 UNKNOWN_CHARGE_STATUSES: Final = frozenset({408, 524})
 """Error statuses that say "timed out", not "refused": the provider may have
 finished (and billed) the generation after OpenRouter or its edge gave up."""
@@ -77,7 +77,7 @@ def provably_free(exc: BaseException, sent: bool) -> bool:
     ``sent`` says whether the request was handed to the HTTP layer at all.
     Free: never handed over; a connection that failed before the body was
     written; an error status OpenRouter does not charge for (all but 408/524);
-    a 402 that stopped the router. Anything else may have been billed.
+    a spend limit that stopped the router. Anything else may have been billed.
     """
     if not sent or isinstance(exc, CreditsExhausted):
         return True
@@ -672,27 +672,29 @@ class Billing:
             return _data_amount(body, "total_cost")
         return None
 
-    # --- 402: credits -----------------------------------------------------------------
+    # --- 402 and 403: spend limits -------------------------------------------------------
 
-    async def hold_402(
+    async def hold_spend_limit(
         self,
-        exc: PaymentRequiredError,
+        exc: APIStatusError,
+        limit: SpendLimit,
         again: Callable[[], Awaitable[Completion]],
         *,
         key: str,
         in_flight: int,
     ) -> Completion:
-        """Wait out temporary 402s, calling ``again`` after each wait; stop on any other.
+        """Wait out the in-flight hold, calling ``again`` after each wait; stop on any other
+        spend limit (:mod:`provider_router._spend_limits`).
 
         Raises:
-            PaymentRequiredError: a temporary hold lasted past ``credits_hold_timeout``.
-            CreditsExhausted: the balance or the key limit ran out (the router stops).
+            APIStatusError: an in-flight hold lasted past ``credits_hold_timeout``, or the
+                router is stopping.
+            CreditsExhausted: a limit that does not pass by itself (the router stops).
         """
         waited = 0.0
         while True:
             delay = exc.retry_after if exc.retry_after and exc.retry_after > 0 else 1.0
-            transient = exc.limit_source in TRANSIENT_402_SOURCES
-            if transient and waited + delay <= self._hold_timeout:
+            if limit.transient and waited + delay <= self._hold_timeout:
                 log.info(
                     "route.credits_hold",
                     model=self.model,
@@ -710,12 +712,15 @@ class Billing:
                         raise exc  # stopping: no new exchange (nothing was billed for it)
                 try:
                     return await again()
-                except PaymentRequiredError as refused:
-                    exc = refused
+                except (PaymentRequiredError, PermissionDeniedError) as refused:
+                    again_limit = refused.spend_limit
+                    if again_limit is None:
+                        raise
+                    exc, limit = refused, again_limit
                     continue
-            if transient:
+            if limit.transient:
                 raise exc  # held for too long: fail this request, keep the router going
-            await self._stop(exc, in_flight)
+            await self._stop(exc, limit, in_flight)
             raise self.stopped_error() from exc
 
     def stopped_error(self) -> CreditsExhausted:
@@ -728,23 +733,30 @@ class Billing:
             limit_source=stopped.limit_source,
             spent=self.spent,
             remaining=stopped.remaining,
+            limit=stopped.limit,
         )
 
-    async def _stop(self, exc: PaymentRequiredError, in_flight: int) -> None:
+    async def _stop(self, exc: APIStatusError, limit: SpendLimit, in_flight: int) -> None:
         if self.stopped is not None:
             return
         # Mark the router stopped before any await: concurrent requests refused
-        # with the same 402 must find it stopped (one log line, no half state).
+        # with the same limit must find it stopped (one log line, no half state).
         self._stopped_message = (
-            f"OpenRouter refused with 402 ({exc.message}); the router takes no new work"
+            f"OpenRouter refused with {exc.status}: {limit.what} is used up "
+            f"({exc.message}); the router takes no new work"
         )
+        source = limit.limit_source
         self.stopped = CreditsExhausted(
-            self._stopped_message, limit_source=exc.limit_source, spent=self.spent
+            self._stopped_message, limit_source=source, spent=self.spent, limit=limit
         )
         log.error(
             "route.credits_exhausted",
             model=self.model,
-            limit_source=exc.limit_source,
+            limit_source=source,
+            # Named "kind" so the command line's count says which limit (not for credits:
+            # their sentence is keyed on the event alone).
+            kind=None if limit.kind is SpendLimitKind.CREDITS else limit.kind.value,
+            status=exc.status,
             spent=str(self.spent),
             in_flight=in_flight,
         )
@@ -756,9 +768,10 @@ class Billing:
             return
         self.stopped = CreditsExhausted(
             self._stopped_message,
-            limit_source=exc.limit_source,
+            limit_source=source,
             spent=self.spent,
             remaining=remaining,
+            limit=limit,
         )
 
 

@@ -462,7 +462,7 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
 
     @property
     def stopped(self) -> CreditsExhausted | None:
-        """Why the router takes no new work (credits ran out), or ``None``."""
+        """Why the router takes no new work (a spend limit ran out), or ``None``."""
         return self._billing.stopped
 
     @property
@@ -548,8 +548,9 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
                 ``plugins``...) are refused (docs/client.md, "What is reserved").
 
         Raises:
-            CreditsExhausted: OpenRouter's credits or the key limit ran out (now or
-                earlier: the router then takes no new work).
+            CreditsExhausted: a spend limit OpenRouter keeps ran out: the credits,
+                the key's limit, a workspace or guardrail budget (now or earlier: the
+                router then takes no new work; ``.limit`` says which and what lifts it).
             BudgetExhausted: the ledger cannot cover the worst case.
             ConfigurationError: a field the reservation cannot price.
             AllAttemptsFailed: every attempt failed with a retryable error.

@@ -24,6 +24,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
+from pydantic import SecretStr
+
 from provider_router._exceptions import ConfigurationError, ProviderRouterError
 from provider_router._log import get_logger
 from provider_router.checks.verify import verify
@@ -80,7 +82,7 @@ class DriftWatch:
         every: int | None,
         ledger: Ledger,
         base_url: str | None,
-        api_key: str | None,
+        api_key: str | SecretStr | None,
         stop: Callable[[str], None],
         clock: Callable[[], float] = time.time,
     ) -> None:

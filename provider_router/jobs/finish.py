@@ -23,6 +23,7 @@ from typing import Protocol
 
 from provider_router._exceptions import CreditsExhausted, PaymentRequiredError
 from provider_router._format import CENT, format_usd, round_up_to_cent
+from provider_router._spend_limits import SpendLimit, SpendLimitKind
 from provider_router.jobs.summary import RunSummary, StopReason
 
 __all__ = [
@@ -131,14 +132,28 @@ def finish_hint(
     needed: Decimal | None,
     largest_request: Decimal,
     resume: Resume | None = None,
+    *,
+    limit: SpendLimit | None = None,
 ) -> str:
     """The message tail after a money stop: what finishes the plan, and how to resume
     (``resume``: :func:`resume_budget`, when a run again needs more than ``needed``'s
     plain ``--budget``).
 
-    After OpenRouter's credits ran out (:func:`credits_words` says so), short
-    sentences: what the job has spent, what finishing takes, what to do.
+    ``limit``: the spend limit OpenRouter keeps that stopped the run, when one did (a
+    key's limit, a workspace or guardrail budget, or the in-flight budget one request
+    is too large for): what lifts it is said instead of a budget or a top-up. After
+    OpenRouter's credits ran out (:func:`credits_words` says so), short sentences: what
+    the job has spent, what finishing takes, what to do.
     """
+    if limit is not None and limit.kind is not SpendLimitKind.CREDITS:
+        more = ""
+        if needed is not None and to_finish is not None:
+            more = (
+                f"; about {format_usd(max(to_finish, CENT))} more finishes the plan at the "
+                f"observed rates (a budget of {format_usd(needed)})"
+            )
+        again = "the same command again " if resume is None else f"again {resume_words(resume)}"
+        return f"{more}; {limit.remedy}, then run {again}to resume"
     if reason is StopReason.CREDITS:
         return _credits_hint(budget, spent, to_finish, needed, largest_request, resume)
     if needed is None or to_finish is None:

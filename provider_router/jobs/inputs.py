@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from provider_router._constants import ENV_API_KEY
+from provider_router._constants import ENV_API_KEY, ENV_MANAGEMENT_KEY
 from provider_router._exceptions import JobRefused
 from provider_router.jobs.identity import check_identity
 from provider_router.planning.plan import Plan
@@ -31,13 +31,15 @@ def check_run(
     verify_every: int | None = None,
     add_inputs: bool = False,
     redo_truncated: bool = False,
+    job_key: bool = False,
+    own_key: bool = False,
 ) -> None:
     """Everything :func:`~provider_router.jobs.run_plan` checks before it starts, in order:
-    the budget, the prompt files, the key (``api_key``, else ``OPENROUTER_API_KEY``), the
-    policy, ``verify`` against the plan's routes, ``out`` (made if missing), then the job
-    in it (:func:`~provider_router.jobs.identity.check_identity`: ``add_inputs`` lets the
-    run give a job with outputs new prompt files, ``redo_truncated`` a larger
-    ``max_tokens``).
+    the budget, the prompt files, the key (``api_key``, else ``OPENROUTER_API_KEY``; with
+    ``job_key``, a management key in ``OPENROUTER_MANAGEMENT_KEY`` instead), the policy,
+    ``verify`` against the plan's routes, ``out`` (made if missing), then the job in it
+    (:func:`~provider_router.jobs.identity.check_identity`: ``add_inputs`` lets the run
+    give a job with outputs new prompt files, ``redo_truncated`` a larger ``max_tokens``).
 
     Raises:
         JobRefused: what cannot be used, and what to change.
@@ -46,7 +48,9 @@ def check_run(
     if plan.budget is None:
         raise JobRefused("a run needs a budget (--budget USD or `budget:` in the plan)")
     check_inputs(plan)
-    if not (api_key or os.environ.get(ENV_API_KEY)):
+    if job_key:
+        _check_job_key(plan, own_key=own_key)
+    elif not (api_key or os.environ.get(ENV_API_KEY)):
         raise JobRefused(
             f"no API key: set {ENV_API_KEY} to your OpenRouter key "
             f"(export {ENV_API_KEY}=sk-or-...; create one at https://openrouter.ai/keys)"
@@ -61,6 +65,25 @@ def check_run(
         raise JobRefused("--verify-every N re-checks the providers of a run with --verify: add it")
     check_out(Path(out))
     check_identity(plan, out, add_inputs=add_inputs, redo_truncated=redo_truncated)
+
+
+def _check_job_key(plan: Plan, *, own_key: bool) -> None:
+    """``--job-key``: a management key, and a run its per-run key can serve whole."""
+    if not os.environ.get(ENV_MANAGEMENT_KEY, "").strip():
+        raise JobRefused(
+            f"--job-key makes a key for the run with a management key: set "
+            f"{ENV_MANAGEMENT_KEY} (create one at https://openrouter.ai/settings/management-keys)"
+        )
+    if any(d.route != "sync" for d in plan.datasets):
+        raise JobRefused(
+            "--job-key: a batch outlives the run that sent it and is read back with the key "
+            "that made it; run route: batch and route: auto datasets without --job-key"
+        )
+    if own_key:
+        raise JobRefused(
+            "--own-key bounds worst cases by one key's usage across runs, and --job-key makes "
+            "a new key for each run: use one or the other"
+        )
 
 
 def check_inputs(plan: Plan) -> None:

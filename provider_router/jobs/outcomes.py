@@ -4,7 +4,8 @@
 as an output record into the journal (flushed once per event-loop turn) and counted per
 dataset and provider; an answer the router quarantined is never accepted as data, and
 its prompt runs again. A failure is counted by kind; what no later request can escape
-stops the run instead: the budget or credits used up, a rejected key, an unreachable
+stops the run instead: the budget, the credits or another spend limit OpenRouter keeps
+(a key's limit, a workspace or guardrail budget) used up, a rejected key, an unreachable
 ledger, or a journal or ledger file that cannot be written (:attr:`Outcomes.disk_error`:
 exit 74 on the command line). It stops the run through :class:`Control`, the runner's
 own :meth:`stop`, so a stop decided here is the same stop as a Ctrl-C.
@@ -33,6 +34,7 @@ from provider_router._exceptions import (
 from provider_router._format import format_usd
 from provider_router._log import get_logger
 from provider_router._money import to_units
+from provider_router._spend_limits import SpendLimit, SpendLimitKind
 from provider_router._types import JSONObject
 from provider_router.client.results import ChatResult
 from provider_router.jobs.counter import Counter
@@ -131,6 +133,12 @@ class Outcomes:
         self._flush_pending = False
         self.drift: DriftWatch | None = None
         """With ``run --verify``: stamps each row with its check and flag."""
+        self.spend_limit: SpendLimit | None = None
+        """The first limit OpenRouter keeps that stopped the run (what lifts it is said
+        in the summary), or ``None``."""
+        self.job_key = False
+        """The run sends with a key made for it (``run --job-key``): its limit is what the
+        budget had left, so that limit used up is the budget's stop."""
 
     def ledger_full(self, exc: BaseException) -> bool:
         """Stop the run if ``exc`` is the ledger's file failing to grow (a full disk).
@@ -163,7 +171,7 @@ class Outcomes:
             self._control.stop(StopReason.BUDGET, f"{self._used_up(exc.limit)}: {exc}")
             return
         if isinstance(exc, CreditsExhausted):
-            self._control.stop(StopReason.CREDITS, credits_words(exc))
+            self._spend_limit(exc)
             return
         if self.ledger_full(exc):  # nothing was sent, or its reservation stays held
             return
@@ -204,6 +212,23 @@ class Outcomes:
             f"{format_usd(self.budget)}: it was changed during the run (by "
             "`provider-router ledger topup`), and it is used up"
         )
+
+    def _spend_limit(self, exc: CreditsExhausted) -> None:
+        """Stop on a limit OpenRouter keeps: a budget someone set (the key's limit, a
+        workspace or guardrail budget) as our own budget's stop, the account's money
+        as the credits' stop. The prompt was not sent: nothing is counted failed."""
+        limit = exc.limit
+        if self.job_key and limit is not None and limit.kind is SpendLimitKind.KEY_LIMIT:
+            # The run's own key, made with the budget's room as its limit: the budget.
+            used_up = f"the budget of {format_usd(self.budget)} is used up"
+            self._control.stop(StopReason.BUDGET, f"{used_up} (the job key's limit): {exc}")
+            return
+        if self.spend_limit is None:
+            self.spend_limit = limit
+        if limit is None or not limit.is_budget:
+            self._control.stop(StopReason.CREDITS, credits_words(exc))
+            return
+        self._control.stop(StopReason.BUDGET, f"a spend limit OpenRouter keeps ran out: {exc}")
 
     def completed(
         self,

@@ -34,6 +34,7 @@ from provider_router.jobs.batch_api_runner import (
 )
 from provider_router.jobs.finish import Resume, resume_budget
 from provider_router.jobs.inputs import check_run
+from provider_router.jobs.job_key import JobKey, JobKeyLease
 from provider_router.jobs.observe.batch_summary import write_batch_summary
 from provider_router.jobs.observe.batch_watch import BatchWatch
 from provider_router.jobs.observe.standard import standard_observers
@@ -51,6 +52,7 @@ __all__ = [
     "RunHooks",
     "RunOutcome",
     "added_budget",
+    "budget_left",
     "combined_reason",
     "open_shared_ledger",
     "run_plan",
@@ -210,6 +212,8 @@ async def run_plan(
     hooks: RunHooks | None = None,
     add_inputs: bool = False,
     redo_truncated: bool = False,
+    job_key: bool | None = None,
+    job_key_hours: float | None = None,
 ) -> RunOutcome:
     """Run ``plan`` into the job directory ``out``, as ``provider-router run`` does.
 
@@ -242,6 +246,10 @@ async def run_plan(
             ``DIR/set_aside/truncated/``), so this run sends them again with the plan's
             cap (:mod:`provider_router.jobs.redo`; docs/batch.md, "Answers cut at
             max_tokens"); the job's ``max_tokens`` may then grow.
+        job_key, job_key_hours: make a key for this run with what the budget has left
+            as its limit, send with it, disable it at the end (default: the plan's
+            ``job_key``; :mod:`provider_router.jobs.job_key`). The management key comes
+            from ``OPENROUTER_MANAGEMENT_KEY`` only.
 
     Raises:
         JobRefused: something it was given cannot be used (nothing was sent or written),
@@ -259,6 +267,7 @@ async def run_plan(
     if add_budget is not None:
         plan = plan.with_overrides(budget=await added_budget(plan, out, add_budget))
         raise_budget = True  # the amount is added to the limit, whoever set it
+    own_job_key = plan.job_key if job_key is None else job_key
     check_run(
         plan,
         out,
@@ -267,6 +276,8 @@ async def run_plan(
         verify_every=verify_every,
         add_inputs=add_inputs,
         redo_truncated=redo_truncated,
+        job_key=own_job_key,
+        own_key=account_horizon is not None,
     )
     if hooks.on_start is not None:
         hooks.on_start()
@@ -286,25 +297,36 @@ async def run_plan(
     if left is None:
         return RunOutcome(out, batch=part)
 
-    def runner(ledger: Ledger | None) -> JobRunner:
-        return JobRunner(
-            left,
-            out,
-            strict=strict,
-            base_url=base_url,
-            api_key=api_key,
-            ledger=ledger,
-            router_options=None if metrics is None else {"metrics": metrics},
-            account_horizon=account_horizon,
-            preflight=preflight,
-            verify=verify,
-            verify_every=verify_every,
-            observers=standard_observers(),
-            redo_truncated=redo_truncated,
-            raise_budget=raise_budget,
-        )
+    def runner_with(key: JobKey | None) -> Callable[[Ledger | None], JobRunner]:
+        def runner(ledger: Ledger | None) -> JobRunner:
+            return JobRunner(
+                left,
+                out,
+                strict=strict,
+                base_url=base_url,
+                api_key=api_key,
+                ledger=ledger,
+                router_options=None if metrics is None else {"metrics": metrics},
+                account_horizon=account_horizon,
+                preflight=preflight,
+                verify=verify,
+                verify_every=verify_every,
+                observers=standard_observers(),
+                redo_truncated=redo_truncated,
+                raise_budget=raise_budget,
+                job_key=key,
+            )
 
-    summary = await _sync_part(left, runner, hooks, lease=lease, outage_window=outage_window)
+        return runner
+
+    shared = {"lease": lease, "outage_window": outage_window}
+    if not own_job_key:
+        summary = await _sync_part(left, runner_with(None), hooks, **shared)
+        return RunOutcome(out, batch=part, summary=summary)
+    hours = plan.job_key_hours if job_key_hours is None else job_key_hours
+    room = await budget_left(left, out, lease=lease, outage_window=outage_window)
+    async with JobKeyLease(out, budget_left=room, base_url=base_url, hours=hours) as key:
+        summary = await _sync_part(left, runner_with(key), hooks, **shared)
     return RunOutcome(out, batch=part, summary=summary)
 
 
@@ -347,6 +369,36 @@ async def added_budget(plan: Plan, out: str | Path, amount: Decimal) -> Decimal:
         return Decimal(amount)
     async with SQLiteLedger(path) as ledger:
         return (await ledger.snapshot()).limit + Decimal(amount)
+
+
+async def budget_left(
+    plan: Plan,
+    out: str | Path,
+    *,
+    lease: float = DEFAULT_LEASE,
+    outage_window: float = DEFAULT_OUTAGE_WINDOW,
+) -> Decimal:
+    """What the plan's budget has left for this run: its budget less what the job's
+    ledger (or the plan's shared one) has spent and still holds (the limit of a key made
+    for the run, :mod:`provider_router.jobs.job_key`)."""
+    budget = plan.budget
+    if budget is None:
+        raise JobRefused("a run needs a budget (--budget USD or `budget:` in the plan)")
+    ledger: Ledger
+    if plan.ledger is not None:
+        name = plan.shared_ledger_name
+        assert name is not None  # the plan checks it
+        ledger = await open_shared_ledger(
+            plan.ledger, name, budget, lease=lease, outage_window=outage_window
+        )
+    else:
+        path = JobLayout(Path(out)).ledger
+        if not path.is_file():
+            return budget
+        ledger = SQLiteLedger(path)
+    async with ledger:
+        state = await ledger.snapshot()
+    return budget - state.spent - state.reserved
 
 
 async def open_shared_ledger(

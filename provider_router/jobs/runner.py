@@ -23,6 +23,8 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import SecretStr
+
 from provider_router._deprecated import resolve_old_name
 from provider_router._exceptions import ConfigurationError, LedgerUnavailableError, PreflightFailed
 from provider_router._money import from_units
@@ -39,6 +41,7 @@ from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY, DriftWatch, redo_fl
 from provider_router.jobs.drift_history import DriftHistory
 from provider_router.jobs.events import RunObserver
 from provider_router.jobs.identity import IdentityCheck, check_identity
+from provider_router.jobs.job_key import JobKey
 from provider_router.jobs.ledger_share import LedgerShare
 from provider_router.jobs.outcomes import Outcomes
 from provider_router.jobs.redo import redo_truncated
@@ -117,6 +120,10 @@ class JobRunner:
         raise_budget: the plan's budget may raise a limit set outside the job's runs
             (``ledger topup``); without it such a raise is refused
             (:mod:`provider_router.jobs.budget`, ``run --raise-budget``).
+        job_key: the key made for this run (``run --job-key``,
+            :class:`~provider_router.jobs.job_key.JobKeyLease`): requests go with it
+            instead of ``api_key``, and its limit, what the budget had left, used up
+            is the budget's stop.
 
     Besides the outputs, a run writes ``summary.json``; its observers write the rest
     (:func:`~provider_router.jobs.run.run_plan` gives it the standard ones, and runs the
@@ -150,6 +157,7 @@ class JobRunner:
         verify_every: int | None = None,
         redo_truncated: bool = False,
         raise_budget: bool = False,
+        job_key: JobKey | None = None,
     ) -> None:
         if plan.budget is None:
             raise ConfigurationError("a run needs a budget (--budget USD or `budget:` in the plan)")
@@ -194,7 +202,7 @@ class JobRunner:
         self.drift: DriftWatch | None = None
         self._history = DriftHistory()
         self._base_url = base_url
-        self._api_key = api_key
+        self._api_key: str | SecretStr | None = api_key if job_key is None else job_key.secret
         self._router_options = dict(router_options or {})
         self._given_ledger = ledger
         self.observers: tuple[RunObserver, ...] = tuple(observers)
@@ -203,6 +211,7 @@ class JobRunner:
         self.router: Router | None = None
         self.journal: FileJournal | None = None
         self._outcomes = Outcomes(self, model=plan.model, budget=self.budget, out=self.out)
+        self._outcomes.job_key = job_key is not None
         self._dispatcher = Dispatcher(self._outcomes)
         # The dispatcher's own list, under the name tests and bench/ read it by.
         self._datasets: list[DatasetRun] = self._dispatcher.datasets

@@ -228,6 +228,8 @@ def summarize(
     # largest one reserved (after a credits stop the budget refused none).
     room = outcomes.refused or outcomes.largest_reserved
     needed = budget_to_finish(spent, to_finish, room)
+    money_stop = reason in (StopReason.BUDGET, StopReason.CREDITS)
+    spend_limit = outcomes.spend_limit if money_stop else None
     bad = [str(p) for ds in dispatcher.datasets for p in ds.reader.problems]
     summary = RunSummary(
         reason=reason,
@@ -250,12 +252,20 @@ def summarize(
         refused=outcomes.refused,
         limit_outside=limit_outside,
         shared=shared,
+        spend_limit=spend_limit,
         **_vs_floor(router, outcomes),
     )
     if reason in (StopReason.BUDGET, StopReason.CREDITS):
         resume = resume_budget(summary)
         message += finish_hint(
-            reason, limit, spent, to_finish, needed, outcomes.refused, resume=resume
+            reason,
+            limit,
+            spent,
+            to_finish,
+            needed,
+            outcomes.refused,
+            resume=resume,
+            limit=spend_limit,
         )
     elif reason not in (StopReason.COMPLETE, StopReason.TARGET_NOT_REACHED):
         message += "; run the same command again to resume"

@@ -17,6 +17,7 @@ from typing import Any
 
 from provider_router._format import decimal_str, format_usd
 from provider_router._money import from_units
+from provider_router._spend_limits import SpendLimit
 from provider_router.client._cost_check import ACTIVITY_URL
 from provider_router.jobs.counter import Counter
 
@@ -41,9 +42,11 @@ class StopReason(StrEnum):
     TARGET_NOT_REACHED = "target_not_reached"
     """Every prompt was done, and a dataset's output-token target is still not reached."""
     BUDGET = "budget_exhausted"
-    """Our ledger's budget cannot cover another request."""
+    """A budget cannot cover another request: our ledger's, or one OpenRouter keeps
+    (the key's limit, a workspace or guardrail budget: ``spend_limit`` says which)."""
     CREDITS = "credits_exhausted"
-    """OpenRouter's balance or the key's limit ran out (402)."""
+    """OpenRouter's balance ran out (a 402), or one request is above the account's
+    in-flight budget (``spend_limit`` says so)."""
     INTERRUPTED = "interrupted"
     """Ctrl-C: in-flight requests were let finish."""
     ABANDONED = "abandoned"
@@ -217,6 +220,9 @@ class RunSummary:
             ``max_premium`` (None: no answer, or no router).
         admission: per endpoint tag, what admission saw (``LaneStats.to_json``:
             admitted, served, refused, learned capacity, waits, rests).
+        spend_limit: the limit OpenRouter keeps that stopped the run (a 402 or 403:
+            the key's limit, a workspace or guardrail budget, the credits), with what
+            lifts it; None when none did.
     """
 
     reason: StopReason
@@ -245,6 +251,7 @@ class RunSummary:
     shared: SharedLedger | None = None
     price_vs_floor: dict[str, Any] | None = None
     admission: dict[str, Any] | None = None
+    spend_limit: SpendLimit | None = None
 
     @property
     def truncated(self) -> int:
@@ -276,6 +283,7 @@ class RunSummary:
         return {
             "reason": self.reason.value,
             "message": self.message,
+            **({"spend_limit": self.spend_limit.to_json()} if self.spend_limit else {}),
             "budget_usd": decimal_str(self.budget),
             "spent_usd": decimal_str(self.spent),
             "reserved_usd": decimal_str(self.reserved),

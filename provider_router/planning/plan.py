@@ -34,7 +34,11 @@ from pydantic import (
     model_validator,
 )
 
-from provider_router._constants import DEFAULT_MAX_PREMIUM, REDIS_URL_SCHEMES
+from provider_router._constants import (
+    DEFAULT_JOB_KEY_HOURS,
+    DEFAULT_MAX_PREMIUM,
+    REDIS_URL_SCHEMES,
+)
 from provider_router._exceptions import ConfigurationError, DataFileError
 from provider_router._money import LEDGER_MAX_USD, to_decimal
 from provider_router.client.admission import check_max_premium
@@ -198,6 +202,10 @@ class Plan(_Frozen):
             full), ``0`` (the floor only) or ``null`` (latency first: the cheapest
             endpoint with room). ``Router(max_premium=...)``, docs/client.md,
             "Cost-first admission".
+        job_key: each run makes its own OpenRouter key with what the budget has left as
+            its limit, sends with it and disables it at its end (``run --job-key``; needs
+            ``OPENROUTER_MANAGEMENT_KEY``; docs/ledger.md, "A key for the job").
+        job_key_hours: how long such a key is accepted before it expires.
     """
 
     model: str = Field(min_length=1)
@@ -210,6 +218,8 @@ class Plan(_Frozen):
     ledger_name: str | None = None
     cache_affinity: bool = False
     verify_every: int | None = Field(default=None, ge=0)
+    job_key: bool = False
+    job_key_hours: float = Field(default=DEFAULT_JOB_KEY_HOURS, gt=0)
     _source: Path | None = PrivateAttr(default=None)
     _lines: dict[tuple[Any, ...], int] = PrivateAttr(default_factory=dict)
     _entries: dict[str, int] = PrivateAttr(default_factory=dict)

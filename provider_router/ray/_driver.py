@@ -21,6 +21,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from pydantic import SecretStr
 from rich.console import Console
 
 from provider_router._exceptions import PreflightFailed
@@ -80,7 +81,7 @@ class DriverLoop:
         self,
         run: _Run,
         *,
-        api_key: str | None,
+        api_key: str | SecretStr | None,
         base_url: str | None,
         preflight: bool,
         account_horizon: float | None,

@@ -539,7 +539,9 @@ class PromptStage:
             self._stopped, self._refused = f"budget: {exc}", exc.requested
             return await self._not_sent(data, dataset, prompt_id)
         except CreditsExhausted as exc:
-            self._stopped = f"credits: {exc}"
+            # A budget OpenRouter keeps (the key's limit, a workspace's) stops as ours does.
+            kind = "budget" if exc.limit is not None and exc.limit.is_budget else "credits"
+            self._stopped = f"{kind}: {exc}"
             return await self._not_sent(data, dataset, prompt_id)
         except RouterStopping as exc:
             return await self._not_sent(data, dataset, prompt_id, f"error: {exc}")

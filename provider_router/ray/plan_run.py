@@ -23,6 +23,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
 from rich.console import Console
 
 from provider_router._exceptions import ConfigurationError
@@ -269,7 +270,7 @@ class RayPlanRun:
         out: str | Path,
         *,
         address: str | None = None,
-        api_key: str | None = None,
+        api_key: str | SecretStr | None = None,
         base_url: str | None = None,
         actors: int | None = None,
         strict: bool = False,

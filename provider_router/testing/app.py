@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from aiohttp import web
 
 from provider_router._money import to_units
+from provider_router.testing import management
 from provider_router.testing.batch_api import routes as batch_routes
 from provider_router.testing.batch_api.lines import MAX_BATCH_BYTES
 from provider_router.testing.billing import KeyState
@@ -197,8 +198,8 @@ async def key_info(
         "label": key.label,
         "limit": limit,
         "limit_remaining": remaining,
-        "limit_reset": None,
-        "include_byok_in_limit": False,
+        "limit_reset": key.limit_reset,
+        "include_byok_in_limit": key.include_byok_in_limit,
         "usage": usage,
         "usage_daily": usage,
         "usage_weekly": usage,
@@ -208,10 +209,10 @@ async def key_info(
         "byok_usage_weekly": 0,
         "byok_usage_monthly": 0,
         "is_free_tier": False,
-        "is_management_key": False,
-        "is_provisioning_key": False,
+        "is_management_key": key.management,
+        "is_provisioning_key": key.management,
         "creator_user_id": bodies.USER_ID,
-        "expires_at": None,
+        "expires_at": management.key_object(key)["expires_at"],
         "rate_limit": {
             "requests": -1,
             "interval": "10s",
@@ -292,6 +293,11 @@ ROUTES: tuple[tuple[str, str, str], ...] = (
     ("GET", "/batches/{batch_id}", "one batch; terminal ones with results (402: unpaid)"),
     ("GET", "/batches/{batch_id}/results", "a terminal batch's results, paginated"),
     ("DELETE", "/batches/{batch_id}", "delete a terminal batch (409 otherwise)"),
+    ("POST", "/keys", "make a key (management key; 201, the key shown once)"),
+    ("GET", "/keys", "the account's keys, newest first (management key)"),
+    ("GET", "/keys/{hash}", "one key by hash (management key)"),
+    ("PATCH", "/keys/{hash}", "change a key: name, disabled, limit (management key)"),
+    ("DELETE", "/keys/{hash}", "delete a key (management key)"),
 )
 """Every route served under ``/api/v1``: (method, path, what it answers).
 
@@ -324,11 +330,20 @@ def make_app(sim: Simulator) -> web.Application:
             batch_routes.delete_batch
         ),
     }
+    key_handlers = {
+        ("POST", "/keys"): _account_route("keys_create")(management.create_key),
+        ("GET", "/keys"): _account_route("keys_list")(management.list_keys),
+        ("GET", "/keys/{hash}"): _account_route("keys_get")(management.get_key),
+        ("PATCH", "/keys/{hash}"): _account_route("keys_update")(management.update_key),
+        ("DELETE", "/keys/{hash}"): _account_route("keys_delete")(management.delete_key),
+    }
     # A batch body may reach 200 MB (the Batch API's limit); chat bodies stay far smaller.
     app = web.Application(client_max_size=MAX_BATCH_BYTES + 1024 * 1024)
     app[SIM_KEY] = sim
     for method, path, _ in ROUTES:
-        handler = batch_handlers.get((method, path)) or handlers[path]
+        handler = (
+            batch_handlers.get((method, path)) or key_handlers.get((method, path)) or handlers[path]
+        )
         app.router.add_route(method, "/api/v1" + path, handler)
     for (method, path), handler in batch_handlers.items():
         app.router.add_route(method, "/api/beta" + path, handler)

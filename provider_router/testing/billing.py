@@ -14,7 +14,8 @@ the primary, as on the real service (docs/simulator.md, "Credits and 402").
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import NamedTuple
@@ -22,7 +23,7 @@ from typing import NamedTuple
 from provider_router._money import from_units, to_decimal, to_units
 from provider_router.testing.market.listing import EndpointSpec
 
-__all__ = ["Account", "Cost", "KeyState", "PaymentDenied", "compute_cost"]
+__all__ = ["Account", "Cost", "KeyState", "PaymentDenied", "compute_cost", "key_hash"]
 
 CREDITS_URL = "https://openrouter.ai/settings/credits"
 KEYS_URL = "https://openrouter.ai/settings/keys"
@@ -80,17 +81,42 @@ def compute_cost(
 
 @dataclass(frozen=True, slots=True)
 class PaymentDenied:
-    """A 402 decision: which limit, and OpenRouter's wording."""
+    """A refusal for money: which limit, OpenRouter's wording and status (a 402, or
+    the field's bare 403 for a key past its limit)."""
 
     limit_source: str
     message: str
     retry_after: float | None = None
+    status: int = 402
 
 
 class KeyState:
-    """One API key: its label, optional limit, usage and holds. Never shows the key."""
+    """One API key: its label, optional limit, usage and holds. Never shows the key.
 
-    __slots__ = ("holds", "label", "limit", "requests", "usage")
+    Keys made through the management API (``POST /keys``) also carry what that API
+    reports: ``hash`` (the id in its paths), ``name``, the masked ``masked_label``,
+    ``disabled``, ``expires_at`` (epoch seconds, wall clock) and ``limit_reset``. A
+    management key (``management``) may call only that API and ``/key``.
+    """
+
+    __slots__ = (
+        "created_at",
+        "disabled",
+        "expires_at",
+        "hash",
+        "holds",
+        "include_byok_in_limit",
+        "label",
+        "last_used",
+        "limit",
+        "limit_reset",
+        "management",
+        "masked_label",
+        "name",
+        "requests",
+        "updated_at",
+        "usage",
+    )
 
     def __init__(self, label: str, limit: int | None) -> None:
         self.label = label
@@ -98,6 +124,26 @@ class KeyState:
         self.usage = 0
         self.holds = 0
         self.requests = 0
+        self.hash = ""
+        self.name = label
+        self.masked_label = label
+        self.disabled = False
+        self.expires_at: float | None = None
+        self.limit_reset: str | None = None
+        self.include_byok_in_limit = False
+        self.management = False
+        self.created_at = 0.0
+        self.updated_at: float | None = None
+        self.last_used: float | None = None
+
+    def refusal(self, now: float) -> str | None:
+        """Why the key is refused at wall-clock time ``now`` (None: it is usable)."""
+        if self.disabled:
+            return "disabled"
+        expires = self.expires_at
+        if expires is not None and now >= expires:
+            return "expired"
+        return None
 
     def __repr__(self) -> str:
         return f"KeyState(label={self.label!r}, limit={self.limit}, usage={self.usage})"
@@ -108,6 +154,16 @@ def key_label(key: str) -> str:
     return "key-" + hashlib.sha256(key.encode()).hexdigest()[:10]
 
 
+def key_hash(key: str) -> str:
+    """The management API's id of a key (64 hex digits, as its paths take)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def masked(key: str) -> str:
+    """A key as the management API's ``label`` shows it (``sk-or-v1-0e6...1c96``)."""
+    return f"{key[:12]}...{key[-4:]}" if len(key) > 20 else "sk-...."
+
+
 class Account:
     """The account balance shared by every key, the keys, and the in-flight holds."""
 
@@ -115,19 +171,44 @@ class Account:
         self,
         credits: Decimal | int | str,
         api_keys: Iterable[str] | Mapping[str, Decimal | int | str | None] | None,
+        management_keys: Iterable[str] = (),
     ) -> None:
         self.credits = to_units(to_decimal(credits, what="credits"))
         self.usage = 0
         self.holds = 0
+        self.key_limit_status = 402
+        self.wall_clock: Callable[[], float] = time.time
+        """When a charge is recorded (a key's ``last_used_at``): the simulator's."""
+        """How a key past its limit is refused: 402 as the docs say, or 403 as the
+        field reports (docs/simulator.md, "Billing, credits and 402")."""
+        self.revoked: set[str] = set()
+        """Hashes of deleted keys: refused even by an account that accepts any key."""
         self.open = api_keys is None
         self.keys: dict[str, KeyState] = {}
+        self.by_hash: dict[str, KeyState] = {}
+        """Every key by its management-API hash (those made by ``POST /keys`` too)."""
         if api_keys is not None:
             limits = api_keys if isinstance(api_keys, Mapping) else dict.fromkeys(api_keys)
             for key, limit in limits.items():
                 if not isinstance(key, str) or not key.strip():
                     raise ValueError("api_keys must be non-empty strings")
                 units = None if limit is None else to_units(to_decimal(limit, what="key limit"))
-                self.keys[key] = KeyState(key_label(key), units)
+                self.add_key(key, units)
+        for key in management_keys:
+            if not isinstance(key, str) or not key.strip():
+                raise ValueError("management_keys must be non-empty strings")
+            self.add_key(key, None).management = True
+
+    def add_key(self, token: str, limit: int | None, *, name: str | None = None) -> KeyState:
+        """Accept ``token`` (with a limit in picodollars, or none)."""
+        state = KeyState(key_label(token), limit)
+        state.hash = key_hash(token)
+        state.masked_label = masked(token)
+        if name is not None:
+            state.name = name
+        self.keys[token] = state
+        self.by_hash[state.hash] = state
+        return state
 
     @property
     def balance(self) -> int:
@@ -136,9 +217,17 @@ class Account:
     def key(self, token: str) -> KeyState | None:
         """The key for a bearer token, or None when it is not accepted."""
         state = self.keys.get(token)
-        if state is None and self.open and token:
-            state = self.keys[token] = KeyState(key_label(token), None)
+        if state is None and self.open and token and key_hash(token) not in self.revoked:
+            state = self.add_key(token, None)
         return state
+
+    def delete_key(self, state: KeyState) -> None:
+        """Forget a key for good (``DELETE /keys/{hash}``)."""
+        self.by_hash.pop(state.hash, None)
+        self.revoked.add(state.hash)
+        for token, known in list(self.keys.items()):
+            if known is state:
+                del self.keys[token]
 
     def top_up(self, amount: Decimal | int | str) -> None:
         """Add credits (negative amounts remove them)."""
@@ -163,6 +252,13 @@ class Account:
 
         if key.limit is not None:
             remaining = key.limit - key.usage - key.holds
+            if worst > remaining and self.key_limit_status == 403:
+                window = key.limit_reset or "total"
+                return PaymentDenied(
+                    "openrouter_key_limit",
+                    f"Key limit exceeded ({window} limit). Manage it using {KEYS_URL}",
+                    status=403,
+                )
             if worst > remaining:
                 return PaymentDenied(
                     "openrouter_key_limit",
@@ -203,4 +299,5 @@ class Account:
 
     def charge(self, key: KeyState, amount: int) -> None:
         key.usage += amount
+        key.last_used = self.wall_clock()
         self.usage += amount

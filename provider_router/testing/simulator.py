@@ -76,7 +76,13 @@ class Simulator:
             serving provider as unknown, not as a policy violation).
         overcharge: bill and report this many times the listed prices (a server
             whose costs are absurd; the charge record stays exact).
+        management_keys: keys that may call the management API (``/keys``: make,
+            read, disable and delete keys) and ``/key``, never a completion.
+        key_limit_status: how a key past its limit is refused: 402 with
+            ``limit_source: "openrouter_key_limit"`` as the docs say, or 403 with the
+            field's bare ``Key limit exceeded (total limit)`` (docs/simulator.md).
         clock / sleep: injected monotonic clock and sleep.
+        wall_clock: injected wall-clock seconds (when a made key expires).
     """
 
     def __init__(
@@ -97,8 +103,11 @@ class Simulator:
         bill_abandoned: bool = False,
         anonymous: bool = False,
         overcharge: int = 1,
+        management_keys: Iterable[str] = (),
+        key_limit_status: int = 402,
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        wall_clock: Clock = time.time,
     ) -> None:
         if not speed > 0:
             raise ValueError(f"speed must be positive, got {speed}")
@@ -109,7 +118,12 @@ class Simulator:
         self.market = market or Market.default()
         self.faults = FaultBook(faults)
         self.seed = seed
-        self.account = Account(credits, api_keys)
+        if key_limit_status not in (402, 403):
+            raise ValueError(f"key_limit_status must be 402 or 403, got {key_limit_status!r}")
+        self.account = Account(credits, api_keys, management_keys)
+        self.account.key_limit_status = key_limit_status
+        self.account.wall_clock = wall_clock
+        self.wall_clock = wall_clock
         self.speed = speed
         self.instant = math.isinf(speed)
         self.lengths = Lengths(median=median_completion_tokens, fixed=completion_tokens)
@@ -255,27 +269,42 @@ class Simulator:
                     return self.down[name]
         return market_down
 
+    def forget_key(self, key: KeyState) -> None:
+        """Delete ``key`` for good: refused from its next request on."""
+        self.account.delete_key(key)
+        for header, known in list(self._by_header.items()):
+            if known is key:
+                del self._by_header[header]
+
     def add_fault(self, fault: Fault) -> Fault:
         return self.faults.add(fault)
 
     # --- auth -----------------------------------------------------------------
 
-    def authenticate(self, request: web.Request) -> KeyState | web.Response:
+    def authenticate(
+        self, request: web.Request, *, completions: bool = False
+    ) -> KeyState | web.Response:
+        """The calling key, or the 401 (403: a management key asking for a completion)."""
         header = request.headers.get("Authorization", "")
         known = self._by_header.get(header)
-        if known is not None:  # a header seen before: its key, without parsing it again
-            return known
-        scheme, _, token = header.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
-            return json_error(401, "No auth credentials found")
-        key = self.account.key(token)
-        if key is None:
+        if known is None:
+            scheme, _, token = header.partition(" ")
+            token = token.strip()
+            if scheme.lower() != "bearer" or not token:
+                return json_error(401, "No auth credentials found")
+            known = self.account.key(token)
+            if known is None:
+                return json_error(401, "User not found.")
+            if len(self._by_header) >= _HEADER_CACHE:
+                self._by_header.clear()
+            self._by_header[header] = known
+        usable = not known.disabled and known.expires_at is None
+        if not usable and known.refusal(self.wall_clock()) is not None:
+            # A disabled key answers 401 in the field; an expired one likewise (assumed).
             return json_error(401, "User not found.")
-        if len(self._by_header) >= _HEADER_CACHE:
-            self._by_header.clear()
-        self._by_header[header] = key
-        return key
+        if completions and known.management:
+            return json_error(403, "Management keys cannot be used for completions")
+        return known
 
 
 def json_response(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Callable
 from decimal import Decimal
@@ -191,3 +192,50 @@ def test_prompts_edited_under_their_ids_are_sent_again_on_ray_their_old_rows_asi
     ]
     assert sorted(r["id"] for r in aside) == ["a3", "a7"]
     assert "2 answers of dataset a no longer answer its inputs" in capsys.readouterr().err
+
+
+def test_a_key_made_for_the_run_serves_the_actors_and_is_in_no_file_ray_keeps(
+    ray_session: Path,
+    redis_server: RedisServer,
+    job_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    management = "sk-or-v1-ray-management-key"
+    sim = SimulatorThread(
+        api_keys=[KEY], management_keys=[management], speed=math.inf, credits=CREDITS
+    )
+    try:
+        monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
+        monkeypatch.setenv("OPENROUTER_MANAGEMENT_KEY", management)
+        out = tmp_path / "out"
+        argv = _argv(_plan(tmp_path, "5"), out, redis_server, sim, job_name)
+        assert main([*argv, "--job-key"]) == 0
+        made = {
+            token: state
+            for token, state in sim.server.simulator.account.keys.items()
+            if token not in (KEY, management)
+        }
+        ((token, state),) = made.items()
+        assert state.disabled  # disabled once Ray was done
+        chats = [r for r in sim.server.requests if r.route == "chat"]
+        assert {r.key_label for r in chats} == {state.label}
+        assert _ids(out / "a.jsonl") == Counter({f"a{i}": 1 for i in range(30)})
+        for root in (ray_session, out):
+            assert _files_holding(root, token.encode()) == [], root
+        capsys.readouterr()
+    finally:
+        sim.stop()
+
+
+def _files_holding(root: Path, needle: bytes) -> list[Path]:
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            try:
+                if needle in path.read_bytes():
+                    found.append(path)
+            except OSError:
+                continue
+    return found

@@ -78,6 +78,13 @@ class SimClient:
         async with self.session.post(self.url + path, json=body, headers=headers) as response:
             return await self._reply(response)
 
+    async def call(self, method: str, path: str, body: Any = None, **params: str) -> Reply:
+        """Any method (the management API's ``PATCH`` and ``DELETE`` among them)."""
+        async with self.session.request(
+            method, self.url + path, json=body, params=params
+        ) as response:
+            return await self._reply(response)
+
     async def chat(self, headers: dict[str, str] | None = None, **body: Any) -> Reply:
         return await self.post("/chat/completions", chat_body(**body), headers)
 

@@ -69,6 +69,7 @@ NEUTRAL = {
     "_exceptions",
     "_resource",
     "_secrets",
+    "_spend_limits",  # a pure reading of an error body; imports nothing
 }
 
 

@@ -432,3 +432,31 @@ async def test_chat_stream_with_logprobs_reads_into_the_sdks_models(sdk: Any) ->
                     tokens.extend(t.token for t in choice.logprobs.content)
     assert tokens
     assert "".join(tokens) == "".join(content)
+
+
+async def test_the_management_api_through_the_sdk(openrouter_sim_factory: Any) -> None:
+    """A job key's life through the SDK: made with a limit and an expiry, read, listed,
+    disabled, deleted."""
+    from datetime import UTC, datetime, timedelta
+
+    management = "sk-or-v1-sdk-management-key"
+    sim = await openrouter_sim_factory(management_keys=[management])
+    expires = (datetime.now(UTC) + timedelta(days=2)).replace(microsecond=0)
+    async with openrouter.OpenRouter(
+        api_key=management, server_url=sim.url, retry_config=None
+    ) as client:
+        made = await client.api_keys.create_async(
+            name="job", limit=1.5, limit_reset="monthly", expires_at=expires
+        )
+        assert made.key.startswith("sk-or-v1-")
+        assert made.data.limit == 1.5
+        assert made.data.expires_at == expires
+        hash_ = made.data.hash
+        assert (await client.api_keys.get_async(hash=hash_)).data.name == "job"
+        listed = await client.api_keys.list_async()
+        assert hash_ in {k.hash for k in listed.data}
+        updated = await client.api_keys.update_async(hash=hash_, disabled=True)
+        assert updated.data.disabled is True
+        assert (await client.api_keys.delete_async(hash=hash_)).DELETED is True
+        with pytest.raises(errors.NotFoundResponseError):
+            await client.api_keys.get_async(hash=hash_)

@@ -20,6 +20,7 @@ __all__ = [
     "BATCHES_REPORT_FILE",
     "BATCH_JOURNAL_FILE",
     "BATCH_STATUS_FILE",
+    "JOB_KEYS_FILE",
     "JOURNAL_FILE",
     "LEDGER_FILE",
     "MANIFEST_FILE",
@@ -52,6 +53,9 @@ VERIFY_FILE: Final = "verify.json"
 SET_ASIDE_DIR: Final = "set_aside"
 """Rows moved out of the outputs (kept, never deleted): ``set_aside/<why>/<dataset>.jsonl``
 (:mod:`provider_router.jobs.store.aside`)."""
+JOB_KEYS_FILE: Final = "job_keys.json"
+"""The keys ``--job-key`` made for the job's runs: hashes only, never a key
+(:mod:`provider_router.jobs.store.job_keys`)."""
 
 # The Batch API route.
 BATCH_JOURNAL_FILE: Final = "batches.jsonl"
@@ -121,6 +125,10 @@ class JobLayout:
     @property
     def verify(self) -> Path:
         return self.out / VERIFY_FILE
+
+    @property
+    def job_keys(self) -> Path:
+        return self.out / JOB_KEYS_FILE
 
     @property
     def batch_journal(self) -> Path:

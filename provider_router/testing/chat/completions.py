@@ -239,7 +239,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     sim = request.app[SIM_KEY]
     record = sim.log.start("chat")
     try:
-        key = sim.authenticate(request)
+        key = sim.authenticate(request, completions=True)
         if not isinstance(key, KeyState):  # a 401 (KeyState: no ABC check, unlike Response)
             response: web.StreamResponse = key
         else:
@@ -369,6 +369,8 @@ def _chat(
     if denied is not None:
         record.limit_source = denied.limit_source
         record.outcome = "payment_required"
+        if denied.status == 403:  # the field's key cap: a bare body, no metadata
+            return json_error(403, denied.message)
         metadata = {
             "provider_name": None,
             "limit_source": denied.limit_source,

@@ -27,6 +27,7 @@ OUT = Path("runs/b3")
         ("timeline", "timeline.ndjson"),
         ("report", "report.html"),
         ("manifest", "job.json"),
+        ("job_keys", "job_keys.json"),
     ],
 )
 def test_each_file_keeps_its_name(where: str, name: str) -> None:
@@ -44,7 +45,7 @@ def test_no_two_files_share_a_name() -> None:
         for attr in dir(JobLayout)
         if isinstance(getattr(JobLayout, attr), property)
     ]
-    assert len(names) == len(set(names)) == 13
+    assert len(names) == len(set(names)) == 14  # job.json and job_keys.json joined
 
 
 def test_files_named_like_outputs_that_are_not_a_datasets_are_not_listed_as_outputs(
