@@ -376,7 +376,10 @@ async def _batch_part(
     takes it). A stop of the route (a results 402, the budget) ends the run there."""
     if all(d.route == "sync" for d in plan.datasets):
         return plan, None
-    batches = await batch_datasets(plan, base_url=base_url)
+    batches = await batch_datasets(plan, base_url=base_url, api_key=api_key)
+    if hooks.on_batch_line is not None:
+        for note in batches.notes:  # auto datasets sent sync instead, and why
+            hooks.on_batch_line(note + ".")
     if not batches.names:
         return plan, None
     endpoint = batches.route.endpoint if batches.route is not None else None
@@ -413,6 +416,7 @@ async def _batch_part(
     # every batch they went in: the journal skips what is done); route: batch ones end.
     auto = {d.name for d in plan.datasets if d.route == "auto"}
     stuck = sum(n for name, n in result.gave_up.items() if name not in auto)
+    stuck += sum(n for name, n in result.refused.items() if name not in auto)
     left = without_datasets(plan, tuple(n for n in batches.names if n not in auto))
     # Prompts that failed in every batch keep the run incomplete, whatever the sync part does.
     reason = StopReason.INCOMPLETE if stuck else StopReason.COMPLETE

@@ -25,6 +25,7 @@ __all__ = [
     "MERGE_REPORT_FILE",
     "NOT_IN_INPUTS_FILE",
     "OUTPUT_SUFFIX",
+    "QUARANTINED_FILE",
     "REPORT_FILE",
     "SUMMARY_FILE",
     "TIMELINE_FILE",
@@ -53,6 +54,8 @@ BATCHES_REPORT_FILE: Final = "batches.json"
 """What the last run of the route did."""
 NOT_IN_INPUTS_FILE: Final = "not_in_inputs.jsonl"
 """Paid answers to prompts no longer in the inputs, kept aside."""
+QUARANTINED_FILE: Final = "quarantined.jsonl"
+"""Paid batch answers served by a provider the policy excludes, kept aside (not data)."""
 
 # What a run leaves for its operator.
 SUMMARY_FILE: Final = "summary.json"
@@ -112,6 +115,10 @@ class JobLayout:
     @property
     def not_in_inputs(self) -> Path:
         return self.out / NOT_IN_INPUTS_FILE
+
+    @property
+    def quarantined(self) -> Path:
+        return self.out / QUARANTINED_FILE
 
     @property
     def summary(self) -> Path:
