@@ -117,7 +117,8 @@ class BatchPart:
             part that follows writes its own.
         ends_run: nothing is left for the sync route, or the route stopped.
         stuck: prompts of ``route: batch`` datasets that failed in every batch they
-            went in (not written; ``route: auto`` sends its own sync).
+            went in, or that would fail a whole batch and were never put in one (not
+            written; ``route: auto`` sends its own sync).
     """
 
     result: BatchRouteResult

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from _batch_api_helpers import K3, Job, prompts
-from _job_helpers import small_plan
+from _job_helpers import run_cli, small_plan
 
 from provider_router import ProviderPolicy
 from provider_router._exceptions import ConfigurationError
@@ -255,3 +255,29 @@ async def test_the_projection_sends_auto_sync_when_sync_is_cheaper(
     assert (a.route, b.route) == ("sync", "batch")
     assert "dataset 'a' goes sync: DeepInfra's sync price" in a.reason
     assert "keeps route batch as asked" in b.reason
+
+
+@pytest.mark.parametrize("route", ["auto", "batch"])
+async def test_the_command_with_an_unreachable_batch_api(
+    tmp_path: Path, openrouter_sim_factory: Factory, route: str
+) -> None:
+    sim = await openrouter_sim_factory(speed=float("inf"), seed=3)
+    sim.simulator.batches.faults.unreachable = True
+    small_plan(tmp_path, requests=None, prompts=4, model=K3, route=route)  # writes p.jsonl
+    path = tmp_path / "plan.yaml"
+    path.write_text(
+        f"model: {K3}\nbudget: 10\npolicy: {{exclude_below: int4}}\n"
+        f"generation: {{max_tokens: 200}}\n"
+        f"datasets:\n  - {{name: p, input: p.jsonl, route: {route}}}\n"
+    )
+    out = tmp_path / "out"
+    args = ["run", "--plan", str(path), "--out", str(out), "--base-url", sim.url]
+    code, _, err = await run_cli(*args, "--progress", "plain", "--no-preflight")
+    if route == "auto":
+        assert code == 0, err[-2000:]
+        assert "dataset 'p' goes sync: the Batch API answers 404 for this key" in err
+        assert len(sim.simulator.log.chat()) == 4, "sent synchronously"
+    else:
+        assert code == 1
+        assert "dataset 'p' asks for route batch, but the Batch API answers 404" in err
+        assert not sim.simulator.log.chat(), "nothing sent"
