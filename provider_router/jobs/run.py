@@ -93,6 +93,9 @@ class RunHooks:
         on_batch_line: a sentence of the Batch API route's progress, when a
             dataset's figures change.
         on_batch_done: the Batch API route ended, before the sync datasets start.
+        on_route_note: a sentence, before anything is sent, for each dataset that
+            asked for the Batch API and goes sync instead (or keeps batch against a
+            cheaper sync price); default: ``on_batch_line``.
         around_sync: entered with the sync route's runner just before it runs, and
             left when it ends: show its progress, and stop (the first Ctrl-C) or
             abandon (the second) it from in there.
@@ -101,6 +104,7 @@ class RunHooks:
     on_start: Callable[[], None] | None = None
     on_batch_line: Callable[[str], None] | None = None
     on_batch_done: Callable[[BatchPart], None] | None = None
+    on_route_note: Callable[[str], None] | None = None
     around_sync: Callable[[JobRunner], AbstractAsyncContextManager[object]] | None = None
 
 
@@ -378,9 +382,10 @@ async def _batch_part(
     if all(d.route == "sync" for d in plan.datasets):
         return plan, None
     batches = await batch_datasets(plan, base_url=base_url, api_key=api_key)
-    if hooks.on_batch_line is not None:
+    say = hooks.on_route_note or hooks.on_batch_line
+    if say is not None:
         for note in batches.notes:  # auto datasets sent sync instead, and why
-            hooks.on_batch_line(note + ".")
+            say(note + ".")
     if not batches.names:
         return plan, None
     endpoint = batches.route.endpoint if batches.route is not None else None

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from _batch_api_helpers import K3, Job, prompts
+from _batch_api_helpers import K3, Job, Killed, prompts
 from _job_helpers import run_cli, small_plan
 
 from provider_router import ProviderPolicy
@@ -120,10 +120,23 @@ async def test_a_line_that_may_overflow_goes_in_a_batch_of_its_own_kind(job: Job
     assert sorted(job.outputs()) == sorted(["long", "p0", "p1", "p2"])
 
 
+class KillOnPoll(BatchApi):
+    """Killed at the first poll, after the submit (its 202 journaled)."""
+
+    async def list_page(self, created_after: int, after: str | None) -> dict[str, Any]:
+        raise Killed
+
+    async def get(self, batch_id: str, **kw: Any) -> dict[str, Any]:
+        raise Killed
+
+
 async def test_long_prompt_ids_go_as_short_custom_ids_mapped_in_the_journal(job: Job) -> None:
     items = [_prompt("x" * 150 + str(n), f"question {n}", n + 1) for n in range(5)]
-    result = await job.go(items)
+    with pytest.raises(Killed):
+        await job.go(items, KillOnPoll(job.http))
+    result = await job.go(items)  # the mapping read back from batches.jsonl
     assert result.stop is None  # the simulator answers 422 to a custom_id over 64
+    assert set(job.submitted().values()) == {1}
     assert sorted(job.outputs()) == sorted(p.id for p in items)
     journal = [json.loads(x) for x in (job.directory / "batches.jsonl").read_text().splitlines()]
     intent = next(e for e in journal if e["op"] == "intent")
@@ -272,7 +285,7 @@ async def test_the_command_with_an_unreachable_batch_api(
     )
     out = tmp_path / "out"
     args = ["run", "--plan", str(path), "--out", str(out), "--base-url", sim.url]
-    code, _, err = await run_cli(*args, "--progress", "plain", "--no-preflight")
+    code, _, err = await run_cli(*args, "--progress", "off", "--no-preflight")
     if route == "auto":
         assert code == 0, err[-2000:]
         assert "dataset 'p' goes sync: the Batch API answers 404 for this key" in err

@@ -23,6 +23,7 @@ OUT = Path("runs/b3")
         ("batch_status", "batch_status.json"),
         ("batches_report", "batches.json"),
         ("not_in_inputs", "not_in_inputs.jsonl"),
+        ("quarantined", "quarantined.jsonl"),
         ("summary", "summary.json"),
         ("timeline", "timeline.ndjson"),
         ("report", "report.html"),
@@ -43,4 +44,4 @@ def test_no_two_files_share_a_name() -> None:
         for attr in dir(JobLayout)
         if isinstance(getattr(JobLayout, attr), property)
     ]
-    assert len(names) == len(set(names)) == 12
+    assert len(names) == len(set(names)) == 13
