@@ -493,6 +493,7 @@ def _handle(args: argparse.Namespace) -> int:
             hooks=RunHooks(
                 on_start=lambda: _serve_metrics(args, metrics),
                 on_batch_line=None if args.progress == "off" else _say,
+                on_route_note=_say,
                 on_batch_done=lambda part: _batch_done(args, plan, part),
                 around_sync=lambda runner: _watched(
                     runner, console, args.progress, own_process=args.own_process

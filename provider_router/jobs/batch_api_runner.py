@@ -1,8 +1,9 @@
 """A plan's batch-route datasets: which they are, and running them into the job directory.
 
 :func:`batch_datasets` resolves each dataset's ``route`` (``batch``; ``auto`` where an
-allowed batch endpoint exists and no deadline is sooner than the window) against the
-model's ``:batch`` listing. :func:`run_plan_batches` runs those datasets through
+allowed batch endpoint exists, no deadline is sooner than the window, the ``:batch``
+price is not above the live sync price and the Batch API answers for the key) against
+the model's ``:batch`` listing. :func:`run_plan_batches` runs those datasets through
 :class:`~provider_router.jobs.batch_api.route.BatchRouteRun` with the job's own journal
 and ledger (the same files the sync runner uses, so one budget covers both), watched by
 the observers it is given; :func:`~provider_router.jobs.run.run_plan` calls it, with the
@@ -15,8 +16,9 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from provider_router._constants import ENV_API_KEY
 from provider_router._exceptions import ConfigurationError, JobRefused
@@ -24,6 +26,7 @@ from provider_router._http.session import HttpClient
 from provider_router.catalog.fetch import Catalog
 from provider_router.client.metrics import Metrics
 from provider_router.jobs.batch_api.api import BatchApi
+from provider_router.jobs.batch_api.body import params_problem
 from provider_router.jobs.batch_api.route import BatchRouteResult, BatchRouteRun
 from provider_router.jobs.budget import apply_choice, choose_limit
 from provider_router.jobs.events import RunObserver
@@ -31,17 +34,19 @@ from provider_router.jobs.identity import check_identity
 from provider_router.jobs.redo import redo_truncated as set_aside_truncated
 from provider_router.jobs.revisions import revise_plan
 from provider_router.jobs.snapshots import BatchSampled
-from provider_router.jobs.store._layout import NOT_IN_INPUTS_FILE, JobLayout
+from provider_router.jobs.store._layout import NOT_IN_INPUTS_FILE, QUARANTINED_FILE, JobLayout
 from provider_router.jobs.store.job_ledger import open_job_ledger
 from provider_router.jobs.store.journal import FileJournal
 from provider_router.planning.compare import BATCH_WINDOW_SECONDS
 from provider_router.planning.plan import Plan
 from provider_router.planning.prompts import Prompt, PromptReader
-from provider_router.routing.batch_endpoints import BatchRoute, batch_route
+from provider_router.routing.batch_endpoints import BatchRoute, batch_route, price_against_sync
 from provider_router.routing.policy import ProviderPolicy
 from provider_router.routing.ranking import Workload
+from provider_router.routing.route_plan import estimate_prompt_tokens
 
 __all__ = [
+    "PRICE_SAMPLE_PROMPTS",
     "PlanBatches",
     "batch_datasets",
     "describe",
@@ -53,33 +58,57 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class PlanBatches:
-    """The datasets a plan sends as batches, and the endpoint they are pinned to."""
+    """The datasets a plan sends as batches, the endpoint they are pinned to, and one
+    sentence for each dataset that asked for the Batch API and was sent sync instead
+    (or kept batch against a cheaper sync price)."""
 
     names: tuple[str, ...]
     route: BatchRoute | None
+    notes: tuple[str, ...] = ()
 
 
-async def batch_datasets(plan: Plan, *, base_url: str | None = None) -> PlanBatches:
+PRICE_SAMPLE_PROMPTS: Final = 100
+"""Prompts of a dataset read to price its mean prompt on both routes."""
+
+
+async def batch_datasets(
+    plan: Plan,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    probe: bool = True,
+) -> PlanBatches:
     """Which datasets take the batch route.
+
+    ``auto`` takes batch where an allowed batch endpoint exists, no deadline is sooner
+    than the window, its generation fields pass the endpoint's limits, the pinned
+    ``:batch`` price is not above the live sync price, and (``probe``) the Batch API
+    answers for the key: one ``GET /batches?limit=1``, a 404 meaning unreachable.
+    Each ``auto`` dataset sent sync for one of the last three gets a sentence.
 
     Raises:
         JobRefused: a dataset asks for ``batch`` and the model has no batch endpoint the
             plan's policy allows (the message names the plan file and line, and why;
             nothing is sent).
+        ConfigurationError: a ``batch`` dataset's generation fields would fail every
+            batch, or the Batch API is unreachable for the key (the message says why).
     """
     asking = [d for d in plan.datasets if d.route != "sync"]
     if not asking:
         return PlanBatches((), None)
+    policy = ProviderPolicy(**plan.policy)
     async with Catalog(base_url=base_url) as catalog:
         listing = await catalog.batch_endpoints(plan.model)
+        sync_listing = await catalog.endpoints(plan.model) if listing.endpoints else None
     max_tokens = max(plan.params_for(d).max_tokens or 1 for d in asking)
     route = batch_route(
         listing,
-        ProviderPolicy(**plan.policy),
+        policy,
         Workload(prompt_tokens=0, completion_tokens=max_tokens),
         model_id=plan.model,
     )
-    names = []
+    names: list[str] = []
+    notes: list[str] = []
     for dataset in asking:
         if not route.available:
             if dataset.route == "batch":
@@ -98,8 +127,62 @@ async def batch_datasets(plan: Plan, *, base_url: str | None = None) -> PlanBatc
             and deadline * 3600 < (BATCH_WINDOW_SECONDS)
         ):
             continue
+        assert route.endpoint is not None
+        params = plan.params_for(dataset).request_params()
+        problem = params_problem(route.endpoint, params)
+        if problem is not None:
+            if dataset.route == "batch":
+                raise ConfigurationError(
+                    f"dataset {dataset.name!r} asks for route batch, but every line would "
+                    f"fail its batch: {problem}"
+                )
+            notes.append(
+                f"dataset {dataset.name!r} goes sync: every line would fail a batch ({problem})"
+            )
+            continue
+        assert sync_listing is not None
+        price = price_against_sync(route, sync_listing, policy, _workload(dataset, params))
+        if price.sync_cheaper:
+            notes.append(price.sentence(dataset.name, dataset.route))
+            if dataset.route == "auto":
+                continue
         names.append(dataset.name)
-    return PlanBatches(tuple(names), route if names else None)
+    if names and probe and not await _reachable(base_url, api_key):
+        asked = [n for n in names if plan.dataset(n).route == "batch"]
+        if asked:
+            raise ConfigurationError(
+                f"dataset {asked[0]!r} asks for route batch, but the Batch API answers 404 "
+                "for this key (GET /batches): it is not available to it; use route: auto "
+                "(sent synchronously then) or sync"
+            )
+        notes.extend(
+            f"dataset {name!r} goes sync: the Batch API answers 404 for this key "
+            "(GET /batches), so it is not available to it"
+            for name in names
+        )
+        names = []
+    return PlanBatches(tuple(names), route if names else None, tuple(notes))
+
+
+def _workload(dataset: Any, params: dict[str, Any]) -> Workload:
+    """The shape both routes are priced at: the mean prompt of the dataset's first
+    prompts (about four bytes a token) and its ``max_tokens`` (what is reserved)."""
+    sizes = [
+        estimate_prompt_tokens(p.messages) // 4
+        for p in islice(PromptReader(list(dataset.inputs)), PRICE_SAMPLE_PROMPTS)
+    ]
+    prompt = sum(sizes) // len(sizes) if sizes else 0
+    return Workload(prompt_tokens=prompt, completion_tokens=int(params["max_tokens"]))
+
+
+async def _reachable(base_url: str | None, api_key: str | None) -> bool:
+    """Whether the Batch API answers for the key (one probe; without a key there is
+    nothing to probe with, and the run refuses that on its own)."""
+    key = api_key or os.environ.get(ENV_API_KEY)
+    if not key:
+        return True
+    async with HttpClient(base_url, key) as http:
+        return await BatchApi(http).reachable()
 
 
 def without_datasets(plan: Plan, names: tuple[str, ...]) -> Plan | None:
@@ -182,6 +265,7 @@ async def run_plan_batches(
                     params=_params(plan, chosen[0]),
                     dataset_params={d.name: _params(plan, d) for d in chosen},
                     limits={d.name: (d.target_output_tokens, d.max_requests) for d in chosen},
+                    sync_after=[d.name for d in chosen if d.route == "auto"],
                     **options,
                 )
                 runner.result.events += moved
@@ -211,6 +295,7 @@ async def run_plan_batches(
                     for observer in watching:
                         await observer.on_progress(sampled)
 
+                runner.result.events.extend(batches.notes)
                 if watching:
                     runner.on_round = each_round
                 try:
@@ -273,6 +358,12 @@ def describe(result: BatchRouteResult) -> list[str]:
             f"Batch route: {result.earlier_content} paid answers to an earlier content of "
             f"prompts edited while their batch ran were kept in {NOT_IN_INPUTS_FILE} (never "
             "under the new text); the new text is sent as a new prompt."
+        )
+    if result.quarantined:
+        lines.append(
+            f"Batch route: {result.quarantined} paid answers served by a provider the policy "
+            f"excludes were quarantined in {QUARANTINED_FILE} (not data; their prompts go "
+            "again)."
         )
     if result.stop is not None:
         lines.append(f"Batch route stopped: {result.stop}.")

@@ -96,6 +96,9 @@ class RunHooks:
         on_batch_line: a sentence of the Batch API route's progress, when a
             dataset's figures change.
         on_batch_done: the Batch API route ended, before the sync datasets start.
+        on_route_note: a sentence, before anything is sent, for each dataset that
+            asked for the Batch API and goes sync instead (or keeps batch against a
+            cheaper sync price); default: ``on_batch_line``.
         around_sync: entered with the sync route's runner just before it runs, and
             left when it ends: show its progress, and stop (the first Ctrl-C) or
             abandon (the second) it from in there.
@@ -104,6 +107,7 @@ class RunHooks:
     on_start: Callable[[], None] | None = None
     on_batch_line: Callable[[str], None] | None = None
     on_batch_done: Callable[[BatchPart], None] | None = None
+    on_route_note: Callable[[str], None] | None = None
     around_sync: Callable[[JobRunner], AbstractAsyncContextManager[object]] | None = None
 
 
@@ -120,7 +124,8 @@ class BatchPart:
             part that follows writes its own.
         ends_run: nothing is left for the sync route, or the route stopped.
         stuck: prompts of ``route: batch`` datasets that failed in every batch they
-            went in (not written; ``route: auto`` sends its own sync).
+            went in, or that would fail a whole batch and were never put in one (not
+            written; ``route: auto`` sends its own sync).
     """
 
     result: BatchRouteResult
@@ -478,7 +483,11 @@ async def _batch_part(
     takes it). A stop of the route (a results 402, the budget) ends the run there."""
     if all(d.route == "sync" for d in plan.datasets):
         return plan, None
-    batches = await batch_datasets(plan, base_url=base_url)
+    batches = await batch_datasets(plan, base_url=base_url, api_key=api_key)
+    say = hooks.on_route_note or hooks.on_batch_line
+    if say is not None:
+        for note in batches.notes:  # auto datasets sent sync instead, and why
+            say(note + ".")
     if not batches.names:
         return plan, None
     endpoint = batches.route.endpoint if batches.route is not None else None
@@ -517,6 +526,7 @@ async def _batch_part(
     # every batch they went in: the journal skips what is done); route: batch ones end.
     auto = {d.name for d in plan.datasets if d.route == "auto"}
     stuck = sum(n for name, n in result.gave_up.items() if name not in auto)
+    stuck += sum(n for name, n in result.refused.items() if name not in auto)
     left = without_datasets(plan, tuple(n for n in batches.names if n not in auto))
     # Prompts that failed in every batch keep the run incomplete, whatever the sync part does.
     reason = StopReason.INCOMPLETE if stuck else StopReason.COMPLETE

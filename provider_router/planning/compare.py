@@ -7,8 +7,9 @@ both routes: the sync one on the model's endpoints, the batch one on the single
 at its own prices and with no cache reads (the side that never under-reserves). It
 also estimates each route's time, expected and worst (docs/projection.md, "Sync or
 batch"). A dataset's ``route`` (``sync``, ``batch`` or ``auto``) decides which it
-takes; ``auto`` takes batch where an allowed batch endpoint exists and the dataset
-has no deadline sooner than the window.
+takes; ``auto`` takes batch where an allowed batch endpoint exists, the dataset has no
+deadline sooner than the window, and the live sync price is not below the ``:batch``
+one (a promotion).
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ from provider_router.catalog.records import Endpoint, ModelEndpoints
 from provider_router.planning.projection import project
 from provider_router.planning.projection_result import Projection
 from provider_router.planning.workload import DatasetDemand, WorkloadEstimate
-from provider_router.routing.batch_endpoints import BatchRoute, batch_route
+from provider_router.routing.batch_endpoints import (
+    BatchRoute,
+    PriceCheck,
+    batch_route,
+    price_against_sync,
+)
 from provider_router.routing.policy import ProviderPolicy
 
 __all__ = [
@@ -191,7 +197,11 @@ def median_of_slowest(batches: int) -> float:
 
 
 def _choose(
-    demand: DatasetDemand, asked: str, deadline_hours: float | None, batch: BatchRoute
+    demand: DatasetDemand,
+    asked: str,
+    deadline_hours: float | None,
+    batch: BatchRoute,
+    price: PriceCheck | None = None,
 ) -> RouteChoice:
     if asked not in ROUTES:
         raise ConfigurationError(f"dataset {demand.name!r}: route must be one of {ROUTES}")
@@ -214,6 +224,9 @@ def _choose(
             "sync",
             f"its deadline ({deadline_hours:g} h) is sooner than the batch window (24 h)",
         )
+    if price is not None and price.sync_cheaper:
+        sentence = price.sentence(demand.name, asked)
+        return RouteChoice(demand.name, asked, "sync" if asked == "auto" else "batch", sentence)
     return RouteChoice(demand.name, asked, "batch", batch.reason)
 
 
@@ -277,5 +290,11 @@ def compare_routes(
         )
     asked = routes or {}
     due = deadlines or {}
-    choices = tuple(_choose(d, asked.get(d.name, "sync"), due.get(d.name), pinned) for d in demands)
+    price = None
+    if pinned.endpoint is not None and pinned.endpoint.pricing.prompt is not None:
+        # A promotion can put the live sync price below the :batch one: auto goes sync.
+        price = price_against_sync(pinned, sync_listing, policy, workload.to_workload())
+    choices = tuple(
+        _choose(d, asked.get(d.name, "sync"), due.get(d.name), pinned, price) for d in demands
+    )
     return RouteComparison(sync_option, batch_option, pinned, choices, concurrency)

@@ -1,13 +1,14 @@
 """Batch API endpoints under the same policy: which ``:batch`` endpoint may serve a batch.
 
-OpenRouter lists a model's batch endpoints on their own, with their own prices; they
-parse into the same records and are judged by the same
-:class:`~provider_router.routing.policy.ProviderPolicy`. A batch runs on *one*
-provider, and the Batch API honours only ``provider.only`` (no ``quantizations``
-filter), so the pin is what keeps a rejected endpoint out: a provider with any batch
-endpoint the policy rejects is never pinned. :func:`batch_route` picks the cheapest
-allowed batch endpoint for a workload and pins it alone, so the price the budget
-reserves at is the price the batch is billed at.
+OpenRouter lists a model's batch endpoints on their own, with their own prices, judged
+by the same :class:`~provider_router.routing.policy.ProviderPolicy`. A batch runs on
+*one* provider, and the Batch API honours only ``provider.only`` (no ``quantizations``
+filter), so the pin keeps a rejected endpoint out: a provider with any batch endpoint
+the policy rejects is never pinned. :func:`batch_route` pins the cheapest allowed one
+alone, so the budget reserves at the price the batch is billed at;
+:attr:`BatchRoute.allowed_providers` is what a result line's served provider is checked
+against. :func:`price_against_sync` sets its price beside the live sync listing's (a
+promotion on the sync side can make sync the cheaper route).
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from provider_router.catalog.records import Endpoint, ModelEndpoints
 from provider_router.routing.policy import Decision, Decisions, ProviderPolicy
 from provider_router.routing.ranking import Workload, rank
 
-__all__ = ["BATCH_SUFFIX", "BatchRoute", "batch_listing_id", "batch_route"]
+__all__ = [
+    "BATCH_SUFFIX",
+    "BatchRoute",
+    "PriceCheck",
+    "batch_listing_id",
+    "batch_route",
+    "price_against_sync",
+]
 
 BATCH_SUFFIX: Final = ":batch"
 
@@ -62,6 +70,26 @@ class BatchRoute:
     @property
     def available(self) -> bool:
         return self.endpoint is not None
+
+    @property
+    def allowed_providers(self) -> frozenset[str]:
+        """Provider names (lower case) whose answers the policy accepts in a batch: the
+        allowed batch endpoints a pin keeps alone (a provider that also lists a rejected
+        variant is not one: a line's provider name cannot tell the variants apart)."""
+        return frozenset(e.provider_name.lower() for e in _pinnable(self.decisions)[0])
+
+    def unallowed(self, provider: object) -> str | None:
+        """Why a line served by ``provider`` is quarantined (None: allowed, or not named:
+        unknown is kept, as on the sync route)."""
+        if not isinstance(provider, str) or not provider:
+            return None
+        allowed = self.allowed_providers
+        if provider.lower() in allowed:
+            return None
+        return (
+            f"served by {provider[:80]!r}, not one of the allowed providers "
+            f"({', '.join(sorted(allowed)) or 'none'})"
+        )
 
     @property
     def only(self) -> tuple[str, ...]:
@@ -141,3 +169,58 @@ def batch_route(
     best = rank(keep, workload=workload)[0].endpoint
     why = f"{best.provider_name} ({best.slug}), the cheapest batch endpoint the policy allows"
     return BatchRoute(base, decisions, best, why, tuple(left_out))
+
+
+@dataclass(frozen=True, slots=True)
+class PriceCheck:
+    """The pinned ``:batch`` endpoint's price beside the cheapest allowed sync endpoint's,
+    per request of one workload (USD)."""
+
+    batch: Decimal
+    sync: Decimal | None
+    """None: no sync endpoint the policy allows has a fixed price."""
+    sync_endpoint: Endpoint | None = None
+
+    @property
+    def sync_cheaper(self) -> bool:
+        return self.sync is not None and self.sync < self.batch
+
+    def sentence(self, dataset: str, asked: str) -> str:
+        """One sentence: which route the dataset takes on price, and why."""
+        assert self.sync is not None
+        assert self.sync_endpoint is not None
+        prices = (
+            f"{self.sync_endpoint.provider_name}'s sync price (${self.sync:.6g} a request) is "
+            f"below the :batch price (${self.batch:.6g})"
+        )
+        if asked == "batch":
+            return f"dataset {dataset!r} keeps route batch as asked, though {prices}"
+        return f"dataset {dataset!r} goes sync: {prices}, a promotion on the sync side"
+
+
+def price_against_sync(
+    route: BatchRoute,
+    sync_listing: ModelEndpoints,
+    policy: ProviderPolicy,
+    workload: Workload,
+) -> PriceCheck:
+    """The pinned batch endpoint's cost of ``workload`` and the cheapest allowed sync
+    endpoint's (at the listing's live prices).
+
+    Raises:
+        ConfigurationError: no batch endpoint is pinned, or it has no fixed price.
+    """
+    route.prices()  # refuses what has no pin or no fixed price
+    assert route.endpoint is not None
+    tokens = (workload.prompt_tokens, workload.completion_tokens + workload.reasoning_tokens)
+    batch = route.endpoint.pricing.cost(*tokens)
+    decisions = policy.evaluate(sync_listing.endpoints, model_id=route.model_id)
+    priced = [
+        (e.pricing.cost(*tokens), e.slug, e)
+        for e in decisions.allowed
+        if e.pricing.prompt is not None and e.pricing.completion is not None
+    ]
+    if not priced:
+        return PriceCheck(batch, None)
+    cost, _, endpoint = min(priced, key=lambda item: (item[0], item[1]))
+    return PriceCheck(batch, cost, endpoint)

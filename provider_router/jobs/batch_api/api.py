@@ -1,6 +1,7 @@
 """The Batch API's calls, through the existing :class:`~provider_router._http.session.HttpClient`.
 
-Submit, get, one page of results, one page of the list, the account's balance: each
+Submit, get, one page of results, one page of the list, a probe that the route answers
+for the key, the account's balance: each
 one ``get_json`` / ``post_json``, errors mapped as every other call (a 402 is a
 :class:`~provider_router.PaymentRequiredError` carrying the batch's metadata).
 """
@@ -11,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
-from provider_router._exceptions import InvalidResponseError
+from provider_router._exceptions import InvalidResponseError, NotFoundError
 from provider_router._http.session import HttpClient
 
 __all__ = ["LIST_PAGE_BYTES", "RESULTS_PAGE_LINES", "TERMINAL", "BatchApi"]
@@ -84,6 +85,19 @@ class BatchApi:
             params["after"] = after
         body = await self.http.get_json("/batches", params, max_bytes=LIST_PAGE_BYTES)
         return _object(body, "GET /batches")
+
+    async def reachable(self) -> bool:
+        """One probe (``GET /batches?limit=1``): False when the Batch API answers 404 for
+        this key (as it did for some keys in August 2026), True when it lists.
+
+        Raises:
+            ProviderRouterError: any other failure (a rejected key, the network...).
+        """
+        try:
+            await self.http.get_json("/batches", {"limit": "1"}, max_bytes=LIST_PAGE_BYTES)
+        except NotFoundError:
+            return False
+        return True
 
     async def balance(self) -> Decimal | None:
         """The account's credits minus its usage (None: not readable with this key)."""

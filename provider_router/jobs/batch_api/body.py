@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from provider_router._exceptions import ConfigurationError
 from provider_router.catalog.records import Endpoint
@@ -21,7 +21,15 @@ from provider_router.planning.prompts import Prompt
 from provider_router.routing.batch_endpoints import BatchRoute
 from provider_router.routing.route_plan import estimate_prompt_tokens
 
-__all__ = ["MAX_BATCH_BYTES", "MAX_BATCH_REQUESTS", "RESULTS_PAGE_BYTES", "BatchBody"]
+__all__ = [
+    "MAX_BATCH_BYTES",
+    "MAX_BATCH_REQUESTS",
+    "PARAM_RANGES",
+    "RESULTS_PAGE_BYTES",
+    "BatchBody",
+    "LineFit",
+    "params_problem",
+]
 
 MAX_BATCH_REQUESTS: Final = 5_000
 MAX_BATCH_BYTES = 200 * 1024 * 1024
@@ -37,6 +45,54 @@ RESULTS_PAGE_BYTES: Final = 256 * 1024 * 1024
 """The most of one results page held at once (pages get fewer lines when answers are long)."""
 _INTENT_PLACEHOLDER: Final = "b" + "0" * 12
 """An intent id of the real length, for measuring a line before its intent exists."""
+PARAM_RANGES: Final = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0)}
+"""OpenRouter's documented ranges (``api-reference/parameters``): a line outside one
+fails its whole batch after the 202."""
+_BYTES_PER_TOKEN_TYPICAL: Final = 4
+"""About four bytes a token in ordinary text: the prompt bound (a byte a token) over
+this is the estimate a line is refused on (it surely overflows the context)."""
+MAX_CUSTOM_ID_CHARS: Final = 64
+"""Some upstreams cap ``custom_id`` at 64 characters (Anthropic, Together: a 422)."""
+
+
+def _range_problem(params: Mapping[str, Any]) -> str | None:
+    for name, (low, high) in PARAM_RANGES.items():
+        value = params.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if not low <= value <= high:
+            return f"{name} {value} is outside {low:g} to {high:g}"
+    return None
+
+
+def params_problem(endpoint: Endpoint, params: Mapping[str, Any]) -> str | None:
+    """Why every line with these generation fields would fail a batch on ``endpoint``
+    (a parameter out of its range, ``max_tokens`` above the endpoint's caps), or None."""
+    out_of_range = _range_problem(params)
+    if out_of_range is not None:
+        return out_of_range
+    max_tokens = params.get("max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
+        return None
+    cap = endpoint.max_completion_tokens
+    if cap is not None and max_tokens > cap:
+        return f"max_tokens {max_tokens} is above {endpoint.provider_name}'s batch cap {cap}"
+    context = endpoint.context_length
+    if context is not None and max_tokens >= context:
+        return (
+            f"max_tokens {max_tokens} leaves no room for a prompt in {endpoint.provider_name}'s "
+            f"context length {context}"
+        )
+    return None
+
+
+class LineFit(NamedTuple):
+    """Whether a line fits the pinned endpoint's limits, as far as can be told here."""
+
+    sure: bool
+    """Its prompt bound plus ``max_tokens`` fits the context: it cannot fail its batch."""
+    refused: str | None
+    """Why it surely would fail its whole batch (None: it may go)."""
 
 
 def _checked_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -45,6 +101,9 @@ def _checked_params(params: Mapping[str, Any]) -> dict[str, Any]:
         raise ConfigurationError("the batch route needs max_tokens (its worst case) >= 1")
     if params.get("stream"):
         raise ConfigurationError("stream: true fails a whole batch; the batch route never streams")
+    out_of_range = _range_problem(params)
+    if out_of_range is not None:
+        raise ConfigurationError(f"{out_of_range}: it would fail every batch")
     return dict(params)
 
 
@@ -91,15 +150,22 @@ class BatchBody:
     def line(self, dataset: str, intent: str, line: int, prompt: Prompt) -> dict[str, Any]:
         """One request of a submit: ``custom_id`` ``<intent>-<line>``, and its body (a
         prompt line's own ``tools`` / ``tool_choice`` over its dataset's, as on the sync
-        route)."""
+        route).
+
+        The ``custom_id`` is short whatever the prompt's id (at most 18 characters, within
+        the 64 some upstreams allow): the intent, journaled and fsynced before the submit,
+        maps each line number back to its prompt id. A body never names a ``model`` (the
+        batch's is the one that serves it: a differing one is a 400)."""
         body = request_fields(self.params(dataset), prompt.request_fields)
         body["messages"] = prompt.messages
         body.pop("model", None)
         body.pop("stream", None)
-        return {"custom_id": f"{intent}-{line}", "body": body}
+        custom_id = f"{intent}-{line}"
+        assert len(custom_id) <= MAX_CUSTOM_ID_CHARS
+        return {"custom_id": custom_id, "body": body}
 
-    def worst(self, dataset: str, prompt: Prompt) -> Decimal:
-        """The most the line may cost (what is reserved for it)."""
+    def _prompt_bound(self, dataset: str, prompt: Prompt) -> int:
+        """An upper bound on the line's prompt tokens (a byte a token)."""
         params = self.params(dataset)
         # Tools and response_format are rendered into the prompt: a byte a token bounds them.
         extra = {
@@ -107,8 +173,36 @@ class BatchBody:
             for k, v in request_fields(params, prompt.request_fields).items()
             if k in _PROMPT_FIELDS
         }
-        bound = estimate_prompt_tokens(prompt.messages) + len(json.dumps(extra).encode())
-        return self.endpoint.pricing.cost(bound, params["max_tokens"])
+        return estimate_prompt_tokens(prompt.messages) + len(json.dumps(extra).encode())
+
+    def worst(self, dataset: str, prompt: Prompt) -> Decimal:
+        """The most the line may cost (what is reserved for it)."""
+        bound = self._prompt_bound(dataset, prompt)
+        return self.endpoint.pricing.cost(bound, self.params(dataset)["max_tokens"])
+
+    def fit(self, dataset: str, prompt: Prompt) -> LineFit:
+        """Whether the line fits the pinned endpoint's context with its ``max_tokens``:
+        surely (its bound fits), surely not (even at about four bytes a token it
+        overflows: it would fail its whole batch), or perhaps."""
+        params = self.params(dataset)
+        problem = params_problem(self.endpoint, params)
+        if problem is not None:
+            return LineFit(False, problem)
+        context = self.endpoint.context_length
+        if context is None:
+            return LineFit(True, None)
+        max_tokens = int(params["max_tokens"])
+        bound = self._prompt_bound(dataset, prompt)
+        if bound + max_tokens <= context:
+            return LineFit(True, None)
+        estimate = bound // _BYTES_PER_TOKEN_TYPICAL
+        if estimate + max_tokens > context:
+            return LineFit(
+                False,
+                f"its prompt (about {estimate:,} tokens) and max_tokens ({max_tokens:,}) "
+                f"exceed {self.endpoint.provider_name}'s context length ({context:,})",
+            )
+        return LineFit(False, None)
 
     def line_bytes(self, dataset: str) -> int:
         """The most one results line of ``dataset`` may be (from its ``max_tokens``)."""

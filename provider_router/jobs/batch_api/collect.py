@@ -6,7 +6,8 @@ skipped: exactly once across kills), and the page is committed before the next i
 asked for. A line whose cost is unreadable counts at its worst case (unknown is not
 free); a line or batch bill above twice its worst case is disputed. The batch is
 settled at the larger of its lines' sum and its own ``usage.cost``; a paid answer to a
-prompt no longer in the inputs is kept aside (:mod:`.unmatched`). A collect cut short
+prompt no longer in the inputs is kept aside (:mod:`.unmatched`), and one served by a
+provider the policy excludes is quarantined (:mod:`.quarantine`). A collect cut short
 goes on from its cursor at the next poll.
 """
 
@@ -27,6 +28,7 @@ from provider_router.jobs.batch_api._parts import RoutePart, RouteParts
 from provider_router.jobs.batch_api.api import RESULTS_PAGE_LINES
 from provider_router.jobs.batch_api.body import RESULTS_PAGE_BYTES
 from provider_router.jobs.batch_api.journal import BatchIntent
+from provider_router.jobs.batch_api.quarantine import QuarantinedAnswers
 from provider_router.jobs.batch_api.results import (
     ResultLine,
     complete_result,
@@ -37,8 +39,17 @@ from provider_router.jobs.batch_api.results import (
 from provider_router.jobs.batch_api.unmatched import UnmatchedAnswers, prompt_digest
 from provider_router.jobs.store.digest import request_fields
 from provider_router.planning.prompts import Prompt
+from provider_router.routing.batch_endpoints import BatchRoute
 
-__all__ = ["BatchCollector"]
+__all__ = ["BatchCollector", "Quarantine"]
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    """What a line's served provider is checked against, and where a quarantined one goes."""
+
+    route: BatchRoute
+    kept: QuarantinedAnswers
 
 
 @dataclass(slots=True)
@@ -55,9 +66,17 @@ class _Collecting:
 class BatchCollector(RoutePart):
     """Collect completed batches for one run of the batch route (module docstring)."""
 
-    def __init__(self, parts: RouteParts, *, unmatched: UnmatchedAnswers, model: str) -> None:
+    def __init__(
+        self,
+        parts: RouteParts,
+        *,
+        unmatched: UnmatchedAnswers,
+        model: str,
+        quarantine: Quarantine,
+    ) -> None:
         super().__init__(parts)
         self.unmatched = unmatched
+        self.quarantine = quarantine
         self.model = model
         self._progress: dict[str, _Collecting] = {}
 
@@ -165,6 +184,18 @@ class BatchCollector(RoutePart):
                 gen_id = gen[:200] if isinstance(gen, str) else None
                 self.money.dispute(intent, key, note, cost, worst, gen_id)
             cost = worst
+        reason = self.quarantine.route.unallowed(line.body.get("provider"))
+        if reason is not None:
+            # Paid, and not data: kept aside once, counted, and its prompt goes again
+            # (a failed line), as the sync route quarantines such an answer.
+            if not self.journal.is_done(intent.dataset, line.prompt_id):
+                failed.append(line.prompt_id)
+                self.result.quarantined += 1
+                self.quarantine.kept.keep(intent, line, reason, cost)
+                self.result.events.append(
+                    f"batch {intent.batch_id}: line {line.prompt_id[:80]} quarantined: {reason}"
+                )
+            return cost
         if prompt is None or not _asked(intent, prompt):
             # Paid, and never thrown away: kept beside the outputs, once, and counted. An
             # answer to an earlier content of a prompt (edited while its batch ran) is

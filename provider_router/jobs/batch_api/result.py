@@ -46,6 +46,13 @@ class BatchRouteResult:
     gave_up: dict[str, int] = field(default_factory=dict)
     """Per dataset, prompts that failed in every batch they may go in (``max_attempts``):
     not written, and never sent as a batch again."""
+    refused: dict[str, int] = field(default_factory=dict)
+    """Per dataset, prompts never put in a batch because each would fail its whole batch
+    (beyond the pinned endpoint's context, a parameter out of range): ``route: auto``
+    sends them sync, ``route: batch`` leaves them failed."""
+    quarantined: int = 0
+    """Paid lines served by a provider the policy excludes: kept aside in
+    ``DIR/quarantined.jsonl``, never written as data, their prompts sent again."""
 
     def counts(self) -> dict[str, int]:
         """The figures progress lines, metrics and ``batches.json`` show."""
@@ -70,6 +77,8 @@ class BatchRouteResult:
             "stop": self.stop,
             "stopped_by": self.stopped_by,
             "gave_up": dict(self.gave_up),
+            "refused": dict(self.refused),
+            "quarantined": self.quarantined,
             "top_up_usd": None if self.top_up is None else str(self.top_up),
             "events": list(self.events),
         }

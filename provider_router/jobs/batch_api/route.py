@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from provider_router._exceptions import (
     APIConnectionError,
@@ -36,7 +36,7 @@ from provider_router._money import from_units
 from provider_router.jobs.batch_api._parts import RouteParts
 from provider_router.jobs.batch_api.api import BatchApi
 from provider_router.jobs.batch_api.body import MAX_BATCH_REQUESTS, BatchBody
-from provider_router.jobs.batch_api.collect import BatchCollector
+from provider_router.jobs.batch_api.collect import BatchCollector, Quarantine
 from provider_router.jobs.batch_api.journal import BatchIntent, BatchJournal
 from provider_router.jobs.batch_api.lost import (
     CLOCK_SKEW_SECONDS,
@@ -45,6 +45,7 @@ from provider_router.jobs.batch_api.lost import (
     find_lost,
 )
 from provider_router.jobs.batch_api.money import BatchMoney
+from provider_router.jobs.batch_api.quarantine import QuarantinedAnswers
 from provider_router.jobs.batch_api.result import BatchRouteResult
 from provider_router.jobs.batch_api.results import failed_batch_cost
 from provider_router.jobs.batch_api.reuse import reuse_kept
@@ -55,7 +56,13 @@ from provider_router.ledger import Ledger
 from provider_router.planning.prompts import Prompt
 from provider_router.routing.batch_endpoints import BatchRoute
 
-__all__ = ["BatchRouteResult", "BatchRouteRun", "listed_statuses"]
+__all__ = [
+    "FRESH_404_SECONDS",
+    "MISSING_PROBES",
+    "BatchRouteResult",
+    "BatchRouteRun",
+    "listed_statuses",
+]
 
 
 async def listed_statuses(
@@ -89,6 +96,13 @@ async def listed_statuses(
 
 log = get_logger(__name__)
 
+FRESH_404_SECONDS: Final = 900
+"""How long after its submit a new batch's 404 means "not visible yet": a GET right
+after the 202 may answer ``404 Batch job <id> not found.`` while OpenRouter publishes
+it (its engineering notes; "a few seconds"), and no source bounds that lag."""
+MISSING_PROBES: Final = 3
+"""404s in a row, with no sighting between, before a batch seen before is vanished."""
+
 _TRANSIENT = (APIConnectionError, ProviderUnavailableError, RateLimitError)
 """Errors a poll or collect waits out (tried again next round)."""
 
@@ -108,7 +122,10 @@ class BatchRouteRun:
         lost_grace: seconds after an intent whose submit may have reached OpenRouter
             before "no such batch listed" means it was never created (default: the
             24 h window and the list's lag; sooner may pay twice).
-        missing_grace: seconds a submitted batch may answer 404 before the run stops.
+        missing_grace: seconds a batch seen before may answer 404 (at least
+            :data:`MISSING_PROBES` times, no sighting between) before the run stops.
+        fresh_grace: seconds after its submit a batch not yet seen answers 404 as
+            "not visible yet", never as vanished.
         max_attempts: batches a prompt may be sent in (a failed or expired batch's
             prompts go again, never beyond the budget).
         max_batch_requests: requests per batch (at most 5,000).
@@ -120,6 +137,8 @@ class BatchRouteRun:
             only: an exception from it is logged once and the run goes on).
         accept_disputed: the operator checked the disputed bills on record (the
             dashboard) and their booked worst cases stand: batches are sent again.
+        sync_after: datasets whose prompts left undone go on to the sync route
+            (``route: auto``), as the sentences say.
     """
 
     def __init__(
@@ -137,16 +156,19 @@ class BatchRouteRun:
         poll_max: float = 300.0,
         lost_grace: float = LOST_GRACE_SECONDS,
         missing_grace: float = LIST_LAG_SECONDS,
+        fresh_grace: float = FRESH_404_SECONDS,
         max_attempts: int = 2,
         max_batch_requests: int = MAX_BATCH_REQUESTS,
         dataset_params: Mapping[str, Mapping[str, Any]] | None = None,
         limits: Mapping[str, tuple[int | None, int | None]] | None = None,
         progress: Callable[[BatchRouteResult], None] | None = None,
         accept_disputed: bool = False,
+        sync_after: Iterable[str] = (),
     ) -> None:
         self.body = BatchBody(route, params, dataset_params or {}, max_batch_requests)
         self.progress = progress
         self.accept_disputed = accept_disputed
+        self.sync_after = frozenset(sync_after)
         self.api = api
         self.ledger = ledger
         self.journal = journal
@@ -158,6 +180,7 @@ class BatchRouteRun:
         self.poll_max = poll_max
         self.lost_grace = lost_grace
         self.missing_grace = missing_grace
+        self.fresh_grace = fresh_grace
         self.max_attempts = max_attempts
         self.result = BatchRouteResult()
         self.money = BatchMoney(api, ledger, self.batches, self.result, journal)
@@ -169,11 +192,18 @@ class BatchRouteRun:
             max_attempts=max_attempts,
         )
         self.kept = UnmatchedAnswers(directory)
-        self.collector = BatchCollector(parts, unmatched=self.kept, model=route.model_id)
+        self.collector = BatchCollector(
+            parts,
+            unmatched=self.kept,
+            model=route.model_id,
+            quarantine=Quarantine(route, QuarantinedAnswers(directory)),
+        )
         self._halt = False
         """A batch vanished (404 past the grace) this round: the run stops."""
-        self._missing: dict[str, float] = {}
-        """When each batch first answered 404 in this run."""
+        self._missing: dict[str, tuple[float, int]] = {}
+        """Each batch's current 404 streak in this run: (its first 404, how many)."""
+        self._seen: set[str] = set()
+        """Intents whose batch this run has seen (listed, or answered by id)."""
         self._held: set[str] = set()
         """Lost 202s this run has said it holds."""
         self._progress_failed = False
@@ -225,7 +255,25 @@ class BatchRouteRun:
             )
             if left:
                 self.result.gave_up[name] = left
+        self._say_refused()
         return self.result
+
+    def _say_refused(self) -> None:
+        """One sentence per dataset with lines never put in a batch, naming the first."""
+        for name, refused in self.submitter.refused.items():
+            left = [pid for pid in refused if not self.journal.is_done(name, pid)]
+            if not left:
+                continue
+            self.result.refused[name] = len(left)
+            then = (
+                "they go to the sync route"
+                if name in self.sync_after
+                else "they are not sent (fix or remove them, then run again)"
+            )
+            self.result.events.append(
+                f"{len(left)} prompts of {name} would fail a whole batch, so none was put in "
+                f"one (the first: {refused[left[0]]}); {then}"
+            )
 
     async def _check_journal(self) -> None:
         """A batch journal made new while the ledger holds batches was lost: refuse."""
@@ -360,7 +408,11 @@ class BatchRouteRun:
         for intent in live:
             assert intent.batch_id is not None
             try:
-                batch = listed.get(intent.batch_id) or await self._get(intent)
+                batch = listed.get(intent.batch_id)
+                if batch is not None:
+                    self._seen_batch(intent)
+                else:
+                    batch = await self._get(intent)
                 if batch is None:
                     continue
                 status = batch.get("status")
@@ -390,22 +442,43 @@ class BatchRouteRun:
         """A batch the list does not show (yet), by id (None: a 404 to wait out)."""
         assert intent.batch_id is not None
         try:
-            return await self.api.get(intent.batch_id, max_bytes=self.body.batch_bytes(intent))
+            batch = await self.api.get(intent.batch_id, max_bytes=self.body.batch_bytes(intent))
         except NotFoundError:
-            now = self.clock()
-            first = self._missing.setdefault(intent.intent, now)
-            if min(now - intent.created_after, now - first) < self.missing_grace:
-                return None  # a fresh batch may answer 404 a moment (or a blip)
-            # Deleted, or not this key's: it may still run and bill, so its worst
-            # case stays held and its prompts are not sent again; the run stops.
-            self.result.stopped_by = "error"
-            self.result.stop = (
-                f"batch {intent.batch_id} answers 404 {self.missing_grace:g} s after its "
-                "submit (deleted, or submitted with another key?): its worst case "
-                "stays held and its prompts are not sent again"
-            )
-            self._halt = True
+            self._not_found(intent)
             return None
+        self._seen_batch(intent)
+        return batch
+
+    def _seen_batch(self, intent: BatchIntent) -> None:
+        """The batch answered: a 404 streak of it is over."""
+        self._seen.add(intent.intent)
+        self._missing.pop(intent.intent, None)
+
+    def _not_found(self, intent: BatchIntent) -> None:
+        """A 404 of a batch id OpenRouter gave us: not visible yet, a blip, or gone.
+
+        A batch not seen since its 202 is *not yet visible* for ``fresh_grace`` seconds
+        (OpenRouter publishes a new batch to what GET reads a moment after it answers
+        the 202): it is polled again with the run's backoff, never taken as vanished.
+        Otherwise only a streak of :data:`MISSING_PROBES` 404s over ``missing_grace``
+        seconds with no sighting between is; one sighting ends the streak."""
+        now = self.clock()
+        first, probes = self._missing.get(intent.intent, (now, 0))
+        self._missing[intent.intent] = (first, probes + 1)
+        fresh = intent.intent not in self._seen and now - intent.created_after < self.fresh_grace
+        if fresh or probes + 1 < MISSING_PROBES or now - first < self.missing_grace:
+            return
+        # Deleted, or not this key's: it may still run and bill, so its worst
+        # case stays held and its prompts are not sent again; the run stops.
+        assert intent.batch_id is not None
+        self.result.stopped_by = "error"
+        self.result.stop = (
+            f"batch {intent.batch_id} answers 404 {probes + 1} times over {now - first:g} s "
+            f"({now - intent.created_after:g} s after its submit: deleted, or submitted "
+            "with another key?): its worst case stays held and its prompts are not sent "
+            "again"
+        )
+        self._halt = True
 
     def _failed_cost(self, intent: BatchIntent, batch: Mapping[str, Any]) -> Decimal:
         worst = from_units(intent.worst_units)

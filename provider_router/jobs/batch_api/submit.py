@@ -1,14 +1,14 @@
 """Submitting the batch route's batches: what may go, the worst case held, the intent
 journaled before the submit and the batch id after its 202.
 
-A prompt may go when it is in no live batch, not done, and has been in fewer than
-``max_attempts`` batches OpenRouter took; a dataset's output-token target and request
-cap limit each wave (:func:`wave_room`). Each batch holds its lines' worst case before
+A prompt may go when it is in no live batch, not done, in fewer than ``max_attempts``
+batches OpenRouter took, and fits the pinned endpoint (one that would fail its whole
+batch is never put in one; one that might goes in batches of its own kind); targets and
+caps limit each wave (:func:`wave_room`). Each batch holds its lines' worst case before
 its intent is fsynced, and the intent is fsynced before a byte is sent. A submit that
 provably never left is released at once (:data:`MAX_UNSENT_SUBMITS` in a row stop the
 run); a definite refusal is released, and a 402 stops the run for credits; anything
-else may have made a batch, so the intent stays live and held for the lost-202 search
-(:mod:`.lost`).
+else may have made a batch: it stays held for the lost-202 search (:mod:`.lost`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from provider_router._exceptions import (
 )
 from provider_router._log import get_logger
 from provider_router.jobs.batch_api._parts import RoutePart, RouteParts
+from provider_router.jobs.batch_api.body import LineFit
 from provider_router.jobs.batch_api.journal import BatchIntent
 from provider_router.jobs.batch_api.money import NoRoom
 from provider_router.jobs.batch_api.unmatched import prompt_digest
@@ -93,6 +94,10 @@ class BatchSubmitter(RoutePart):
         self.max_attempts = max_attempts
         self.unsent = 0
         """Submits in a row that never left (a connection that could not be made)."""
+        self.refused: dict[str, dict[str, str]] = {}
+        """Per dataset, prompts never put in a batch (each would fail its whole batch):
+        id -> where it is and why."""
+        self._fits: dict[tuple[str, str], LineFit] = {}
 
     def _eligible(self, dataset: str, items: Mapping[str, Prompt]) -> list[Prompt]:
         live = self.batches.live_ids(dataset)
@@ -103,8 +108,21 @@ class BatchSubmitter(RoutePart):
             if pid not in live
             and not self.journal.is_done(dataset, pid)
             and attempts.get(pid, 0) < self.max_attempts
+            and self._fit(dataset, p).refused is None
         ]
         return eligible[: self._room(dataset, len(live))]
+
+    def _fit(self, dataset: str, prompt: Prompt) -> LineFit:
+        """The line checked against the pinned endpoint's limits once a run; one that
+        would fail its whole batch is noted (:attr:`refused`) and never put in one."""
+        key = (dataset, prompt.id)
+        fit = self._fits.get(key)
+        if fit is None:
+            fit = self._fits[key] = self.body.fit(dataset, prompt)
+            if fit.refused is not None:
+                where = f"{prompt.source}:{prompt.line} (id {prompt.id[:80]!r})"
+                self.refused.setdefault(dataset, {})[prompt.id] = f"{where}: {fit.refused}"
+        return fit
 
     def attempts(self, dataset: str) -> dict[str, int]:
         """How many batches each prompt of ``dataset`` went out in."""
@@ -126,11 +144,16 @@ class BatchSubmitter(RoutePart):
     async def submit_all(self, prompts: Mapping[str, Mapping[str, Prompt]]) -> bool:
         sent = False
         for dataset, items in prompts.items():
-            todo = self._eligible(dataset, items)
-            while todo and self.result.stop is None:
-                chunk = self.body.chunk(dataset, todo)
-                todo = todo[len(chunk) :]
-                sent |= await self._submit(dataset, chunk)
+            eligible = self._eligible(dataset, items)
+            # A line that may overflow the context goes in batches of its own kind: if
+            # it fails its batch, it fails no line that surely fits.
+            sure = [p for p in eligible if self._fit(dataset, p).sure]
+            doubtful = [p for p in eligible if not self._fit(dataset, p).sure]
+            for todo in (sure, doubtful):
+                while todo and self.result.stop is None:
+                    chunk = self.body.chunk(dataset, todo)
+                    todo = todo[len(chunk) :]
+                    sent |= await self._submit(dataset, chunk)
         return sent
 
     async def _reserve(self, dataset: str, chunk: list[Prompt]) -> tuple[list[Prompt], Reservation]:

@@ -28,6 +28,7 @@ __all__ = [
     "NOT_IN_INPUTS_FILE",
     "NOT_OUTPUTS",
     "OUTPUT_SUFFIX",
+    "QUARANTINED_FILE",
     "REPORT_FILE",
     "SET_ASIDE_DIR",
     "SUMMARY_FILE",
@@ -66,8 +67,12 @@ BATCHES_REPORT_FILE: Final = "batches.json"
 """What the last run of the route did."""
 NOT_IN_INPUTS_FILE: Final = "not_in_inputs.jsonl"
 """Paid answers to prompts no longer in the inputs, kept aside."""
+QUARANTINED_FILE: Final = "quarantined.jsonl"
+"""Paid batch answers served by a provider the policy excludes, kept aside (not data)."""
 
-NOT_OUTPUTS: Final = frozenset({JOURNAL_FILE, BATCH_JOURNAL_FILE, NOT_IN_INPUTS_FILE})
+NOT_OUTPUTS: Final = frozenset(
+    {JOURNAL_FILE, BATCH_JOURNAL_FILE, NOT_IN_INPUTS_FILE, QUARANTINED_FILE}
+)
 """Files of the job directory named ``*.jsonl`` that are not a dataset's output."""
 
 # What a run leaves for its operator.
@@ -145,6 +150,10 @@ class JobLayout:
     @property
     def not_in_inputs(self) -> Path:
         return self.out / NOT_IN_INPUTS_FILE
+
+    @property
+    def quarantined(self) -> Path:
+        return self.out / QUARANTINED_FILE
 
     @property
     def summary(self) -> Path:

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from provider_router.testing.billing import Cost, compute_cost
 from provider_router.testing.chat import bodies
@@ -72,6 +72,13 @@ class Submission:
     """The one batch endpoint that serves the whole batch."""
     requests: tuple[tuple[str, Mapping[str, Any]], ...]
     """(custom_id, body) in the order sent."""
+    served_by: str | None = None
+    """The provider that runs it when not the chosen endpoint's (``BatchFaults.served_by``)."""
+
+    @property
+    def provider(self) -> str:
+        """The provider name the batch object and each line report."""
+        return self.served_by or self.endpoint.provider_name
 
 
 def _model_for(market: Market, slug: str) -> ModelSpec | None:
@@ -180,16 +187,43 @@ def parse_submit(market: Market, raw: bytes) -> Submission | SubmitError:
     return Submission(model, slug, chosen, tuple(lines))
 
 
+_RANGES: Final = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0)}
+"""OpenRouter's documented parameter ranges (``api-reference/parameters``)."""
+
+
 def batch_failure(submission: Submission) -> str | None:
-    """Why the whole batch fails after its 202 (None: it runs), as the sources list."""
+    """Why the whole batch fails after its 202 (None: it runs), as the sources list:
+    one bad line (``stream``, ``max_tokens`` < 1, a parameter out of its range, a
+    prompt plus ``max_tokens`` beyond the endpoint's context) fails every line."""
     for line, (_, body) in enumerate(submission.requests, start=1):
-        if body.get("stream") is True:
-            return f"Request at line {line}: stream: true is not supported in a batch."
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-        if max_tokens is not None and (
-            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
-        ):
-            return f"Request at line {line}: max_tokens must be at least 1."
+        why = _line_failure(submission.endpoint, body)
+        if why is not None:
+            return f"Request at line {line}: {why}."
+    return None
+
+
+def _line_failure(endpoint: EndpointSpec, body: Mapping[str, Any]) -> str | None:
+    if body.get("stream") is True:
+        return "stream: true is not supported in a batch"
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    if max_tokens is not None and (
+        not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
+    ):
+        return "max_tokens must be at least 1"
+    for name, (low, high) in _RANGES.items():
+        value = body.get(name)
+        if isinstance(value, int | float) and not low <= value <= high:
+            return f"{name} {value} is outside {low:g} to {high:g}"
+    cap = endpoint.max_completion_tokens
+    if isinstance(max_tokens, int) and cap is not None and max_tokens > cap:
+        return f"max_tokens {max_tokens} is above the endpoint's {cap}"
+    prompt, _ = count_request_prompt(body)
+    context = endpoint.context_length
+    if isinstance(max_tokens, int) and context is not None and prompt + max_tokens > context:
+        return (
+            f"the prompt ({prompt} tokens) and max_tokens ({max_tokens}) exceed the "
+            f"context length ({context})"
+        )
     return None
 
 
@@ -252,7 +286,7 @@ def answer_line(
         gen_id,
         created,
         submission.model.id,
-        endpoint.provider_name,
+        submission.provider,
         filler(0, shape.content_tokens),
         reasoning,
         shape.finish_reason,

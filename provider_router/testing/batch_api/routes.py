@@ -7,6 +7,7 @@ official SDK's batch components; docs/simulator.md ("Batches") lists what is ass
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -46,15 +47,27 @@ def _refuse(error: SubmitError) -> web.Response:
     return json_error(error.status, error.message)
 
 
+def _unreachable(sim: Simulator) -> web.Response | None:
+    """The 404 every Batch API route answers while ``faults.unreachable`` is on."""
+    if not sim.batches.faults.unreachable:
+        return None
+    return json_error(404, "Not Found")
+
+
 async def submit_batch(
     sim: Simulator, request: web.Request, record: RequestRecord, key: KeyState
 ) -> web.Response:
     """``POST /batches``: 202 ``validating``, or the synchronous refusal."""
+    if (gone := _unreachable(sim)) is not None:
+        return gone
     submission = parse_submit(sim.market, await request.read())
     if isinstance(submission, SubmitError):
         return _refuse(submission)
+    served_by = sim.batches.faults.served_by
+    if served_by is not None:
+        submission = replace(submission, served_by=served_by)
     record.model = submission.model.id
-    record.provider = submission.endpoint.provider_name
+    record.provider = submission.provider
     if sim.batches.faults.take("drop_submit"):
         # Read whole, then lost before a batch was made: the client cannot tell this
         # from a lost 202 (it sent every byte), and no list will ever show it.
@@ -109,6 +122,8 @@ async def get_batch(
     sim: Simulator, request: web.Request, record: RequestRecord, key: KeyState
 ) -> web.Response:
     """``GET /batches/{id}``: the batch; terminal ones with their results (402: unpaid)."""
+    if (gone := _unreachable(sim)) is not None:
+        return gone
     batch = _find(sim, request, key)
     if isinstance(batch, web.Response):
         return batch
@@ -135,6 +150,8 @@ async def batch_results(
     sim: Simulator, request: web.Request, record: RequestRecord, key: KeyState
 ) -> web.Response:
     """``GET /batches/{id}/results?limit=&cursor=``: one page of a terminal batch's results."""
+    if (gone := _unreachable(sim)) is not None:
+        return gone
     batch = _find(sim, request, key)
     if isinstance(batch, web.Response):
         return batch
@@ -182,6 +199,8 @@ async def list_batches(
     sim: Simulator, request: web.Request, record: RequestRecord, key: KeyState
 ) -> web.Response:
     """``GET /batches``: newest first, ``after`` a previous page's ``last_id``, filters."""
+    if (gone := _unreachable(sim)) is not None:
+        return gone
     limit = _limit(request, _LIST_LIMIT)
     if isinstance(limit, web.Response):
         return limit
@@ -228,6 +247,8 @@ async def delete_batch(
     sim: Simulator, request: web.Request, record: RequestRecord, key: KeyState
 ) -> web.Response:
     """``DELETE /batches/{id}``: terminal batches only; billing records stay."""
+    if (gone := _unreachable(sim)) is not None:
+        return gone
     batch = _find(sim, request, key)
     if isinstance(batch, web.Response):
         return batch

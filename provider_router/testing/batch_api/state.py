@@ -65,6 +65,13 @@ class BatchFaults:
     """Batches that run, then fail at their end with their first half of lines answered
     and billed (ASSUMPTION, no source says whether OpenRouter bills the lines a failed
     batch ran: the route takes the side that never underpays, docs/simulator.md)."""
+    served_by: str | None = None
+    """A provider name every new batch runs on whatever ``provider.only`` pins (the
+    batch object's ``provider`` and each line's ``provider`` say it; prices stay the
+    pinned endpoint's): a what-if, no source shows the Batch API ignoring its pin."""
+    unreachable: bool = False
+    """Every Batch API route answers 404, as OpenRouter did for some keys (field
+    reports of ``/api/beta/batches``, August 2026)."""
 
     def take(self, name: str) -> bool:
         """Whether the next submit gets fault ``name`` (and count it used)."""
@@ -306,7 +313,7 @@ class BatchBook:
             "created_at": batch.created_at,
             "finalized_at": batch.finalized_at(now),
             "expires_at": window_end,
-            "provider": None if status == "validating" else sub.endpoint.provider_name,
+            "provider": None if status == "validating" else sub.provider,
             "request_counts": self.counts(batch, now),
             "usage": self.usage(batch),
             "results": results,

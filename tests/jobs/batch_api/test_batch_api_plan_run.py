@@ -46,7 +46,7 @@ def plan(tmp_path: Path, prompts: int, *, route: str = "batch") -> Plan:
 
 
 async def run_batches(the_plan: Plan, out: Path, sim: SimulatorServer, **options: Any) -> Any:
-    batches = await batch_datasets(the_plan, base_url=sim.url)
+    batches = await batch_datasets(the_plan, base_url=sim.url, api_key=DEFAULT_TEST_KEY)
     return await run_plan_batches(
         the_plan, out, batches, base_url=sim.url, api_key=DEFAULT_TEST_KEY, **QUICK, **options
     )

@@ -918,10 +918,11 @@ class PageSizes(BatchApi):
 
 
 async def test_results_pages_are_bounded_by_the_answers_they_may_hold(job: Job) -> None:
-    # max_tokens 100,000: a line may be megabytes, so a page holds fewer lines and the
-    # bytes read are bounded (256 MiB a page), never a thousand lines of any length.
+    # max_tokens 32,000 (Together's batch cap is 32,768): a line may be megabytes, so a
+    # page holds fewer lines and the bytes read are bounded (256 MiB a page), never a
+    # thousand lines of any length.
     api = PageSizes(job.http)
-    params = {"max_tokens": 100_000}
+    params = {"max_tokens": 32_000}
     await job.go(prompts(3), api, dataset_params={"ds": params})
     assert api.asked
     for limit, max_bytes in api.asked:

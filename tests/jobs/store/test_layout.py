@@ -23,6 +23,7 @@ OUT = Path("runs/b3")
         ("batch_status", "batch_status.json"),
         ("batches_report", "batches.json"),
         ("not_in_inputs", "not_in_inputs.jsonl"),
+        ("quarantined", "quarantined.jsonl"),
         ("summary", "summary.json"),
         ("timeline", "timeline.ndjson"),
         ("report", "report.html"),
@@ -45,13 +46,15 @@ def test_no_two_files_share_a_name() -> None:
         for attr in dir(JobLayout)
         if isinstance(getattr(JobLayout, attr), property)
     ]
-    assert len(names) == len(set(names)) == 14  # job.json and job_keys.json joined
+    assert (
+        len(names) == len(set(names)) == 15
+    )  # job.json, job_keys.json and quarantined.jsonl joined
 
 
 def test_files_named_like_outputs_that_are_not_a_datasets_are_not_listed_as_outputs(
     tmp_path: Path,
 ) -> None:
     for name in ("a.jsonl", "journal.jsonl", "batches.jsonl", "not_in_inputs.jsonl",
-                 ".a.jsonl.tmp", "summary.json"):  # fmt: skip
+                 "quarantined.jsonl", ".a.jsonl.tmp", "summary.json"):  # fmt: skip
         (tmp_path / name).write_text("")
     assert JobLayout(tmp_path).outputs() == [tmp_path / "a.jsonl"]
