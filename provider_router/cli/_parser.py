@@ -56,7 +56,9 @@ def suggestion(word: str, candidates: Iterable[str]) -> str | None:
         return prefixed[0]
     best, best_ratio = None, _CUTOFF
     for option in options:
-        ratio = difflib.SequenceMatcher(None, word, option).ratio()
+        # Compared without their dashes: every option shares "--", which would make
+        # any word look close to a short one (--bogus to --out).
+        ratio = difflib.SequenceMatcher(None, word.lstrip("-"), option.lstrip("-")).ratio()
         if ratio > best_ratio or (best is None and ratio == best_ratio):
             best, best_ratio = option, ratio
     return best

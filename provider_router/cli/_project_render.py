@@ -17,7 +17,7 @@ from provider_router._format import format_percent, format_price, format_usd
 from provider_router._table import Column, FitTable
 from provider_router.catalog.fetch import Catalog
 from provider_router.catalog.records import ModelEndpoints
-from provider_router.cli._render import make_console
+from provider_router.cli._render import make_console, print_wrapped
 from provider_router.planning.compare import RouteChoice, RouteComparison, RouteOption
 from provider_router.planning.projection_result import (
     BudgetFit,
@@ -243,19 +243,23 @@ def _routes_line(choices: Sequence[RouteChoice]) -> str:
     return "Routes: " + ", ".join(parts) + " (" + "; ".join(reasons) + ")."
 
 
-def render_routes(comparison: RouteComparison, *, file: TextIO) -> None:
-    """Print sync and batch side by side, the saving, and each dataset's route."""
-    print("", file=file)
+def render_routes(
+    comparison: RouteComparison, *, file: TextIO, console: Console | None = None
+) -> None:
+    """Print sync and batch side by side, the saving, and each dataset's route (through
+    ``console`` when given; its sentences broken at spaces on a terminal, whole in a pipe)."""
+    console = console if console is not None else make_console(file)
+    console.print()
     batch = comparison.batch
     if not batch.available:
-        print(f"Batch route: {batch.reason}.", file=file)
-        print(_routes_line(comparison.choices), file=file)
+        print_wrapped(console, f"Batch route: {batch.reason}.")
+        print_wrapped(console, _routes_line(comparison.choices))
         return
     pin = ", ".join(comparison.batch_route.only)
-    print(
+    print_wrapped(
+        console,
         f"Sync or batch (sync at {comparison.concurrency:,} in flight; the batch pinned to "
         f"{pin}: {batch.reason}):",
-        file=file,
     )
     table = FitTable(
         Column("route", key=True),
@@ -267,16 +271,16 @@ def render_routes(comparison: RouteComparison, *, file: TextIO) -> None:
     )
     table.add_row(*_row(comparison.sync))
     table.add_row(*_row(batch))
-    make_console(file).print(table)
+    console.print(table)
     saving = comparison.saving
     sync_cost = comparison.sync.expected_cost
     if saving is not None and sync_cost:
         share = saving / sync_cost * 100
         verb = "saves" if saving >= 0 else "costs"
-        print(
+        print_wrapped(
+            console,
             f"Batch {verb} {_money(abs(saving))} ({abs(share):.0f} %) and may take up to its "
             "24 h window; one provider serves each batch, and the pin is the only "
             "quantization filter (docs/batch.md).",
-            file=file,
         )
-    print(_routes_line(comparison.choices), file=file)
+    print_wrapped(console, _routes_line(comparison.choices))

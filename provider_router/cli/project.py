@@ -36,6 +36,7 @@ from provider_router.cli._options import (
     positive_count,
 )
 from provider_router.cli._project_render import load_batch_listing, render_projection, render_routes
+from provider_router.cli._render import make_console, print_wrapped
 from provider_router.cli.endpoints import add_verified_arguments, apply_verified
 from provider_router.jobs.inputs import check_run
 from provider_router.jobs.observe.standard import standard_observers
@@ -457,21 +458,24 @@ def _handle(args: argparse.Namespace) -> int:
         json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
+    console = make_console()
     if pilot is not None:
         stats = pilot.completion
-        print(
+        print_wrapped(
+            console,
             f"pilot: {pilot.requests} requests ({pilot.failures} failed), spent "
             f"${pilot.cost:.4f}; output tokens per response {stats.mean:.0f} "
             f"(95% CI {stats.mean_low:.0f}–{stats.mean_high:.0f}, p10 {stats.p10:.0f}, "
-            f"p90 {stats.p90:.0f})"
+            f"p90 {stats.p90:.0f})",
         )
-        print(_truncation_words(pilot, caps))
+        print_wrapped(console, _truncation_words(pilot, caps))
         if pilot.price_vs_floor is not None:
-            print(
+            print_wrapped(
+                console,
                 f"pilot: paid {pilot.price_vs_floor}× the floor at {args.pilot_concurrency} in "
-                "flight (a lower bound: a loaded run spills more, up to 1 + max_premium)"
+                "flight (a lower bound: a loaded run spills more, up to 1 + max_premium)",
             )
-    render_projection(projection, file=sys.stdout)
+    render_projection(projection, file=sys.stdout, console=console)
     if routes is not None:
-        render_routes(routes, file=sys.stdout)
+        render_routes(routes, file=sys.stdout, console=console)
     return 0

@@ -109,17 +109,20 @@ async def pilot_into_job(
             floor_cost=floor,
         )
     except ConfigurationError as exc:
-        raise ConfigurationError(f"{_why_failed(summary)}{exc}") from None
+        raise ConfigurationError(_why_failed(summary, str(exc))) from None
     return result, summary
 
 
-def _why_failed(summary: RunSummary) -> str:
-    """The cause of a pilot's failures, first: the run's stop, or its failures by kind."""
+def _why_failed(summary: RunSummary, said: str) -> str:
+    """``said`` (the pilot came back short) after its cause: the run's stop, or its
+    failures by kind, so the reader meets the cause first."""
     kinds: dict[str, int] = {}
     for dataset in summary.datasets:
         for kind, count in dataset.run.failures_by_kind.items():
             kinds[kind] = kinds.get(kind, 0) + count
-    causes = [summary.message.rstrip(".")] if summary.message else []
+    causes = [summary.message.strip().rstrip(".")] if summary.message.strip() else []
     if kinds:
-        causes.append(", ".join(f"{n} × {kind}" for kind, n in sorted(kinds.items())))
-    return f"{'; '.join(causes)}: " if causes else ""
+        causes.append("failures: " + ", ".join(f"{n} × {k}" for k, n in sorted(kinds.items())))
+    if not causes:
+        return said
+    return f"{'; '.join(causes)}. So {said}"

@@ -6,18 +6,22 @@ words."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from _job_helpers import write_prompts
 from _metadata_server import MetadataServer, serve
+from _project_cli import run_cli
 
 from provider_router.cli import main
 from provider_router.ledger import SQLiteLedger
+from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 ROOT = Path(__file__).parents[2]
 SNAPSHOT = ROOT / "examples" / "market.json"
+Factory = Callable[..., Awaitable[SimulatorServer]]
 
 
 @pytest.fixture
@@ -36,6 +40,29 @@ def test_a_pilot_without_a_key_is_refused_before_it_starts(
     assert err.startswith("provider-router: error: no API key: set OPENROUTER_API_KEY")
     assert err.count("\n") == 1
     assert not out.exists()  # nothing started, nothing written
+
+
+async def test_a_pilot_that_came_back_short_says_why_first(
+    tmp_path: Path,
+    openrouter_sim_factory: Factory,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sim = await openrouter_sim_factory(seed=1, credits="0")
+    monkeypatch.setenv("OPENROUTER_API_KEY", DEFAULT_TEST_KEY)
+    write_prompts(tmp_path / "a.jsonl", 20)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "model: moonshotai/kimi-k2.5\nbudget: 10\n"
+        "datasets:\n  - {name: a, input: a.jsonl, target_output_tokens: 1_000_000}\n"
+    )
+    argv = ["project", str(plan), "--pilot", "8", "--out", str(tmp_path / "job")]
+    assert await run_cli([*argv, "--base-url", sim.url]) == 1
+    error = capsys.readouterr().err.splitlines()[0]
+    # The cause (OpenRouter's own words) first; the count of answers after it.
+    assert error.startswith("provider-router: error: OpenRouter's credits ran out (402")
+    assert "Insufficient credits" in error
+    assert ". So the pilot completed 0 request(s)" in error
 
 
 def test_a_wrong_model_id_gets_a_did_you_mean(

@@ -36,6 +36,14 @@ def test_a_mistyped_flag_gets_the_commands_usage_and_a_suggestion(
     assert len(err) == 3  # the error, one line of usage, where the rest is
 
 
+def test_a_flag_like_none_gets_no_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
+    # Every option starts with "--": only what follows says how close two are.
+    err = refused(["merge", "runs/a", "runs/b", "--out", "m", "--bogus"], capsys)
+    assert err[0] == "provider-router merge: error: unrecognized arguments: --bogus"
+    err = refused(["run", "p.jsonl", "--out", "o", "--max-token", "9"], capsys)
+    assert err[0].endswith("--max-token 9 (did you mean --max-tokens?)")
+
+
 def test_no_abbreviations(capsys: pytest.CaptureFixture[str]) -> None:
     err = refused(["run", "p.jsonl", "--out", "o", "--budg", "1"], capsys)
     assert "unrecognized arguments: --budg 1 (did you mean --budget?)" in err[0]

@@ -89,3 +89,20 @@ async def test_a_run_its_status_its_ledger_and_verify(
         screen = await asyncio.to_thread(in_terminal, verify, columns=columns, env=env)
         text = read(screen, columns)
         assert "pass" in row(text, "chutes")
+
+
+async def test_project_with_its_routes_against_the_simulator(
+    openrouter_sim_factory: Factory,
+) -> None:
+    # The routes' sentences (a Batch API route or none) come from the market's
+    # listings; a snapshot has none, so the terminal reads them from the simulator.
+    sim = await openrouter_sim_factory(seed=3)
+    for columns in (80, 100, 120):
+        for model, said in (("moonshotai/kimi-k3", "Batch saves $"), (MODEL, "Batch route: ")):
+            project = [*COMMAND, "project", "--model", model, "--datasets", "6"]
+            project += ["--target-output-tokens", "10M", "--prompt-tokens", "200"]
+            project += ["--completion-tokens", "2000", "--budget", "100", "--base-url", sim.url]
+            screen = await asyncio.to_thread(in_terminal, project, columns=columns)
+            text = read(screen, columns)
+            assert said in text
+            assert "dataset-6 sync" in " ".join(text.split())  # a name broken at no hyphen
