@@ -413,7 +413,7 @@ def _pilot_dict(pilot: PilotResult, caps: tuple[int, ...]) -> dict[str, Any]:
         "failures": pilot.failures,
         "cost": decimal_str(pilot.cost),
         "floor_cost": decimal_str(pilot.floor_cost),
-        "price_vs_floor": None if vs_floor is None else str(vs_floor),
+        "price_vs_floor": None if vs_floor is None else decimal_str(vs_floor),
         "providers": dict(pilot.providers),
         "max_tokens": list(caps),
         "truncated": pilot.truncated,

@@ -24,6 +24,7 @@ from decimal import Decimal
 from typing import Final, Literal, TypeAlias
 
 from provider_router._exceptions import ConfigurationError, RouterStopping
+from provider_router._format import decimal_str
 from provider_router._money import to_units
 from provider_router._types import Clock
 from provider_router.client._request import encode_json
@@ -112,7 +113,7 @@ class LaneStats:
         return {
             "provider": self.provider,
             "rank": self.rank,
-            "premium": format(self.premium, "f"),
+            "premium": decimal_str(self.premium),
             "capacity_estimate": self.capacity,
             "admitted": self.admitted,
             "served": self.served,

@@ -81,7 +81,7 @@ class Counter:
             "retries": self.retries,
             "wall_time_s": round(self.wall_time, 3),
             "floor_usd": decimal_str(self.floor_cost),
-            "price_vs_floor": None if vs_floor is None else str(vs_floor),
+            "price_vs_floor": None if vs_floor is None else decimal_str(vs_floor),
         }
 
     @property

@@ -291,7 +291,7 @@ def _vs_floor(router: Router | None, outcomes: Outcomes) -> dict[str, Any]:
         figures = {
             "paid_usd": decimal_str(paid),
             "floor_usd": decimal_str(floor),
-            "ratio": str((paid / floor).quantize(Decimal("0.0001"))),
+            "ratio": decimal_str((paid / floor).quantize(Decimal("0.0001"))),
             "floor_endpoint": plan.floor.tag,
             "floor_provider": plan.floor.provider_name,
             "max_premium": None if premium is None else decimal_str(premium),

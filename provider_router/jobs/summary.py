@@ -329,7 +329,7 @@ def floor_sentence(
     premium = figures.get("max_premium")
     cap = "no cap" if premium is None else f"max_premium {premium}"
     sentence = (
-        f"Paid ${figures['paid_usd']}, {figures['ratio']}× the floor "
+        f"Paid ${figures['paid_usd']}, {Decimal(figures['ratio']):.4f}× the floor "
         f"(${figures['floor_usd']} at {figures['floor_provider']}'s prices; {cap})"
     )
     lanes = lanes or {}

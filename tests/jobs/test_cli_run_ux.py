@@ -160,9 +160,10 @@ async def test_what_cannot_be_afforded_never_reads_as_about_nothing_more(
     sim = await openrouter_sim_factory(seed=3)
     max_tokens = "99999999999" if case == "huge-max-tokens" else "200"
     extra = (
-        # 2 MB: within every context even at 32 bytes a token (#24 refuses what cannot
-        # fit before pricing it), but far beyond what $1 reserves.
-        [json.dumps({"id": "huge", "prompt": "word " * 400_000})] if case == "huge-prompt" else []
+        # 3 MB: within every context even at 32 bytes a token (#24 refuses what cannot
+        # fit before pricing it), but beyond what $1 reserves even at the cheapest
+        # endpoint's prices (where admission reserves).
+        [json.dumps({"id": "huge", "prompt": "word " * 600_000})] if case == "huge-prompt" else []
     )
     prompts = write_prompts(tmp_path / "p.jsonl", 10, extra=extra)
     out = tmp_path / "out"
