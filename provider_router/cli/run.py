@@ -1,24 +1,15 @@
 """``provider-router run``: generate a plan's outputs, resumably, within a budget.
 
-::
-
-    provider-router run PROMPTS.jsonl --out DIR --model M (--budget USD | --add-budget USD) \\
-        [--max-tokens N] [--concurrency C] [--exclude-below int4] [--max-premium 0.02|none] \\
-        [--target-output-tokens N] [--max-requests N] [--temperature T] \\
-        [--plan plan.yaml] [--strict] [--base-url URL] [--progress auto|rich|plain|off] \\
-        [--add-inputs] [--ledger redis://HOST:6379/0 --ledger-name NAME]
-        [--ray [ADDRESS] [--ray-actors N]]
-
 Everything the job leaves lives in DIR (outputs, journal, ledger, ``summary.json``,
-``report.html``); the same command again resumes, with a higher ``--budget`` after a
-top-up. The API key comes from ``OPENROUTER_API_KEY``, never from a flag (flags show up
-in process listings); with ``--job-key`` each run makes its own key with the management
-key in ``OPENROUTER_MANAGEMENT_KEY`` instead. The command maps its flags onto
+``report.html``); the same command again resumes. The API key comes from
+``OPENROUTER_API_KEY``, never from a flag (flags show up in process listings); with
+``--job-key`` each run makes its own key with the management key in
+``OPENROUTER_MANAGEMENT_KEY``. The command maps its flags onto
 :func:`provider_router.jobs.run_plan` (with ``--ray``, onto
-:class:`provider_router.ray.plan_run.RayPlanRun`, docs/workers.md) and prints.
-Exit codes: 0 done, 1 error, 2 usage, 3 a budget used up (the job's, or one OpenRouter
-keeps: the key's limit, a workspace or guardrail budget), 4 OpenRouter credits exhausted,
-5 finished with failed prompts (re-run to retry them), 130 interrupted.
+:class:`provider_router.ray.plan_run.RayPlanRun`, docs/workers.md) and prints; its flags
+are in ``run --help``. Exit codes: 0 done, 1 error, 2 usage, 3 a budget used up (the
+job's, or one OpenRouter keeps), 4 OpenRouter credits exhausted, 5 finished with failed
+prompts (re-run to retry them), 130 interrupted.
 """
 
 from __future__ import annotations

@@ -152,8 +152,7 @@ def finish_hint(
                 f"; about {format_usd(max(to_finish, CENT))} more finishes the plan at the "
                 f"observed rates (a budget of {format_usd(needed)})"
             )
-        again = "the same command again " if resume is None else f"again {resume_words(resume)}"
-        return f"{more}; {limit.remedy}, then run {again}to resume"
+        return f"{more}; {limit.remedy}, then run {_again(budget, resume)}to resume"
     if reason is StopReason.CREDITS:
         return _credits_hint(budget, spent, to_finish, needed, largest_request, resume)
     if needed is None or to_finish is None:
@@ -181,6 +180,16 @@ def finish_hint(
     )
 
 
+def _again(budget: Decimal, resume: Resume | None) -> str:
+    """How to run again once a limit outside the job is lifted: the same command, unless
+    it takes more (a larger budget, ``--raise-budget``, a shared limit raised first)."""
+    if resume is None or (
+        resume.budget <= budget and not resume.raise_limit and resume.shared_limit is None
+    ):
+        return "the same command again "
+    return f"again {resume_words(resume)}"
+
+
 def _credits_hint(
     budget: Decimal,
     spent: Decimal,
@@ -203,7 +212,7 @@ def _credits_hint(
             f". One request alone reserves up to {format_usd(largest_request)} (its prompt and "
             "max_tokens at the highest allowed price): shorten it or lower max_tokens"
         )
-    again = "the same command again " if resume is None else f"again {resume_words(resume)}"
+    again = _again(budget, resume)
     return (
         f". {cost}. Add OpenRouter credits (or raise the key's limit), then run {again}to resume."
     )
