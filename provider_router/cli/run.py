@@ -84,6 +84,16 @@ def _seconds(value: str) -> float:
     return seconds
 
 
+def _cache_ttl(value: str) -> int:
+    try:
+        seconds = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole seconds, got {value!r}") from None
+    if not 1 <= seconds <= 86_400:
+        raise argparse.ArgumentTypeError(f"expected 1 to 86400 seconds, got {value!r}")
+    return seconds
+
+
 def _port(value: str) -> int:
     try:
         port = int(value)
@@ -217,6 +227,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "after each was given up on (default: its stream deadline; docs/ledger.md)",
     )
     parser.add_argument(
+        "--response-cache",
+        nargs="?",
+        const=86_400,
+        type=_cache_ttl,
+        metavar="S",
+        help="turn on OpenRouter's response cache: a prompt sent again within S seconds "
+        "(1-86400, default 86400) is answered again for free; each prompt's body stays "
+        "its own, so two samples never share an answer (docs/client.md)",
+    )
+    parser.add_argument(
         "--metrics-port",
         type=_port,
         metavar="N",
@@ -286,6 +306,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             target_output_tokens=args.target_output_tokens,
             ledger=args.ledger,
             ledger_name=args.ledger_name,
+            response_cache=args.response_cache,
         )
     if not args.prompts:
         raise ConfigurationError("give a prompts file (PROMPTS.jsonl) or --plan FILE")
@@ -303,8 +324,10 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         target_output_tokens=args.target_output_tokens,
         max_requests=args.max_requests,
     )
-    if args.ledger or args.ledger_name:
-        plan = plan.with_overrides(ledger=args.ledger, ledger_name=args.ledger_name)
+    if args.ledger or args.ledger_name or args.response_cache:
+        plan = plan.with_overrides(
+            ledger=args.ledger, ledger_name=args.ledger_name, response_cache=args.response_cache
+        )
     return plan
 
 

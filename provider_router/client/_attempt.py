@@ -29,6 +29,7 @@ from provider_router._secrets import scrub
 from provider_router.client._billing import unallowed_reason
 from provider_router.client._completion import Completion, parse_completion
 from provider_router.client._request import PreparedRequest, encode_json
+from provider_router.client._response_cache import STATUS_HEADER
 from provider_router.client.affinity import blames_pin
 from provider_router.client.streaming import read_stream
 from provider_router.routing.route_plan import cache_saving
@@ -69,6 +70,7 @@ class AttemptMixin:
     quarantined: int
     unknown_provider: int
     cache_saved: Decimal
+    response_cache: int | None
     _violations_in_a_row: int
     _violations_halt: str | None
     _billing: Billing
@@ -203,6 +205,8 @@ class AttemptMixin:
                 else:
                     await self._billing.attach(request, reservation, generation_id)
             completion = parse_completion(await response.json())
+            if self.response_cache is not None:
+                completion.cache_status = response.headers.get(STATUS_HEADER)
         except BaseException:
             response.close()  # not read to its end, or not an answer: no reuse
             raise
@@ -229,7 +233,7 @@ class AttemptMixin:
             if generation_id:
                 generation_id = scrub(generation_id)  # it goes to the ledger and logs
                 await self._billing.attach(request, reservation, generation_id)
-            return await read_stream(
+            completion = await read_stream(
                 response,
                 request,
                 attempt,
@@ -238,6 +242,9 @@ class AttemptMixin:
                 idle,
                 deadline_at=deadline_at,
             )
+            if self.response_cache is not None:
+                completion.cache_status = response.headers.get(STATUS_HEADER)
+            return completion
 
     # --- the answer ------------------------------------------------------------------
 

@@ -288,6 +288,9 @@ class ChatResult:
             booked instead, the reservation's worst case (docs/ledger.md, "Disputed").
         logprobs: the content tokens with their log probabilities, when asked for
             (``logprobs=True``) and the provider returned them; ``None`` otherwise.
+        cache_status: OpenRouter's ``X-OpenRouter-Cache-Status`` with response
+            caching on (``"HIT"``: a free replay of an earlier answer; ``"MISS"``);
+            ``None`` when caching is off or the answer did not say.
     """
 
     text: str
@@ -309,6 +312,7 @@ class ChatResult:
     tool_calls: tuple[ToolCall, ...] = ()
     disputed_cost: Decimal | None = None
     logprobs: tuple[TokenLogprob, ...] | None = field(default=None, repr=False)
+    cache_status: str | None = None
 
     __repr__ = readable_repr
 
@@ -341,6 +345,7 @@ def chat_result(
     tool_calls: tuple[ToolCall, ...],
     disputed_cost: Decimal | None = None,
     logprobs: tuple[TokenLogprob, ...] | None = None,
+    cache_status: str | None = None,
 ) -> ChatResult:
     """A :class:`ChatResult` with every field given, its ``__dict__`` filled in one step.
 
@@ -371,6 +376,7 @@ def chat_result(
             "tool_calls": tool_calls,
             "disputed_cost": disputed_cost,
             "logprobs": logprobs,
+            "cache_status": cache_status,
         },
     )
     return result

@@ -297,6 +297,7 @@ class JobRunner:
                 **{
                     "budget_wait": True,
                     "cache_affinity": self.plan.cache_affinity,
+                    "response_cache": self.plan.response_cache,
                     **self._router_options,
                 },
             )

@@ -172,6 +172,9 @@ class Plan(_Frozen):
         cache_affinity: pin each conversation (its messages up to the first user
             message) to one endpoint so its turns read the provider's prompt cache
             (``Router(cache_affinity=True)``, docs/client.md "Cache-aware pinning").
+        response_cache: seconds OpenRouter keeps each answer for a re-send of the
+            same prompt (1–86,400; ``Router(response_cache=...)``, docs/client.md
+            "Response caching"); ``None`` (the default): off.
     """
 
     model: str = Field(min_length=1)
@@ -183,6 +186,7 @@ class Plan(_Frozen):
     ledger: str | None = None
     ledger_name: str | None = None
     cache_affinity: bool = False
+    response_cache: int | None = Field(default=None, ge=1, le=86_400)
     verify_every: int | None = Field(default=None, ge=0)
 
     @field_validator("ledger")
@@ -262,9 +266,12 @@ class Plan(_Frozen):
         target_output_tokens: int | None = None,
         ledger: str | None = None,
         ledger_name: str | None = None,
+        response_cache: int | None = None,
     ) -> Plan:
         """This plan with the given command-line values replacing the file's."""
         update: dict[str, Any] = {}
+        if response_cache is not None:
+            update["response_cache"] = response_cache
         for key, value in (("ledger", ledger), ("ledger_name", ledger_name)):
             if value is not None:
                 update[key] = value

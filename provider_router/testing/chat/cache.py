@@ -16,18 +16,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
-
-from aiohttp import web
+from typing import Any, Final
 
 from provider_router._json import loads
 from provider_router.testing.chat import bodies
-
-if TYPE_CHECKING:
-    from provider_router.testing.billing import KeyState
-    from provider_router.testing.introspection import RequestRecord
-    from provider_router.testing.market.listing import ModelSpec
-    from provider_router.testing.simulator import Simulator
 
 __all__ = [
     "AGE_HEADER",
@@ -38,12 +30,15 @@ __all__ = [
     "SOURCE_HEADER",
     "STATUS_HEADER",
     "TTL_HEADER",
+    "WHOLE",
     "CacheLookup",
     "Entry",
     "ResponseCache",
-    "answer_hit",
-    "keep_answer",
+    "hit_headers",
+    "kept_stream",
     "parse_ttl",
+    "replay_json",
+    "replay_stream",
 ]
 
 CACHE_HEADER: Final = "X-OpenRouter-Cache"
@@ -58,6 +53,8 @@ DEFAULT_TTL: Final = 300
 MIN_TTL: Final = 1
 MAX_TTL: Final = 86_400
 _DONE: Final = b"[DONE]"
+WHOLE: Final = frozenset(("ok", "no_usage_cost"))
+"""Outcomes of a whole answer (one without a cost in its usage is whole)."""
 
 
 def parse_ttl(value: str | None) -> int:
@@ -119,6 +116,9 @@ class ResponseCache:
         self._sources: OrderedDict[str, str] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self.hit_cost = True
+        """Whether a hit's ``usage`` says ``cost: 0`` (False: no cost field, the other
+        reading of docs that show no hit body)."""
 
     def lookup(
         self,
@@ -199,22 +199,26 @@ def _zeroed(value: Any) -> Any:
     return value
 
 
-def _rewrite(payload: dict[str, Any], gen_id: str, created: int) -> dict[str, Any]:
+def _rewrite(payload: dict[str, Any], gen_id: str, created: int, with_cost: bool) -> dict[str, Any]:
     payload["id"] = gen_id
     if "created" in payload:
         payload["created"] = created
-    if isinstance(payload.get("usage"), dict):
-        payload["usage"] = _zeroed(payload["usage"])
+    usage = payload.get("usage")
+    if isinstance(usage, dict):
+        payload["usage"] = usage = _zeroed(usage)
+        if not with_cost:
+            usage.pop("cost", None)
+            usage.pop("cost_details", None)
     payload.pop("openrouter_metadata", None)
     return payload
 
 
-def replay_json(entry: Entry, gen_id: str) -> bytes:
+def replay_json(entry: Entry, gen_id: str, with_cost: bool = True) -> bytes:
     """The cached JSON answer with a new id and time, usage zeroed."""
-    return bodies.dumps(_rewrite(loads(entry.payload), gen_id, int(time.time())))
+    return bodies.dumps(_rewrite(loads(entry.payload), gen_id, int(time.time()), with_cost))
 
 
-def replay_stream(entry: Entry, gen_id: str) -> bytes:
+def replay_stream(entry: Entry, gen_id: str, with_cost: bool = True) -> bytes:
     """The cached stream's events, each with the new id and time, usage zeroed."""
     created = int(time.time())
     out: list[bytes] = []
@@ -225,7 +229,8 @@ def replay_stream(entry: Entry, gen_id: str) -> bytes:
         if data == _DONE:
             out.append(b"data: [DONE]\n\n")
             continue
-        out.append(b"data: " + bodies.dumps(_rewrite(loads(data), gen_id, created)) + b"\n\n")
+        event_body = bodies.dumps(_rewrite(loads(data), gen_id, created, with_cost))
+        out.append(b"data: " + event_body + b"\n\n")
     return b"".join(out)
 
 
@@ -239,80 +244,3 @@ def kept_stream(tap: list[bytes]) -> bytes | None:
     if any(b'"error"' in e and b'"finish_reason":"error"' in e for e in events):
         return None
     return b"\n\n".join(events) + b"\n\n"
-
-
-def answer_hit(
-    sim: Simulator,
-    record: RequestRecord,
-    key: KeyState,
-    model: ModelSpec,
-    stream: bool,
-    lookup: CacheLookup,
-) -> web.Response:
-    """Answer from the cache: no provider, no charge, a ``/generation`` record at $0
-    whose ``response_cache_source_id`` names the original."""
-    entry = lookup.hit
-    assert entry is not None
-    created = int(time.time())
-    # A new id per hit, reproducible by seed like every id the simulator makes.
-    salt = f"{sim.seed}:{entry.source_id}:{sim.response_cache.hits}".encode()
-    gen_id = f"gen-{created}-{hashlib.sha256(salt).hexdigest()[:20]}"
-    headers = hit_headers(lookup, gen_id)
-    if stream:
-        body = replay_stream(entry, gen_id)
-        headers["Content-Type"] = "text/event-stream"
-        headers["Cache-Control"] = "no-cache"
-    else:
-        body = replay_json(entry, gen_id)
-        headers["Content-Type"] = "application/json"
-    record.outcome = "cache_hit"
-    record.generation_id = gen_id
-    record.tag, record.provider = entry.tag, entry.provider
-    record.cost_units = 0
-    generations = sim.generations
-    if len(generations) >= sim.log_limit:
-        sim.generation_misses.pop(generations.pop_oldest(), None)
-    generations.put(
-        gen_id, key.label, created, model, stream, entry.provider, 0.0, 0.0,
-        entry.finish_reason, 0, 0, 0, 0, 0, [(entry.tag, 200)],
-        None, None,
-    )  # fmt: skip
-    sim.response_cache.replayed(gen_id, entry.source_id)
-    return web.Response(body=body, headers=headers)
-
-
-def keep_answer(
-    sim: Simulator,
-    record: RequestRecord,
-    lookup: CacheLookup,
-    tap: list[bytes] | None,
-    response: web.StreamResponse,
-) -> web.StreamResponse:
-    """A miss answered: its JSON answer says ``MISS``; a whole 200 answer is kept."""
-    if not response.prepared:
-        response.headers.update(lookup.miss_headers())
-    if (
-        response.status != 200
-        or record.outcome != "ok"
-        or record.generation_id is None
-        or record.tag is None
-        or record.provider is None
-    ):
-        return response
-    if tap is not None:
-        payload = kept_stream(tap)
-    else:
-        body = response.body if isinstance(response, web.Response) else None
-        payload = bytes(body).strip() if isinstance(body, bytes | bytearray) else None
-    if payload:
-        entry = Entry(
-            record.generation_id,
-            sim.now(),
-            lookup.ttl,
-            payload,
-            record.provider,
-            record.tag,
-            record.finish_reason or "stop",
-        )
-        sim.response_cache.store(lookup, entry)
-    return response

@@ -22,8 +22,9 @@ from aiohttp import web
 from provider_router._json import loads
 from provider_router.testing.billing import KeyState
 from provider_router.testing.chat import bodies, logprobs
-from provider_router.testing.chat.cache import CACHE_HEADER, CacheLookup, answer_hit, keep_answer
+from provider_router.testing.chat.cache import CACHE_HEADER, CacheLookup
 from provider_router.testing.chat.delivery import Attempt, serve
+from provider_router.testing.chat.replay import answer_hit, keep_answer
 from provider_router.testing.chat.structured import (
     OutputFormat,
     StructuredError,
