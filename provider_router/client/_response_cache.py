@@ -1,6 +1,7 @@
 """OpenRouter's response cache, as a router uses it (docs/client.md, "Response caching").
 
-Opting in sends ``X-OpenRouter-Cache: true`` and a TTL with every request: an answer
+A router whose headers send ``X-OpenRouter-Cache: true`` (``cache_headers(ttl)``)
+opts in for every request: an answer
 OpenRouter already gave to the same key, model, stream mode and body bytes comes back
 free, marked ``X-OpenRouter-Cache-Status: HIT``. Two samples of one prompt would send
 the same bytes and get the same answer back, so each request's body carries a sample
@@ -25,9 +26,8 @@ __all__ = [
     "SAMPLE_FIELD",
     "STATUS_HEADER",
     "TTL_HEADER",
-    "asks_for_cache",
     "cache_headers",
-    "cache_ttl",
+    "cache_ttl_of",
     "with_sample_id",
 ]
 
@@ -37,7 +37,7 @@ STATUS_HEADER: Final = "x-openrouter-cache-status"
 """The answer's verdict, ``HIT`` or ``MISS`` (lower case: how responses are read)."""
 HIT: Final = "HIT"
 DEFAULT_TTL: Final = 300
-"""OpenRouter's default TTL in seconds, taken for ``response_cache=True``."""
+"""OpenRouter's default TTL in seconds, when the headers give none."""
 MAX_TTL: Final = 86_400
 SAMPLE_FIELD: Final = "provider_router_sample"
 """The ``metadata`` key that keeps two samples' bodies apart (OpenRouter's ``metadata``:
@@ -45,35 +45,33 @@ string pairs with no effect on the answer)."""
 _METADATA_PAIRS: Final = 16
 
 
-def cache_ttl(value: object) -> int | None:
-    """The TTL ``Router(response_cache=...)`` asks for: seconds, or None (off).
+def cache_headers(ttl: int = DEFAULT_TTL) -> dict[str, str]:
+    """The request headers that opt in for ``ttl`` seconds (1–86,400), for
+    ``Router(headers=...)``.
 
     Raises:
-        ConfigurationError: not True/False/None or a whole number of seconds in 1–86,400.
+        ConfigurationError: ``ttl`` is not a whole number of seconds in 1–86,400.
     """
-    if value is None or value is False:
-        return None
-    if value is True:
-        return DEFAULT_TTL
-    if isinstance(value, int) and 1 <= value <= MAX_TTL:
-        return value
-    raise ConfigurationError(
-        f"response_cache must be True, False, None or a TTL in seconds from 1 to {MAX_TTL:,}, "
-        f"got {value!r}"
-    )
-
-
-def cache_headers(ttl: int) -> dict[str, str]:
-    """The request headers that opt in for ``ttl`` seconds."""
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_TTL:
+        raise ConfigurationError(
+            f"the response cache's TTL must be whole seconds from 1 to {MAX_TTL:,}, got {ttl!r}"
+        )
     return {CACHE_HEADER: "true", TTL_HEADER: str(ttl)}
 
 
-def asks_for_cache(headers: Mapping[str, str]) -> bool:
-    """Whether headers given by the caller already opt in (``X-OpenRouter-Cache: true``)."""
-    return any(
-        name.lower() == CACHE_HEADER.lower() and value.strip().lower() == "true"
-        for name, value in headers.items()
-    )
+def cache_ttl_of(headers: Mapping[str, str]) -> int | None:
+    """The TTL a router's headers ask OpenRouter's response cache for, or None: they do
+    not opt in (``X-OpenRouter-Cache: true``). A TTL read as OpenRouter reads it: its
+    leading digits, clamped to 1–86,400; none: 300."""
+    lowered = {name.lower(): value.strip() for name, value in headers.items()}
+    if lowered.get(CACHE_HEADER.lower(), "").lower() != "true":
+        return None
+    digits = ""
+    for ch in lowered.get(TTL_HEADER.lower(), ""):
+        if not ch.isdigit():
+            break
+        digits += ch
+    return max(1, min(MAX_TTL, int(digits))) if digits else DEFAULT_TTL
 
 
 def with_sample_id(

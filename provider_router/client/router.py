@@ -59,12 +59,7 @@ from provider_router.client._deprecated import Given, fold_deprecated
 from provider_router.client._live_plan import NOT_OPEN, LivePlan
 from provider_router.client._prepare import PrepareMixin
 from provider_router.client._request import RequestEncoder
-from provider_router.client._response_cache import (
-    DEFAULT_TTL,
-    asks_for_cache,
-    cache_headers,
-    cache_ttl,
-)
+from provider_router.client._response_cache import cache_ttl_of
 from provider_router.client.affinity import CacheAffinity
 from provider_router.client.health import ProviderHealth
 from provider_router.client.limiter import AdaptiveLimiter
@@ -116,7 +111,11 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
             honoured). Used by the completions and the router's own catalog.
         headers: extra headers sent with every request, e.g. OpenRouter's
             attribution headers ``{"HTTP-Referer": "https://example.org",
-            "X-OpenRouter-Title": "my job"}``; a header the library sets itself
+            "X-OpenRouter-Title": "my job"}``, or OpenRouter's response cache
+            (``cache_headers(ttl)``: ``X-OpenRouter-Cache: true``; docs/client.md,
+            "Response caching": each body then carries a sample id from its ``key``,
+            so two samples of one prompt never share an answer, and a hit is booked
+            at $0 on the answer's word); a header the library sets itself
             (``Authorization``, ``Host``, ``Content-Length``, ``Content-Type``,
             ``Transfer-Encoding``, ``Connection``...) is refused with a
             :class:`~provider_router.ConfigurationError` naming it.
@@ -136,13 +135,6 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
             (``False``, the default): a ``session_id`` is sent as given and nothing
             is pinned.
         params: default request parameters merged under each call's own.
-        response_cache: OpenRouter's response cache (docs/client.md, "Response
-            caching"): ``None``/``False`` (the default) off; ``True`` on for 300 s;
-            a number, on for that many seconds (1–86,400). A request re-sent with
-            the same ``key`` within it is answered again for free; each body carries
-            a sample id from its ``key``, so two samples of one prompt never share
-            an answer. Headers that already send ``X-OpenRouter-Cache: true`` turn
-            it on too (for 300 s unless they give a TTL).
         retry: the retry policy (default :class:`RetryPolicy`; its ``rng`` seeds
             the backoff's jitter).
         timeouts: how long each part of a request may take (default
@@ -181,7 +173,6 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
         allow_fallbacks: bool = True,
         cache_affinity: bool | AffinityOptions = False,
         params: Mapping[str, Any] | None = None,
-        response_cache: bool | int | None = None,
         retry: RetryPolicy | None = None,
         timeouts: Timeouts | None = None,
         safeguards: Safeguards | None = None,
@@ -254,16 +245,9 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
         self._rng = self.retry.rng if self.retry.rng is not None else random.Random()
         self._ssl = check_ssl(ssl)
         self._headers = check_headers(headers or {}, "Router(headers=...)")
-        self.response_cache = cache_ttl(response_cache)
-        """Seconds OpenRouter keeps an answer for a re-send, or ``None``: caching off."""
-        if self.response_cache is not None:
-            if any(name.lower().startswith("x-openrouter-cache") for name in self._headers):
-                raise ConfigurationError(
-                    "give response_cache= or X-OpenRouter-Cache headers, not both"
-                )
-            self._headers = {**self._headers, **cache_headers(self.response_cache)}
-        elif asks_for_cache(self._headers):
-            self.response_cache = DEFAULT_TTL  # the headers' own TTL is theirs to send
+        self.response_cache = cache_ttl_of(self._headers)
+        """Seconds OpenRouter keeps an answer for a re-send (the headers ask for its
+        response cache), or ``None``: caching off."""
         self._http: _http.HttpClient | None = None
         self._billing = Billing(
             model,

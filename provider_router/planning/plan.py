@@ -173,7 +173,7 @@ class Plan(_Frozen):
             message) to one endpoint so its turns read the provider's prompt cache
             (``Router(cache_affinity=True)``, docs/client.md "Cache-aware pinning").
         response_cache: seconds OpenRouter keeps each answer for a re-send of the
-            same prompt (1–86,400; ``Router(response_cache=...)``, docs/client.md
+            same prompt (1–86,400; the Router's ``X-OpenRouter-Cache`` headers, docs/client.md
             "Response caching"); ``None`` (the default): off.
     """
 

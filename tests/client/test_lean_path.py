@@ -50,6 +50,7 @@ FIELDS = {
     "tool_calls": (ToolCall("call_1", "f", "{}"),),
     "disputed_cost": Decimal("5"),
     "logprobs": (TokenLogprob("hi", -0.1, (("hi", -0.1), ("ho", -2.5))),),
+    "cache_status": "HIT",
 }
 
 

@@ -11,6 +11,7 @@ import pytest
 from _router_helpers import MakeRouter
 
 from provider_router import ConfigurationError, MemoryLedger, Router
+from provider_router.client._response_cache import cache_headers
 from provider_router.testing import SimulatorServer
 
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -23,7 +24,7 @@ async def test_a_prompt_sent_again_with_its_key_is_a_hit_booked_at_zero(
 ) -> None:
     sim = await openrouter_sim_factory(generation_404s=0)
     ledger = MemoryLedger(Decimal(1))
-    router = await make_router(sim, ledger=ledger, response_cache=3600)
+    router = await make_router(sim, ledger=ledger, headers=cache_headers(3600))
     first = await router.chat(HELLO, max_tokens=40, key="data/p1", stream=stream)
     assert first.cache_status == "MISS"
     assert first.cost is not None
@@ -46,7 +47,7 @@ async def test_two_samples_of_one_prompt_never_share_an_answer(
 ) -> None:
     sim = await openrouter_sim_factory()
     ledger = MemoryLedger(Decimal(1))
-    router = await make_router(sim, ledger=ledger, response_cache=True)
+    router = await make_router(sim, ledger=ledger, headers=cache_headers())
     samples = [await router.chat(HELLO, max_tokens=40, key=f"data/p1-{n}") for n in (1, 2)]
     unlabelled = [await router.chat(HELLO, max_tokens=40) for _ in range(2)]
     assert [r.cache_status for r in samples + unlabelled] == ["MISS"] * 4
@@ -62,7 +63,9 @@ async def test_a_hit_without_a_cost_is_free_on_its_word_and_a_miss_without_one_i
     )
     sim.simulator.response_cache.hit_cost = False  # hit bodies with no usage.cost
     ledger = MemoryLedger(Decimal(1))
-    router = await make_router(sim, ledger=ledger, response_cache=60)
+    router = await make_router(
+        sim, ledger=ledger, headers={"x-openrouter-cache": "TRUE", "X-OpenRouter-Cache-TTL": "60"}
+    )
     miss = await router.chat(HELLO, max_tokens=40, key="k")
     assert miss.cache_status == "MISS"
     assert miss.usage is not None
@@ -88,11 +91,15 @@ async def test_without_response_cache_nothing_is_asked_or_added(
     assert all(r.outcome == "ok" for r in sim.requests if r.route == "chat")
 
 
-def test_response_cache_values_are_checked() -> None:
-    for bad in (0, 86_401, 1.5, "300"):
-        with pytest.raises(ConfigurationError, match="response_cache must be"):
-            Router("moonshotai/kimi-k2.5", response_cache=bad)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="not both"):
-        Router("moonshotai/kimi-k2.5", response_cache=60, headers={"X-OpenRouter-Cache": "true"})
-    assert Router("moonshotai/kimi-k2.5", headers={"x-openrouter-cache": "true"}).response_cache
-    assert Router("moonshotai/kimi-k2.5").response_cache is None
+def test_the_cache_headers_are_checked_and_read_as_openrouter_reads_them() -> None:
+    for bad in (0, 86_401, 1.5, "300", True):
+        with pytest.raises(ConfigurationError, match="TTL must be whole seconds"):
+            cache_headers(bad)  # type: ignore[arg-type]
+    assert cache_headers(60) == {"X-OpenRouter-Cache": "true", "X-OpenRouter-Cache-TTL": "60"}
+    model = "moonshotai/kimi-k2.5"
+    assert Router(model, headers=cache_headers(90)).response_cache == 90
+    assert Router(model, headers={"x-openrouter-cache": "true"}).response_cache == 300
+    assert Router(model, headers={"X-OpenRouter-Cache": "false"}).response_cache is None
+    ttl = {"X-OpenRouter-Cache": "true", "X-OpenRouter-Cache-TTL": "999999"}
+    assert Router(model, headers=ttl).response_cache == 86_400
+    assert Router(model).response_cache is None
