@@ -84,3 +84,17 @@ async def test_without_response_cache_a_lost_outputs_file_is_paid_again(
     await JobRunner(plan, out, base_url=sim.url, api_key=DEFAULT_TEST_KEY).run()
     assert sim.simulator.usage > charged
     assert all(r.outcome == "ok" for r in sim.log.chat())
+
+
+def test_a_ray_run_refuses_the_response_cache_rather_than_ignore_it(tmp_path: Path) -> None:
+    import pytest
+
+    from provider_router import ConfigurationError
+    from provider_router.ray.plan_run import _check_plan
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    plan = _plan(prompts, 600).with_overrides(ledger="redis://127.0.0.1:6379/0", ledger_name="j")
+    with pytest.raises(ConfigurationError, match="not available with --ray"):
+        _check_plan(plan)
+    _check_plan(_plan(prompts, None).with_overrides(ledger="redis://x:1/0", ledger_name="j"))
