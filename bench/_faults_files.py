@@ -323,7 +323,7 @@ async def rows(args: Any, only: set[str] | None, job_for: Callable[..., Any]) ->
         try:
             async with SimulatorServer(
                 api_keys=[KEY], credits=10**6, speed=args.speed, seed=args.seed,
-                bill_abandoned=True, log_limit=10**6,
+                cancellation="none", log_limit=10**6,
             ) as sim:  # fmt: skip
                 job = job_for(root, sim)
                 row = await run(job, sim)

@@ -4,9 +4,10 @@ Run: ``python -m bench faults`` (``--quick`` for the small version the ``slow`` 
 runs; ``--seed``, ``--kills``, ``--only NAME,...``). Each scenario runs the batch
 CLI (``provider-router run``, one child process per run) or, where a fault must be
 injected into the process itself, its :class:`~provider_router.jobs.JobRunner`, against
-the local OpenRouter in this process with ``bill_abandoned=True``: a request whose
+the local OpenRouter in this process with ``cancellation="none"``: a request whose
 client went away (a kill, a timeout) is still generated and billed in full, as a
-provider that does not cancel does. After each scenario a clean run resumes the job
+provider that does not cancel does (the cache rows, ``bench/faults_cache.py``, take
+each provider's own way). After each scenario a clean run resumes the job
 to its end, then the simulator's exact charge record is compared with the ledger.
 
 Per scenario it prints:
@@ -539,9 +540,16 @@ async def campaign(args: argparse.Namespace) -> list[Outcome]:
     ]
     scenarios += _money_scenarios()
     scenarios += _limit_scenarios(args.seed)
+    scenarios += _cache_scenarios(args.seed)
+    cache_header = False
     for key, sim_options, run in scenarios:
         if only is not None and not any(key == o or key.startswith(f"{o}-") for o in only):
             continue
+        if key.startswith("cache-") and not cache_header:
+            from bench.faults_cache import HEADER as CACHE_HEADER
+
+            print(CACHE_HEADER, flush=True)
+            cache_header = True
         root = Path(tempfile.mkdtemp(prefix=f"faults-{key}-"))
         try:
             async with SimulatorServer(
@@ -549,9 +557,9 @@ async def campaign(args: argparse.Namespace) -> list[Outcome]:
                 credits=10**6,
                 speed=args.speed,
                 seed=args.seed,
-                bill_abandoned=True,
                 log_limit=10**6,
-                **sim_options,
+                # No provider cancels (the worst case) unless a row says otherwise.
+                **{"cancellation": "none", **sim_options},
             ) as sim:
                 job = Job(
                     root, args.prompts, args.budget, args.max_tokens, args.concurrency, sim.url
@@ -571,6 +579,14 @@ async def campaign(args: argparse.Namespace) -> list[Outcome]:
         finally:
             shutil.rmtree(root, ignore_errors=True)
     return outcomes
+
+
+def _cache_scenarios(seed: int) -> list[tuple[str, dict[str, Any], Any]]:
+    # Kills and a lost outputs file, with and without the response cache, on a provider
+    # that cancels streams and one that does not.
+    from bench.faults_cache import cache_scenarios
+
+    return list(cache_scenarios(seed))
 
 
 def _money_scenarios() -> list[tuple[str, dict[str, Any], Any]]:
@@ -601,7 +617,7 @@ def parser() -> argparse.ArgumentParser:
         "--only",
         default="",
         help="comma list: kill9,disk,cut,timeout,ledger,redis,fields,cost,stop,preflight,"
-        "limit,files,locked (a group picks its rows: cost-absurd-json...)",
+        "limit,cache,files,locked (a group picks its rows: cost-absurd-json, cache-kill...)",
     )
     p.add_argument(
         "--horizon",

@@ -98,6 +98,16 @@ def _seconds(value: str) -> float:
     return seconds
 
 
+def _cache_ttl(value: str) -> int:
+    try:
+        seconds = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole seconds, got {value!r}") from None
+    if not 1 <= seconds <= 86_400:
+        raise argparse.ArgumentTypeError(f"expected 1 to 86400 seconds, got {value!r}")
+    return seconds
+
+
 def _port(value: str) -> int:
     try:
         port = int(value)
@@ -318,6 +328,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"job_key_hours, else {DEFAULT_JOB_KEY_HOURS:g})",
     )
     own.add_argument(
+        "--response-cache",
+        nargs="?",
+        const=86_400,
+        type=_cache_ttl,
+        metavar="S",
+        help="turn on OpenRouter's response cache: a prompt sent again within S seconds "
+        "(1-86400, default 86400) is answered again for free; each prompt's body stays "
+        "its own, so two samples never share an answer (docs/client.md) (default: off)",
+    )
+    own.add_argument(
         "--metrics-port",
         type=_port,
         metavar="N",
@@ -393,6 +413,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             ledger=args.ledger,
             ledger_name=args.ledger_name,
             max_premium=args.max_premium,
+            response_cache=args.response_cache,
         )
     if not args.prompts:
         raise ConfigurationError("give a prompts file (PROMPTS.jsonl) or --plan FILE")
@@ -411,8 +432,10 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         max_requests=args.max_requests,
         max_premium=args.max_premium,
     )
-    if args.ledger or args.ledger_name:
-        plan = plan.with_overrides(ledger=args.ledger, ledger_name=args.ledger_name)
+    if args.ledger or args.ledger_name or args.response_cache:
+        plan = plan.with_overrides(
+            ledger=args.ledger, ledger_name=args.ledger_name, response_cache=args.response_cache
+        )
     return plan
 
 

@@ -34,6 +34,7 @@ from provider_router._secrets import scrub
 from provider_router.client._billing import unallowed_reason
 from provider_router.client._completion import Completion, parse_completion
 from provider_router.client._request import PreparedRequest
+from provider_router.client._response_cache import STATUS_HEADER
 from provider_router.client.affinity import blames_pin
 from provider_router.client.results import routed
 from provider_router.client.streaming import not_a_stream, read_stream
@@ -108,6 +109,7 @@ class AttemptMixin:
     quarantined: int
     unknown_provider: int
     cache_saved: Decimal
+    response_cache: int | None
     _violations_in_a_row: int
     _violations_halt: str | None
     _billing: Billing
@@ -377,6 +379,8 @@ class AttemptMixin:
                 else:
                     await self._billing.attach(request, reservation, generation_id)
             completion = parse_completion(await response.json())
+            if self.response_cache is not None:
+                completion.cache_status = response.headers.get(STATUS_HEADER)
         except BaseException:
             response.close()  # not read to its end, or not an answer: no reuse
             raise
@@ -405,16 +409,20 @@ class AttemptMixin:
                 await self._billing.attach(request, reservation, generation_id)
             content_type = response.headers.get("content-type", "")
             if content_type and "text/event-stream" not in content_type.lower():
-                return await not_a_stream(response, content_type)
-            return await read_stream(
-                response,
-                request,
-                attempt,
-                reservation,
-                self._billing,
-                idle,
-                deadline_at=deadline_at,
-            )
+                completion = await not_a_stream(response, content_type)
+            else:
+                completion = await read_stream(
+                    response,
+                    request,
+                    attempt,
+                    reservation,
+                    self._billing,
+                    idle,
+                    deadline_at=deadline_at,
+                )
+            if self.response_cache is not None:
+                completion.cache_status = response.headers.get(STATUS_HEADER)
+            return completion
 
     # --- the answer ------------------------------------------------------------------
 

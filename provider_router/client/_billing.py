@@ -48,6 +48,7 @@ from provider_router.client._cost_check import (
     check_low_cost,
 )
 from provider_router.client._request import PreparedRequest
+from provider_router.client._response_cache import HIT
 from provider_router.client.results import ChatResult, chat_result
 from provider_router.client.retry import sleep_unless_stopping
 from provider_router.ledger import Ledger, Reservation
@@ -127,6 +128,7 @@ class Charged:
             c.tool_calls,
             self.disputed,
             c.logprobs,
+            cache_status=c.cache_status,
         )
 
 
@@ -291,6 +293,10 @@ class Billing:
                 await ledger.release(reservation)
             return Charged(completion, None, estimate, None)
         generation_id = completion.generation_id or request.generation_id
+        if cost is None and completion.cache_status == HIT:
+            # The answer says it came from OpenRouter's response cache: documented as
+            # not billed. Only the answer's word counts, never the request's hope.
+            cost = _ZERO
         if cost is None:
             if generation_id:
                 cost = await self.generation_cost(generation_id)

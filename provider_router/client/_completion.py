@@ -44,6 +44,8 @@ class Completion:
     error: ResponseCarriedError | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     logprobs: tuple[TokenLogprob, ...] | None = None
+    cache_status: str | None = None
+    """``X-OpenRouter-Cache-Status`` (``HIT``, ``MISS``) when response caching is on."""
 
 
 def _carried_error(

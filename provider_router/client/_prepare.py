@@ -29,7 +29,11 @@ from provider_router.catalog._billable import (
 )
 from provider_router.client._config import RESERVED_PARAMS
 from provider_router.client._live_plan import NOT_OPEN
-from provider_router.client._request import PreparedRequest, messages_problem
+from provider_router.client._request import (
+    PreparedRequest,
+    messages_problem,
+)
+from provider_router.client._response_cache import with_sample_id
 from provider_router.client.affinity import session_of
 
 if TYPE_CHECKING:
@@ -87,6 +91,7 @@ class PrepareMixin:
 
     # The Router's state preparing reads (set by Router.__init__ and open()).
     cache_affinity: AffinityOptions | None
+    response_cache: int | None
     affinity: CacheAffinity
     health: ProviderHealth
     timeouts: Timeouts
@@ -127,6 +132,12 @@ class PrepareMixin:
         ):
             raise ConfigurationError(f"max_tokens must be a positive int, got {max_tokens!r}")
         extra_tokens = self._field_tokens
+        if self.response_cache is not None:
+            # Two samples of one prompt must not share a cached answer: each body
+            # carries its label's sample id (an unlabelled call gets a label of its own).
+            if key is None:
+                key = f"req-{next(self._seq)}"
+            params = with_sample_id(params, key, self._fields)
         if params:
             for reserved_name in RESERVED_PARAMS:
                 if reserved_name in params:

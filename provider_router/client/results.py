@@ -294,6 +294,9 @@ class ChatResult:
         refusals: 429s of full endpoints it went back to admission after.
         endpoint: the tag of the endpoint its answer was admitted to (a response
             names only the provider, and two endpoints of one provider share it).
+        cache_status: OpenRouter's ``X-OpenRouter-Cache-Status`` with response
+            caching on (``"HIT"``: a free replay of an earlier answer; ``"MISS"``);
+            ``None`` when caching is off or the answer did not say.
     """
 
     text: str
@@ -319,6 +322,7 @@ class ChatResult:
     waited: float = 0.0
     refusals: int = 0
     endpoint: str | None = None
+    cache_status: str | None = None
 
     __repr__ = readable_repr
 
@@ -362,6 +366,7 @@ def chat_result(
     waited: float = 0.0,
     refusals: int = 0,
     endpoint: str | None = None,
+    cache_status: str | None = None,
 ) -> ChatResult:
     """A :class:`ChatResult` with every field given, its ``__dict__`` filled in one step.
 
@@ -396,6 +401,7 @@ def chat_result(
             "waited": waited,
             "refusals": refusals,
             "endpoint": endpoint,
+            "cache_status": cache_status,
         },
     )
     return result

@@ -62,6 +62,7 @@ from provider_router.client._deprecated import Given, fold_deprecated
 from provider_router.client._live_plan import NOT_OPEN, LivePlan
 from provider_router.client._prepare import PrepareMixin
 from provider_router.client._request import PreparedRequest, RequestEncoder
+from provider_router.client._response_cache import cache_ttl_of
 from provider_router.client.admission import Admission, check_max_premium
 from provider_router.client.affinity import CacheAffinity
 from provider_router.client.health import ProviderHealth
@@ -118,7 +119,11 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
             honoured). Used by the completions and the router's own catalog.
         headers: extra headers sent with every request, e.g. OpenRouter's
             attribution headers ``{"HTTP-Referer": "https://example.org",
-            "X-OpenRouter-Title": "my job"}``; a header the library sets itself
+            "X-OpenRouter-Title": "my job"}``, or OpenRouter's response cache
+            (``cache_headers(ttl)``: ``X-OpenRouter-Cache: true``; docs/client.md,
+            "Response caching": each body then carries a sample id from its ``key``,
+            so two samples of one prompt never share an answer, and a hit is booked
+            at $0 on the answer's word); a header the library sets itself
             (``Authorization``, ``Host``, ``Content-Length``, ``Content-Type``,
             ``Transfer-Encoding``, ``Connection``...) is refused with a
             :class:`~provider_router.ConfigurationError` naming it.
@@ -262,6 +267,9 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
         self._rng = self.retry.rng if self.retry.rng is not None else random.Random()
         self._ssl = check_ssl(ssl)
         self._headers = check_headers(headers or {}, "Router(headers=...)")
+        self.response_cache = cache_ttl_of(self._headers)
+        """Seconds OpenRouter keeps an answer for a re-send (the headers ask for its
+        response cache), or ``None``: caching off."""
         self._http: _http.HttpClient | None = None
         self._billing = Billing(
             model,

@@ -31,6 +31,7 @@ from provider_router._money import from_units
 from provider_router.catalog.verdicts import VerificationReport
 from provider_router.checks.preflight import PreflightReport, preflight
 from provider_router.checks.verify import DEFAULT_SAMPLES
+from provider_router.client._response_cache import cache_headers
 from provider_router.client.metrics import Metrics
 from provider_router.client.router import Router
 from provider_router.jobs.batch_api.reuse import reuse_kept_for_plan
@@ -350,6 +351,16 @@ class JobRunner:
                 policy = await self._verify(ledger, policy, journal, names)
             else:
                 policy = await self._kept_exclusions(policy, journal, names)
+            options: dict[str, Any] = {
+                "budget_wait": True,
+                "cache_affinity": self.plan.cache_affinity,
+                **self._router_options,
+            }
+            if self.plan.response_cache is not None:
+                options["headers"] = {
+                    **options.get("headers", {}),
+                    **cache_headers(self.plan.response_cache),
+                }
             router = Router(
                 self.plan.model,
                 policy=policy,
@@ -358,11 +369,7 @@ class JobRunner:
                 base_url=self._base_url,
                 api_key=self._api_key,
                 max_premium=self.plan.max_premium,
-                **{
-                    "budget_wait": True,
-                    "cache_affinity": self.plan.cache_affinity,
-                    **self._router_options,
-                },
+                **options,
             )
             async with router:
                 self.router = router

@@ -206,6 +206,9 @@ class Plan(_Frozen):
             its limit, sends with it and disables it at its end (``run --job-key``; needs
             ``OPENROUTER_MANAGEMENT_KEY``; docs/ledger.md, "A key for the job").
         job_key_hours: how long such a key is accepted before it expires.
+        response_cache: seconds OpenRouter keeps each answer for a re-send of the
+            same prompt (1–86,400; the Router's ``X-OpenRouter-Cache`` headers, docs/client.md
+            "Response caching"); ``None`` (the default): off.
     """
 
     model: str = Field(min_length=1)
@@ -217,6 +220,7 @@ class Plan(_Frozen):
     ledger: str | None = None
     ledger_name: str | None = None
     cache_affinity: bool = False
+    response_cache: int | None = Field(default=None, ge=1, le=86_400)
     verify_every: int | None = Field(default=None, ge=0)
     job_key: bool = False
     job_key_hours: float = Field(default=DEFAULT_JOB_KEY_HOURS, gt=0)
@@ -367,12 +371,15 @@ class Plan(_Frozen):
         ledger: str | None = None,
         ledger_name: str | None = None,
         max_premium: Decimal | Literal["none"] | None = None,
+        response_cache: int | None = None,
     ) -> Plan:
         """This plan with the given command-line values replacing the file's
         (``max_premium="none"``: no cap; ``None``: the file's)."""
         update: dict[str, Any] = {}
         if max_premium is not None:
             update["max_premium"] = None if max_premium == "none" else max_premium
+        if response_cache is not None:
+            update["response_cache"] = response_cache
         for key, value in (("ledger", ledger), ("ledger_name", ledger_name)):
             if value is not None:
                 update[key] = value

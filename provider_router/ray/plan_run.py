@@ -135,6 +135,11 @@ def _check_plan(plan: Plan) -> None:
             "--ray needs a Redis ledger (--ledger redis://host:6379/0 or `ledger:` in the "
             "plan): the budget and the paid answers live there, shared by every actor"
         )
+    if plan.response_cache is not None:
+        raise ConfigurationError(
+            "response_cache (--response-cache) is not available with --ray: the actors' "
+            "routers do not send its headers; run on one machine, or without it"
+        )
     for spec in plan.datasets:
         if spec.route != "sync":
             where = plan.where(spec.name, "route")

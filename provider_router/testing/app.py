@@ -259,7 +259,10 @@ async def generation(
             data = None
     if data is None:
         return json_error(404, f"Generation {gen_id} not found")
-    return json_response({"data": data.body()})
+    body = data.body()
+    # The original generation of a response-cache hit (null otherwise).
+    body["response_cache_source_id"] = sim.response_cache.source_of(gen_id)
+    return json_response({"data": body})
 
 
 async def not_found(request: web.Request) -> web.StreamResponse:

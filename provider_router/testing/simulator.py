@@ -23,13 +23,19 @@ from provider_router._types import Clock, Sleep
 from provider_router.testing.batch_api.state import BatchBook
 from provider_router.testing.billing import Account, KeyState
 from provider_router.testing.chat import bodies
+from provider_router.testing.chat.cache import ResponseCache
 from provider_router.testing.chat.synth import Lengths
 from provider_router.testing.draws import Draws
 from provider_router.testing.faults import Fault, FaultBook
 from provider_router.testing.introspection import RequestLog, RequestRecord
+from provider_router.testing.market.cancellation import (
+    CANCELLATION_MODES,
+    CancellationMode,
+    provider_cancels,
+)
 from provider_router.testing.market.context import smallest_context
 from provider_router.testing.market.degradation import Onsets
-from provider_router.testing.market.listing import Market, ModelSpec
+from provider_router.testing.market.listing import EndpointSpec, Market, ModelSpec
 from provider_router.testing.market.prefix_cache import PrefixCache
 from provider_router.testing.market.sticky import StickyRoutes, caches_cheaper
 
@@ -66,12 +72,19 @@ class Simulator:
         log_limit: how many of the latest requests are remembered (the request
             log, the ``/generation`` records, the per-request random streams), so
             memory stays flat however long the simulator runs.
-        bill_abandoned: when a client goes away (a timeout, a kill) after its
-            request was admitted, the provider finishes the generation anyway and
-            it is billed in full when it would have ended, with its
-            ``/generation`` record, as a provider that does not cancel does.
-            Default: a stream's client pays for the tokens sent so far, a JSON
-            request's client for nothing.
+        cancellation: what happens when a client goes away (a timeout, a kill)
+            after its request was admitted. ``"docs"`` (the default): as
+            OpenRouter documents it per provider (``market/cancellation.py``): a
+            stream on a provider that cancels is billed the tokens sent so far;
+            on any other provider, and for every non-streaming request, the
+            generation finishes and is billed in full when it would have ended,
+            with its ``/generation`` record. ``"none"``: no provider cancels.
+            ``"all"``: every provider stops at once (a stream pays the tokens
+            sent, a JSON request nothing).
+        bill_abandoned: the former switch: True is ``cancellation="none"``,
+            False ``cancellation="all"``.
+        account_zdr: the account enforces zero data retention, which turns
+            response caching off (``X-OpenRouter-Cache`` is ignored).
         anonymous: answer without the ``provider`` field (clients must treat the
             serving provider as unknown, not as a policy violation).
         overcharge: bill and report this many times the listed prices (a server
@@ -100,7 +113,9 @@ class Simulator:
         generation_404s: int = 1,
         keepalive_seconds: float = 5.0,
         log_limit: int = 100_000,
-        bill_abandoned: bool = False,
+        cancellation: CancellationMode = "docs",
+        bill_abandoned: bool | None = None,
+        account_zdr: bool = False,
         anonymous: bool = False,
         overcharge: int = 1,
         management_keys: Iterable[str] = (),
@@ -158,7 +173,16 @@ class Simulator:
         self._occurrence_order: deque[int] = deque()
         """The fingerprints of ``_occurrences``, oldest first (see :meth:`rng_for`)."""
         self.stopping = asyncio.Event()
-        self.bill_abandoned = bill_abandoned
+        if bill_abandoned is not None:
+            cancellation = "none" if bill_abandoned else "all"
+        if cancellation not in CANCELLATION_MODES:
+            raise ValueError(
+                f"cancellation must be one of {', '.join(CANCELLATION_MODES)}, got {cancellation!r}"
+            )
+        self.cancellation: CancellationMode = cancellation
+        self._cancels: dict[str, bool] = {}
+        self.response_cache = ResponseCache(log_limit, enabled=not account_zdr)
+        """Response caching (``X-OpenRouter-Cache``), off under account-level ZDR."""
         self._abandoned: set[asyncio.Task[None]] = set()
         self.batches = BatchBook(self)
         """The Batch API's batches and their faults (``testing/batch_api/state.py``)."""
@@ -219,6 +243,23 @@ class Simulator:
         return set(self.failed_at)
 
     # --- generations whose client went away ---------------------------------
+
+    def cancels(self, endpoint: EndpointSpec) -> bool:
+        """Whether ``endpoint``'s provider stops a stream (and its bill) when the client leaves."""
+        mode = self.cancellation
+        if mode != "docs":
+            return mode == "all"
+        known = self._cancels.get(endpoint.tag)
+        if known is None:
+            known = self._cancels[endpoint.tag] = provider_cancels(
+                endpoint.provider_name, endpoint.slug, endpoint.tag
+            )
+        return known
+
+    @property
+    def bills_abandoned_json(self) -> bool:
+        """Whether a non-streaming request whose client left is still billed in full."""
+        return self.cancellation != "all"
 
     def finish_abandoned(self, finish: Awaitable[None]) -> None:
         """Run ``finish`` (a generation billed after its client left) in the background."""

@@ -54,6 +54,7 @@ FIELDS = {
     "waited": 0.5,
     "refusals": 1,
     "endpoint": "chutes",
+    "cache_status": "HIT",
 }
 
 

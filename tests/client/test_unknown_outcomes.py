@@ -19,6 +19,7 @@ from provider_router import (
     APIConnectionError,
     LedgerWriteError,
     MemoryLedger,
+    ProviderPolicy,
     ProviderUnavailableError,
     RequestTimeout,
     RetryPolicy,
@@ -249,3 +250,37 @@ async def test_a_settle_that_keeps_failing_keeps_the_answer(
     state = await ledger.snapshot()
     assert state.reserved > 0  # held at worst case for recovery, never released
     assert state.released == 0
+
+
+@pytest.mark.parametrize(("provider", "cancels"), [("chutes", True), ("moonshotai", False)])
+async def test_a_stream_left_is_reconciled_at_what_its_provider_bills(
+    openrouter_sim_factory: Any, make_router: MakeRouter, provider: str, cancels: bool
+) -> None:
+    """OpenRouter's documented cancellation per provider (the simulator's default): a
+    stream its client leaves costs the tokens sent on a provider that cancels, the whole
+    generation on one that does not; either way the ledger ends at what was charged."""
+    gate = Gate()
+    sim = await openrouter_sim_factory(speed=1000, sleep=gate, completion_tokens=40)
+    ledger = MemoryLedger(Decimal(1))
+    router = await make_router(
+        sim,
+        ledger=ledger,
+        retry=ONCE,
+        timeouts=Timeouts(stream_deadline=0.2),
+        policy=ProviderPolicy(exclude_below="int4", only=[provider]),
+    )
+    with pytest.raises(RequestTimeout):
+        await router.chat(MESSAGES, max_tokens=100, stream=True)
+    await asyncio.gather(*router._billing._background)
+    # Cancelled: billed at once, found by the background lookup. Not cancelled: still
+    # generating, so /generation does not know it yet and it is held at worst case.
+    assert len(router.unresolved) == (0 if cancels else 1)
+    assert all(held.generation_id is not None for held in router.unresolved)
+    charged = await _charged_total(sim)  # the generations still running, billed now
+    (record,) = sim.requests
+    assert record.tag == provider
+    assert record.completion_tokens == (0 if cancels else 40)
+    assert charged > 0
+    assert await router.reconcile() == (0 if cancels else 1)
+    state = await ledger.snapshot()
+    assert (state.spent, state.reserved) == (charged, 0)

@@ -77,3 +77,17 @@ async def test_the_job_file_rows_keep_every_paid_output() -> None:
     refused = [row for row in rows if row.rerun_exit not in (0, 3, 5)]
     assert refused  # the moved ledgers at least
     assert all(row.unchanged for row in refused)
+
+
+@pytest.mark.slow
+async def test_a_lost_outputs_file_costs_nothing_again_with_the_response_cache() -> None:
+    args = quick(parser().parse_args(["--only", "cache-lost-chutes", "--seed", "7"]))
+    outcomes = {o.name: o for o in await campaign(args)}
+    off = outcomes["outputs file lost, chutes, cache off"]
+    on = outcomes["outputs file lost, chutes, cache on"]
+    for outcome in (off, on):
+        assert outcome.ok(), outcome.row()
+        assert outcome.spent == outcome.charged  # the ledger holds every charge, no more
+    assert off.extra == off.baseline > 0  # the whole job paid again
+    assert on.extra == 0  # every lost answer came back from the cache
+    assert on.hits == on.prompts

@@ -35,12 +35,12 @@ async def _read(request: Any) -> None:
         await response.read()
 
 
-async def _leave_early(sim: SimulatorServer, stream: bool) -> None:
+async def _leave_early(sim: SimulatorServer, stream: bool, **extra: Any) -> None:
     """Send a request, read at most its headers, and go away (as a killed client does)."""
     headers = {"Authorization": f"Bearer {DEFAULT_TEST_KEY}"}
     async with aiohttp.ClientSession(headers=headers) as session:
         request = session.post(
-            f"{sim.url}/chat/completions", json=chat_body(max_tokens=200, stream=stream)
+            f"{sim.url}/chat/completions", json=chat_body(max_tokens=200, stream=stream, **extra)
         )
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(_read(request), 0.1)
@@ -80,7 +80,7 @@ async def test_without_the_option_a_stream_pays_for_what_was_sent(
 ) -> None:
     gate = Gate()
     sim = await openrouter_sim_factory(
-        speed=1000, sleep=gate, clock=lambda: 0.0, completion_tokens=120
+        speed=1000, sleep=gate, clock=lambda: 0.0, completion_tokens=120, cancellation="all"
     )
     await _leave_early(sim, stream=True)
     (record,) = sim.requests

@@ -22,7 +22,9 @@ from aiohttp import web
 from provider_router._json import loads
 from provider_router.testing.billing import KeyState
 from provider_router.testing.chat import bodies, logprobs
+from provider_router.testing.chat.cache import CACHE_HEADER, CacheLookup
 from provider_router.testing.chat.delivery import Attempt, serve
+from provider_router.testing.chat.replay import answer_hit, keep_answer
 from provider_router.testing.chat.structured import (
     OutputFormat,
     StructuredError,
@@ -316,6 +318,14 @@ def _chat(
         except StructuredError as exc:
             return _bad_request(str(exc))
 
+    cache = None
+    if CACHE_HEADER in request.headers:  # response caching: the few requests that opt in
+        cache = sim.response_cache.lookup(
+            request.headers, key.label, model.id, stream, body, sim.now()
+        )
+        if cache is not None and cache.hit is not None:
+            return answer_hit(sim, record, key, model, stream, cache)
+
     rng = sim.rng_for(zlib.crc32(raw))
     if sim.faults.platform:
         key_flight = sim.key_in_flight.get(key.label, 0)
@@ -383,6 +393,7 @@ def _chat(
 
     sim.account.hold(key, worst)
     sim.key_in_flight[key.label] = sim.key_in_flight.get(key.label, 0) + 1
+    tap: list[bytes] | None = [] if cache is not None and stream else None
     try:
         answer = _attempts(
             sim,
@@ -400,14 +411,28 @@ def _chat(
             choices=choices,
             sticky=sticky,
             output=output,
+            cache=cache,
+            tap=tap,
         )
     except BaseException:
         _release(sim, key, worst)
         raise
     if _made(answer):
         _release(sim, key, worst)
-        return answer
+        return answer if cache is None else keep_answer(sim, record, cache, tap, answer)
+    if cache is not None:
+        answer = _kept_when_answered(answer, sim, record, cache, tap)
     return _held_until_answered(answer, sim, key, worst)
+
+
+async def _kept_when_answered(
+    answer: Awaitable[web.StreamResponse],
+    sim: Simulator,
+    record: RequestRecord,
+    cache: CacheLookup,
+    tap: list[bytes] | None,
+) -> web.StreamResponse:
+    return keep_answer(sim, record, cache, tap, await answer)
 
 
 class _ServedPairs(dict[str, tuple[str, int]]):
@@ -463,6 +488,8 @@ def _attempts(
     choices: int = 1,
     sticky: tuple[str, str, object] | None = None,
     output: OutputFormat | None = None,
+    cache: CacheLookup | None = None,
+    tap: list[bytes] | None = None,
 ) -> Answer:
     failure: web.Response | None = None
     failure_kind = "error"
@@ -514,6 +541,8 @@ def _attempts(
             choices=choices,
             output=output,
         )
+        if cache is not None:  # a stream's headers leave with its first byte
+            attempt.headers, attempt.tap = cache.miss_headers(), tap
         if sticky is not None and not isinstance(sticky[2], str):
             attempt.sticky = sticky  # a conversation sticks once it reads from cache
         if request.headers.get(METADATA_HEADER) == "enabled":

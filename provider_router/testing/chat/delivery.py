@@ -6,9 +6,10 @@ the first token, ``data:`` chunks, a finish chunk, a usage chunk, ``data: [DONE]
 Delivery faults (``hang``, ``reset``, ``truncate``, ``drop_done``, ``no_usage_cost``,
 ``usage_cost``, ``error_200``, ``stream_error``) shape the answer, and each is charged
 as a provider would charge it: an error finish and a hang cost nothing, a reset or a
-truncated body in full, a client that disconnects mid-stream the tokens sent so far.
-With ``Simulator(bill_abandoned=True)`` a client that leaves does not stop the
-generation: it is billed in full when it would have ended (docs/simulator.md).
+truncated body in full. A client that leaves mid-stream pays the tokens sent so far
+on a provider that cancels (``Simulator.cancels``); on any other, and for every
+non-streaming request, the generation goes on and is billed in full when it would
+have ended (``market/cancellation.py``, docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ class Attempt:
     sticky: tuple[str, str, object] | None = None
     """The conversation's sticky key (no ``session_id``): kept on this endpoint only
     once it reads from cache here (``_use_cache``)."""
+    headers: dict[str, str] | None = None
+    """More response headers for a stream (response caching's ``MISS``)."""
+    tap: list[bytes] | None = None
+    """Collects a stream's bytes as written (a response cache entry in the making)."""
 
 
 @dataclass(slots=True)
@@ -292,10 +297,12 @@ def serve(attempt: Attempt) -> web.StreamResponse | Awaitable[web.StreamResponse
     plan = _plan(attempt)
     if attempt.record.stream:
         return _stream(attempt, plan)
-    if attempt.sim.bill_abandoned:
-        return _json_billed_if_abandoned(attempt, plan)
-    if attempt.sim.instant and kind not in _WRITTEN_BY_HAND:
+    sim = attempt.sim
+    if sim.instant and kind not in _WRITTEN_BY_HAND:
+        # Made at once: no client can leave before the generation is billed.
         return _json_body(attempt, plan, _json_data(attempt, plan, kind))
+    if sim.bills_abandoned_json:
+        return _json_billed_if_abandoned(attempt, plan)
     return _json(attempt, plan)
 
 
@@ -619,8 +626,10 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             "X-Generation-Id": gen_id,
         }
     )
+    if attempt.headers is not None:
+        response.headers.update(attempt.headers)
     instant = sim.instant
-    out = EventWriter(response, gather=instant)
+    out = EventWriter(response, gather=instant, tap=attempt.tap)
     sent = 0
     charged = False
     try:
@@ -780,7 +789,7 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         return response
     except (ConnectionResetError, asyncio.CancelledError) as exc:
         if not charged:
-            if sim.bill_abandoned:
+            if not sim.cancels(attempt.endpoint):
                 _finish_abandoned(attempt, plan, plan.ttft + sent / plan.tokens_per_second)
             else:
                 # The client went away: it pays for what was generated so far, and

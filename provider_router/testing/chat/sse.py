@@ -26,15 +26,21 @@ class EventWriter:
     """Writes a stream's events to ``response``; ``gather``: hold them until
     :data:`GATHER_BYTES` have collected or :meth:`flush` is called."""
 
-    __slots__ = ("_gather", "_parts", "_response", "_size")
+    __slots__ = ("_gather", "_parts", "_response", "_size", "_tap")
 
-    def __init__(self, response: web.StreamResponse, *, gather: bool) -> None:
+    def __init__(
+        self, response: web.StreamResponse, *, gather: bool, tap: list[bytes] | None = None
+    ) -> None:
         self._response = response
         self._gather = gather
         self._parts: list[bytes] = []
         self._size = 0
+        self._tap = tap
+        """Collects every event written (a stream kept by the response cache)."""
 
     async def write(self, data: bytes) -> None:
+        if self._tap is not None:
+            self._tap.append(data)
         if not self._gather:
             await self._response.write(data)
             return
