@@ -14,9 +14,10 @@ campaign's rules plus three of its own:
   disputed cost, no attempt after a Ctrl-C, no traceback at start-up).
 
 Rows: an answer's ``usage.cost`` absurd ($1,000,000), a string (``"0.001"``),
-negative (-5) or NaN, in a JSON and a streamed run and in the preflight's pinned
-request (``usage_cost`` fault: the ``/generation`` record keeps the truth); Ctrl-C
-while every request backs off a 429; Ctrl-C during start-up; the preflight under an
+negative (-5), NaN or far too low (``0``, ``1e-30``), in a JSON and a streamed run and
+in the preflight's pinned request (``usage_cost`` fault: the ``/generation`` record
+keeps the truth); Ctrl-C while every request backs off a 429; Ctrl-C during start-up;
+the preflight under an
 insured empty answer (``error_200``), a reset and a truncated body.
 """
 
@@ -29,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from bench.bench_faults import KEY, MODEL, Job, Outcome, _worst_case, audit, ledger_spent
 
@@ -131,7 +132,11 @@ COSTS: dict[str, Any] = {
     "string": "0.001",
     "negative": -5,
     "nan": float("nan"),
+    "zero": 0,
+    "tiny": 1e-30,
 }
+LOW: Final = ("zero", "tiny")
+"""Far below what the answer's tokens cost: checked with /generation, the record booked."""
 
 
 def lying_cost(label: str, *, stream: bool, preflight: bool) -> Run:
@@ -164,11 +169,13 @@ def lying_cost(label: str, *, stream: bool, preflight: bool) -> Run:
                 and "check generation gen-" in message
                 and disputed == 1
             )
+        elif label in LOW:  # booked as OpenRouter's record says; nothing halts
+            outcome.message_ok = "\n" not in message and not message.startswith("stopped")
         elif preflight:  # missing: the preflight says so and books /generation's figure
             outcome.message_ok = "no usage.cost (as a JSON number)" in message and not disputed
         else:  # missing: asked of /generation, the run goes on
             outcome.message_ok = message == "complete" and not disputed
-        if final is None or str(reported) in f"{final.spent}":
+        if final is None or (label not in LOW and str(reported) in f"{final.spent}"):
             outcome.message_ok = False  # the honest rerun must finish, never show the figure
         outcome.notes.append(f"final: {final.reason.value if final else 'refused'}")
         return await _audit(outcome, job, sim)

@@ -4,7 +4,8 @@ Each attempt reserves its worst case (when there is a ledger), attaches the gene
 id as soon as the answer's headers name it (so a preflight cut by a kill is reconciled
 by the next run's recovery), and closes its reservation as the router would
 (docs/ledger.md, "Unknown is not free"): an answer is settled at its checked
-``usage.cost`` (:mod:`provider_router.client._cost_check`), an insured empty answer at
+``usage.cost`` (:mod:`provider_router.client._cost_check`: one far below what its
+tokens cost at the listed price is checked with ``/generation`` too), an insured empty answer at
 $0 and retried, a failure OpenRouter does not bill is released (and retried when
 transient, on :data:`PREFLIGHT_RETRY`), and one that may have been billed is settled
 at ``/generation``'s figure or its worst case, and retried.
@@ -25,7 +26,13 @@ from provider_router._http.session import HttpClient
 from provider_router._money import reported_cost
 from provider_router._secrets import scrub
 from provider_router.client._billing import provably_free
-from provider_router.client._cost_check import CostVerdict, check_cost, is_sane
+from provider_router.client._cost_check import (
+    CostVerdict,
+    check_cost,
+    check_low_cost,
+    is_sane,
+    too_low,
+)
 from provider_router.client.retry import Backoff, RetryPolicy
 from provider_router.ledger import Ledger, Reservation
 
@@ -43,6 +50,8 @@ LEDGER_KEY: Final = "preflight"
 
 Sleep = Callable[[float], Awaitable[None]]
 CostLookup = Callable[[str], Awaitable[Decimal | None]]
+Pricing = Callable[[dict[str, Any]], Decimal | None]
+"""What an answer's ``usage`` costs at the pinned endpoint's listed prices (None: unknown)."""
 
 
 @dataclass(slots=True)
@@ -79,6 +88,7 @@ class PinnedRequest:
     generation_cost: CostLookup
     key_usage: Callable[[], Awaitable[Decimal | None]]
     provider: str | None = None
+    pricing: Pricing | None = None
     sanity_factor: Decimal = DEFAULT_COST_SANITY_FACTOR
     charged: Decimal = Decimal(0)
     attempts: int = 0
@@ -151,6 +161,19 @@ class PinnedRequest:
             self.verdict = verdict
         elif cost is not None:
             booked = cost
+            estimate = self.pricing(usage) if self.pricing is not None else None
+            if too_low(cost, estimate):
+                assert estimate is not None  # too_low says so (for mypy)
+                # Booked as OpenRouter's records say (never below what was charged).
+                low = await check_low_cost(
+                    cost,
+                    estimate,
+                    self.worst,
+                    key=LEDGER_KEY,
+                    generation_id=generation_id,
+                    generation_cost=self.generation_cost,
+                )
+                booked = low.booked
         else:
             found = await self.generation_cost(generation_id) if generation_id else None
             booked = found if found is not None else self.worst  # unknown is not free

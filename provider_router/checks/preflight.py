@@ -325,8 +325,22 @@ async def _ledgered_request_checks(
         "provider": {"only": [top.tag], "allow_fallbacks": False},
         "usage": {"include": True},
     }
+
+    def pricing(usage: dict[str, Any]) -> Decimal | None:
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
+        try:
+            return top.pricing.cost(
+                int(usage.get("prompt_tokens") or 0),
+                int(usage.get("completion_tokens") or 0),
+                cached_tokens=int(details.get("cached_tokens") or 0),
+                cache_write_tokens=int(details.get("cache_write_tokens") or 0),
+            )
+        except (ValueError, TypeError):
+            return None
+
     request = PinnedRequest(
-        http, body, worst, ledger, sleep, generation_cost, key_usage, top.provider_name
+        http, body, worst, ledger, sleep, generation_cost, key_usage, top.provider_name, pricing
     )
     try:
         checks = await _request_checks(http, model, top, request)

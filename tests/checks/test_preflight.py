@@ -307,6 +307,22 @@ async def test_with_a_ledger_an_answer_without_usage_cost_is_charged_from_genera
     assert state.spent == report.cost == sim.simulator.usage > 0  # billed: counted exactly
 
 
+@pytest.mark.parametrize("reported", [0, 1e-30], ids=["zero", "1e-30"])
+async def test_with_a_ledger_an_absurdly_low_usage_cost_is_booked_as_generation_records(
+    openrouter_sim_factory: Factory, reported: float
+) -> None:
+    # The high side of a lying usage.cost is disputed; the low side must not go on the
+    # ledger as is either: the ledger never below what OpenRouter charged.
+    fault = {"kind": "usage_cost", "reported": reported, "stream": False, "times": 1}
+    sim = await openrouter_sim_factory(faults=[fault])
+    async with MemoryLedger(Decimal(1)) as ledger:
+        report = await check(sim, ledger=ledger)
+        state = await ledger.snapshot()
+    assert verdicts(report)["price"] is False  # said: the listing does not price it
+    assert state.spent == report.cost == sim.simulator.usage > 0
+    assert state.reserved == 0
+
+
 async def test_with_a_ledger_that_has_no_room_nothing_is_sent(
     openrouter_sim_factory: Factory,
 ) -> None:
