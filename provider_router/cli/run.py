@@ -10,15 +10,13 @@
         [--ray [ADDRESS] [--ray-actors N]]
 
 Everything the job leaves lives in DIR (outputs, journal, ledger, ``summary.json``,
-``report.html``); the same command again resumes, with a higher ``--budget`` after a
-top-up. The API key comes from ``OPENROUTER_API_KEY``, never from a flag (flags show up
-in process listings); with ``--job-key`` each run makes its own key with the management
-key in ``OPENROUTER_MANAGEMENT_KEY`` instead. The command maps its flags onto
-:func:`provider_router.jobs.run_plan` (with ``--ray``, onto
-:class:`provider_router.ray.plan_run.RayPlanRun`, docs/workers.md) and prints.
-Exit codes: 0 done, 1 error, 2 usage, 3 a budget used up (the job's, or one OpenRouter
-keeps: the key's limit, a workspace or guardrail budget), 4 OpenRouter credits exhausted,
-5 finished with failed prompts (re-run to retry them), 130 interrupted.
+``report.html``); the same command again resumes. The API key comes from
+``OPENROUTER_API_KEY``, never from a flag (flags show up in process listings); with
+``--job-key`` each run makes its own with ``OPENROUTER_MANAGEMENT_KEY``. The flags map
+onto :func:`provider_router.jobs.run_plan` (``--ray``: onto
+:class:`provider_router.ray.plan_run.RayPlanRun`, docs/workers.md). Exit codes: 0 done,
+1 error, 2 usage, 3 a budget used up (the job's, a key's limit, a workspace's or
+guardrail's budget), 4 credits exhausted, 5 failed prompts, 130 interrupted.
 """
 
 from __future__ import annotations

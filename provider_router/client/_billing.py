@@ -3,8 +3,7 @@
 :class:`Billing` owns what the :class:`~provider_router.Router` charged
 (:attr:`Billing.spent`), the background reconciliations of cut responses, and the
 router's reaction to a spend limit, a 402 or 403 (:meth:`Billing.hold_spend_limit`: the
-temporary in-flight hold is waited out; the balance, a key limit, a workspace or
-guardrail budget stops the router). One attempt's
+in-flight hold is waited out; any other limit stops the router). One attempt's
 reservation is **settled** when an answer came, **released** only when OpenRouter
 provably did not bill it, **reconciled** through ``/generation`` when it may have
 been billed and its generation id is known, or **held** at its worst case until
