@@ -540,8 +540,10 @@ class PromptStage:
             return await self._not_sent(data, dataset, prompt_id)
         except CreditsExhausted as exc:
             # A budget OpenRouter keeps (the key's limit, a workspace's) stops as ours does.
-            kind = "budget" if exc.limit is not None and exc.limit.is_budget else "credits"
-            self._stopped = f"{kind}: {exc}"
+            limit = exc.limit
+            kind = "budget" if limit is not None and limit.is_budget else "credits"
+            remedy = f" ({limit.remedy})" if limit is not None else ""
+            self._stopped = f"{kind}: {exc}{remedy}"
             return await self._not_sent(data, dataset, prompt_id)
         except RouterStopping as exc:
             return await self._not_sent(data, dataset, prompt_id, f"error: {exc}")

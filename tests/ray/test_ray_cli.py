@@ -229,6 +229,42 @@ def test_a_key_made_for_the_run_serves_the_actors_and_is_in_no_file_ray_keeps(
         sim.stop()
 
 
+def test_a_key_past_its_limit_on_ray_is_a_budget_stop_and_a_working_key_finishes(
+    ray_session: Path,
+    redis_server: RedisServer,
+    job_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    capped, working = "sk-or-v1-ray-capped-key", "sk-or-v1-ray-working-key"
+    sim = SimulatorThread(
+        api_keys={capped: "0.01", working: None},
+        key_limit_status=403,
+        speed=math.inf,
+        credits=CREDITS,
+    )
+    try:
+        out = tmp_path / "out"
+        argv = _argv(_plan(tmp_path, "5"), out, redis_server, sim, job_name)
+        monkeypatch.setenv("OPENROUTER_API_KEY", capped)
+        assert main(argv) == 3  # the field's bare 403: the budget's stop, not exit 5
+        assert "To resume: provider-router run" in capsys.readouterr().err
+        assert any(r.status == 403 for r in sim.server.requests)
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["reason"] == "budget_exhausted"
+        assert "the API key's limit is used up" in summary["message"]
+        assert "raise the key's limit on https://openrouter.ai/settings/keys" in summary["message"]
+        assert all(d["this_run"]["failures"] == 0 for d in summary["datasets"].values())
+        monkeypatch.setenv("OPENROUTER_API_KEY", working)
+        assert main(argv) == 0
+        assert _ids(out / "a.jsonl") == Counter({f"a{i}": 1 for i in range(30)})
+        assert _ids(out / "b.jsonl") == Counter({f"b{i}": 1 for i in range(20)})
+        capsys.readouterr()
+    finally:
+        sim.stop()
+
+
 def _files_holding(root: Path, needle: bytes) -> list[Path]:
     found = []
     for path in root.rglob("*"):
