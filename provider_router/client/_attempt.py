@@ -28,7 +28,7 @@ from provider_router._log import DEBUG, get_logger
 from provider_router._secrets import scrub
 from provider_router.client._billing import unallowed_reason
 from provider_router.client._completion import Completion, parse_completion
-from provider_router.client._request import PreparedRequest, encode_json
+from provider_router.client._request import PreparedRequest
 from provider_router.client.affinity import blames_pin
 from provider_router.client.streaming import read_stream
 from provider_router.routing.route_plan import cache_saving
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from provider_router._types import Clock
     from provider_router.client._billing import Billing, Charged
     from provider_router.client._config import Safeguards, Timeouts
+    from provider_router.client._request import RequestEncoder
     from provider_router.client.affinity import CacheAffinity
     from provider_router.client.health import ProviderHealth
     from provider_router.client.limiter import AdaptiveLimiter, Outcome
@@ -77,6 +78,7 @@ class AttemptMixin:
     _http: HttpClient | None
     _in_flight: int
     _pin_fallbacks: bool
+    _encoder: RequestEncoder
 
     async def _attempt(self, request: PreparedRequest, attempt: int) -> Charged:
         billing = self._billing
@@ -172,7 +174,9 @@ class AttemptMixin:
         )
         if tag != request.pinned:
             request.pinned = tag
-            provider = encode_json(plan.pinned_object(tag, fallbacks=self._pin_fallbacks)).encode()
+            provider = self._encoder.provider_json(
+                plan.pinned_object(tag, fallbacks=self._pin_fallbacks), strict=request.strict
+            )
             head = request.payload[: -request.provider_length - 1]
             request.payload = b"".join((head, provider, b"}"))
             request.provider_length = len(provider)

@@ -123,6 +123,7 @@ class Charged:
             c.tool_calls,
             self.disputed,
             c.logprobs,
+            c.router_metadata,
         )
 
 

@@ -26,11 +26,7 @@ from provider_router.catalog._billable import (
 )
 from provider_router.client._config import RESERVED_PARAMS
 from provider_router.client._live_plan import NOT_OPEN
-from provider_router.client._request import (
-    PreparedRequest,
-    encode_json,
-    messages_problem,
-)
+from provider_router.client._request import PreparedRequest, messages_problem
 from provider_router.client.affinity import session_of
 
 if TYPE_CHECKING:
@@ -44,12 +40,15 @@ if TYPE_CHECKING:
     from provider_router.client.affinity import CacheAffinity
     from provider_router.client.health import ProviderHealth
     from provider_router.client.results import StreamDelta
+    from provider_router.routing.route_plan import RoutePlan
 
 __all__ = ["CONTEXT_BYTES_PER_TOKEN", "PrepareMixin"]
 
-_PIN_NEEDS: Final = ("tools", "response_format")
+_PIN_NEEDS: Final = ("tools", "response_format", "logprobs")
 """Request fields a pinned endpoint must list: a one-tag pin has no fallback inside
-OpenRouter, and an endpoint without them answers in plain text (paid)."""
+OpenRouter, and an endpoint without them answers in plain text (paid), or without
+logprobs."""
+LOGPROBS_PARAMETER: Final = "logprobs"
 _PIN_PLACEHOLDER: Final = b"{}"
 """The provider object of a pinned request until its pin is chosen (``Router._build_request``)."""
 _UNSET: Final[Any] = object()
@@ -83,6 +82,21 @@ def _check_fits(context: int, prompt_upper_bound: int, cap: int | None) -> None:
         )
 
 
+def _check_logprobs(plan: RoutePlan) -> None:
+    """Refuse a logprobs request no allowed endpoint could answer with logprobs.
+
+    OpenRouter ignores ``logprobs`` where an endpoint does not list it (``logprobs:
+    null``, not an error), so the router sends such a request with ``require_parameters:
+    true``; with no allowed endpoint listing it, that would be a 404.
+    """
+    if not any(LOGPROBS_PARAMETER in r.endpoint.supported_parameters for r in plan.ranked):
+        raise ConfigurationError(
+            f"logprobs asked for, but no allowed endpoint of {plan.model!r} lists logprobs: "
+            "OpenRouter would answer without them (or 404 with require_parameters); "
+            "allow an endpoint that lists them, or drop logprobs; nothing was sent"
+        )
+
+
 class PrepareMixin:
     """Builds the prepared request every attempt sends (mixed into the Router)."""
 
@@ -102,6 +116,7 @@ class PrepareMixin:
     _clock: Clock
     _seq: itertools.count[int]
     _pin_fallbacks: bool
+    _default_logprobs: bool
 
     def _build_request(
         self,
@@ -133,6 +148,12 @@ class PrepareMixin:
                 if reserved_name in params:
                     raise ConfigurationError(
                         f"{reserved_name!r} is set by the Router, not per call"
+                        + (
+                            " (its open fields, such as enforce_distillable_text, go in "
+                            "Router(params={'provider': {...}}))"
+                            if reserved_name == "provider"
+                            else ""
+                        )
                     )
             check_fields(params)
             # The larger cap: a provider may honour either (docs/client.md, "What is reserved").
@@ -150,6 +171,11 @@ class PrepareMixin:
             )
         plan = self._plans.current()
         encoder = self._encoder
+        strict = self._default_logprobs
+        if params and LOGPROBS_PARAMETER in params:
+            strict = params[LOGPROBS_PARAMETER] is True
+        if strict:
+            _check_logprobs(plan)
         session = pinned = None
         if self.cache_affinity is not None:  # opt-in: a one-tag pin fares badly under 429s
             try:
@@ -157,7 +183,12 @@ class PrepareMixin:
             except ValueError as exc:
                 raise ConfigurationError(str(exc)) from None
         if session is None:
-            provider = encoder.provider_bytes(plan, self.health.demoted())
+            if strict:  # logprobs only from endpoints that list them (docs/client.md)
+                provider = encoder.provider_json(
+                    plan.provider_object(self.health.demoted()), strict=True
+                )
+            else:
+                provider = encoder.provider_bytes(plan, self.health.demoted())
         else:
             if "session_id" not in params:
                 params = {**params, "session_id": session}
@@ -191,9 +222,9 @@ class PrepareMixin:
                 needs=needs,
                 min_context=prompt_tokens + (cap or 0),
             )
-            provider = encode_json(
-                plan.pinned_object(pinned, fallbacks=self._pin_fallbacks)
-            ).encode()
+            provider = encoder.provider_json(
+                plan.pinned_object(pinned, fallbacks=self._pin_fallbacks), strict=strict
+            )
             payload = b"".join((payload[: -len(_PIN_PLACEHOLDER) - 1], provider, b"}"))
         # The stream deadline scales with the completion cap the provider may honour.
         timeouts = self.timeouts
@@ -211,6 +242,7 @@ class PrepareMixin:
             0,  # attempts
             deadline,
         )
+        request.strict = strict
         if session is not None:
             request.session = session
             request.pinned = pinned

@@ -85,6 +85,8 @@ class PreparedRequest:
     a retry: the body before it is sliced then, not kept twice for every request)."""
     on_paid: Callable[[ChatResult], Awaitable[None]] | None = None
     """Awaited with a paid answer before its reservation is settled (``Router.chat``)."""
+    strict: bool = False
+    """Sent with ``require_parameters: true`` (it asks for ``logprobs``): a re-pin keeps it."""
 
 
 class RequestEncoder:
@@ -95,11 +97,24 @@ class RequestEncoder:
         defaults: request fields every call carries unless it overrides them.
     """
 
-    __slots__ = ("_defaults", "_head", "_provider", "_tails", "last_fields_bytes")
+    __slots__ = (
+        "_defaults",
+        "_head",
+        "_provider",
+        "_provider_fields",
+        "_tails",
+        "last_fields_bytes",
+    )
 
-    def __init__(self, model: str, defaults: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        model: str,
+        defaults: Mapping[str, Any],
+        provider_fields: Mapping[str, Any] | None = None,
+    ) -> None:
         self._head = b'{"model":' + _encode(model).encode() + b',"messages":'
         self._defaults = dict(defaults)
+        self._provider_fields = dict(provider_fields or {})
         self._tails: dict[tuple[int | None, bool], bytes] = {}
         self._provider: tuple[RoutePlan | None, frozenset[str] | None, bytes] = (None, None, b"")
         self.last_fields_bytes = 0
@@ -111,9 +126,19 @@ class RequestEncoder:
         cached_plan, cached_demoted, encoded = self._provider
         if cached_plan is plan and cached_demoted is demoted:
             return encoded
-        encoded = _encode(plan.provider_object(demoted)).encode()
+        encoded = self.provider_json(plan.provider_object(demoted))
         self._provider = (plan, demoted, encoded)
         return encoded
+
+    def provider_json(self, routing: Mapping[str, Any], *, strict: bool = False) -> bytes:
+        """A ``provider`` object with the router's own fields (``enforce_distillable_text``),
+        encoded; ``strict`` adds ``require_parameters: true`` (a request whose parameters
+        only some endpoints honour, such as ``logprobs``)."""
+        if self._provider_fields or strict:
+            routing = {**routing, **self._provider_fields}
+            if strict:
+                routing["require_parameters"] = True
+        return _encode(routing).encode()
 
     def encode(
         self,

@@ -22,6 +22,7 @@ from typing import Any, Final
 from provider_router._exceptions import InvalidResponseError
 from provider_router._format import readable_repr, tidy
 from provider_router._money import reported_cost
+from provider_router.client.router_metadata import RouterMetadata
 
 __all__ = ["ChatResult", "StreamDelta", "TokenLogprob", "ToolCall", "ToolCallDelta", "Usage"]
 
@@ -288,6 +289,9 @@ class ChatResult:
             booked instead, the reservation's worst case (docs/ledger.md, "Disputed").
         logprobs: the content tokens with their log probabilities, when asked for
             (``logprobs=True``) and the provider returned them; ``None`` otherwise.
+        router_metadata: OpenRouter's routing trace (attempts, pipeline stages such as
+            context compression), when asked for (``Router(router_metadata=True)``)
+            and sent; ``None`` otherwise.
     """
 
     text: str
@@ -309,6 +313,7 @@ class ChatResult:
     tool_calls: tuple[ToolCall, ...] = ()
     disputed_cost: Decimal | None = None
     logprobs: tuple[TokenLogprob, ...] | None = field(default=None, repr=False)
+    router_metadata: RouterMetadata | None = field(default=None, repr=False)
 
     __repr__ = readable_repr
 
@@ -341,6 +346,7 @@ def chat_result(
     tool_calls: tuple[ToolCall, ...],
     disputed_cost: Decimal | None = None,
     logprobs: tuple[TokenLogprob, ...] | None = None,
+    router_metadata: RouterMetadata | None = None,
 ) -> ChatResult:
     """A :class:`ChatResult` with every field given, its ``__dict__`` filled in one step.
 
@@ -371,6 +377,7 @@ def chat_result(
             "tool_calls": tool_calls,
             "disputed_cost": disputed_cost,
             "logprobs": logprobs,
+            "router_metadata": router_metadata,
         },
     )
     return result

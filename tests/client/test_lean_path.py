@@ -26,6 +26,7 @@ from provider_router.catalog._billable import measure
 from provider_router.client._completion import parse_completion
 from provider_router.client._request import PreparedRequest, _encode, encode_json
 from provider_router.client.results import TokenLogprob, ToolCall, chat_result
+from provider_router.client.router_metadata import RouteAttempt, RouterMetadata
 from provider_router.ledger import Reservation
 from provider_router.ledger._base import RESERVATION_FIELDS
 from provider_router.testing import SimulatorServer
@@ -50,6 +51,7 @@ FIELDS = {
     "tool_calls": (ToolCall("call_1", "f", "{}"),),
     "disputed_cost": Decimal("5"),
     "logprobs": (TokenLogprob("hi", -0.1, (("hi", -0.1), ("ho", -2.5))),),
+    "router_metadata": RouterMetadata(1, (RouteAttempt("Chutes", "a/b", 200),)),
 }
 
 

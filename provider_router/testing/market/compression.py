@@ -1,17 +1,13 @@
 """Context compression: OpenRouter's ``context-compression`` plugin, as its docs describe it.
 
-"All OpenRouter endpoints with 8k (8,192 tokens) or less context length will default
-to using context compression"; ``plugins: [{"id": "context-compression", "enabled":
-false}]`` turns it off, and the plugin named without ``enabled: false`` turns it on for
-any endpoint (docs ``guides/features/message-transforms``; OpenAPI
-``ContextCompressionPlugin``). The ``middle-out`` engine drops the middle of a prompt
-that does not fit the endpoint: here whole messages, the middlemost first, keeping the
-first and the last, until prompt and completion cap fit. Routing counts an endpoint it
-can make room on as one the request fits; the answer reports what was dropped as a
-``context_compression`` stage of ``openrouter_metadata.pipeline`` (a stage appears
-only when the plugin changed something), and the prompt tokens billed are those of
-the messages kept. Dropping whole messages, never part of one, is an assumption
-(docs/simulator.md).
+Endpoints with at most 8,192 tokens of context compress by default; ``plugins: [{"id":
+"context-compression", "enabled": false}]`` turns it off, and the plugin named without
+``enabled: false`` turns it on anywhere (docs ``guides/features/message-transforms``).
+The ``middle-out`` engine drops the middle of a prompt that does not fit: here whole
+messages, the middlemost first, keeping the first and the last. Routing counts an
+endpoint it can make room on as one the request fits; the answer reports a
+``context_compression`` pipeline stage, and the prompt billed is the messages kept
+(docs/simulator.md, "Context compression").
 """
 
 from __future__ import annotations

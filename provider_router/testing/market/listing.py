@@ -93,6 +93,7 @@ _MODEL_FIELDS = (
     "knowledge_cutoff",
     "expiration_date",
     "fixed_parameters",
+    "distillable",
     "endpoints",
     "batch_endpoints",
 )
@@ -308,6 +309,9 @@ class ModelSpec:
     expiration_date: str | None = None
     batch_endpoints: tuple[EndpointSpec, ...] = ()
     """The ``:batch`` endpoints (the Batch API's own listing and prices); none: sync only."""
+    distillable: bool = True
+    """Whether its author allows training on its outputs (``enforce_distillable_text``
+    routes only to such models; no listing says which are: an assumption per model)."""
     has_tiers: bool = field(init=False, default=False)
     """Whether an endpoint is a service-tier one (``flex``, ``priority``): routing
     then filters by tier (computed once, here, to keep the common path free of it)."""
@@ -678,6 +682,7 @@ def _parse_model(path: Path, data: object, where: str, line: int | None) -> Mode
         knowledge_cutoff=f.opt_text("knowledge_cutoff"),
         expiration_date=f.opt_text("expiration_date"),
         batch_endpoints=tuple(batch_endpoints),
+        distillable=f.flag("distillable", True),
     )
 
 
