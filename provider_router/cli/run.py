@@ -142,6 +142,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--max-requests", type=positive_count, metavar="N", help="cap per dataset")
     parser.add_argument("--temperature", type=float, metavar="T", help="sampling temperature")
+    parser.add_argument(
+        "--no-distillable-text",
+        dest="distillable_text",
+        action="store_false",
+        default=None,
+        help="also route to models whose author forbids training on their outputs (by "
+        "default a job sends provider.enforce_distillable_text: true; docs/batch.md)",
+    )
     parser.add_argument("--name", help="dataset name (default: the prompts file's name)")
     parser.add_argument(
         "--strict", action="store_true", help="any bad input line is fatal before spending"
@@ -286,6 +294,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             target_output_tokens=args.target_output_tokens,
             ledger=args.ledger,
             ledger_name=args.ledger_name,
+            distillable_text=args.distillable_text,
         )
     if not args.prompts:
         raise ConfigurationError("give a prompts file (PROMPTS.jsonl) or --plan FILE")
@@ -303,8 +312,12 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         target_output_tokens=args.target_output_tokens,
         max_requests=args.max_requests,
     )
-    if args.ledger or args.ledger_name:
-        plan = plan.with_overrides(ledger=args.ledger, ledger_name=args.ledger_name)
+    if args.ledger or args.ledger_name or args.distillable_text is not None:
+        plan = plan.with_overrides(
+            ledger=args.ledger,
+            ledger_name=args.ledger_name,
+            distillable_text=args.distillable_text,
+        )
     return plan
 
 

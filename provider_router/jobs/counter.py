@@ -32,6 +32,10 @@ class Counter:
     failures_by_kind: dict[str, int] = field(default_factory=dict)
     first_start: float | None = None
     last_end: float | None = None
+    compressed: int = 0
+    """Answers whose prompt OpenRouter's context compression cut (their trace said so)."""
+    fallbacks: int = 0
+    """Attempts that failed inside OpenRouter before an answer came (their trace said so)."""
 
     def started(self, now: float) -> None:
         """Note a request start at wall-clock ``now``."""
@@ -68,6 +72,8 @@ class Counter:
             "failures": self.failures,
             "failures_by_kind": dict(sorted(self.failures_by_kind.items())),
             "retries": self.retries,
+            "openrouter_fallbacks": self.fallbacks,
+            "context_compressed": self.compressed,
             "wall_time_s": round(self.wall_time, 3),
         }
 

@@ -38,6 +38,7 @@ from provider_router.client.results import ChatResult
 from provider_router.jobs.counter import Counter
 from provider_router.jobs.datasets import DatasetRun
 from provider_router.jobs.drift import DriftWatch
+from provider_router.jobs.router_options import trace_fields
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.journal import Journal
 from provider_router.jobs.store.outputs import encode_record, make_record
@@ -231,6 +232,7 @@ class Outcomes:
             finished_at=finished,
             tool_calls=[call.message() for call in result.tool_calls],
             tools=tools,
+            trace=trace_fields(result) if result.router_metadata is not None else None,
         )
         if self.drift is not None:  # last: a flag is patched in place (jobs/drift.py)
             check, flagged = self.drift.stamp(result.provider, started)
@@ -249,6 +251,7 @@ class Outcomes:
             self._flush_pending = True
             asyncio.get_running_loop().call_soon(self._flush, journal)
         retries = result.attempts - 1
+        trace = result.router_metadata
         for counter in (ds.counter, provider):
             counter.requests += 1
             counter.prompt_tokens += prompt_tokens
@@ -256,6 +259,17 @@ class Outcomes:
             counter.reasoning_tokens += reasoning_tokens
             counter.cost += cost
             counter.retries += retries
+            if trace is not None:
+                counter.fallbacks += trace.fallbacks
+                counter.compressed += trace.compressed
+        if trace is not None and trace.compressed:
+            log.warning(
+                "batch.context_compressed",
+                dataset=ds.spec.name,
+                id=prompt.id,
+                provider=result.provider,
+                generation_id=result.generation_id,
+            )
         return output_tokens
 
     def _flush(self, journal: Journal) -> None:

@@ -38,6 +38,7 @@ from provider_router.jobs.drift import DEFAULT_VERIFY_EVERY, DriftWatch, redo_fl
 from provider_router.jobs.drift_history import DriftHistory
 from provider_router.jobs.events import RunObserver
 from provider_router.jobs.outcomes import Outcomes
+from provider_router.jobs.router_options import openrouter_summary, router_options
 from provider_router.jobs.snapshots import (
     DatasetProgress,
     RunProgress,
@@ -297,6 +298,7 @@ class JobRunner:
                 **{
                     "budget_wait": True,
                     "cache_affinity": self.plan.cache_affinity,
+                    **router_options(self.plan),
                     **self._router_options,
                 },
             )
@@ -480,6 +482,7 @@ class JobRunner:
         )
         if self.drift is not None:
             summary.verification = self.drift.summary()
+        summary.openrouter = openrouter_summary(self.plan)
         return summary
 
 

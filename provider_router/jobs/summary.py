@@ -147,6 +147,9 @@ class RunSummary:
         verification: with ``run --verify``, the job's checks, what they excluded, the
             rows flagged and what the checks cost (:meth:`provider_router.jobs.drift.
             DriftWatch.summary`; None without it).
+        openrouter: what the run asked of OpenRouter besides the route (its trace,
+            context compression, distillable text:
+            :func:`provider_router.jobs.router_options.openrouter_summary`).
     """
 
     reason: StopReason
@@ -170,6 +173,7 @@ class RunSummary:
     batches: dict[str, Any] | None = None
     batch_sentences: list[str] = field(default_factory=list)
     verification: dict[str, Any] | None = None
+    openrouter: dict[str, Any] | None = None
 
     @property
     def budget_to_resume(self) -> Decimal | None:
@@ -201,6 +205,7 @@ class RunSummary:
                 for name, counter in sorted(self.providers.items())
             },
             **({"verification": self.verification} if self.verification is not None else {}),
+            **({"openrouter": self.openrouter} if self.openrouter is not None else {}),
             "bad_lines": self.bad_lines,
             "recovered": self.recovered,
             "disputed": self.disputed,

@@ -172,6 +172,13 @@ class Plan(_Frozen):
         cache_affinity: pin each conversation (its messages up to the first user
             message) to one endpoint so its turns read the provider's prompt cache
             (``Router(cache_affinity=True)``, docs/client.md "Cache-aware pinning").
+        distillable_text: send ``provider.enforce_distillable_text: true``: only models
+            whose author allows training on their outputs serve (default on: a job
+            generates data; ``false`` opts out, ``run --no-distillable-text``).
+        context_compression: let OpenRouter compress prompts that do not fit an
+            endpoint (its default on endpoints of 8,192 tokens or less, which drops the
+            middle of a prompt); default off: every request says so explicitly. Rows
+            compressed anyway are flagged either way (docs/output.md).
     """
 
     model: str = Field(min_length=1)
@@ -184,6 +191,8 @@ class Plan(_Frozen):
     ledger_name: str | None = None
     cache_affinity: bool = False
     verify_every: int | None = Field(default=None, ge=0)
+    distillable_text: bool = True
+    context_compression: bool = False
 
     @field_validator("ledger")
     @classmethod
@@ -262,9 +271,12 @@ class Plan(_Frozen):
         target_output_tokens: int | None = None,
         ledger: str | None = None,
         ledger_name: str | None = None,
+        distillable_text: bool | None = None,
     ) -> Plan:
         """This plan with the given command-line values replacing the file's."""
         update: dict[str, Any] = {}
+        if distillable_text is not None:
+            update["distillable_text"] = distillable_text
         for key, value in (("ledger", ledger), ("ledger_name", ledger_name)):
             if value is not None:
                 update[key] = value

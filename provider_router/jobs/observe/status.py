@@ -27,6 +27,7 @@ from provider_router.jobs.finish import finish_words
 from provider_router.jobs.observe.batch_view import read_batch_view
 from provider_router.jobs.observe.batch_words import batch_sentences
 from provider_router.jobs.observe.drift_view import drift_status_lines, read_drift_view
+from provider_router.jobs.observe.router_view import router_status_lines
 from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.store._journal_file import lock_held
 from provider_router.jobs.store._layout import (
@@ -186,6 +187,7 @@ def status_lines(directory: str | Path, *, now: float) -> list[str]:
     if batches is not None:
         lines.extend(batch_sentences(batches, now))
     lines.extend(drift_status_lines(read_drift_view(directory)))
+    lines.extend(router_status_lines(summary if finished else None, None if finished else row))
     return lines
 
 

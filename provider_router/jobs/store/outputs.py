@@ -76,6 +76,8 @@ class OutputRecord(TypedDict):
     finished_at: str
     latency_s: float
     tools: NotRequired[list[JSONObject]]
+    router_metadata: NotRequired[JSONObject]
+    context_compressed: NotRequired[bool]
     drift_check: NotRequired[int]
     drift_flagged: NotRequired[bool]
 
@@ -126,8 +128,10 @@ def make_record(
     finished_at: float,
     tool_calls: Sequence[JSONObject] = (),
     tools: Sequence[JSONObject] | None = None,
+    trace: Mapping[str, Any] | None = None,
 ) -> OutputRecord:
-    """Assemble one output record (times are Unix seconds)."""
+    """Assemble one output record (times are Unix seconds); ``trace`` adds OpenRouter's
+    routing trace (``router_metadata``, ``context_compressed``) after the rest."""
     reply: Message = {"role": "assistant", "content": text or ""}
     if tool_calls:
         reply["tool_calls"] = list(tool_calls)
@@ -156,6 +160,8 @@ def make_record(
     }
     if tools:
         record["tools"] = list(tools)
+    if trace:
+        record.update(trace)  # type: ignore[typeddict-item]
     return record
 
 
@@ -465,9 +471,11 @@ def export_conversations(
         finish_reasons: keep only replies that finished for one of these reasons
             (default: ``stop`` and ``tool_calls``, i.e. drop truncated ones);
             ``None`` keeps all.
-        flagged: keep rows ``run --verify`` flagged (``drift_flagged``: served by a
-            provider that failed a later check since it last passed one); default: they
-            are left out and counted.
+        flagged: keep flagged rows: ``run --verify``'s (``drift_flagged``: served by a
+            provider that failed a later check since it last passed one) and those whose
+            prompt OpenRouter's context compression cut (``context_compressed``: the
+            model answered a prompt other than the one recorded); default: they are
+            left out and counted.
 
     Raises:
         DataFileError: a source line is damaged (file and line named).
@@ -478,6 +486,9 @@ def export_conversations(
         for _, record in read_outputs(source):
             if not flagged and record.get("drift_flagged") is True:
                 report.skip("drift_flagged")
+                continue
+            if not flagged and record.get("context_compressed") is True:
+                report.skip("context_compressed")
                 continue
             if keep is not None and record.get("finish_reason") not in keep:
                 report.skip(f"finish_reason {record.get('finish_reason')}")
