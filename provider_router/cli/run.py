@@ -4,7 +4,7 @@
 
     provider-router run PROMPTS.jsonl --out DIR --model M (--budget USD | --add-budget USD) \\
         [--max-tokens N] [--concurrency C] [--exclude-below int4] [--max-premium 0.02|none] \\
-        [--target-output-tokens N] [--max-requests N] [--temperature T] \\
+        [--target-output-tokens N] [--max-requests N] [--temperature T] [--no-distillable-text] \\
         [--plan plan.yaml] [--strict] [--base-url URL] [--progress auto|rich|plain|off] \\
         [--add-inputs] [--ledger redis://HOST:6379/0 --ledger-name NAME]
         [--ray [ADDRESS] [--ray-actors N]]
@@ -213,6 +213,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="sampling temperature (default: the plan's generation.temperature, else the "
         "model's own)",
     )
+    parser.add_argument(
+        "--no-distillable-text",
+        dest="distillable_text",
+        action="store_false",
+        default=None,
+        help="also route to models whose author forbids training on their outputs (by "
+        "default a job sends provider.enforce_distillable_text: true; docs/batch.md)",
+    )
     parser.add_argument("--name", help="dataset name (default: the prompts file's name)")
     parser.add_argument(
         "--add-inputs",
@@ -402,6 +410,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             ledger=args.ledger,
             ledger_name=args.ledger_name,
             max_premium=args.max_premium,
+            distillable_text=args.distillable_text,
         )
     if not args.prompts:
         raise ConfigurationError("give a prompts file (PROMPTS.jsonl) or --plan FILE")
@@ -420,8 +429,12 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         max_requests=args.max_requests,
         max_premium=args.max_premium,
     )
-    if args.ledger or args.ledger_name:
-        plan = plan.with_overrides(ledger=args.ledger, ledger_name=args.ledger_name)
+    if args.ledger or args.ledger_name or args.distillable_text is not None:
+        plan = plan.with_overrides(
+            ledger=args.ledger,
+            ledger_name=args.ledger_name,
+            distillable_text=args.distillable_text,
+        )
     return plan
 
 

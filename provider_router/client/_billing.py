@@ -128,6 +128,7 @@ class Charged:
             c.tool_calls,
             self.disputed,
             c.logprobs,
+            router_metadata=c.router_metadata,
         )
 
 

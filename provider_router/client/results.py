@@ -22,6 +22,7 @@ from typing import Any, Final
 from provider_router._exceptions import InvalidResponseError
 from provider_router._format import readable_repr, tidy
 from provider_router._money import reported_cost
+from provider_router.client.router_metadata import RouterMetadata
 
 __all__ = ["ChatResult", "StreamDelta", "TokenLogprob", "ToolCall", "ToolCallDelta", "Usage"]
 
@@ -294,6 +295,9 @@ class ChatResult:
         refusals: 429s of full endpoints it went back to admission after.
         endpoint: the tag of the endpoint its answer was admitted to (a response
             names only the provider, and two endpoints of one provider share it).
+        router_metadata: OpenRouter's routing trace (attempts, pipeline stages such as
+            context compression), when asked for (``Router(router_metadata=True)``)
+            and sent; ``None`` otherwise.
     """
 
     text: str
@@ -319,6 +323,7 @@ class ChatResult:
     waited: float = 0.0
     refusals: int = 0
     endpoint: str | None = None
+    router_metadata: RouterMetadata | None = field(default=None, repr=False)
 
     __repr__ = readable_repr
 
@@ -362,6 +367,7 @@ def chat_result(
     waited: float = 0.0,
     refusals: int = 0,
     endpoint: str | None = None,
+    router_metadata: RouterMetadata | None = None,
 ) -> ChatResult:
     """A :class:`ChatResult` with every field given, its ``__dict__`` filled in one step.
 
@@ -396,6 +402,7 @@ def chat_result(
             "waited": waited,
             "refusals": refusals,
             "endpoint": endpoint,
+            "router_metadata": router_metadata,
         },
     )
     return result

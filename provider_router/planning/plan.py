@@ -206,6 +206,13 @@ class Plan(_Frozen):
             its limit, sends with it and disables it at its end (``run --job-key``; needs
             ``OPENROUTER_MANAGEMENT_KEY``; docs/ledger.md, "A key for the job").
         job_key_hours: how long such a key is accepted before it expires.
+        distillable_text: send ``provider.enforce_distillable_text: true``: only models
+            whose author allows training on their outputs serve (default on: a job
+            generates data; ``false`` opts out, ``run --no-distillable-text``).
+        context_compression: let OpenRouter compress prompts that do not fit an
+            endpoint (its default on endpoints of 8,192 tokens or less, which drops the
+            middle of a prompt); default off: every request says so explicitly. Rows
+            compressed anyway are flagged either way (docs/output.md).
     """
 
     model: str = Field(min_length=1)
@@ -220,6 +227,8 @@ class Plan(_Frozen):
     verify_every: int | None = Field(default=None, ge=0)
     job_key: bool = False
     job_key_hours: float = Field(default=DEFAULT_JOB_KEY_HOURS, gt=0)
+    distillable_text: bool = True
+    context_compression: bool = False
     _source: Path | None = PrivateAttr(default=None)
     _lines: dict[tuple[Any, ...], int] = PrivateAttr(default_factory=dict)
     _entries: dict[str, int] = PrivateAttr(default_factory=dict)
@@ -367,12 +376,15 @@ class Plan(_Frozen):
         ledger: str | None = None,
         ledger_name: str | None = None,
         max_premium: Decimal | Literal["none"] | None = None,
+        distillable_text: bool | None = None,
     ) -> Plan:
         """This plan with the given command-line values replacing the file's
         (``max_premium="none"``: no cap; ``None``: the file's)."""
         update: dict[str, Any] = {}
         if max_premium is not None:
             update["max_premium"] = None if max_premium == "none" else max_premium
+        if distillable_text is not None:
+            update["distillable_text"] = distillable_text
         for key, value in (("ledger", ledger), ("ledger_name", ledger_name)):
             if value is not None:
                 update[key] = value
