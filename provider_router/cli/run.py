@@ -13,9 +13,8 @@ Everything the job leaves lives in DIR (outputs, journal, ledger, ``summary.json
 ``report.html``); the same command again resumes, with a higher ``--budget`` after a
 top-up. The API key comes from ``OPENROUTER_API_KEY``, never from a flag (flags show up
 in process listings); with ``--job-key`` each run makes its own key with the management
-key in ``OPENROUTER_MANAGEMENT_KEY`` instead. The command maps its flags onto
-:func:`provider_router.jobs.run_plan` (with ``--ray``, onto
-:class:`provider_router.ray.plan_run.RayPlanRun`, docs/workers.md) and prints.
+key in ``OPENROUTER_MANAGEMENT_KEY`` instead. Its flags map onto
+:func:`provider_router.jobs.run_plan` (``--ray``: ``RayPlanRun``, docs/workers.md).
 Exit codes: 0 done, 1 error, 2 usage, 3 a budget used up (the job's, or one OpenRouter
 keeps: the key's limit, a workspace or guardrail budget), 4 OpenRouter credits exhausted,
 5 finished with failed prompts (re-run to retry them), 130 interrupted.

@@ -213,8 +213,7 @@ def print_verification(report: VerificationReport, console: Console) -> None:
         Column("canaries passed", "right"),
         Column("why", below=True),
         title=f"verify: {report.model} against {report.reference}"
-        + (f" ({', '.join(baseline)})" if baseline else "")
-        + (f"; held to {report.vendor_rules}" if report.vendor_rules else ""),
+        + (f" ({', '.join(baseline)})" if baseline else ""),
         caption="agreement: tokens matching the reference's, in order; divergence: top-k "
         "divergence from the reference's (its own run's as the baseline); prompt: prompt "
         "tokens ÷ the reference's",
@@ -229,6 +228,8 @@ def print_verification(report: VerificationReport, console: Console) -> None:
             "\n".join([*notes, *_vendor_notes(v), *v.unmeasured]),
         )
     console.print(table)
+    if report.vendor_rules:
+        console.print(f"endpoints held to {report.vendor_rules}", highlight=False, markup=False)
     failed = ", ".join(report.failed) or "none"
     console.print(
         f"verify: {len(report.endpoints)} endpoints measured for {format_usd(report.cost)}; "

@@ -4,13 +4,12 @@
 (:attr:`Billing.spent`), the background reconciliations of cut responses, and the
 router's reaction to a spend limit, a 402 or 403 (:meth:`Billing.hold_spend_limit`: the
 temporary in-flight hold is waited out; the balance, a key limit, a workspace or
-guardrail budget stops the router). One attempt's
-reservation is **settled** when an answer came, **released** only when OpenRouter
-provably did not bill it, **reconciled** through ``/generation`` when it may have
-been billed and its generation id is known, or **held** at its worst case until
-recovery can say (docs/ledger.md, "Unknown is not free"). A settle whose write fails
-keeps its answer (``unsettled``); an overrun or an absurd ``usage.cost``
-(:mod:`provider_router.client._cost_check`) halts the router's batch.
+guardrail budget stops the router). One attempt's reservation is **settled** when an
+answer came, **released** only when OpenRouter provably did not bill it, **reconciled**
+through ``/generation`` when it may have been billed and its generation id is known, or
+**held** at its worst case until recovery can say (docs/ledger.md, "Unknown is not
+free"). A settle whose write fails keeps its answer (``unsettled``); an overrun or an
+absurd ``usage.cost`` (:mod:`provider_router.client._cost_check`) halts the batch.
 """
 
 from __future__ import annotations
