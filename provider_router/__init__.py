@@ -93,6 +93,7 @@ if _typing.TYPE_CHECKING:
     )
     from provider_router.client.retry import Backoff, RetryPolicy, is_retryable
     from provider_router.client.router import ChatStream, Router
+    from provider_router.client.router_metadata import RouterMetadata
     from provider_router.ledger import (
         CostResolver,
         Ledger,
@@ -150,6 +151,7 @@ _LAZY: dict[str, str] = {
     "RetryPolicy": "provider_router.client.retry",
     "RoutePlan": "provider_router.routing.route_plan",
     "Router": "provider_router.client.router",
+    "RouterMetadata": "provider_router.client.router_metadata",
     "SQLiteLedger": "provider_router.ledger",
     "Safeguards": "provider_router.client._config",
     "StreamDelta": "provider_router.client.results",
@@ -298,6 +300,7 @@ __all__ = [
     "RetryPolicy",
     "RoutePlan",
     "Router",
+    "RouterMetadata",
     "RouterStopping",
     "SQLiteLedger",
     "Safeguards",

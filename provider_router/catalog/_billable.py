@@ -7,8 +7,9 @@ template overhead, the structured fields a provider renders into the prompt, and
 :data:`IMAGE_PROMPT_TOKENS_BOUND` tokens per image), its completion (the largest of
 ``max_tokens``, ``max_completion_tokens`` and ``reasoning.max_tokens``) and its fees.
 A field that could add a charge the reservation cannot bound (``n > 1``, ``models``
-fallbacks, ``plugins``, priced ``service_tier`` values, audio or file parts...) is
-refused with a :class:`~provider_router.ConfigurationError` that names it and says why.
+fallbacks, plugins other than ``context-compression`` or one turned off, priced
+``service_tier`` values, audio or file parts...) is refused with a
+:class:`~provider_router.ConfigurationError` that names it and says why.
 """
 
 from __future__ import annotations
@@ -50,12 +51,13 @@ _REFUSED: Final[Mapping[str, str]] = {
     "models": "model fallbacks can be served by other models at other prices, "
     "and the reservation prices one model",
     "route": "'route' turns on model fallbacks at other prices",
-    "plugins": "plugins (web search, file parsing) add fees the reservation cannot bound",
     "web_search_options": "web search adds per-search fees the reservation cannot bound",
     "prediction": "rejected predicted tokens are billed as completion tokens "
     "beyond the completion cap",
     "audio": "audio output is billed at audio prices the reservation does not assume",
 }
+_FREE_PLUGINS: Final = frozenset({"context-compression"})
+"""Plugins that add no fee: context compression only ever shortens the prompt."""
 # ``service_tier`` values billed at no more than the listed price.
 _FREE_TIERS: Final = frozenset({"default", "flex"})
 _TEXT_PARTS: Final = frozenset({"text"})
@@ -96,6 +98,9 @@ def check_fields(fields: Mapping[str, Any], where: str = "chat()") -> None:
         why = _REFUSED.get(name)
         if why is not None and fields[name] is not None:
             raise _refuse(f"{where} field {name!r}", why)
+    plugins = fields.get("plugins")
+    if plugins is not None:
+        _check_plugins(plugins, where)
     n = fields.get("n")
     if n is not None and n != 1:
         raise _refuse(
@@ -131,6 +136,24 @@ def check_fields(fields: Mapping[str, Any], where: str = "chat()") -> None:
             raise ConfigurationError(
                 f"{where} field {name!r} must be a positive int, got {value!r}"
             )
+
+
+def _check_plugins(plugins: object, where: str) -> None:
+    """Plugins are refused, except one turned off (``enabled: false``) and
+    ``context-compression``: neither adds a fee."""
+    if not isinstance(plugins, list | tuple):
+        raise _refuse(f"{where} field 'plugins'", "it must be a list of plugin objects")
+    for i, plugin in enumerate(plugins):
+        name = plugin.get("id") if isinstance(plugin, Mapping) else None
+        if isinstance(plugin, Mapping) and (
+            plugin.get("enabled") is False or name in _FREE_PLUGINS
+        ):
+            continue
+        raise _refuse(
+            f"{where} field 'plugins' (entry {i}, {name!r})",
+            "plugins (web search, file parsing) add fees the reservation cannot bound; "
+            "only turning a plugin off, or context-compression, is priced",
+        )
 
 
 def completion_cap(max_tokens: int | None, fields: Mapping[str, Any]) -> int | None:

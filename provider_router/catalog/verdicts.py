@@ -120,6 +120,9 @@ class VerifyThresholds:
         max_divergence_excess: a top-k divergence (total variation, 0..1) more than
             this above the reference's divergence from itself (the whole interval
             above) fails.
+        max_prompt_token_difference: where the model's vendor requires the reference's
+            prompt token count (Kimi), a canary counted more than this many tokens
+            away from it fails (0: exactly equal).
     """
 
     min_agreement_ratio: float = 0.9
@@ -127,6 +130,7 @@ class VerifyThresholds:
     max_prompt_token_skew: float = 0.02
     min_samples: int = 3
     max_divergence_excess: float = 0.05
+    max_prompt_token_difference: int = 0
 
     def __post_init__(self) -> None:
         for name in (
@@ -140,6 +144,11 @@ class VerifyThresholds:
                 raise ConfigurationError(f"{name} must be within 0..1, got {value!r}")
         if self.min_samples < 1:
             raise ConfigurationError(f"min_samples must be ≥ 1, got {self.min_samples}")
+        difference = self.max_prompt_token_difference
+        if isinstance(difference, bool) or not isinstance(difference, int) or difference < 0:
+            raise ConfigurationError(
+                f"max_prompt_token_difference must be an integer ≥ 0, got {difference!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +177,11 @@ class EndpointVerdict:
         accepted: canaries whose answer passed every rule one answer is held to
             (:attr:`pass_rate`); judged: canaries it could be judged on (answered,
             and for text the reference answered too).
+        params_accepted: the requests its model's vendor requires refused that it
+            served instead (``temperature 1.1 in thinking mode``): it does not hold the
+            vendor's fixed parameters.
+        prompt_tokens_unequal: canaries whose ``usage.prompt_tokens`` differed from the
+            reference's where the vendor requires them equal.
     """
 
     tag: str
@@ -186,6 +200,8 @@ class EndpointVerdict:
     unmeasured: tuple[str, ...] = ()
     accepted: int = 0
     judged: int = 0
+    params_accepted: tuple[str, ...] = ()
+    prompt_tokens_unequal: int = 0
 
     @property
     def reason(self) -> str:
@@ -217,6 +233,8 @@ class VerificationReport:
         self_divergence: the reference's top-k divergence from itself (None: not
             measured): what ``max_divergence_excess`` is added to.
         top_logprobs: alternatives per token asked for (None: logprobs not asked for).
+        vendor_rules: whose rules the endpoints were also held to (Kimi's fixed
+            parameters and prompt token counts), None when none apply.
     """
 
     model: str
@@ -229,6 +247,7 @@ class VerificationReport:
     created: float = 0.0
     self_divergence: Estimate | None = None
     top_logprobs: int | None = None
+    vendor_rules: str | None = None
 
     @property
     def failed(self) -> tuple[str, ...]:
@@ -256,6 +275,7 @@ class VerificationReport:
             entry["cost"] = decimal_str(verdict.cost)
             entry["reasons"] = list(verdict.reasons)
             entry["unmeasured"] = list(verdict.unmeasured)
+            entry["params_accepted"] = list(verdict.params_accepted)
             rate = verdict.pass_rate
             entry["pass_rate"] = None if rate is None else asdict(rate)
         return data
@@ -290,6 +310,7 @@ class VerificationReport:
                 created=float(data.get("created", 0.0)),
                 self_divergence=_estimate(data.get("self_divergence"), "self_divergence"),
                 top_logprobs=_optional_int(data.get("top_logprobs")),
+                vendor_rules=_optional_str(data.get("vendor_rules")),
             )
         except (AttributeError, KeyError, TypeError, ValueError, ArithmeticError) as exc:
             # A ShapeError names the field; the rest say what was wrong with a value.
@@ -331,6 +352,14 @@ def _optional_int(raw: object) -> int | None:
     return raw
 
 
+def _optional_str(raw: object) -> str | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise TypeError(f"expected a string or null, got {raw!r}")
+    return raw
+
+
 def _count(raw: Mapping[str, Any], name: str) -> int:
     value = raw.get(name, 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -367,4 +396,6 @@ def _verdict(raw: Mapping[str, Any], where: str) -> EndpointVerdict:
         ),
         accepted=accepted,
         judged=judged,
+        params_accepted=tuple(str(p) for p in raw.get("params_accepted", ())),
+        prompt_tokens_unequal=_count(raw, "prompt_tokens_unequal"),
     )

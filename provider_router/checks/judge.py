@@ -27,6 +27,7 @@ from provider_router.catalog.verdicts import (
     mean_estimate,
     share_estimate,
 )
+from provider_router.checks.vendor_rules import VendorRules
 from provider_router.client.results import ChatResult, TokenLogprob
 
 __all__ = [
@@ -126,18 +127,23 @@ class Answers:
     """What one endpoint answered, canary by canary (None: the request failed).
 
     ``logprobs_note`` says why its top-k distributions are not compared (None: they
-    were asked for, from it and from the reference)."""
+    were asked for, from it and from the reference). ``probes`` are the vendor's
+    must-refuse requests (:mod:`~provider_router.checks.vendor_rules`): each label with
+    the answer it got (served: a violation), None (refused, as it must be), or a note
+    saying why it could not tell."""
 
     endpoint: Endpoint
     text: list[ChatResult | None] = field(default_factory=list)
     tools: list[ChatResult | None] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     logprobs_note: str | None = None
+    probes: dict[str, ChatResult | str | None] = field(default_factory=dict)
 
     @property
     def cost(self) -> Decimal:
         total = Decimal(0)
-        for result in (*self.text, *self.tools):
+        served = [p for p in self.probes.values() if isinstance(p, ChatResult)]
+        for result in (*self.text, *self.tools, *served):
             if result is not None:
                 total += _charged(result)
         return total
@@ -220,6 +226,8 @@ class _TextCanary:
     prompt_ratio: float | None
     clean: bool
     """No think marker, and billed as listed (or not said)."""
+    prompt_difference: int | None = None
+    """Its ``usage.prompt_tokens`` less the reference's (None: one did not say)."""
 
 
 def _text_canaries(
@@ -237,12 +245,14 @@ def _text_canaries(
             divergence = canary_divergence(mine.logprobs, theirs.logprobs, tokens)
         elif answers.logprobs_note is None:
             missing += 1
-        ratio = None
-        if mine.usage is not None and theirs.usage is not None and theirs.usage.prompt_tokens > 0:
-            ratio = mine.usage.prompt_tokens / theirs.usage.prompt_tokens
+        ratio = difference = None
+        if mine.usage is not None and theirs.usage is not None:
+            difference = mine.usage.prompt_tokens - theirs.usage.prompt_tokens
+            if theirs.usage.prompt_tokens > 0:
+                ratio = mine.usage.prompt_tokens / theirs.usage.prompt_tokens
         words = agreement(mine.text.split()[:tokens], theirs.text.split()[:tokens])
         clean = not _leaks(mine) and _cost_matches(answers.endpoint, mine) is not False
-        out.append(_TextCanary(words, divergence, ratio, clean))
+        out.append(_TextCanary(words, divergence, ratio, clean, difference))
     return out, missing
 
 
@@ -263,6 +273,7 @@ class _Rules:
 
     thresholds: VerifyThresholds
     baseline: Baseline
+    vendor: VendorRules | None = None
     reasons: list[str] = field(default_factory=list)
     unmeasured: list[str] = field(default_factory=list)
     failed: bool = False
@@ -290,7 +301,15 @@ class _Rules:
             and (floor is None or canary.agreement >= floor)
             and (ceiling is None or canary.divergence is None or canary.divergence <= ceiling)
             and (canary.prompt_ratio is None or abs(canary.prompt_ratio - 1.0) <= skew)
+            and not self.unequal_prompt(canary)
         )
+
+    def unequal_prompt(self, canary: _TextCanary) -> bool:
+        """Whether the vendor's rules demand the reference's prompt count and it is off."""
+        if self.vendor is None or not self.vendor.equal_prompt_tokens:
+            return False
+        allowed = self.thresholds.max_prompt_token_difference
+        return canary.prompt_difference is not None and abs(canary.prompt_difference) > allowed
 
 
 def _judge_agreement(rules: _Rules, values: list[float]) -> Estimate | None:
@@ -337,16 +356,45 @@ def _judge_divergence(
     return estimate
 
 
+def _judge_vendor(rules: _Rules, answers: Answers, canaries: list[_TextCanary]) -> tuple[str, ...]:
+    """The vendor's rules (fixed parameters, equal prompt counts); what it served of the
+    requests it had to refuse."""
+    vendor = rules.vendor
+    if vendor is None:
+        return ()
+    served = tuple(label for label, got in answers.probes.items() if isinstance(got, ChatResult))
+    for label, got in answers.probes.items():
+        if isinstance(got, str):
+            rules.unmeasured.append(f"params: could not tell whether it refuses {label}: {got}")
+    if served:
+        rules.fail(
+            f"serves {' and '.join(served)}, which {vendor.name} requires refused "
+            "(the model's sampling parameters are fixed)"
+        )
+    unequal = [c for c in canaries if rules.unequal_prompt(c)]
+    if unequal:
+        worst = max(abs(c.prompt_difference or 0) for c in unequal)
+        compared = sum(c.prompt_difference is not None for c in canaries)
+        rules.fail(
+            f"usage.prompt_tokens differs from the reference's on {len(unequal)} of "
+            f"{compared} canaries (by up to {worst}); {vendor.name} requires them equal: "
+            "another chat template, or an inflated bill"
+        )
+    return served
+
+
 def judge(
     answers: Answers,
     reference: Answers,
     baseline: Baseline,
     thresholds: VerifyThresholds,
     tokens: int,
+    vendor: VendorRules | None = None,
 ) -> EndpointVerdict:
-    """The verdict on ``answers`` (the reference's own: its second pass as ``answers``)."""
+    """The verdict on ``answers`` (the reference's own: its second pass as ``answers``),
+    held to ``vendor``'s rules too when given."""
     endpoint = answers.endpoint
-    rules = _Rules(thresholds, baseline)
+    rules = _Rules(thresholds, baseline, vendor)
     answered = [r for r in (*answers.text, *answers.tools) if r is not None]
     canaries, missing = _text_canaries(answers, reference, tokens)
     if len(canaries) < thresholds.min_samples:
@@ -386,6 +434,7 @@ def judge(
             f"{mismatches} answer(s) billed a usage.cost other than the listing's "
             "price arithmetic for their tokens"
         )
+    served_probes = _judge_vendor(rules, answers, canaries)
     if answers.errors:
         rules.reasons.append(f"{len(answers.errors)} canaries failed: {answers.errors[0]}")
     tool_answers = [r for r in answers.tools if r is not None]
@@ -420,4 +469,6 @@ def judge(
         unmeasured=tuple(rules.unmeasured),
         accepted=accepted,
         judged=len(canaries) + len(tool_answers),
+        params_accepted=served_probes,
+        prompt_tokens_unequal=sum(rules.unequal_prompt(c) for c in canaries),
     )

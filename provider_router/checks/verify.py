@@ -4,8 +4,9 @@
 pinned alone, and to a reference endpoint (the model author's own by default), then
 compares per endpoint: greedy agreement with the reference (relative to the
 reference's agreement with itself), tool calls valid under their schema, leftover
-think markers, and accounting (prompt tokens against the reference's, ``usage.cost``
-against the listing's arithmetic); docs/policy.md, "Measured fidelity". Every request
+think markers, accounting (prompt tokens against the reference's, ``usage.cost``
+against the listing's arithmetic), and the model vendor's own rules where they apply
+(:mod:`.vendor_rules`); docs/policy.md, "Measured fidelity". Every request
 goes through a :class:`~provider_router.Router`, so with a ``ledger`` each canary
 reserves its worst case and is booked at its real cost, from the job's budget.
 """
@@ -21,7 +22,7 @@ from typing import Any, Final
 
 from pydantic import SecretStr
 
-from provider_router._exceptions import ConfigurationError, ProviderRouterError
+from provider_router._exceptions import BadRequestError, ConfigurationError, ProviderRouterError
 from provider_router.catalog.fetch import Catalog
 from provider_router.catalog.records import Endpoint, EndpointHealth, ModelEndpoints
 from provider_router.catalog.verdicts import VerificationReport, VerifyThresholds
@@ -33,6 +34,7 @@ from provider_router.checks.judge import (
     self_baseline,
 )
 from provider_router.checks.judge import agreement as agreement
+from provider_router.checks.vendor_rules import ParameterProbe, VendorRules, rules_for
 from provider_router.client.results import ChatResult
 from provider_router.client.router import Router
 from provider_router.ledger import Ledger
@@ -67,6 +69,9 @@ DEFAULT_TOKENS: Final = 64
 DEFAULT_TOOL_SAMPLES: Final = 12
 DEFAULT_SEED: Final = 1234
 DEFAULT_CONCURRENCY: Final = 16
+PROBE_TOKENS: Final = 16
+"""``max_tokens`` of a vendor-rule probe: refused it costs nothing, served it is short."""
+PROBE_PROMPT: Final = "Say hello in one short sentence."
 DEFAULT_TOP_LOGPROBS: Final = 5
 """Alternatives per token asked for where logprobs are listed (OpenRouter allows 0..20)."""
 MAX_TOP_LOGPROBS: Final = 20
@@ -136,6 +141,28 @@ async def _ask(
     return list(await asyncio.gather(*(one(i, m) for i, m in enumerate(prompts))))
 
 
+async def _probe(
+    router: Router, probes: Sequence[ParameterProbe], gate: asyncio.Semaphore, answers: Answers
+) -> None:
+    """Send each request the vendor requires refused; note what came of it."""
+
+    async def one(index: int, probe: ParameterProbe) -> None:
+        async with gate:
+            try:
+                answers.probes[probe.label] = await router.chat(
+                    _messages(PROBE_PROMPT),
+                    max_tokens=PROBE_TOKENS,
+                    key=f"verify:{answers.endpoint.slug}:params:{index}",
+                    **probe.fields,
+                )
+            except BadRequestError:
+                answers.probes[probe.label] = None  # refused, as it must be
+            except ProviderRouterError as exc:
+                answers.probes[probe.label] = f"{type(exc).__name__}: {exc}"
+
+    await asyncio.gather(*(one(i, p) for i, p in enumerate(probes)))
+
+
 async def verify(
     model: str,
     *,
@@ -153,6 +180,7 @@ async def verify(
     seed: int = DEFAULT_SEED,
     concurrency: int = DEFAULT_CONCURRENCY,
     top_logprobs: int | None = DEFAULT_TOP_LOGPROBS,
+    vendor_rules: bool = True,
     clock: Callable[[], float] = time.time,
 ) -> VerificationReport:
     """Measure every endpoint ``policy`` allows against the reference.
@@ -174,6 +202,10 @@ async def verify(
             canaries of endpoints that list ``logprobs``, when the reference lists
             them too, to compare their top-k distributions; None: not asked for
             (the verdicts say "not measured").
+        vendor_rules: hold every endpoint to the rules of the model's vendor where
+            :func:`~provider_router.checks.vendor_rules.rules_for` knows them (Kimi:
+            fixed sampling parameters, probed with requests that must be refused, and
+            prompt token counts equal to the reference's); False: not checked.
 
     Raises:
         ConfigurationError: a bad argument, or no reference endpoint.
@@ -205,6 +237,7 @@ async def verify(
     tool_canaries = [_messages(p) for p in (_TOOL_PROMPTS * tool_samples)[:tool_samples]]
     gate = asyncio.Semaphore(concurrency)
     greedy = {"temperature": 0, "seed": seed}
+    vendor: VendorRules | None = rules_for(listing.id) if vendor_rules else None
 
     async def measure(endpoint: Endpoint, repeat: bool) -> tuple[Answers, Answers | None]:
         note = _logprobs_note(endpoint, ref_endpoint, top_logprobs)
@@ -228,7 +261,8 @@ async def verify(
                 choice = "required" if _supports_required(endpoint) else "auto"
                 tool_params = {**greedy, "tools": [CANARY_TOOL], "tool_choice": choice}
                 jobs.append(_ask(router, tool_canaries, gate, answers, tool_params, tokens))
-            results = await asyncio.gather(*jobs)
+            probing = _probe(router, vendor.probes if vendor else (), gate, answers)
+            results, _ = await asyncio.gather(asyncio.gather(*jobs), probing)
         answers.text = results[0]
         if again is not None:
             again.text = results[1]
@@ -245,7 +279,7 @@ async def verify(
     total = Decimal(0)
     for answers, again in measured:
         if again is None:
-            verdict = judge(answers, ref_answers, baseline, thresholds, tokens)
+            verdict = judge(answers, ref_answers, baseline, thresholds, tokens, vendor)
         else:  # the reference's second pass against its first, with the first's tool calls
             second = Answers(
                 answers.endpoint,
@@ -253,8 +287,9 @@ async def verify(
                 answers.tools,
                 [*answers.errors, *again.errors],
                 answers.logprobs_note,
+                answers.probes,
             )
-            verdict = judge(second, answers, baseline, thresholds, tokens)
+            verdict = judge(second, answers, baseline, thresholds, tokens, vendor)
             verdict = replace(verdict, cost=answers.cost + again.cost)
         total += verdict.cost
         verdicts.append(verdict)
@@ -269,6 +304,7 @@ async def verify(
         created=clock(),
         self_divergence=baseline.divergence,
         top_logprobs=top_logprobs,
+        vendor_rules=vendor.name if vendor else None,
     )
 
 

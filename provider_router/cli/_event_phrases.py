@@ -135,6 +135,8 @@ _SENTENCES: Final = {
     ("ledger.background_op_failed", None): "{n} background ledger operation{s} failed",
     ("batch.account_reconciled", None): "charges counted at their worst case were corrected "
     "from the API key's usage {n} time{s}",
+    ("batch.context_compressed", None): "{n} answer{s} came from a prompt OpenRouter's "
+    "context compression cut in the middle: flagged context_compressed in the output",
     ("batch.report_failed", None): "report.html could not be written ({n} time{s}): run "
     "provider-router report DIR",
     ("batch.unexpected_error", None): "{n} prompt{s} failed with an unexpected error (a bug: "

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
+import textwrap
 from collections import Counter
 from typing import Any, Final
 
@@ -118,7 +120,11 @@ class EventReport(logging.Handler):
                 lines.append(f"provider-router: {text}")
         self.counts.clear()
         self.first.clear()
+        # On a terminal each sentence is wrapped to its width (the terminal would cut words).
+        width = shutil.get_terminal_size().columns if sys.stderr.isatty() else 0
         for line in lines:
+            if width > 20 and self.fmt != "json":
+                line = "\n".join(textwrap.wrap(line, width, subsequent_indent="  "))
             sys.stderr.write(line + "\n")
         sys.stderr.flush()
         return lines

@@ -48,8 +48,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--keep-flagged",
         action="store_true",
-        help="keep rows run --verify flagged (drift_flagged: their provider failed a later "
-        "check); default: left out and counted",
+        help="keep flagged rows: drift_flagged (run --verify: their provider failed a later "
+        "check) and context_compressed (OpenRouter cut their prompt); default: left out "
+        "and counted",
     )
     parser.set_defaults(handler=_handle)
 

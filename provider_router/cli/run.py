@@ -214,6 +214,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="sampling temperature (default: the plan's generation.temperature, else the "
         "model's own)",
     )
+    parser.add_argument(
+        "--no-distillable-text",
+        dest="distillable_text",
+        action="store_false",
+        default=None,
+        help="also route to models whose author forbids training on their outputs (by "
+        "default a job sends provider.enforce_distillable_text: true; docs/batch.md)",
+    )
     parser.add_argument("--name", help="dataset name (default: the prompts file's name)")
     parser.add_argument(
         "--add-inputs",
@@ -414,6 +422,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             ledger_name=args.ledger_name,
             max_premium=args.max_premium,
             response_cache=args.response_cache,
+            distillable_text=args.distillable_text,
         )
     if not args.prompts:
         raise ConfigurationError("give a prompts file (PROMPTS.jsonl) or --plan FILE")
@@ -432,9 +441,12 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         max_requests=args.max_requests,
         max_premium=args.max_premium,
     )
-    if args.ledger or args.ledger_name or args.response_cache:
+    if args.ledger or args.ledger_name or args.response_cache or args.distillable_text is not None:
         plan = plan.with_overrides(
-            ledger=args.ledger, ledger_name=args.ledger_name, response_cache=args.response_cache
+            ledger=args.ledger,
+            ledger_name=args.ledger_name,
+            response_cache=args.response_cache,
+            distillable_text=args.distillable_text,
         )
     return plan
 

@@ -4,7 +4,7 @@
 
     provider-router verify moonshotai/kimi-k2.5 --exclude-below int4
         [--prompts FILE] [--reference TAG] [--top-logprobs K | --no-logprobs]
-        [--report FILE] [--ledger FILE] [--json]
+        [--no-vendor-rules] [--report FILE] [--ledger FILE] [--json]
 
 Runs :func:`~provider_router.checks.verify.verify` and prints each endpoint's verdict,
 what it could not measure, and its pass rate (docs/policy.md, "Measured fidelity").
@@ -122,6 +122,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--no-logprobs", dest="top_logprobs", action="store_const", const=None,
         help="ask for no logprobs (the top-k divergence is not measured)",
     )  # fmt: skip
+    parser.add_argument(
+        "--max-prompt-token-difference", type=int, default=defaults.max_prompt_token_difference,
+        metavar="N", help="where the vendor requires the reference's prompt token count (Kimi), "
+        "fail a canary more than N tokens away (default 0: equal)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-vendor-rules", dest="vendor_rules", action="store_false",
+        help="do not hold endpoints to the model vendor's own rules (Kimi: fixed sampling "
+        "parameters, equal prompt token counts)",
+    )  # fmt: skip
     parser.add_argument("--report", metavar="FILE", help="save the measurements as JSON here")
     parser.add_argument(
         "--ledger", metavar="FILE", help="book the canaries on this SQLite ledger (a job's own)"
@@ -151,9 +161,11 @@ async def _verify(args: argparse.Namespace) -> VerificationReport:
             max_tool_error_rate=args.max_tool_error_rate,
             max_prompt_token_skew=args.max_prompt_token_skew,
             max_divergence_excess=args.max_divergence_excess,
+            max_prompt_token_difference=args.max_prompt_token_difference,
         ),
         "base_url": args.base_url,
         "top_logprobs": args.top_logprobs,
+        "vendor_rules": args.vendor_rules,
     }
     if args.ledger is None:
         return await verify(args.model, **kwargs)
@@ -172,6 +184,16 @@ def _measures(verdict: EndpointVerdict) -> list[str]:
         "-" if ratio is None else f"×{ratio.value:.3f}",
         f"{verdict.accepted}/{verdict.judged}" if verdict.judged else "-",
     ]
+
+
+def _vendor_notes(verdict: EndpointVerdict) -> list[str]:
+    """What the vendor's own rules found (Kimi's fixed parameters, equal prompt tokens)."""
+    notes = []
+    if verdict.params_accepted:
+        notes.append(f"serves {len(verdict.params_accepted)} fixed-parameter violation(s)")
+    if verdict.prompt_tokens_unequal:
+        notes.append(f"prompt tokens ≠ reference on {verdict.prompt_tokens_unequal}")
+    return notes
 
 
 def print_verification(report: VerificationReport, console: Console) -> None:
@@ -203,9 +225,11 @@ def print_verification(report: VerificationReport, console: Console) -> None:
             Text(_VERDICTS[v.passed], style=style),
             v.tag,
             *_measures(v),
-            "\n".join([*notes, *v.unmeasured]),
+            "\n".join([*notes, *_vendor_notes(v), *v.unmeasured]),
         )
     console.print(table)
+    if report.vendor_rules:
+        console.print(f"endpoints held to {report.vendor_rules}", highlight=False, markup=False)
     failed = ", ".join(report.failed) or "none"
     console.print(
         f"verify: {len(report.endpoints)} endpoints measured for {format_usd(report.cost)}; "
@@ -218,6 +242,10 @@ def print_verification(report: VerificationReport, console: Console) -> None:
 def _handle(args: argparse.Namespace) -> int:
     if args.tool_samples < 0:
         raise ConfigurationError(f"--tool-samples must be ≥ 0, got {args.tool_samples}")
+    if args.max_prompt_token_difference < 0:
+        raise ConfigurationError(
+            f"--max-prompt-token-difference must be ≥ 0, got {args.max_prompt_token_difference}"
+        )
     if args.ledger is not None and not Path(args.ledger).is_file():
         raise ConfigurationError(f"no ledger file at {args.ledger}")
     report = asyncio.run(_verify(args))

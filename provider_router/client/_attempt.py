@@ -278,7 +278,8 @@ class AttemptMixin:
         """Send this attempt to the admitted endpoint alone, at its own ceilings."""
         request.plan = admission.plan  # the plan in force: exclusions reach queued requests
         request.endpoint = admitted.tag
-        request.payload = b"".join((request.head, admitted.body, b"}"))
+        body = admitted.strict_body if request.strict else admitted.body
+        request.payload = b"".join((request.head, body, b"}"))
         request.worst_case = admitted.route.worst_case(
             request.prompt_tokens, request.cap, request.images
         )

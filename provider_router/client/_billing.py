@@ -129,6 +129,7 @@ class Charged:
             self.disputed,
             c.logprobs,
             cache_status=c.cache_status,
+            router_metadata=c.router_metadata,
         )
 
 

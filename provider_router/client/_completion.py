@@ -24,6 +24,7 @@ from provider_router.client.results import (
     Usage,
     parse_logprobs,
 )
+from provider_router.client.router_metadata import RouterMetadata, parse_router_metadata
 
 __all__ = ["Completion", "StreamAccumulator", "parse_completion"]
 
@@ -46,6 +47,7 @@ class Completion:
     logprobs: tuple[TokenLogprob, ...] | None = None
     cache_status: str | None = None
     """``X-OpenRouter-Cache-Status`` (``HIT``, ``MISS``) when response caching is on."""
+    router_metadata: RouterMetadata | None = None
 
 
 def _carried_error(
@@ -142,6 +144,7 @@ def parse_completion(body: object) -> Completion:
     if error is None and (choice.get("error") is not None or finish_reason == "error"):
         error = _carried_error(choice.get("error"), body, provider)
     raw_logprobs = choice.get("logprobs")
+    raw_metadata = get("openrouter_metadata")
     return Completion(
         text,
         reasoning,
@@ -155,6 +158,7 @@ def parse_completion(body: object) -> Completion:
         error,
         tool_calls,
         None if raw_logprobs is None else parse_logprobs(raw_logprobs),
+        router_metadata=None if raw_metadata is None else parse_router_metadata(raw_metadata),
     )
 
 
@@ -238,6 +242,10 @@ class StreamAccumulator:
         usage = chunk.get("usage")
         if usage is not None:
             result.usage = Usage.from_json(usage)
+            # On the final chunk before [DONE], with the usage (the router-metadata guide).
+            raw_metadata = chunk.get("openrouter_metadata")
+            if raw_metadata is not None:
+                result.router_metadata = parse_router_metadata(raw_metadata)
         error = chunk.get("error")
         choices = chunk.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices else None

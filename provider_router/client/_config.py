@@ -48,7 +48,12 @@ DEFAULT_WORKLOAD: Final = Workload(prompt_tokens=500, completion_tokens=2000)
 """The request shape endpoints are ranked for when none is given."""
 
 RESERVED_PARAMS: Final = ("model", "provider", "messages", "stream")
-"""Request fields the Router sets itself: refused in ``params`` and per call."""
+"""Request fields the Router sets itself: refused per call, and in ``params`` but for
+the ``provider`` fields the policy does not decide (:data:`OPEN_PROVIDER_FIELDS`)."""
+OPEN_PROVIDER_FIELDS: Final = frozenset({"enforce_distillable_text", "zdr", "data_collection"})
+"""``provider`` fields a caller may set in ``Router(params=...)``: restrictions OpenRouter
+applies on top of the route the policy builds (it owns ``order``, ``only``, ``ignore``,
+``allow_fallbacks``, ``quantizations``, ``max_price``, ``sort``...)."""
 
 _LEDGER_METHODS: Final = ("reserve", "settle", "release", "snapshot")
 """What a ledger is used for: an object without them is a mistake said at once."""
@@ -253,7 +258,21 @@ def check_params(params: Mapping[str, Any] | None) -> None:
     """Default request fields may not set what the Router sets."""
     for reserved_name in RESERVED_PARAMS:
         if params and reserved_name in params:
+            if reserved_name == "provider":
+                _check_provider_fields(params["provider"])
+                continue
             raise ConfigurationError(f"params: {reserved_name!r} is set by the Router")
+
+
+def _check_provider_fields(provider: object) -> None:
+    if not isinstance(provider, Mapping):
+        raise ConfigurationError(f"params: 'provider' must be a mapping, got {provider!r}")
+    for name in provider:
+        if name not in OPEN_PROVIDER_FIELDS:
+            raise ConfigurationError(
+                f"params: 'provider.{name}' is set by the Router from its policy; only "
+                f"{sorted(OPEN_PROVIDER_FIELDS)} may be given"
+            )
 
 
 def check_ledger(ledger: object) -> None:

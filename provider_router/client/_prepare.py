@@ -48,12 +48,16 @@ if TYPE_CHECKING:
     from provider_router.client.affinity import CacheAffinity
     from provider_router.client.health import ProviderHealth
     from provider_router.client.results import StreamDelta
+    from provider_router.routing.route_plan import RoutePlan
 
 __all__ = ["CONTEXT_BYTES_PER_TOKEN", "PrepareMixin"]
 
 _FIT_NEEDS: Final = ("tools", "response_format")
 """Request fields the endpoint an attempt is admitted to must list: it is sent there
 alone, and an endpoint without them answers in plain text (paid)."""
+LOGPROBS_PARAMETER: Final = "logprobs"
+"""Also a fit need, of a request asking for logprobs (``logprobs: true``, per call or
+in the router's params): an endpoint without them answers with ``logprobs: null``."""
 _ZERO: Final = Decimal(0)
 _UNSET: Final[Any] = object()
 _CAP_CACHE_SIZE: Final = 256
@@ -86,6 +90,21 @@ def _check_fits(context: int, prompt_upper_bound: int, cap: int | None) -> None:
         )
 
 
+def _check_logprobs(plan: RoutePlan) -> None:
+    """Refuse a logprobs request no allowed endpoint could answer with logprobs.
+
+    OpenRouter ignores ``logprobs`` where an endpoint does not list it (``logprobs:
+    null``, not an error), so the router sends such a request with ``require_parameters:
+    true``; with no allowed endpoint listing it, that would be a 404.
+    """
+    if not any(LOGPROBS_PARAMETER in r.endpoint.supported_parameters for r in plan.ranked):
+        raise ConfigurationError(
+            f"logprobs asked for, but no allowed endpoint of {plan.model!r} lists logprobs: "
+            "OpenRouter would answer without them (or 404 with require_parameters); "
+            "allow an endpoint that lists them, or drop logprobs; nothing was sent"
+        )
+
+
 class PrepareMixin:
     """Builds the prepared request every attempt sends (mixed into the Router)."""
 
@@ -106,6 +125,7 @@ class PrepareMixin:
     _clock: Clock
     _seq: itertools.count[int]
     _admission: Admission | None
+    _default_logprobs: bool
 
     def _build_request(
         self,
@@ -143,6 +163,12 @@ class PrepareMixin:
                 if reserved_name in params:
                     raise ConfigurationError(
                         f"{reserved_name!r} is set by the Router, not per call"
+                        + (
+                            " (its open fields, such as enforce_distillable_text, go in "
+                            "Router(params={'provider': {...}}))"
+                            if reserved_name == "provider"
+                            else ""
+                        )
                     )
             check_fields(params)
             # The larger cap: a provider may honour either (docs/client.md, "What is reserved").
@@ -165,6 +191,11 @@ class PrepareMixin:
         if plan is not admission.plan:
             admission.update(plan)  # a refreshed plan: lanes keep what they learned
         encoder = self._encoder
+        strict = self._default_logprobs
+        if params and LOGPROBS_PARAMETER in params:
+            strict = params[LOGPROBS_PARAMETER] is True
+        if strict:
+            _check_logprobs(plan)
         session = pinned = None
         if self.cache_affinity is not None:  # opt-in: a session waits for its own endpoint
             try:
@@ -176,6 +207,8 @@ class PrepareMixin:
         # What the endpoint must list: an attempt goes to one endpoint, with no fallback
         # inside OpenRouter, and one without them answers in plain text (paid).
         needs = tuple(filter(params.__contains__, _FIT_NEEDS)) if params else ()
+        if strict:  # logprobs only from endpoints that list them (docs/client.md)
+            needs = (*needs, LOGPROBS_PARAMETER)
         try:
             head = encoder.encode_head(messages, max_tokens, stream, params)
             if params:
@@ -225,6 +258,7 @@ class PrepareMixin:
         request.images = images
         request.cap = cap or 0
         request.pin_needs = (needs, min_context)
+        request.strict = strict
         if session is not None:
             request.session = session
             request.pinned = pinned

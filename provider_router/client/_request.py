@@ -20,7 +20,7 @@ from provider_router._types import Message
 from provider_router.client.results import ChatResult, StreamDelta
 from provider_router.routing.route_plan import RoutePlan
 
-__all__ = ["PreparedRequest", "RequestEncoder"]
+__all__ = ["PreparedRequest", "RequestEncoder", "provider_json"]
 
 _ENCODER: Final = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 _encode: Final = _ENCODER.encode
@@ -55,6 +55,19 @@ def encode_json(value: Any) -> str:
 _TAIL_CACHE_SIZE: Final = 256
 
 
+def provider_json(
+    routing: Mapping[str, Any], fields: Mapping[str, Any], *, strict: bool = False
+) -> bytes:
+    """A ``provider`` object with the router's own ``fields`` (``enforce_distillable_text``),
+    encoded; ``strict`` adds ``require_parameters: true`` (a request whose parameters
+    only some endpoints honour, such as ``logprobs``)."""
+    if fields or strict:
+        routing = {**routing, **fields}
+        if strict:
+            routing["require_parameters"] = True
+    return _encode(routing).encode()
+
+
 @dataclass(slots=True)
 class PreparedRequest:
     """What every attempt of one request shares."""
@@ -81,9 +94,6 @@ class PreparedRequest:
     pin_needs: tuple[tuple[str, ...], int] = ((), 0)
     """What a pinned request needs of its endpoint: the ``supported_parameters`` it uses
     and its completion cap (a re-pin keeps to endpoints that can take it)."""
-    provider_length: int = 0
-    """The bytes of a pinned request's ``provider`` object, last in its body (to re-pin
-    a retry: the body before it is sliced then, not kept twice for every request)."""
     on_paid: Callable[[ChatResult], Awaitable[None]] | None = None
     """Awaited with a paid answer before its reservation is settled (``Router.chat``)."""
     head: bytes = b""
@@ -105,6 +115,9 @@ class PreparedRequest:
     """Seconds it waited for an endpoint, over all its attempts."""
     floor_cost: Decimal | None = None
     """Its answer's tokens at the floor's prices (set when answered)."""
+    strict: bool = False
+    """Sent with ``require_parameters: true`` (it asks for ``logprobs``): every
+    endpoint it is admitted to gets the strict ``provider`` object."""
 
 
 class RequestEncoder:
@@ -115,11 +128,24 @@ class RequestEncoder:
         defaults: request fields every call carries unless it overrides them.
     """
 
-    __slots__ = ("_defaults", "_head", "_provider", "_tails", "last_fields_bytes")
+    __slots__ = (
+        "_defaults",
+        "_head",
+        "_provider",
+        "_provider_fields",
+        "_tails",
+        "last_fields_bytes",
+    )
 
-    def __init__(self, model: str, defaults: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        model: str,
+        defaults: Mapping[str, Any],
+        provider_fields: Mapping[str, Any] | None = None,
+    ) -> None:
         self._head = b'{"model":' + _encode(model).encode() + b',"messages":'
         self._defaults = dict(defaults)
+        self._provider_fields = dict(provider_fields or {})
         self._tails: dict[tuple[int | None, bool], bytes] = {}
         self._provider: tuple[RoutePlan | None, frozenset[str] | None, bytes] = (None, None, b"")
         self.last_fields_bytes = 0
@@ -131,9 +157,18 @@ class RequestEncoder:
         cached_plan, cached_demoted, encoded = self._provider
         if cached_plan is plan and cached_demoted is demoted:
             return encoded
-        encoded = _encode(plan.provider_object(demoted)).encode()
+        encoded = self.provider_json(plan.provider_object(demoted))
         self._provider = (plan, demoted, encoded)
         return encoded
+
+    @property
+    def provider_fields(self) -> Mapping[str, Any]:
+        """The router's own ``provider`` fields (``enforce_distillable_text``...)."""
+        return self._provider_fields
+
+    def provider_json(self, routing: Mapping[str, Any], *, strict: bool = False) -> bytes:
+        """``routing`` with the router's own fields, encoded (:func:`provider_json`)."""
+        return provider_json(routing, self._provider_fields, strict=strict)
 
     def encode(
         self,

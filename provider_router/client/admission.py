@@ -18,16 +18,16 @@ import bisect
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 from provider_router._exceptions import ConfigurationError, RouterStopping
 from provider_router._format import decimal_str
 from provider_router._money import to_units
 from provider_router._types import Clock
-from provider_router.client._request import encode_json
+from provider_router.client._request import provider_json
 from provider_router.routing.endpoint_route import EndpointRoute
 from provider_router.routing.route_plan import RoutePlan
 
@@ -148,6 +148,7 @@ class _Lane:
         "retired",
         "route",
         "served",
+        "strict_body",
         "tag",
         "wait_hist",
         "wait_max",
@@ -156,7 +157,9 @@ class _Lane:
         "window",
     )
 
-    def __init__(self, route: EndpointRoute, max_concurrency: int) -> None:
+    def __init__(
+        self, route: EndpointRoute, max_concurrency: int, fields: Mapping[str, Any]
+    ) -> None:
         self.tag = route.tag
         self.provider = route.provider_name
         self.max = max_concurrency
@@ -173,12 +176,18 @@ class _Lane:
         self.wait_total = self.wait_max = self.cooldown_total = 0.0
         self.wait_hist = [0] * (len(WAIT_BUCKETS) + 1)
         self.route = route
-        self.body = encode_json(route.object).encode()
+        self.body = self.strict_body = b""
+        self._encode(fields)
 
-    def set_route(self, route: EndpointRoute) -> None:
+    def _encode(self, fields: Mapping[str, Any]) -> None:
+        # Both built once per route: a request asking logprobs takes the strict one.
+        self.body = provider_json(self.route.object, fields)
+        self.strict_body = provider_json(self.route.object, fields, strict=True)
+
+    def set_route(self, route: EndpointRoute, fields: Mapping[str, Any]) -> None:
         self.route = route
         self.provider = route.provider_name
-        self.body = encode_json(route.object).encode()
+        self._encode(fields)
         self.retired = False
 
     def _set_window(self, window: float) -> None:
@@ -276,8 +285,13 @@ class AdmissionTicket:
 
     @property
     def body(self) -> bytes:
-        """The route's ``provider`` object, encoded."""
+        """The route's ``provider`` object with the router's own fields, encoded."""
         return self._lane.body
+
+    @property
+    def strict_body(self) -> bytes:
+        """:attr:`body` with ``require_parameters: true`` (a request asking logprobs)."""
+        return self._lane.strict_body
 
 
 class _Waiter:
@@ -332,6 +346,8 @@ class Admission:
         clock: monotonic seconds (with a fake one, call :meth:`tick` after moving it).
         demoted: the providers demoted now (their lanes are used last).
         max_rest: the longest ``Retry-After`` honoured, in seconds.
+        provider_fields: the router's own ``provider`` fields (``enforce_distillable_text``,
+            ``zdr``, ``data_collection``), in every lane's ``provider`` object.
     """
 
     def __init__(
@@ -343,7 +359,9 @@ class Admission:
         clock: Clock = time.monotonic,
         demoted: Callable[[], frozenset[str]] = lambda: _NO_DEMOTIONS,
         max_rest: float = 300.0,
+        provider_fields: Mapping[str, Any] | None = None,
     ) -> None:
+        self._fields: Mapping[str, Any] = dict(provider_fields or {})
         self._premium = max_premium
         self._max = max_concurrency
         self._clock = clock
@@ -407,9 +425,9 @@ class Admission:
         for route in plan.routes:
             lane = self._every.get(route.tag)
             if lane is None:
-                lane = self._every[route.tag] = _Lane(route, self._max)
+                lane = self._every[route.tag] = _Lane(route, self._max, self._fields)
             else:
-                lane.set_route(route)
+                lane.set_route(route, self._fields)
             lanes[route.tag] = lane
         for tag, lane in self._lanes.items():
             if tag not in lanes:

@@ -22,6 +22,7 @@ from typing import Any, Final
 from provider_router._exceptions import InvalidResponseError
 from provider_router._format import readable_repr, tidy
 from provider_router._money import reported_cost
+from provider_router.client.router_metadata import RouterMetadata
 
 __all__ = ["ChatResult", "StreamDelta", "TokenLogprob", "ToolCall", "ToolCallDelta", "Usage"]
 
@@ -297,6 +298,9 @@ class ChatResult:
         cache_status: OpenRouter's ``X-OpenRouter-Cache-Status`` with response
             caching on (``"HIT"``: a free replay of an earlier answer; ``"MISS"``);
             ``None`` when caching is off or the answer did not say.
+        router_metadata: OpenRouter's routing trace (attempts, pipeline stages such as
+            context compression), when asked for (``Router(router_metadata=True)``)
+            and sent; ``None`` otherwise.
     """
 
     text: str
@@ -323,6 +327,7 @@ class ChatResult:
     refusals: int = 0
     endpoint: str | None = None
     cache_status: str | None = None
+    router_metadata: RouterMetadata | None = field(default=None, repr=False)
 
     __repr__ = readable_repr
 
@@ -367,6 +372,7 @@ def chat_result(
     refusals: int = 0,
     endpoint: str | None = None,
     cache_status: str | None = None,
+    router_metadata: RouterMetadata | None = None,
 ) -> ChatResult:
     """A :class:`ChatResult` with every field given, its ``__dict__`` filled in one step.
 
@@ -402,6 +408,7 @@ def chat_result(
             "refusals": refusals,
             "endpoint": endpoint,
             "cache_status": cache_status,
+            "router_metadata": router_metadata,
         },
     )
     return result

@@ -119,11 +119,14 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
             honoured). Used by the completions and the router's own catalog.
         headers: extra headers sent with every request, e.g. OpenRouter's
             attribution headers ``{"HTTP-Referer": "https://example.org",
-            "X-OpenRouter-Title": "my job"}``, or OpenRouter's response cache
+            "X-OpenRouter-Title": "my job"}``, OpenRouter's response cache
             (``cache_headers(ttl)``: ``X-OpenRouter-Cache: true``; docs/client.md,
             "Response caching": each body then carries a sample id from its ``key``,
             so two samples of one prompt never share an answer, and a hit is booked
-            at $0 on the answer's word); a header the library sets itself
+            at $0 on the answer's word), or OpenRouter's routing trace,
+            :data:`~provider_router.client.router_metadata.METADATA_HEADERS`
+            (``X-OpenRouter-Metadata: enabled``: each result's ``router_metadata``);
+            a header the library sets itself
             (``Authorization``, ``Host``, ``Content-Length``, ``Content-Type``,
             ``Transfer-Encoding``, ``Connection``...) is refused with a
             :class:`~provider_router.ConfigurationError` naming it.
@@ -150,7 +153,10 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
             :class:`AffinityOptions`, an :class:`AffinityOptions` with those. Off
             (``False``, the default): a ``session_id`` is sent as given and nothing
             is pinned.
-        params: default request parameters merged under each call's own.
+        params: default request parameters merged under each call's own. Its
+            ``provider`` may carry the routing fields the policy does not decide
+            (``enforce_distillable_text``, ``zdr``, ``data_collection``): they join
+            every request's ``provider`` object.
         retry: the retry policy (default :class:`RetryPolicy`; its ``rng`` seeds
             the backoff's jitter).
         timeouts: how long each part of a request may take (default
@@ -227,6 +233,9 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
         """The pinning options in force, or ``None``: nothing is pinned."""
         self._pin_fallbacks = options is not None and options.pin_fallbacks
         self._fields: dict[str, Any] = dict(params or {})
+        # The caller's provider fields (enforce_distillable_text, zdr, data_collection)
+        # join the routing object the plan builds; they are not a body field of their own.
+        provider_fields = self._fields.pop("provider", None)
         check_fields(self._fields, "Router(params=...)")
         self._field_tokens = field_tokens(self._fields)
         self._caps: dict[int | None, int | None] = {}  # completion cap by max_tokens
@@ -261,7 +270,8 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
             )
         )
         self.health = health if health is not None else ProviderHealth(clock=clock)
-        self._encoder = RequestEncoder(model, params or {})
+        self._encoder = RequestEncoder(model, self._fields, provider_fields)
+        self._default_logprobs = self._fields.get("logprobs") is True
         self._clock = clock
         self._sleep = sleep
         self._rng = self.retry.rng if self.retry.rng is not None else random.Random()
@@ -378,6 +388,7 @@ class Router(PrepareMixin, AttemptMixin, AsyncResource):
             clock=self._clock,
             demoted=self.health.demoted,
             max_rest=self.retry.max_retry_after,
+            provider_fields=self._encoder.provider_fields,
         )
         if self._stopping.is_set():
             self._admission.stop()

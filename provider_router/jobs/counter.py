@@ -40,6 +40,10 @@ class Counter:
     """What the answers whose floor is known would have cost at the floor's prices."""
     floored_cost: Decimal = Decimal(0)
     """What those same answers cost (``floored_cost / floor_cost``: price vs the floor)."""
+    compressed: int = 0
+    """Answers whose prompt OpenRouter's context compression cut (their trace said so)."""
+    fallbacks: int = 0
+    """Attempts that failed inside OpenRouter before an answer came (their trace said so)."""
 
     def started(self, now: float) -> None:
         """Note a request start at wall-clock ``now``."""
@@ -79,6 +83,8 @@ class Counter:
             "failures": self.failures,
             "failures_by_kind": dict(sorted(self.failures_by_kind.items())),
             "retries": self.retries,
+            "openrouter_fallbacks": self.fallbacks,
+            "context_compressed": self.compressed,
             "wall_time_s": round(self.wall_time, 3),
             "floor_usd": decimal_str(self.floor_cost),
             "price_vs_floor": None if vs_floor is None else decimal_str(vs_floor),

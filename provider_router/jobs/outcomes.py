@@ -41,6 +41,7 @@ from provider_router.jobs.counter import Counter
 from provider_router.jobs.datasets import DatasetRun
 from provider_router.jobs.drift import DriftWatch
 from provider_router.jobs.finish import credits_words
+from provider_router.jobs.router_options import trace_fields
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.jobs.store.journal import Journal
 from provider_router.jobs.store.outputs import TRUNCATED_FINISH, encode_record, make_record
@@ -286,6 +287,7 @@ class Outcomes:
             waited_s=result.waited,
             refusals=result.refusals,
             endpoint=result.endpoint,
+            trace=trace_fields(result) if result.router_metadata is not None else None,
         )
         if self.drift is not None:  # last: a flag is patched in place (jobs/drift.py)
             check, flagged = self.drift.stamp(result.provider, started)
@@ -306,6 +308,7 @@ class Outcomes:
             asyncio.get_running_loop().call_soon(self._flush, journal)
         retries = result.attempts - 1
         floor = result.floor_cost
+        trace = result.router_metadata
         for counter in (ds.counter, provider):
             if floor is not None:
                 counter.floor_cost += floor
@@ -319,6 +322,17 @@ class Outcomes:
             if truncated:
                 counter.truncated += 1
                 counter.truncated_cost += cost
+            if trace is not None:
+                counter.fallbacks += trace.fallbacks
+                counter.compressed += trace.compressed
+        if trace is not None and trace.compressed:
+            log.warning(
+                "batch.context_compressed",
+                dataset=ds.spec.name,
+                id=prompt.id,
+                provider=result.provider,
+                generation_id=result.generation_id,
+            )
         return output_tokens
 
     def _flush(self, journal: Journal) -> None:

@@ -47,6 +47,7 @@ from provider_router.jobs.ledger_share import LedgerShare
 from provider_router.jobs.outcomes import Outcomes
 from provider_router.jobs.redo import redo_truncated
 from provider_router.jobs.revisions import revise_plan
+from provider_router.jobs.router_options import openrouter_summary, router_options
 from provider_router.jobs.snapshots import (
     DatasetProgress,
     RunProgress,
@@ -354,6 +355,7 @@ class JobRunner:
             options: dict[str, Any] = {
                 "budget_wait": True,
                 "cache_affinity": self.plan.cache_affinity,
+                **router_options(self.plan),
                 **self._router_options,
             }
             if self.plan.response_cache is not None:
@@ -558,6 +560,7 @@ class JobRunner:
         )
         if self.drift is not None:
             summary.verification = self.drift.summary()
+        summary.openrouter = openrouter_summary(self.plan)
         return summary
 
     def _limit_outside(self) -> bool:

@@ -223,6 +223,9 @@ class RunSummary:
         spend_limit: the limit OpenRouter keeps that stopped the run (a 402 or 403:
             the key's limit, a workspace or guardrail budget, the credits), with what
             lifts it; None when none did.
+        openrouter: what the run asked of OpenRouter besides the route (its trace,
+            context compression, distillable text:
+            :func:`provider_router.jobs.router_options.openrouter_summary`).
     """
 
     reason: StopReason
@@ -252,6 +255,7 @@ class RunSummary:
     price_vs_floor: dict[str, Any] | None = None
     admission: dict[str, Any] | None = None
     spend_limit: SpendLimit | None = None
+    openrouter: dict[str, Any] | None = None
 
     @property
     def truncated(self) -> int:
@@ -304,6 +308,7 @@ class RunSummary:
             **({"price_vs_floor": self.price_vs_floor} if self.price_vs_floor else {}),
             **({"admission": self.admission} if self.admission else {}),
             **({"verification": self.verification} if self.verification is not None else {}),
+            **({"openrouter": self.openrouter} if self.openrouter is not None else {}),
             "bad_lines": self.bad_lines,
             "recovered": self.recovered,
             "disputed": self.disputed,

@@ -209,6 +209,13 @@ class Plan(_Frozen):
         response_cache: seconds OpenRouter keeps each answer for a re-send of the
             same prompt (1–86,400; the Router's ``X-OpenRouter-Cache`` headers, docs/client.md
             "Response caching"); ``None`` (the default): off.
+        distillable_text: send ``provider.enforce_distillable_text: true``: only models
+            whose author allows training on their outputs serve (default on: a job
+            generates data; ``false`` opts out, ``run --no-distillable-text``).
+        context_compression: let OpenRouter compress prompts that do not fit an
+            endpoint (its default on endpoints of 8,192 tokens or less, which drops the
+            middle of a prompt); default off: every request says so explicitly. Rows
+            compressed anyway are flagged either way (docs/output.md).
     """
 
     model: str = Field(min_length=1)
@@ -224,6 +231,8 @@ class Plan(_Frozen):
     verify_every: int | None = Field(default=None, ge=0)
     job_key: bool = False
     job_key_hours: float = Field(default=DEFAULT_JOB_KEY_HOURS, gt=0)
+    distillable_text: bool = True
+    context_compression: bool = False
     _source: Path | None = PrivateAttr(default=None)
     _lines: dict[tuple[Any, ...], int] = PrivateAttr(default_factory=dict)
     _entries: dict[str, int] = PrivateAttr(default_factory=dict)
@@ -372,6 +381,7 @@ class Plan(_Frozen):
         ledger_name: str | None = None,
         max_premium: Decimal | Literal["none"] | None = None,
         response_cache: int | None = None,
+        distillable_text: bool | None = None,
     ) -> Plan:
         """This plan with the given command-line values replacing the file's
         (``max_premium="none"``: no cap; ``None``: the file's)."""
@@ -380,6 +390,8 @@ class Plan(_Frozen):
             update["max_premium"] = None if max_premium == "none" else max_premium
         if response_cache is not None:
             update["response_cache"] = response_cache
+        if distillable_text is not None:
+            update["distillable_text"] = distillable_text
         for key, value in (("ledger", ledger), ("ledger_name", ledger_name)):
             if value is not None:
                 update[key] = value

@@ -44,6 +44,8 @@ class RequestRecord:
         tool_choice: the request's ``tool_choice`` as sent (None when absent).
         degraded: served by an endpoint with ``serves:`` past its ``after_requests``
             (docs/simulator.md): its answer departs from the model's.
+        compressed: context compression dropped messages from the middle of its
+            prompt before it was served (:mod:`~provider_router.testing.market.compression`).
     """
 
     seq: int
@@ -70,6 +72,7 @@ class RequestRecord:
     finish_reason: str | None = None
     limit_source: str | None = None
     degraded: bool = False
+    compressed: bool = False
 
     @property
     def cost(self) -> Decimal:
@@ -99,7 +102,8 @@ class RequestLog:
     """The most recent ``limit`` records plus counters over the whole run.
 
     Counter keys: ``requests``, ``route.<route>``, ``status.<code>``,
-    ``served.<tag>``, ``attempt.<tag>``, ``fault.<kind>``, ``outcome.<outcome>``.
+    ``served.<tag>``, ``attempt.<tag>``, ``fault.<kind>``, ``outcome.<outcome>``,
+    ``context_compression``, ``refused_parameter``.
     """
 
     def __init__(self, limit: int = 100_000) -> None:

@@ -43,6 +43,7 @@ async def test_a_secretly_degraded_provider_is_flagged_and_only_it_for_cents(
     ledger = pr.MemoryLedger(Decimal(1))
     report = await pr.verify(MODEL, policy=INT4, base_url=sim.url, api_key=KEY, ledger=ledger)
 
+    assert report.vendor_rules == "Moonshot AI's Kimi Vendor Verifier"
     assert report.failed == ("novita",)
     novita = report.verdict("novita")
     assert novita is not None
@@ -57,11 +58,15 @@ async def test_a_secretly_degraded_provider_is_flagged_and_only_it_for_cents(
     # Canaries cost cents, and every cent is on the ledger and equals the bill.
     assert report.cost < Decimal("0.05")
     assert report.cost == charged(sim) == (await ledger.snapshot()).spent
-    # Each canary was pinned to one endpoint, with no fallbacks.
+    # Each canary was pinned to one endpoint, with no fallbacks (so were the vendor-rule
+    # probes, which every endpoint here refused: served by none, billed nothing).
     for record in sim.requests:
         if record.routing is not None:
             assert len(record.routing["only"]) == 1
             assert record.routing.get("allow_fallbacks") is False
+            if record.outcome == "refused_parameter":
+                assert (record.tag, record.cost_units) == (None, 0)
+                continue
             assert record.tag == record.routing["only"][0]
 
 
@@ -176,7 +181,7 @@ async def test_the_users_own_prompts_are_the_canaries(openrouter_sim_factory: Si
     mine = [MINE[0]["content"], [MINE[1]]]
     await pr.verify(
         MODEL, policy=pr.ProviderPolicy(only=["chutes"]), prompts=mine, samples=2,
-        tool_samples=0, base_url=sim.url, api_key=KEY,
+        tool_samples=0, base_url=sim.url, api_key=KEY, vendor_rules=False,
     )  # fmt: skip
     chats = [r for r in sim.requests if r.route == "chat"]
     expected = {count_prompt_tokens(pr_messages) for pr_messages in ([m] for m in MINE)}

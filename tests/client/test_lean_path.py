@@ -26,6 +26,7 @@ from provider_router.catalog._billable import measure
 from provider_router.client._completion import parse_completion
 from provider_router.client._request import PreparedRequest, _encode, encode_json
 from provider_router.client.results import TokenLogprob, ToolCall, chat_result
+from provider_router.client.router_metadata import RouteAttempt, RouterMetadata
 from provider_router.ledger import Reservation
 from provider_router.ledger._base import RESERVATION_FIELDS
 from provider_router.testing import SimulatorServer
@@ -55,6 +56,7 @@ FIELDS = {
     "refusals": 1,
     "endpoint": "chutes",
     "cache_status": "HIT",
+    "router_metadata": RouterMetadata(1, (RouteAttempt("Chutes", "a/b", 200),)),
 }
 
 

@@ -41,6 +41,10 @@ async def test_the_endpoints_listing_has_the_simulators_shape(
     assert keys(local["data"]) <= keys(real["data"]) | {"architecture"}
     real_endpoint, local_endpoint = real["data"]["endpoints"][0], local["data"]["endpoints"][0]
     assert keys(local_endpoint) <= keys(real_endpoint), keys(local_endpoint) - keys(real_endpoint)
+    # The fields the newest SDK requires and real listings lacked (the field overlay):
+    # when the real service starts sending them, the simulator should too.
+    sdk_only = {"native_tools", "service_tier", "supports_diarization"}
+    assert sdk_only & keys(real_endpoint) == sdk_only & keys(local_endpoint)
     async with Catalog() as catalog:
         listing = await catalog.endpoints(MODEL)  # every real endpoint parses
     assert listing.endpoints

@@ -251,15 +251,16 @@ def test_a_resume_with_another_model_or_parameters_is_refused(
     from provider_router import ConfigurationError
 
     ds = ray.data.from_items(prompts(2))
-    make_job(sim, redis_server, job_name, params={"temperature": 0.5}).generate(ds)
-    make_job(sim, redis_server, job_name, params={"temperature": 0.5}).generate(ds)  # a resume
+    # Temperatures Kimi's endpoints accept (the bundled market holds Moonshot's rules).
+    make_job(sim, redis_server, job_name, params={"temperature": 0.6}).generate(ds)
+    make_job(sim, redis_server, job_name, params={"temperature": 0.6}).generate(ds)  # a resume
     with pytest.raises(ConfigurationError, match=r"was started with .*temperature"):
-        make_job(sim, redis_server, job_name, params={"temperature": 0.9}).generate(ds)
+        make_job(sim, redis_server, job_name, params={"temperature": 1.0}).generate(ds)
     with pytest.raises(ConfigurationError, match="max_tokens"):
-        make_job(sim, redis_server, job_name, max_tokens=64, params={"temperature": 0.5}).generate(
+        make_job(sim, redis_server, job_name, max_tokens=64, params={"temperature": 0.6}).generate(
             ds
         )
-    other = make_job(sim, redis_server, job_name, params={"temperature": 0.5})
+    other = make_job(sim, redis_server, job_name, params={"temperature": 0.6})
     other.model = "moonshotai/kimi-k3"
     with pytest.raises(ConfigurationError, match=r"started with model .moonshotai/kimi-k2\.5."):
         other.generate(ds)

@@ -10,7 +10,9 @@ documents only some per route), the generic error schema for that status is used
 
 The description is extended by tests/data/openrouter-openapi-sdk-overlay.yaml: what
 the newest official ``openrouter`` SDK requires beyond it (docs/records.md lists each
-addition and the SDK model it comes from).
+addition and the SDK model it comes from); then tests/data/openrouter-openapi-field-
+overlay.yaml makes optional what real answers omit though the description or the SDK
+requires it (each patch names its captures).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from referencing.jsonschema import DRAFT202012
 
 SPEC_PATH = Path(__file__).parents[1] / "data" / "openrouter-openapi.yaml"
 OVERLAY_PATH = Path(__file__).parents[1] / "data" / "openrouter-openapi-sdk-overlay.yaml"
+FIELD_OVERLAY_PATH = Path(__file__).parents[1] / "data" / "openrouter-openapi-field-overlay.yaml"
 _BASE = "urn:openrouter-openapi"
 _ERROR_SCHEMAS = {
     400: "BadRequestResponse",
@@ -58,7 +61,8 @@ def apply_overlay(doc: dict[str, Any], overlay: dict[str, Any]) -> None:
 
     A ``schema`` patch defines a new schema (refusing to replace an existing one,
     so the description never silently loses a definition); a ``properties`` /
-    ``required`` patch extends an existing schema (its target must exist).
+    ``required`` patch extends an existing schema (its target must exist); an
+    ``optional`` patch takes names out of its ``required`` list (each must be there).
     """
     for patch in overlay["patches"]:
         *parents, name = [
@@ -76,13 +80,27 @@ def apply_overlay(doc: dict[str, Any], overlay: dict[str, Any]) -> None:
         target.setdefault("properties", {}).update(patch.get("properties", {}))
         required = target.setdefault("required", [])
         required.extend(r for r in patch.get("required", []) if r not in required)
+        for optional in patch.get("optional", []):
+            required.remove(optional)  # a ValueError: the overlay is stale
+
+
+def field_omissions() -> dict[str, frozenset[str]]:
+    """The fields the field overlay makes optional, by the SDK model that requires them."""
+    overlay = _load_yaml(FIELD_OVERLAY_PATH)
+    return {p["sdk_model"]: frozenset(p["optional"]) for p in overlay["patches"]}
 
 
 class Contract:
-    def __init__(self, path: Path = SPEC_PATH, overlay: Path | None = OVERLAY_PATH) -> None:
+    def __init__(
+        self,
+        path: Path = SPEC_PATH,
+        overlay: Path | None = OVERLAY_PATH,
+        field_overlay: Path | None = FIELD_OVERLAY_PATH,
+    ) -> None:
         self.doc: dict[str, Any] = _load_yaml(path)
-        if overlay is not None:
-            apply_overlay(self.doc, _load_yaml(overlay))
+        for extension in (overlay, field_overlay):
+            if extension is not None:
+                apply_overlay(self.doc, _load_yaml(extension))
         resource = Resource.from_contents(self.doc, default_specification=DRAFT202012)
         self.registry: Registry[Any] = Registry().with_resource(_BASE, resource)
 

@@ -55,10 +55,17 @@ async def test_listing_routes(client: SimClient) -> None:
 
 
 def test_the_sdk_overlay_extends_the_description() -> None:
-    """What the newest SDK requires is required here too (docs/records.md lists it)."""
+    """What the newest SDK requires is required here too (docs/records.md lists it),
+    unless real answers omit it (the field overlay): then the simulator may omit it."""
     endpoint = contract().doc["components"]["schemas"]["PublicEndpoint"]
-    for name in ("native_tools", "service_tier", "supports_diarization", "supports_tool_choice"):
-        assert name in endpoint["required"]
+    assert "supports_tool_choice" in endpoint["required"]
+    for name in ("native_tools", "service_tier", "supports_diarization"):
+        assert name in endpoint["properties"]
+        assert name not in endpoint["required"], "no real listing we hold has it"
+    assert (
+        "system_fingerprint"
+        not in contract().doc["components"]["schemas"]["ChatResult"]["required"]
+    )
     key_data = contract().doc["paths"]["/key"]["get"]["responses"]["200"]["content"][
         "application/json"
     ]["schema"]["properties"]["data"]
@@ -71,6 +78,8 @@ def test_the_overlay_never_replaces_a_definition() -> None:
         apply_overlay(doc, {"patches": [{"target": "/components/schemas/X", "schema": {}}]})
     with pytest.raises(KeyError):
         apply_overlay(doc, {"patches": [{"target": "/components/schemas/Y", "required": ["a"]}]})
+    with pytest.raises(ValueError, match="not in list"):  # it must have been required
+        apply_overlay(doc, {"patches": [{"target": "/components/schemas/X", "optional": ["a"]}]})
 
 
 async def test_account_routes(client: SimClient, start_sim: StartSim) -> None:

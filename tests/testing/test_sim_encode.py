@@ -32,24 +32,26 @@ def test_usage_json_is_the_usage_body(cost: Cost, write: int) -> None:
 @pytest.mark.parametrize("content", TEXTS)
 @pytest.mark.parametrize("reasoning", [None, "", 'thinking ✓ "hard"'])
 @pytest.mark.parametrize("provider", [None, "Moonshot AI", 'Odd "name"'])
-@pytest.mark.parametrize("fingerprint", [None, "fpv0_1"])
+@pytest.mark.parametrize(("fingerprint", "omit"), [(None, False), ("fpv0_1", False), (None, True)])
 @pytest.mark.parametrize("finish", ["stop", "length"])
 def test_chat_result_json_is_the_chat_result(
     content: str | None,
     reasoning: str | None,
     provider: str | None,
     fingerprint: str | None,
+    omit: bool,
     finish: str,
 ) -> None:
     usage = bodies.usage_body(3, 0, 4, 1, Cost(5, 6, 7))
     expected = bodies.chat_result(
         "gen-1-abc", 1_700_000_000, "moonshotai/kimi-k2.5", provider, content, reasoning,
-        finish, usage, fingerprint=fingerprint,
+        finish, usage, fingerprint=fingerprint, omit_fingerprint=omit,
     )  # fmt: skip
+    assert ("system_fingerprint" in expected) is not omit
     text = chat_result_json(
         "gen-1-abc", 1_700_000_000, "moonshotai/kimi-k2.5", provider,
         choices_json(content, reasoning, finish), usage_json(3, 0, 4, 1, Cost(5, 6, 7)),
-        fingerprint,
+        fingerprint, omit,
     )  # fmt: skip
     assert text == bodies.dumps(expected).decode()
 
@@ -96,10 +98,15 @@ def test_filler_deltas_are_the_filler_text_encoded(start: int, stop: int) -> Non
 @pytest.mark.parametrize("gen_id", ["gen-1700000000-AbCdEfGhIjKlMnOpQrSt", 'odd "id" ✓'])
 @pytest.mark.parametrize("created", [0, 1_700_000_000, -1])
 @pytest.mark.parametrize("provider", [None, "Moonshot AI", 'Odd "name" ✓'])
-@pytest.mark.parametrize("fingerprint", [None, "fpv0_1"])
+@pytest.mark.parametrize(("fingerprint", "omit"), [(None, False), ("fpv0_1", False), (None, True)])
 @pytest.mark.parametrize("prefix", [b"", b"\n         \n\n"])
 def test_chat_result_bytes_are_the_chat_result_json(
-    gen_id: str, created: int, provider: str | None, fingerprint: str | None, prefix: bytes
+    gen_id: str,
+    created: int,
+    provider: str | None,
+    fingerprint: str | None,
+    omit: bool,
+    prefix: bytes,
 ) -> None:
     """The cached frame is keyed by everything but the id and ``created``: two answers
     that differ only in those share it, and each is still its own text."""
@@ -107,7 +114,7 @@ def test_chat_result_bytes_are_the_chat_result_json(
     for cost in COSTS[:2]:
         usage = usage_json(3, 0, 287, 31, cost)
         for model in ("moonshotai/kimi-k2.5", 'odd/"model"'):
-            args = (gen_id, created, model, provider, choices, usage, fingerprint)
+            args = (gen_id, created, model, provider, choices, usage, fingerprint, omit)
             expected = prefix + chat_result_json(*args).encode()
             assert chat_result_bytes(prefix, *args) == expected
             assert chat_result_bytes(prefix, *args) == expected  # from the cache

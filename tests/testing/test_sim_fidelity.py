@@ -50,7 +50,14 @@ async def test_a_provider_without_one_sends_none_like_the_chutes_capture(
     reply = await client.chat(max_tokens=60, stream=True, provider=CHUTES)
     assert reply.events
     assert not any("system_fingerprint" in e for e in reply.events)
+    # JSON answers: Chutes' leave the key out entirely, as its capture does; an
+    # endpoint the market gives no fingerprint sends null (as BaseTen's capture).
+    capture = json.loads(next(FIXTURES.glob("chat_kimi-k2-0905_chutes_nonstream_*")).read_text())
+    assert "system_fingerprint" not in capture
     answer = await client.chat(max_tokens=10, provider=CHUTES)
+    assert "system_fingerprint" not in answer.json
+    contract().validate("/chat/completions", "post", 200, answer.json)
+    answer = await client.chat(max_tokens=10, provider={"only": ["parasail"]})
     assert answer.json["system_fingerprint"] is None
 
 
@@ -158,8 +165,13 @@ async def test_a_reasoning_answer_has_exactly_the_fields_of_the_kimi_k2_5_captur
     path = next(FIXTURES.glob("chat_kimi-k2.5_inceptron_reasoning_nonstream_*.json"))
     captured = json.loads(path.read_text(encoding="utf-8").strip())
     _, client = await start_sim()
-    reply = await client.chat(max_tokens=200, reasoning={"effort": "high"}, provider=CHUTES)
+    # Parasail: like Inceptron, a provider that sends a null system_fingerprint
+    # (Chutes leaves the key out: test_a_provider_without_one_sends_none_...).
+    parasail = {"only": ["parasail"]}
+    reply = await client.chat(max_tokens=200, reasoning={"effort": "high"}, provider=parasail)
     assert _paths(reply.json) == _paths(captured)
+    reply = await client.chat(max_tokens=200, reasoning={"effort": "high"}, provider=CHUTES)
+    assert _paths(reply.json) == _paths(captured) - {"system_fingerprint"}
 
 
 async def test_a_reasoning_stream_has_the_fields_of_the_captured_streams(

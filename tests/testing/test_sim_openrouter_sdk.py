@@ -5,6 +5,12 @@ SDK starts requiring something new, these tests are what tell us. Each call goes
 real loopback socket through the SDK's own httpx client and its own response models;
 anything the simulator omits or shapes wrongly is a ``ResponseValidationError`` here.
 
+Where the real service answers something the SDK rejects (listings without
+``native_tools``/``service_tier``/``supports_diarization``, JSON answers without
+``system_fingerprint`` from Chutes, DeepInfra, Fireworks or Together), the simulator
+answers the same and a test here shows the SDK failing on it; the other calls are
+routed where the real service lets the SDK pass (docs/simulator.md).
+
 Outside CI a venv without the SDK skips these tests (saying so); with
 ``PROVIDER_ROUTER_REQUIRE_OPENROUTER_SDK`` set (CI) a missing SDK fails them.
 """
@@ -15,11 +21,13 @@ import json
 import os
 from collections.abc import AsyncIterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
+from provider_router import Catalog
 from provider_router.testing import DEFAULT_TEST_KEY, SimulatorServer
 
 REQUIRE_SDK_ENV = "PROVIDER_ROUTER_REQUIRE_OPENROUTER_SDK"
@@ -37,6 +45,10 @@ pytestmark = pytest.mark.filterwarnings(r"ignore:warning. \*\* DEPRECATED \*\*:D
 
 AUTHOR, SLUG = "moonshotai", "kimi-k2.5"
 MODEL = f"{AUTHOR}/{SLUG}"
+FINGERPRINTED = {"only": ["moonshotai"]}
+"""Routing to an endpoint whose JSON answers carry ``system_fingerprint`` (Moonshot AI's
+own, as captured): the SDK requires the key, which Chutes' answers leave out."""
+FIXTURES = Path(__file__).parents[1] / "data" / "fixtures"
 MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "Plan a small routing test."}]
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
@@ -92,20 +104,63 @@ async def test_model_get_unknown_is_the_sdk_not_found_error(sdk: Any) -> None:
     assert caught.value.data.error.code == 404
 
 
-async def test_endpoints_list_parses_every_endpoint(
+SDK_ONLY_FIELDS = {"native_tools", "service_tier", "supports_diarization"}
+"""What the newest SDK's ``PublicEndpoint`` requires and no real listing we hold has."""
+
+
+def _missing(error: Exception) -> set[str]:
+    """The field names a ``ResponseValidationError``'s pydantic cause says are missing."""
+    cause = error.__cause__
+    assert cause is not None
+    return {
+        str(e["loc"][-1])
+        for e in cause.errors()
+        if e["type"] == "missing"  # type: ignore[attr-defined]
+    }
+
+
+async def test_endpoints_list_fails_in_the_sdk_as_on_real_listings_and_our_catalog_reads_it(
     sdk: Any, openrouter_sim: SimulatorServer
 ) -> None:
-    listing = await sdk.endpoints.list_async(author=AUTHOR, slug=SLUG)
-    endpoints = listing.data.endpoints
+    """An expected failure on the SDK's side: real listings lack three fields the SDK
+    requires, so the simulator does not invent them, and the SDK raises on its listing
+    as on the captured one. Our own Catalog reads both."""
+    with pytest.raises(errors.ResponseValidationError) as caught:
+        await sdk.endpoints.list_async(author=AUTHOR, slug=SLUG)
+    assert _missing(caught.value) == SDK_ONLY_FIELDS
+    captured = json.loads(
+        next(FIXTURES.glob("endpoints_google-gemini-2.5-pro-preview_2025-05-23_*")).read_text()
+    )
+    endpoint = captured["data"]["endpoints"][0]
+    assert not SDK_ONLY_FIELDS & set(endpoint), "the captured listing lacks them too"
+
+    async with Catalog(base_url=openrouter_sim.url, api_key=DEFAULT_TEST_KEY) as catalog:
+        listing = await catalog.endpoints(MODEL)
     market = openrouter_sim.simulator.market.models[MODEL]
-    assert [e.tag for e in endpoints] == [e.tag for e in market.endpoints]
-    for endpoint in endpoints:
-        assert endpoint.native_tools == {}
-        assert endpoint.service_tier is None
-        assert endpoint.supports_diarization is False
-        flags = endpoint.supports_tool_choice
-        honoured = "tool_choice" in endpoint.supported_parameters
+    assert [e.slug for e in listing.endpoints] == [e.tag for e in market.endpoints]
+    for parsed in listing.endpoints:
+        assert parsed.service_tier is None
+        assert parsed.native_tools == ()
+        flags = parsed.supports_tool_choice
+        assert flags is not None
+        honoured = "tool_choice" in parsed.supported_parameters
         assert (flags.none, flags.auto, flags.required, flags.function) == (honoured,) * 4
+
+
+async def test_a_json_answer_without_system_fingerprint_fails_in_the_sdk(sdk: Any) -> None:
+    """An expected failure on the SDK's side: Chutes' JSON answers carry no
+    ``system_fingerprint`` (as captured), which the SDK's ``ChatResult`` requires."""
+    with pytest.raises(errors.ResponseValidationError) as caught:
+        await sdk.chat.send_async(
+            model=MODEL, messages=MESSAGES, max_tokens=10, provider={"only": ["chutes"]}
+        )
+    assert _missing(caught.value) == {"system_fingerprint"}
+    # Streams are another matter: the chunk schema makes it optional.
+    stream = await sdk.chat.send_async(
+        model=MODEL, messages=MESSAGES, max_tokens=10, stream=True, provider={"only": ["chutes"]}
+    )
+    async with stream as events:
+        assert [chunk async for chunk in events]
 
 
 async def test_providers_list(sdk: Any, openrouter_sim: SimulatorServer) -> None:
@@ -119,7 +174,11 @@ async def test_chat_json_with_reasoning_then_credits_and_generation(
     sdk: Any, openrouter_sim: SimulatorServer
 ) -> None:
     result = await sdk.chat.send_async(
-        model=MODEL, messages=MESSAGES, max_tokens=300, reasoning={"effort": "high"}
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=300,
+        reasoning={"effort": "high"},
+        provider=FINGERPRINTED,
     )
     assert isinstance(result, components.ChatResult)
     assert result.id.startswith("gen-")
@@ -182,6 +241,7 @@ async def test_chat_with_a_forced_tool_call_json(sdk: Any) -> None:
         tools=[WEATHER_TOOL],
         tool_choice="required",
         parallel_tool_calls=False,
+        provider=FINGERPRINTED,
     )
     choice = result.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -238,7 +298,9 @@ async def test_current_key_metadata_with_a_limit_lists_its_budget(
     async with openrouter.OpenRouter(
         api_key="sk-limited", server_url=sim.url, retry_config=None
     ) as client:
-        await client.chat.send_async(model=MODEL, messages=MESSAGES, max_tokens=20)
+        await client.chat.send_async(
+            model=MODEL, messages=MESSAGES, max_tokens=20, provider=FINGERPRINTED
+        )
         key = (await client.api_keys.get_current_key_metadata_async()).data
     assert key.limit == 2.5
     (budget,) = key.budgets
@@ -330,8 +392,8 @@ async def test_request_errors_are_the_sdk_typed_errors(
 @pytest.mark.parametrize(
     "fault",
     [
-        {"kind": "error_200", "provider": "chutes", "after_tokens": 5},
-        {"kind": "stream_error", "provider": "chutes", "after_tokens": 20},
+        {"kind": "error_200", "provider": "moonshotai", "after_tokens": 5},
+        {"kind": "stream_error", "provider": "moonshotai", "after_tokens": 20},
     ],
 )
 @pytest.mark.parametrize("stream", [False, True])
@@ -349,7 +411,7 @@ async def test_a_200_with_an_error_parses_in_the_sdk(
             messages=MESSAGES,
             max_tokens=50,
             stream=stream,
-            provider={"only": ["chutes"]},
+            provider=FINGERPRINTED,
         )
         if not stream:
             assert result.choices[0].finish_reason == "error"
@@ -376,6 +438,7 @@ async def test_structured_output_variants_tiers_and_cache_discount_through_the_s
         model=f"{MODEL}:nitro",
         messages=MESSAGES,
         max_tokens=200,
+        provider={"only": ["moonshotai", "novita"]},  # endpoints that send a fingerprint
         response_format={
             "type": "json_schema",
             "json_schema": {"name": "trip", "strict": True, "schema": schema},
@@ -391,7 +454,7 @@ async def test_structured_output_variants_tiers_and_cache_discount_through_the_s
             model=MODEL,
             messages=[system, {"role": "user", "content": question}],
             max_tokens=20,
-            provider={"only": ["chutes"]},
+            provider=FINGERPRINTED,
         )
     with pytest.raises(errors.NotFoundResponseError):
         await sdk.generations.get_generation_async(id=turn.id)

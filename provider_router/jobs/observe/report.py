@@ -33,6 +33,7 @@ from provider_router.jobs.observe import _svg
 from provider_router.jobs.observe.batch_view import BatchView, read_batch_view
 from provider_router.jobs.observe.batch_words import batch_table
 from provider_router.jobs.observe.drift_view import DriftView, drift_section, read_drift_view
+from provider_router.jobs.observe.router_view import router_section
 from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.store._journal_file import lock_held
 from provider_router.jobs.store._layout import JobLayout
@@ -87,6 +88,9 @@ class ReportRow:
     output_tokens: int
     started: float
     finished: float
+    id: str = ""
+    compressed: bool = False
+    """OpenRouter's context compression cut its prompt (``context_compressed``)."""
 
 
 @dataclass
@@ -168,6 +172,8 @@ def _completions(path: Path, dataset: str, data: RunData) -> Iterator[ReportRow]
                     output_tokens=int(usage.get("completion_tokens") or 0),
                     started=_when(record["started_at"]),
                     finished=_when(record["finished_at"]),
+                    id=str(record.get("id") or ""),
+                    compressed=record.get("context_compressed") is True,
                 )
             except (ValueError, KeyError, TypeError, AttributeError, InvalidOperation):
                 continue  # a torn last line of a run in progress, or a foreign one
@@ -628,6 +634,7 @@ def render_report(data: RunData) -> str:
         f"{_floor_section(data)}"
         f'<div class="grid2">{figures}</div>'
         f"{_dataset_table(data)}"
+        f"{router_section(data.summary, data.completions)}"
         f"{'' if data.batches is None else batch_table(data.batches, data.read_at)}"
         f"{'' if data.drift is None else drift_section(data.drift)}"
         "</body></html>\n"

@@ -28,6 +28,7 @@ from provider_router.jobs.finish import finish_words
 from provider_router.jobs.observe.batch_view import read_batch_view
 from provider_router.jobs.observe.batch_words import batch_sentences
 from provider_router.jobs.observe.drift_view import drift_status_lines, read_drift_view
+from provider_router.jobs.observe.router_view import router_status_lines
 from provider_router.jobs.observe.timeline import read_timeline
 from provider_router.jobs.store._journal_file import lock_held
 from provider_router.jobs.store._layout import (
@@ -239,6 +240,7 @@ def run_status(directory: str | Path, *, now: float) -> RunStatus:
     if batches is not None:
         tail.extend(batch_sentences(batches, now))
     tail.extend(drift_status_lines(read_drift_view(directory)))
+    tail.extend(router_status_lines(summary if finished else None, None if finished else row))
     return RunStatus(lines, rows, tail)
 
 

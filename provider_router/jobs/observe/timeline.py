@@ -88,6 +88,7 @@ def timeline_row(
         "truncated_cost": _money(truncated_cost),
         "retries": progress.retries,
         "rate_limited": progress.rate_limited,
+        "context_compressed": sum(d.run.compressed for d in progress.datasets),
         "errors": progress.errors,
         "in_flight": progress.in_flight,
         "waiting_for_budget": progress.waiting_for_budget,

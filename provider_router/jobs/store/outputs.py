@@ -84,6 +84,8 @@ class OutputRecord(TypedDict):
     waited_s: NotRequired[float]
     refusals: NotRequired[int]
     endpoint: NotRequired[str | None]
+    router_metadata: NotRequired[JSONObject]
+    context_compressed: NotRequired[bool]
     drift_check: NotRequired[int]
     drift_flagged: NotRequired[bool]
 
@@ -140,13 +142,15 @@ def make_record(
     waited_s: float = 0.0,
     refusals: int = 0,
     endpoint: str | None = None,
+    trace: Mapping[str, Any] | None = None,
 ) -> OutputRecord:
     """Assemble one output record (times are Unix seconds; ``request_digest``: the
     digest of the request it answers, :mod:`~provider_router.jobs.store.digest`;
     ``max_tokens``: the completion cap the request was sent with, so an answer cut at it
     says at what). ``floor_cost`` (the answer's tokens at the floor's prices),
     ``waited_s``, ``refusals`` and ``endpoint`` are the Router's admission figures,
-    written when ``floor_cost`` is known."""
+    written when ``floor_cost`` is known; ``trace`` adds OpenRouter's routing trace
+    (``router_metadata``, ``context_compressed``) after the rest."""
     reply: Message = {"role": "assistant", "content": text or ""}
     if tool_calls:
         reply["tool_calls"] = list(tool_calls)
@@ -184,6 +188,8 @@ def make_record(
         record["waited_s"] = round(waited_s, 3)
         record["refusals"] = refusals
         record["endpoint"] = endpoint
+    if trace:
+        record.update(trace)  # type: ignore[typeddict-item]
     return record
 
 
@@ -574,9 +580,11 @@ def export_conversations(
         finish_reasons: keep only replies that finished for one of these reasons
             (default: ``stop`` and ``tool_calls``, i.e. drop truncated ones);
             ``None`` keeps all.
-        flagged: keep rows ``run --verify`` flagged (``drift_flagged``: served by a
-            provider that failed a later check since it last passed one); default: they
-            are left out and counted.
+        flagged: keep flagged rows: ``run --verify``'s (``drift_flagged``: served by a
+            provider that failed a later check since it last passed one) and those whose
+            prompt OpenRouter's context compression cut (``context_compressed``: the
+            model answered a prompt other than the one recorded); default: they are
+            left out and counted.
 
     Raises:
         DataFileError: a source line is damaged (file and line named).
@@ -587,6 +595,9 @@ def export_conversations(
         for _, record in read_outputs(source):
             if not flagged and record.get("drift_flagged") is True:
                 report.skip("drift_flagged")
+                continue
+            if not flagged and record.get("context_compressed") is True:
+                report.skip("context_compressed")
                 continue
             if keep is not None and record.get("finish_reason") not in keep:
                 report.skip(f"finish_reason {record.get('finish_reason')}")

@@ -91,7 +91,10 @@ def chat_result(
     error: dict[str, Any] | None = None,
     tool_calls: list[dict[str, Any]] | None = None,
     fingerprint: str | None = None,
+    omit_fingerprint: bool = False,
 ) -> dict[str, Any]:
+    """A JSON answer; ``omit_fingerprint``: without ``system_fingerprint`` at all (as
+    Chutes', DeepInfra's, Fireworks' and Together's captured answers are)."""
     message: dict[str, Any] = {
         "role": "assistant",
         "content": content,
@@ -123,6 +126,8 @@ def chat_result(
     }
     if provider is None:
         del body["provider"]
+    if omit_fingerprint:
+        del body["system_fingerprint"]
     return body
 
 

@@ -25,6 +25,11 @@ from provider_router.testing.chat import bodies, logprobs
 from provider_router.testing.chat.cache import CACHE_HEADER, CacheLookup
 from provider_router.testing.chat.delivery import Attempt, serve
 from provider_router.testing.chat.replay import answer_hit, keep_answer
+from provider_router.testing.chat.router_metadata import (
+    METADATA_ON_ERRORS,
+    router_metadata,
+    wants_metadata,
+)
 from provider_router.testing.chat.structured import (
     OutputFormat,
     StructuredError,
@@ -40,6 +45,7 @@ from provider_router.testing.chat.tools import (
 from provider_router.testing.draws import Draws
 from provider_router.testing.faults import ATTEMPT_KINDS, Fault
 from provider_router.testing.introspection import RequestRecord
+from provider_router.testing.market.compression import compress, compresses, compression_setting
 from provider_router.testing.market.context import fit_context
 from provider_router.testing.market.listing import EndpointSpec, ModelSpec
 from provider_router.testing.market.provider_routing import (
@@ -144,36 +150,6 @@ def _attempt_failure(
         body=bodies.dumps(body), status=status, content_type="application/json", headers=headers
     )
     return response, kind
-
-
-METADATA_HEADER = "X-OpenRouter-Metadata"
-
-
-def router_metadata(
-    body: dict[str, Any],
-    model: ModelSpec,
-    candidates: Sequence[EndpointSpec],
-    served: EndpointSpec,
-    attempt: int,
-) -> dict[str, Any]:
-    """``openrouter_metadata`` (``X-OpenRouter-Metadata: enabled``): the routing trace,
-    with the fields the description's ``OpenRouterMetadata`` requires."""
-    requested = body.get("model")
-    return {
-        "requested": requested if isinstance(requested, str) else model.id,
-        "strategy": "fallback" if body.get("models") else "direct",
-        "region": None,
-        "summary": f"available={len(candidates)}, selected={served.provider_name}",
-        "attempt": attempt,
-        "is_byok": False,
-        "endpoints": {
-            "total": len(model.endpoints),
-            "available": [
-                {"model": model.id, "provider": e.provider_name, "selected": e is served}
-                for e in candidates
-            ],
-        },
-    }
 
 
 def _platform_limit(sim: Simulator, fault: Fault) -> web.Response:
@@ -359,7 +335,15 @@ def _chat(
             candidates = stick(candidates, sim.sticky.lookup(sticky, sim.now()), unstable)
 
     prompt_tokens, images = count_request_prompt(body)
-    fitting = fit_context(model, candidates, prompt_tokens, max_tokens, sim.context_floor(model))
+    squeeze = compression_setting(body) if "plugins" in body else None
+    fitting = fit_context(
+        model,
+        candidates,
+        prompt_tokens,
+        max_tokens,
+        sim.context_floor(model),
+        room=lambda e: compresses(e, squeeze) and compress(body, e, max_tokens) is not None,
+    )
     # Checked by what it is (isinstance on a Response is an ABC check).
     if not isinstance(fitting, tuple | list):  # 400 or 404: nothing is billed
         record.outcome = "context_length"
@@ -413,6 +397,7 @@ def _chat(
             output=output,
             cache=cache,
             tap=tap,
+            squeeze=squeeze,
         )
     except BaseException:
         _release(sim, key, worst)
@@ -490,10 +475,12 @@ def _attempts(
     output: OutputFormat | None = None,
     cache: CacheLookup | None = None,
     tap: list[bytes] | None = None,
+    squeeze: bool | None = None,
 ) -> Answer:
     failure: web.Response | None = None
     failure_kind = "error"
     stream = record.stream
+    metadata = wants_metadata(request.headers)
     for endpoint in candidates:
         tag = endpoint.tag
         fault: Fault | None = None
@@ -514,7 +501,22 @@ def _attempts(
             if fault is not None and fault.no_fallback:
                 break
             continue
+        refused = endpoint.refused_parameter(body) if endpoint.fixed_parameters else None
+        if refused is not None:  # the vendor's fixed parameter: the next endpoint may take it
+            failure, failure_kind = _refused_parameter(endpoint, refused), "refused_parameter"
+            record.attempts.append((tag, 400))
+            sim.log.counters["refused_parameter"] += 1
+            continue
         record.attempts.append(_SERVED[tag])
+        served_body, served_prompt = body, prompt_tokens
+        pipeline: tuple[dict[str, Any], ...] = ()
+        if not _fits(endpoint, prompt_tokens, max_tokens) and compresses(endpoint, squeeze):
+            squeezed = compress(body, endpoint, max_tokens)
+            if squeezed is not None:  # routing only kept the endpoint if it could
+                served_body, served_prompt = squeezed.body, squeezed.prompt_tokens
+                pipeline = (squeezed.stage,)
+                record.compressed = True
+                sim.log.counters["context_compression"] += 1
         serves = endpoint.serves
         if serves is not None:  # `after_requests`: honest until its onset (degradation.py)
             record.degraded = sim.onsets.degraded(tag, serves)
@@ -529,10 +531,10 @@ def _attempts(
             request,
             record,
             key,
-            body,
+            served_body,
             model,
             endpoint,
-            prompt_tokens if serves is None else serves.prompt_tokens(prompt_tokens),
+            served_prompt if serves is None else serves.prompt_tokens(served_prompt),
             max_tokens,
             rng,
             fault,
@@ -545,9 +547,9 @@ def _attempts(
             attempt.headers, attempt.tap = cache.miss_headers(), tap
         if sticky is not None and not isinstance(sticky[2], str):
             attempt.sticky = sticky  # a conversation sticks once it reads from cache
-        if request.headers.get(METADATA_HEADER) == "enabled":
+        if metadata:
             attempt.metadata = router_metadata(
-                body, model, candidates, endpoint, len(record.attempts)
+                body, model, candidates, endpoint, record.attempts, pipeline
             )
         sim.in_flight[tag] = sim.in_flight.get(tag, 0) + 1
         try:
@@ -561,4 +563,34 @@ def _attempts(
         return _in_flight_until_answered(answer, sim, tag)
     assert failure is not None
     record.outcome = failure_kind
+    if metadata and failure.status in METADATA_ON_ERRORS:
+        trace = router_metadata(body, model, candidates, None, record.attempts)
+        return _with_metadata(failure, trace)
     return failure
+
+
+def _fits(endpoint: EndpointSpec, prompt_tokens: int, max_tokens: int | None) -> bool:
+    if prompt_tokens + (max_tokens or 0) > endpoint.context_length:
+        return False
+    limit = endpoint.max_prompt_tokens
+    return limit is None or prompt_tokens <= limit
+
+
+def _refused_parameter(endpoint: EndpointSpec, message: str) -> web.Response:
+    """The provider's 400 for a parameter its vendor fixed, relayed as OpenRouter relays
+    an upstream error (the message as Moonshot's API words it)."""
+    body = bodies.provider_error_body(400, endpoint.provider_name, message, "invalid_request")
+    return web.Response(body=bodies.dumps(body), status=400, content_type="application/json")
+
+
+def _with_metadata(failure: web.Response, metadata: dict[str, Any]) -> web.Response:
+    """An upstream failure with ``openrouter_metadata`` beside its ``error``."""
+    assert isinstance(failure.body, bytes)
+    payload = loads(failure.body)
+    payload["openrouter_metadata"] = metadata
+    return web.Response(
+        body=bodies.dumps(payload),
+        status=failure.status,
+        content_type="application/json",
+        headers={k: v for k, v in failure.headers.items() if k.lower() == "retry-after"},
+    )

@@ -86,7 +86,8 @@ class Attempt:
     output: OutputFormat | None = None
     """What ``response_format`` asks for (None: text)."""
     metadata: dict[str, Any] | None = None
-    """``openrouter_metadata`` to add to a JSON answer (asked for by header)."""
+    """``openrouter_metadata`` to add to the answer (asked for by header): a JSON
+    answer's top level, a stream's final chunk."""
     sticky: tuple[str, str, object] | None = None
     """The conversation's sticky key (no ``session_id``): kept on this endpoint only
     once it reads from cache here (``_use_cache``)."""
@@ -430,6 +431,7 @@ async def _json(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
             usage,
             error=dict(_MIDWAY_ERROR),
             fingerprint=attempt.endpoint.system_fingerprint,
+            omit_fingerprint=not attempt.endpoint.sends_system_fingerprint,
         )
         attempt.record.outcome = "error_200"
         _remember(attempt, plan, billed.total, delivered, reasoning, "error", duration)
@@ -530,6 +532,7 @@ def _answer(attempt: Attempt, plan: _Plan, cost: Cost, kind: str | None) -> dict
             else None
         ),
         fingerprint=attempt.endpoint.system_fingerprint,
+        omit_fingerprint=not attempt.endpoint.sends_system_fingerprint,
     )
     if plan.top_logprobs is not None:
         payload["choices"][0]["logprobs"] = _logprobs(attempt, plan, 0, shape.content_tokens)
@@ -583,6 +586,7 @@ def _plain_answer(attempt: Attempt, plan: _Plan, cost: Cost) -> bytes:
         filler_choices_json(shape.content_tokens, reasoning, shape.finish_reason),
         usage,
         attempt.endpoint.system_fingerprint,
+        not attempt.endpoint.sends_system_fingerprint,
     )
 
 
@@ -764,18 +768,12 @@ async def _stream(attempt: Attempt, plan: _Plan) -> web.StreamResponse:
         tail = _sse(
             bodies.chunk(gen_id, created, model_slug, provider, final_delta, finish, fingerprint=fp)
         )
-        tail += _sse(
-            bodies.chunk(
-                gen_id,
-                created,
-                model_slug,
-                provider,
-                final_delta,
-                finish,
-                usage=usage,
-                fingerprint=fp,
-            )
+        last = bodies.chunk(
+            gen_id, created, model_slug, provider, final_delta, finish, usage=usage, fingerprint=fp
         )
+        if attempt.metadata is not None:  # on the final chunk before [DONE] (the guide)
+            last["openrouter_metadata"] = attempt.metadata
+        tail += _sse(last)
         if kind == "drop_done":
             # The whole answer and its usage are out; the connection dies before [DONE].
             attempt.record.outcome = "drop_done"

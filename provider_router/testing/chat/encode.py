@@ -109,6 +109,7 @@ def chat_result_json(
     choices: str,
     usage: str,
     fingerprint: str | None = None,
+    omit_fingerprint: bool = False,
 ) -> str:
     """``bodies.chat_result(...)`` without ``error`` or ``tool_calls``, encoded;
     ``choices`` (:func:`choices_json`) and ``usage`` (:func:`usage_json`) are already JSON."""
@@ -116,13 +117,24 @@ def chat_result_json(
     return (
         f'{{"id":{encode_basestring_ascii(gen_id)},{shown}"model":{encode_basestring_ascii(model)},'
         f'"object":"chat.completion","created":{created},"choices":{choices},'
-        f'"system_fingerprint":{_text(fingerprint)},"usage":{usage}}}'
+        f"{_fingerprint(fingerprint, omit_fingerprint)}"
+        f'"usage":{usage}}}'
     )
+
+
+def _fingerprint(fingerprint: str | None, omit: bool) -> str:
+    """The ``system_fingerprint`` member and its comma (nothing when omitted)."""
+    return "" if omit else f'"system_fingerprint":{_text(fingerprint)},'
 
 
 @functools.lru_cache(maxsize=1024)
 def _answer_frame(
-    model: str, provider: str | None, choices: str, usage: str, fingerprint: str | None
+    model: str,
+    provider: str | None,
+    choices: str,
+    usage: str,
+    fingerprint: str | None,
+    omit_fingerprint: bool,
 ) -> tuple[bytes, bytes]:
     """What :func:`chat_result_json` writes between the id and ``created``, and after
     ``created``, as bytes: everything but those two is the same for every answer of
@@ -132,7 +144,8 @@ def _answer_frame(
     middle = (
         f',{shown}"model":{encode_basestring_ascii(model)},"object":"chat.completion","created":'
     )
-    tail = f',"choices":{choices},"system_fingerprint":{_text(fingerprint)},"usage":{usage}}}'
+    fp = _fingerprint(fingerprint, omit_fingerprint)
+    tail = f',"choices":{choices},{fp}"usage":{usage}}}'
     return middle.encode(), tail.encode()
 
 
@@ -145,12 +158,13 @@ def chat_result_bytes(
     choices: str,
     usage: str,
     fingerprint: str | None = None,
+    omit_fingerprint: bool = False,
 ) -> bytes:
     """``prefix`` and :func:`chat_result_json` (same arguments) encoded as UTF-8 (it is
     ASCII): only the id and ``created`` are written per answer, the rest is one
     cached frame per model, endpoint and shape, not built and encoded on every
     answer."""
-    middle, tail = _answer_frame(model, provider, choices, usage, fingerprint)
+    middle, tail = _answer_frame(model, provider, choices, usage, fingerprint, omit_fingerprint)
     gen = encode_basestring_ascii(gen_id).encode()
     return b"".join((prefix, b'{"id":', gen, middle, b"%d" % created, tail))
 

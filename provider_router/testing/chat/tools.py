@@ -393,7 +393,9 @@ def message_calls(calls: Sequence[PlannedCall], tokens: int) -> list[dict[str, A
 
 def stream_deltas(calls: Sequence[PlannedCall], start: int, stop: int) -> list[dict[str, Any]]:
     """The ``delta.tool_calls`` entries for tool tokens ``start`` to ``stop``, one per chunk:
-    a call's first entry names it (empty arguments), later ones carry argument pieces."""
+    a call's first entry names it (empty arguments), each later one carries one
+    token-sized piece of its arguments, as the captured Chutes stream does (``{"``,
+    ``location``, ``":``, `` "``, ``Fl``, ``ore``...)."""
     entries: list[dict[str, Any]] = []
     base = 0
     for index, call in enumerate(calls):
@@ -409,8 +411,7 @@ def stream_deltas(calls: Sequence[PlannedCall], start: int, stop: int) -> list[d
                     }
                 )
                 low += 1
-            if low < high:
-                text = "".join(call.pieces[low - base - 1 : high - base - 1])
-                entries.append({"index": index, "function": {"arguments": text}})
+            for piece in call.pieces[low - base - 1 : high - base - 1]:
+                entries.append({"index": index, "function": {"arguments": piece}})
         base += call.tokens
     return entries

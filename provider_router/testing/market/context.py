@@ -7,12 +7,13 @@ another endpoint of the model would, the answer is a 404 ``constraint_filtered``
 excluded by ``context_length``; when no endpoint fits, a 400
 ``context_length_exceeded``, worded as OpenRouter words it. Nothing is billed. Routing
 around too-small endpoints, and which answer comes when, are assumptions
-(docs/simulator.md, fidelity table).
+(docs/simulator.md, fidelity table). An endpoint context compression can make room
+on counts as one the request fits (:mod:`~provider_router.testing.market.compression`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
@@ -65,19 +66,27 @@ def fit_context(
     prompt_tokens: int,
     max_tokens: int | None,
     smallest_context: int,
+    room: Callable[[EndpointSpec], bool] | None = None,
 ) -> Sequence[EndpointSpec] | web.Response:
     """The candidates the request fits, or the error OpenRouter answers instead.
 
     ``smallest_context`` is the model's smallest ``context_length`` (and prompt
-    limit): a request within it fits everywhere, and skips the walk.
+    limit): a request within it fits everywhere, and skips the walk. ``room`` says
+    whether context compression can make the request fit an endpoint it does not.
     """
     completion = max_tokens or 0
     if prompt_tokens + completion <= smallest_context:
         return candidates
-    fitting = [e for e in candidates if _fits(e, prompt_tokens, completion)]
+
+    def fits(endpoint: EndpointSpec) -> bool:
+        if _fits(endpoint, prompt_tokens, completion):
+            return True
+        return room is not None and room(endpoint)
+
+    fitting = [e for e in candidates if fits(e)]
     if fitting:
         return fitting if len(fitting) < len(candidates) else candidates
-    if any(_fits(e, prompt_tokens, completion) for e in model.endpoints):
+    if any(fits(e) for e in model.endpoints):
         return _filtered(model)
     return _exceeded(model, prompt_tokens, completion)
 

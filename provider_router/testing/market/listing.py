@@ -10,7 +10,7 @@ Everything a listing route returns is rendered once, here, when the market loads
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
@@ -63,6 +63,8 @@ _ENDPOINT_FIELDS = (
     "service_tier",
     "supports_tool_choice",
     "system_fingerprint",
+    "omits",
+    "fixed_parameters",
     "cache_min_tokens",
     "cache_ttl_seconds",
     "down",
@@ -90,6 +92,8 @@ _MODEL_FIELDS = (
     "hugging_face_id",
     "knowledge_cutoff",
     "expiration_date",
+    "fixed_parameters",
+    "distillable",
     "endpoints",
     "batch_endpoints",
 )
@@ -103,6 +107,11 @@ _PROVIDER_FIELDS = (
     "datacenters",
 )
 
+
+OMITTABLE = ("system_fingerprint",)
+"""Answer fields an endpoint may leave out (``omits``), as captured providers do."""
+FIXABLE = ("temperature", "top_p")
+"""Parameters a model's vendor may fix (``fixed_parameters``): other values are refused."""
 
 TOOL_CHOICE_VARIANTS = ("none", "auto", "required", "function")
 """The ``tool_choice`` values ``supports_tool_choice`` reports on (SDK ``ToolChoiceSupport``)."""
@@ -159,6 +168,12 @@ class EndpointSpec:
     system_fingerprint: str | None = None
     """Sent as ``system_fingerprint`` in answers and every chunk; None: ``null`` in
     JSON answers and absent from chunks, as Chutes' captured streams have it."""
+    omits: tuple[str, ...] = ()
+    """Answer fields it leaves out (``system_fingerprint``: not even ``null`` in a JSON
+    answer, as the 2025 Chutes, DeepInfra, Fireworks and Together captures show)."""
+    fixed_parameters: tuple[tuple[str, tuple[float, ...]], ...] | None = None
+    """The values each fixed parameter may take (a request with another is refused, as
+    Moonshot AI refuses any temperature but its own); None: the model's, ``()``: none."""
     cache_min_tokens: int = 0
     cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS
     down: bool = False
@@ -186,6 +201,22 @@ class EndpointSpec:
         object.__setattr__(self, "image_units", int(self.image * UNITS_PER_USD))
         object.__setattr__(self, "blended_price", self.prompt + self.completion)
 
+    @property
+    def sends_system_fingerprint(self) -> bool:
+        """Whether its JSON answers carry ``system_fingerprint`` at all."""
+        return "system_fingerprint" not in self.omits
+
+    def refused_parameter(self, body: dict[str, Any]) -> str | None:
+        """Why it refuses a request setting a fixed parameter to another value, or None."""
+        for name, allowed in self.fixed_parameters or ():
+            value = body.get(name)
+            if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+                continue  # absent (the vendor's default), or another field's 400
+            if value not in allowed:
+                values = " or ".join(format(v, "g") for v in allowed)
+                return f"invalid {name}: only {values} is allowed for this model"
+        return None
+
     def tool_choice_flags(self) -> dict[str, bool]:
         """``supports_tool_choice``: which ``tool_choice`` variants the endpoint honours."""
         passed = self.tool_choice_support
@@ -210,7 +241,7 @@ class EndpointSpec:
         pricing["discount"] = _json_number(self.discount)
         latency = self.latency_ms
         throughput = self.throughput
-        return {
+        listing: dict[str, Any] = {
             "name": f"{self.provider_name} | {model.canonical_slug}",
             "model_id": model.id,
             "model_name": model.name,
@@ -227,11 +258,9 @@ class EndpointSpec:
             "uptime_last_5m": self.uptime_last_5m,
             "uptime_last_1d": self.uptime_last_1d,
             "supports_implicit_caching": self.supports_implicit_caching,
-            # Fields the newest official SDK requires (docs/records.md): a text
-            # endpoint has no native server tools, no diarization, no voice input.
-            "native_tools": {},
-            "service_tier": self.service_tier,
-            "supports_diarization": False,
+            # What a real 2026 listing carries (docs/simulator.md, "Listings and
+            # metadata"); the newest SDK also requires native_tools, service_tier and
+            # supports_diarization, which no real listing we hold has: not invented.
             "supports_tool_choice": self.tool_choice_flags(),
             "supports_voice_cloning": False,
             "supports_image_reference": False,
@@ -249,6 +278,10 @@ class EndpointSpec:
                 "p99": round(throughput * 1.65, 2),
             },
         }
+        if self.service_tier is not None:
+            # Only a tier endpoint says its tier (an assumption: no capture of one).
+            listing["service_tier"] = self.service_tier
+        return listing
 
 
 def _anonymous(listing: dict[str, Any]) -> dict[str, Any]:
@@ -276,6 +309,9 @@ class ModelSpec:
     expiration_date: str | None = None
     batch_endpoints: tuple[EndpointSpec, ...] = ()
     """The ``:batch`` endpoints (the Batch API's own listing and prices); none: sync only."""
+    distillable: bool = True
+    """Whether its author allows training on its outputs (``enforce_distillable_text``
+    routes only to such models; no listing says which are: an assumption per model)."""
     has_tiers: bool = field(init=False, default=False)
     """Whether an endpoint is a service-tier one (``flex``, ``priority``): routing
     then filters by tier (computed once, here, to keep the common path free of it)."""
@@ -507,6 +543,41 @@ def _parse_serves(fields: Fields) -> Serves:
     )
 
 
+def _parse_omits(fields: Fields) -> tuple[str, ...]:
+    if not fields.has("omits"):
+        return ()
+    omits = tuple(fields.text_list("omits"))
+    unknown = sorted(set(omits) - set(OMITTABLE))
+    if unknown:
+        raise fields.error("omits", f"unknown field(s) {unknown} (one of {list(OMITTABLE)})")
+    return omits
+
+
+def _parse_fixed(fields: Fields) -> tuple[tuple[str, tuple[float, ...]], ...] | None:
+    """``fixed_parameters: {temperature: [1.0], top_p: [0.95]}`` (``{}``: none fixed)."""
+    if not fields.has("fixed_parameters"):
+        return None
+    fixed = Fields(
+        fields.path,
+        fields.raw("fixed_parameters"),
+        f"{fields.where}.fixed_parameters",
+        line=fields.line_of("fixed_parameters"),
+    )
+    fixed.reject_unknown(FIXABLE)
+    out = []
+    for name in FIXABLE:
+        if fixed.has(name):
+            values = fixed.raw(name)
+            if (
+                not isinstance(values, list)
+                or not values
+                or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+            ):
+                raise fixed.error(name, f"expected a non-empty list of numbers, got {values!r}")
+            out.append((name, tuple(float(v) for v in values)))
+    return tuple(out)
+
+
 def _parse_endpoint(path: Path, data: object, where: str, line: int | None) -> EndpointSpec:
     f = Fields(path, data, where, line=line)
     f.reject_unknown(_ENDPOINT_FIELDS)
@@ -552,6 +623,8 @@ def _parse_endpoint(path: Path, data: object, where: str, line: int | None) -> E
         service_tier=f.opt_text("service_tier"),
         tool_choice_support=tool_choice,
         system_fingerprint=f.opt_text("system_fingerprint"),
+        omits=_parse_omits(f),
+        fixed_parameters=_parse_fixed(f),
         cache_min_tokens=f.integer("cache_min_tokens", 0, minimum=0),
         cache_ttl_seconds=f.number("cache_ttl_seconds", DEFAULT_CACHE_TTL_SECONDS, minimum=0.001),
         down=f.flag("down", False),
@@ -588,6 +661,12 @@ def _parse_model(path: Path, data: object, where: str, line: int | None) -> Mode
         else []
     )
     canonical = f.text("canonical_slug", model_id)
+    fixed = _parse_fixed(f)
+    if fixed:  # the vendor's rule, on every endpoint that does not say otherwise
+        endpoints = [
+            e if e.fixed_parameters is not None else replace(e, fixed_parameters=fixed)
+            for e in endpoints
+        ]
     return ModelSpec(
         id=model_id,
         canonical_slug=canonical,
@@ -603,6 +682,7 @@ def _parse_model(path: Path, data: object, where: str, line: int | None) -> Mode
         knowledge_cutoff=f.opt_text("knowledge_cutoff"),
         expiration_date=f.opt_text("expiration_date"),
         batch_endpoints=tuple(batch_endpoints),
+        distillable=f.flag("distillable", True),
     )
 
 

@@ -115,6 +115,7 @@ class Preferences:
     max_image: Decimal | None = None
     min_throughput: float | None = None
     max_latency_s: float | None = None
+    enforce_distillable_text: bool = False
 
 
 def _bad(message: str) -> RoutingError:
@@ -205,6 +206,7 @@ def parse_preferences(obj: object) -> Preferences | None:
         max_image=prices.get("image"),
         min_throughput=_percentile(obj, "preferred_min_throughput"),
         max_latency_s=_percentile(obj, "preferred_max_latency"),
+        enforce_distillable_text=_flag(obj, "enforce_distillable_text", False),
     )
 
 
@@ -437,6 +439,16 @@ def _filter(
         ]
         stages.append(
             ("max_price", "No endpoints found matching your max_price requirements.", current)
+        )
+    if prefs.enforce_distillable_text:
+        # The provider-selection guide: only models whose author allows distillation.
+        current = current if model.distillable else []
+        stages.append(
+            (
+                "distillable_text",
+                "No endpoints found for a model whose author allows text distillation.",
+                current,
+            )
         )
     if prefs.require_parameters and used_params:
         current = [e for e in current if all(p in e.supported_parameters for p in used_params)]
