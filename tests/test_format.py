@@ -155,7 +155,7 @@ def test_ledger_show_json_writes_canonical_decimals(
     assert shown["reserved"] == "0"
     assert shown["spent"] == "0.25"
     assert_canonical_money(shown)
-    assert main(["ledger", "topup", str(path), "--add", "5E+1"]) == 0
+    assert main(["ledger", "topup", str(path), "--add", "50"]) == 0
     assert capsys.readouterr().out == "limit $200, available $199.75\n"
     assert main(["ledger", "show", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["limit"] == "200"

@@ -22,7 +22,7 @@ Factory = Callable[..., Awaitable[SimulatorServer]]
 async def test_the_credits_stop_is_short_sentences(
     tmp_path: Path, openrouter_sim_factory: Factory
 ) -> None:
-    sim = await openrouter_sim_factory(seed=2, credits="0.06")
+    sim = await openrouter_sim_factory(seed=2, credits="0.03")
     prompts = write_prompts(tmp_path / "a.jsonl", 60, prefix="a")
     plan = Plan.single([prompts], model="moonshotai/kimi-k2.5", budget=Decimal(10), max_tokens=1500)
     out = tmp_path / "out"

@@ -68,13 +68,22 @@ def _charged(sim: SimulatorServer) -> Decimal:
     return sum((r.cost for r in sim.requests), Decimal(0))
 
 
+JOB_MAX_TOKENS = 200
+"""``small_plan``'s cap: a job's request carries it, a check's canaries their own."""
+
+
 def _canary_groups(sim: SimulatorServer, tag: str, size: int) -> list[list[bool]]:
     """Per check that measured ``tag``, in order: whether each canary was degraded
-    (checks never overlap, and each pins ``size`` requests to it)."""
+    (checks never overlap, and each pins ``size`` requests to it). The job's own
+    requests go to one admitted endpoint too (``only: [tag]``): its cap tells them
+    apart."""
     pinned = [
         r.degraded
         for r in sim.requests
-        if r.route == "chat" and r.tag == tag and (r.routing or {}).get("only") == [tag]
+        if r.route == "chat"
+        and r.tag == tag
+        and (r.routing or {}).get("only") == [tag]
+        and r.max_tokens != JOB_MAX_TOKENS
     ]
     return [pinned[i : i + size] for i in range(0, len(pinned), size)]
 
