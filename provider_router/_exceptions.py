@@ -47,6 +47,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from provider_router._constants import DISTRIBUTION
 from provider_router._format import format_usd
 from provider_router._secrets import scrub, scrub_json
 
@@ -123,7 +124,7 @@ class MissingDependencyError(ConfigurationError, ImportError):
         self.extra = extra
         super().__init__(
             f"{feature} needs the optional dependency set {extra!r}: "
-            f"pip install 'provider-router[{extra}]'"
+            f"pip install '{DISTRIBUTION}[{extra}]'"
         )
 
 
