@@ -150,7 +150,7 @@ LONG_DECIMAL = re.compile(r"\d\.\d{7,}")
 def _run_snippet(
     index: int, source: str, namespace: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = compile(source, f"README.md snippet {index}", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    code = compile(source, f"README.md step {index}", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
 
     async def run() -> None:
         result = eval(code, namespace)  # noqa: S307 - our own README
@@ -159,7 +159,7 @@ def _run_snippet(
 
     asyncio.run(run())
     printed = capsys.readouterr().out
-    assert not LONG_DECIMAL.search(printed), f"snippet {index} printed {printed!r}"
+    assert not LONG_DECIMAL.search(printed), f"README step {index} printed {printed!r}"
 
 
 def test_readme_keeps_its_first_two_set_up_commands() -> None:
@@ -222,7 +222,7 @@ def test_the_readme_tour_runs_top_to_bottom_twice_in_one_directory(
             for index, (kind, text) in enumerate(steps, 1):
                 if kind == "python":
                     _run_snippet(index, text, namespace, capsys)
-                    ran.append(f"snippet {index}")
+                    ran.append(f"step {index}")
                     continue
                 words = shlex.split(text)
                 if any(key in text for key in NOT_RUN):
