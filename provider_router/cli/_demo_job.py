@@ -207,12 +207,13 @@ def _show_where(console: Console, out: Path) -> None:
     """Where the job is and how to look at it: paths whole, never wrapped or cut."""
     report = (out / REPORT_FILE).resolve()
     lines = [
-        f"The job directory stays in {out}/ (the next demo replaces it; "
-        "`provider-router demo --out DIR` puts it elsewhere): the outputs "
-        f"{DEMO_DATASETS[0]}.jsonl … {DEMO_DATASETS[-1]}.jsonl, summary.json, the ledger.",
-        "Open the report in a browser (xdg-open on Linux, open on macOS):",
+        f"The demo's job stays in {out}/: the outputs {DEMO_DATASETS[0]}.jsonl … "
+        f"{DEMO_DATASETS[-1]}.jsonl, summary.json, its ledger (the next demo replaces it; "
+        "`provider-router demo --out DIR` keeps one elsewhere).",
+        "Open its report in a browser (xdg-open on Linux, open on macOS):",
         f"  {report.as_uri()}",
-        f"Then: provider-router status {out}   provider-router export {out} --to train.jsonl",
+        f"Look at it again: provider-router status {out} · "
+        f"provider-router export {out} --to train.jsonl",
     ]
     for line in lines:
         console.print(line, soft_wrap=True, highlight=False, markup=False)
