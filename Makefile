@@ -2,17 +2,28 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two stamps: the package alone (what the demo needs, seconds to install), then
+# everything else on top of it (tests, lint, types, Ray, Redis, notebooks), so
+# `make demo` stays light and a later `make test` adds only what is missing.
+CORE := $(VENV)/.core-installed
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck unit bench notebooks clean
 
-$(STAMP): pyproject.toml
+$(CORE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	@# Before its rename this project installed as `provider-router` (the package
+	@# index's name for another project): one editable install of it, not two.
+	@$(BIN)/pip uninstall --quiet --yes provider-router >/dev/null 2>&1 || true
+	$(BIN)/pip install --quiet -e .
+	touch $(CORE)
+
+$(STAMP): $(CORE)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev,redis,notebooks,ray]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(CORE)
 	$(BIN)/provider-router demo
 
 lint: $(STAMP)

@@ -1,11 +1,23 @@
-"""provider_router: cost-aware, policy-routed, budget-capped inference through OpenRouter.
+"""provider_router: LLM requests through OpenRouter, on allowed providers, within a budget.
 
-What a request needs is importable from here (``import provider_router as pr``): the
-errors, the Router and its results, the catalog's records, the policy and ranking, the
-ledgers, retries and ``verify``. Secondary features keep their own namespaces:
-``provider_router.planning`` (plans, prompts, projections, pilots),
-``provider_router.jobs`` (the job runner and what it writes),
-``provider_router.testing`` (the local OpenRouter) and ``provider_router.ray``.
+Each request goes only to the providers whose quantization the policy allows, cheapest
+for the workload first, and is paid from a ledger that no number of processes can
+overspend; ``provider_router.jobs`` turns JSONL prompt files into datasets. First call::
+
+    from decimal import Decimal
+    import provider_router as pr
+
+    async with pr.MemoryLedger(Decimal("5")) as ledger, pr.Router(
+        model="moonshotai/kimi-k2.5", policy=pr.ProviderPolicy(exclude_below="int4"),
+        ledger=ledger,
+    ) as router:
+        result = await router.chat([{"role": "user", "content": "Hi"}], max_tokens=256)
+
+Offline first: ``provider-router demo``. Install ``provider-router-openrouter``
+(``provider-router`` on the package index is another project). Importable here: the
+errors, the Router and its results, the catalog's records, policy and ranking, the
+ledgers, retries and ``verify``; beside them ``provider_router.planning``, ``.jobs``,
+``.testing`` (the local OpenRouter) and ``.ray``.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Final
 
+DISTRIBUTION: Final = "provider-router-openrouter"
+"""The name to ``pip install``: ``provider-router`` on the package index is another
+project's. The import name stays ``provider_router``, the command ``provider-router``."""
+
 DEFAULT_BASE_URL: Final = "https://openrouter.ai/api/v1"
 ENV_BASE_URL: Final = "OPENROUTER_BASE_URL"
 ENV_API_KEY: Final = "OPENROUTER_API_KEY"

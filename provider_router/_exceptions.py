@@ -47,6 +47,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from provider_router._constants import DISTRIBUTION
 from provider_router._format import format_usd
 from provider_router._secrets import scrub, scrub_json
 from provider_router._spend_limits import SpendLimit, classify
@@ -124,7 +125,7 @@ class MissingDependencyError(ConfigurationError, ImportError):
         self.extra = extra
         super().__init__(
             f"{feature} needs the optional dependency set {extra!r}: "
-            f"pip install 'provider-router[{extra}]'"
+            f"pip install '{DISTRIBUTION}[{extra}]'"
         )
 
 

@@ -55,11 +55,13 @@ def chromium_binary() -> str:
 
 @dataclass
 class PageView:
-    """What loading a page showed: errors, the charts' drawings, a screenshot."""
+    """What loading a page showed: errors, the charts' drawings, a screenshot, its text."""
 
     errors: list[str] = field(default_factory=list)
     charts: list[dict[str, Any]] = field(default_factory=list)
     screenshot: bytes = b""
+    text: str = ""
+    """The page's text as laid out (``innerText``): what a reader sees."""
 
 
 class _Session:
@@ -164,10 +166,12 @@ async def view_page(url: str, *, width: int = 1340, height: int = 1900) -> PageV
             await session.call("Page.navigate", url=url)
             await session.wait_for("Page.loadEventFired")
             result = await session.call("Runtime.evaluate", expression=_CHARTS_JS)
+            text = await session.call("Runtime.evaluate", expression="document.body.innerText")
             shot = await session.call("Page.captureScreenshot", format="png")
             view = PageView(
                 charts=json.loads(result["result"]["value"]),
                 screenshot=base64.b64decode(shot["data"]),
+                text=str(text["result"].get("value", "")),
             )
             for event in session.events:
                 method, params = event.get("method"), event.get("params", {})

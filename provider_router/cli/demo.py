@@ -7,7 +7,8 @@ and ranks the survivors for a typical dataset-generation request. Then, one
 function per step: the projection of a scaled-down reference plan (six datasets),
 and the run itself (simulated time) with a small credit balance: it stops when the
 credits run out, the balance is topped up, and the same run resumes and completes,
-exactly once. No network, no key.
+exactly once. No network, no key; the job directory and its report stay, at the path
+the demo prints.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from rich.console import Console
 
 from provider_router.catalog.fetch import Catalog
 from provider_router.catalog.records import ModelEndpoints
-from provider_router.cli._demo_job import DEMO_SPEED, run_reference_job
+from provider_router.cli._demo_job import (
+    DEMO_OUT,
+    DEMO_SPEED,
+    prepare_directory,
+    run_reference_job,
+)
 from provider_router.cli._render import make_console
 from provider_router.cli.endpoints import (
     DEFAULT_COMPLETION_TOKENS,
@@ -48,18 +54,24 @@ def show_endpoints(console: Console, market: ModelEndpoints) -> None:
     render_report(report, console)
 
 
-def run_demo(console: Console, *, out: Path | None = None, job: bool = True) -> int:
+def run_demo(console: Console, *, out: Path = DEMO_OUT, job: bool = True) -> int:
     """Run every demo step in order; returns the exit code.
 
     Args:
         console: where to print.
-        out: the job directory of the simulated run (default: a temporary one).
+        out: the job directory of the simulated run: new, empty, or a previous
+            demo's (replaced).
         job: also project and run the scaled-down reference job (steps 2 to 5).
+
+    Raises:
+        UsageError: ``out`` cannot be the demo's (see :func:`prepare_directory`).
     """
+    if job:
+        prepare_directory(out)
     return asyncio.run(_demo(console, out=out, job=job))
 
 
-async def _demo(console: Console, *, out: Path | None, job: bool) -> int:
+async def _demo(console: Console, *, out: Path, job: bool) -> int:
     # The credits are set once the projection says what the plan costs.
     async with SimulatorServer(speed=DEMO_SPEED, seed=7, api_keys=[DEFAULT_TEST_KEY]) as sim:
         async with Catalog(base_url=sim.url, api_key=DEFAULT_TEST_KEY) as catalog:
@@ -83,7 +95,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "demo",
         help="the whole job on a local OpenRouter: endpoints, projection, run, top-up, resume",
     )
-    parser.add_argument("--out", type=Path, metavar="DIR", help="keep the demo run's outputs here")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEMO_OUT,
+        metavar="DIR",
+        help="the demo's job directory, kept with its report; a previous demo's is replaced",
+    )
     parser.add_argument(
         "--endpoints-only", action="store_true", help="only show the endpoint verdicts"
     )

@@ -26,6 +26,7 @@ from provider_router._exceptions import (
     LedgerUnavailableError,
     MissingDependencyError,
 )
+from provider_router._format import decimal_str
 from provider_router._money import from_units
 from provider_router._types import Clock, Sleep
 from provider_router.ledger import _group_commit as b
@@ -178,8 +179,9 @@ class RedisLedger(DurableLedger):
         stored_units = int(stored)
         if self._limit is not None and stored_units != self._limit:
             raise ConfigurationError(
-                f"Redis ledger {self.name!r} has a limit of ${from_units(stored_units)}, not "
-                f"${from_units(self._limit)}: change it with set_limit() or "
+                f"Redis ledger {self.name!r} has a limit of "
+                f"${decimal_str(from_units(stored_units))}, not "
+                f"${decimal_str(from_units(self._limit))}: change it with set_limit() or "
                 "`provider-router ledger topup`, never by reopening"
             )
         self._ready = True

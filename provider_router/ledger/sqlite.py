@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from provider_router._exceptions import ConfigurationError, DataFileError, LedgerUnavailableError
+from provider_router._format import decimal_str
 from provider_router._types import Clock, Sleep
 from provider_router.ledger import _group_commit as b
 from provider_router.ledger._base import Reservation, limit_units, owner_is_dead
@@ -378,10 +379,11 @@ def _open_totals(
                 con.execute(statement)
             con.execute(_INSERT_TOTALS, Totals(units).row())
         elif units is not None and units != row[0] and not keep_limit:
-            stored = Totals(*row).state().limit
+            stored, wanted = Totals(*row).state().limit, Totals(units).state().limit
             raise ConfigurationError(
-                f"{path} has a limit of ${stored}, not ${limit}: change it with set_limit()"
-                " or `provider-router ledger topup`, never by reopening"
+                f"{path} has a limit of ${decimal_str(stored)}, not ${decimal_str(wanted)}: "
+                "change it with set_limit() or `provider-router ledger topup`, never by "
+                "reopening (keep_limit=True opens it with its own limit)"
             )
         con.execute(_CREATE_META)  # ledgers from before identities get one now
         con.execute(_DROP_OPEN_INDEX)

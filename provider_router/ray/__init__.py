@@ -1,6 +1,6 @@
 """Ray Data: the routed, budgeted client as a stage, for jobs beyond one machine.
 
-Needs the extras: ``pip install 'provider-router[ray,redis]'``. Importing this
+Needs the extras: ``pip install 'provider-router-openrouter[ray,redis]'``. Importing this
 package does not import Ray; :meth:`RayJob.generate` does. When to use Ray, and what
 it costs: docs/workers.md.
 

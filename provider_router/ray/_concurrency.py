@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from provider_router._constants import DISTRIBUTION
 from provider_router._exceptions import ConfigurationError
 from provider_router.ray._stage import PromptStage, StageConfig
 
@@ -50,7 +51,7 @@ def scope_row_concurrency() -> None:
     if original is None or not hasattr(planner, "DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY"):
         raise ConfigurationError(
             "this Ray has no DEFAULT_ASYNC_ROW_UDF_MAX_CONCURRENCY: install the tested range "
-            "with pip install 'provider-router[ray]'"
+            f"with pip install '{DISTRIBUTION}[ray]'"
         )
     if getattr(original, "_provider_router", False):
         return

@@ -37,7 +37,9 @@ def test_redis_ledger_without_the_redis_package_says_what_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "redis", None)
     monkeypatch.setitem(sys.modules, "redis.asyncio", None)
-    with pytest.raises(MissingDependencyError, match=r"pip install 'provider-router\[redis\]'"):
+    with pytest.raises(
+        MissingDependencyError, match=r"pip install 'provider-router-openrouter\[redis\]'"
+    ):
         RedisLedger("redis://127.0.0.1:1/0", "x", D(1))
 
 

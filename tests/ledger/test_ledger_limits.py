@@ -148,3 +148,17 @@ async def test_reopening_keeps_the_identity_and_keep_limit_keeps_the_limit(tmp_p
         SQLiteLedger(path, D(7))
     async with SQLiteLedger(tmp_path / "other.sqlite", D(5)) as other:
         assert other.identity != first.identity
+
+
+async def test_a_refused_limit_reads_as_money_and_names_the_way_to_keep_the_files(
+    tmp_path: Path,
+) -> None:
+    """What a reader sees after ``ledger topup`` when code reopens with its first limit."""
+    path = tmp_path / "run.ledger"
+    async with SQLiteLedger(path, D(100)) as ledger:
+        await ledger.set_limit(D(150))
+    with pytest.raises(ConfigurationError) as refused:
+        SQLiteLedger(path, D(100))
+    message = str(refused.value)
+    assert f"{path} has a limit of $150, not $100: " in message
+    assert "keep_limit=True" in message
