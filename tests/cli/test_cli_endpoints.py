@@ -229,7 +229,7 @@ def test_the_tables_cost_column_is_the_attribute_of_the_same_name(
     assert format_usd(best.effective_cost_per_1k_requests) in chutes  # $4.54
     assert str(best.cost_per_1k_requests) == "4.49"  # not 4.49000000
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert "ranked[0].effective_cost_per_1k_requests)  # the table's $/1k ok req" in readme
+    assert "ranked[0].effective_cost_per_1k_requests  # the table's $/1k ok req" in readme
 
 
 async def _listing(server: MetadataServer) -> ModelEndpoints:

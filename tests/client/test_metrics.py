@@ -128,7 +128,7 @@ def test_without_prometheus_client_the_error_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    with pytest.raises(MissingDependencyError, match=r"provider-router\[metrics\]"):
+    with pytest.raises(MissingDependencyError, match=r"provider-router-openrouter\[metrics\]"):
         Metrics()
 
 

@@ -86,6 +86,7 @@ async def test_the_job_file_rows_keep_every_paid_output() -> None:
 @pytest.mark.slow
 async def test_a_lost_outputs_file_costs_nothing_again_with_the_response_cache() -> None:
     args = quick(parser().parse_args(["--only", "cache-lost-chutes", "--seed", "7"]))
+    args.prompts = 100  # a lost file is a lost file: a third of the quick job shows it
     outcomes = {o.name: o for o in await campaign(args)}
     off = outcomes["outputs file lost, chutes, cache off"]
     on = outcomes["outputs file lost, chutes, cache on"]
