@@ -418,17 +418,7 @@ class Billing:
             generation_cost=self.generation_cost,
             key_usage=self.key_usage,
         )
-        if verdict.disputed is not None:
-            self.disputes.append(verdict)
-            log.error(
-                "route.cost_disputed",
-                model=self.model,
-                key=key,
-                generation_id=generation_id,
-                reported=str(verdict.disputed),
-                record=None if verdict.record is None else str(verdict.record),
-                booked=str(verdict.booked),
-            )
+        self._note_dispute(verdict, key, generation_id)
         if self.halted is None:
             self.halted = verdict.reason
         return verdict
@@ -451,18 +441,7 @@ class Billing:
             generation_id=generation_id,
             generation_cost=self.generation_cost,
         )
-        if verdict.disputed is not None:
-            self.disputes.append(verdict)
-            log.error(
-                "route.cost_disputed",
-                model=self.model,
-                key=key,
-                generation_id=generation_id,
-                reported=str(verdict.disputed),
-                record=None if verdict.record is None else str(verdict.record),
-                booked=str(verdict.booked),
-            )
-        else:
+        if not self._note_dispute(verdict, key, generation_id):
             log.warning(
                 "route.cost_anomaly",
                 model=self.model,
@@ -473,6 +452,23 @@ class Billing:
                 confirmed=True,
             )
         return verdict
+
+    def _note_dispute(self, verdict: CostVerdict, key: str, generation_id: str | None) -> bool:
+        """Keep and log a disputed cost (the answer's word against OpenRouter's records);
+        whether it was one."""
+        if verdict.disputed is None:
+            return False
+        self.disputes.append(verdict)
+        log.error(
+            "route.cost_disputed",
+            model=self.model,
+            key=key,
+            generation_id=generation_id,
+            reported=str(verdict.disputed),
+            record=None if verdict.record is None else str(verdict.record),
+            booked=str(verdict.booked),
+        )
+        return True
 
     async def close_failed(
         self, reservation: Reservation, request: PreparedRequest, exc: BaseException
