@@ -33,8 +33,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy provider_router
 
+# Two workers, each test file whole on one (its simulator, servers and files its own):
+# most tests wait on sockets and clocks, so two halve the wall time on two cores. The
+# Ray suite runs after, alone: one local cluster for the whole session.
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile --ignore=tests/ray
+	$(BIN)/pytest -q tests/ray
 
 test: lint typecheck unit
 
