@@ -29,7 +29,14 @@ from provider_router.testing.chat import bodies
 from provider_router.testing.introspection import RequestRecord
 from provider_router.testing.simulator import Simulator, json_error, json_response
 
-__all__ = ["create_key", "delete_key", "get_key", "list_keys", "update_key"]
+__all__ = [
+    "create_key",
+    "delete_key",
+    "get_key",
+    "limit_and_usage",
+    "list_keys",
+    "update_key",
+]
 
 MANAGEMENT_ONLY: Final = "Only management keys can perform this operation"
 LIMIT_RESETS: Final = frozenset({"daily", "weekly", "monthly"})
@@ -53,18 +60,13 @@ def _iso(epoch: float | None) -> str | None:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def key_object(key: KeyState) -> dict[str, Any]:
-    """The key as the management API shows it (never the key itself)."""
+def limit_and_usage(key: KeyState) -> dict[str, Any]:
+    """A key's limit and usage fields, as both ``GET /key`` and the management API show
+    them (the simulator's usage never resets: each window shows the whole)."""
     usage = bodies.usd(key.usage)
-    limit = None if key.limit is None else bodies.usd(key.limit)
-    remaining = None if key.limit is None else bodies.usd(key.limit - key.usage)
     return {
-        "hash": key.hash,
-        "name": key.name,
-        "label": key.masked_label,
-        "disabled": key.disabled,
-        "limit": limit,
-        "limit_remaining": remaining,
+        "limit": None if key.limit is None else bodies.usd(key.limit),
+        "limit_remaining": None if key.limit is None else bodies.usd(key.limit - key.usage),
         "limit_reset": key.limit_reset,
         "include_byok_in_limit": key.include_byok_in_limit,
         "usage": usage,
@@ -75,6 +77,17 @@ def key_object(key: KeyState) -> dict[str, Any]:
         "byok_usage_daily": 0,
         "byok_usage_weekly": 0,
         "byok_usage_monthly": 0,
+    }
+
+
+def key_object(key: KeyState) -> dict[str, Any]:
+    """The key as the management API shows it (never the key itself)."""
+    return {
+        "hash": key.hash,
+        "name": key.name,
+        "label": key.masked_label,
+        "disabled": key.disabled,
+        **limit_and_usage(key),
         "created_at": _iso(key.created_at),
         "updated_at": _iso(key.updated_at),
         "creator_user_id": bodies.USER_ID,

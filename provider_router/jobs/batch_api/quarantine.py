@@ -17,9 +17,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from provider_router._exceptions import DataFileError
 from provider_router.jobs.batch_api.journal import BatchIntent
 from provider_router.jobs.batch_api.results import ResultLine
+from provider_router.jobs.batch_api.unmatched import read_kept
 from provider_router.jobs.store._layout import JobLayout
 
 __all__ = ["QuarantinedAnswers"]
@@ -33,28 +33,8 @@ class QuarantinedAnswers:
         self._written: set[tuple[str, str]] | None = None
 
     def _load(self) -> set[tuple[str, str]]:
-        written: set[tuple[str, str]] = set()
-        if not self.path.exists():
-            return written
-        data = self.path.read_bytes()
-        good = 0
-        lines = data.split(b"\n")
-        for number, line in enumerate(lines, start=1):
-            if not line:
-                good += 1
-                continue
-            try:
-                entry = json.loads(line)
-                written.add((str(entry["batch_id"]), str(entry["custom_id"])))
-            except (ValueError, KeyError, TypeError) as exc:
-                if number == len(lines):  # torn by a kill mid-write: written again
-                    break
-                raise DataFileError(self.path, f"unreadable answer ({exc})", line=number) from None
-            good += len(line) + 1
-        if good < len(data):
-            with self.path.open("r+b") as cut:
-                cut.truncate(good)
-        return written
+        kept = read_kept(self.path, lambda e: (str(e["batch_id"]), str(e["custom_id"])))
+        return {key for key, _, _ in kept}
 
     def keep(self, intent: BatchIntent, line: ResultLine, reason: str, cost: Decimal) -> bool:
         """Write the answer unless an earlier collect did; True when written now."""

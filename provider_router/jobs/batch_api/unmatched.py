@@ -15,9 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from provider_router._exceptions import DataFileError
 from provider_router.jobs.batch_api.journal import BatchIntent
@@ -25,7 +26,9 @@ from provider_router.jobs.batch_api.results import ResultLine
 from provider_router.jobs.store._layout import JobLayout
 from provider_router.planning.prompts import Prompt
 
-__all__ = ["UnmatchedAnswers", "prompt_digest"]
+__all__ = ["UnmatchedAnswers", "prompt_digest", "read_kept"]
+
+K = TypeVar("K")
 
 _ENCODE: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
@@ -35,6 +38,37 @@ def prompt_digest(prompt: Prompt) -> str:
     (``tools``, ``tool_choice``); key order and whitespace do not matter."""
     canonical = _ENCODE({"messages": prompt.messages, "request": prompt.request_fields})
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def read_kept(path: Path, key: Callable[[dict[str, Any]], K]) -> list[tuple[K, int, int]]:
+    """Each answer of the append-only side file ``path``: its ``key`` and where its line
+    is (offset, length). A torn last line (a kill mid-write) is cut from the file: its
+    answer is written again by the collect that comes back to it.
+
+    Raises:
+        DataFileError: a line before the last is not a kept answer.
+    """
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    found: list[tuple[K, int, int]] = []
+    good = 0
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        if not line:
+            good += 1
+            continue
+        try:
+            found.append((key(json.loads(line)), good, len(line)))
+        except (ValueError, KeyError, TypeError) as exc:
+            if number == len(lines):  # torn by a kill mid-write: written again
+                break
+            raise DataFileError(path, f"unreadable answer ({exc})", line=number) from None
+        good += len(line) + 1
+    if good < len(data):
+        with path.open("r+b") as cut:
+            cut.truncate(good)
+    return found
 
 
 class UnmatchedAnswers:
@@ -49,27 +83,10 @@ class UnmatchedAnswers:
     def _load(self) -> None:
         """Read what earlier runs wrote (only once this run first needs it)."""
         self.loaded = True
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        good = 0
-        lines = data.split(b"\n")
-        for number, line in enumerate(lines, start=1):
-            if not line:
-                good += 1
-                continue
-            try:
-                entry = json.loads(line)
-                key = (str(entry["dataset"]), str(entry["id"]))
-                self._written.setdefault(key, (good, len(line)))
-            except (ValueError, KeyError, TypeError) as exc:
-                if number == len(lines):  # torn by a kill mid-write: written again
-                    break
-                raise DataFileError(self.path, f"unreadable answer ({exc})", line=number) from None
-            good += len(line) + 1
-        if good < len(data):
-            with self.path.open("r+b") as cut:
-                cut.truncate(good)
+        for key, offset, length in read_kept(
+            self.path, lambda entry: (str(entry["dataset"]), str(entry["id"]))
+        ):
+            self._written.setdefault(key, (offset, length))
 
     def keep(self, intent: BatchIntent, line: ResultLine, cost: Decimal) -> bool:
         """Write the answer unless an earlier collect did; True when written now."""
